@@ -1,0 +1,46 @@
+"""xarray_vhdf5: git-like version history for HDF5 files, native to xarray.
+
+The on-disk format is versioned-hdf5's, so files are interchangeable with the
+``versioned-hdf5`` package in both directions.
+
+- ``xr.open_dataset(path, engine="vhdf5", version=...)`` reads any version lazily.
+- ``ds.vhdf5.commit(version, path=...)`` commits an xarray Dataset as a version.
+- :class:`VersionedHDF5File` is the h5py-level API (versioned-hdf5's).
+"""
+
+from . import errors
+from .errors import (
+    ClosedFileError,
+    HDF5Error,
+    IncompatibleDataError,
+    NotVersionedError,
+    ReadOnlyError,
+    UnsupportedError,
+    VersionExistsError,
+    VersionNotFoundError,
+    VHDF5Error,
+)
+from .versions import VersionedHDF5File
+from .wrappers import InMemoryArrayDataset, InMemoryDataset, InMemoryGroup, VersionDataset, VersionGroup
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClosedFileError",
+    "HDF5Error",
+    "InMemoryArrayDataset",
+    "InMemoryDataset",
+    "InMemoryGroup",
+    "IncompatibleDataError",
+    "NotVersionedError",
+    "ReadOnlyError",
+    "UnsupportedError",
+    "VHDF5Error",
+    "VersionDataset",
+    "VersionExistsError",
+    "VersionGroup",
+    "VersionNotFoundError",
+    "VersionedHDF5File",
+    "errors",
+    "__version__",
+]

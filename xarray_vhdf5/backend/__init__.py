@@ -1,0 +1,34 @@
+"""The on-disk backend: the format's layout, chunk hashing, raw data, hash tables,
+virtual datasets, and the kernels that move data between HDF5 and numpy.
+
+This is the only layer that writes datasets to HDF5 (seed ``design.txt``, "Backend").
+"""
+
+from .chunks import chunk_grid_shape, guess_chunks_h5py, guess_chunks_record, iter_chunks, normalize_chunks
+from .hashing import chunk_hash
+from .hashtable import HashTable
+from .layout import DATA_VERSION, FIRST_VERSION, TIMESTAMP_FORMAT, VERSION_DATA, VERSIONS
+from .raw_data import ChunkWriter, Filters, WriteStats, create_raw_data, is_fill_chunk
+from .virtual import copy_virtual_dataset, create_virtual_dataset
+
+__all__ = [
+    "DATA_VERSION",
+    "FIRST_VERSION",
+    "TIMESTAMP_FORMAT",
+    "VERSIONS",
+    "VERSION_DATA",
+    "ChunkWriter",
+    "Filters",
+    "HashTable",
+    "WriteStats",
+    "chunk_grid_shape",
+    "chunk_hash",
+    "copy_virtual_dataset",
+    "create_raw_data",
+    "create_virtual_dataset",
+    "guess_chunks_h5py",
+    "guess_chunks_record",
+    "is_fill_chunk",
+    "iter_chunks",
+    "normalize_chunks",
+]

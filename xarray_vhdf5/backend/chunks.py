@@ -1,0 +1,144 @@
+"""The chunk grid of a dataset: choosing chunk shapes and walking chunks.
+
+All shapes and counts here are in points (array elements), never bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..errors import IncompatibleDataError, UnsupportedError
+from .layout import DEFAULT_CHUNKS_1D
+
+__all__ = [
+    "normalize_chunks",
+    "guess_chunks_h5py",
+    "guess_chunks_record",
+    "chunk_grid_shape",
+    "iter_chunks",
+    "chunk_slices",
+]
+
+#: Upper bound of a chunk chosen by ``guess_chunks_record``, in bytes.
+_RECORD_CHUNK_BYTES = 1024 * 1024
+
+
+def normalize_chunks(
+    chunks: tuple[int, ...] | int | bool | None,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+) -> tuple[int, ...]:
+    """Return the chunk shape a new dataset gets, in points.
+
+    Parameters
+    ----------
+    chunks : tuple of int, int, True or None
+        What the user passed to ``create_dataset(chunks=...)``. ``None``/``True``
+        choose: ``(4096,)`` for 1-d data (versioned-hdf5's default), otherwise
+        :func:`guess_chunks_h5py` (versioned-hdf5 2.6 refuses n-d data without
+        chunks; we choose instead).
+    shape : tuple of int
+        Shape of the dataset, in points.
+    dtype : numpy.dtype
+        Its dtype (only ``itemsize`` is used).
+
+    Returns
+    -------
+    tuple of int
+        One positive int per axis.
+
+    Raises
+    ------
+    UnsupportedError
+        ``shape`` is 0-d (versioned-hdf5 stores no scalar datasets) or ``chunks`` is False.
+    IncompatibleDataError
+        ``chunks`` has the wrong length or a non-positive entry.
+    """
+    ndim = len(shape)
+    if ndim == 0:
+        raise UnsupportedError("scalar (0-d) datasets are not supported by the versioned format")
+    if chunks is False:
+        raise UnsupportedError("versioned datasets are always chunked; chunks=False is not supported")
+    if chunks is None or chunks is True:
+        if ndim == 1:
+            return DEFAULT_CHUNKS_1D
+        return guess_chunks_h5py(shape, np.dtype(dtype).itemsize)
+    if isinstance(chunks, (int, np.integer)):
+        chunks = (int(chunks),)
+    chunks = tuple(int(c) for c in chunks)
+    if len(chunks) != ndim:
+        raise IncompatibleDataError(
+            f"chunks {chunks} has {len(chunks)} axes but the dataset has shape {shape} ({ndim} axes)"
+        )
+    if any(c <= 0 for c in chunks):
+        raise IncompatibleDataError(f"chunk sizes must be positive, got {chunks}")
+    return chunks
+
+
+def guess_chunks_h5py(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Chunk shape chosen the way h5py (after PyTables) chooses one, in points.
+
+    The target chunk size grows with the dataset: 16 KiB times
+    ``2 ** log10(dataset MiB)``, clipped to [8 KiB, 1 MiB]. Axes are halved in
+    turn, starting with axis 0, until the chunk is below the target or within
+    50% of it (and below 1 MiB). ``group[name] = array`` uses it, as h5py and
+    versioned-hdf5 do, so both libraries pick the same chunks for the same data.
+    """
+    base, low, high = 16 * 1024, 8 * 1024, 1024 * 1024
+    chunks = [float(s) if s else 1024.0 for s in shape]
+    total = math.prod(chunks) * itemsize
+    target = min(max(base * 2 ** math.log10(total / (1024 * 1024)), low), high) if total else low
+    axis = 0
+    while True:
+        nbytes = math.prod(chunks) * itemsize
+        small_enough = nbytes < target or abs(nbytes - target) / target < 0.5
+        if (small_enough and nbytes < high) or math.prod(chunks) == 1:
+            break
+        chunks[axis % len(chunks)] = math.ceil(chunks[axis % len(chunks)] / 2)
+        axis += 1
+    return tuple(int(c) for c in chunks)
+
+
+def guess_chunks_record(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Chunk shape for a variable with a record (time) dimension first, in points.
+
+    Keeps the trailing axes whole and one record per chunk while that fits in
+    1 MiB, so that appending a time step writes one new chunk and every older
+    chunk is shared; larger records are split along their leading axes. Used
+    by the xarray writer when a variable has no ``encoding["chunks"]``.
+    """
+    chunks = [max(int(s), 1) for s in shape]
+    if len(chunks) > 1:
+        chunks[0] = 1
+    axis = 0
+    while math.prod(chunks) * itemsize > _RECORD_CHUNK_BYTES and any(c > 1 for c in chunks):
+        if chunks[axis] > 1:
+            chunks[axis] = math.ceil(chunks[axis] / 2)
+        else:
+            axis += 1
+    return tuple(chunks)
+
+
+def chunk_grid_shape(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
+    """Number of chunks along each axis (edge chunks included)."""
+    return tuple(math.ceil(s / c) for s, c in zip(shape, chunks, strict=True))
+
+
+def chunk_slices(
+    index: tuple[int, ...], shape: tuple[int, ...], chunks: tuple[int, ...]
+) -> tuple[slice, ...]:
+    """The region of chunk ``index`` (in chunk coordinates), trimmed at the edges."""
+    return tuple(
+        slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunks, shape, strict=True)
+    )
+
+
+def iter_chunks(
+    shape: tuple[int, ...], chunks: tuple[int, ...]
+) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...]]]:
+    """Yield ``(chunk_index, region)`` for every chunk in C order."""
+    for index in np.ndindex(*chunk_grid_shape(shape, chunks)):
+        yield index, chunk_slices(index, shape, chunks)

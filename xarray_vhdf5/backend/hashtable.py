@@ -1,0 +1,103 @@
+"""The ``hash_table`` of one versioned dataset: SHA-256 digest -> rows of raw_data.
+
+On disk (FORMAT.md, "hash_table"): a chunked, lzf-compressed 1-d dataset of
+:data:`~xarray_vhdf5.backend.layout.HASH_TABLE_DTYPE` rows; the attribute
+``largest_index`` counts the valid rows and is written last in a commit, so
+rows past it (left by an interrupted commit) are ignored and overwritten.
+"""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+
+from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
+
+__all__ = ["HashTable"]
+
+
+class HashTable:
+    """In-memory view of a ``hash_table`` dataset, appended to and flushed once per commit.
+
+    Parameters
+    ----------
+    dataset : h5py.Dataset
+        The ``hash_table`` dataset (see :meth:`create` for a new one).
+
+    Notes
+    -----
+    The digests are loaded once (one read of ``largest_index`` rows) into a
+    ``dict`` from the 32-byte digest to its row number, so a lookup is O(1).
+    """
+
+    def __init__(self, dataset: h5py.Dataset):
+        self.dataset = dataset
+        n = int(dataset.attrs.get("largest_index", 0))
+        rows = dataset[:n] if n else np.empty(0, HASH_TABLE_DTYPE)
+        digests = np.ascontiguousarray(rows["hash"]).tobytes()
+        self._index: dict[bytes, int] = {digests[32 * i : 32 * (i + 1)]: i for i in range(n)}
+        self._stored = n
+        self._ranges = rows["shape"]
+        self._new: list[tuple[bytes, int, int]] = []
+
+    @classmethod
+    def create(cls, group: h5py.Group) -> HashTable:
+        """Create an empty ``hash_table`` in ``group`` (the dataset's ``_version_data`` group)."""
+        ds = group.create_dataset(
+            "hash_table",
+            shape=(1,),
+            dtype=HASH_TABLE_DTYPE,
+            chunks=HASH_TABLE_CHUNKS,
+            maxshape=(None,),
+            compression="lzf",
+        )
+        ds.attrs["largest_index"] = np.int64(0)
+        return cls(ds)
+
+    def __len__(self) -> int:
+        return self._stored + len(self._new)
+
+    def __contains__(self, digest: bytes) -> bool:
+        return digest in self._index
+
+    def lookup(self, digest: bytes) -> tuple[int, int] | None:
+        """Return ``(start, stop)``, the rows of raw_data (axis 0) holding the chunk, or None."""
+        i = self._index.get(digest)
+        if i is None:
+            return None
+        if i < self._stored:
+            start, stop = self._ranges[i]
+            return int(start), int(stop)
+        _, start, stop = self._new[i - self._stored]
+        return start, stop
+
+    def end_row(self) -> int:
+        """First row of raw_data (axis 0) after every chunk the table knows about."""
+        ends = [int(self._ranges[:, 1].max())] if self._stored else [0]
+        if self._new:
+            ends.append(self._new[-1][2])
+        return max(ends)
+
+    def add(self, digest: bytes, start: int, stop: int) -> None:
+        """Record a new chunk stored at rows ``start:stop`` of raw_data (not yet on disk)."""
+        if digest in self._index:
+            raise ValueError("digest already in the hash table")
+        self._index[digest] = len(self)
+        self._new.append((digest, start, stop))
+
+    def flush(self) -> int:
+        """Write the new rows, then ``largest_index``; return how many rows were written."""
+        if not self._new:
+            return 0
+        new = np.zeros(len(self._new), HASH_TABLE_DTYPE)
+        new["hash"] = np.frombuffer(b"".join(d for d, _, _ in self._new), np.uint8).reshape(-1, 32)
+        new["shape"] = [(a, b) for _, a, b in self._new]
+        total = self._stored + len(new)
+        if self.dataset.shape[0] < total:
+            self.dataset.resize((total,))
+        self.dataset[self._stored : total] = new
+        self.dataset.attrs["largest_index"] = np.int64(total)
+        self._ranges = np.concatenate([self._ranges, new["shape"]])
+        self._stored = total
+        written, self._new = len(self._new), []
+        return written

@@ -1,0 +1,75 @@
+"""Names, dtypes and constants of the on-disk format.
+
+The layout is the one versioned-hdf5 2.6.0 writes (``../shared/FORMAT.md`` in
+the project's steering folder; ``docs/format.md`` here)::
+
+    /_version_data/
+        <dataset path>/raw_data      unique chunks, concatenated along axis 0
+        <dataset path>/hash_table    one row per chunk of raw_data
+        versions/                    attrs: current_version, data_version
+            __first_version__/       attrs: timestamp
+            <version>/               attrs: committed, prev_version, timestamp, user attrs
+                <dataset>            virtual dataset, attrs: raw_data, chunks, user attrs
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "VERSION_DATA",
+    "VERSIONS",
+    "FIRST_VERSION",
+    "DATA_VERSION",
+    "TIMESTAMP_FORMAT",
+    "HASH_TABLE_DTYPE",
+    "HASH_TABLE_CHUNKS",
+    "DEFAULT_CHUNKS_1D",
+    "RESERVED_NAMES",
+    "VERSION_ATTRS",
+    "DATASET_ATTRS",
+    "versions_path",
+    "version_path",
+    "dataset_data_path",
+]
+
+#: Group holding everything the format stores.
+VERSION_DATA = "_version_data"
+#: Group (inside VERSION_DATA) holding one group per version.
+VERSIONS = "versions"
+#: Name of the empty root of the version DAG.
+FIRST_VERSION = "__first_version__"
+#: ``data_version`` attribute written on the versions group (hash format 4).
+DATA_VERSION = 4
+#: UTC timestamps of versions, as strings (``2020-01-01 00:00:00.000000+0000``).
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f%z"
+#: One row of a hash table: SHA-256 digest and (start, stop) rows in raw_data.
+HASH_TABLE_DTYPE = np.dtype([("hash", "u1", (32,)), ("shape", "<i8", (2,))])
+#: HDF5 chunk shape of the hash_table dataset, in rows.
+HASH_TABLE_CHUNKS = (4096,)
+#: Chunk shape of a 1-d dataset created without ``chunks=``, in points.
+DEFAULT_CHUNKS_1D = (4096,)
+#: Top-level names a versioned dataset or group may not take.
+RESERVED_NAMES = frozenset({VERSIONS})
+#: Attributes of a version group that belong to the format, not to the user.
+VERSION_ATTRS = frozenset({"committed", "prev_version", "timestamp"})
+#: Attributes of a version's virtual dataset that belong to the format.
+DATASET_ATTRS = frozenset({"raw_data", "chunks"})
+
+
+def versions_path() -> str:
+    """Return the absolute path of the versions group."""
+    return f"/{VERSION_DATA}/{VERSIONS}"
+
+
+def version_path(name: str) -> str:
+    """Return the absolute path of the group of version ``name``."""
+    return f"/{VERSION_DATA}/{VERSIONS}/{name}"
+
+
+def dataset_data_path(name: str) -> str:
+    """Return the absolute path of the group holding raw_data and hash_table of ``name``.
+
+    ``name`` is the dataset's path inside a version (``"a"``, ``"grp/b"``).
+    """
+    return f"/{VERSION_DATA}/{name.strip('/')}"

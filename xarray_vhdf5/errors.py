@@ -1,0 +1,78 @@
+"""Exceptions raised by xarray_vhdf5.
+
+Every exception the package raises on purpose derives from :class:`VHDF5Error`
+and *also* from the builtin exception a user of h5py, numpy or versioned-hdf5
+would already catch, so existing ``except KeyError:`` / ``except ValueError:``
+code keeps working::
+
+    VHDF5Error (Exception)
+    ├── VersionNotFoundError   (KeyError)         no version of that name / index / time
+    ├── VersionExistsError     (ValueError)       a version of that name already exists
+    ├── NotVersionedError      (ValueError)       the HDF5 file has no ``_version_data``
+    ├── ReadOnlyError          (PermissionError, ValueError)
+    │                                             writing to a committed version or a
+    │                                             file opened read-only
+    ├── IncompatibleDataError  (ValueError)       shape / dtype / chunks / fill value that
+    │                                             cannot be stored or do not match
+    ├── ClosedFileError        (ValueError)       the file (or version) was closed
+    ├── UnsupportedError       (NotImplementedError)
+    │                                             valid for numpy but not supported here
+    │                                             (scalar datasets, ``h5py.Empty``, ...)
+    └── HDF5Error              (OSError)          libhdf5 reported a failure in a kernel
+
+Messages say what happened, what was received and, where there is one, what
+to do instead.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "VHDF5Error",
+    "VersionNotFoundError",
+    "VersionExistsError",
+    "NotVersionedError",
+    "ReadOnlyError",
+    "IncompatibleDataError",
+    "ClosedFileError",
+    "UnsupportedError",
+    "HDF5Error",
+]
+
+
+class VHDF5Error(Exception):
+    """Base class of every exception raised on purpose by xarray_vhdf5."""
+
+
+class VersionNotFoundError(VHDF5Error, KeyError):
+    """A version name, index or timestamp does not match any committed version."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class VersionExistsError(VHDF5Error, ValueError):
+    """A version of that name already exists in the file."""
+
+
+class NotVersionedError(VHDF5Error, ValueError):
+    """The HDF5 file (or group) is not a versioned file: it has no ``_version_data``."""
+
+
+class ReadOnlyError(VHDF5Error, PermissionError, ValueError):
+    """Writing to a committed version, or to a file opened read-only."""
+
+
+class IncompatibleDataError(VHDF5Error, ValueError):
+    """Data whose shape, dtype, chunks or fill value cannot be stored or do not match."""
+
+
+class ClosedFileError(VHDF5Error, ValueError):
+    """The file, or the version object, was closed."""
+
+
+class UnsupportedError(VHDF5Error, NotImplementedError):
+    """Valid for numpy or h5py, but not supported by the versioned format."""
+
+
+class HDF5Error(VHDF5Error, OSError):
+    """libhdf5 returned an error code inside one of the compiled kernels."""

@@ -1,0 +1,163 @@
+"""Committing a staged version: chunk, hash, append unseen chunks, build virtual datasets.
+
+A commit (seed ``design.txt``, "Backend" and "Versions"):
+
+1. creates the version group (``committed=False``) and its subgroups and attrs;
+2. for each dataset: if it is unchanged from the previous version, copies the
+   previous virtual dataset's mapping (nothing read, nothing written); else splits
+   it into chunks, skips chunks entirely of the fill value, hashes the others and
+   appends only digests not yet in the hash table to raw_data, then builds the
+   virtual dataset;
+3. marks the group ``committed=True`` with its timestamp and, last, moves
+   ``current_version``. If anything fails, the half-made group is deleted and
+   ``current_version`` is left as it was.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import posixpath
+from dataclasses import dataclass, field
+
+import h5py
+import numpy as np
+
+from ..backend.chunks import iter_chunks
+from ..backend.hashing import is_vlen_string_dtype
+from ..backend.hashtable import HashTable
+from ..backend.layout import VERSION_DATA
+from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
+from ..backend.virtual import copy_virtual_dataset, create_virtual_dataset
+from ..errors import IncompatibleDataError
+from ..wrappers.dataset import InMemoryArrayDataset, InMemoryDataset, StagedDatasetBase
+from ..wrappers.group import InMemoryGroup
+from .timestamps import format_timestamp, now_utc
+
+__all__ = ["commit_version", "CommitReport"]
+
+
+@dataclass
+class CommitReport:
+    """What one commit wrote: per dataset path, chunk counts and new bytes."""
+
+    version: str
+    datasets: dict[str, WriteStats] = field(default_factory=dict)
+
+    @property
+    def new_chunks(self) -> int:
+        return sum(s.new_chunks for s in self.datasets.values())
+
+    @property
+    def new_bytes(self) -> int:
+        """Uncompressed bytes of the chunks appended to raw_data."""
+        return sum(s.new_bytes for s in self.datasets.values())
+
+    @property
+    def changed(self) -> list[str]:
+        """Datasets whose virtual dataset was rebuilt (written to, created or resized)."""
+        return [name for name, s in self.datasets.items() if s.chunk_rows or s.fill_chunks or s.new_chunks]
+
+
+def commit_version(
+    f: h5py.File,
+    versions: h5py.Group,
+    name: str,
+    prev_version: str,
+    root: InMemoryGroup,
+    *,
+    make_current: bool = True,
+    timestamp: _dt.datetime | None = None,
+) -> CommitReport:
+    """Write the staged tree ``root`` as version ``name`` on top of ``prev_version``.
+
+    Raises
+    ------
+    IncompatibleDataError
+        A dataset's dtype, chunks, fill value or filters differ from those fixed
+        by its first version. Nothing is committed then.
+    """
+    group = versions.create_group(name)
+    report = CommitReport(name)
+    try:
+        group.attrs["prev_version"] = prev_version
+        group.attrs["committed"] = False
+        group.attrs["timestamp"] = format_timestamp(now_utc())
+        root.attrs.write_to(group)
+
+        def make_groups(path, obj):
+            if isinstance(obj, InMemoryGroup):
+                sub = group.create_group(path)
+                obj.attrs.write_to(sub)
+
+        root.visititems(make_groups)
+        for path, ds in root.datasets().items():
+            report.datasets[path] = _commit_dataset(f, group, path, ds)
+        group.attrs["committed"] = True
+        group.attrs["timestamp"] = format_timestamp(timestamp if timestamp is not None else now_utc())
+        if make_current:
+            versions.attrs["current_version"] = name
+    except BaseException:
+        del versions[name]
+        raise
+    return report
+
+
+def _commit_dataset(f: h5py.File, version_group: h5py.Group, path: str, ds: StagedDatasetBase) -> WriteStats:
+    parent_path, last = posixpath.split(path)
+    parent = version_group[parent_path] if parent_path else version_group
+    if isinstance(ds, InMemoryDataset) and not ds.has_changes and ds.origin_name == path:
+        copy_virtual_dataset(ds.source, parent, last, None)
+        ds.attrs.write_to(parent[last])
+        return WriteStats()
+    data = ds._loaded()
+    if data.dtype.kind == "T":
+        data = data.astype(object)
+    raw_data, hash_table = _raw_data_for(f, path, ds, data.dtype)
+    writer = ChunkWriter(raw_data, hash_table)
+    for index, region in iter_chunks(data.shape, writer.chunks):
+        writer.add(index, data[region])
+    writer.flush()
+    vds = create_virtual_dataset(parent, last, raw_data, data.shape, writer.chunks, writer.stats.chunk_rows)
+    ds.attrs.write_to(vds)
+    return writer.stats
+
+
+def _raw_data_for(f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype):
+    """The raw_data and hash table of ``path``, created on its first version."""
+    data_path = f"{VERSION_DATA}/{path}"
+    if data_path in f and "raw_data" in f[data_path]:
+        raw = f[data_path]["raw_data"]
+        _check_compatible(path, raw, ds, dtype)
+        return raw, HashTable(f[data_path]["hash_table"])
+    grp = f.require_group(data_path)
+    raw = create_raw_data(grp, dtype, ds.chunks, ds.fillvalue, ds.filters)
+    return raw, HashTable.create(grp)
+
+
+def _check_compatible(path: str, raw: h5py.Dataset, ds: StagedDatasetBase, dtype: np.dtype) -> None:
+    raw_chunks = tuple(int(c) for c in raw.attrs["chunks"])
+    if getattr(ds, "chunks_given", True) and ds.chunks != raw_chunks:
+        raise IncompatibleDataError(
+            f"dataset {path!r}: chunks {ds.chunks} differ from {raw_chunks} fixed by its first "
+            "version (use modify_metadata to change them)"
+        )
+    ds.chunks = raw_chunks
+    both_strings = is_vlen_string_dtype(dtype) and is_vlen_string_dtype(raw.dtype)
+    if dtype != raw.dtype and not both_strings:
+        raise IncompatibleDataError(
+            f"dataset {path!r}: dtype {dtype} differs from {raw.dtype} fixed by its first version"
+        )
+    if not getattr(ds, "fillvalue_given", True) and not both_strings:
+        ds.fillvalue = raw.fillvalue
+    if not both_strings and ds.fillvalue is not None:
+        same = np.asarray(ds.fillvalue, raw.dtype).tobytes() == np.asarray(raw.fillvalue, raw.dtype).tobytes()
+        if not same:
+            raise IncompatibleDataError(
+                f"dataset {path!r}: fill value {ds.fillvalue!r} differs from {raw.fillvalue!r} "
+                "fixed by its first version"
+            )
+    if isinstance(ds, InMemoryArrayDataset) and ds.filters != Filters() and ds.filters != Filters.of(raw):
+        raise IncompatibleDataError(
+            f"dataset {path!r}: filters {ds.filters} differ from {Filters.of(raw)} fixed by its "
+            "first version (use modify_metadata to change them)"
+        )

@@ -1,0 +1,233 @@
+"""``VersionedHDF5File``: the h5py-level entry point (versioned-hdf5's API)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+from collections.abc import Iterator
+
+import h5py
+import numpy as np
+
+from ..backend.layout import DATA_VERSION, FIRST_VERSION
+from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, VersionExistsError, VersionNotFoundError
+from ..wrappers.group import InMemoryGroup
+from ..wrappers.readonly import VersionGroup
+from .commit import CommitReport, commit_version
+from .registry import VersionKey, VersionRegistry, initialize, is_versioned
+from .timestamps import to_utc_datetime
+
+__all__ = ["VersionedHDF5File"]
+
+
+class VersionedHDF5File:
+    """The versions of an HDF5 file: read any of them, stage and commit new ones.
+
+    A drop-in for ``versioned_hdf5.VersionedHDF5File`` on the same files.
+
+    Parameters
+    ----------
+    f : h5py.File
+        An open file. A file opened writable without a version history gets an
+        empty one (``_version_data/versions/__first_version__``), as
+        versioned-hdf5 does.
+
+    Raises
+    ------
+    NotVersionedError
+        ``f`` is opened read-only and has no version history.
+    IncompatibleDataError
+        The file was written by a newer format (``data_version`` > 4).
+
+    Examples
+    --------
+    >>> with h5py.File("data.h5", "a") as f:          # doctest: +SKIP
+    ...     vf = VersionedHDF5File(f)
+    ...     with vf.stage_version("v1") as g:
+    ...         g.create_dataset("x", data=np.arange(10), chunks=(4,))
+    ...     vf["v1"]["x"][:3]
+    array([0, 1, 2])
+    """
+
+    def __init__(self, f: h5py.File):
+        self.f = f
+        if not is_versioned(f):
+            if f.file.mode == "r":
+                raise NotVersionedError(
+                    f"{f.file.filename!r} has no version history and is open read-only; "
+                    "open it with mode 'a' to start one"
+                )
+            initialize(f)
+        self._registry = VersionRegistry(f)
+        if self._registry.data_version > DATA_VERSION:
+            from ..errors import IncompatibleDataError
+
+            raise IncompatibleDataError(
+                f"{f.file.filename!r} has data_version {self._registry.data_version}; this "
+                f"package reads up to {DATA_VERSION}: upgrade xarray_vhdf5"
+            )
+        self._closed = False
+        self.last_commit: CommitReport | None = None
+
+    # -- state ---------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close` or once the h5py file was closed."""
+        return self._closed or not self.f.id.valid
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedFileError("the VersionedHDF5File (or its h5py file) is closed")
+
+    def close(self) -> None:
+        """Detach from the h5py file (which the caller closes, as with versioned-hdf5)."""
+        self._closed = True
+
+    def __enter__(self) -> VersionedHDF5File:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<Closed VersionedHDF5File>"
+        return f'<VersionedHDF5File "{self.f.file.filename}" (mode {self.f.file.mode}), {len(self._registry)} versions>'
+
+    # -- the history ---------------------------------------------------------
+    @property
+    def current_version(self) -> str:
+        """Name of the current version (``"__first_version__"`` before any commit)."""
+        self._check_open()
+        return self._registry.current_version
+
+    @current_version.setter
+    def current_version(self, name: str) -> None:
+        self._check_open()
+        self._registry.info(name)
+        self._registry.group.attrs["current_version"] = name
+
+    @property
+    def versions(self) -> list[str]:
+        """Names of the committed versions, oldest first."""
+        self._check_open()
+        return self._registry.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.versions)
+
+    def __len__(self) -> int:
+        self._check_open()
+        return len(self._registry)
+
+    def __contains__(self, name: object) -> bool:
+        self._check_open()
+        return name in self._registry
+
+    def resolve(self, key: VersionKey) -> str:
+        """Name of the version ``key`` designates (see ``__getitem__``)."""
+        self._check_open()
+        return self._registry.resolve(key)
+
+    def __getitem__(self, key: VersionKey) -> VersionGroup:
+        """The committed version ``key``, read-only.
+
+        Parameters
+        ----------
+        key : str, int, datetime, numpy.datetime64 or None
+            A name; ``None`` or ``0`` for the current version; ``-n`` for the
+            n-th ancestor of the current version; a timestamp for the version
+            at that time or the latest before it.
+
+        Raises
+        ------
+        VersionNotFoundError
+            No such version (``KeyError``; the message lists existing ones).
+        ClosedFileError
+            The file is closed.
+        """
+        name = self.resolve(key)
+        return VersionGroup(self._registry.group[name], name)
+
+    def get_version_by_name(self, name: str) -> VersionGroup:
+        """The committed version ``name`` (``""`` or None: the current one)."""
+        return self[name or None]
+
+    def get_version_by_timestamp(self, timestamp, exact: bool = False) -> VersionGroup:
+        """The version committed at ``timestamp``, else (``exact=False``) the latest before."""
+        self._check_open()
+        name = self._registry.at_time(timestamp, exact=exact)
+        return VersionGroup(self._registry.group[name], name)
+
+    def version_info(self, key: VersionKey):
+        """Metadata (name, prev_version, timestamp) of a version."""
+        return self._registry.info(self.resolve(key))
+
+    # -- staging -------------------------------------------------------------
+    @contextlib.contextmanager
+    def stage_version(
+        self,
+        version_name: str,
+        prev_version: str | None = None,
+        make_current: bool = True,
+        timestamp: _dt.datetime | np.datetime64 | None = None,
+    ) -> Iterator[InMemoryGroup]:
+        """Stage a new version; it is committed when the ``with`` block exits cleanly.
+
+        Parameters
+        ----------
+        version_name : str
+            Name of the new version (no ``/``; not ``__first_version__``).
+        prev_version : str, optional
+            The version it starts from; default the current version; ``""`` for
+            none (an empty tree).
+        make_current : bool
+            Make the new version the current one (default True). False makes a
+            branch of the version DAG.
+        timestamp : datetime or numpy.datetime64, optional
+            Its timestamp (UTC; naive values are taken as UTC); default the time
+            of commit.
+
+        Yields
+        ------
+        InMemoryGroup
+            The editable tree of the new version, a copy of ``prev_version``.
+
+        Raises
+        ------
+        VersionExistsError
+            ``version_name`` exists.
+        VersionNotFoundError
+            ``prev_version`` does not exist.
+        ReadOnlyError
+            The file is open read-only.
+
+        Notes
+        -----
+        If the block raises, nothing is committed: the exception propagates and
+        the file's versions and current version are unchanged.
+        """
+        self._check_open()
+        if self.f.file.mode == "r":
+            raise ReadOnlyError(f"{self.f.file.filename!r} is open read-only; open it with mode 'a'")
+        if not isinstance(version_name, str) or not version_name or "/" in version_name or version_name in (FIRST_VERSION, ".", ".."):
+            raise ValueError(f"invalid version name {version_name!r}: a non-empty str without '/'")
+        if version_name in self._registry or version_name in self._registry.group:
+            raise VersionExistsError(f"a version named {version_name!r} already exists")
+        if prev_version is None:
+            prev = self._registry.current_version
+        elif prev_version == "":
+            prev = FIRST_VERSION
+        else:
+            prev = self._registry.resolve(prev_version)
+        ts = to_utc_datetime(timestamp) if timestamp is not None else None
+        source = self._registry.group[prev] if prev != FIRST_VERSION else None
+        root = InMemoryGroup("", source)
+        yield root
+        try:
+            self.last_commit = commit_version(
+                self.f, self._registry.group, version_name, prev, root, make_current=make_current, timestamp=ts
+            )
+        finally:
+            root._closed = True
+        self._registry.added(version_name)

@@ -1,0 +1,107 @@
+"""Attribute mappings of staged (editable) and committed (read-only) objects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..errors import ReadOnlyError
+
+__all__ = ["StagedAttrs", "ReadOnlyAttrs", "RESERVED_ATTRS"]
+
+#: Attributes the format writes itself; users cannot set them on staged objects.
+RESERVED_ATTRS = frozenset({"raw_data", "chunks", "committed", "prev_version", "timestamp"})
+
+
+class StagedAttrs(MutableMapping):
+    """Attributes of a staged group or dataset, held in memory until commit.
+
+    Attributes inherited from the previous version keep their HDF5 dtype (e.g.
+    fixed-length vs variable-length strings) when written back unchanged.
+    """
+
+    def __init__(self, source: h5py.AttributeManager | None = None, skip: frozenset = frozenset()):
+        self._values: dict[str, Any] = {}
+        self._dtypes: dict[str, np.dtype] = {}
+        if source is not None:
+            for key in source:
+                if key in skip:
+                    continue
+                self._values[key] = source[key]
+                self._dtypes[key] = source.get_id(key).dtype
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key in RESERVED_ATTRS:
+            raise ValueError(f"attribute name {key!r} is reserved by the versioned format")
+        self._values[key] = value
+        self._dtypes.pop(key, None)
+
+    def __delitem__(self, key: str) -> None:
+        del self._values[key]
+        self._dtypes.pop(key, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"<StagedAttrs {dict(self._values)!r}>"
+
+    def create(self, name: str, data: Any, shape=None, dtype=None) -> None:
+        """h5py's ``attrs.create``: store ``data`` with an explicit dtype."""
+        arr = np.asarray(data, dtype=dtype)
+        if shape is not None:
+            arr = arr.reshape(shape)
+        self[name] = arr
+        if dtype is not None:
+            self._dtypes[name] = np.dtype(dtype)
+
+    def write_to(self, obj: h5py.HLObject) -> None:
+        """Write every attribute on ``obj`` (a freshly created HDF5 object)."""
+        for key, value in self._values.items():
+            dtype = self._dtypes.get(key)
+            if dtype is not None:
+                obj.attrs.create(key, value, dtype=dtype)
+            else:
+                obj.attrs[key] = value
+
+
+class ReadOnlyAttrs(Mapping):
+    """Attributes of a committed version's object: readable, never writable."""
+
+    def __init__(self, source: h5py.AttributeManager, skip: frozenset = frozenset()):
+        self._source = source
+        self._skip = skip
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._skip:
+            raise KeyError(key)
+        return self._source[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in self._source if k not in self._skip)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __setitem__(self, key, value):
+        raise ReadOnlyError(
+            f"cannot set attribute {key!r}: committed versions are read-only; "
+            "stage a new version with VersionedHDF5File.stage_version()"
+        )
+
+    def __delitem__(self, key):
+        raise ReadOnlyError(
+            f"cannot delete attribute {key!r}: committed versions are read-only"
+        )
+
+    def __repr__(self) -> str:
+        return f"<ReadOnlyAttrs {dict(self)!r}>"

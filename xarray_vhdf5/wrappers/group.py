@@ -1,0 +1,280 @@
+"""The h5py-like group of a staged version (``stage_version()`` yields one).
+
+It mirrors the previous version's tree: subgroups, datasets (staged lazily)
+and attrs; everything done to it stays in memory until the ``with`` block exits.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..backend.chunks import guess_chunks_h5py
+from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS
+from ..backend.raw_data import Filters
+from ..errors import IncompatibleDataError, ReadOnlyError
+from .attrs import StagedAttrs
+from .dataset import InMemoryDataset, StagedDatasetBase, new_array_dataset
+
+__all__ = ["InMemoryGroup"]
+
+
+class InMemoryGroup:
+    """A group of a staged version: create, read, replace and delete datasets and groups.
+
+    Parameters
+    ----------
+    name : str
+        Path of the group inside the version (``""`` for the version's root).
+    source : h5py.Group, optional
+        The same group in the previous version, mirrored lazily.
+    """
+
+    def __init__(self, name: str = "", source: h5py.Group | None = None, *, root=None):
+        self.name = name
+        self._root = root if root is not None else self
+        self._children: dict[str, InMemoryGroup | StagedDatasetBase] = {}
+        self.attrs = StagedAttrs(source.attrs if source is not None else None, skip=VERSION_ATTRS)
+        self._closed = False
+        if source is not None:
+            for key, item in source.items():
+                path = posixpath.join(name, key)
+                if isinstance(item, h5py.Group):
+                    self._children[key] = InMemoryGroup(path, item, root=self._root)
+                else:
+                    self._children[key] = InMemoryDataset(path, self, item)
+
+    # -- navigation ----------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._root._closed:
+            raise ReadOnlyError(
+                "this staged version was committed (or discarded); stage a new version to edit"
+            )
+
+    def _walk(self, path: str, create: bool = False) -> tuple[InMemoryGroup, str]:
+        """Return (parent group, last name) of ``path`` relative to this group."""
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            raise ValueError(f"invalid name {path!r}")
+        group = self if not path.startswith("/") else self._root
+        for part in parts[:-1]:
+            child = group._children.get(part)
+            if child is None:
+                if not create:
+                    raise KeyError(f"no group {part!r} in {group.name or '/'!r}")
+                child = group.create_group(part)
+            if not isinstance(child, InMemoryGroup):
+                raise IncompatibleDataError(f"{child.name!r} is a dataset, not a group")
+            group = child
+        return group, parts[-1]
+
+    def __getitem__(self, path: str):
+        self._check_open()
+        group, last = self._walk(path)
+        try:
+            return group._children[last]
+        except KeyError:
+            raise KeyError(
+                f"no dataset or group {path!r} in staged group {self.name or '/'!r}"
+            ) from None
+
+    def get(self, path: str, default=None):
+        try:
+            return self[path]
+        except KeyError:
+            return default
+
+    def __contains__(self, path: object) -> bool:
+        try:
+            group, last = self._walk(str(path))
+        except (KeyError, ValueError, IncompatibleDataError):
+            return False
+        return last in group._children
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._children))
+
+    def __len__(self) -> int:
+        return len(self._children)
+
+    def keys(self):
+        return list(self._children)
+
+    def values(self):
+        return list(self._children.values())
+
+    def items(self):
+        return list(self._children.items())
+
+    def visititems(self, func: Callable[[str, Any], Any]):
+        """Call ``func(relative_path, object)`` on every descendant, as h5py does."""
+        for key, child in self._children.items():
+            rel = key
+            result = func(rel, child)
+            if result is not None:
+                return result
+            if isinstance(child, InMemoryGroup):
+                result = child.visititems(lambda p, o, rel=rel: func(f"{rel}/{p}", o))
+                if result is not None:
+                    return result
+        return None
+
+    def visit(self, func: Callable[[str], Any]):
+        return self.visititems(lambda p, _o: func(p))
+
+    # -- editing -------------------------------------------------------------
+    def _check_name(self, group: InMemoryGroup, last: str) -> None:
+        self._check_open()
+        if group is self._root and last in RESERVED_NAMES:
+            raise ValueError(f"{last!r} is a reserved name in versioned files")
+        if last in group._children:
+            raise ValueError(
+                f"unable to create {posixpath.join(group.name, last)!r}: name already exists"
+            )
+
+    def create_group(self, path: str) -> InMemoryGroup:
+        """Create a subgroup (intermediate groups too); raise ValueError if it exists."""
+        group, last = self._walk(path, create=True)
+        self._check_name(group, last)
+        child = InMemoryGroup(posixpath.join(group.name, last), root=self._root)
+        group._children[last] = child
+        return child
+
+    def require_group(self, path: str) -> InMemoryGroup:
+        if path in self:
+            item = self[path]
+            if not isinstance(item, InMemoryGroup):
+                raise TypeError(f"{path!r} exists and is a dataset")
+            return item
+        return self.create_group(path)
+
+    def create_dataset(
+        self,
+        path: str,
+        shape=None,
+        dtype=None,
+        data=None,
+        *,
+        chunks=None,
+        compression=None,
+        compression_opts=None,
+        fillvalue=None,
+        maxshape=None,
+        shuffle: bool = False,
+        fletcher32: bool = False,
+        scaleoffset=None,
+        **kwargs,
+    ) -> StagedDatasetBase:
+        """Create a dataset in the staged version (h5py's ``create_dataset``).
+
+        Parameters
+        ----------
+        path : str
+            Name, relative to this group; intermediate groups are created.
+        shape, dtype, data
+            As h5py: ``data`` alone, or ``shape`` (and ``dtype``, default
+            float32) for a dataset of fill values.
+        chunks : tuple of int, optional
+            Chunk shape, in points: the unit of deduplication. Default
+            ``(4096,)`` for 1-d, h5py's guess otherwise.
+        compression, compression_opts, shuffle, fletcher32, scaleoffset
+            HDF5 filters of the dataset's raw_data (fixed by its first version).
+        fillvalue : scalar, optional
+            Fill value; chunks entirely of it are not stored.
+        maxshape : tuple, optional
+            Largest shape ``resize`` accepts; default unlimited.
+
+        Raises
+        ------
+        ValueError
+            The name exists or is reserved.
+        UnsupportedError
+            Scalar datasets or ``h5py.Empty``.
+        IncompatibleDataError
+            Shapes, chunks or maxshape that do not fit.
+        TypeError
+            An unknown keyword argument.
+        """
+        if kwargs:
+            raise TypeError(f"create_dataset got unsupported arguments: {sorted(kwargs)}")
+        group, last = self._walk(path, create=True)
+        self._check_name(group, last)
+        filters = Filters(compression, compression_opts, bool(shuffle), bool(fletcher32), scaleoffset)
+        ds = new_array_dataset(
+            posixpath.join(group.name, last), group, shape=shape, dtype=dtype, data=data,
+            chunks=chunks, fillvalue=fillvalue, maxshape=maxshape, filters=filters,
+        )
+        group._children[last] = ds
+        return ds
+
+    def require_dataset(self, path: str, shape, dtype, exact: bool = False, **kwargs):
+        """Return the existing dataset if shape and dtype match, else create it (h5py)."""
+        if path in self:
+            ds = self[path]
+            if not isinstance(ds, StagedDatasetBase):
+                raise TypeError(f"{path!r} exists and is a group")
+            shape = (shape,) if isinstance(shape, int) else tuple(shape)
+            if ds.shape != shape:
+                raise IncompatibleDataError(f"shapes do not match (existing {ds.shape} vs new {shape})")
+            if (exact and ds.dtype != np.dtype(dtype)) or not np.can_cast(dtype, ds.dtype):
+                raise IncompatibleDataError(f"dtypes do not match (existing {ds.dtype} vs new {dtype})")
+            return ds
+        return self.create_dataset(path, shape=shape, dtype=dtype, **kwargs)
+
+    def __setitem__(self, path: str, value) -> None:
+        """``group[name] = array`` creates a dataset with h5py's chunk guess."""
+        self._check_open()
+        if isinstance(value, InMemoryGroup):
+            raise TypeError("assigning groups is not supported; use create_group")
+        group, last = self._walk(path, create=True)
+        self._check_name(group, last)
+        arr = value[()] if isinstance(value, (StagedDatasetBase, h5py.Dataset)) else value
+        ds = new_array_dataset(
+            posixpath.join(group.name, last), group, data=arr,
+            default_chunks=lambda shape, dtype: guess_chunks_h5py(shape, dtype.itemsize),
+        )
+        group._children[last] = ds
+
+    def __delitem__(self, path: str) -> None:
+        self._check_open()
+        group, last = self._walk(path)
+        if last not in group._children:
+            raise KeyError(f"no dataset or group {path!r} to delete")
+        del group._children[last]
+
+    def move(self, source: str, dest: str) -> None:
+        """Move (rename) a dataset or group inside the staged version (h5py's ``move``)."""
+        self._check_open()
+        obj = self[source]
+        group, last = self._walk(dest, create=True)
+        self._check_name(group, last)
+        del self[source]
+        _rename(obj, posixpath.join(group.name, last))
+        group._children[last] = obj
+
+    def __repr__(self) -> str:
+        return f"<InMemoryGroup {self.name or '/'!r} ({len(self)} members)>"
+
+    # -- for the commit ------------------------------------------------------
+    def datasets(self) -> dict[str, StagedDatasetBase]:
+        """All staged datasets below this group, by path inside the version."""
+        out: dict[str, StagedDatasetBase] = {}
+
+        def collect(_path, obj):
+            if isinstance(obj, StagedDatasetBase):
+                out[obj.name] = obj
+
+        self.visititems(collect)
+        return out
+
+
+def _rename(obj, new_name: str) -> None:
+    old = obj.name
+    obj.name = new_name
+    if isinstance(obj, InMemoryGroup):
+        for child in obj._children.values():
+            _rename(child, new_name + child.name[len(old):])

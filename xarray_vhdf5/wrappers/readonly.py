@@ -1,0 +1,166 @@
+"""Read-only views of a committed version: its group tree and datasets.
+
+HDF5 has no read-only datasets, and a version's virtual datasets share their
+chunks with every other version, so writing through h5py would corrupt history
+(seed ``design.txt``, "h5py Wrappers"). These wrappers read through h5py and
+refuse every write with :class:`~xarray_vhdf5.errors.ReadOnlyError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import h5py
+import numpy as np
+
+from ..backend.hashing import is_vlen_string_dtype
+from ..errors import ReadOnlyError
+from .attrs import ReadOnlyAttrs
+
+__all__ = ["VersionGroup", "VersionDataset"]
+
+_HINT = "committed versions are read-only; stage a new version with VersionedHDF5File.stage_version()"
+
+
+class VersionDataset:
+    """A dataset of a committed version (wraps its virtual dataset, read-only).
+
+    Indexing reads through HDF5's virtual dataset: only the chunks the
+    selection touches are read from raw_data.
+    """
+
+    def __init__(self, dataset: h5py.Dataset):
+        self.dataset = dataset
+        self.attrs = ReadOnlyAttrs(dataset.attrs)
+
+    @property
+    def name(self) -> str:
+        return self.dataset.name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.dataset.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.dataset.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.dataset.ndim
+
+    @property
+    def size(self) -> int:
+        return self.dataset.size
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """Chunk shape in points (the unit of deduplication)."""
+        return tuple(int(c) for c in self.dataset.attrs["chunks"])
+
+    @property
+    def raw_data(self) -> h5py.Dataset:
+        """The dataset's raw_data (shared by all versions)."""
+        return self.dataset.file[self.dataset.attrs["raw_data"]]
+
+    @property
+    def fillvalue(self):
+        return None if is_vlen_string_dtype(self.dtype) else self.raw_data.fillvalue
+
+    @property
+    def compression(self):
+        return self.raw_data.compression
+
+    @property
+    def compression_opts(self):
+        return self.raw_data.compression_opts
+
+    @property
+    def maxshape(self) -> tuple[int, ...]:
+        return self.dataset.maxshape
+
+    def __getitem__(self, index):
+        return self.dataset[index]
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.dataset[()]
+        return arr if dtype is None else arr.astype(dtype)
+
+    def asstr(self, *args, **kwargs):
+        """h5py's ``asstr()`` view for variable-length string datasets."""
+        return self.dataset.asstr(*args, **kwargs)
+
+    def __setitem__(self, index, value):
+        raise ReadOnlyError(f"cannot write to {self.name!r}: {_HINT}")
+
+    def resize(self, *args, **kwargs):
+        raise ReadOnlyError(f"cannot resize {self.name!r}: {_HINT}")
+
+    def __repr__(self) -> str:
+        return f"<VersionDataset {self.name!r}: shape {self.shape}, type {self.dtype.str!r} (read-only)>"
+
+
+class VersionGroup:
+    """A group of a committed version (the version's root or a subgroup), read-only."""
+
+    def __init__(self, group: h5py.Group, version: str):
+        self.group = group
+        self.version = version
+        self.attrs = ReadOnlyAttrs(group.attrs)
+
+    @property
+    def name(self) -> str:
+        return self.group.name
+
+    def __getitem__(self, path: str):
+        try:
+            item = self.group[path]
+        except KeyError:
+            raise KeyError(
+                f"no dataset or group {path!r} in version {self.version!r} ({self.group.name})"
+            ) from None
+        if isinstance(item, h5py.Group):
+            return VersionGroup(item, self.version)
+        return VersionDataset(item)
+
+    def get(self, path: str, default=None):
+        return self[path] if path in self.group else default
+
+    def __contains__(self, path: object) -> bool:
+        return path in self.group
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.group)
+
+    def __len__(self) -> int:
+        return len(self.group)
+
+    def keys(self):
+        return list(self.group.keys())
+
+    def values(self):
+        return [self[k] for k in self.group]
+
+    def items(self):
+        return [(k, self[k]) for k in self.group]
+
+    def visititems(self, func):
+        def wrapped(path, obj):
+            return func(path, VersionGroup(obj, self.version) if isinstance(obj, h5py.Group) else VersionDataset(obj))
+
+        return self.group.visititems(wrapped)
+
+    def visit(self, func):
+        return self.group.visit(func)
+
+    def _refuse(self, *args, **kwargs):
+        raise ReadOnlyError(f"cannot modify version {self.version!r}: {_HINT}")
+
+    __setitem__ = __delitem__ = create_dataset = create_group = require_dataset = _refuse
+    require_group = move = _refuse
+
+    def __repr__(self) -> str:
+        return f"<VersionGroup {self.group.name!r} of version {self.version!r} (read-only)>"
