@@ -21,6 +21,7 @@ from .errors import (
     VHDF5Error,
 )
 from .versions import VersionedHDF5File
+from .xr import VHDF5BackendEntrypoint, commit_dataset
 from .wrappers import InMemoryArrayDataset, InMemoryDataset, InMemoryGroup, VersionDataset, VersionGroup
 
 __version__ = "0.1.0"
@@ -35,12 +36,14 @@ __all__ = [
     "NotVersionedError",
     "ReadOnlyError",
     "UnsupportedError",
+    "VHDF5BackendEntrypoint",
     "VHDF5Error",
     "VersionDataset",
     "VersionExistsError",
     "VersionGroup",
     "VersionNotFoundError",
     "VersionedHDF5File",
+    "commit_dataset",
     "errors",
     "__version__",
 ]

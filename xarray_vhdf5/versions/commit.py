@@ -76,7 +76,8 @@ def commit_version(
         A dataset's dtype, chunks, fill value or filters differ from those fixed
         by its first version. Nothing is committed then.
     """
-    group = versions.create_group(name)
+    # track_order: datasets and groups list in creation order (netCDF's variable order).
+    group = versions.create_group(name, track_order=True)
     report = CommitReport(name)
     try:
         group.attrs["prev_version"] = prev_version
@@ -86,7 +87,7 @@ def commit_version(
 
         def make_groups(path, obj):
             if isinstance(obj, InMemoryGroup):
-                sub = group.create_group(path)
+                sub = group.create_group(path, track_order=True)
                 obj.attrs.write_to(sub)
 
         root.visititems(make_groups)

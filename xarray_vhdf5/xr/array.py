@@ -1,0 +1,102 @@
+"""Lazy arrays of the read engine: one :class:`VersionedBackendArray` per variable.
+
+Nothing is read until the array is indexed, and then only the chunks the
+selection touches: reads go through the version's virtual dataset, whose
+mappings point each chunk at its rows of raw_data (xarray backend guide,
+"BackendArray"; HDF5 Virtual Dataset documentation).
+"""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+from xarray.backends import BackendArray
+from xarray.core import indexing
+
+__all__ = ["VersionedBackendArray"]
+
+
+class VersionedBackendArray(BackendArray):
+    """A variable of one version, read lazily through a ``CachingFileManager``.
+
+    Parameters
+    ----------
+    manager : xarray.backends.CachingFileManager
+        Opens the ``h5py.File`` (read-only); it pickles, so the array can be
+        sent to dask workers, which reopen the file themselves.
+    path : str
+        Absolute HDF5 path of the variable's virtual dataset.
+    shape : tuple of int
+        Shape, in points.
+    dtype : numpy.dtype
+        dtype of the returned arrays (``object`` holding ``str`` for UTF-8
+        variable-length strings).
+
+    Notes
+    -----
+    Declares ``IndexingSupport.OUTER_1VECTOR``: slices with any step plus one
+    integer array (any order, duplicates allowed; it is sorted and made unique
+    for HDF5 and the result reordered). xarray applies any further vectorized
+    indexing in memory.
+    """
+
+    def __init__(self, manager, path: str, shape: tuple[int, ...], dtype: np.dtype, as_str: bool):
+        self.manager = manager
+        self.path = path
+        self.shape = shape
+        self.dtype = dtype
+        self.as_str = as_str
+
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        return indexing.explicit_indexing_adapter(
+            key, self.shape, indexing.IndexingSupport.OUTER_1VECTOR, self._getitem
+        )
+
+    def _getitem(self, key: tuple) -> np.ndarray:
+        with self.manager.acquire_context() as f:
+            ds = f[self.path]
+            source = ds.asstr() if self.as_str else ds
+            if self.shape == ():  # a scalar variable, stored as one point (see writer)
+                return np.asarray(source[()]).reshape(())
+            return _read_outer(source, key, self.shape)
+
+
+def _read_outer(source, key: tuple, shape: tuple[int, ...]) -> np.ndarray:
+    """Read ``source[key]`` where ``key`` holds slices, ints and at most one int array."""
+    key = tuple(key) + (slice(None),) * (len(shape) - len(key))
+    hdf5_key = []
+    reorder = None
+    for axis, k in enumerate(key):
+        if isinstance(k, np.ndarray) and k.ndim == 1 and k.dtype.kind in "iu":
+            k = np.where(k < 0, k + shape[axis], k)
+            unique, inverse = np.unique(k, return_inverse=True)
+            if unique.size == 0:
+                hdf5_key.append(slice(0, 0))
+            elif unique.size == 1 or np.all(np.diff(unique) == 1):
+                hdf5_key.append(slice(int(unique[0]), int(unique[-1]) + 1))
+            else:
+                hdf5_key.append(unique)
+            reorder = (axis, inverse)
+        elif isinstance(k, slice) and k.step is not None and k.step < 0:
+            # HDF5 selections step forward: read forward, then reverse in memory.
+            start, stop, step = k.indices(shape[axis])
+            idx = np.arange(start, stop, step)
+            if idx.size == 0:
+                hdf5_key.append(slice(0, 0))
+            else:
+                hdf5_key.append(slice(int(idx[-1]), int(idx[0]) + 1, -step))
+        else:
+            hdf5_key.append(k)
+    out = source[tuple(hdf5_key)]
+    out = np.asarray(out)
+    # Undo the forward reading of negative steps, then the unique-sorting of the vector.
+    result_axis = 0
+    for axis, k in enumerate(key):
+        if isinstance(k, (int, np.integer)):
+            continue
+        if isinstance(k, slice) and k.step is not None and k.step < 0:
+            out = np.flip(out, axis=result_axis)
+        if reorder is not None and reorder[0] == axis:
+            out = np.take(out, reorder[1], axis=result_axis)
+        result_axis += 1
+    return out

@@ -1,0 +1,214 @@
+"""The ``vhdf5`` xarray engine: ``xr.open_dataset(path, engine="vhdf5", version=...)``.
+
+Implements xarray's public backend API (``BackendEntrypoint``, ``BackendArray``,
+``CachingFileManager``; xarray's "How to add a new backend" guide) and leaves
+CF decoding to :func:`xarray.conventions.decode_cf_variables`, so
+``decode_times``, ``mask_and_scale`` etc. behave as with every other engine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import h5py
+import numpy as np
+import xarray as xr
+from xarray.backends import BackendEntrypoint, CachingFileManager
+from xarray.core import indexing
+
+from ..backend.layout import version_path as root_path
+from ..versions.registry import VersionKey, VersionRegistry, is_versioned
+from .array import VersionedBackendArray
+from .names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, HIDDEN_VARIABLE_ATTRS, phony_dims
+
+__all__ = ["VHDF5BackendEntrypoint", "open_version_group"]
+
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+
+def _open_file(filename_or_obj) -> CachingFileManager:
+    if isinstance(filename_or_obj, (str, os.PathLike)):
+        return CachingFileManager(h5py.File, os.fspath(filename_or_obj), mode="r")
+    if hasattr(filename_or_obj, "read") and hasattr(filename_or_obj, "seek"):
+        # File-like objects (h5py's fileobj driver); not picklable for dask workers.
+        return CachingFileManager(h5py.File, filename_or_obj, mode="r")
+    raise TypeError(
+        f"engine='vhdf5' opens a path or a binary file object, got {type(filename_or_obj).__name__}"
+    )
+
+
+def open_version_group(f: h5py.File, version: VersionKey, group: str | None) -> tuple[str, h5py.Group]:
+    """Resolve ``version`` and return ``(version name, the HDF5 group to read)``.
+
+    Raises
+    ------
+    NotVersionedError
+        ``f`` has no version history.
+    VersionNotFoundError
+        No such version (the message lists the existing ones).
+    KeyError
+        ``group`` does not exist in that version.
+    """
+    registry = VersionRegistry(f)
+    name = registry.resolve(version)
+    root = registry.group[name]
+    if group in (None, "", "/"):
+        return name, root
+    path = group.strip("/")
+    if path not in root or not isinstance(root[path], h5py.Group):
+        raise KeyError(f"no group {group!r} in version {name!r}; groups: {sorted(_groups(root))}")
+    return name, root[path]
+
+
+def _groups(root: h5py.Group) -> list[str]:
+    found: list[str] = []
+    root.visititems(lambda p, o: found.append(p) if isinstance(o, h5py.Group) else None)
+    return found
+
+
+def _variable(manager, ds: h5py.Dataset, dims_by_size: dict) -> xr.Variable:
+    attrs = {k: v for k, v in ds.attrs.items() if k not in HIDDEN_VARIABLE_ATTRS}
+    dims = ds.attrs.get(DIMENSIONS_ATTR)
+    if dims is None:
+        dims = phony_dims(ds.shape, dims_by_size)
+    else:
+        dims = tuple(d.decode() if isinstance(d, bytes) else str(d) for d in np.atleast_1d(dims))
+    string_info = h5py.check_string_dtype(ds.dtype)
+    as_str = string_info is not None and string_info.encoding == "utf-8" and ds.dtype.kind == "O"
+    dtype = np.dtype(object) if ds.dtype.kind == "O" else ds.dtype
+    shape = ds.shape if dims or ds.shape != (1,) else ()  # scalars are stored as one point
+    array = VersionedBackendArray(manager, ds.name, shape, dtype, as_str)
+    data = indexing.LazilyIndexedArray(array)
+    chunks = tuple(int(c) for c in ds.attrs["chunks"]) if "chunks" in ds.attrs else None
+    encoding: dict[str, Any] = {"dtype": ds.dtype if ds.dtype.kind != "O" else str}
+    if chunks is not None and shape:
+        encoding["chunks"] = chunks
+        encoding["preferred_chunks"] = dict(zip(dims, chunks))
+    raw = ds.file[ds.attrs["raw_data"]] if "raw_data" in ds.attrs else None
+    if raw is not None and raw.compression is not None:
+        encoding["compression"] = raw.compression
+        encoding["compression_opts"] = raw.compression_opts
+    if raw is not None and raw.shuffle:
+        encoding["shuffle"] = True
+    return xr.Variable(dims, data, attrs, encoding)
+
+
+class VHDF5BackendEntrypoint(BackendEntrypoint):
+    """Open one version of a versioned HDF5 file (versioned-hdf5 format) as a Dataset.
+
+    Use through ``xr.open_dataset(path, engine="vhdf5", version=..., group=...)``.
+    """
+
+    description = "Open any version of a versioned HDF5 (versioned-hdf5 format) file"
+    url = "https://github.com/xarray-vhdf5/xarray_vhdf5"
+    open_dataset_parameters = (
+        "filename_or_obj",
+        "drop_variables",
+        "mask_and_scale",
+        "decode_times",
+        "concat_characters",
+        "decode_coords",
+        "use_cftime",
+        "decode_timedelta",
+        "version",
+        "group",
+    )
+
+    def open_dataset(
+        self,
+        filename_or_obj,
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        mask_and_scale=True,
+        decode_times=True,
+        concat_characters=True,
+        decode_coords=True,
+        use_cftime=None,
+        decode_timedelta=None,
+        version: VersionKey = None,
+        group: str | None = None,
+    ) -> xr.Dataset:
+        """Open ``version`` (default: the current one) of ``filename_or_obj`` lazily.
+
+        Parameters
+        ----------
+        filename_or_obj : str, os.PathLike or binary file object
+            The versioned HDF5 file.
+        version : str, int, datetime, numpy.datetime64 or None
+            A version name; None or 0 for the current version; ``-n`` for its
+            n-th ancestor; a timestamp for the version at that time or the
+            latest before it.
+        group : str, optional
+            A group inside the version (default its root).
+        drop_variables, mask_and_scale, decode_times, concat_characters, decode_coords, use_cftime, decode_timedelta
+            As for every xarray engine (CF decoding by xarray).
+
+        Returns
+        -------
+        xarray.Dataset
+            Lazy variables; ``ds.encoding`` holds ``source``, ``vhdf5_version``
+            and ``vhdf5_group``.
+
+        Raises
+        ------
+        NotVersionedError
+            The file has no version history.
+        VersionNotFoundError
+            No such version (a KeyError; lists the existing versions).
+        KeyError
+            No such group in that version.
+        """
+        manager = _open_file(filename_or_obj)
+        try:
+            f = manager.acquire()
+            name, grp = open_version_group(f, version, group)
+            dims_by_size: dict = {}
+            variables = {
+                key: _variable(manager, item, dims_by_size)
+                for key, item in grp.items()
+                if isinstance(item, h5py.Dataset)
+            }
+            at_root = grp.name == root_path(name)
+            attrs = {k: v for k, v in grp.attrs.items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}
+            if drop_variables is not None:
+                drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables)
+                variables = {k: v for k, v in variables.items() if k not in drop}
+            variables, attrs, coord_names = xr.conventions.decode_cf_variables(
+                variables,
+                attrs,
+                mask_and_scale=mask_and_scale,
+                decode_times=decode_times,
+                concat_characters=concat_characters,
+                decode_coords=decode_coords,
+                use_cftime=use_cftime,
+                decode_timedelta=decode_timedelta,
+            )
+        except BaseException:
+            manager.close()
+            raise
+        ds = xr.Dataset(variables, attrs=attrs)
+        ds = ds.set_coords(coord_names.intersection(variables))
+        ds.set_close(manager.close)
+        ds.encoding.update(
+            source=os.fspath(filename_or_obj) if isinstance(filename_or_obj, (str, os.PathLike)) else None,
+            vhdf5_version=name,
+            vhdf5_group=grp.name[len(root_path(name)) :] or "/",
+        )
+        return ds
+
+    def guess_can_open(self, filename_or_obj) -> bool:
+        """True for an HDF5 file that holds a ``_version_data/versions`` group."""
+        if not isinstance(filename_or_obj, (str, os.PathLike)):
+            return False
+        try:
+            with open(filename_or_obj, "rb") as fh:
+                if fh.read(8) != _HDF5_MAGIC:
+                    return False
+            with h5py.File(filename_or_obj, "r") as f:
+                return is_versioned(f)
+        except (OSError, ValueError):
+            return False
+
+
