@@ -1,0 +1,229 @@
+"""The vhdf5 xarray engine: lazy reads, CF decoding, versions, groups, dask, pickling."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import pickle
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+import xarray_vhdf5 as xv
+from xarray_vhdf5.xr.engine import VHDF5BackendEntrypoint
+
+
+def _sample(n_time: int = 6) -> xr.Dataset:
+    rng = np.random.default_rng(0)
+    sst = rng.normal(15, 5, size=(n_time, 20, 30)).astype("f4")
+    sst[:, :3, :] = np.nan  # "land"
+    ds = xr.Dataset(
+        {
+            "sst": (("time", "lat", "lon"), sst, {"units": "degC", "long_name": "sea surface temperature"}),
+            "flag": (("lat", "lon"), rng.integers(0, 4, size=(20, 30)).astype("i2")),
+            "station": ("lat", np.array([f"s{i}" for i in range(20)])),
+        },
+        coords={
+            "time": ("time", np.datetime64("2000-01-01", "ns") + np.arange(n_time) * np.timedelta64(1, "D")),
+            "lat": ("lat", np.linspace(-40, 40, 20)),
+            "lon": ("lon", np.linspace(0, 290, 30), {"units": "degrees_east"}),
+            "height": ((), 2.0, {"units": "m"}),
+        },
+        attrs={"title": "sample", "history": "made in a test"},
+    )
+    ds["sst"].encoding.update({"_FillValue": np.float32(-1e34), "chunks": (1, 10, 30)})
+    ds["time"].encoding.update({"units": "hours since 2000-01-01", "dtype": "f8"})
+    return ds
+
+
+@pytest.fixture
+def committed(tmp_path):
+    path = tmp_path / "sample.h5"
+    ds = _sample()
+    assert ds.vhdf5.commit("v1", path=path) == "v1"
+    ds2 = ds.copy(deep=True)
+    ds2["sst"][0, 5, 5] = 99.0
+    ds2.vhdf5.commit("v2", path=path, message="fix one point")
+    return path, ds, ds2
+
+
+def test_round_trip_identical(committed):
+    path, ds, ds2 = committed
+    with xr.open_dataset(path, engine="vhdf5", version="v1") as got:
+        xr.testing.assert_identical(got, ds)
+    with xr.open_dataset(path, engine="vhdf5") as got:  # current = v2
+        xr.testing.assert_identical(got, ds2)
+        assert got.encoding["vhdf5_version"] == "v2"
+        assert got.vhdf5.version == "v2"
+
+
+def test_version_selection_by_index_and_time(committed):
+    path, ds, ds2 = committed
+    with xr.open_dataset(path, engine="vhdf5", version=-1) as got:
+        xr.testing.assert_identical(got, ds)
+    with h5py.File(path) as f:
+        ts = xv.VersionedHDF5File(f).version_info("v1").timestamp
+    with xr.open_dataset(path, engine="vhdf5", version=ts + dt.timedelta(microseconds=1)) as got:
+        assert got.encoding["vhdf5_version"] == "v1"
+
+
+def test_cf_decoding_options(committed):
+    path, ds, _ = committed
+    with xr.open_dataset(path, engine="vhdf5", version="v1", decode_times=False, mask_and_scale=False) as raw:
+        assert raw["time"].dtype == np.float64
+        assert raw["time"].attrs["units"] == "hours since 2000-01-01"
+        assert raw["sst"].attrs["_FillValue"] == np.float32(-1e34)
+        assert np.all(raw["sst"].values[:, :3, :] == np.float32(-1e34))
+    with xr.open_dataset(path, engine="vhdf5", version="v1") as dec:
+        assert np.issubdtype(dec["time"].dtype, np.datetime64)
+        assert np.isnan(dec["sst"].values[:, :3, :]).all()
+
+
+def test_variables_are_lazy(committed):
+    path, _, _ = committed
+    with xr.open_dataset(path, engine="vhdf5", mask_and_scale=False, decode_times=False) as got:
+        var = got["sst"].variable
+        assert not isinstance(var._data, np.ndarray)
+        assert not var._in_memory
+
+
+class _CountingFile(io.FileIO):
+    """A file whose bytes read are counted (h5py's fileobj driver reads through it)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.nread = 0
+
+    def readinto(self, b):
+        n = super().readinto(b)
+        self.nread += n or 0
+        return n
+
+
+def test_reading_one_chunk_reads_about_one_chunk(tmp_path):
+    path = tmp_path / "big.h5"
+    ds = xr.Dataset({"v": (("t", "y", "x"), np.random.default_rng(1).random((20, 100, 100)))})
+    ds["v"].encoding["chunks"] = (1, 100, 100)
+    ds.vhdf5.commit("a", path=path)
+    chunk_bytes = 100 * 100 * 8
+    fo = _CountingFile(path, "rb")
+    got = xr.open_dataset(fo, engine="vhdf5")
+    try:
+        opened = fo.nread
+        assert opened < chunk_bytes  # opening reads metadata only
+        values = got["v"][3, 10:20, 10:20].values
+        one = fo.nread - opened
+        np.testing.assert_array_equal(values, ds["v"].values[3, 10:20, 10:20])
+        assert chunk_bytes <= one < 1.5 * chunk_bytes
+        before = fo.nread
+        got["v"][5:8].values
+        assert 3 * chunk_bytes <= fo.nread - before < 3.5 * chunk_bytes
+    finally:
+        got.close()
+        fo.close()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        (slice(None), 3, slice(2, 20, 3)),
+        (np.array([4, 0, 2, 2]), slice(None), slice(None)),
+        (slice(None, None, -2), slice(5, 1, -1), 7),
+        (-1, np.array([19, 3, -1]), slice(None)),
+    ],
+)
+def test_outer_indexing_matches_numpy(committed, key):
+    path, ds, _ = committed
+    with xr.open_dataset(path, engine="vhdf5", version="v1", mask_and_scale=False, decode_times=False) as got:
+        expected = xr.conventions.encode_cf_variable(ds["sst"].variable).values[key]
+        np.testing.assert_array_equal(got["sst"].variable[key].values, expected)
+
+
+def test_vectorized_indexing(committed):
+    path, ds, _ = committed
+    with xr.open_dataset(path, engine="vhdf5", version="v1") as got:
+        i = xr.DataArray([0, 3, 5], dims="p")
+        j = xr.DataArray([4, 9, 1], dims="p")
+        xr.testing.assert_identical(got["sst"].isel(lat=i, lon=j), ds["sst"].isel(lat=i, lon=j))
+
+
+def test_dask_chunks_follow_hdf5_chunks(committed):
+    pytest.importorskip("dask")
+    path, ds, _ = committed
+    with xr.open_dataset(path, engine="vhdf5", version="v1", chunks={}) as got:
+        assert got["sst"].chunks == ((1,) * 6, (10, 10), (30,))
+        xr.testing.assert_identical(got.compute(), ds)
+
+
+def test_backend_array_pickles(committed):
+    path, ds, _ = committed
+    with xr.open_dataset(path, engine="vhdf5", version="v1") as got:
+        clone = pickle.loads(pickle.dumps(got))
+        xr.testing.assert_identical(clone.load(), ds)
+        clone.close()
+
+
+def test_guess_can_open(committed, tmp_path):
+    path, _, _ = committed
+    entry = VHDF5BackendEntrypoint()
+    assert entry.guess_can_open(path)
+    plain = tmp_path / "plain.h5"
+    with h5py.File(plain, "w") as f:
+        f["x"] = np.arange(3)
+    assert not entry.guess_can_open(plain)
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    assert not entry.guess_can_open(text)
+    assert not entry.guess_can_open(tmp_path / "missing.h5")
+    # Registered through the entry point; xarray tries its own netCDF engines first
+    # when guessing, so users pass engine="vhdf5" explicitly.
+    assert isinstance(xr.backends.list_engines()["vhdf5"], VHDF5BackendEntrypoint)
+
+
+def test_unknown_version_lists_existing(committed):
+    path, _, _ = committed
+    with pytest.raises(xv.VersionNotFoundError, match="'v1', 'v2'") as err:
+        xr.open_dataset(path, engine="vhdf5", version="nope")
+    assert isinstance(err.value, KeyError)
+
+
+def test_not_versioned_file(tmp_path):
+    plain = tmp_path / "plain.h5"
+    with h5py.File(plain, "w") as f:
+        f["x"] = np.arange(3)
+    with pytest.raises(xv.NotVersionedError, match="not a versioned HDF5 file"):
+        xr.open_dataset(plain, engine="vhdf5")
+
+
+def test_groups(tmp_path):
+    path = tmp_path / "groups.h5"
+    ds = _sample()
+    ds.vhdf5.commit("v1", path=path, group="ocean/surface")
+    other = xr.Dataset({"z": ("k", np.arange(5.0))})
+    other.vhdf5.commit("v2", path=path, group="atmosphere")
+    with xr.open_dataset(path, engine="vhdf5", group="ocean/surface") as got:
+        xr.testing.assert_identical(got, ds)
+    with xr.open_dataset(path, engine="vhdf5", group="/atmosphere") as got:
+        xr.testing.assert_identical(got, other)
+    with xr.open_dataset(path, engine="vhdf5", version="v1") as root:
+        assert len(root.data_vars) == 0
+    with pytest.raises(KeyError, match="no group 'sea'"):
+        xr.open_dataset(path, engine="vhdf5", group="sea")
+
+
+def test_files_written_by_versioned_hdf5_open_with_phony_dims(tmp_path):
+    vh = pytest.importorskip("versioned_hdf5")
+    path = tmp_path / "ref.h5"
+    with h5py.File(path, "w") as f:
+        vf = vh.VersionedHDF5File(f)
+        with vf.stage_version("r1") as g:
+            g.create_dataset("a", data=np.arange(12.0).reshape(3, 4), chunks=(2, 2))
+            g.create_dataset("b", data=np.arange(4), chunks=(3,))
+            g["a"].attrs["units"] = "m"
+    with xr.open_dataset(path, engine="vhdf5") as got:
+        np.testing.assert_array_equal(got["a"].values, np.arange(12.0).reshape(3, 4))
+        assert got["a"].dims == ("phony_dim_0", "phony_dim_1")
+        assert got["b"].dims == ("phony_dim_1",)
+        assert got["a"].attrs == {"units": "m"}
