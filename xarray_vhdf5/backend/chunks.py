@@ -137,8 +137,28 @@ def chunk_slices(
 
 
 def iter_chunks(
-    shape: tuple[int, ...], chunks: tuple[int, ...]
+    shape: tuple[int, ...], chunks: tuple[int, ...], *, axis0_fastest: bool = False
 ) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...]]]:
-    """Yield ``(chunk_index, region)`` for every chunk in C order."""
-    for index in np.ndindex(*chunk_grid_shape(shape, chunks)):
+    """Yield ``(chunk_index, region)`` for every chunk, in C order by default.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        Shape of the dataset, in points.
+    chunks : tuple of int
+        Chunk shape, in points.
+    axis0_fastest : bool
+        Let axis 0 vary fastest, the other axes in C order. versioned-hdf5 2.6
+        appends the chunks of a new dataset to raw_data in this order, so both
+        libraries write the same raw_data, and runs of chunks along axis 0 land
+        on consecutive rows of raw_data.
+    """
+    grid = chunk_grid_shape(shape, chunks)
+    if axis0_fastest and len(grid) > 1:
+        for rest in np.ndindex(*grid[1:]):
+            for i in range(grid[0]):
+                index = (i, *rest)
+                yield index, chunk_slices(index, shape, chunks)
+        return
+    for index in np.ndindex(*grid):
         yield index, chunk_slices(index, shape, chunks)

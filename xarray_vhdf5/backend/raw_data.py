@@ -101,19 +101,20 @@ def create_raw_data(
 
 
 def is_fill_chunk(chunk: np.ndarray, fillvalue: Any) -> bool:
-    """True when every point of ``chunk`` equals the fill value (NaN equals NaN).
+    """True when every point of ``chunk`` has the bits of the fill value.
 
-    Such chunks are never stored: the virtual dataset's fill value supplies them.
+    Such chunks are never stored: the virtual dataset's fill value supplies them,
+    so the comparison is bitwise, as versioned-hdf5's: a NaN fill value matches
+    the same NaN, while ``-0.0`` is not ``0.0`` and a NaN of another sign or
+    payload is not the fill NaN (storing those keeps them bit-for-bit).
     Variable-length strings have no fill value, so their chunks are always stored.
     """
     if fillvalue is None or chunk.dtype.kind in "OT":
         return False
     fill = np.asarray(fillvalue, dtype=chunk.dtype)
-    if chunk.dtype.kind in "fc" and np.isnan(fill).any():
-        return bool(np.all(np.isnan(chunk)))
-    if chunk.dtype.kind == "V":
-        return chunk.tobytes() == fill.tobytes() * chunk.size
-    return bool(np.all(chunk == fill))
+    itemsize = chunk.dtype.itemsize
+    bits = np.dtype(f"u{itemsize}") if itemsize in (1, 2, 4, 8) else np.dtype((np.void, itemsize))
+    return bool(np.all(chunk.view(bits) == fill.view(bits)))
 
 
 @dataclass

@@ -58,8 +58,11 @@ def create_virtual_dataset(
     """
     dtype = raw_data.dtype
     dcpl = h5p.create(h5p.DATASET_CREATE)
+    # Explicit, so a dataset with no stored chunk (all fill value) is still virtual
+    # (with no mapping) as versioned-hdf5 writes it, not a contiguous dataset.
+    dcpl.set_layout(h5d.VIRTUAL)
     if not is_vlen_string_dtype(dtype):
-        dcpl.set_fill_value(np.asarray(raw_data.fillvalue, dtype=dtype))
+        dcpl.set_fill_value(_fill_value_array(raw_data.fillvalue, dtype))
     vspace = _mem_space(shape)
     src_space = raw_data.id.get_space()
     src_name = raw_data.name.encode()
@@ -81,6 +84,19 @@ def create_virtual_dataset(
     if attrs:
         write_attrs(ds, attrs)
     return ds
+
+
+def _fill_value_array(fillvalue: Any, dtype: np.dtype) -> np.ndarray:
+    """The fill value as the array ``PropDCID.set_fill_value`` needs.
+
+    Fixed-length strings (``S`` dtypes) go through a variable-length string array,
+    as ``h5py.Group.create_dataset`` does: libhdf5 converts it to the dataset's
+    fixed-length type, whereas an ``S`` array is stored as garbage.
+    """
+    string_info = h5py.check_string_dtype(dtype)
+    if string_info is not None:
+        return np.array(fillvalue, dtype=h5py.string_dtype(string_info.encoding))
+    return np.asarray(fillvalue, dtype=dtype)
 
 
 def copy_virtual_dataset(

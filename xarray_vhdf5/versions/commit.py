@@ -76,6 +76,15 @@ def commit_version(
         A dataset's dtype, chunks, fill value or filters differ from those fixed
         by its first version. Nothing is committed then.
     """
+    datasets = root.datasets()
+    # Check every dataset against the metadata fixed by its first version before
+    # writing anything, so an incompatible one leaves the file untouched (no version
+    # group, no chunks appended for the datasets before it).
+    for path, ds in datasets.items():
+        if not _is_carried(path, ds):
+            raw = _existing_raw_data(f, path)
+            if raw is not None:
+                _check_compatible(path, raw, ds, ds.dtype)
     # track_order: datasets and groups list in creation order (netCDF's variable order).
     group = versions.create_group(name, track_order=True)
     report = CommitReport(name)
@@ -91,7 +100,7 @@ def commit_version(
                 obj.attrs.write_to(sub)
 
         root.visititems(make_groups)
-        for path, ds in root.datasets().items():
+        for path, ds in datasets.items():
             report.datasets[path] = _commit_dataset(f, group, path, ds)
         group.attrs["committed"] = True
         group.attrs["timestamp"] = format_timestamp(timestamp if timestamp is not None else now_utc())
@@ -106,7 +115,7 @@ def commit_version(
 def _commit_dataset(f: h5py.File, version_group: h5py.Group, path: str, ds: StagedDatasetBase) -> WriteStats:
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
-    if isinstance(ds, InMemoryDataset) and not ds.has_changes and ds.origin_name == path:
+    if _is_carried(path, ds):
         copy_virtual_dataset(ds.source, parent, last, None)
         ds.attrs.write_to(parent[last])
         return WriteStats()
@@ -115,19 +124,34 @@ def _commit_dataset(f: h5py.File, version_group: h5py.Group, path: str, ds: Stag
         data = data.astype(object)
     raw_data, hash_table = _raw_data_for(f, path, ds, data.dtype)
     writer = ChunkWriter(raw_data, hash_table)
-    for index, region in iter_chunks(data.shape, writer.chunks):
+    # New chunks are appended in versioned-hdf5's order; the mappings are made in C order.
+    for index, region in iter_chunks(data.shape, writer.chunks, axis0_fastest=True):
         writer.add(index, data[region])
     writer.flush()
-    vds = create_virtual_dataset(parent, last, raw_data, data.shape, writer.chunks, writer.stats.chunk_rows)
+    chunk_rows = sorted(writer.stats.chunk_rows)
+    vds = create_virtual_dataset(parent, last, raw_data, data.shape, writer.chunks, chunk_rows)
     ds.attrs.write_to(vds)
     return writer.stats
+
+
+def _is_carried(path: str, ds: StagedDatasetBase) -> bool:
+    """True for a dataset of the previous version left untouched at the same path."""
+    return isinstance(ds, InMemoryDataset) and not ds.has_changes and ds.origin_name == path
+
+
+def _existing_raw_data(f: h5py.File, path: str) -> h5py.Dataset | None:
+    """The raw_data of ``path`` if an earlier version (even a deleted one) created it."""
+    data_path = f"{VERSION_DATA}/{path}"
+    if data_path in f and "raw_data" in f[data_path]:
+        return f[data_path]["raw_data"]
+    return None
 
 
 def _raw_data_for(f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype):
     """The raw_data and hash table of ``path``, created on its first version."""
     data_path = f"{VERSION_DATA}/{path}"
-    if data_path in f and "raw_data" in f[data_path]:
-        raw = f[data_path]["raw_data"]
+    raw = _existing_raw_data(f, path)
+    if raw is not None:
         _check_compatible(path, raw, ds, dtype)
         return raw, HashTable(f[data_path]["hash_table"])
     grp = f.require_group(data_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import uuid
 import datetime as _dt
 from collections.abc import Iterator
 
@@ -167,7 +168,7 @@ class VersionedHDF5File:
     @contextlib.contextmanager
     def stage_version(
         self,
-        version_name: str,
+        version_name: str | None,
         prev_version: str | None = None,
         make_current: bool = True,
         timestamp: _dt.datetime | np.datetime64 | None = None,
@@ -176,8 +177,9 @@ class VersionedHDF5File:
 
         Parameters
         ----------
-        version_name : str
-            Name of the new version (no ``/``; not ``__first_version__``).
+        version_name : str or None
+            Name of the new version (no ``/``; not ``__first_version__``); None
+            for a random UUID4 string, as versioned-hdf5 does.
         prev_version : str, optional
             The version it starts from; default the current version; ``""`` for
             none (an empty tree).
@@ -210,12 +212,16 @@ class VersionedHDF5File:
         self._check_open()
         if self.f.file.mode == "r":
             raise ReadOnlyError(f"{self.f.file.filename!r} is open read-only; open it with mode 'a'")
+        if version_name is None:
+            version_name = str(uuid.uuid4())
         if not isinstance(version_name, str) or not version_name or "/" in version_name or version_name in (FIRST_VERSION, ".", ".."):
             raise ValueError(f"invalid version name {version_name!r}: a non-empty str without '/'")
         if version_name in self._registry or version_name in self._registry.group:
             raise VersionExistsError(f"a version named {version_name!r} already exists")
         if prev_version is None:
             prev = self._registry.current_version
+            if prev != FIRST_VERSION:
+                prev = self._registry.resolve(None)  # refuses a current version never committed
         elif prev_version == "":
             prev = FIRST_VERSION
         else:

@@ -81,7 +81,11 @@ class VersionRegistry:
         for name, grp in self.group.items():
             if name == FIRST_VERSION:
                 continue
-            self._infos[name] = self._read(name, grp)
+            info = self._read(name, grp)
+            # A group still marked committed=False is what a commit interrupted by a
+            # crash leaves behind (half written): it is not a version.
+            if info.committed:
+                self._infos[name] = info
         self._sorted: list[tuple[_dt.datetime, str]] | None = None
 
     @staticmethod
@@ -171,6 +175,8 @@ class VersionRegistry:
             name = self.current_version
             if name == FIRST_VERSION:
                 raise VersionNotFoundError("this file has no committed version yet")
+            if name not in self._infos:
+                raise self._not_found(f"{name!r} (the current version, never committed)")
             return name
         if isinstance(key, str):
             if key not in self._infos:

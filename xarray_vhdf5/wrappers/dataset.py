@@ -118,11 +118,20 @@ class StagedDatasetBase:
             return self._read(index)
         return self._data[index]
 
+    def _check_open(self) -> None:
+        """Refuse edits once the version was committed (they would be silently lost)."""
+        if self.parent is not None:
+            self.parent._check_open()
+
     def __setitem__(self, index, value) -> None:
+        self._check_open()
         data = self._loaded()
         value = np.asarray(value)
         if value.dtype.kind == "U" and data.dtype.kind == "O":
             value = value.astype(object)
+        if value.ndim == 0:
+            # A 0-d array stored into an object array would become the element itself.
+            value = value[()]
         data[index] = value
 
     def resize(self, size, axis: int | None = None) -> None:
@@ -132,7 +141,10 @@ class StagedDatasetBase:
         ------
         IncompatibleDataError
             Wrong number of axes, a negative length, or beyond ``maxshape``.
+        ReadOnlyError
+            The staged version was already committed.
         """
+        self._check_open()
         if axis is not None:
             shape = list(self.shape)
             shape[axis] = int(size)

@@ -226,11 +226,18 @@ class InMemoryGroup:
         return self.create_dataset(path, shape=shape, dtype=dtype, **kwargs)
 
     def __setitem__(self, path: str, value) -> None:
-        """``group[name] = array`` creates a dataset with h5py's chunk guess."""
+        """``group[name] = array`` creates a dataset with h5py's chunk guess.
+
+        An existing dataset of that name is replaced (versioned-hdf5's behaviour;
+        h5py would refuse); the new data is deduplicated against the old chunks
+        at commit. A group of that name is not replaced (ValueError).
+        """
         self._check_open()
         if isinstance(value, InMemoryGroup):
             raise TypeError("assigning groups is not supported; use create_group")
         group, last = self._walk(path, create=True)
+        if isinstance(group._children.get(last), StagedDatasetBase):
+            del group._children[last]
         self._check_name(group, last)
         arr = value[()] if isinstance(value, (StagedDatasetBase, h5py.Dataset)) else value
         ds = new_array_dataset(
