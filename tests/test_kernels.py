@@ -513,7 +513,7 @@ def test_backend_switching(reference_calls):
 @pytest.mark.parametrize(
     ("value", "expected"), [("python", "python"), ("Cython", "cython"), ("fortran", "ValueError")]
 )
-def test_environment_variable(value, expected):
+def test_environment_variable(value, expected, tmp_path):
     code = textwrap.dedent(
         """
         try:
@@ -526,7 +526,9 @@ def test_environment_variable(value, expected):
     )
     env = {**os.environ, "XARRAY_VHDF5_KERNELS": value}
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        # cwd outside the checkout: "python -c" puts cwd on sys.path, which would
+        # import the source tree (no compiled kernels) instead of the installed package.
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=tmp_path
     )
     assert out.stdout.strip().splitlines()[-1] == expected
 
