@@ -1,0 +1,213 @@
+"""Versioning workloads, each implemented four ways, for side-by-side benchmarks.
+
+Implementations (``IMPLEMENTATIONS``):
+
+- ``"xarray_vhdf5"``: this package's ``VersionedHDF5File``;
+- ``"versioned_hdf5"``: versioned-hdf5 2.6 (PyPI), the same API;
+- ``"floor"``: the *format floor*, a plain h5py script doing only what the format
+  requires per version: hash the changed chunks (SHA-256), append the new ones to
+  raw_data and their rows to hash_table, create the version group and its virtual
+  dataset with one mapping per chunk (h5py's low-level API). No staging, no
+  validation, no reading back: the cost any implementation of the format pays;
+- ``"h5py"``: plain h5py without versions (edit one dataset in place): the
+  absolute limit.
+
+Every workload returns the final array so the benchmark can check it against a
+numpy model (``expected_*``). Shapes, chunks and counts are the ones of issues 4
+and 6 and are documented in ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+
+import h5py
+import numpy as np
+from h5py import h5d, h5p, h5s, h5t
+
+IMPLEMENTATIONS = ("xarray_vhdf5", "versioned_hdf5", "floor", "h5py")
+
+
+def _versioned_file_class(impl: str):
+    if impl == "xarray_vhdf5":
+        from xarray_vhdf5 import VersionedHDF5File
+    else:
+        from versioned_hdf5 import VersionedHDF5File
+    return VersionedHDF5File
+
+
+class FormatFloor:
+    """Minimal writer of the versioned-hdf5 format for one n-d dataset ``x``."""
+
+    def __init__(self, f: h5py.File, shape, chunks, dtype, fill=0):
+        self.f = f
+        self.chunks = tuple(chunks)
+        self.dtype = np.dtype(dtype)
+        grp = f.create_group("_version_data/x")
+        versions = f.create_group("_version_data/versions")
+        versions.create_group("__first_version__").attrs["timestamp"] = "1970-01-01 00:00:00.000000+0000"
+        versions.attrs["current_version"] = "__first_version__"
+        versions.attrs["data_version"] = 4
+        self.versions = versions
+        self.raw = grp.create_dataset(
+            "raw_data", shape=(0, *chunks[1:]), chunks=chunks, maxshape=(None, *chunks[1:]), dtype=dtype, fillvalue=fill
+        )
+        self.raw.attrs["chunks"] = chunks
+        dt = np.dtype([("hash", "u1", (32,)), ("shape", "<i8", (2,))])
+        self.hash_table = grp.create_dataset("hash_table", shape=(1,), dtype=dt, chunks=(4096,), maxshape=(None,), compression="lzf")
+        self.n_rows = 0
+        self.hashes: dict[bytes, int] = {}
+        self.mapping: dict[tuple, tuple[int, tuple]] = {}  # chunk index -> (raw row, trimmed shape)
+        self.shape = tuple(shape)
+        self.prev = "__first_version__"
+
+    def commit(self, name: str, shape, changed: dict[tuple, np.ndarray]) -> None:
+        """``changed``: chunk index -> the chunk's edge-trimmed data."""
+        self.shape = tuple(shape)
+        new = []
+        for index, chunk in changed.items():
+            h = hashlib.sha256(np.ascontiguousarray(chunk).data)
+            h.update(str(chunk.shape).encode("ascii"))
+            digest = h.digest()
+            row = self.hashes.get(digest)
+            if row is None:
+                row = self.n_rows
+                self.hashes[digest] = row
+                self.n_rows += 1
+                new.append((row, chunk, digest))
+            self.mapping[index] = (row, chunk.shape)
+        # drop chunks beyond a shrunk shape
+        grid = [math.ceil(s / c) for s, c in zip(self.shape, self.chunks)]
+        for index in [i for i in self.mapping if any(a >= g for a, g in zip(i, grid))]:
+            del self.mapping[index]
+        c0 = self.chunks[0]
+        if new:
+            self.raw.resize((self.n_rows * c0, *self.chunks[1:]))
+            for row, chunk, _ in new:
+                self.raw[(slice(row * c0, row * c0 + chunk.shape[0]),) + tuple(slice(0, s) for s in chunk.shape[1:])] = chunk
+            rows = np.zeros(len(new), self.hash_table.dtype)
+            rows["hash"] = np.frombuffer(b"".join(d for _, _, d in new), np.uint8).reshape(-1, 32)
+            rows["shape"] = [(r * c0, r * c0 + ch.shape[0]) for r, ch, _ in new]
+            self.hash_table.resize((self.n_rows,))
+            self.hash_table[self.n_rows - len(new) : self.n_rows] = rows
+            self.hash_table.attrs["largest_index"] = self.n_rows
+        grp = self.versions.create_group(name)
+        grp.attrs["prev_version"] = self.prev
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_layout(h5d.VIRTUAL)
+        vspace = h5s.create_simple(self.shape, self.shape)
+        src = self.raw.id.get_space()
+        for index, (row, cshape) in self.mapping.items():
+            vspace.select_hyperslab(tuple(i * c for i, c in zip(index, self.chunks)), cshape)
+            src.select_hyperslab((row * c0,) + (0,) * (len(cshape) - 1), cshape)
+            dcpl.set_virtual(vspace, b".", b"/_version_data/x/raw_data", src)
+        vspace.select_all()
+        h5d.create(grp.id, b"x", h5t.py_create(self.dtype), vspace, dcpl=dcpl)
+        grp.attrs["committed"] = True
+        grp.attrs["timestamp"] = "1970-01-01 00:00:00.000000+0000"
+        self.versions.attrs["current_version"] = name
+        self.prev = name
+
+    def read(self, name: str) -> np.ndarray:
+        return self.versions[name]["x"][()]
+
+
+def _chunk_of(arr: np.ndarray, index: tuple, chunks: tuple) -> np.ndarray:
+    return arr[tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunks, arr.shape))]
+
+
+# -- appends ------------------------------------------------------------------------
+APPEND_SHAPE = (180, 360)
+APPEND_CHUNKS = (8, 180, 360)
+
+
+def append_steps(n: int, seed: int = 0) -> np.ndarray:
+    """The ``n`` time steps appended, float32 (n, 180, 360)."""
+    return np.random.default_rng(seed).standard_normal((n, *APPEND_SHAPE)).astype("f4")
+
+
+def appends(impl: str, path: str, steps: np.ndarray) -> np.ndarray:
+    """One version per time step, each growing a (t, 180, 360) float32 by one step."""
+    n = len(steps)
+    with h5py.File(path, "w") as f:
+        if impl == "h5py":
+            ds = f.create_dataset("x", shape=(0, *APPEND_SHAPE), maxshape=(None, *APPEND_SHAPE), chunks=APPEND_CHUNKS, dtype="f4")
+            for i in range(n):
+                ds.resize((i + 1, *APPEND_SHAPE))
+                ds[i] = steps[i]
+            return ds[()]
+        if impl == "floor":
+            fl = FormatFloor(f, (0, *APPEND_SHAPE), APPEND_CHUNKS, "f4")
+            for i in range(n):
+                k = i // APPEND_CHUNKS[0]
+                chunk = steps[k * APPEND_CHUNKS[0] : i + 1]
+                fl.commit(f"v{i}", (i + 1, *APPEND_SHAPE), {(k, 0, 0): chunk})
+            return fl.read(f"v{n - 1}")
+        vf = _versioned_file_class(impl)(f)
+        with vf.stage_version("v0") as g:
+            g.create_dataset("x", data=steps[:1], chunks=APPEND_CHUNKS)  # versioned datasets always grow
+        for i in range(1, n):
+            with vf.stage_version(f"v{i}") as g:
+                ds = g["x"]
+                ds.resize((i + 1, *APPEND_SHAPE))
+                ds[i] = steps[i]
+        return vf[f"v{n - 1}"]["x"][()]
+
+
+# -- sparse edits --------------------------------------------------------------------
+SPARSE_SHAPE = (2000, 2000)
+SPARSE_CHUNKS = (100, 100)
+
+
+def sparse_plan(n_versions: int, points: int = 10, seed: int = 1):
+    """Base array and, per version, ``points`` random (i, j, value) edits."""
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal(SPARSE_SHAPE)
+    edits = [
+        (rng.integers(0, SPARSE_SHAPE[0], points), rng.integers(0, SPARSE_SHAPE[1], points), rng.standard_normal(points))
+        for _ in range(n_versions)
+    ]
+    return base, edits
+
+
+def expected_sparse(base, edits) -> np.ndarray:
+    out = base.copy()
+    for i, j, v in edits:
+        out[i, j] = v
+    return out
+
+
+def sparse_edits(impl: str, path: str, base: np.ndarray, edits) -> np.ndarray:
+    """One version per set of random point edits of a (2000, 2000) float64."""
+    with h5py.File(path, "w") as f:
+        if impl == "h5py":
+            ds = f.create_dataset("x", data=base, chunks=SPARSE_CHUNKS)
+            for i, j, v in edits:
+                for a, b, c in zip(i, j, v):
+                    ds[a, b] = c
+            return ds[()]
+        if impl == "floor":
+            fl = FormatFloor(f, SPARSE_SHAPE, SPARSE_CHUNKS, "f8")
+            grid = tuple(math.ceil(s / c) for s, c in zip(SPARSE_SHAPE, SPARSE_CHUNKS))
+            fl.commit("v0", SPARSE_SHAPE, {idx: _chunk_of(base, idx, SPARSE_CHUNKS) for idx in np.ndindex(*grid)})
+            current = base.copy()  # the floor stages nothing: it knows the changed chunks
+            for n, (i, j, v) in enumerate(edits, 1):
+                current[i, j] = v
+                touched = {(a // SPARSE_CHUNKS[0], b // SPARSE_CHUNKS[1]) for a, b in zip(i, j)}
+                fl.commit(f"v{n}", SPARSE_SHAPE, {idx: _chunk_of(current, idx, SPARSE_CHUNKS) for idx in touched})
+            return fl.read(f"v{len(edits)}")
+        vf = _versioned_file_class(impl)(f)
+        with vf.stage_version("v0") as g:
+            g.create_dataset("x", data=base, chunks=SPARSE_CHUNKS)
+        for n, (i, j, v) in enumerate(edits, 1):
+            with vf.stage_version(f"v{n}") as g:
+                ds = g["x"]
+                for a, b, c in zip(i, j, v):
+                    ds[a, b] = c
+        return vf[f"v{len(edits)}"]["x"][()]
+
+
+def run(workload: Callable, impl: str, path: str, *args):
+    return workload(impl, path, *args)
