@@ -81,8 +81,12 @@ ctypedef Py_ssize_t (*H5Pget_virtual_filename_ft)(hid_t dcpl_id, size_t index, c
                                                 size_t size) noexcept nogil
 ctypedef herr_t (*H5Ewalk2_ft)(hid_t err_stack, int direction, H5E_walk2_t func,
                                void *client_data) noexcept nogil
+ctypedef herr_t (*H5Pset_virtual_ft)(hid_t dcpl_id, hid_t vspace_id, const char *src_file_name,
+                                     const char *src_dset_name, hid_t src_space_id) noexcept nogil
 
-# The resolved entry points (filled once, at import, by slicetools.pyx).
+# The resolved entry points (filled once, at import, by slicetools.pyx, which
+# shares the filled struct with the other kernel modules through the PyCapsule
+# ``xarray_vhdf5._ext.slicetools._HDF5_API`` named by HDF5_API_CAPSULE_NAME).
 ctypedef struct HDF5API:
     H5Dget_space_ft H5Dget_space
     H5Dget_create_plist_ft H5Dget_create_plist
@@ -100,3 +104,11 @@ ctypedef struct HDF5API:
     H5Pget_virtual_dsetname_ft H5Pget_virtual_dsetname
     H5Pget_virtual_filename_ft H5Pget_virtual_filename
     H5Ewalk2_ft H5Ewalk2
+    H5Pset_virtual_ft H5Pset_virtual
+
+# Name of the PyCapsule holding a pointer to slicetools' filled HDF5API struct.
+cdef extern from *:
+    """
+    #define HDF5_API_CAPSULE_NAME "xarray_vhdf5._ext.slicetools.HDF5API"
+    """
+    const char *HDF5_API_CAPSULE_NAME

@@ -47,6 +47,7 @@ from libc.string cimport memcpy, memset, strcmp
 from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 cimport numpy as cnp
+from cpython.pycapsule cimport PyCapsule_New
 
 from hdf5 cimport (
     H5E_DEFAULT,
@@ -59,6 +60,8 @@ from hdf5 cimport (
     H5Dread_ft,
     H5E_error2_t,
     H5Ewalk2_ft,
+    H5Pset_virtual_ft,
+    HDF5_API_CAPSULE_NAME,
     H5Pclose_ft,
     H5Pget_virtual_count_ft,
     H5Pget_virtual_dsetname_ft,
@@ -165,10 +168,14 @@ cdef int _load_hdf5_symbols() except -1:
         handle, b"H5Pget_virtual_filename"
     )
     H5.H5Ewalk2 = <H5Ewalk2_ft>_sym(handle, b"H5Ewalk2")
+    H5.H5Pset_virtual = <H5Pset_virtual_ft>_sym(handle, b"H5Pset_virtual")
     return 0
 
 
 _load_hdf5_symbols()
+
+#: The filled symbol table, for the other kernel modules (one loader, one place).
+_HDF5_API = PyCapsule_New(<void *>&H5, HDF5_API_CAPSULE_NAME, NULL)
 
 
 # ---------------------------------------------------------------------------

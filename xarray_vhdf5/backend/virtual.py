@@ -18,8 +18,9 @@ import numpy as np
 from h5py import h5d, h5p, h5s, h5t
 
 from .hashing import is_vlen_string_dtype
+from .transfer import get_kernel_backend
 
-__all__ = ["create_virtual_dataset", "copy_virtual_dataset", "write_attrs"]
+__all__ = ["create_virtual_dataset", "copy_virtual_dataset", "mapping_arrays", "set_virtual_mappings", "write_attrs"]
 
 
 def _mem_space(shape: tuple[int, ...]) -> h5s.SpaceID:
@@ -65,16 +66,8 @@ def create_virtual_dataset(
         dcpl.set_fill_value(_fill_value_array(raw_data.fillvalue, dtype))
     vspace = _mem_space(shape)
     src_space = raw_data.id.get_space()
-    src_name = raw_data.name.encode()
-    ndim = len(shape)
-    for index, start, stop in chunk_rows:
-        origin = tuple(i * c for i, c in zip(index, chunks))
-        count = (stop - start,) + tuple(
-            min(c, s - o) for c, s, o in zip(chunks[1:], shape[1:], origin[1:])
-        )
-        vspace.select_hyperslab(origin, count)
-        src_space.select_hyperslab((start,) + (0,) * (ndim - 1), count)
-        dcpl.set_virtual(vspace, b".", src_name, src_space)
+    dst_start, src_start, count = mapping_arrays(shape, chunks, chunk_rows)
+    set_virtual_mappings(dcpl, vspace, src_space, raw_data.name, dst_start, src_start, count)
     vspace.select_all()
     tid = h5t.py_create(dtype, logical=True)
     dsid = h5d.create(group.id, name.encode(), tid, vspace, dcpl=dcpl)
@@ -84,6 +77,98 @@ def create_virtual_dataset(
     if attrs:
         write_attrs(ds, attrs)
     return ds
+
+
+def mapping_arrays(
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    chunk_rows: Iterable[tuple[tuple[int, ...], int, int]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The hyperslabs of one mapping per stored chunk, as ``(n, ndim)`` uint64 arrays.
+
+    Returns ``(dst_start, src_start, count)``, in points: the chunk's origin in
+    the virtual dataset, its first row in raw_data (other axes start at 0), and
+    its edge-trimmed extent (``stop - start`` rows along axis 0).
+    """
+    rows = list(chunk_rows)
+    ndim = len(shape)
+    if not rows:
+        empty = np.empty((0, ndim), np.uint64)
+        return empty, empty.copy(), empty.copy()
+    index = np.array([r[0] for r in rows], dtype=np.int64).reshape(len(rows), ndim)
+    bounds = np.array([(r[1], r[2]) for r in rows], dtype=np.int64)
+    c = np.asarray(chunks, dtype=np.int64)
+    dst_start = index * c
+    count = np.minimum(c, np.asarray(shape, dtype=np.int64) - dst_start)
+    count[:, 0] = bounds[:, 1] - bounds[:, 0]
+    src_start = np.zeros_like(dst_start)
+    src_start[:, 0] = bounds[:, 0]
+    return (dst_start.astype(np.uint64), src_start.astype(np.uint64), count.astype(np.uint64))
+
+
+def set_virtual_mappings(
+    dcpl: h5p.PropDCID,
+    vspace: h5s.SpaceID,
+    src_space: h5s.SpaceID,
+    src_dset_name: str,
+    dst_start: np.ndarray,
+    src_start: np.ndarray,
+    count: np.ndarray,
+) -> None:
+    """Add one mapping per row to ``dcpl``: ``vspace[dst_start:+count] <- "."/src_dset_name[src_start:+count]``.
+
+    Runs the compiled kernel (``_ext/vdstools.pyx``: H5Sselect_hyperslab x2 +
+    H5Pset_virtual per mapping in C) or, with ``kernel_backend("python")``, the
+    reference loop through h5py's low-level API; both give the same property list
+    (``tests/test_virtual_kernel.py``).
+
+    Parameters
+    ----------
+    dcpl : h5py.h5p.PropDCID
+        A dataset creation property list with the virtual layout.
+    vspace, src_space : h5py.h5s.SpaceID
+        Dataspaces of the virtual dataset and of the source dataset (their
+        selections are overwritten).
+    src_dset_name : str
+        Absolute path of the source dataset in the same file.
+    dst_start, src_start, count : numpy.ndarray of uint64, shape (n, ndim)
+        Hyperslabs, in points (see :func:`mapping_arrays`).
+
+    Raises
+    ------
+    IndexError
+        A hyperslab reaches beyond its dataspace (checked before any mapping is added).
+    ValueError
+        Arrays of different shapes or of the wrong number of axes.
+    HDF5Error
+        libhdf5 refused a selection or mapping.
+    """
+    arrays = [np.ascontiguousarray(a, dtype=np.uint64) for a in (dst_start, src_start, count)]
+    vdims = np.asarray(vspace.shape, dtype=np.uint64)
+    sdims = np.asarray(src_space.shape, dtype=np.uint64)
+    if any(a.ndim != 2 or a.shape != arrays[0].shape or a.shape[1] != len(vdims) for a in arrays):
+        raise ValueError(f"dst_start, src_start and count must all have shape (n, {len(vdims)})")
+    if len(sdims) != len(vdims):
+        raise ValueError(f"source has {len(sdims)} axes, the virtual dataset {len(vdims)}")
+    dst, src, cnt = arrays
+    for name, start, dims in (("virtual", dst, vdims), ("source", src, sdims)):
+        bad = np.nonzero(((start + cnt) > dims).any(axis=1))[0]
+        if bad.size:
+            i = int(bad[0])
+            raise IndexError(
+                f"mapping {i} reaches beyond the {name} dataspace {tuple(int(d) for d in dims)}: "
+                f"start {start[i].tolist()}, count {cnt[i].tolist()}"
+            )
+    name = src_dset_name.encode()
+    if get_kernel_backend() == "cython":
+        from .._ext.vdstools import set_virtual_mappings as kernel
+
+        kernel(dcpl.id, vspace.id, src_space.id, name, dst, src, cnt)
+        return
+    for d, s, c in zip(dst.tolist(), src.tolist(), cnt.tolist()):
+        vspace.select_hyperslab(tuple(d), tuple(c))
+        src_space.select_hyperslab(tuple(s), tuple(c))
+        dcpl.set_virtual(vspace, b".", name, src_space)
 
 
 def _fill_value_array(fillvalue: Any, dtype: np.dtype) -> np.ndarray:

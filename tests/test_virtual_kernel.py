@@ -1,0 +1,106 @@
+"""The compiled virtual-mapping kernel (_ext/vdstools.pyx) against its reference path."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from h5py import h5d, h5p, h5s, h5t
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xarray_vhdf5.backend.transfer import kernel_backend
+from xarray_vhdf5.backend.virtual import mapping_arrays, set_virtual_mappings
+from xarray_vhdf5.errors import HDF5Error
+
+
+def _mappings(dcpl) -> list:
+    out = []
+    for i in range(dcpl.get_virtual_count()):
+        out.append(
+            (
+                dcpl.get_virtual_filename(i),
+                dcpl.get_virtual_dsetname(i),
+                dcpl.get_virtual_vspace(i).get_select_bounds(),
+                dcpl.get_virtual_srcspace(i).get_select_bounds(),
+            )
+        )
+    return out
+
+
+def _build(f, name, shape, chunks, rows, backend):
+    raw = f["raw"]
+    dcpl = h5p.create(h5p.DATASET_CREATE)
+    dcpl.set_layout(h5d.VIRTUAL)
+    vspace = h5s.create_simple(shape, shape)
+    with kernel_backend(backend):
+        set_virtual_mappings(dcpl, vspace, raw.id.get_space(), raw.name, *mapping_arrays(shape, chunks, rows))
+    vspace.select_all()
+    h5d.create(f.id, name.encode(), h5t.py_create(raw.dtype), vspace, dcpl=dcpl)
+    return dcpl
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 23), min_size=1, max_size=3).map(tuple),
+    chunk_seed=st.integers(0, 2**32 - 1),
+)
+def test_compiled_equals_reference(tmp_path_factory, shape, chunk_seed):
+    rng = np.random.default_rng(chunk_seed)
+    chunks = tuple(int(rng.integers(1, s + 1)) for s in shape)
+    grid = [-(-s // c) for s, c in zip(shape, chunks)]
+    indices = [i for i in np.ndindex(*grid) if rng.random() < 0.7]
+    rng.shuffle(indices)
+    c0 = chunks[0]
+    rows = []
+    for k, index in enumerate(indices):
+        n0 = min(c0, shape[0] - index[0] * c0)
+        rows.append((tuple(index), k * c0, k * c0 + n0))
+    path = tmp_path_factory.mktemp("vk") / "f.h5"
+    data = rng.standard_normal((max(len(indices), 1) * c0, *chunks[1:]))
+    with h5py.File(path, "w") as f:
+        f.create_dataset("raw", data=data, chunks=chunks)
+        a = _build(f, "cython", shape, chunks, rows, "cython")
+        b = _build(f, "python", shape, chunks, rows, "python")
+        assert _mappings(a) == _mappings(b)
+        assert len(_mappings(a)) == len(rows)
+        np.testing.assert_array_equal(f["cython"][()], f["python"][()])
+        # The oracle: each chunk's region holds its raw_data rows.
+        expected = np.zeros(shape)
+        for index, start, stop in rows:
+            region = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunks, shape))
+            src = (slice(start, stop),) + tuple(slice(0, r.stop - r.start) for r in region[1:])
+            expected[region] = data[src]
+        np.testing.assert_array_equal(f["cython"][()], expected)
+
+
+def test_out_of_bounds_rejected_before_any_mapping(tmp_path):
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        raw = f.create_dataset("raw", shape=(10, 4), chunks=(5, 4), dtype="f8")
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_layout(h5d.VIRTUAL)
+        vspace = h5s.create_simple((10, 4))
+        dst = np.array([[0, 0], [5, 0]], np.uint64)
+        src = np.array([[0, 0], [10, 0]], np.uint64)  # second mapping past raw's 10 rows
+        cnt = np.array([[5, 4], [5, 4]], np.uint64)
+        with pytest.raises(IndexError, match="mapping 1 reaches beyond the source"):
+            set_virtual_mappings(dcpl, vspace, raw.id.get_space(), raw.name, dst, src, cnt)
+        assert dcpl.get_virtual_count() == 0
+
+
+def test_hdf5_failure_raises_not_crashes(tmp_path):
+    from xarray_vhdf5._ext.vdstools import set_virtual_mappings as kernel
+
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        raw = f.create_dataset("raw", shape=(10, 4), chunks=(5, 4), dtype="f8")
+        vspace = h5s.create_simple((10, 4))
+        one = np.array([[0, 0]], np.uint64)
+        cnt = np.array([[5, 4]], np.uint64)
+        src_space = raw.id.get_space()
+        # A dataset id where a property list id is expected: H5Pset_virtual fails.
+        with pytest.raises(HDF5Error, match="H5Pset_virtual failed on mapping 0"):
+            kernel(raw.id.id, vspace.id, src_space.id, b"/raw", one, one, cnt)
+        # A closed dataspace id: the selection fails.
+        closed = raw.id.get_space().id  # the SpaceID object is freed, its id closed
+        with pytest.raises(HDF5Error, match=r"H5Sselect_hyperslab \(source space\) failed on mapping 0"):
+            kernel(raw.id.id, vspace.id, closed, b"/raw", one, one, cnt)
