@@ -211,3 +211,37 @@ def sparse_edits(impl: str, path: str, base: np.ndarray, edits) -> np.ndarray:
 
 def run(workload: Callable, impl: str, path: str, *args):
     return workload(impl, path, *args)
+
+
+# -- many versions -------------------------------------------------------------------
+MANY_SHAPE = (1000,)
+MANY_CHUNKS = (100,)
+
+
+def many_versions_file(impl: str, path: str, n: int = 1000):
+    """Write ``n`` versions each changing one point of a (1000,) float64, 1 s apart.
+
+    Returns the numpy model: ``model[k]`` is version ``v{k}``'s data. For
+    ``impl == "h5py"`` the file holds ``n`` plain datasets ``d{k}`` instead.
+    """
+    import datetime as dt
+
+    rng = np.random.default_rng(3)
+    current = np.zeros(MANY_SHAPE)
+    model = []
+    t0 = dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)
+    with h5py.File(path, "w") as f:
+        vf = None if impl == "h5py" else _versioned_file_class(impl)(f)
+        for k in range(n):
+            i = int(rng.integers(0, MANY_SHAPE[0]))
+            current[i] = k + 1.0
+            model.append(current.copy())
+            if vf is None:
+                f.create_dataset(f"d{k}", data=current, chunks=MANY_CHUNKS)
+                continue
+            with vf.stage_version(f"v{k}", timestamp=t0 + dt.timedelta(seconds=k)) as g:
+                if k == 0:
+                    g.create_dataset("x", data=current, chunks=MANY_CHUNKS)
+                else:
+                    g["x"][i] = k + 1.0
+    return model
