@@ -1,7 +1,9 @@
 """Versions: the history of a file, lookups, staging and commits."""
 
 from .commit import CommitReport, commit_version
+from .delete import delete_version, delete_versions
 from .file import VersionedHDF5File
+from .metadata import modify_metadata
 from .registry import VersionInfo, VersionRegistry, initialize, is_versioned
 from .timestamps import format_timestamp, parse_timestamp, to_utc_datetime
 
@@ -11,9 +13,12 @@ __all__ = [
     "VersionRegistry",
     "VersionedHDF5File",
     "commit_version",
+    "delete_version",
+    "delete_versions",
     "format_timestamp",
     "initialize",
     "is_versioned",
+    "modify_metadata",
     "parse_timestamp",
     "to_utc_datetime",
 ]

@@ -5,16 +5,17 @@ from __future__ import annotations
 import contextlib
 import uuid
 import datetime as _dt
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import h5py
 import numpy as np
 
 from ..backend.layout import DATA_VERSION, FIRST_VERSION
-from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, VersionExistsError, VersionNotFoundError
+from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionExistsError, VersionNotFoundError
 from ..wrappers.group import InMemoryGroup
 from ..wrappers.readonly import VersionGroup
 from .commit import CommitReport, commit_version
+from .delete import DeleteReport, delete_versions
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
 from .timestamps import to_utc_datetime
 
@@ -163,6 +164,37 @@ class VersionedHDF5File:
     def version_info(self, key: VersionKey):
         """Metadata (name, prev_version, timestamp) of a version."""
         return self._registry.info(self.resolve(key))
+
+    # -- deleting ------------------------------------------------------------
+    def __delitem__(self, name: str) -> None:
+        """Delete version ``name`` and the chunks only it used (see :func:`delete_versions`).
+
+        versioned-hdf5 2.6's ``del vf[name]`` only unlinks the version group (children
+        keep a dangling ``prev_version``, chunks stay); this re-parents and compacts.
+
+        Raises
+        ------
+        VersionNotFoundError
+            No such version (``KeyError``).
+        UnsupportedError
+            ``name`` is not a str (``NotImplementedError``, as versioned-hdf5).
+        ReadOnlyError
+            ``__first_version__``, or the file is open read-only.
+        """
+        if not isinstance(name, str):
+            raise UnsupportedError(f"versions are deleted by name (str), got {type(name).__name__}")
+        self.delete_versions([name])
+
+    def delete_versions(self, names: str | Iterable[str]) -> DeleteReport:
+        """Delete versions and reclaim their chunks; see :func:`~xarray_vhdf5.versions.delete.delete_versions`.
+
+        Raises
+        ------
+        VersionNotFoundError, ReadOnlyError, ClosedFileError
+            No such version; ``__first_version__`` or a read-only file; a closed file.
+        """
+        self._check_open()
+        return delete_versions(self, names)
 
     # -- staging -------------------------------------------------------------
     @contextlib.contextmanager

@@ -1,0 +1,496 @@
+"""Changing a dataset's chunks, dtype, fill value or filters across every version.
+
+Semantics of versioned-hdf5 2.6 ``replay.modify_metadata``, checked against it by
+``tests/test_modify_metadata.py``:
+
+- every version holding the dataset is rewritten; its stored chunks are cast to the
+  new dtype *by HDF5's conversion* (``H5Dread``: floats truncate toward zero,
+  out-of-range values and infinities saturate, NaN becomes the integer minimum) and
+  its unstored (all fill) chunks hold the old fill value cast *by numpy* (the two
+  differ only for out-of-range values: 300.0 -> uint8 is 255 stored, 44 unstored);
+  then, if a fill value is given and differs (``!=``) from the old one, every point
+  equal (``==``, so ``-0.0`` matches ``0.0`` and a NaN never matches) to the old fill
+  value becomes the new fill value;
+- without ``fillvalue`` the new fill value is the old one cast by numpy (as h5py does
+  when creating the dataset);
+- filters not passed are kept; ``compression=None`` removes compression. Unlike
+  versioned-hdf5 (which raises "LZF compression filter accepts no options" for
+  gzip -> lzf), changing ``compression`` without ``compression_opts`` takes the new
+  filter's default options;
+- ``chunks=True`` picks chunks as for a new dataset (``(4096,)`` in 1-d; h5py's guess
+  from the largest version in n-d, where versioned-hdf5 raises).
+
+How. Every stored chunk of the new layout is built once: a new chunk's content is
+fixed by its position, its edge-trimmed shape and the raw_data rows (or fill) of the
+old chunks it overlaps, so a dictionary of those keys skips reading and hashing chunks
+an earlier version already produced (with unchanged chunks, a key is just the old
+chunk's row: each stored chunk is read, cast and hashed once). Misses are read in
+batches of at most :data:`BATCH_BYTES` with
+:func:`~xarray_vhdf5.backend.transfer.read_many_slices` straight from raw_data (the
+cast happens in ``H5Dread``) and written through a
+:class:`~xarray_vhdf5.backend.raw_data.ChunkWriter` whose queue is capped at the same
+size: chunk data in memory is bounded by two batches, never by the dataset. Besides,
+the digests of the new hash table and the dictionary above hold about 200 bytes per
+stored chunk.
+
+Order of operations (crash safety, see :mod:`.delete` for barriers and the scratch
+group). The new raw_data cannot take the name ``raw_data`` while old virtual datasets
+map the old one by that name, so each version's virtual dataset is rebuilt twice:
+
+A. new raw_data and hash table in ``_version_data/<name>/__vhdf5_new_<k>/`` (ignored by
+   both libraries), every version's data written there, and for each version a
+   virtual dataset mapping it (in the scratch group);
+B. versions switched to those (each version reads the same data before and after);
+C. ``raw_data`` relinked to the new dataset (a hard link: it has both names now, the old
+   one is freed), the new hash table moved in;
+D. every version's virtual dataset rebuilt to map ``raw_data`` (in the scratch group);
+E. versions switched to those;
+F. ``__vhdf5_new_<k>`` and the scratch group deleted.
+
+At every barrier every version reads its data (old or new metadata). If the process
+dies between B and F, run ``modify_metadata(f, name)`` again: with no argument it
+takes the interrupted run's target (``dtype``, ``chunks``, fill value, filters) and
+finishes it; :func:`~xarray_vhdf5.versions.delete.delete_versions` refuses the
+dataset until then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import h5py
+import numpy as np
+from h5py import h5t
+
+from ..backend.chunks import chunk_grid_shape, chunk_slices, normalize_chunks
+from ..backend.hashing import is_vlen_string_dtype
+from ..backend.hashtable import HashTable
+from ..backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
+from ..backend.raw_data import ChunkWriter, Filters, create_raw_data
+from ..backend.transfer import read_many_slices
+from ..backend.virtual import create_virtual_dataset
+from ..errors import IncompatibleDataError, VHDF5Error
+from .delete import (
+    MAP_CACHE_BYTES,
+    Scratch,
+    _barrier,
+    _open,
+    chunk_rows,
+    copy_attrs,
+    dataset_paths,
+    read_chunk_map,
+    relink_plan,
+    version_dataset,
+)
+
+__all__ = ["modify_metadata", "ModifyReport", "DatasetNotFoundError", "UNCHANGED", "BATCH_BYTES"]
+
+#: Bytes of chunk data read (and queued for writing) per batch.
+BATCH_BYTES = 1024 * 1024
+#: Prefix of the groups holding a new raw_data being built, inside ``_version_data/<name>``.
+NEW_PREFIX = "__vhdf5_new_"
+
+
+class _Unchanged:
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+#: Default of the filter arguments: keep the dataset's setting (None means "no filter").
+UNCHANGED: Any = _Unchanged()
+
+
+class DatasetNotFoundError(VHDF5Error, KeyError):
+    """No versioned dataset of that name in the file."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass
+class ModifyReport:
+    """What :func:`modify_metadata` did.
+
+    ``chunks_before`` / ``chunks_after`` count the stored chunks of raw_data (hash
+    table rows); ``chunks_read`` the blocks read from the old raw_data (one per old
+    chunk a new chunk overlaps, each distinct content once: see the module docstring).
+    """
+
+    dataset: str
+    versions: list[str]
+    chunks_before: int
+    chunks_after: int
+    chunks_read: int = 0
+
+
+@dataclass(frozen=True)
+class _Target:
+    dtype: np.dtype
+    chunks: tuple[int, ...]
+    fillvalue: Any
+    filters: Filters
+    given_fill: Any  # the fill value the user gave (or the interrupted run's), else None
+
+
+def _string_like(dtype: np.dtype) -> bool:
+    return dtype.kind == "S" or is_vlen_string_dtype(dtype)
+
+
+def _check_cast(src: np.dtype, dst: np.dtype) -> None:
+    """Refuse casts HDF5's conversion (``H5Dread``) cannot do, before anything is written.
+
+    Strings convert only to strings (fixed <-> variable length, through numpy).
+
+    Raises
+    ------
+    IncompatibleDataError
+        No conversion from ``src`` to ``dst`` (e.g. float -> bytes, float -> bool,
+        complex <-> real, anything -> datetime64).
+    """
+    if _string_like(src) or _string_like(dst):
+        if not (_string_like(src) and _string_like(dst)):
+            raise IncompatibleDataError(f"cannot cast {src} data to {dst}: no conversion between strings and numbers")
+        return
+    buf = np.zeros(1, np.dtype((np.void, max(src.itemsize, dst.itemsize))))
+    try:
+        h5t.convert(h5t.py_create(src), h5t.py_create(dst), 1, buf)
+    except (TypeError, ValueError) as exc:
+        raise IncompatibleDataError(f"cannot cast {src} data to {dst}: {exc}") from None
+
+
+def _numpy_cast(value: Any, dst: np.dtype) -> Any:
+    """``value`` cast by numpy, as versioned-hdf5 casts the fill value of unstored chunks."""
+    if value is None:  # variable-length strings: unstored points read as b""
+        value = b""
+    if is_vlen_string_dtype(dst):
+        return value if isinstance(value, bytes) else str(value).encode()
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return np.array(value).astype(dst)[()]
+
+
+def _target(base: h5py.Dataset, interrupted: bool, shapes: list, chunks, dtype, fillvalue, filters: dict) -> _Target:
+    """The new metadata: the arguments given, the rest from ``base`` (raw_data, or the interrupted run's)."""
+    base_dtype = base.dtype
+    if dtype is None:
+        new_dtype = base_dtype
+    else:
+        new_dtype = np.dtype(dtype)
+        if new_dtype.kind in "UT" or (new_dtype.kind == "O" and not is_vlen_string_dtype(new_dtype)):
+            raise IncompatibleDataError(f"dtype {new_dtype} cannot be stored; use h5py.string_dtype()")
+        if new_dtype.kind == "O" and h5py.check_string_dtype(new_dtype) is None:
+            new_dtype = h5py.string_dtype()
+    ndim = len(base.attrs["chunks"])
+    if chunks is None:
+        new_chunks = tuple(int(c) for c in base.attrs["chunks"])
+    else:
+        largest = tuple(max([s[d] for s in shapes] or [1]) for d in range(ndim))
+        new_chunks = normalize_chunks(chunks, largest, new_dtype)
+    old = Filters.of(base)
+    given = {k: v for k, v in filters.items() if v is not UNCHANGED}
+    if "compression" in given and "compression_opts" not in given:
+        given["compression_opts"] = old.compression_opts if given["compression"] == old.compression else None
+    if given.get("compression", old.compression) is None:
+        given["compression_opts"] = None
+    given = {k: (bool(v) if k in ("shuffle", "fletcher32") else v) for k, v in given.items()}
+    new_filters = dataclasses.replace(old, **given)
+    if fillvalue is None and interrupted and not is_vlen_string_dtype(base_dtype):
+        fillvalue = base.fillvalue  # finish the interrupted run
+    if is_vlen_string_dtype(new_dtype):
+        if not (fillvalue is None or (isinstance(fillvalue, (str, bytes, int)) and not fillvalue)):
+            raise IncompatibleDataError(
+                f"variable-length string datasets cannot have a fill value, got {fillvalue!r}"
+            )
+        new_fill = fillvalue = None
+    elif fillvalue is not None:
+        new_fill = np.asarray(fillvalue).astype(new_dtype) if _string_like(new_dtype) else fillvalue
+    elif is_vlen_string_dtype(base_dtype):
+        new_fill = None
+    else:
+        new_fill = _numpy_cast(base.fillvalue, new_dtype)  # as h5py's create_dataset
+    return _Target(new_dtype, new_chunks, new_fill, new_filters, fillvalue)
+
+
+def _same_metadata(raw: h5py.Dataset, t: _Target) -> bool:
+    chunks = tuple(int(c) for c in raw.attrs["chunks"])
+    if raw.dtype != t.dtype or chunks != t.chunks or Filters.of(raw) != t.filters:
+        return False
+    if is_vlen_string_dtype(raw.dtype):
+        return True
+    return np.asarray(raw.fillvalue, raw.dtype).tobytes() == np.asarray(t.fillvalue, raw.dtype).tobytes()
+
+
+class _Rewriter:
+    """Builds the new chunks of every version, once per distinct content (see module doc)."""
+
+    def __init__(self, h5file: h5py.Group, target: _Target, writer: ChunkWriter):
+        self.f, self.t, self.writer = h5file, target, writer
+        self.memo: dict[tuple, tuple[int, int] | None] = {}
+        self.chunks_read = 0
+        self._fill_cache: dict[str, Any] = {}
+
+    def _source_fill(self, src: h5py.Dataset) -> tuple[Any, Any, bool]:
+        """(old fill, old fill cast to the new dtype, replace points equal to the old fill).
+
+        ``src`` is the raw_data a version maps (or the version's dataset if not virtual).
+        """
+        if src.name not in self._fill_cache:
+            t = self.t
+            old = None if is_vlen_string_dtype(src.dtype) else src.fillvalue
+            cast = _numpy_cast(old, t.dtype)
+            replace = False
+            if t.given_fill is not None and old is not None and not is_vlen_string_dtype(t.dtype):
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    replace = bool(np.asarray(t.given_fill != old))
+            self._fill_cache[src.name] = (old, cast, replace)
+        return self._fill_cache[src.name]
+
+    def version(self, vds: h5py.Dataset) -> tuple[np.ndarray, np.ndarray]:
+        """Write the new chunks of one version; return its stored chunks (flat index, first row)."""
+        shape, t = vds.shape, self.t
+        src = self.f[vds.attrs["raw_data"]] if vds.is_virtual else vds
+        src_name = src.name
+        src_chunks = tuple(int(c) for c in vds.attrs["chunks"])
+        old_grid = chunk_grid_shape(shape, src_chunks)
+        row_of = np.full(math.prod(old_grid), -1, np.int64)
+        flat, starts = read_chunk_map(vds, src_chunks, src.name)
+        row_of[flat] = starts.astype(np.int64)
+        same = src_chunks == t.chunks
+        out: dict[int, tuple[int, int]] = {}
+        pending: list = []
+        nbytes = math.prod(t.chunks) * max(t.dtype.itemsize, 8)
+        for flat_new, index in enumerate(np.ndindex(*chunk_grid_shape(shape, t.chunks))):
+            region = chunk_slices(index, shape, t.chunks)
+            extent = tuple(r.stop - r.start for r in region)
+            if same:
+                olds = [flat_new]
+                key = (src_name, extent, int(row_of[flat_new]))
+            else:
+                ranges = [range(r.start // c, -(-r.stop // c)) for r, c in zip(region, src_chunks)]
+                olds = [int(np.ravel_multi_index(i, old_grid)) for i in itertools.product(*ranges)]
+                key = (src_name, index, extent, tuple(int(row_of[o]) for o in olds))
+            if key in self.memo:
+                if self.memo[key] is not None:
+                    out[flat_new] = self.memo[key]
+                continue
+            pending.append((flat_new, index, region, olds, key))
+            if len(pending) * nbytes >= BATCH_BYTES:
+                self._batch(src, src_chunks, old_grid, row_of, pending, out)
+                pending = []
+        if pending:
+            self._batch(src, src_chunks, old_grid, row_of, pending, out)
+        flat = np.fromiter(sorted(out), np.int64, len(out))
+        return flat, np.array([out[i][0] for i in flat.tolist()], np.int64)
+
+    def _batch(self, src, src_chunks, old_grid, row_of, pending, out) -> None:
+        t = self.t
+        c0 = t.chunks[0]
+        buf = np.empty((len(pending) * c0, *t.chunks[1:]), dtype=t.dtype)
+        old_fill, fill_cast, replace = self._source_fill(src)
+        s_start, d_start, count = [], [], []
+        for k, (_, _, region, olds, _) in enumerate(pending):
+            for o in olds:
+                idx = np.unravel_index(o, old_grid)
+                lo = [max(r.start, i * c) for r, i, c in zip(region, idx, src_chunks)]
+                hi = [min(r.stop, (i + 1) * c) for r, i, c in zip(region, idx, src_chunks)]
+                dst = [k * c0 + lo[0] - region[0].start] + [a - r.start for a, r in zip(lo[1:], region[1:])]
+                cnt = [b - a for a, b in zip(lo, hi)]
+                if row_of[o] >= 0:
+                    s_start.append([int(row_of[o]) + lo[0] - idx[0] * src_chunks[0]]
+                                   + [a - i * c for a, i, c in zip(lo[1:], idx[1:], src_chunks[1:])])
+                    d_start.append(dst)
+                    count.append(cnt)
+                else:
+                    buf[tuple(slice(a, a + n) for a, n in zip(dst, cnt))] = fill_cast
+        if count:
+            read_many_slices(src, buf, np.array(s_start), np.array(d_start), np.array(count))
+            self.chunks_read += len(count)
+        for k, (flat_new, index, region, _, key) in enumerate(pending):
+            chunk = buf[(slice(k * c0, k * c0 + region[0].stop - region[0].start),)
+                        + tuple(slice(0, r.stop - r.start) for r in region[1:])]
+            if replace:
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    chunk[chunk == old_fill] = t.given_fill
+            rows = self.memo[key] = self.writer.add(index, chunk)
+            if rows is not None:
+                out[flat_new] = rows
+
+
+def _swap_all(h5file, scratch: Scratch, new: dict[str, str], name: str) -> list:
+    """Relink plans to swap each version's dataset ``name`` for ``new[version]`` (scratch names)."""
+    versions = h5file[VERSION_DATA][VERSIONS]
+    swaps = []
+    for version, sname in new.items():
+        parent, _, member = f"{versions.name}/{version}/{name}".rpartition("/")
+        swaps.append((parent, {member: sname}, relink_plan(h5file, parent, [member], scratch)))
+    return swaps
+
+
+def modify_metadata(
+    f,
+    dataset_name: str,
+    *,
+    chunks=None,
+    compression=UNCHANGED,
+    compression_opts=UNCHANGED,
+    dtype=None,
+    fillvalue=None,
+    shuffle=UNCHANGED,
+    fletcher32=UNCHANGED,
+    scaleoffset=UNCHANGED,
+) -> ModifyReport:
+    """Change the chunks, dtype, fill value or filters of a dataset in every version.
+
+    Parameters
+    ----------
+    f : VersionedHDF5File or h5py.File
+        The file, open writable.
+    dataset_name : str
+        The dataset's path in the versions (``"x"``, ``"grp/y"``).
+    chunks : tuple of int, int or True, optional
+        New chunk shape, in points (one int per axis; an int for 1-d).
+    compression, compression_opts, shuffle, fletcher32, scaleoffset : optional
+        HDF5 filters as for ``h5py.Group.create_dataset``. Omitted: unchanged;
+        ``compression=None``: uncompressed (versioned-hdf5's convention).
+    dtype : numpy dtype, optional
+        New dtype; data is cast by HDF5's conversion (see the module docstring).
+        ``h5py.string_dtype()`` (or ``object``) for variable-length strings.
+    fillvalue : scalar, optional
+        New fill value; points equal to the old one become it (versioned-hdf5 2.6).
+
+    Returns
+    -------
+    ModifyReport
+        The versions rewritten and the stored chunks before and after.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        No versioned dataset ``dataset_name`` (a ``KeyError``, as versioned-hdf5).
+    IncompatibleDataError
+        A cast HDF5 cannot do (numbers <-> strings, float -> bool, complex <-> real),
+        chunks of the wrong number of axes or not positive, a fill value for
+        variable-length strings. Raised before anything is written.
+    UnsupportedError
+        ``chunks=False``.
+    ReadOnlyError
+        The file is open read-only.
+    """
+    h5file, _ = _open(f)
+    Scratch.recover(h5file)
+    name = str(dataset_name).strip("/")
+    paths = dataset_paths(h5file)
+    if name not in paths:
+        shown = ", ".join(map(repr, paths)) or "none"
+        raise DatasetNotFoundError(f"no versioned dataset {dataset_name!r} in this file; datasets: {shown}")
+    versions = h5file[VERSION_DATA][VERSIONS]
+    group = h5file[VERSION_DATA][name]
+    # Version datasets are opened one at a time: an open virtual dataset holds its mappings.
+    holders, shapes, sources = [], [], set()
+    for version in versions:
+        vds = version_dataset(versions, version, name) if version != FIRST_VERSION else None
+        if vds is not None:
+            holders.append(version)
+            shapes.append(vds.shape)
+            if vds.is_virtual:
+                sources.add(h5file[vds.attrs["raw_data"]].name)
+            del vds
+    leftovers = _leftovers(group, sources)
+    base = group[leftovers[-1]]["raw_data"] if leftovers else group["raw_data"]
+    filters = dict(compression=compression, compression_opts=compression_opts, shuffle=shuffle,
+                   fletcher32=fletcher32, scaleoffset=scaleoffset)
+    t = _target(base, bool(leftovers), shapes, chunks, dtype, fillvalue, filters)
+    for src in sources | {base.name}:
+        _check_cast(h5file[src].dtype, t.dtype)
+    before = int(group["hash_table"].attrs.get("largest_index", 0))
+    if not leftovers and _same_metadata(group["raw_data"], t):
+        return ModifyReport(name, [], before, before)
+
+    # A: new raw_data, its hash table, every version's data, virtual datasets onto it.
+    scratch = Scratch(h5file)
+    taken = [int(k[len(NEW_PREFIX):]) for k in group if k.startswith(NEW_PREFIX)]
+    new_group = group.create_group(f"{NEW_PREFIX}{max(taken, default=-1) + 1}")
+    new_raw = create_raw_data(new_group, t.dtype, t.chunks, t.fillvalue, t.filters)
+    table_slot = scratch.reserve(f"{group.name}/hash_table")
+    writer = ChunkWriter(new_raw, HashTable.create(scratch.group.create_group("tables")))
+    writer.max_queued_bytes = BATCH_BYTES
+    rewriter = _Rewriter(h5file, t, writer)
+    maps, budget, first = {}, MAP_CACHE_BYTES, {}
+    for version in holders:
+        vds = versions[version][name]
+        flat, starts = rewriter.version(vds)
+        writer.flush()  # raw_data covers every row the virtual dataset maps
+        writer.stats.chunk_rows.clear()  # per-commit bookkeeping, unused here
+        sname = first[version] = scratch.reserve(vds.name)
+        created = create_virtual_dataset(scratch.group, sname, new_raw, vds.shape, t.chunks,
+                                         chunk_rows(vds.shape, t.chunks, flat, starts))
+        copy_attrs(vds, created, skip=("raw_data", "chunks"))
+        if budget >= flat.nbytes + starts.nbytes:
+            budget -= flat.nbytes + starts.nbytes
+            maps[version] = (flat, starts)
+    writer.flush()
+    h5file.move(writer.hash_table.dataset.name, f"{scratch.path}/{table_slot}")
+    swaps = _swap_all(h5file, scratch, first, name)
+    scratch.write_journal()
+    _barrier(h5file, "written")
+
+    # B: versions onto the new raw_data (through its scratch name).
+    for parent, new, relink in swaps:
+        scratch.replace_members(parent, new, relink)
+    _barrier(h5file, "switched")
+
+    # C: raw_data is the new dataset; its hash table moves in.
+    del group["raw_data"]
+    group["raw_data"] = new_raw
+    scratch.move_in(table_slot, f"{group.name}/hash_table")
+    _barrier(h5file, "linked")
+
+    # D: virtual datasets mapping raw_data by its own name.
+    raw = group["raw_data"]
+    second = {}
+    for version in holders:
+        current = versions[version][name]
+        flat, starts = maps.pop(version, None) or read_chunk_map(current, t.chunks, new_raw.name)
+        sname = second[version] = scratch.reserve(current.name)
+        created = create_virtual_dataset(scratch.group, sname, raw, current.shape, t.chunks,
+                                         chunk_rows(current.shape, t.chunks, flat, starts))
+        copy_attrs(current, created, skip=("raw_data", "chunks"))
+    swaps = _swap_all(h5file, scratch, second, name)
+    scratch.write_journal()
+    _barrier(h5file, "rebuilt")
+
+    # E: versions onto raw_data; F: clean up.
+    for parent, new, relink in swaps:
+        scratch.replace_members(parent, new, relink)
+    _barrier(h5file, "relinked")
+    for k in [k for k in group if k.startswith(NEW_PREFIX)]:
+        del group[k]
+    scratch.remove()
+    _barrier(h5file, "done")
+    after = int(group["hash_table"].attrs["largest_index"])
+    return ModifyReport(name, holders, before, after, rewriter.chunks_read)
+
+
+def _leftovers(group: h5py.Group, sources: set[str]) -> list[str]:
+    """New raw_data groups left by an interrupted run that versions still map, oldest first.
+
+    Those no version maps are deleted; ``raw_data`` is relinked if the run died between
+    unlinking it and linking the new one (step C).
+    """
+    found = sorted((k for k in group if k.startswith(NEW_PREFIX)), key=lambda k: int(k[len(NEW_PREFIX):]))
+    if found and "raw_data" not in group:
+        group["raw_data"] = group[found[-1]]["raw_data"]
+    mapped = [k for k in found if f"{group.name}/{k}/raw_data" in sources]
+    for k in found:
+        if k not in mapped:
+            del group[k]
+    if found:
+        _barrier(group, "recovered")
+    return mapped
