@@ -115,11 +115,14 @@ def commit_version(
 def _commit_dataset(f: h5py.File, version_group: h5py.Group, path: str, ds: StagedDatasetBase) -> WriteStats:
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
+    _drop_object_references(ds.attrs)
     if _is_carried(path, ds):
         copy_virtual_dataset(ds.source, parent, last, None)
         ds.attrs.write_to(parent[last])
         return WriteStats()
     data = ds._loaded()
+    if hasattr(data, "iter_hashed_chunks"):
+        return _commit_streamed(f, parent, last, path, ds, data)
     if data.dtype.kind == "T":
         data = data.astype(object)
     raw_data, hash_table = _raw_data_for(f, path, ds, data.dtype)
@@ -130,6 +133,84 @@ def _commit_dataset(f: h5py.File, version_group: h5py.Group, path: str, ds: Stag
     writer.flush()
     chunk_rows = sorted(writer.stats.chunk_rows)
     vds = create_virtual_dataset(parent, last, raw_data, data.shape, writer.chunks, chunk_rows)
+    ds.attrs.write_to(vds)
+    return writer.stats
+
+
+def _holds_object_references(value) -> bool:
+    """True for an attribute value holding HDF5 object or region references."""
+    if isinstance(value, (h5py.Reference, h5py.RegionReference)):
+        return True
+    if not isinstance(value, np.ndarray):
+        return False
+    if value.dtype.names:
+        return any(_holds_object_references(value[field]) for field in value.dtype.names)
+    return value.dtype.kind == "O" and any(_holds_object_references(v) for v in value.flat)
+
+
+def _drop_object_references(attrs) -> None:
+    """Drop attributes holding object references (e.g. dimension scales' ``DIMENSION_LIST``).
+
+    A reference read from the previous version addresses an object of that
+    version's group: written on the new version it would point into the old
+    one. The xarray writer rebuilds netCDF-4 dimension scales after its commits
+    (``xr.dimscales.attach_dimension_scales``).
+    """
+    for key in [k for k in attrs if k in ("DIMENSION_LIST", "REFERENCE_LIST") or _holds_object_references(attrs[k])]:
+        del attrs[key]
+
+
+# -- lazy data (dask), streamed chunk by chunk ---------------------------------
+#
+# A staged dataset may hold, instead of a numpy array, a *chunk source*: an object
+# with ``shape``, ``dtype`` and ``iter_hashed_chunks(chunks, fillvalue)`` yielding
+# ``(chunk_index, chunk, digest)`` for every chunk of the grid ``chunks`` (in points),
+# once each, in any order: ``chunk`` the edge-trimmed points (None when every point is
+# the fill value, which is then not stored), ``digest`` its ``chunk_hash`` (None: hash
+# it here). The xarray writer stages dask arrays so (``xr.streaming.DaskChunkSource``),
+# computing and hashing chunks on dask workers; only this process writes raw_data.
+
+
+class _HashedChunkWriter(ChunkWriter):
+    """A ChunkWriter that takes chunks already hashed (by dask workers)."""
+
+    #: Smaller than ChunkWriter's: the write slab is a second copy of the queue.
+    max_queued_bytes = 16 * 1024 * 1024
+
+    def add_hashed(self, index: tuple[int, ...], chunk: np.ndarray | None, digest: bytes | None) -> None:
+        if chunk is None:
+            self.stats.fill_chunks += 1
+            return
+        if digest is None:
+            self.add(index, chunk)
+            return
+        found = self.hash_table.lookup(digest)
+        if found is not None:
+            self.stats.reused_chunks += 1
+            rows = found
+        else:  # as ChunkWriter.add, without hashing again
+            start = self._next_row
+            rows = (start, start + chunk.shape[0])
+            self._next_row += self.chunks[0]
+            self.hash_table.add(digest, *rows)
+            self._queue.append((start, chunk))
+            self._queued_bytes += chunk.nbytes
+            self.stats.new_chunks += 1
+            self.stats.new_bytes += chunk.nbytes
+            if self._queued_bytes >= self.max_queued_bytes:
+                self._write_queue()
+        self.stats.chunk_rows.append((index, *rows))
+
+
+def _commit_streamed(f, parent, last, path, ds, source) -> WriteStats:
+    """Commit a chunk source: at most a batch of chunks and the write queue in memory."""
+    raw_data, hash_table = _raw_data_for(f, path, ds, np.dtype(source.dtype))
+    writer = _HashedChunkWriter(raw_data, hash_table)
+    for index, chunk, digest in source.iter_hashed_chunks(writer.chunks, writer.fillvalue):
+        writer.add_hashed(index, chunk, digest)
+    writer.flush()
+    chunk_rows = sorted(writer.stats.chunk_rows)
+    vds = create_virtual_dataset(parent, last, raw_data, tuple(source.shape), writer.chunks, chunk_rows)
     ds.attrs.write_to(vds)
     return writer.stats
 

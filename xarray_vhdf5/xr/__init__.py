@@ -1,17 +1,27 @@
 """xarray integration: the ``vhdf5`` read engine, the writer and the ``.vhdf5`` accessor."""
 
 from . import accessor  # registers the .vhdf5 accessor (xarray's extension API)
-from .accessor import VHDF5DatasetAccessor
+from .accessor import VHDF5DatasetAccessor, VHDF5DataTreeAccessor, version_log_frame
 from .array import VersionedBackendArray
+from .datatree import open_datatree, open_groups_as_dict
+from .diff import diff_versions
+from .dimscales import attach_dimension_scales
 from .engine import VHDF5BackendEntrypoint, open_version_group
-from .writer import commit_dataset, next_version_name
+from .writer import commit_dataset, commit_datatree, next_version_name
 
 __all__ = [
     "VHDF5BackendEntrypoint",
+    "VHDF5DataTreeAccessor",
     "VHDF5DatasetAccessor",
     "VersionedBackendArray",
     "accessor",
+    "attach_dimension_scales",
     "commit_dataset",
+    "commit_datatree",
+    "diff_versions",
     "next_version_name",
+    "open_datatree",
+    "open_groups_as_dict",
     "open_version_group",
+    "version_log_frame",
 ]

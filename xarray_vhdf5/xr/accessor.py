@@ -1,19 +1,66 @@
-"""The ``.vhdf5`` accessor on xarray Datasets.
+"""The ``.vhdf5`` accessors on xarray Datasets and DataTrees.
 
 Registered through xarray's public extension API
-(:func:`xarray.register_dataset_accessor`) when ``xarray_vhdf5`` is imported,
-and when the ``vhdf5`` engine opens a file.
+(:func:`xarray.register_dataset_accessor`, :func:`xarray.register_datatree_accessor`)
+when ``xarray_vhdf5`` is imported, and when the ``vhdf5`` engine opens a file.
 """
 
 from __future__ import annotations
 
 import os
 
+import h5py
+import pandas as pd
 import xarray as xr
 
-from .writer import commit_dataset
+from .writer import commit_dataset, commit_datatree
 
-__all__ = ["VHDF5DatasetAccessor"]
+__all__ = ["VHDF5DataTreeAccessor", "VHDF5DatasetAccessor", "version_log_frame"]
+
+
+def version_log_frame(path: str | os.PathLike) -> pd.DataFrame:
+    """The version log of the file at ``path`` as a DataFrame, oldest version first.
+
+    Built from :func:`xarray_vhdf5.versions.history.version_log` (the virtual
+    dataset mappings only: no chunk data is read).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index ``name`` (the version); columns ``timestamp`` (UTC,
+        ``datetime64[ns, UTC]``), ``parent`` (str), ``message`` (str or None),
+        ``changed`` (tuple of dataset paths whose mapping changed from the
+        parent; netCDF-4 phony dimension scales left out), ``new_chunks``
+        (int, chunks appended to raw_data) and ``new_bytes`` (int,
+        uncompressed bytes of those chunks).
+
+    Raises
+    ------
+    NotVersionedError
+        The file has no version history.
+    """
+    from ..versions.history import version_log
+    from ..versions.registry import VersionRegistry
+    from .names import is_netcdf_dimension_only
+
+    with h5py.File(os.fspath(path), "r") as f:
+        entries = version_log(f)
+        groups = VersionRegistry(f).group
+        rows = []
+        for e in entries:
+            version = groups[e.name]
+            changed = tuple(
+                p for p in e.changed
+                if not (p in version and isinstance(version[p], h5py.Dataset) and is_netcdf_dimension_only(version[p]))
+            )
+            rows.append((e.name, e.timestamp, e.parent, e.message, changed, e.new_chunks, e.new_bytes))
+    frame = pd.DataFrame.from_records(
+        rows, columns=["name", "timestamp", "parent", "message", "changed", "new_chunks", "new_bytes"]
+    )
+    frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
+    frame["new_chunks"] = frame["new_chunks"].astype("int64")
+    frame["new_bytes"] = frame["new_bytes"].astype("int64")
+    return frame.set_index("name")
 
 
 @xr.register_dataset_accessor("vhdf5")
@@ -33,6 +80,60 @@ class VHDF5DatasetAccessor:
         """Path of the file this Dataset was opened from, if any."""
         return self._ds.encoding.get("source")
 
+    def _opened(self, what: str) -> str:
+        source = self.source
+        if source is None or self.version is None:
+            raise ValueError(
+                f"ds.vhdf5.{what} needs a Dataset opened with xr.open_dataset(path, engine='vhdf5') "
+                "(it reads encoding['source'] and encoding['vhdf5_version'])"
+            )
+        return source
+
+    @property
+    def versions(self) -> pd.DataFrame:
+        """The version log of the file this Dataset was opened from (see :func:`version_log_frame`).
+
+        Raises
+        ------
+        ValueError
+            The Dataset was not opened with ``engine="vhdf5"`` from a path.
+        """
+        return version_log_frame(self._opened("versions"))
+
+    def diff(self, other, *, decode_times: bool = True) -> xr.Dataset:
+        """What changed from version ``other`` to this Dataset's version, in its group.
+
+        Like ``git diff other``: ``other`` is the base (A), this Dataset's
+        version (``encoding["vhdf5_version"]``) is B. Only chunks whose
+        mappings differ are read.
+
+        Parameters
+        ----------
+        other : str, int, datetime or None
+            The base version (a name, ``-n``, a timestamp...).
+        decode_times : bool
+            Decode CF times before subtracting (default True).
+
+        Returns
+        -------
+        xarray.Dataset
+            ``<var>_diff`` (B - A at changed points, NaN elsewhere) and
+            ``<var>_changes`` (changed points per chunk) per added or modified
+            variable; see :mod:`xarray_vhdf5.xr.diff`.
+
+        Raises
+        ------
+        ValueError
+            The Dataset was not opened with ``engine="vhdf5"`` from a path.
+        VersionNotFoundError
+            No version ``other``.
+        """
+        from .diff import diff_versions
+
+        source = self._opened("diff")
+        group = self._ds.encoding.get("vhdf5_group")
+        return diff_versions(source, other, self.version, group=group, decode_times=decode_times)
+
     def commit(
         self,
         version: str | None = None,
@@ -43,6 +144,8 @@ class VHDF5DatasetAccessor:
         message: str | None = None,
         timestamp=None,
         make_current: bool = True,
+        progress: bool | None = None,
+        max_bytes: int | None = None,
     ) -> str:
         """Commit this Dataset as a new version of the file at ``path``.
 
@@ -53,7 +156,7 @@ class VHDF5DatasetAccessor:
             :func:`~xarray_vhdf5.xr.writer.next_version_name`).
         path : str or os.PathLike
             The versioned HDF5 file (created if missing).
-        group, prev_version, message, timestamp, make_current
+        group, prev_version, message, timestamp, make_current, progress, max_bytes
             See :func:`~xarray_vhdf5.xr.writer.commit_dataset`.
 
         Returns
@@ -72,5 +175,59 @@ class VHDF5DatasetAccessor:
             raise TypeError("commit() needs path=: the versioned HDF5 file to commit into")
         return commit_dataset(
             self._ds, path, version, group=group, prev_version=prev_version,
-            message=message, timestamp=timestamp, make_current=make_current,
+            message=message, timestamp=timestamp, make_current=make_current, progress=progress,
+            **({} if max_bytes is None else {"max_bytes": max_bytes}),
+        )
+
+
+@xr.register_datatree_accessor("vhdf5")
+class VHDF5DataTreeAccessor:
+    """Versioning operations on a DataTree: ``dt.vhdf5.commit(...)``."""
+
+    def __init__(self, tree: xr.DataTree):
+        self._tree = tree
+
+    @property
+    def version(self) -> str | None:
+        """The version this tree was opened from (None if not opened with engine="vhdf5")."""
+        return self._tree.encoding.get("vhdf5_version")
+
+    def commit(
+        self,
+        version: str | None = None,
+        path: str | os.PathLike | None = None,
+        *,
+        group: str | None = None,
+        prev_version: str | None = None,
+        message: str | None = None,
+        timestamp=None,
+        make_current: bool = True,
+        progress: bool | None = None,
+        max_bytes: int | None = None,
+    ) -> str:
+        """Commit the whole tree as one new version of the file at ``path``.
+
+        Parameters
+        ----------
+        version, path, group, prev_version, message, timestamp, make_current, progress, max_bytes
+            See :func:`~xarray_vhdf5.xr.writer.commit_datatree`.
+
+        Returns
+        -------
+        str
+            The new version's name.
+
+        Raises
+        ------
+        TypeError
+            No ``path`` given.
+        VersionExistsError, IncompatibleDataError, NotVersionedError
+            See :func:`~xarray_vhdf5.xr.writer.commit_datatree`.
+        """
+        if path is None:
+            raise TypeError("commit() needs path=: the versioned HDF5 file to commit into")
+        return commit_datatree(
+            self._tree, path, version, group=group, prev_version=prev_version,
+            message=message, timestamp=timestamp, make_current=make_current, progress=progress,
+            **({} if max_bytes is None else {"max_bytes": max_bytes}),
         )

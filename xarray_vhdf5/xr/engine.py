@@ -9,6 +9,7 @@ CF decoding to :func:`xarray.conventions.decode_cf_variables`, so
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,22 +22,44 @@ from xarray.core import indexing
 from ..backend.layout import version_path as root_path
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
 from .array import VersionedBackendArray
-from .names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, HIDDEN_VARIABLE_ATTRS, phony_dims
+from .names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 
-__all__ = ["VHDF5BackendEntrypoint", "open_version_group"]
+__all__ = ["VHDF5BackendEntrypoint", "close_read_handles", "group_dataset", "open_version_group"]
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 
+#: The managers this process opened, by real path (see :func:`close_read_handles`).
+_MANAGERS: dict[str, weakref.WeakSet] = {}
+
+
 def _open_file(filename_or_obj) -> CachingFileManager:
     if isinstance(filename_or_obj, (str, os.PathLike)):
-        return CachingFileManager(h5py.File, os.fspath(filename_or_obj), mode="r")
+        path = os.fspath(filename_or_obj)
+        manager = CachingFileManager(h5py.File, path, mode="r")
+        _MANAGERS.setdefault(os.path.realpath(path), weakref.WeakSet()).add(manager)
+        return manager
     if hasattr(filename_or_obj, "read") and hasattr(filename_or_obj, "seek"):
         # File-like objects (h5py's fileobj driver); not picklable for dask workers.
         return CachingFileManager(h5py.File, filename_or_obj, mode="r")
     raise TypeError(
         f"engine='vhdf5' opens a path or a binary file object, got {type(filename_or_obj).__name__}"
     )
+
+
+def close_read_handles(path: str | os.PathLike) -> None:
+    """Close the read-only handles this engine holds on ``path`` in this process.
+
+    libhdf5 cannot open a file for writing while the same process has it open
+    read-only, so the writer calls this before committing into a file that
+    lazily opened Datasets read from. Their arrays stay usable: the
+    ``CachingFileManager`` reopens the file on the next read (read-only
+    opens are allowed while the writer has it open). Handles held by other
+    processes (dask workers) are not affected: libhdf5's file locking then
+    refuses the writer.
+    """
+    for manager in list(_MANAGERS.get(os.path.realpath(os.fspath(path)), ())):
+        manager.close()
 
 
 def open_version_group(f: h5py.File, version: VersionKey, group: str | None) -> tuple[str, h5py.Group]:
@@ -69,7 +92,7 @@ def _groups(root: h5py.Group) -> list[str]:
 
 
 def _variable(manager, ds: h5py.Dataset, dims_by_size: dict) -> xr.Variable:
-    attrs = {k: v for k, v in ds.attrs.items() if k not in HIDDEN_VARIABLE_ATTRS}
+    attrs = visible_attrs(ds.attrs)
     dims = ds.attrs.get(DIMENSIONS_ATTR)
     if dims is None:
         dims = phony_dims(ds.shape, dims_by_size)
@@ -95,14 +118,73 @@ def _variable(manager, ds: h5py.Dataset, dims_by_size: dict) -> xr.Variable:
     return xr.Variable(dims, data, attrs, encoding)
 
 
+def _source(filename_or_obj) -> str | None:
+    return os.fspath(filename_or_obj) if isinstance(filename_or_obj, (str, os.PathLike)) else None
+
+
+def group_dataset(
+    manager,
+    version: str,
+    grp: h5py.Group,
+    source: str | None,
+    drop_variables: str | Iterable[str] | None,
+    decoders: dict[str, Any],
+) -> xr.Dataset:
+    """The lazy, CF-decoded Dataset of one group of a version (no close callback set).
+
+    Parameters
+    ----------
+    manager : xarray.backends.CachingFileManager
+        Opens the file; the variables keep it (they pickle with it).
+    version : str
+        The resolved version name.
+    grp : h5py.Group
+        The version group or one of its subgroups.
+    source : str or None
+        Path of the file, stored in ``encoding["source"]``.
+    drop_variables : str or iterable of str, optional
+        Variables not to open.
+    decoders : dict
+        ``mask_and_scale``, ``decode_times``, ... for
+        :func:`xarray.conventions.decode_cf_variables`.
+
+    Notes
+    -----
+    netCDF-4 phony dimension scales (see :mod:`~xarray_vhdf5.xr.dimscales`) are
+    not variables and are skipped; dimensions come from ``_ARRAY_DIMENSIONS``.
+    """
+    dims_by_size: dict = {}
+    variables = {
+        key: _variable(manager, item, dims_by_size)
+        for key, item in grp.items()
+        if isinstance(item, h5py.Dataset) and not is_netcdf_dimension_only(item)
+    }
+    at_root = grp.name == root_path(version)
+    attrs = {k: v for k, v in grp.attrs.items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}
+    if drop_variables is not None:
+        drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables)
+        variables = {k: v for k, v in variables.items() if k not in drop}
+    variables, attrs, coord_names = xr.conventions.decode_cf_variables(variables, attrs, **decoders)
+    ds = xr.Dataset(variables, attrs=attrs)
+    ds = ds.set_coords(coord_names.intersection(variables))
+    ds.encoding.update(
+        source=source,
+        vhdf5_version=version,
+        vhdf5_group=grp.name[len(root_path(version)) :] or "/",
+    )
+    return ds
+
+
 class VHDF5BackendEntrypoint(BackendEntrypoint):
     """Open one version of a versioned HDF5 file (versioned-hdf5 format) as a Dataset.
 
-    Use through ``xr.open_dataset(path, engine="vhdf5", version=..., group=...)``.
+    Use through ``xr.open_dataset(path, engine="vhdf5", version=..., group=...)``;
+    ``xr.open_datatree`` and ``xr.open_groups`` open a version's whole group tree.
     """
 
     description = "Open any version of a versioned HDF5 (versioned-hdf5 format) file"
     url = "https://github.com/xarray-vhdf5/xarray_vhdf5"
+    supports_groups = True  # open_datatree / open_groups_as_dict
     open_dataset_parameters = (
         "filename_or_obj",
         "drop_variables",
@@ -161,42 +243,79 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             No such group in that version.
         """
         manager = _open_file(filename_or_obj)
+        decoders = dict(
+            mask_and_scale=mask_and_scale,
+            decode_times=decode_times,
+            concat_characters=concat_characters,
+            decode_coords=decode_coords,
+            use_cftime=use_cftime,
+            decode_timedelta=decode_timedelta,
+        )
         try:
             f = manager.acquire()
             name, grp = open_version_group(f, version, group)
-            dims_by_size: dict = {}
-            variables = {
-                key: _variable(manager, item, dims_by_size)
-                for key, item in grp.items()
-                if isinstance(item, h5py.Dataset)
-            }
-            at_root = grp.name == root_path(name)
-            attrs = {k: v for k, v in grp.attrs.items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}
-            if drop_variables is not None:
-                drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables)
-                variables = {k: v for k, v in variables.items() if k not in drop}
-            variables, attrs, coord_names = xr.conventions.decode_cf_variables(
-                variables,
-                attrs,
-                mask_and_scale=mask_and_scale,
-                decode_times=decode_times,
-                concat_characters=concat_characters,
-                decode_coords=decode_coords,
-                use_cftime=use_cftime,
-                decode_timedelta=decode_timedelta,
-            )
+            ds = group_dataset(manager, name, grp, _source(filename_or_obj), drop_variables, decoders)
         except BaseException:
             manager.close()
             raise
-        ds = xr.Dataset(variables, attrs=attrs)
-        ds = ds.set_coords(coord_names.intersection(variables))
         ds.set_close(manager.close)
-        ds.encoding.update(
-            source=os.fspath(filename_or_obj) if isinstance(filename_or_obj, (str, os.PathLike)) else None,
-            vhdf5_version=name,
-            vhdf5_group=grp.name[len(root_path(name)) :] or "/",
-        )
         return ds
+
+    def open_groups_as_dict(
+        self,
+        filename_or_obj,
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        mask_and_scale=True,
+        decode_times=True,
+        concat_characters=True,
+        decode_coords=True,
+        use_cftime=None,
+        decode_timedelta=None,
+        version: VersionKey = None,
+        group: str | None = None,
+    ) -> dict[str, xr.Dataset]:
+        """Open every group of ``version`` (below ``group``) as ``{"/path": Dataset}``.
+
+        Used by ``xr.open_groups(path, engine="vhdf5", version=...)``; see
+        :func:`xarray_vhdf5.xr.datatree.open_groups_as_dict`.
+        """
+        from .datatree import open_groups_as_dict
+
+        return open_groups_as_dict(
+            filename_or_obj, version=version, group=group, drop_variables=drop_variables,
+            mask_and_scale=mask_and_scale, decode_times=decode_times,
+            concat_characters=concat_characters, decode_coords=decode_coords,
+            use_cftime=use_cftime, decode_timedelta=decode_timedelta,
+        )
+
+    def open_datatree(
+        self,
+        filename_or_obj,
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        mask_and_scale=True,
+        decode_times=True,
+        concat_characters=True,
+        decode_coords=True,
+        use_cftime=None,
+        decode_timedelta=None,
+        version: VersionKey = None,
+        group: str | None = None,
+    ) -> xr.DataTree:
+        """Open ``version``'s group tree (from ``group``, default its root) as a DataTree.
+
+        Used by ``xr.open_datatree(path, engine="vhdf5", version=...)``; see
+        :func:`xarray_vhdf5.xr.datatree.open_datatree`.
+        """
+        from .datatree import open_datatree
+
+        return open_datatree(
+            filename_or_obj, version=version, group=group, drop_variables=drop_variables,
+            mask_and_scale=mask_and_scale, decode_times=decode_times,
+            concat_characters=concat_characters, decode_coords=decode_coords,
+            use_cftime=use_cftime, decode_timedelta=decode_timedelta,
+        )
 
     def guess_can_open(self, filename_or_obj) -> bool:
         """True for an HDF5 file that holds a ``_version_data/versions`` group."""

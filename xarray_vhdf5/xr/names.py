@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-__all__ = ["DIMENSIONS_ATTR", "HIDDEN_VARIABLE_ATTRS", "HIDDEN_GROUP_ATTRS", "MESSAGE_ATTR", "phony_dims"]
+__all__ = [
+    "DIMENSIONS_ATTR",
+    "HIDDEN_GROUP_ATTRS",
+    "HIDDEN_VARIABLE_ATTRS",
+    "MESSAGE_ATTR",
+    "NETCDF_DIMENSION_ATTRS",
+    "NETCDF_NOT_A_VARIABLE",
+    "SCALAR_DIM",
+    "is_netcdf_dimension_only",
+    "phony_dims",
+    "visible_attrs",
+]
 
 #: Attribute listing a variable's dimension names (the convention zarr and xarray use).
 DIMENSIONS_ATTR = "_ARRAY_DIMENSIONS"
@@ -12,6 +23,55 @@ HIDDEN_VARIABLE_ATTRS = frozenset({DIMENSIONS_ATTR, "raw_data", "chunks"})
 MESSAGE_ATTR = "_vhdf5_message"
 #: Attributes of a version group that describe the version, not the Dataset.
 HIDDEN_GROUP_ATTRS = frozenset({"committed", "prev_version", "timestamp", MESSAGE_ATTR})
+
+# -- netCDF-4 bookkeeping (see ``dimscales``): written so that netCDF tools read a
+# version group, hidden from the Datasets this engine returns.
+
+#: Attributes of the HDF5 Dimension Scales API and of netCDF-4 on a version's datasets.
+#: ``CLASS`` and ``NAME`` are hidden only on a dimension scale (``CLASS == "DIMENSION_SCALE"``).
+NETCDF_DIMENSION_ATTRS = frozenset(
+    {"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid", "_Netcdf4Coordinates"}
+)
+#: ``NAME`` prefix of a dimension scale that is not a variable (netCDF-4's "phony" scale).
+NETCDF_NOT_A_VARIABLE = b"This is a netCDF dimension but not a netCDF variable."
+#: Dimension that netCDF tools see on scalar variables, which the format stores as one
+#: point (``_ARRAY_DIMENSIONS == []``, shape ``(1,)``); this engine shows them as 0-d.
+SCALAR_DIM = "_vhdf5_scalar"
+
+
+def _is_scale(attrs) -> bool:
+    value = attrs.get("CLASS")
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    return isinstance(value, str) and value == "DIMENSION_SCALE"
+
+
+def is_netcdf_dimension_only(ds) -> bool:
+    """True for a netCDF-4 dimension scale that is not a variable (an h5py dataset).
+
+    Such datasets only carry a dimension's length for netCDF tools; the engine
+    does not show them.
+    """
+    if not _is_scale(ds.attrs):
+        return False
+    name = ds.attrs.get("NAME", b"")
+    if isinstance(name, str):
+        name = name.encode()
+    return isinstance(name, bytes) and name.startswith(NETCDF_NOT_A_VARIABLE)
+
+
+def visible_attrs(attrs) -> dict:
+    """The user attributes of a version's dataset (an h5py ``AttributeManager``).
+
+    Drops the format's (``raw_data``, ``chunks``), xarray_vhdf5's
+    (``_ARRAY_DIMENSIONS``) and netCDF-4's bookkeeping attributes; the values
+    of hidden attributes are not read (object references are slow to read).
+    """
+    scale = _is_scale(attrs)
+    hidden = HIDDEN_VARIABLE_ATTRS | NETCDF_DIMENSION_ATTRS
+    if scale:
+        hidden = hidden | {"CLASS", "NAME"}
+    return {key: attrs[key] for key in attrs.keys() if key not in hidden}
 
 
 def phony_dims(shape: tuple[int, ...], dims_by_size: dict) -> tuple[str, ...]:

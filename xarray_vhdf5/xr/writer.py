@@ -17,6 +17,14 @@ The new version replaces the group's content: variables absent from the
 Dataset are absent from the version. Unchanged chunks are deduplicated by hash
 against every earlier version, so re-committing a mostly unchanged Dataset
 writes only the chunks that differ.
+
+dask-backed variables are not computed here: they are staged lazily and the
+commit streams them chunk by chunk in bounded memory, computing and hashing
+chunks on the dask workers (:mod:`~xarray_vhdf5.xr.streaming`).
+
+After the commit, the writer makes the version readable by netCDF tools
+(:func:`~xarray_vhdf5.xr.dimscales.attach_dimension_scales`).
+:func:`commit_datatree` commits a whole ``xr.DataTree`` as one version.
 """
 
 from __future__ import annotations
@@ -30,13 +38,17 @@ import numpy as np
 import xarray as xr
 
 from ..backend.chunks import guess_chunks_record
-from ..errors import IncompatibleDataError
+from ..backend.layout import version_path
+from ..errors import IncompatibleDataError, NotVersionedError
 from ..versions.file import VersionedHDF5File
 from ..versions.registry import is_versioned
 from ..wrappers.group import InMemoryGroup
+from .dimscales import attach_dimension_scales
+from .engine import close_read_handles
 from .names import DIMENSIONS_ATTR, MESSAGE_ATTR
+from .streaming import DEFAULT_MAX_BYTES, is_dask_array, stage_lazy_dataset
 
-__all__ = ["commit_dataset", "next_version_name", "variable_chunks"]
+__all__ = ["commit_dataset", "commit_datatree", "next_version_name", "variable_chunks", "write_variables"]
 
 _COMPRESSION_KEYS = ("compression", "compression_opts", "zlib", "complevel", "shuffle", "fletcher32")
 
@@ -108,8 +120,37 @@ def _stored_values(name: str, var: xr.Variable) -> np.ndarray:
     return values if var.ndim else values.reshape(1)
 
 
-def write_variables(group: InMemoryGroup, dataset: xr.Dataset) -> None:
-    """Replace the content of staged ``group`` by the CF-encoded ``dataset``."""
+def _streamable(var: xr.Variable) -> bool:
+    """True for a dask-backed variable the commit can stream (fixed-size dtype, not scalar)."""
+    return is_dask_array(var.data) and var.ndim > 0 and var.size > 0 and var.dtype.kind in "biufcSV"
+
+
+def write_variables(
+    group: InMemoryGroup,
+    dataset: xr.Dataset,
+    *,
+    progress: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> None:
+    """Replace the content of staged ``group`` by the CF-encoded ``dataset``.
+
+    Parameters
+    ----------
+    group : InMemoryGroup
+        A group of a staged version; its subgroups are kept.
+    dataset : xarray.Dataset
+        numpy- or dask-backed; dask variables are staged lazily (streamed at commit).
+    progress : bool or None
+        Progress bars while streaming dask variables; None: when stderr is a terminal.
+    max_bytes : int
+        Bytes computed per batch when streaming dask variables (see
+        :class:`~xarray_vhdf5.xr.streaming.DaskChunkSource`).
+
+    Raises
+    ------
+    IncompatibleDataError
+        A variable name with ``/``, objects other than str/bytes, or a dtype HDF5 cannot store.
+    """
     variables, attrs = xr.conventions.encode_dataset_coordinates(dataset)
     variables, attrs = xr.conventions.cf_encoder(variables, attrs)
     for name in list(group):
@@ -123,21 +164,30 @@ def write_variables(group: InMemoryGroup, dataset: xr.Dataset) -> None:
         name = str(name)
         if "/" in name:
             raise IncompatibleDataError(f"variable name {name!r} contains '/'")
-        values = _stored_values(name, var)
         var_attrs = dict(var.attrs)
         fill = var_attrs.get("_FillValue")
         if name in group:
             del group[name]
-        ds = group.create_dataset(
-            name,
-            data=values,
-            chunks=variable_chunks(name, var),
-            fillvalue=None if (fill is None or values.dtype.kind == "O") else np.asarray(fill, values.dtype)[()],
-            **_filters(var),
-        )
+        if _streamable(var):
+            values = var.data  # dask: computed chunk by chunk at commit
+            ds = stage_lazy_dataset(
+                group, name, values, max_bytes=max_bytes, progress=progress,
+                chunks=variable_chunks(name, var),
+                fillvalue=None if fill is None else np.asarray(fill, values.dtype)[()],
+                **_filters(var),
+            )
+        else:
+            values = _stored_values(name, var)
+            ds = group.create_dataset(
+                name,
+                data=values,
+                chunks=variable_chunks(name, var),
+                fillvalue=None if (fill is None or values.dtype.kind == "O") else np.asarray(fill, values.dtype)[()],
+                **_filters(var),
+            )
         # chunks from encoding are user choices; without them, an existing raw_data's win.
         ds.chunks_given = bool(var.encoding.get("chunks") or var.encoding.get("chunksizes"))
-        if values.dtype.kind == "O" and all(isinstance(v, str) for v in values.flat):
+        if values.dtype.kind == "O" and all(isinstance(v, str) for v in np.asarray(values).flat):
             ds._dtype = h5py.string_dtype("utf-8")
         for key, value in var_attrs.items():
             ds.attrs[key] = value
@@ -155,13 +205,18 @@ def commit_dataset(
     message: str | None = None,
     timestamp: _dt.datetime | np.datetime64 | None = None,
     make_current: bool = True,
+    progress: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> str:
     """Commit ``dataset`` as a new version of the file at ``path`` (created if missing).
 
     Parameters
     ----------
     dataset : xarray.Dataset
-        numpy- or dask-backed (dask variables are computed one at a time).
+        numpy- or dask-backed. dask variables are streamed: rechunked to the
+        HDF5 chunk grid and computed a batch of at most ``max_bytes`` at a
+        time; with a ``dask.distributed`` client, chunks are computed and
+        hashed on the workers and only this process writes the file.
     path : str or os.PathLike
         The versioned HDF5 file; created if it does not exist.
     version : str, optional
@@ -177,6 +232,11 @@ def commit_dataset(
         The version's timestamp (UTC), default now.
     make_current : bool
         Make it the current version (default True).
+    progress : bool or None
+        Progress bars while streaming dask variables; default: only when
+        stderr is a terminal.
+    max_bytes : int
+        Bytes of dask data computed per batch (default 64 MiB).
 
     Returns
     -------
@@ -193,11 +253,84 @@ def commit_dataset(
         A variable's dtype, chunks or fill value cannot be stored or differ from
         those fixed by its first version; nothing is committed.
     """
+
+    def write(target: InMemoryGroup) -> None:
+        write_variables(target, dataset, progress=progress, max_bytes=max_bytes)
+
+    return _commit(path, version, group, write, prev_version=prev_version, message=message,
+                   timestamp=timestamp, make_current=make_current)
+
+
+def commit_datatree(
+    tree: xr.DataTree,
+    path: str | os.PathLike,
+    version: str | None = None,
+    *,
+    group: str | None = None,
+    prev_version: str | None = None,
+    message: str | None = None,
+    timestamp: _dt.datetime | np.datetime64 | None = None,
+    make_current: bool = True,
+    progress: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> str:
+    """Commit a whole ``xr.DataTree`` as one new version of the file at ``path``.
+
+    Each node becomes a group of the version (the tree's root: the version's
+    root, or ``group``), holding the node's own variables and attrs
+    (``node.to_dataset(inherit=False)``: coordinates inherited from a parent
+    are stored once, in the parent's group, as netCDF-4 does). The tree
+    replaces everything below ``group``: groups absent from the tree are absent
+    from the version. Chunks are deduplicated against every earlier version, as
+    :func:`commit_dataset` does.
+
+    Parameters
+    ----------
+    tree : xarray.DataTree
+        numpy- or dask-backed nodes.
+    path, version, prev_version, message, timestamp, make_current, progress, max_bytes
+        See :func:`commit_dataset`.
+    group : str, optional
+        Group of the version that receives the tree's root (default the
+        version's root); other groups of the previous version are kept.
+
+    Returns
+    -------
+    str
+        The new version's name.
+
+    Raises
+    ------
+    NotVersionedError, VersionExistsError, IncompatibleDataError
+        See :func:`commit_dataset`; nothing is committed.
+    """
+
+    def write(target: InMemoryGroup) -> None:
+        keep = set()
+        for rel, node in tree.subtree_with_keys:
+            node_group = target if rel == "." else target.require_group(rel)
+            keep.add(rel)
+            write_variables(node_group, node.to_dataset(inherit=False), progress=progress, max_bytes=max_bytes)
+        stale: list[str] = []
+        target.visititems(
+            lambda p, obj: stale.append(p) if isinstance(obj, InMemoryGroup) and p not in keep else None
+        )
+        for rel in stale:
+            if rel in target:  # a parent may have gone already
+                del target[rel]
+
+    return _commit(path, version, group, write, prev_version=prev_version, message=message,
+                   timestamp=timestamp, make_current=make_current)
+
+
+def _commit(path, version, group, write, *, prev_version, message, timestamp, make_current) -> str:
+    """Stage a version, let ``write(target group)`` fill it, commit, then attach dimension scales."""
     path = os.fspath(path)
+    # Lazily opened Datasets of this file (the data being committed, maybe) hold it
+    # read-only, which would keep libhdf5 from opening it for writing; they reopen it.
+    close_read_handles(path)
     with h5py.File(path, "a") as f:
         if len(f) and not is_versioned(f):
-            from ..errors import NotVersionedError
-
             raise NotVersionedError(
                 f"{path!r} is an HDF5 file without version history; commit into a new file instead"
             )
@@ -205,8 +338,12 @@ def commit_dataset(
         name = version if version is not None else next_version_name(vf)
         with vf.stage_version(name, prev_version=prev_version, make_current=make_current, timestamp=timestamp) as root:
             target = root if group in (None, "", "/") else root.require_group(group.strip("/"))
-            write_variables(target, dataset)
+            write(target)
             root.attrs.pop(MESSAGE_ATTR, None)
             if message is not None:
                 root.attrs[MESSAGE_ATTR] = message
+        # netCDF-4 dimension scales hold object references to the version's own
+        # datasets, which exist only now (see dimscales).
+        attach_dimension_scales(f[version_path(name)])
+        close_read_handles(path)  # opened during the commit, they would not survive its close
     return name

@@ -1,0 +1,218 @@
+"""netCDF-4 dimension scales in a version group, so netCDF tools can read a version.
+
+A version written by the xarray writer is readable without this package::
+
+    xr.open_dataset(path, engine="h5netcdf", group="/_version_data/versions/<version>[/<group>]")
+
+netCDF-4 stores dimensions as HDF5 dimension scales (HDF5 "Dimension Scales"
+specification; netCDF-4 "HDF5 format" notes; what ``h5netcdf`` writes):
+
+- a dimension with a coordinate variable: that variable is the scale
+  (``CLASS = "DIMENSION_SCALE"``, ``NAME = <its name>``);
+- a dimension without one: a "phony" scale dataset named like the dimension,
+  of shape ``(length,)``, whose ``NAME`` starts with
+  ``"This is a netCDF dimension but not a netCDF variable."``;
+- each variable's axes are attached to the scales (``DIMENSION_LIST`` on the
+  variable, ``REFERENCE_LIST`` on the scale: object references);
+- ``_Netcdf4Dimid`` numbers the scales, unique within a version's group tree.
+
+Here the phony scales are versioned datasets like every other (virtual datasets
+with ``raw_data`` and ``chunks`` attributes, so versioned-hdf5 reads and stages
+versions holding them), with no mapping at all: they read as their fill value
+and store nothing. Their ``raw_data`` attribute names one shared, empty
+``/_version_data/__netcdf_dimensions__/raw_data`` rather than
+``/_version_data/<name>/raw_data``, so that a later version may add a
+coordinate variable of that name with any dtype.
+
+Scalar variables are stored as one point (shape ``(1,)``, ``_ARRAY_DIMENSIONS``
+empty): netCDF tools see them along the length-1 dimension
+:data:`~xarray_vhdf5.xr.names.SCALAR_DIM`.
+
+Object references address objects of one version group, so a commit never
+carries them over from the previous version (``versions.commit`` drops them);
+the xarray writer calls :func:`attach_dimension_scales` on every version it
+commits, rebuilding them from ``_ARRAY_DIMENSIONS``. The engine ignores all of
+this: dimension names come from ``_ARRAY_DIMENSIONS`` and the bookkeeping
+attributes and phony datasets are hidden
+(:func:`~xarray_vhdf5.xr.names.visible_attrs`,
+:func:`~xarray_vhdf5.xr.names.is_netcdf_dimension_only`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import ChainMap
+
+import h5py
+import numpy as np
+
+from ..backend.hashtable import HashTable
+from ..backend.layout import VERSION_DATA
+from ..backend.raw_data import Filters, create_raw_data
+from ..backend.virtual import create_virtual_dataset
+from .names import (
+    DIMENSIONS_ATTR,
+    HIDDEN_GROUP_ATTRS,
+    HIDDEN_VARIABLE_ATTRS,
+    NETCDF_NOT_A_VARIABLE,
+    SCALAR_DIM,
+    is_netcdf_dimension_only,
+)
+
+__all__ = [
+    "DIMENSIONS_DATA",
+    "attach_dimension_scales",
+    "netcdf_only_attrs",
+]
+
+#: Group of ``_version_data`` holding the (always empty) raw_data of every phony scale.
+DIMENSIONS_DATA = "__netcdf_dimensions__"
+#: dtype of phony scales (netCDF-C and h5netcdf write big-endian float32).
+_PHONY_DTYPE = np.dtype(">f4")
+#: Chunk shape recorded for phony scales, in points (nothing is ever stored).
+_PHONY_CHUNKS = (1024,)
+
+
+def netcdf_only_attrs() -> dict[str, frozenset[str]]:
+    """Attributes netCDF tools show that the ``vhdf5`` engine does not.
+
+    Returns
+    -------
+    dict
+        ``{"variable": ..., "group": ...}``: on variables ``_ARRAY_DIMENSIONS``,
+        ``raw_data`` and ``chunks``; on a version's root group
+        ``committed``, ``prev_version``, ``timestamp`` and ``_vhdf5_message``
+        (listed in ``docs/format.md``, "What xarray_vhdf5 adds").
+    """
+    return {"variable": HIDDEN_VARIABLE_ATTRS, "group": HIDDEN_GROUP_ATTRS}
+
+
+def _dims_of(ds: h5py.Dataset) -> list[str] | None:
+    """Dimension names of a variable written by the xarray writer (None: not one)."""
+    if DIMENSIONS_ATTR not in ds.attrs:
+        return None
+    dims = [d.decode() if isinstance(d, bytes) else str(d) for d in np.atleast_1d(ds.attrs[DIMENSIONS_ATTR])]
+    if not dims and ds.shape == (1,):
+        return [SCALAR_DIM]
+    if len(dims) != ds.ndim:
+        return None
+    return dims
+
+
+def _phony_source(f: h5py.File) -> h5py.Dataset:
+    """The shared, empty raw_data of phony scales (created on first use)."""
+    path = f"/{VERSION_DATA}/{DIMENSIONS_DATA}"
+    if path in f and "raw_data" in f[path]:
+        return f[path]["raw_data"]
+    group = f.require_group(path)
+    raw = create_raw_data(group, _PHONY_DTYPE, _PHONY_CHUNKS, _PHONY_DTYPE.type(0), Filters())
+    if "hash_table" not in group:
+        HashTable.create(group)
+    return raw
+
+
+def _create_phony(group: h5py.Group, name: str, length: int) -> h5py.Dataset:
+    raw = _phony_source(group.file)
+    return create_virtual_dataset(group, name, raw, (length,), _PHONY_CHUNKS, [])
+
+
+def _drop_references(ds: h5py.Dataset) -> None:
+    for key in ("DIMENSION_LIST", "REFERENCE_LIST"):
+        if key in ds.attrs:
+            del ds.attrs[key]
+
+
+def attach_dimension_scales(version_group: h5py.Group) -> int:
+    """Make every group of a version readable as netCDF-4: create and attach dimension scales.
+
+    Walks the version's group tree from its root: in each group, the datasets
+    with an ``_ARRAY_DIMENSIONS`` attribute are the variables. A dimension is
+    scaled by its coordinate variable in the group, else by a scale of an
+    ancestor group with the same length (netCDF-4 scoping, as DataTree
+    inheritance), else by a phony scale created in the group. Existing
+    ``DIMENSION_LIST``/``REFERENCE_LIST`` attributes are rebuilt, unused phony
+    scales deleted, ``_Netcdf4Dimid`` renumbered. Datasets without
+    ``_ARRAY_DIMENSIONS`` (written by versioned-hdf5 alone) are left as they are.
+
+    Parameters
+    ----------
+    version_group : h5py.Group
+        ``/_version_data/versions/<version>`` of a file open for writing.
+
+    Returns
+    -------
+    int
+        The number of dimension scales in the version.
+
+    Raises
+    ------
+    ValueError
+        ``version_group``'s file is open read-only.
+    """
+    if version_group.file.mode == "r":
+        raise ValueError(f"{version_group.file.filename!r} is open read-only; dimension scales need mode 'a'")
+    counter = itertools.count()
+    _attach_group(version_group, {}, counter)
+    return next(counter)
+
+
+def _attach_group(group: h5py.Group, inherited: dict[str, h5py.Dataset], counter) -> None:
+    datasets: dict[str, h5py.Dataset] = {}
+    subgroups: list[h5py.Group] = []
+    for key, item in group.items():
+        if isinstance(item, h5py.Dataset):
+            datasets[key] = item
+        elif isinstance(item, h5py.Group):
+            subgroups.append(item)
+    for ds in datasets.values():
+        _drop_references(ds)
+    phony = {k: ds for k, ds in datasets.items() if is_netcdf_dimension_only(ds)}
+    variables: dict[str, tuple[h5py.Dataset, list[str]]] = {}
+    for key, ds in datasets.items():
+        dims = None if key in phony else _dims_of(ds)
+        if dims is not None:
+            variables[key] = (ds, dims)
+
+    scales: dict[str, h5py.Dataset] = {}
+    coordinates: set[str] = set()
+    for key, (ds, dims) in variables.items():
+        if dims == [key]:
+            scales[key] = ds
+            coordinates.add(key)
+    lengths: dict[str, int] = {}
+    for ds, dims in variables.values():
+        for axis, dim in enumerate(dims):
+            lengths.setdefault(dim, ds.shape[axis])
+    for dim, length in lengths.items():
+        if dim in scales:
+            continue
+        above = inherited.get(dim)
+        if above is not None and above.shape == (length,):
+            continue
+        if dim in datasets and dim not in phony:
+            continue  # a variable of that name that is not its coordinate: no scale possible
+        old = phony.pop(dim, None)
+        if old is not None and old.shape == (length,):
+            scales[dim] = old
+            continue
+        if old is not None:
+            del group[dim]
+        scales[dim] = _create_phony(group, dim, length)
+    for dim in phony:
+        if dim not in scales:
+            del group[dim]
+
+    for dim, ds in scales.items():
+        name = dim.encode() if dim in coordinates else NETCDF_NOT_A_VARIABLE + b"%10d" % ds.shape[0]
+        h5py.h5ds.set_scale(ds.id, name)
+        ds.attrs["_Netcdf4Dimid"] = np.int32(next(counter))
+
+    visible = ChainMap(scales, inherited)
+    for key, (ds, dims) in variables.items():
+        for axis, dim in enumerate(dims):
+            scale = visible.get(dim)
+            if scale is None or scale == ds or scale.shape != (ds.shape[axis],):
+                continue
+            h5py.h5ds.attach_scale(ds.id, scale.id, axis)
+    for sub in subgroups:
+        _attach_group(sub, dict(visible), counter)
