@@ -23,7 +23,7 @@ import xarray_vhdf5
 from xarray_vhdf5 import IncompatibleDataError, ReadOnlyError, UnsupportedError
 from xarray_vhdf5.versions import delete as delete_mod
 from xarray_vhdf5.versions import delete_versions, metadata, modify_metadata
-from xarray_vhdf5.versions.metadata import DatasetNotFoundError
+from xarray_vhdf5.errors import DatasetNotFoundError
 
 LIBS = {"ours": xarray_vhdf5, "ref": versioned_hdf5}
 STR = h5py.string_dtype()

@@ -11,6 +11,7 @@ The on-disk format is versioned-hdf5's, so files are interchangeable with the
 from . import errors
 from .errors import (
     ClosedFileError,
+    DatasetNotFoundError,
     HDF5Error,
     IncompatibleDataError,
     NotVersionedError,
@@ -20,7 +21,7 @@ from .errors import (
     VersionNotFoundError,
     VHDF5Error,
 )
-from .versions import VersionedHDF5File
+from .versions import VersionedHDF5File, delete_version, delete_versions, modify_metadata
 from .xr import VHDF5BackendEntrypoint, commit_dataset
 from .wrappers import InMemoryArrayDataset, InMemoryDataset, InMemoryGroup, VersionDataset, VersionGroup
 
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ClosedFileError",
+    "DatasetNotFoundError",
     "HDF5Error",
     "InMemoryArrayDataset",
     "InMemoryDataset",
@@ -44,6 +46,9 @@ __all__ = [
     "VersionNotFoundError",
     "VersionedHDF5File",
     "commit_dataset",
+    "delete_version",
+    "delete_versions",
+    "modify_metadata",
     "errors",
     "__version__",
 ]

@@ -7,6 +7,7 @@ code keeps working::
 
     VHDF5Error (Exception)
     ├── VersionNotFoundError   (KeyError)         no version of that name / index / time
+    ├── DatasetNotFoundError   (KeyError)         no versioned dataset of that name
     ├── VersionExistsError     (ValueError)       a version of that name already exists
     ├── NotVersionedError      (ValueError)       the HDF5 file has no ``_version_data``
     ├── ReadOnlyError          (PermissionError, ValueError)
@@ -29,6 +30,7 @@ from __future__ import annotations
 __all__ = [
     "VHDF5Error",
     "VersionNotFoundError",
+    "DatasetNotFoundError",
     "VersionExistsError",
     "NotVersionedError",
     "ReadOnlyError",
@@ -45,6 +47,13 @@ class VHDF5Error(Exception):
 
 class VersionNotFoundError(VHDF5Error, KeyError):
     """A version name, index or timestamp does not match any committed version."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class DatasetNotFoundError(VHDF5Error, KeyError):
+    """No versioned dataset of that name in the file (e.g. ``modify_metadata``)."""
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""

@@ -74,7 +74,7 @@ from ..backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..backend.raw_data import ChunkWriter, Filters, create_raw_data
 from ..backend.transfer import read_many_slices
 from ..backend.virtual import create_virtual_dataset
-from ..errors import IncompatibleDataError, VHDF5Error
+from ..errors import DatasetNotFoundError, IncompatibleDataError
 from .delete import (
     MAP_CACHE_BYTES,
     Scratch,
@@ -103,13 +103,6 @@ class _Unchanged:
 
 #: Default of the filter arguments: keep the dataset's setting (None means "no filter").
 UNCHANGED: Any = _Unchanged()
-
-
-class DatasetNotFoundError(VHDF5Error, KeyError):
-    """No versioned dataset of that name in the file."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 @dataclass
