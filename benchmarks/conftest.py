@@ -1,0 +1,56 @@
+"""Shared fixtures of the benchmarks, and a ratio table printed at the end of the run.
+
+Benchmarks record their median (seconds per round) with the ``record``
+fixture, keyed by ``(group, implementation)``; the terminal summary then
+prints, per group, each implementation's median and its ratio to the
+group's baselines (the implementations recorded with ``baseline=True``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+_RESULTS: dict[str, dict[str, float]] = defaultdict(dict)
+_BASELINES: dict[str, list[str]] = defaultdict(list)
+_NOTES: list[str] = []
+
+
+@pytest.fixture
+def record():
+    """``record(benchmark, group, impl, baseline=False)``: keep the benchmark's median.
+
+    Every implementation recorded with ``baseline=True`` gets a ratio column.
+    """
+
+    def _record(benchmark, group: str, impl: str, baseline: bool = False) -> None:
+        stats = getattr(benchmark, "stats", None)
+        if stats is None:  # --benchmark-disable
+            return
+        _RESULTS[group][impl] = stats.stats.median
+        if baseline and impl not in _BASELINES[group]:
+            _BASELINES[group].append(impl)
+
+    return _record
+
+
+@pytest.fixture
+def note():
+    """``note(text)``: a line for the summary (e.g. a memory measurement)."""
+    return _NOTES.append
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _RESULTS and not _NOTES:
+        return
+    tr = terminalreporter
+    tr.section("medians and ratios to the baseline of each group")
+    for group, results in sorted(_RESULTS.items()):
+        bases = [b for b in _BASELINES[group] if b in results]
+        tr.write_line(f"{group}: median ms/round" + "".join(f" | / {b}" for b in bases))
+        for impl, median in sorted(results.items(), key=lambda kv: kv[1]):
+            ratios = "".join(f" | {median / results[b]:7.2f}x" for b in bases)
+            tr.write_line(f"    {impl:24s} {median * 1e3:10.2f}{ratios}")
+    for line in _NOTES:
+        tr.write_line(line)

@@ -1,0 +1,46 @@
+"""The staging engine: a numpy-like array that holds every change in memory.
+
+:class:`StagedChangesArray` implements ``staged_changes.rst`` ("Staging
+changes in memory"); a version's dataset is opened as one with
+``base_slabs=[raw_data]`` and the slab arrays of
+:func:`xarray_vhdf5.backend.chunkmap.build_slab_indices_and_offsets`.
+
+Layers, bottom up::
+
+    kernels.py        plan-building kernels (compiled _ext/plantools + references)
+    index_mapper.py   a user's index -> one IndexChunkMapper per axis
+    transfer_plan.py  TransferPlan: slice pairs per (source, destination); execution
+    plans.py          GetItemPlan, SetItemPlan, ResizePlan, LoadPlan
+    changes.py        ChangesPlan: what a commit needs
+    array.py          StagedChangesArray
+"""
+
+from .array import StagedChangesArray
+from .changes import ChangedChunk, ChangesPlan
+from .index_mapper import IndexChunkMapper, IndexMapping, map_index
+from .plans import (
+    GetItemPlan,
+    LoadPlan,
+    ResizePlan,
+    SetItemPlan,
+    slab_shape,
+)
+from .transfer_plan import OUT, VALUE, Transfer, TransferPlan
+
+__all__ = [
+    "OUT",
+    "VALUE",
+    "ChangedChunk",
+    "ChangesPlan",
+    "GetItemPlan",
+    "IndexChunkMapper",
+    "IndexMapping",
+    "LoadPlan",
+    "ResizePlan",
+    "SetItemPlan",
+    "StagedChangesArray",
+    "Transfer",
+    "TransferPlan",
+    "map_index",
+    "slab_shape",
+]
