@@ -161,15 +161,33 @@ class ChunkWriter:
     #: commit of a dataset larger than memory holds at most this much.
     max_queued_bytes = 64 * 1024 * 1024
 
-    def add(self, index: tuple[int, ...], chunk: np.ndarray) -> tuple[int, int] | None:
+    def add(
+        self, index: tuple[int, ...], chunk: np.ndarray, digest: bytes | None = None
+    ) -> tuple[int, int] | None:
         """Store (or find) one edge-trimmed chunk; return its rows ``(start, stop)`` or None.
 
-        None means the chunk is all fill value and is not stored.
+        Parameters
+        ----------
+        index : tuple of int
+            The chunk's index in the chunk grid.
+        chunk : numpy.ndarray
+            Its points, edge-trimmed (shape at most ``chunks``), raw_data's dtype.
+        digest : bytes, optional
+            Its 32-byte :func:`~xarray_vhdf5.backend.hashing.chunk_hash`, when
+            already computed (e.g. on dask workers); the fill test is then
+            skipped too (the caller decided the chunk is not all fill value).
+
+        Returns
+        -------
+        (int, int) or None
+            Rows of raw_data along axis 0; None when the chunk is all fill value
+            and is not stored.
         """
-        if is_fill_chunk(chunk, self.fillvalue):
-            self.stats.fill_chunks += 1
-            return None
-        digest = chunk_hash(chunk)
+        if digest is None:
+            if is_fill_chunk(chunk, self.fillvalue):
+                self.stats.fill_chunks += 1
+                return None
+            digest = chunk_hash(chunk)
         found = self.hash_table.lookup(digest)
         if found is not None:
             self.stats.reused_chunks += 1

@@ -171,43 +171,17 @@ def _drop_object_references(attrs) -> None:
 # computing and hashing chunks on dask workers; only this process writes raw_data.
 
 
-class _HashedChunkWriter(ChunkWriter):
-    """A ChunkWriter that takes chunks already hashed (by dask workers)."""
-
-    #: Smaller than ChunkWriter's: the write slab is a second copy of the queue.
-    max_queued_bytes = 16 * 1024 * 1024
-
-    def add_hashed(self, index: tuple[int, ...], chunk: np.ndarray | None, digest: bytes | None) -> None:
-        if chunk is None:
-            self.stats.fill_chunks += 1
-            return
-        if digest is None:
-            self.add(index, chunk)
-            return
-        found = self.hash_table.lookup(digest)
-        if found is not None:
-            self.stats.reused_chunks += 1
-            rows = found
-        else:  # as ChunkWriter.add, without hashing again
-            start = self._next_row
-            rows = (start, start + chunk.shape[0])
-            self._next_row += self.chunks[0]
-            self.hash_table.add(digest, *rows)
-            self._queue.append((start, chunk))
-            self._queued_bytes += chunk.nbytes
-            self.stats.new_chunks += 1
-            self.stats.new_bytes += chunk.nbytes
-            if self._queued_bytes >= self.max_queued_bytes:
-                self._write_queue()
-        self.stats.chunk_rows.append((index, *rows))
-
-
 def _commit_streamed(f, parent, last, path, ds, source) -> WriteStats:
     """Commit a chunk source: at most a batch of chunks and the write queue in memory."""
     raw_data, hash_table = _raw_data_for(f, path, ds, np.dtype(source.dtype))
-    writer = _HashedChunkWriter(raw_data, hash_table)
+    writer = ChunkWriter(raw_data, hash_table)
+    # Smaller than the default queue: the write slab is a second copy of it.
+    writer.max_queued_bytes = 16 * 1024 * 1024
     for index, chunk, digest in source.iter_hashed_chunks(writer.chunks, writer.fillvalue):
-        writer.add_hashed(index, chunk, digest)
+        if chunk is None:  # all fill value (decided where the chunk was cut)
+            writer.stats.fill_chunks += 1
+        else:
+            writer.add(index, chunk, digest)
     writer.flush()
     chunk_rows = sorted(writer.stats.chunk_rows)
     vds = create_virtual_dataset(parent, last, raw_data, tuple(source.shape), writer.chunks, chunk_rows)
