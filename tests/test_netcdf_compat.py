@@ -255,3 +255,32 @@ def test_user_attributes_named_like_scale_attributes_survive(tmp_path):
     ds = xr.Dataset({"a": ("x", np.arange(3.0), {"NAME": "my a", "CLASS": "B", "flags": [1, 2]})})
     ds.vhdf5.commit("v1", path=path)
     xr.testing.assert_identical(_via_engine(path, "v1"), ds)
+
+
+def test_user_class_attribute_never_breaks_a_commit(tmp_path):
+    # H5DSis_scale reads a variable-length CLASS attribute as pointer bytes: whether a
+    # variable looked like a scale depended on the heap address. Such variables are left
+    # unattached, so every one of many commits must succeed.
+    path = tmp_path / "class.h5"
+    for i in range(40):
+        ds = xr.Dataset({f"v{j}": ("x", np.arange(3.0), {"CLASS": "B" * (j + 1)}) for j in range(4)})
+        ds.vhdf5.commit(f"v{i}", path=path)
+    with h5py.File(path, "r") as f:
+        group = f["_version_data/versions/v39"]
+        for j in range(4):
+            assert "DIMENSION_LIST" not in group[f"v{j}"].attrs
+            assert group[f"v{j}"].attrs["CLASS"] == "B" * (j + 1)
+    xr.testing.assert_identical(_via_engine(path, "v39"), ds)
+
+
+def test_coordinate_with_user_name_attribute_is_not_made_a_scale(tmp_path):
+    path = tmp_path / "coordname.h5"
+    ds = xr.Dataset(
+        {"a": ("x", np.arange(3.0))},
+        coords={"x": ("x", np.arange(3), {"NAME": "longitude", "CLASS": "grid"})},
+    )
+    ds.vhdf5.commit("v1", path=path)
+    with h5py.File(path, "r") as f:
+        x = f["_version_data/versions/v1/x"]
+        assert x.attrs["NAME"] == "longitude" and x.attrs["CLASS"] == "grid"
+    xr.testing.assert_identical(_via_engine(path, "v1"), ds)

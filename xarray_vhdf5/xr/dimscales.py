@@ -56,6 +56,7 @@ from .names import (
     HIDDEN_VARIABLE_ATTRS,
     NETCDF_NOT_A_VARIABLE,
     SCALAR_DIM,
+    is_dimension_scale,
     is_netcdf_dimension_only,
 )
 
@@ -114,6 +115,20 @@ def _phony_source(f: h5py.File) -> h5py.Dataset:
 def _create_phony(group: h5py.Group, name: str, length: int) -> h5py.Dataset:
     raw = _phony_source(group.file)
     return create_virtual_dataset(group, name, raw, (length,), _PHONY_CHUNKS, [])
+
+
+def _user_scale_attrs(ds: h5py.Dataset) -> set[str]:
+    """User attributes of a variable that the Dimension Scales API would misread or overwrite.
+
+    ``H5DSset_scale`` overwrites ``CLASS`` and ``NAME``; ``H5DSattach_scale``
+    calls ``H5DSis_scale``, which reads a ``CLASS`` attribute into a fixed-size
+    buffer and so misreads a variable-length string (h5py's default for
+    ``str``), sometimes taking the variable for a scale and failing.
+    netCDF-C reserves both names for this reason.
+    """
+    if is_dimension_scale(ds.attrs):
+        return set()
+    return {key for key in ("CLASS", "NAME") if key in ds.attrs}
 
 
 def _drop_references(ds: h5py.Dataset) -> None:
@@ -175,8 +190,9 @@ def _attach_group(group: h5py.Group, inherited: dict[str, h5py.Dataset], counter
 
     scales: dict[str, h5py.Dataset] = {}
     coordinates: set[str] = set()
+    reserved = {key: _user_scale_attrs(ds) for key, (ds, _) in variables.items()}
     for key, (ds, dims) in variables.items():
-        if dims == [key]:
+        if dims == [key] and not reserved[key]:
             scales[key] = ds
             coordinates.add(key)
     lengths: dict[str, int] = {}
@@ -209,6 +225,8 @@ def _attach_group(group: h5py.Group, inherited: dict[str, h5py.Dataset], counter
 
     visible = ChainMap(scales, inherited)
     for key, (ds, dims) in variables.items():
+        if "CLASS" in reserved[key]:
+            continue  # left without DIMENSION_LIST; its dimensions are in _ARRAY_DIMENSIONS
         for axis, dim in enumerate(dims):
             scale = visible.get(dim)
             if scale is None or scale == ds or scale.shape != (ds.shape[axis],):

@@ -10,6 +10,7 @@ __all__ = [
     "NETCDF_DIMENSION_ATTRS",
     "NETCDF_NOT_A_VARIABLE",
     "SCALAR_DIM",
+    "is_dimension_scale",
     "is_netcdf_dimension_only",
     "phony_dims",
     "visible_attrs",
@@ -39,7 +40,8 @@ NETCDF_NOT_A_VARIABLE = b"This is a netCDF dimension but not a netCDF variable."
 SCALAR_DIM = "_vhdf5_scalar"
 
 
-def _is_scale(attrs) -> bool:
+def is_dimension_scale(attrs) -> bool:
+    """True if ``attrs`` (an h5py ``AttributeManager``) mark an HDF5 dimension scale."""
     value = attrs.get("CLASS")
     if isinstance(value, bytes):
         value = value.decode("ascii", "replace")
@@ -52,7 +54,7 @@ def is_netcdf_dimension_only(ds) -> bool:
     Such datasets only carry a dimension's length for netCDF tools; the engine
     does not show them.
     """
-    if not _is_scale(ds.attrs):
+    if not is_dimension_scale(ds.attrs):
         return False
     name = ds.attrs.get("NAME", b"")
     if isinstance(name, str):
@@ -67,7 +69,7 @@ def visible_attrs(attrs) -> dict:
     (``_ARRAY_DIMENSIONS``) and netCDF-4's bookkeeping attributes; the values
     of hidden attributes are not read (object references are slow to read).
     """
-    scale = _is_scale(attrs)
+    scale = is_dimension_scale(attrs)
     hidden = HIDDEN_VARIABLE_ATTRS | NETCDF_DIMENSION_ATTRS
     if scale:
         hidden = hidden | {"CLASS", "NAME"}
