@@ -40,6 +40,7 @@ import h5py
 import numpy as np
 
 from ..errors import IncompatibleDataError
+from . import kernels
 from .index_mapper import map_index
 from .changes import ChangedChunk, ChangesPlan
 from .plans import (
@@ -686,6 +687,19 @@ class StagedChangesArray:
         xarray_vhdf5.errors.HDF5Error
             libhdf5 failed reading a base slab.
         """
+        fused = kernels.active().read_basic
+        if fused is not None:
+            # The hot path: a basic index over in-memory chunks, in one kernel call.
+            out = fused(
+                idx, self._shape, self._chunk_size, self._slab_indices, self._slab_offsets,
+                self._slabs, self._lazy, self._dtype,
+            )
+            if out is not None:
+                return out
+        return self._getitem_general(idx)
+
+    def _getitem_general(self, idx: Any) -> Any:
+        """``self[idx]`` through a :class:`GetItemPlan` (every index, every slab)."""
         mapping = map_index(idx, self._shape, self._chunk_size)
         plan = GetItemPlan(mapping, self._slab_indices, self._slab_offsets, len(self._slabs))
         out = np.empty(plan.output_shape, dtype=self._dtype)
