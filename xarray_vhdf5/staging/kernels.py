@@ -596,9 +596,10 @@ def read_basic_reference(
                 continue
             first = src_start[k].tolist()
             stride = src_stride[k].tolist()
-            if any(f + (n - 1) * st >= size for f, n, st, size in zip(first, c, stride, src.shape)):
+            lasts = [f + (n - 1) * st for f, n, st in zip(first, c, stride)]
+            if any(last >= size for last, size in zip(lasts, src.shape)):
                 return None
-            src_box = tuple(slice(f, f + (n - 1) * st + 1, st) for f, n, st in zip(first, c, stride))
+            src_box = tuple(slice(f, last + 1, st) for f, last, st in zip(first, lasts, stride))
             dst_box = tuple(slice(f, f + n) for f, n in zip(dst_start[k].tolist(), c))
             out[dst_box] = src[src_box]
     if KIND_REVERSE in kinds:
