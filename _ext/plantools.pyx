@@ -224,6 +224,21 @@ cdef int _cmp_slab_key(const void *a, const void *b) noexcept nogil:
     return -1 if x.point < y.point else (1 if x.point > y.point else 0)
 
 
+cdef inline bint _next_in_product(Py_ssize_t *idx, const Py_ssize_t *n, int ndim) noexcept nogil:
+    """Advance ``idx`` to the next point of the product of ``range(n[a])`` in C order.
+
+    Returns False (``idx`` back to all zeros) after the last point.
+    """
+    cdef int a = ndim - 1
+    while a >= 0:
+        idx[a] += 1
+        if idx[a] < n[a]:
+            return True
+        idx[a] = 0
+        a -= 1
+    return False
+
+
 cdef int _walk_product(
     int ndim,
     const Py_ssize_t *n_sel,
@@ -250,13 +265,7 @@ cdef int _walk_product(
             raise ValueError(f"slab index {s} of chunk {f} is not in [0, {n_slabs})")
         flat_out[p] = f
         slab_out[p] = s
-        a = ndim - 1
-        while a >= 0:
-            idx[a] += 1
-            if idx[a] < n_sel[a]:
-                break
-            idx[a] = 0
-            a -= 1
+        _next_in_product(idx, n_sel, ndim)
     return 0
 
 
@@ -960,14 +969,7 @@ def read_basic(
                 j += <Py_ssize_t>row[COL_VALUE_START] * dstep[a]
                 cnt[a] = <Py_ssize_t>row[COL_COUNT]
             _copy_box(src_buf, sstep, out_buf + j, dstep, cnt, ndim, itemsize)
-            a = ndim - 1
-            while a >= 0:
-                pick[a] += 1
-                if pick[a] < n_sel[a]:
-                    break
-                pick[a] = 0
-                a -= 1
-            if a < 0:
+            if not _next_in_product(pick, n_sel, ndim):
                 break
     finally:
         if sel_buf != small_sel:

@@ -16,6 +16,7 @@ from .kernels import SIDE_SLAB, SIDE_VALUE, Gathered, active
 from .plan_common import (
     UpdatingPlan,
     axis_tables,
+    basic_groups,
     chunk_group_transfers,
     chunk_transfer,
     group_transfers,
@@ -81,14 +82,9 @@ class GetItemPlan:
         self._transfers = None
         k = active()
         if mapping.basic is not None:
-            starts, steps, counts, _ = mapping.basic
-            shape, chunk_size = mapping.chunking
-            groups, *arrays = k.basic_slices(
-                starts, steps, counts, chunk_size, shape, slab_indices, slab_offsets, n_slabs,
-                SIDE_SLAB, SIDE_VALUE,
+            self.groups, self.arrays = basic_groups(
+                k, mapping, slab_indices, slab_offsets, n_slabs, SIDE_SLAB, SIDE_VALUE
             )
-            self.groups = groups.tolist()
-            self.arrays = arrays
             return
         mappers = mapping.mappers
         pos, _, _, offset, groups = k.gather_chunks(
@@ -173,13 +169,9 @@ class SetItemPlan(UpdatingPlan):
         kern = active()
         first_staged = 1 + n_base_slabs
         if mapping.basic is not None:
-            starts, steps, counts, _ = mapping.basic
-            shape, _ = mapping.chunking
-            groups, *arrays = kern.basic_slices(
-                starts, steps, counts, chunk_size, shape, slab_indices, slab_offsets, n_slabs,
-                SIDE_VALUE, SIDE_SLAB,
+            groups, arrays = basic_groups(
+                kern, mapping, slab_indices, slab_offsets, n_slabs, SIDE_VALUE, SIDE_SLAB
             )
-            groups = groups.tolist()
             if not groups or groups[0][0] >= first_staged:
                 # Every selected chunk is already staged: write the value, nothing moves.
                 transfers = group_transfers(groups, arrays, VALUE, None)

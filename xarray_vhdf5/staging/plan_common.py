@@ -18,14 +18,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .index_mapper import IndexChunkMapper
-from .kernels import expand_slices
+from .index_mapper import IndexChunkMapper, IndexMapping
+from .kernels import KernelSet, expand_slices
 from .transfer_plan import Transfer, TransferPlan
 
 __all__ = [
     "MutatingPlan",
     "UpdatingPlan",
     "axis_tables",
+    "basic_groups",
     "box_mappers",
     "chunk_group_transfers",
     "chunk_transfer",
@@ -104,6 +105,30 @@ def chunk_group_transfers(
     ``groups`` are ``(slab, first, stop)`` rows over the chunks.
     """
     return group_transfers(pair_groups(groups, expanded[5]), expanded[:5], src, dst)
+
+
+def basic_groups(
+    kern: KernelSet,
+    mapping: IndexMapping,
+    slab_indices: np.ndarray,
+    slab_offsets: np.ndarray,
+    n_slabs: int,
+    src_side: int,
+    dst_side: int,
+) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Steps 2-7 of a basic index (``mapping.basic``) in one kernel call.
+
+    Returns ``(groups, arrays)``: ``[slab, first, stop]`` rows and the slice
+    pairs (``src_start, dst_start, count, src_stride, dst_stride``) of
+    :func:`~xarray_vhdf5.staging.kernels.basic_slices`.
+    """
+    starts, steps, counts, _ = mapping.basic
+    shape, chunk_size = mapping.chunking
+    groups, *arrays = kern.basic_slices(
+        starts, steps, counts, chunk_size, shape, slab_indices, slab_offsets, n_slabs,
+        src_side, dst_side,
+    )
+    return groups.tolist(), arrays
 
 
 def axis_tables(mappers: Sequence[IndexChunkMapper]) -> tuple[tuple, tuple, tuple]:

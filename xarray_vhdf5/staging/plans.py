@@ -30,10 +30,8 @@ LoadPlan        ``load()``: every chunk on a base slab -> one new staged slab.
 The commit's view, :class:`~xarray_vhdf5.staging.changes.ChangesPlan`, lives in
 :mod:`xarray_vhdf5.staging.changes`.
 
-Shapes and offsets are in points (array elements), never bytes.  A slab
-holding ``n`` chunks has shape ``(n * chunk_size[0], *chunk_size[1:])``
-(:func:`slab_shape`); the chunk at offset ``o`` is ``slab[o:o + chunk_size[0]]``,
-trimmed at the array's edges.
+The helpers they share, and the slab layout (:func:`slab_shape`), are in
+:mod:`xarray_vhdf5.staging.plan_common`.
 """
 
 from .item_plans import GetItemPlan, SetItemPlan
