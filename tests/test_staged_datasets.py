@@ -224,3 +224,28 @@ def test_chunk_map_cache_is_not_fooled_by_a_version_made_again(base):
         expected = data.copy()
         expected[50, 30], expected[99, 0] = -5.0, -7.0
         np.testing.assert_array_equal(vf["v3"]["x"][()], expected)
+
+
+def test_hdf5plugin_filters_round_trip_and_interchange(tmp_path):
+    import hdf5plugin
+    import versioned_hdf5
+
+    path = tmp_path / "zstd.h5"
+    data = np.arange(20000, dtype="f8").reshape(20, 1000)
+    with h5py.File(path, "w") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            g.create_dataset("x", data=data, chunks=(10, 100), **hdf5plugin.Zstd(clevel=5))
+        with vf.stage_version("v2") as g:
+            g["x"][0, 0] = -1.0
+        raw = f["_version_data/x/raw_data"]
+        assert str(hdf5plugin.ZSTD_ID) in raw._filters
+        assert vf.last_commit.datasets["x"].new_chunks == 1
+    with h5py.File(path, "r+") as f:
+        theirs = versioned_hdf5.VersionedHDF5File(f)
+        with theirs.stage_version("v3") as g:
+            g["x"][19, 999] = -2.0
+        expected = data.copy()
+        expected[0, 0], expected[19, 999] = -1.0, -2.0
+        np.testing.assert_array_equal(VersionedHDF5File(f)["v3"]["x"][()], expected)
+        np.testing.assert_array_equal(VersionedHDF5File(f)["v1"]["x"][()], data)

@@ -278,11 +278,14 @@ def _existing_raw_data(f: h5py.File, path: str) -> h5py.Dataset | None:
 
 
 def _writer_for(f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype, caches: CommitCaches) -> ChunkWriter:
-    """A :class:`ChunkWriter` into the raw_data of ``path``, created on its first version."""
+    """A :class:`ChunkWriter` into the raw_data of ``path``, created on its first version.
+
+    An existing raw_data was checked against ``ds`` by :func:`commit_version`
+    before anything was written.
+    """
     data_path = f"{VERSION_DATA}/{path}"
     raw = _existing_raw_data(f, path)
     if raw is not None:
-        _check_compatible(path, raw, ds, dtype)
         return ChunkWriter(raw, caches.hash_tables.open(f[data_path]["hash_table"]))
     grp = f.require_group(data_path)
     raw = create_raw_data(grp, dtype, ds.chunks, ds.fillvalue, ds.filters)
