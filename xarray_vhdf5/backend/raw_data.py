@@ -233,8 +233,9 @@ def _write_slab(
     c0 = chunks[0]
     dtype = raw_data.dtype
     n = len(queue)
-    if n == 1 and queue[0][1].shape == chunks:
-        raw_data[first : first + c0] = queue[0][1]
+    if n == 1:  # no slab to assemble: write the (edge-trimmed) chunk where it goes
+        chunk = queue[0][1]
+        raw_data[(slice(first, first + chunk.shape[0]),) + tuple(slice(0, s) for s in chunk.shape[1:])] = chunk
         return
     slab = np.empty((n * c0, *chunks[1:]), dtype=dtype)
     if dtype.kind == "O":
