@@ -23,13 +23,13 @@ edit-commit loops need not reopen the file.
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
 import h5py
 import numpy as np
 import xarray as xr
-from xarray.backends import CachingFileManager
 
 from ..backend.chunkmap import build_slab_indices_and_offsets
 from ..backend.layout import version_path
@@ -41,7 +41,7 @@ from ..wrappers.group import InMemoryGroup
 from . import engine
 from .dimscales import attach_dimension_scales
 from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, visible_attrs
-from .staged_array import CFCodec, StagedVariableArray, StageOrigin, same_file
+from .staged_array import CFCodec, StagedVariableArray, StageFile, StageOrigin, same_file
 from .streaming import DEFAULT_MAX_BYTES
 from .writer import next_version_name, write_variable
 
@@ -51,11 +51,11 @@ __all__ = ["append_staged", "commit_staged", "is_staged", "stage_dataset"]
 HEAD_KEY = "vhdf5_staged_head"
 
 
-def _open_manager(path: str) -> CachingFileManager:
-    manager = CachingFileManager(h5py.File, path, mode="r")
-    # registered with the engine's, so a commit closes it before opening the file for writing
-    engine._MANAGERS.setdefault(os.path.realpath(path), engine.weakref.WeakSet()).add(manager)
-    return manager
+def _open_handle(path: str) -> StageFile:
+    handle = StageFile(path)
+    # registered with the engine's handles, so a commit closes it before opening the file for writing
+    engine.register_read_handle(path, handle)
+    return handle
 
 
 def _staged_array(dset: h5py.Dataset) -> tuple[StagedChangesArray, str] | None:
@@ -101,8 +101,8 @@ def stage_dataset(ds: xr.Dataset) -> xr.Dataset:
         )
     source = os.path.realpath(source)
     group = (ds.encoding.get("vhdf5_group") or "/").strip("/")
-    manager = _open_manager(source)
-    f = manager.acquire()
+    handle = _open_handle(source)
+    f = handle.acquire()
     registry = VersionRegistry(f)
     head = registry.current_version
     root = registry.group[registry.resolve(version)]
@@ -119,11 +119,11 @@ def stage_dataset(ds: xr.Dataset) -> xr.Dataset:
             continue
         arr, raw_path = built
         path = f"{group}/{name}" if group else str(name)
-        data = StagedVariableArray(arr, codec, StageOrigin(source, version, head, path), manager, raw_path)
+        data = StagedVariableArray(arr, codec, StageOrigin(source, version, head, path), handle, raw_path)
         variables[name] = xr.Variable(var.dims, data, var.attrs, var.encoding)
     staged = xr.Dataset(variables, attrs=ds.attrs).set_coords([n for n in ds.coords if n in variables])
     staged.encoding = {**ds.encoding, "source": source, HEAD_KEY: head}
-    staged.set_close(manager.close)
+    staged.set_close(handle.close)
     return staged
 
 
@@ -183,7 +183,7 @@ def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str) -> xr.Dataset
         new = new.transpose(*var.dims)
         data = var.data
         if isinstance(data, StagedVariableArray):
-            grown = data.__deepcopy__({})
+            grown = copy.deepcopy(data)
             axis = var.dims.index(dim)
             old = var.shape[axis]
             shape = list(var.shape)
@@ -350,8 +350,7 @@ def _rebase(staged: xr.Dataset, rebased, name: str, make_current: bool) -> None:
         staged.encoding["vhdf5_version"] = name
         staged.encoding[HEAD_KEY] = name if make_current else staged.encoding[HEAD_KEY]
         return
-    manager = rebased[0][0].manager
-    f = manager.acquire()
+    f = rebased[0][0].handle.acquire()
     root = f[version_path(name)]
     for arr, path in rebased:
         built = _staged_array(root[path])

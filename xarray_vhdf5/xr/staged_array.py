@@ -39,9 +39,11 @@ keeping the staged changes.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import operator
 import os
+import weakref
 from typing import Any
 
 import h5py
@@ -50,7 +52,7 @@ import xarray as xr
 
 from ..staging import StagedChangesArray
 
-__all__ = ["CFCodec", "StageOrigin", "StagedVariableArray"]
+__all__ = ["CFCodec", "RawRows", "StageFile", "StageOrigin", "StagedVariableArray"]
 
 #: Attributes CF decoding moves from ``attrs`` into ``encoding``.
 CF_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned", "units", "calendar")
@@ -179,26 +181,60 @@ class CFCodec:
         return out if out.dtype == self.stored_dtype else out.astype(self.stored_dtype)
 
 
-class _FixedRows:
-    """The first rows of a raw_data that grew since it was staged (read-only array-like).
+class StageFile:
+    """The read-only handle a stage owns on its file, shared by its arrays.
 
-    Used as base slab after another commit appended to raw_data: staged
-    chunks still address rows below ``shape[0]``, which never change
-    (raw_data is append-only).
+    :meth:`close` (called by :func:`~xarray_vhdf5.xr.engine.close_read_handles`
+    before a commit, and by the staged Dataset's ``close()``) first detaches
+    every array from the handle (their base slab becomes a :class:`RawRows`,
+    which reopens the file when read), so staged changes survive it.
+
+    Parameters
+    ----------
+    path : str
+        Real path of the file.
     """
 
-    def __init__(self, dset: h5py.Dataset, shape: tuple[int, ...]):
-        self.dset = dset
+    def __init__(self, path: str):
+        self.path = path
+        self._file: h5py.File | None = None
+        self.arrays: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+    def acquire(self) -> h5py.File:
+        """The open file (opened read-only if needed)."""
+        if self._file is None or not self._file.id.valid:
+            self._file = h5py.File(self.path, "r")
+        return self._file
+
+    def register(self, array: StagedVariableArray) -> None:
+        self.arrays[id(array)] = array
+
+    def close(self) -> None:
+        """Detach the arrays, then close the handle (it reopens on the next read)."""
+        for array in list(self.arrays.values()):
+            array.detach()
+        if self._file is not None and self._file.id.valid:
+            self._file.close()
+        self._file = None
+
+
+class RawRows:
+    """A raw_data read through a :class:`StageFile`: a base slab that survives closing the file.
+
+    Also stands for the first rows of a raw_data that grew since it was
+    staged (another commit appended to it): staged chunks only address rows
+    below ``shape[0]``, which never change (raw_data is append-only).
+    Read-only array-like (``shape``, ``dtype``, numpy slicing).
+    """
+
+    def __init__(self, handle: StageFile, raw_path: str, shape: tuple[int, ...], dtype: np.dtype):
+        self.handle = handle
+        self.raw_path = raw_path
         self.shape = tuple(shape)
-        self.dtype = dset.dtype
+        self.dtype = np.dtype(dtype)
 
     def __getitem__(self, key):
-        return self.dset[key]
-
-
-def _h5(slab) -> h5py.Dataset | None:
-    slab = getattr(slab, "dset", slab)
-    return slab if isinstance(slab, h5py.Dataset) else None
+        return self.handle.acquire()[self.raw_path][key]
 
 
 def _array_key(key: Any, ndim: int) -> tuple:
@@ -257,7 +293,7 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         Conversion between stored and shown values.
     origin : StageOrigin
         File, version and dataset path the data came from.
-    manager : xarray.backends.CachingFileManager
+    handle : StageFile
         The stage's read-only handle on the file; reopened after a commit closed it.
     raw_path : str
         Absolute HDF5 path of the dataset's raw_data.
@@ -273,12 +309,13 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
     read or rewrite the bounding box of the selection.
     """
 
-    def __init__(self, staged: StagedChangesArray, codec: CFCodec, origin: StageOrigin, manager, raw_path: str):
+    def __init__(self, staged: StagedChangesArray, codec: CFCodec, origin: StageOrigin, handle: StageFile, raw_path: str):
         self.staged = staged
         self.codec = codec
         self.origin = origin
-        self.manager = manager
+        self.handle = handle
         self.raw_path = raw_path
+        handle.register(self)
 
     # -- duck array attributes ---------------------------------------------------
     @property
@@ -320,28 +357,34 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         return text[:max_width]
 
     # -- file handle -----------------------------------------------------------------
-    def _ensure_open(self) -> StagedChangesArray:
-        """Reopen the base slab if a commit closed its file; returns the staged array."""
+    def detach(self) -> None:
+        """Make the base slab a :class:`RawRows` (before the file handle closes)."""
         bases = self.staged.base_slabs
-        if not bases or bases[0] is None:
-            return self.staged
-        h5 = _h5(bases[0])
-        if h5 is not None and h5.id.valid:
-            return self.staged
-        raw = self.manager.acquire()[self.raw_path]
-        old_shape = tuple(bases[0].shape)  # h5py caches it for read-only files
-        slab = raw if tuple(raw.shape) == old_shape else _FixedRows(raw, old_shape)
-        self.staged = self.staged.astype(self.staged.dtype, base_slabs=[slab])
+        if bases and isinstance(bases[0], h5py.Dataset) and bases[0].id.valid:
+            # the shape libhdf5 sees now: a commit in this process may have grown raw_data
+            rows = RawRows(self.handle, self.raw_path, tuple(bases[0].shape), self.staged.dtype)
+            self.staged = self.staged.astype(self.staged.dtype, base_slabs=[rows])
+
+    def _ensure_open(self) -> StagedChangesArray:
+        """Read the base slab through an open h5py dataset again (fast compiled reads)."""
+        bases = self.staged.base_slabs
+        if bases and isinstance(bases[0], RawRows):
+            raw = self.handle.acquire()[self.raw_path]
+            if tuple(raw.shape) == bases[0].shape:  # else raw_data grew: keep reading through RawRows
+                self.staged = self.staged.astype(self.staged.dtype, base_slabs=[raw])
         return self.staged
 
     def for_commit(self, raw_data: h5py.Dataset) -> StagedChangesArray:
-        """The staged array with ``raw_data`` (another handle on the same dataset) as base slab."""
+        """The staged array with ``raw_data`` (a writable handle on the same dataset) as base slab.
+
+        Where raw_data grew since staging (a forced commit on a stale
+        parent), a :class:`RawRows` of the staged length stands for it.
+        """
+        self.detach()
         bases = self.staged.base_slabs
-        if not bases or bases[0] is None:
+        if not bases or bases[0] is None or tuple(raw_data.shape) != bases[0].shape:
             return self.staged
-        old_shape = tuple(bases[0].shape)
-        slab = raw_data if tuple(raw_data.shape) == old_shape else _FixedRows(raw_data, old_shape)
-        return self.staged.astype(self.staged.dtype, base_slabs=[slab])
+        return self.staged.astype(self.staged.dtype, base_slabs=[raw_data])
 
     def rebase(self, staged: StagedChangesArray, version: str) -> None:
         """After a commit of this data as ``version``: no changes left, parent ``version``."""
@@ -404,12 +447,15 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
             target[...] = value
         return out[0] if isinstance(out, tuple) and len(out) == 1 else out
 
-    def __copy__(self) -> StagedVariableArray:
-        return type(self)(self.staged, self.codec, self.origin, self.manager, self.raw_path)
+    def _like(self, staged: StagedChangesArray) -> StagedVariableArray:
+        new = copy.copy(self)
+        new.staged = staged
+        self.handle.register(new)
+        return new
 
     def __deepcopy__(self, memo) -> StagedVariableArray:
         """A copy-on-write copy (no chunk copied until either side writes), same origin."""
-        return type(self)(self._ensure_open().copy(), self.codec, self.origin, self.manager, self.raw_path)
+        return self._like(self._ensure_open().copy())
 
 
 def _as_numpy(obj):
