@@ -74,8 +74,12 @@ def _edit_attrs(ds):
     ds.attrs["history"] = "edited"
 
 
+def _edit_encoding(ds):
+    ds["AIRT"].encoding["scale_factor"] = np.float32(0.5)  # stored values change, shown ones do not
+
+
 EDITS = [_edit_slice, _edit_loc, _edit_where, _edit_oindex, _edit_vectorized, _edit_mask_and_step,
-         _edit_new_var, _edit_drop, _edit_attrs]
+         _edit_new_var, _edit_drop, _edit_attrs, _edit_encoding]
 
 
 @pytest.mark.parametrize("edit", EDITS, ids=lambda f: f.__name__[6:])
@@ -95,6 +99,11 @@ def test_edit_commit_reopen(coads, edit):
         assert got.vhdf5.versions.loc[name, "parent"] == "v1"
         assert got.vhdf5.versions.loc[name, "message"] == edit.__name__
     _assert_bitwise(_raw(path, "v1"), before)
+    if edit is _edit_encoding:
+        after = _raw(path, name)
+        assert after["AIRT"].tobytes() != before["AIRT"].tobytes()
+        with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False, mask_and_scale=False) as raw:
+            assert raw["AIRT"].attrs["scale_factor"] == np.float32(0.5)
 
 
 def test_untouched_chunks_are_not_rewritten(coads):
@@ -233,7 +242,7 @@ def test_rebuilt_datasets_commit_by_hash(coads):
         staged = ds.vhdf5.stage()
         rebuilt = xr.concat([staged.isel(TIME=slice(0, 6)), staged.isel(TIME=slice(6, None))], dim="TIME")
         assert not isinstance(rebuilt["SST"].data, StagedVariableArray)
-        name = rebuilt.vhdf5.commit(path=path) if "vhdf5_staged_head" not in rebuilt.encoding else rebuilt.vhdf5.commit()
+        name = rebuilt.vhdf5.commit(path=path)
     log = xr.open_dataset(path, engine="vhdf5", decode_times=False).vhdf5.versions
     assert log.loc[name, "new_chunks"] == 0  # every chunk deduplicated
     with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as got:
