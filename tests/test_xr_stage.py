@@ -255,3 +255,20 @@ def test_stage_needs_an_opened_dataset(coads):
         src.vhdf5.stage()
     with pytest.raises(ValueError, match="stage"):
         src.vhdf5.append(src, dim="TIME")
+
+
+def test_stage_a_group(coads):
+    src, path = coads
+    sub = src[["SST"]].isel(TIME=slice(0, 3))
+    sub.vhdf5.commit("g1", path=path, group="ocean")
+    with xr.open_dataset(path, engine="vhdf5", group="ocean", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        assert staged["SST"].data.origin.path == "ocean/SST"
+        staged["SST"][1, 2, 3] = 9.0
+        name = staged.vhdf5.commit()
+    expected = sub.copy(deep=True)
+    expected["SST"][1, 2, 3] = 9.0
+    with xr.open_dataset(path, engine="vhdf5", group="ocean", version=name, decode_times=False) as got:
+        xr.testing.assert_identical(got, expected)
+    with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as root:
+        xr.testing.assert_identical(root, src)  # the root group is untouched
