@@ -23,7 +23,14 @@ from .errors import (
 )
 from .versions import VersionedHDF5File, delete_version, delete_versions, modify_metadata
 from .xr import VHDF5BackendEntrypoint, commit_dataset
-from .wrappers import InMemoryArrayDataset, InMemoryDataset, InMemoryGroup, VersionDataset, VersionGroup
+from .wrappers import (
+    InMemoryArrayDataset,
+    InMemoryDataset,
+    InMemoryGroup,
+    InMemorySparseDataset,
+    VersionDataset,
+    VersionGroup,
+)
 
 __version__ = "0.1.0"
 
@@ -33,6 +40,7 @@ __all__ = [
     "HDF5Error",
     "InMemoryArrayDataset",
     "InMemoryDataset",
+    "InMemorySparseDataset",
     "InMemoryGroup",
     "IncompatibleDataError",
     "NotVersionedError",
