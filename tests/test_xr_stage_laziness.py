@@ -18,7 +18,6 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (registers the .vhdf5 accessor)
-from xarray_vhdf5.wrappers.dataset import InMemoryDataset
 from xarray_vhdf5.xr.staged_array import RawRows
 
 SHAPE = (64, 256, 256)
@@ -95,12 +94,6 @@ def test_dataarray_setitem_reads_the_selection_once(big):
         np.testing.assert_array_equal(staged["v"].values[10:13], expected[10:13])
 
 
-@pytest.mark.xfail(
-    not hasattr(InMemoryDataset, "staged_array"),
-    reason="until InMemoryDataset.staged_array exists, staged variables commit through the writer, "
-    "which reads them whole",
-    strict=True,
-)
 def test_commit_writes_one_chunk_and_reads_none(big):
     values, path = big
     with xr.open_dataset(path, engine="vhdf5") as ds:
