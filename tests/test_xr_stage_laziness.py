@@ -154,7 +154,10 @@ def test_one_chunk_edit_of_a_2gb_variable_memory(tmp_path):
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     extra = result["peak"] - result["baseline"]
-    print(f"2 GiB variable, one-chunk edit: stage+commit {result['seconds']:.2f} s, peak RSS {extra / 1e6:.1f} MB above baseline")
+    print(
+        f"2 GiB variable, one-chunk edit: stage+commit {result['seconds']:.2f} s, "
+        f"peak RSS {extra / 1e6:.1f} MB above baseline"
+    )
     assert extra < 100e6
     log = xr.open_dataset(path, engine="vhdf5").vhdf5.versions
     assert log.loc[result["version"], "new_chunks"] == 1

@@ -166,7 +166,9 @@ def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str) -> xr.Dataset
         missing from ``other``, or its other dimensions or sizes differ.
     """
     if dim not in staged.dims:
-        raise IncompatibleDataError(f"append(dim={dim!r}): not a dimension of the Dataset; its dims: {list(staged.dims)}")
+        raise IncompatibleDataError(
+            f"append(dim={dim!r}): not a dimension of the Dataset; its dims: {list(staged.dims)}"
+        )
     n_new = other.sizes.get(dim, 0) if dim in other.dims else 0
     variables = {}
     for name, var in staged.variables.items():
@@ -174,11 +176,14 @@ def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str) -> xr.Dataset
             variables[name] = var
             continue
         if name not in other.variables:
-            raise IncompatibleDataError(f"append(dim={dim!r}): {name!r} has dimension {dim!r} but is missing from the appended Dataset")
+            raise IncompatibleDataError(
+                f"append(dim={dim!r}): {name!r} has dimension {dim!r} but is missing from the appended Dataset"
+            )
         new = other.variables[name]
         if set(new.dims) != set(var.dims) or any(new.sizes[d] != var.sizes[d] for d in var.dims if d != dim):
             raise IncompatibleDataError(
-                f"append(dim={dim!r}): {name!r} has dims {dict(var.sizes)} but the appended values have {dict(new.sizes)}"
+                f"append(dim={dim!r}): {name!r} has dims {dict(var.sizes)} "
+                f"but the appended values have {dict(new.sizes)}"
             )
         new = new.transpose(*var.dims)
         data = var.data

@@ -28,13 +28,15 @@ staged. ``copy.deepcopy`` (``staged.copy(deep=True)``) gives a copy-on-write
 copy that keeps it.
 
 File handles: the base slab is the raw_data ``h5py.Dataset`` of a read-only
-file handle owned by the stage (an :class:`xarray.backends.CachingFileManager`
-registered like the engine's, so :func:`~xarray_vhdf5.xr.engine.close_read_handles`
-closes it before a commit opens the file for writing: libhdf5 refuses a
-read-write open while the process holds a read-only one). The next read
-reopens it and hot-swaps the base slab
-(:meth:`~xarray_vhdf5.staging.StagedChangesArray.astype` with ``base_slabs``),
-keeping the staged changes.
+handle owned by the stage (:class:`StageFile`), registered with the engine's
+handles so that :func:`~xarray_vhdf5.xr.engine.close_read_handles` closes it
+before a commit opens the file for writing (libhdf5 refuses a read-write open
+while the process holds a read-only one). Before closing, each array swaps
+its base slab for a :class:`RawRows` (same rows, read through the stage's
+handle, which reopens the file); the next read swaps the reopened
+``h5py.Dataset`` back in (:meth:`~xarray_vhdf5.staging.StagedChangesArray.astype`
+with ``base_slabs``, "Hot-swapping the base slabs"), so staged changes
+survive and reads stay on the compiled path.
 """
 
 from __future__ import annotations
@@ -237,10 +239,8 @@ class RawRows:
         return self.handle.acquire()[self.raw_path][key]
 
 
-def _array_key(key: Any, ndim: int) -> tuple:
-    if not isinstance(key, tuple):
-        key = (key,)
-    return key
+def _array_key(key: Any) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
 
 
 def _n_arrays(key: tuple) -> int:
@@ -309,7 +309,9 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
     read or rewrite the bounding box of the selection.
     """
 
-    def __init__(self, staged: StagedChangesArray, codec: CFCodec, origin: StageOrigin, handle: StageFile, raw_path: str):
+    def __init__(
+        self, staged: StagedChangesArray, codec: CFCodec, origin: StageOrigin, handle: StageFile, raw_path: str
+    ):
         self.staged = staged
         self.codec = codec
         self.origin = origin
@@ -402,11 +404,11 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         return np.asarray(staged[box[0]])[box[1]]
 
     def __getitem__(self, key) -> np.ndarray:
-        key = _array_key(key, self.ndim)
+        key = _array_key(key)
         return self.codec.decode(self._read_raw(key))
 
     def __setitem__(self, key, value) -> None:
-        key = _array_key(key, self.ndim)
+        key = _array_key(key)
         raw = self.codec.encode(value)
         staged = self._ensure_open()
         if _n_arrays(key) <= 1:
@@ -427,6 +429,8 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     # -- numpy protocols -------------------------------------------------------------------
     def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a StagedVariableArray cannot be viewed as numpy without a copy (numpy's copy=False)")
         out = self[(Ellipsis,)]
         return out if dtype is None else out.astype(dtype)
 
