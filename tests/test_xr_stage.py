@@ -272,3 +272,25 @@ def test_stage_a_group(coads):
         xr.testing.assert_identical(got, expected)
     with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as root:
         xr.testing.assert_identical(root, src)  # the root group is untouched
+
+
+def test_failed_commit_keeps_the_file_and_the_edits(coads):
+    from xarray_vhdf5.errors import VersionExistsError
+
+    src, path = coads
+    before = _raw(path, "v1")
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        staged["SST"][0, 0, 0] = 3.0
+        with pytest.raises(VersionExistsError):
+            staged.vhdf5.commit("v1")
+        staged["bad"] = xr.Variable(("TIME",), np.array([object()] * 12))
+        with pytest.raises(IncompatibleDataError, match="bad"):
+            staged.vhdf5.commit("v2")
+        del staged["bad"]
+        assert float(staged["SST"][0, 0, 0]) == 3.0
+        name = staged.vhdf5.commit("v2")
+    assert xr.open_dataset(path, engine="vhdf5", decode_times=False).vhdf5.versions.index.tolist() == ["v1", name]
+    _assert_bitwise(_raw(path, "v1"), before)
+    with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as got:
+        assert float(got["SST"][0, 0, 0]) == 3.0
