@@ -175,7 +175,7 @@ def test_stale_parent(coads):
     assert log.loc["b", "parent"] == "v1"
     with xr.open_dataset(path, engine="vhdf5", version="b", decode_times=False) as got:
         assert float(got["AIRT"][0, 0, 0]) == 2.0
-        assert float(got["SST"][0, 0, 0]) == float(src["SST"][0, 0, 0]) or np.isnan(src["SST"][0, 0, 0])
+        np.testing.assert_array_equal(got["SST"].values, src["SST"].values)  # a's edit is not on this branch
 
 
 def test_append_along_time(noaa_dir, tmp_path):
