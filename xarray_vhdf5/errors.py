@@ -9,6 +9,8 @@ code keeps working::
     ├── VersionNotFoundError   (KeyError)         no version of that name / index / time
     ├── DatasetNotFoundError   (KeyError)         no versioned dataset of that name
     ├── VersionExistsError     (ValueError)       a version of that name already exists
+    ├── StaleVersionError      (ValueError)       committing staged edits whose parent is no
+    │                                             longer the file's current version
     ├── NotVersionedError      (ValueError)       the HDF5 file has no ``_version_data``
     ├── ReadOnlyError          (PermissionError, ValueError)
     │                                             writing to a committed version or a
@@ -32,6 +34,7 @@ __all__ = [
     "VersionNotFoundError",
     "DatasetNotFoundError",
     "VersionExistsError",
+    "StaleVersionError",
     "NotVersionedError",
     "ReadOnlyError",
     "IncompatibleDataError",
@@ -61,6 +64,15 @@ class DatasetNotFoundError(VHDF5Error, KeyError):
 
 class VersionExistsError(VHDF5Error, ValueError):
     """A version of that name already exists in the file."""
+
+
+class StaleVersionError(VHDF5Error, ValueError):
+    """Staged edits would be committed onto a parent that is no longer current.
+
+    Raised by ``staged.vhdf5.commit()`` when another version was committed to
+    the file since ``ds.vhdf5.stage()``; ``commit(force=True)`` commits anyway
+    (the new version's parent stays the staged-from version).
+    """
 
 
 class NotVersionedError(VHDF5Error, ValueError):

@@ -7,21 +7,27 @@ from .datatree import open_datatree, open_groups_as_dict
 from .diff import diff_versions
 from .dimscales import attach_dimension_scales
 from .engine import VHDF5BackendEntrypoint, open_version_group
+from .stage import append_staged, commit_staged, stage_dataset
+from .staged_array import StagedVariableArray
 from .writer import commit_dataset, commit_datatree, next_version_name
 
 __all__ = [
     "VHDF5BackendEntrypoint",
     "VHDF5DataTreeAccessor",
     "VHDF5DatasetAccessor",
+    "StagedVariableArray",
     "VersionedBackendArray",
     "accessor",
+    "append_staged",
     "attach_dimension_scales",
     "commit_dataset",
     "commit_datatree",
+    "commit_staged",
     "diff_versions",
     "next_version_name",
     "open_datatree",
     "open_groups_as_dict",
     "open_version_group",
+    "stage_dataset",
     "version_log_frame",
 ]

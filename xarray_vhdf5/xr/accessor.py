@@ -134,6 +134,39 @@ class VHDF5DatasetAccessor:
         group = self._ds.encoding.get("vhdf5_group")
         return diff_versions(source, other, self.version, group=group, decode_times=decode_times)
 
+    def stage(self) -> xr.Dataset:
+        """An editable, lazy copy of this Dataset; edits are kept in memory until :meth:`commit`.
+
+        See :func:`~xarray_vhdf5.xr.stage.stage_dataset`.
+
+        Raises
+        ------
+        ValueError
+            The Dataset was not opened with ``engine="vhdf5"`` from a path.
+        """
+        from .stage import stage_dataset
+
+        return stage_dataset(self._ds)
+
+    def append(self, other: xr.Dataset, dim: str) -> xr.Dataset:
+        """This staged Dataset grown along ``dim`` by ``other`` (returned; this one is unchanged).
+
+        Time and memory proportional to ``other``; see
+        :func:`~xarray_vhdf5.xr.stage.append_staged`.
+
+        Raises
+        ------
+        ValueError
+            The Dataset does not come from :meth:`stage`.
+        IncompatibleDataError
+            ``other`` lacks a variable along ``dim`` or its sizes differ.
+        """
+        from .stage import append_staged, is_staged
+
+        if not is_staged(self._ds):
+            raise ValueError("append() needs a Dataset from ds.vhdf5.stage(); stage the opened Dataset first")
+        return append_staged(self._ds, other, dim)
+
     def commit(
         self,
         version: str | None = None,
@@ -146,8 +179,13 @@ class VHDF5DatasetAccessor:
         make_current: bool = True,
         progress: bool | None = None,
         max_bytes: int | None = None,
+        force: bool = False,
     ) -> str:
         """Commit this Dataset as a new version of the file at ``path``.
+
+        A Dataset from :meth:`stage` commits without ``path``, into the file it
+        was staged from, with the staged-from version as parent and only the
+        changed chunks written (:func:`~xarray_vhdf5.xr.stage.commit_staged`).
 
         Parameters
         ----------
@@ -155,9 +193,13 @@ class VHDF5DatasetAccessor:
             Name of the new version (default ``r<N>``, see
             :func:`~xarray_vhdf5.xr.writer.next_version_name`).
         path : str or os.PathLike
-            The versioned HDF5 file (created if missing).
+            The versioned HDF5 file (created if missing); optional for a staged Dataset.
         group, prev_version, message, timestamp, make_current, progress, max_bytes
-            See :func:`~xarray_vhdf5.xr.writer.commit_dataset`.
+            See :func:`~xarray_vhdf5.xr.writer.commit_dataset` (``group`` and
+            ``prev_version`` do not apply to a staged Dataset).
+        force : bool
+            Staged Dataset only: commit even if another version was committed
+            since :meth:`stage` (default False: :class:`~xarray_vhdf5.errors.StaleVersionError`).
 
         Returns
         -------
@@ -167,10 +209,22 @@ class VHDF5DatasetAccessor:
         Raises
         ------
         TypeError
-            No ``path`` given.
+            No ``path`` given and the Dataset is not staged.
+        StaleVersionError
+            Staged Dataset whose file got another version since :meth:`stage`.
         VersionExistsError, IncompatibleDataError, NotVersionedError
             See :func:`~xarray_vhdf5.xr.writer.commit_dataset`.
         """
+        from .stage import commit_staged, is_staged
+        from .staged_array import same_file
+
+        staged = is_staged(self._ds) and (path is None or same_file(path, self._ds.encoding.get("source")))
+        if staged and group is None and prev_version is None:
+            return commit_staged(
+                self._ds, version, message=message, timestamp=timestamp, force=force,
+                make_current=make_current, progress=progress,
+                **({} if max_bytes is None else {"max_bytes": max_bytes}),
+            )
         if path is None:
             raise TypeError("commit() needs path=: the versioned HDF5 file to commit into")
         return commit_dataset(

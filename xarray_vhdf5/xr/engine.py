@@ -24,7 +24,13 @@ from ..versions.registry import VersionKey, VersionRegistry, is_versioned
 from .array import VersionedBackendArray
 from .names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 
-__all__ = ["VHDF5BackendEntrypoint", "close_read_handles", "group_dataset", "open_version_group"]
+__all__ = [
+    "VHDF5BackendEntrypoint",
+    "close_read_handles",
+    "group_dataset",
+    "open_version_group",
+    "register_read_handle",
+]
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
@@ -37,7 +43,7 @@ def _open_file(filename_or_obj) -> CachingFileManager:
     if isinstance(filename_or_obj, (str, os.PathLike)):
         path = os.fspath(filename_or_obj)
         manager = CachingFileManager(h5py.File, path, mode="r")
-        _MANAGERS.setdefault(os.path.realpath(path), weakref.WeakSet()).add(manager)
+        register_read_handle(path, manager)
         return manager
     if hasattr(filename_or_obj, "read") and hasattr(filename_or_obj, "seek"):
         # File-like objects (h5py's fileobj driver); not picklable for dask workers.
@@ -45,6 +51,11 @@ def _open_file(filename_or_obj) -> CachingFileManager:
     raise TypeError(
         f"engine='vhdf5' opens a path or a binary file object, got {type(filename_or_obj).__name__}"
     )
+
+
+def register_read_handle(path: str | os.PathLike, handle) -> None:
+    """Have :func:`close_read_handles` close ``handle`` (anything with ``close()``; kept weakly)."""
+    _MANAGERS.setdefault(os.path.realpath(os.fspath(path)), weakref.WeakSet()).add(handle)
 
 
 def close_read_handles(path: str | os.PathLike) -> None:

@@ -48,7 +48,14 @@ from .engine import close_read_handles
 from .names import DIMENSIONS_ATTR, MESSAGE_ATTR
 from .streaming import DEFAULT_MAX_BYTES, is_dask_array, stage_lazy_dataset
 
-__all__ = ["commit_dataset", "commit_datatree", "next_version_name", "variable_chunks", "write_variables"]
+__all__ = [
+    "commit_dataset",
+    "commit_datatree",
+    "next_version_name",
+    "variable_chunks",
+    "write_variable",
+    "write_variables",
+]
 
 _COMPRESSION_KEYS = ("compression", "compression_opts", "zlib", "complevel", "shuffle", "fletcher32")
 
@@ -161,38 +168,67 @@ def write_variables(
     for key, value in attrs.items():
         group.attrs[key] = value
     for name, var in variables.items():
-        name = str(name)
-        if "/" in name:
-            raise IncompatibleDataError(f"variable name {name!r} contains '/'")
-        var_attrs = dict(var.attrs)
-        fill = var_attrs.get("_FillValue")
-        if name in group:
-            del group[name]
-        if _streamable(var):
-            values = var.data  # dask: computed chunk by chunk at commit
-            ds = stage_lazy_dataset(
-                group, name, values, max_bytes=max_bytes, progress=progress,
-                chunks=variable_chunks(name, var),
-                fillvalue=None if fill is None else np.asarray(fill, values.dtype)[()],
-                **_filters(var),
-            )
-        else:
-            values = _stored_values(name, var)
-            ds = group.create_dataset(
-                name,
-                data=values,
-                chunks=variable_chunks(name, var),
-                fillvalue=None if (fill is None or values.dtype.kind == "O") else np.asarray(fill, values.dtype)[()],
-                **_filters(var),
-            )
-        # chunks from encoding are user choices; without them, an existing raw_data's win.
-        ds.chunks_given = bool(var.encoding.get("chunks") or var.encoding.get("chunksizes"))
-        if values.dtype.kind == "O" and all(isinstance(v, str) for v in np.asarray(values).flat):
-            ds._dtype = h5py.string_dtype("utf-8")
-        for key, value in var_attrs.items():
-            ds.attrs[key] = value
-        dims = list(map(str, var.dims))
-        ds.attrs[DIMENSIONS_ATTR] = np.array(dims, dtype=h5py.string_dtype()) if dims else np.array([], dtype=h5py.string_dtype())
+        write_variable(group, str(name), var, progress=progress, max_bytes=max_bytes)
+
+
+def write_variable(
+    group: InMemoryGroup,
+    name: str,
+    var: xr.Variable,
+    *,
+    progress: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> None:
+    """Write one CF-encoded variable as dataset ``name`` of staged ``group`` (replacing it).
+
+    Parameters
+    ----------
+    group : InMemoryGroup
+        A group of a staged version.
+    name : str
+        The variable's name (no ``/``).
+    var : xarray.Variable
+        Already CF-encoded (:func:`xarray.conventions.cf_encoder`); numpy- or
+        dask-backed (dask: staged lazily, streamed at commit).
+    progress, max_bytes
+        See :func:`write_variables`.
+
+    Raises
+    ------
+    IncompatibleDataError
+        A name with ``/``, objects other than str/bytes, or a dtype HDF5 cannot store.
+    """
+    if "/" in name:
+        raise IncompatibleDataError(f"variable name {name!r} contains '/'")
+    var_attrs = dict(var.attrs)
+    fill = var_attrs.get("_FillValue")
+    if name in group:
+        del group[name]
+    if _streamable(var):
+        values = var.data  # dask: computed chunk by chunk at commit
+        ds = stage_lazy_dataset(
+            group, name, values, max_bytes=max_bytes, progress=progress,
+            chunks=variable_chunks(name, var),
+            fillvalue=None if fill is None else np.asarray(fill, values.dtype)[()],
+            **_filters(var),
+        )
+    else:
+        values = _stored_values(name, var)
+        ds = group.create_dataset(
+            name,
+            data=values,
+            chunks=variable_chunks(name, var),
+            fillvalue=None if (fill is None or values.dtype.kind == "O") else np.asarray(fill, values.dtype)[()],
+            **_filters(var),
+        )
+    # chunks from encoding are user choices; without them, an existing raw_data's win.
+    ds.chunks_given = bool(var.encoding.get("chunks") or var.encoding.get("chunksizes"))
+    if values.dtype.kind == "O" and all(isinstance(v, str) for v in np.asarray(values).flat):
+        ds._dtype = h5py.string_dtype("utf-8")
+    for key, value in var_attrs.items():
+        ds.attrs[key] = value
+    dims = list(map(str, var.dims))
+    ds.attrs[DIMENSIONS_ATTR] = np.array(dims, dtype=h5py.string_dtype()) if dims else np.array([], dtype=h5py.string_dtype())
 
 
 def commit_dataset(

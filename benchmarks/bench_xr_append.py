@@ -1,0 +1,132 @@
+"""Daily appends from xarray, one commit per step: is the cost of a commit flat in t?
+
+Run: ``pytest benchmarks/bench_xr_append.py --benchmark-only -s``
+
+Appends 365 daily (180, 360) float32 steps to a ``(t, 180, 360)`` variable,
+chunks ``(8, 180, 360)`` (as ``bench_commits.py``), one version per step:
+
+- ``xarray_vhdf5``: ``staged = staged.vhdf5.append(step, dim="time")`` then
+  ``staged.vhdf5.commit()`` (the staged Dataset is rebased on each new
+  version; the ``time`` coordinate grows with it and netCDF-4 dimension
+  scales are rebuilt at every commit);
+- ``versioned-hdf5``: versioned-hdf5 2.6, ``stage_version`` + ``resize`` + one
+  step written;
+- ``h5py``: a plain chunked, resizable ``h5py.Dataset``, the file opened in
+  mode ``"a"`` for each step (what ``to_netcdf(mode="a")``-style appends
+  cost; no versions kept).
+
+Each implementation runs the 365 commits once (one round: the curve is the
+measurement, not the total); the summary prints the mean time per commit
+around t = 10, 100 and 365 (the 5 commits ending there) and the ratio of the
+last to the first, for each implementation. Each run checks the final data
+against numpy.
+"""
+
+from __future__ import annotations
+
+import time
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+import xarray_vhdf5  # noqa: F401  (registers the engine and the .vhdf5 accessor)
+
+N_STEPS = 365
+SHAPE = (180, 360)
+CHUNKS = (8, 180, 360)
+MARKS = (10, 100, 365)
+
+
+@pytest.fixture(scope="module")
+def steps() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((N_STEPS, *SHAPE)).astype("float32")
+
+
+def _step_ds(steps: np.ndarray, t: int) -> xr.Dataset:
+    sst = xr.Variable(("time", "lat", "lon"), steps[t : t + 1])
+    sst.encoding["chunks"] = CHUNKS
+    return xr.Dataset({"sst": sst}, coords={"time": np.array([float(t)])})
+
+
+def run_xarray_vhdf5(path: str, steps: np.ndarray) -> tuple[list[float], np.ndarray]:
+    _step_ds(steps, 0).vhdf5.commit("r1", path=path)
+    times = [np.nan]
+    staged = xr.open_dataset(path, engine="vhdf5").vhdf5.stage()
+    for t in range(1, len(steps)):
+        start = time.perf_counter()
+        staged = staged.vhdf5.append(_step_ds(steps, t), dim="time")
+        staged.vhdf5.commit()
+        times.append(time.perf_counter() - start)
+    staged.close()
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        return times, ds["sst"].values
+
+
+def run_versioned_hdf5(path: str, steps: np.ndarray) -> tuple[list[float], np.ndarray]:
+    from versioned_hdf5 import VersionedHDF5File
+
+    times = []
+    with h5py.File(path, "w") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("r1") as g:
+            g.create_dataset("sst", data=steps[:1], chunks=CHUNKS)
+        times.append(np.nan)
+    for t in range(1, len(steps)):
+        start = time.perf_counter()
+        with h5py.File(path, "r+") as f:
+            vf = VersionedHDF5File(f)
+            with vf.stage_version(f"r{t + 1}") as g:
+                ds = g["sst"]
+                ds.resize((t + 1, *SHAPE))
+                ds[t] = steps[t]
+        times.append(time.perf_counter() - start)
+    with h5py.File(path, "r") as f:
+        return times, VersionedHDF5File(f)[f"r{len(steps)}"]["sst"][()]
+
+
+def run_h5py(path: str, steps: np.ndarray) -> tuple[list[float], np.ndarray]:
+    with h5py.File(path, "w") as f:
+        f.create_dataset("sst", data=steps[:1], chunks=CHUNKS, maxshape=(None, *SHAPE))
+    times = [np.nan]
+    for t in range(1, len(steps)):
+        start = time.perf_counter()
+        with h5py.File(path, "a") as f:
+            ds = f["sst"]
+            ds.resize(t + 1, axis=0)
+            ds[t] = steps[t]
+        times.append(time.perf_counter() - start)
+    with h5py.File(path, "r") as f:
+        return times, f["sst"][()]
+
+
+RUNNERS = {"xarray_vhdf5": run_xarray_vhdf5, "versioned-hdf5": run_versioned_hdf5, "h5py": run_h5py}
+
+
+def curve_summary(impl: str, times: list[float]) -> str:
+    """``impl: t=10 a ms | t=100 b ms | t=365 c ms | last/first d`` (mean of the 5 commits ending at each t)."""
+    parts = []
+    means = []
+    for t in MARKS:
+        window = [x for x in times[max(1, t - 5) : t] if np.isfinite(x)]
+        means.append(float(np.mean(window)))
+        parts.append(f"t={t:3d} {means[-1] * 1e3:7.1f} ms")
+    return f"{impl:15s} per commit: " + " | ".join(parts) + f" | t={MARKS[-1]}/t={MARKS[0]} {means[-1] / means[0]:.2f}x"
+
+
+@pytest.mark.parametrize("impl", list(RUNNERS))
+def test_daily_appends(benchmark, tmp_path, steps, impl, record, note):
+    benchmark.group = f"xr appends: {N_STEPS} commits x 1 step of (t,180,360) f4"
+    counter = iter(range(10**6))
+    curves = []
+
+    def once():
+        times, data = RUNNERS[impl](str(tmp_path / f"{impl}{next(counter)}.h5"), steps)
+        curves.append(times)
+        return data
+
+    result = benchmark.pedantic(once, rounds=1, iterations=1)
+    np.testing.assert_array_equal(result, steps)
+    record(benchmark, benchmark.group, impl, baseline=impl == "h5py")
+    note(curve_summary(impl, curves[-1]))

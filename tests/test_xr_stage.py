@@ -1,0 +1,296 @@
+"""Staging from xarray: ds.vhdf5.stage(), in-place edits, append, commit (issue 5).
+
+Every edit is checked against the same edit applied to an in-memory copy
+(numpy), after commit and reopen; the parent version must stay bit for bit.
+"""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from xarray_vhdf5.errors import IncompatibleDataError, StaleVersionError
+from xarray_vhdf5.xr.staged_array import StagedVariableArray
+
+
+def _raw(path, version):
+    """Every variable of ``version`` as stored (no CF decoding), as numpy."""
+    with xr.open_dataset(path, engine="vhdf5", version=version, decode_times=False, mask_and_scale=False) as ds:
+        return {k: v.values.copy() for k, v in ds.variables.items()}
+
+
+def _assert_bitwise(a: dict, b: dict):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert a[k].tobytes() == b[k].tobytes(), k
+
+
+@pytest.fixture
+def coads(noaa_dir, tmp_path):
+    src = xr.open_dataset(noaa_dir / "coads_climatology.cdf", decode_times=False).load()
+    path = tmp_path / "coads.h5"
+    src.vhdf5.commit("v1", path=path)
+    return src, path
+
+
+def _edit_slice(ds):
+    ds["SST"][0, :10, :10] = 5.0
+
+
+def _edit_loc(ds):
+    ds["AIRT"].loc[{"TIME": ds["TIME"].values[3]}] = 1.5
+
+
+def _edit_where(ds):
+    ds["SST"][...] = ds["SST"].where(ds["SST"] < 25)
+
+
+def _edit_oindex(ds):
+    ds["SLP"][[1, 4, 7], 5, :] = -3.0
+
+
+def _edit_vectorized(ds):
+    ds["UWND"][xr.DataArray([2, 5], dims="p"), xr.DataArray([10, 20], dims="p"), xr.DataArray([30, 40], dims="p")] = 7.0
+
+
+def _edit_mask_and_step(ds):
+    ds["WSPD"][:, ::7, 3] = np.arange(12, dtype="float32")[:, None]
+
+
+def _edit_new_var(ds):
+    ds["anomaly"] = ds["SST"] - ds["SST"].mean("TIME")
+
+
+def _edit_drop(ds):
+    del ds["SPEH"]
+
+
+def _edit_attrs(ds):
+    ds["SST"].attrs["comment"] = "quality controlled"
+    ds.attrs["history"] = "edited"
+
+
+def _edit_encoding(ds):
+    ds["AIRT"].encoding["scale_factor"] = np.float32(0.5)  # stored values change, shown ones do not
+
+
+EDITS = [_edit_slice, _edit_loc, _edit_where, _edit_oindex, _edit_vectorized, _edit_mask_and_step,
+         _edit_new_var, _edit_drop, _edit_attrs, _edit_encoding]
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=lambda f: f.__name__[6:])
+def test_edit_commit_reopen(coads, edit):
+    src, path = coads
+    before = _raw(path, "v1")
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        assert isinstance(staged["SST"].data, StagedVariableArray)
+        expected = src.copy(deep=True)
+        edit(staged)
+        edit(expected)
+        xr.testing.assert_identical(staged, expected)  # reads see the staged edits
+        name = staged.vhdf5.commit(message=edit.__name__)
+    with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as got:
+        xr.testing.assert_identical(got, expected)
+        assert got.vhdf5.versions.loc[name, "parent"] == "v1"
+        assert got.vhdf5.versions.loc[name, "message"] == edit.__name__
+    _assert_bitwise(_raw(path, "v1"), before)
+    if edit is _edit_encoding:
+        after = _raw(path, name)
+        assert after["AIRT"].tobytes() != before["AIRT"].tobytes()
+        with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False, mask_and_scale=False) as raw:
+            assert raw["AIRT"].attrs["scale_factor"] == np.float32(0.5)
+
+
+def test_untouched_chunks_are_not_rewritten(coads):
+    src, path = coads
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        staged["SST"][5, 40:50, 60:70] += 0.5  # one chunk of (1, 90, 180)
+        name = staged.vhdf5.commit()
+    log = xr.open_dataset(path, engine="vhdf5", decode_times=False).vhdf5.versions
+    assert log.loc[name, "changed"] == ("SST",)
+    assert log.loc[name, "new_chunks"] == 1
+    assert log.loc[name, "new_bytes"] == 90 * 180 * 4
+
+
+def test_derived_datasets_keep_the_staging_state(coads):
+    src, path = coads
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        staged["SST"][0, 0, :5] = 1.0
+        copy = staged.copy(deep=True)  # copy-on-write: independent edits, same origin
+        copy["SST"][0, 0, :5] = 2.0
+        assert float(staged["SST"][0, 0, 0]) == 1.0
+        assert isinstance(copy["SST"].data, StagedVariableArray)
+        # a subset reads through the staged edits
+        assert staged.isel(TIME=0, COADSY=0)["SST"].values[:5].tolist() == [1.0] * 5
+        renamed = copy.assign_attrs(title="copy")  # a new accessor, state found with the data
+        name = renamed.vhdf5.commit("from-copy")
+    with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as got:
+        assert got["SST"].values[0, 0, :5].tolist() == [2.0] * 5
+        assert got.attrs["title"] == "copy"
+        expected = src["SST"].values.copy()
+        expected[0, 0, :5] = 2.0
+        np.testing.assert_array_equal(got["SST"].values, expected)
+
+
+def test_commit_rebases_the_staged_dataset(coads):
+    src, path = coads
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        staged["SST"][0, 0, 0] = 1.0
+        first = staged.vhdf5.commit()
+        staged["SST"][1, 0, 0] = 2.0  # keeps editing after the commit
+        second = staged.vhdf5.commit()
+    log = xr.open_dataset(path, engine="vhdf5", decode_times=False).vhdf5.versions
+    assert log.loc[second, "parent"] == first
+    expected = src.copy(deep=True)
+    expected["SST"][0, 0, 0] = 1.0
+    expected["SST"][1, 0, 0] = 2.0
+    with xr.open_dataset(path, engine="vhdf5", version=second, decode_times=False) as got:
+        xr.testing.assert_identical(got, expected)
+
+
+def test_stale_parent(coads):
+    src, path = coads
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        a = ds.vhdf5.stage()
+        b = ds.vhdf5.stage()
+        a["SST"][0, 0, 0] = 1.0
+        b["AIRT"][0, 0, 0] = 2.0
+        a.vhdf5.commit("a")
+        before = _raw(path, "a")
+        with pytest.raises(StaleVersionError, match="current version is now 'a'") as info:
+            b.vhdf5.commit("b")
+        assert isinstance(info.value, ValueError)
+        _assert_bitwise(_raw(path, "a"), before)  # nothing written
+        assert float(b["AIRT"][0, 0, 0]) == 2.0  # the staged edits survive the refusal
+        b.vhdf5.commit("b", force=True)
+    log = xr.open_dataset(path, engine="vhdf5", decode_times=False).vhdf5.versions
+    assert log.loc["b", "parent"] == "v1"
+    with xr.open_dataset(path, engine="vhdf5", version="b", decode_times=False) as got:
+        assert float(got["AIRT"][0, 0, 0]) == 2.0
+        np.testing.assert_array_equal(got["SST"].values, src["SST"].values)  # a's edit is not on this branch
+
+
+def test_append_along_time(noaa_dir, tmp_path):
+    src = xr.open_dataset(noaa_dir / "esku_heat_budget.cdf", decode_times=False).load()
+    path = tmp_path / "esku.h5"
+    src.isel(TIME=slice(0, 5)).vhdf5.commit("v1", path=path)
+    before = _raw(path, "v1")
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        grown = staged.vhdf5.append(src.isel(TIME=slice(5, 9)), dim="TIME")
+        assert staged.sizes["TIME"] == 5  # the original is unchanged
+        grown = grown.vhdf5.append(src.isel(TIME=slice(9, 12)), dim="TIME")
+        assert isinstance(grown["SST"].data, StagedVariableArray)
+        xr.testing.assert_identical(grown, src)
+        name = grown.vhdf5.commit()
+    with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as got:
+        xr.testing.assert_identical(got, src)
+    _assert_bitwise(_raw(path, "v1"), before)
+
+
+def test_append_rejects_mismatched_data(coads):
+    src, path = coads
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        with pytest.raises(IncompatibleDataError, match="missing from the appended"):
+            staged.vhdf5.append(src.isel(TIME=[0]).drop_vars("SST"), dim="TIME")
+        with pytest.raises(IncompatibleDataError, match="not a dimension"):
+            staged.vhdf5.append(src, dim="depth")
+
+
+def test_cf_codecs_packed_and_times(tmp_path):
+    """Packed int16 (scale_factor) and datetime data variables stage in decoded units."""
+    times = pd.date_range("2000-01-01", periods=6, freq="D")
+    packed = xr.Variable(("t", "x"), np.linspace(0, 10, 24).reshape(6, 4))
+    packed.encoding = {"dtype": "int16", "scale_factor": 0.01, "_FillValue": -999, "chunks": (2, 4)}
+    seen = xr.Variable(("t", "x"), np.tile(times.values[:, None], (1, 4)))
+    seen.encoding = {"units": "hours since 2000-01-01", "dtype": "int64", "chunks": (2, 4)}
+    ds = xr.Dataset({"packed": packed, "seen": seen}, coords={"t": times})
+    path = tmp_path / "cf.h5"
+    ds.vhdf5.commit("v1", path=path)
+    before = _raw(path, "v1")
+    with xr.open_dataset(path, engine="vhdf5") as opened:
+        expected = opened.load().copy(deep=True)
+        staged = opened.vhdf5.stage()
+        assert isinstance(staged["packed"].data, StagedVariableArray)
+        assert isinstance(staged["seen"].data, StagedVariableArray)
+        for target in (staged, expected):
+            target["packed"][1, 1:3] = np.nan
+            target["packed"][4, 0] = 3.14
+            target["seen"][5, :] = np.datetime64("2001-02-03T04:00", "ns")
+        xr.testing.assert_identical(staged, expected)
+        name = staged.vhdf5.commit()
+    with xr.open_dataset(path, engine="vhdf5", version=name) as got:
+        xr.testing.assert_identical(got, expected)
+    raw = _raw(path, name)
+    assert raw["packed"].dtype == np.int16 and raw["packed"][1, 1] == -999 and raw["packed"][4, 0] == 314
+    _assert_bitwise(_raw(path, "v1"), before)
+
+
+def test_rebuilt_datasets_commit_by_hash(coads):
+    """A Dataset rebuilt from a staged one (xr.concat) commits through the dedupe-by-hash writer."""
+    src, path = coads
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        rebuilt = xr.concat([staged.isel(TIME=slice(0, 6)), staged.isel(TIME=slice(6, None))], dim="TIME")
+        assert not isinstance(rebuilt["SST"].data, StagedVariableArray)
+        name = rebuilt.vhdf5.commit(path=path)
+    log = xr.open_dataset(path, engine="vhdf5", decode_times=False).vhdf5.versions
+    assert log.loc[name, "new_chunks"] == 0  # every chunk deduplicated
+    with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as got:
+        xr.testing.assert_identical(got, src)
+
+
+def test_stage_needs_an_opened_dataset(coads):
+    src, _ = coads
+    with pytest.raises(ValueError, match="engine='vhdf5'"):
+        src.vhdf5.stage()
+    with pytest.raises(ValueError, match="stage"):
+        src.vhdf5.append(src, dim="TIME")
+
+
+def test_stage_a_group(coads):
+    src, path = coads
+    sub = src[["SST"]].isel(TIME=slice(0, 3))
+    sub.vhdf5.commit("g1", path=path, group="ocean")
+    with xr.open_dataset(path, engine="vhdf5", group="ocean", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        assert staged["SST"].data.origin.path == "ocean/SST"
+        staged["SST"][1, 2, 3] = 9.0
+        name = staged.vhdf5.commit()
+    expected = sub.copy(deep=True)
+    expected["SST"][1, 2, 3] = 9.0
+    with xr.open_dataset(path, engine="vhdf5", group="ocean", version=name, decode_times=False) as got:
+        xr.testing.assert_identical(got, expected)
+    with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as root:
+        xr.testing.assert_identical(root, src)  # the root group is untouched
+
+
+def test_failed_commit_keeps_the_file_and_the_edits(coads):
+    from xarray_vhdf5.errors import VersionExistsError
+
+    src, path = coads
+    before = _raw(path, "v1")
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        staged["SST"][0, 0, 0] = 3.0
+        with pytest.raises(VersionExistsError):
+            staged.vhdf5.commit("v1")
+        staged["bad"] = xr.Variable(("TIME",), np.array([object()] * 12))
+        with pytest.raises(IncompatibleDataError, match="bad"):
+            staged.vhdf5.commit("v2")
+        del staged["bad"]
+        assert float(staged["SST"][0, 0, 0]) == 3.0
+        name = staged.vhdf5.commit("v2")
+    assert xr.open_dataset(path, engine="vhdf5", decode_times=False).vhdf5.versions.index.tolist() == ["v1", name]
+    _assert_bitwise(_raw(path, "v1"), before)
+    with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as got:
+        assert float(got["SST"][0, 0, 0]) == 3.0

@@ -1,0 +1,368 @@
+"""Staging from xarray: ``ds.vhdf5.stage()``, ``staged.vhdf5.append()``, ``staged.vhdf5.commit()``.
+
+``stage`` turns a Dataset opened with ``engine="vhdf5"`` into an editable,
+lazy Dataset: every variable the format stores chunk by chunk gets a
+:class:`~xarray_vhdf5.xr.staged_array.StagedVariableArray` over that
+version's raw_data (its chunk map read from the version's virtual dataset by
+:func:`~xarray_vhdf5.backend.chunkmap.build_slab_indices_and_offsets`), so
+item assignments (``staged["sst"][0, :10] = x``, ``.loc[...] = y``) change
+only the chunks they touch, in memory. Dimension coordinates (pandas indexes
+in xarray), scalars, strings and variables whose CF decoding changes their
+shape keep their ordinary values; they are small and commit through the
+writer's dedupe by hash.
+
+``commit`` writes a new version whose parent is the staged-from version:
+staged variables hand their :class:`~xarray_vhdf5.staging.StagedChangesArray`
+to the new version (``InMemoryDataset.staged_array``), so only changed chunks
+are hashed and written; every other variable (added, replaced, rebuilt by
+``xr.concat`` or arithmetic) goes through :func:`~xarray_vhdf5.xr.writer.write_variable`,
+which dedupes by chunk hash. Afterwards the staged Dataset is rebased on the
+new version (its arrays have no changes and the new version as parent), so
+edit-commit loops need not reopen the file.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import h5py
+import numpy as np
+import xarray as xr
+
+from ..backend.chunkmap import build_slab_indices_and_offsets
+from ..backend.layout import version_path
+from ..errors import IncompatibleDataError, StaleVersionError
+from ..staging import StagedChangesArray
+from ..versions.file import VersionedHDF5File
+from ..versions.registry import VersionRegistry
+from ..wrappers.group import InMemoryGroup
+from . import engine
+from .dimscales import attach_dimension_scales
+from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, visible_attrs
+from .staged_array import CFCodec, StagedVariableArray, StageFile, StageOrigin, same_file
+from .streaming import DEFAULT_MAX_BYTES
+from .writer import next_version_name, write_variable
+
+__all__ = ["append_staged", "commit_staged", "is_staged", "stage_dataset"]
+
+#: ``Dataset.encoding`` key marking a staged Dataset; its value is the file's current version at stage().
+HEAD_KEY = "vhdf5_staged_head"
+
+
+def _open_handle(path: str) -> StageFile:
+    handle = StageFile(path)
+    # registered with the engine's handles, so a commit closes it before opening the file for writing
+    engine.register_read_handle(path, handle)
+    return handle
+
+
+def _staged_array(dset: h5py.Dataset) -> tuple[StagedChangesArray, str] | None:
+    """A StagedChangesArray over the raw_data of version dataset ``dset``, or None if not chunk-mapped."""
+    if "raw_data" not in dset.attrs or "chunks" not in dset.attrs or not dset.is_virtual or dset.ndim == 0:
+        return None
+    raw_path = dset.attrs["raw_data"]
+    raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
+    raw = dset.file[raw_path]
+    chunks = tuple(int(c) for c in dset.attrs["chunks"])
+    indices, offsets = build_slab_indices_and_offsets(dset, dset.shape, chunks, raw)
+    arr = StagedChangesArray(dset.shape, chunks, [raw], indices, offsets, fill_value=raw.fillvalue, dtype=raw.dtype)
+    return arr, raw_path
+
+
+def stage_dataset(ds: xr.Dataset) -> xr.Dataset:
+    """The editable, lazy Dataset of ``ds`` (see the module docstring).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        Opened with ``xr.open_dataset(path, engine="vhdf5", ...)`` (its
+        ``encoding`` names the file, version and group).
+
+    Returns
+    -------
+    xarray.Dataset
+        Same variables, attrs and encodings as ``ds``; its ``encoding`` also
+        holds the file's current version (:data:`HEAD_KEY`).
+
+    Raises
+    ------
+    ValueError
+        ``ds`` was not opened with ``engine="vhdf5"`` from a path.
+    VersionNotFoundError
+        Its version was deleted since.
+    """
+    source, version = ds.encoding.get("source"), ds.encoding.get("vhdf5_version")
+    if source is None or version is None:
+        raise ValueError(
+            "ds.vhdf5.stage() needs a Dataset opened with xr.open_dataset(path, engine='vhdf5'); "
+            f"got encoding source={source!r}, vhdf5_version={version!r}"
+        )
+    source = os.path.realpath(source)
+    group = (ds.encoding.get("vhdf5_group") or "/").strip("/")
+    handle = _open_handle(source)
+    f = handle.acquire()
+    registry = VersionRegistry(f)
+    head = registry.current_version
+    root = registry.group[registry.resolve(version)]
+    grp = root[group] if group else root
+    variables = {}
+    for name, var in ds.variables.items():
+        variables[name] = var
+        if name in ds.indexes or str(name) not in grp or not isinstance(grp[str(name)], h5py.Dataset):
+            continue
+        dset = grp[str(name)]
+        codec = CFCodec.for_variable(var, dset, visible_attrs(dset.attrs))
+        built = _staged_array(dset) if codec is not None else None
+        if built is None:
+            continue
+        arr, raw_path = built
+        path = f"{group}/{name}" if group else str(name)
+        data = StagedVariableArray(arr, codec, StageOrigin(source, version, head, path), handle, raw_path)
+        variables[name] = xr.Variable(var.dims, data, var.attrs, var.encoding)
+    staged = xr.Dataset(variables, attrs=ds.attrs).set_coords([n for n in ds.coords if n in variables])
+    staged.encoding = {**ds.encoding, "source": source, HEAD_KEY: head}
+    staged.set_close(handle.close)
+    return staged
+
+
+def is_staged(ds: xr.Dataset) -> bool:
+    """True for a Dataset returned by :func:`stage_dataset` (or derived from one keeping its encoding)."""
+    return HEAD_KEY in ds.encoding or any(isinstance(v.data, StagedVariableArray) for v in ds.variables.values())
+
+
+def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str) -> xr.Dataset:
+    """``staged`` grown along ``dim`` by ``other`` (a new Dataset; ``staged`` is unchanged).
+
+    Every variable of ``staged`` with dimension ``dim`` grows by ``other``'s
+    values of the same name: staged variables are resized (a copy-on-write
+    copy of their :class:`~xarray_vhdf5.staging.StagedChangesArray`; its last
+    chunk along ``dim`` is read if partly filled) and the new part assigned,
+    so time and memory are proportional to the appended data, not to
+    ``staged``. Other variables along ``dim`` (the coordinate itself, small
+    in-memory ones) are concatenated in memory. Variables without ``dim``
+    are kept.
+
+    Parameters
+    ----------
+    staged : xarray.Dataset
+        From ``ds.vhdf5.stage()``.
+    other : xarray.Dataset
+        Holds every variable of ``staged`` that has ``dim``, with the same
+        other dimensions and sizes.
+    dim : str
+        The dimension to grow (need not be the first axis).
+
+    Returns
+    -------
+    xarray.Dataset
+        The grown staged Dataset (same encoding).
+
+    Raises
+    ------
+    IncompatibleDataError
+        ``dim`` is not a dimension of ``staged``; a variable along ``dim`` is
+        missing from ``other``, or its other dimensions or sizes differ.
+    """
+    if dim not in staged.dims:
+        raise IncompatibleDataError(
+            f"append(dim={dim!r}): not a dimension of the Dataset; its dims: {list(staged.dims)}"
+        )
+    n_new = other.sizes.get(dim, 0) if dim in other.dims else 0
+    variables = {}
+    for name, var in staged.variables.items():
+        if dim not in var.dims:
+            variables[name] = var
+            continue
+        if name not in other.variables:
+            raise IncompatibleDataError(
+                f"append(dim={dim!r}): {name!r} has dimension {dim!r} but is missing from the appended Dataset"
+            )
+        new = other.variables[name]
+        if set(new.dims) != set(var.dims) or any(new.sizes[d] != var.sizes[d] for d in var.dims if d != dim):
+            raise IncompatibleDataError(
+                f"append(dim={dim!r}): {name!r} has dims {dict(var.sizes)} "
+                f"but the appended values have {dict(new.sizes)}"
+            )
+        new = new.transpose(*var.dims)
+        data = var.data
+        if isinstance(data, StagedVariableArray):
+            grown = copy.deepcopy(data)
+            axis = var.dims.index(dim)
+            old = var.shape[axis]
+            shape = list(var.shape)
+            shape[axis] = old + n_new
+            grown.resize(tuple(shape))
+            key = tuple(slice(old, None) if i == axis else slice(None) for i in range(var.ndim))
+            grown[key] = np.asarray(new.values)
+            variables[name] = xr.Variable(var.dims, grown, var.attrs, var.encoding)
+        else:
+            both = xr.Variable.concat([var.to_base_variable(), new.to_base_variable()], dim=dim)
+            variables[name] = xr.Variable(var.dims, both.values, var.attrs, var.encoding)
+    out = xr.Dataset(variables, attrs=staged.attrs).set_coords([n for n in staged.coords if n in variables])
+    out.encoding = dict(staged.encoding)
+    return out
+
+
+def _encoded_attrs(name: str, var: xr.Variable) -> tuple[dict, np.dtype] | None:
+    """CF-encoded attrs and stored dtype of ``var``, from a one-point stand-in (no data read)."""
+    placeholder = np.zeros((1,) * var.ndim, dtype=var.dtype)
+    stand_in = xr.Variable(var.dims, placeholder, var.attrs, var.encoding)
+    try:
+        enc = xr.conventions.encode_cf_variable(stand_in, name=name)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    return dict(enc.attrs), enc.dtype
+
+
+def _write_staged(group: InMemoryGroup, name: str, var: xr.Variable, arr: StagedVariableArray, f: h5py.File) -> bool:
+    """Hand ``arr``'s staged changes to ``group[name]``; False if it must be rewritten instead."""
+    target = group[name] if name in group else None
+    if target is None or not hasattr(type(target), "staged_array"):
+        return False
+    encoded = _encoded_attrs(name, var)
+    if encoded is None or encoded[1] != arr.codec.stored_dtype or not arr.codec.same_encoding(var):
+        return False
+    if arr.has_changes or tuple(arr.shape) != tuple(target.shape):
+        target.staged_array = arr.for_commit(f[arr.raw_path])
+    attrs, _ = encoded
+    for key in list(target.attrs):
+        if key not in attrs:
+            del target.attrs[key]
+    for key, value in attrs.items():
+        target.attrs[key] = value
+    dims = [str(d) for d in var.dims]
+    target.attrs[DIMENSIONS_ATTR] = np.array(dims, dtype=h5py.string_dtype())
+    return True
+
+
+def commit_staged(
+    staged: xr.Dataset,
+    version: str | None = None,
+    *,
+    message: str | None = None,
+    timestamp=None,
+    force: bool = False,
+    make_current: bool = True,
+    progress: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> str:
+    """Commit a staged Dataset as a new version of the file it was staged from.
+
+    Parameters
+    ----------
+    staged : xarray.Dataset
+        From :func:`stage_dataset` (or derived from it, e.g. by ``append``,
+        ``copy``, ``assign``).
+    version : str, optional
+        The new version's name; default :func:`~xarray_vhdf5.xr.writer.next_version_name`
+        (``r<N>``, N one more than the number of versions, skipping names in use).
+    message : str, optional
+        Commit message (the version group's ``_vhdf5_message`` attribute).
+    timestamp : datetime or numpy.datetime64, optional
+        The version's timestamp (UTC), default now.
+    force : bool
+        Commit even if another version was committed since ``stage()``
+        (the parent stays the staged-from version; the result is a branch).
+    make_current : bool
+        Make the new version current (default True).
+    progress, max_bytes
+        For dask-backed variables, see :func:`~xarray_vhdf5.xr.writer.commit_dataset`.
+
+    Returns
+    -------
+    str
+        The new version's name. ``staged`` is rebased on it: its staged
+        variables have no changes left and the new version as parent.
+
+    Raises
+    ------
+    ValueError
+        ``staged`` does not come from :func:`stage_dataset`.
+    StaleVersionError
+        The file's current version is no longer the one it was at ``stage()``
+        and ``force`` is False; nothing is written.
+    VersionExistsError, IncompatibleDataError
+        As :func:`~xarray_vhdf5.xr.writer.commit_dataset`; nothing is committed.
+    """
+    source, parent = staged.encoding.get("source"), staged.encoding.get("vhdf5_version")
+    head = staged.encoding.get(HEAD_KEY)
+    if source is None or parent is None or head is None:
+        raise ValueError(
+            "commit() without path= needs a Dataset from ds.vhdf5.stage() (its encoding names the file "
+            f"and the staged-from version); got source={source!r}, vhdf5_version={parent!r}"
+        )
+    group = (staged.encoding.get("vhdf5_group") or "/").strip("/")
+    variables, attrs = xr.conventions.encode_dataset_coordinates(staged)
+    engine.close_read_handles(source)
+    rebased: list[tuple[StagedVariableArray, str]] = []
+    with h5py.File(source, "a") as f:
+        vf = VersionedHDF5File(f)
+        current = vf.current_version
+        if current != head and not force:
+            raise StaleVersionError(
+                f"{source!r}: staged from version {parent!r} when the current version was {head!r}, "
+                f"but the current version is now {current!r}; stage again from it, or commit(force=True) "
+                f"to commit on top of {parent!r} anyway"
+            )
+        name = version if version is not None else next_version_name(vf)
+        with vf.stage_version(name, prev_version=parent, make_current=make_current, timestamp=timestamp) as root:
+            target = root.require_group(group) if group else root
+            _fill_group(target, group, staged, variables, attrs, f, rebased, progress, max_bytes)
+            root.attrs.pop(MESSAGE_ATTR, None)
+            if message is not None:
+                root.attrs[MESSAGE_ATTR] = message
+        attach_dimension_scales(f[version_path(name)])
+    engine.close_read_handles(source)
+    _rebase(staged, rebased, name, make_current)
+    return name
+
+
+def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, max_bytes) -> None:
+    rest: dict[Any, xr.Variable] = {}
+    for key in list(target):
+        if key not in variables and not isinstance(target[key], InMemoryGroup):
+            del target[key]
+    for key in list(target.attrs):
+        del target.attrs[key]
+    for var_name, var in variables.items():
+        name = str(var_name)
+        if "/" in name:
+            raise IncompatibleDataError(f"variable name {name!r} contains '/'")
+        arr = var.data
+        path = f"{group}/{name}" if group else name
+        if (
+            isinstance(arr, StagedVariableArray)
+            and same_file(arr.origin.source, staged.encoding["source"])
+            and arr.origin.version == staged.encoding["vhdf5_version"]
+            and arr.origin.path == path
+            and _write_staged(target, name, var, arr, f)
+        ):
+            rebased.append((arr, path))
+        else:
+            rest[var_name] = var
+    encoded, enc_attrs = xr.conventions.cf_encoder(rest, attrs)
+    for key, value in enc_attrs.items():
+        target.attrs[key] = value
+    for var_name, var in encoded.items():
+        write_variable(target, str(var_name), var, progress=progress, max_bytes=max_bytes)
+
+
+def _rebase(staged: xr.Dataset, rebased, name: str, make_current: bool) -> None:
+    """Point ``staged`` and its committed staged arrays at the new version."""
+    if not rebased:
+        staged.encoding["vhdf5_version"] = name
+        staged.encoding[HEAD_KEY] = name if make_current else staged.encoding[HEAD_KEY]
+        return
+    f = rebased[0][0].handle.acquire()
+    root = f[version_path(name)]
+    for arr, path in rebased:
+        built = _staged_array(root[path])
+        if built is not None:
+            arr.rebase(built[0], name)
+            if not make_current:
+                arr.origin = StageOrigin(arr.origin.source, name, staged.encoding[HEAD_KEY], path)
+    staged.encoding["vhdf5_version"] = name
+    if make_current:
+        staged.encoding[HEAD_KEY] = name

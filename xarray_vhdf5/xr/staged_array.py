@@ -1,0 +1,481 @@
+"""The arrays behind a staged Dataset: :class:`StagedVariableArray`.
+
+``ds.vhdf5.stage()`` (:mod:`~xarray_vhdf5.xr.stage`) puts one
+:class:`StagedVariableArray` in each variable it can stage. It is a *duck
+array* in xarray's sense (xarray docs, "Integrating with duck arrays": an
+object with ``shape``, ``dtype``, ``ndim``, ``__array_function__`` and
+``__array_ufunc__``), so xarray keeps it as the variable's data instead of
+converting it to numpy. xarray routes item assignment to it through that
+public protocol: ``Variable.__setitem__`` broadcasts the value to the
+selection and calls ``array[key] = value`` on the duck array, with ``key`` a
+numpy-style tuple of ints, slices and integer arrays (xarray's
+``NdArrayLikeIndexingAdapter``); ``Variable.__getitem__`` / ``isel`` call
+``array[key]``. Both reach :class:`~xarray_vhdf5.staging.StagedChangesArray`,
+which reads only the chunks a selection touches and keeps every change in
+memory. Nothing here imports a private xarray module.
+
+The staged array holds the values *as stored* (CF-encoded: ``-1e34`` fill
+values, packed integers, time offsets); the Dataset shows them CF-decoded,
+as ``xr.open_dataset`` does. :class:`CFCodec` converts each block read or
+written with xarray's own coders (:func:`xarray.conventions.decode_cf_variable`,
+:func:`xarray.conventions.encode_cf_variable`), which act point by point, so
+a block converts independently of the rest of the variable.
+
+The staging state lives here, with the data, not on the accessor (xarray
+builds a new accessor for every derived Dataset): the file, the version the
+data came from, the dataset's path in it, the file's current version when
+staged. ``copy.deepcopy`` (``staged.copy(deep=True)``) gives a copy-on-write
+copy that keeps it.
+
+File handles: the base slab is the raw_data ``h5py.Dataset`` of a read-only
+handle owned by the stage (:class:`StageFile`), registered with the engine's
+handles so that :func:`~xarray_vhdf5.xr.engine.close_read_handles` closes it
+before a commit opens the file for writing (libhdf5 refuses a read-write open
+while the process holds a read-only one). Before closing, each array swaps
+its base slab for a :class:`RawRows` (same rows, read through the stage's
+handle, which reopens the file); the next read swaps the reopened
+``h5py.Dataset`` back in (:meth:`~xarray_vhdf5.staging.StagedChangesArray.astype`
+with ``base_slabs``, "Hot-swapping the base slabs"), so staged changes
+survive and reads stay on the compiled path.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import operator
+import os
+import weakref
+from typing import Any
+
+import h5py
+import numpy as np
+import xarray as xr
+
+from ..staging import StagedChangesArray
+
+__all__ = ["CFCodec", "RawRows", "StageFile", "StageOrigin", "StagedVariableArray"]
+
+#: Attributes CF decoding moves from ``attrs`` into ``encoding``.
+CF_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned", "units", "calendar")
+#: The ``encoding`` keys that decide how values are stored.
+CF_ENCODING = (*CF_ATTRS, "dtype")
+_MASK_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned")
+
+
+@dataclasses.dataclass(frozen=True)
+class StageOrigin:
+    """Where staged data came from.
+
+    Attributes
+    ----------
+    source : str
+        Real path of the versioned HDF5 file.
+    version : str
+        The version the data was staged from (the parent of the next commit).
+    head : str
+        The file's current version when staged; a commit finding another one
+        raises :class:`~xarray_vhdf5.errors.StaleVersionError`.
+    path : str
+        The dataset's path inside the version group (``"sst"``, ``"ocean/sst"``).
+    """
+
+    source: str
+    version: str
+    head: str
+    path: str
+
+    def rebased(self, version: str) -> StageOrigin:
+        """The same dataset in ``version``, which is also the file's current version."""
+        return dataclasses.replace(self, version=version, head=version)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    try:
+        return bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=np.asarray(a).dtype.kind in "fc"))
+    except (TypeError, ValueError):
+        return a == b
+
+
+class CFCodec:
+    """CF decoding (stored -> shown) and encoding (shown -> stored) of value blocks.
+
+    Built from the decoded variable (``attrs`` / ``encoding`` as
+    ``xr.open_dataset`` left them) and the stored dataset's attributes: the CF
+    attributes present on disk but absent from the decoded ``attrs`` were
+    decoded, and only those are applied. A variable whose decoding changes
+    its shape (character arrays), or yields objects (cftime dates), has no
+    codec (:meth:`for_variable` returns None).
+
+    Parameters
+    ----------
+    dims : tuple of str
+    stored_dtype, dtype : numpy.dtype
+        dtype on disk and shown.
+    decoded : dict
+        The CF attributes that were decoded (``_FillValue``, ``scale_factor``, ``units``...).
+    encoding : dict
+        The variable's CF ``encoding`` entries (:data:`CF_ENCODING`), used to encode.
+    """
+
+    def __init__(self, dims, stored_dtype, dtype, decoded: dict, encoding: dict):
+        self.dims = tuple(dims)
+        self.stored_dtype = np.dtype(stored_dtype)
+        self.dtype = np.dtype(dtype)
+        self.decoded = dict(decoded)
+        self.encoding = dict(encoding)
+        self.identity = not self.decoded and self.stored_dtype == self.dtype
+
+    @classmethod
+    def for_variable(cls, var: xr.Variable, stored: h5py.Dataset, stored_attrs: dict) -> CFCodec | None:
+        """The codec of ``var`` (decoded, as opened) over ``stored``; None if it cannot be staged."""
+        if var.dtype.kind in "OSUV" or stored.dtype.kind in "OV" or var.ndim == 0:
+            return None
+        if tuple(var.shape) != tuple(stored.shape):
+            return None
+        decoded = {k: stored_attrs[k] for k in CF_ATTRS if k in stored_attrs and k not in var.attrs}
+        encoding = {k: var.encoding[k] for k in CF_ENCODING if k in var.encoding}
+        codec = cls(var.dims, stored.dtype, var.dtype, decoded, encoding)
+        if "units" in decoded and var.dtype.kind not in "Mm":
+            return None
+        try:
+            probe = codec.decode(np.zeros((1,) * var.ndim, dtype=stored.dtype))
+        except (ValueError, TypeError, OverflowError):
+            return None
+        return codec if probe.dtype == var.dtype else None
+
+    def same_encoding(self, var: xr.Variable) -> bool:
+        """True if ``var`` (the variable now) still encodes as when staged."""
+        if var.dtype != self.dtype:
+            return False
+        now = {k: var.encoding[k] for k in CF_ENCODING if k in var.encoding}
+        if now.keys() != self.encoding.keys():
+            return False
+        if any(k in var.attrs for k in self.decoded):  # a CF attribute set by hand
+            return False
+        return all(_same_value(now[k], self.encoding[k]) for k in now)
+
+    def decode(self, raw: np.ndarray) -> np.ndarray:
+        """Stored values -> shown values (a block of any shape)."""
+        if self.identity:
+            return raw
+        kind = self.dtype.kind
+        var = xr.Variable(tuple(f"_d{i}" for i in range(raw.ndim)), raw, attrs=dict(self.decoded))
+        unit = np.datetime_data(self.dtype)[0] if kind in "Mm" else None
+        out = xr.conventions.decode_cf_variable(
+            "_staged",
+            var,
+            concat_characters=False,
+            mask_and_scale=any(k in self.decoded for k in _MASK_ATTRS),
+            decode_times=xr.coders.CFDatetimeCoder(time_unit=unit) if kind == "M" else False,
+            decode_timedelta=xr.coders.CFTimedeltaCoder(time_unit=unit) if kind == "m" else False,
+            stack_char_dim=False,
+        )
+        return np.asarray(out.values)
+
+    def encode(self, value: Any) -> np.ndarray:
+        """Shown values -> stored values, cast to the stored dtype."""
+        if self.identity:
+            return np.asarray(value)
+        value = np.asarray(value, dtype=self.dtype)
+        var = xr.Variable(tuple(f"_d{i}" for i in range(value.ndim)), value, encoding=dict(self.encoding))
+        out = np.asarray(xr.conventions.encode_cf_variable(var, name="_staged").values)
+        return out if out.dtype == self.stored_dtype else out.astype(self.stored_dtype)
+
+
+class StageFile:
+    """The read-only handle a stage owns on its file, shared by its arrays.
+
+    :meth:`close` (called by :func:`~xarray_vhdf5.xr.engine.close_read_handles`
+    before a commit, and by the staged Dataset's ``close()``) first detaches
+    every array from the handle (their base slab becomes a :class:`RawRows`,
+    which reopens the file when read), so staged changes survive it.
+
+    Parameters
+    ----------
+    path : str
+        Real path of the file.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._file: h5py.File | None = None
+        self.arrays: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+    def acquire(self) -> h5py.File:
+        """The open file (opened read-only if needed)."""
+        if self._file is None or not self._file.id.valid:
+            self._file = h5py.File(self.path, "r")
+        return self._file
+
+    def register(self, array: StagedVariableArray) -> None:
+        self.arrays[id(array)] = array
+
+    def close(self) -> None:
+        """Detach the arrays, then close the handle (it reopens on the next read)."""
+        for array in list(self.arrays.values()):
+            array.detach()
+        if self._file is not None and self._file.id.valid:
+            self._file.close()
+        self._file = None
+
+
+class RawRows:
+    """A raw_data read through a :class:`StageFile`: a base slab that survives closing the file.
+
+    Also stands for the first rows of a raw_data that grew since it was
+    staged (another commit appended to it): staged chunks only address rows
+    below ``shape[0]``, which never change (raw_data is append-only).
+    Read-only array-like (``shape``, ``dtype``, numpy slicing).
+    """
+
+    def __init__(self, handle: StageFile, raw_path: str, shape: tuple[int, ...], dtype: np.dtype):
+        self.handle = handle
+        self.raw_path = raw_path
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+
+    def __getitem__(self, key):
+        return self.handle.acquire()[self.raw_path][key]
+
+
+def _array_key(key: Any) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _n_arrays(key: tuple) -> int:
+    return sum(isinstance(k, np.ndarray) or isinstance(k, list) for k in key)
+
+
+def _bounding_box(key: tuple, shape: tuple[int, ...]) -> tuple[tuple, tuple] | None:
+    """For a numpy key with several integer arrays: (box of slices, key relative to the box).
+
+    Returns None when the key holds something else than ints, slices, Ellipsis and integer arrays.
+    """
+    if Ellipsis in [k for k in key if not isinstance(k, np.ndarray)]:
+        pos = next(i for i, k in enumerate(key) if not isinstance(k, np.ndarray) and k is Ellipsis)
+        key = key[:pos] + (slice(None),) * (len(shape) - len(key) + 1) + key[pos + 1 :]
+    key = key + (slice(None),) * (len(shape) - len(key))
+    box, rel = [], []
+    for k, n in zip(key, shape):
+        if isinstance(k, (list, np.ndarray)):
+            k = np.asarray(k)
+            if k.dtype == bool:
+                return None
+            k = np.where(k < 0, k + n, k).astype(np.intp)
+            if k.size and (k.min() < 0 or k.max() >= n):
+                raise IndexError(f"index out of bounds for axis of size {n}")
+            lo = int(k.min()) if k.size else 0
+            hi = int(k.max()) + 1 if k.size else 0
+            box.append(slice(lo, hi))
+            rel.append(k - lo)
+        elif isinstance(k, slice):
+            box.append(k)
+            rel.append(slice(None))
+        else:
+            try:
+                i = operator.index(k)
+            except TypeError:
+                return None
+            box.append(slice(i, i + 1) if i != -1 else slice(i, None))
+            rel.append(0)
+    return tuple(box), tuple(rel)
+
+
+class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
+    """A staged variable's data: CF-decoded view of a :class:`~xarray_vhdf5.staging.StagedChangesArray`.
+
+    Parameters
+    ----------
+    staged : StagedChangesArray
+        Stored (CF-encoded) values; base slab: the dataset's raw_data.
+    codec : CFCodec
+        Conversion between stored and shown values.
+    origin : StageOrigin
+        File, version and dataset path the data came from.
+    handle : StageFile
+        The stage's read-only handle on the file; reopened after a commit closed it.
+    raw_path : str
+        Absolute HDF5 path of the dataset's raw_data.
+
+    Notes
+    -----
+    Arithmetic and comparison operators come from numpy's
+    ``NDArrayOperatorsMixin`` (through ``__array_ufunc__``).
+    ``self[key]`` returns a numpy array (only the touched chunks are read);
+    ``self[key] = value`` stages the touched chunks; numpy functions and
+    ufuncs (``np.where``, ``+``...) read the whole array and return numpy
+    arrays. Keys with several integer arrays (xarray's vectorized indexing)
+    read or rewrite the bounding box of the selection.
+    """
+
+    def __init__(
+        self, staged: StagedChangesArray, codec: CFCodec, origin: StageOrigin, handle: StageFile, raw_path: str
+    ):
+        self.staged = staged
+        self.codec = codec
+        self.origin = origin
+        self.handle = handle
+        self.raw_path = raw_path
+        handle.register(self)
+
+    # -- duck array attributes ---------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.staged.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.codec.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.staged.ndim
+
+    @property
+    def size(self) -> int:
+        return self.staged.size
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def has_changes(self) -> bool:
+        """True if a chunk differs from the staged-from version (or the shape does)."""
+        return self.staged.has_changes
+
+    def __repr__(self) -> str:
+        return (
+            f"StagedVariableArray(shape={self.shape}, dtype={self.dtype}, "
+            f"path={self.origin.path!r}, version={self.origin.version!r}, changes={self.has_changes})"
+        )
+
+    def _repr_inline_(self, max_width: int) -> str:
+        text = f"staged from {self.origin.version!r}" + (", changed" if self.has_changes else "")
+        return text[:max_width]
+
+    # -- file handle -----------------------------------------------------------------
+    def detach(self) -> None:
+        """Make the base slab a :class:`RawRows` (before the file handle closes)."""
+        bases = self.staged.base_slabs
+        if bases and isinstance(bases[0], h5py.Dataset) and bases[0].id.valid:
+            # the shape libhdf5 sees now: a commit in this process may have grown raw_data
+            rows = RawRows(self.handle, self.raw_path, tuple(bases[0].shape), self.staged.dtype)
+            self.staged = self.staged.astype(self.staged.dtype, base_slabs=[rows])
+
+    def _ensure_open(self) -> StagedChangesArray:
+        """Read the base slab through an open h5py dataset again (fast compiled reads)."""
+        bases = self.staged.base_slabs
+        if bases and isinstance(bases[0], RawRows):
+            raw = self.handle.acquire()[self.raw_path]
+            if tuple(raw.shape) == bases[0].shape:  # else raw_data grew: keep reading through RawRows
+                self.staged = self.staged.astype(self.staged.dtype, base_slabs=[raw])
+        return self.staged
+
+    def for_commit(self, raw_data: h5py.Dataset) -> StagedChangesArray:
+        """The staged array with ``raw_data`` (a writable handle on the same dataset) as base slab.
+
+        Where raw_data grew since staging (a forced commit on a stale
+        parent), a :class:`RawRows` of the staged length stands for it.
+        """
+        self.detach()
+        bases = self.staged.base_slabs
+        if not bases or bases[0] is None or tuple(raw_data.shape) != bases[0].shape:
+            return self.staged
+        return self.staged.astype(self.staged.dtype, base_slabs=[raw_data])
+
+    def rebase(self, staged: StagedChangesArray, version: str) -> None:
+        """After a commit of this data as ``version``: no changes left, parent ``version``."""
+        self.staged = staged
+        self.origin = self.origin.rebased(version)
+
+    # -- indexing ----------------------------------------------------------------------
+    def _read_raw(self, key: tuple) -> np.ndarray:
+        staged = self._ensure_open()
+        if _n_arrays(key) <= 1:
+            return np.asarray(staged[key])
+        box = _bounding_box(key, self.shape)
+        if box is None:
+            return np.asarray(staged[...])[key]
+        return np.asarray(staged[box[0]])[box[1]]
+
+    def __getitem__(self, key) -> np.ndarray:
+        key = _array_key(key)
+        return self.codec.decode(self._read_raw(key))
+
+    def __setitem__(self, key, value) -> None:
+        key = _array_key(key)
+        raw = self.codec.encode(value)
+        staged = self._ensure_open()
+        if _n_arrays(key) <= 1:
+            staged[key] = raw
+            return
+        box = _bounding_box(key, self.shape)
+        if box is None:
+            block_key, rel = (Ellipsis,), key
+        else:
+            block_key, rel = box
+        block = np.array(staged[block_key])
+        block[rel] = raw
+        staged[block_key] = block
+
+    def resize(self, shape) -> None:
+        """Change the shape in place (new points: the fill value); see ``StagedChangesArray.resize``."""
+        self._ensure_open().resize(shape)
+
+    # -- numpy protocols -------------------------------------------------------------------
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a StagedVariableArray cannot be viewed as numpy without a copy (numpy's copy=False)")
+        out = self[(Ellipsis,)]
+        return out if dtype is None else out.astype(dtype)
+
+    def astype(self, dtype, **kwargs) -> np.ndarray:
+        return np.asarray(self).astype(dtype, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return func(*_as_numpy(args), **_as_numpy(kwargs))
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.pop("out", None)
+        result = getattr(ufunc, method)(*_as_numpy(inputs), **_as_numpy(kwargs))
+        if out is None:
+            return result
+        targets = out if isinstance(out, tuple) else (out,)
+        results = result if isinstance(result, tuple) else (result,)
+        for target, value in zip(targets, results):
+            target[...] = value
+        return out[0] if isinstance(out, tuple) and len(out) == 1 else out
+
+    def _like(self, staged: StagedChangesArray) -> StagedVariableArray:
+        new = copy.copy(self)
+        new.staged = staged
+        self.handle.register(new)
+        return new
+
+    def __deepcopy__(self, memo) -> StagedVariableArray:
+        """A copy-on-write copy (no chunk copied until either side writes), same origin."""
+        return self._like(self._ensure_open().copy())
+
+
+def _as_numpy(obj):
+    if isinstance(obj, StagedVariableArray):
+        return np.asarray(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_as_numpy(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _as_numpy(v) for k, v in obj.items()}
+    return obj
+
+
+def same_file(a: str | os.PathLike | None, b: str | os.PathLike | None) -> bool:
+    """True if both paths name the same file."""
+    if a is None or b is None:
+        return False
+    return os.path.realpath(os.fspath(a)) == os.path.realpath(os.fspath(b))
+
+
