@@ -18,18 +18,20 @@ from .errors import (
     ReadOnlyError,
     UnsupportedError,
     VersionExistsError,
+    VersionKeyTypeError,
     VersionNotFoundError,
     VHDF5Error,
 )
 from .versions import VersionedHDF5File, delete_version, delete_versions, modify_metadata
 from .xr import VHDF5BackendEntrypoint, commit_dataset
-from .wrappers import InMemoryArrayDataset, InMemoryDataset, InMemoryGroup, VersionDataset, VersionGroup
+from .wrappers import DatasetWrapper, InMemoryArrayDataset, InMemoryDataset, InMemoryGroup, VersionDataset, VersionGroup
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ClosedFileError",
     "DatasetNotFoundError",
+    "DatasetWrapper",
     "HDF5Error",
     "InMemoryArrayDataset",
     "InMemoryDataset",
@@ -43,6 +45,7 @@ __all__ = [
     "VersionDataset",
     "VersionExistsError",
     "VersionGroup",
+    "VersionKeyTypeError",
     "VersionNotFoundError",
     "VersionedHDF5File",
     "commit_dataset",

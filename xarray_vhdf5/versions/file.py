@@ -80,6 +80,9 @@ class VersionedHDF5File:
     def _check_open(self) -> None:
         if self.closed:
             raise ClosedFileError("the VersionedHDF5File (or its h5py file) is closed")
+        # Versions added or deleted by another object on this file (versioned-hdf5 reads
+        # the versions group on every call, so its users expect this).
+        self._registry.sync()
 
     def close(self) -> None:
         """Detach from the h5py file (which the caller closes, as with versioned-hdf5)."""

@@ -1,0 +1,282 @@
+"""Parity with versioned-hdf5 2.6.0: public names, and the errors users catch.
+
+Every test runs once per library (``vh`` is the module). The exception a
+versioned-hdf5 user catches (a builtin) must be raised by both; xarray_vhdf5
+raises its own class from ``xarray_vhdf5.errors``, which subclasses that builtin.
+Where versioned-hdf5 2.6 does something else (a bug, or an h5py rule it breaks),
+the test says so and asserts xarray_vhdf5's documented behaviour.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import inspect
+
+import h5py
+import numpy as np
+import pytest
+import versioned_hdf5
+
+import xarray_vhdf5
+from xarray_vhdf5 import errors
+from xarray_vhdf5.testing.snapshot import MODULES, assert_same, snapshot
+
+UTC = datetime.timezone.utc
+
+
+def ts(i: int) -> datetime.datetime:
+    return datetime.datetime(2024, 1, 1, tzinfo=UTC) + datetime.timedelta(hours=i)
+
+
+@pytest.fixture(params=MODULES)
+def vh(request):
+    return importlib.import_module(request.param)
+
+
+def ours(vh) -> bool:
+    return vh is xarray_vhdf5
+
+
+@pytest.fixture
+def vf(vh, tmp_path):
+    """A file with versions v1 <- v2 (current) holding "a" (int64, chunks 4) and "s" (vlen bytes)."""
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        vfile = vh.VersionedHDF5File(f)
+        with vfile.stage_version("v1", timestamp=ts(1)) as g:
+            g.create_dataset("a", data=np.arange(10), chunks=(4,))
+            g.create_dataset("s", data=np.array([b"ab", b"c"], dtype=object), dtype=h5py.string_dtype("ascii"))
+        with vfile.stage_version("v2", timestamp=ts(2)) as g:
+            g["a"][0] = 5
+        yield vfile
+
+
+# -- public names -----------------------------------------------------------------------
+
+WRAPPER_CLASSES = ["InMemoryGroup", "InMemoryDataset", "InMemoryArrayDataset", "InMemorySparseDataset", "DatasetWrapper"]
+
+
+@pytest.mark.parametrize("name", sorted(set(versioned_hdf5.__all__) | set(WRAPPER_CLASSES)))
+def test_public_name_importable(name):
+    """Every name of ``versioned_hdf5.__all__`` and its wrapper classes is importable from
+    xarray_vhdf5 and listed in its ``__all__``."""
+    assert hasattr(versioned_hdf5, name) or hasattr(versioned_hdf5.wrappers, name)
+    assert name in xarray_vhdf5.__all__
+    assert getattr(xarray_vhdf5, name) is not None
+
+
+def test_staged_objects_are_instances_of_the_exported_classes(vh, tmp_path):
+    """versioned-hdf5 2.6 wraps every staged dataset of a group in a DatasetWrapper (the
+    wrapped object is ``.dataset``), except sparse ones; xarray_vhdf5 returns the
+    dataset itself and DatasetWrapper is the base class of all of them."""
+    wrappers = xarray_vhdf5 if ours(vh) else vh.wrappers
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        vf = vh.VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            g.create_dataset("a", data=np.arange(10), chunks=(4,))
+            assert isinstance(g, wrappers.InMemoryGroup)
+        with vf.stage_version("v2") as g:
+            g.create_dataset("b", data=np.arange(3), chunks=(4,))
+            g.create_dataset("c", shape=(30,), dtype="f4", chunks=(4,), fillvalue=1.0)
+            existing, new, sparse = g["a"], g["b"], g["c"]
+            for obj in (existing, new):
+                assert isinstance(obj, wrappers.DatasetWrapper)
+            if not ours(vh):
+                existing, new = existing.dataset, new.dataset
+            assert isinstance(existing, wrappers.InMemoryDataset)
+            assert isinstance(new, wrappers.InMemoryArrayDataset)
+            assert isinstance(sparse, wrappers.InMemorySparseDataset)
+
+
+@pytest.mark.parametrize("fn", ["delete_versions", "delete_version"])
+def test_delete_functions_take_a_name_or_names(vh, vf, fn):
+    """versioned-hdf5's ``delete_version`` is ``delete_versions``: a name or a list of names."""
+    with vf.stage_version("v3") as g:
+        g["a"][1] = 6
+    getattr(vh, fn)(vf.f, ["v2", "v3"])
+    assert sorted(vf.versions if ours(vh) else vh.VersionedHDF5File(vf.f).versions) == ["v1"]
+    getattr(vh, fn)(vf.f, "v1")
+    assert list(vh.VersionedHDF5File(vf.f).versions) == []
+
+
+def test_signatures_accept_the_same_arguments():
+    def split(params):
+        kw = inspect.Parameter.KEYWORD_ONLY
+        return [p for p in params.values() if p.kind != kw], {p.name for p in params.values() if p.kind == kw}
+
+    for name in ("delete_version", "delete_versions", "modify_metadata"):
+        ref_pos, ref_kw = split(inspect.signature(getattr(versioned_hdf5, name)).parameters)
+        got_pos, got_kw = split(inspect.signature(getattr(xarray_vhdf5, name)).parameters)
+        assert [(p.name, p.kind) for p in ref_pos] == [(p.name, p.kind) for p in got_pos], name
+        assert ref_kw == got_kw, name
+    ref = inspect.signature(versioned_hdf5.VersionedHDF5File.stage_version).parameters
+    got = inspect.signature(xarray_vhdf5.VersionedHDF5File.stage_version).parameters
+    assert list(ref) == list(got)
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+def stage(vf, name="x", **kwargs):
+    return vf.stage_version(name, **kwargs)
+
+
+def test_writing_a_committed_version(vh, vf):
+    for action in (
+        lambda: vf["v1"]["a"].__setitem__(0, 1),
+        lambda: vf["v1"]["a"].resize((3,)),
+        lambda: vf["v1"].create_dataset("z", data=[1]),
+    ):
+        with pytest.raises(ValueError) as info:
+            action()
+        if ours(vh):
+            assert isinstance(info.value, errors.ReadOnlyError)
+    assert vf["v1"]["a"][0] == 0 and vf["v1"]["a"].shape == (10,)
+
+
+def test_staged_group_is_read_only_after_commit(vh, vf):
+    with stage(vf) as g:
+        pass
+    with pytest.raises(ValueError):
+        g.create_dataset("late", data=[1])
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        lambda g: g["a"].__setitem__(slice(0, 3), np.arange(4)),  # shape mismatch
+        lambda g: g["a"].__setitem__(0, "abc"),  # dtype mismatch
+        lambda g: g["a"].resize((3, 3)),  # wrong number of axes
+        lambda g: g.create_dataset("b", shape=(3,), data=np.arange(4)),
+        lambda g: (g.__delitem__("a"), g.create_dataset("a", data=np.arange(3.0), chunks=(4,))),
+        lambda g: (g.__delitem__("a"), g.create_dataset("a", data=np.arange(3), chunks=(2,))),
+        lambda g: g.create_dataset("a", data=[1]),  # name exists
+    ],
+    ids=["shape", "dtype", "ndim", "create-shape", "redefine-dtype", "redefine-chunks", "clash"],
+)
+def test_bad_data_raises_value_error_and_commits_nothing(vh, vf, action):
+    before = snapshot(vf.f)
+    with pytest.raises(ValueError):
+        with stage(vf) as g:
+            action(g)
+    assert "x" not in vf.f["_version_data/versions"]
+    assert vf.current_version == "v2"
+    assert_same(before, snapshot(vf.f))
+
+
+def test_group_over_dataset(vh, vf):
+    """h5py raises ValueError for a name that exists; versioned-hdf5 2.6 lets h5py's
+    RuntimeError ("Unable to synchronously copy object") through at commit."""
+    with pytest.raises(ValueError if ours(vh) else RuntimeError):
+        with stage(vf) as g:
+            g.create_group("a")
+    assert vf.current_version == "v2"
+
+
+@pytest.mark.filterwarnings("ignore:The maxshape parameter is currently ignored")
+def test_resize_past_maxshape(vh, vf):
+    """xarray_vhdf5: within the version that creates a dataset, its maxshape bounds
+    resize (h5py's rule; IncompatibleDataError, a ValueError). versioned-hdf5 2.6
+    ignores maxshape with a UserWarning and resizes. In both, a committed virtual dataset
+    has maxshape == shape and the next version may grow it past the first maxshape."""
+    if ours(vh):
+        with pytest.raises(errors.IncompatibleDataError, match="maxshape"):
+            with stage(vf) as g:
+                g.create_dataset("m", data=np.arange(3), chunks=(2,), maxshape=(5,)).resize((6,))
+    else:
+        with pytest.warns(UserWarning, match="maxshape"):
+            with stage(vf) as g:
+                g.create_dataset("m", data=np.arange(3), chunks=(2,), maxshape=(5,)).resize((6,))
+        assert vf["x"]["m"].shape == (6,)
+    with stage(vf, "x2", prev_version="v2") as g:
+        g["a"].resize((13,))
+    assert vf["x2"]["a"].shape == (13,)
+
+
+@pytest.mark.parametrize("kwargs", [{"data": 5}, {"shape": (), "dtype": "i4"}, {"data": np.float64(1.5)}])
+def test_scalar_datasets_not_implemented(vh, vf, kwargs):
+    with pytest.raises(NotImplementedError) as info:
+        with stage(vf) as g:
+            g.create_dataset("sc", **kwargs)
+    if ours(vh):
+        assert isinstance(info.value, errors.UnsupportedError)
+    assert "x" not in vf.f["_version_data/versions"]
+
+
+def test_missing_prev_version(vh, vf):
+    with pytest.raises(ValueError) as info:
+        with stage(vf, prev_version="nope"):
+            pass
+    if ours(vh):
+        assert isinstance(info.value, errors.VersionNotFoundError)
+    assert "x" not in vf.f["_version_data/versions"]
+
+
+def test_existing_version_name(vh, vf):
+    with pytest.raises(ValueError):
+        with stage(vf, "v1"):
+            pass
+    assert vf["v1"]["a"][0] == 0
+
+
+def test_raising_block_commits_nothing(vh, vf):
+    before = snapshot(vf.f)
+    with pytest.raises(ZeroDivisionError):
+        with stage(vf) as g:
+            g["a"][0:8] = 99
+            g.create_dataset("new", data=np.arange(100), chunks=(10,))
+            1 / 0
+    assert vf.current_version == "v2"
+    assert "x" not in vf.f["_version_data/versions"]
+    assert_same(before, snapshot(vf.f))
+    with stage(vf, "x") as g:  # the name is free again
+        g["a"][0] = 1
+    assert vf["x"]["a"][0] == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "builtin"),
+    [("nope", KeyError), (1, IndexError), (-5, IndexError), (1.5, KeyError), (ts(0), KeyError)],
+    ids=["name", "positive", "too-far-back", "float", "before-all"],
+)
+def test_lookup_errors(vh, vf, key, builtin):
+    with pytest.raises(builtin):
+        vf[key]
+
+
+def test_lookup_before_all_versions_with_datetime64(vh, vf):
+    """versioned-hdf5 2.6 bug: a numpy.datetime64 older than every version raises
+    TypeError ('tzinfo' is an invalid keyword argument for replace()); a datetime raises
+    KeyError. xarray_vhdf5 raises the KeyError for both."""
+    with pytest.raises(KeyError if ours(vh) else TypeError):
+        vf[np.datetime64("2000-01-01")]
+
+
+def test_exact_timestamp_lookup(vh, vf):
+    assert vf.get_version_by_timestamp(ts(2), exact=True)["a"][0] == 5
+    with pytest.raises(KeyError):
+        vf.get_version_by_timestamp(ts(2) + datetime.timedelta(seconds=1), exact=True)
+    assert vf[ts(2) + datetime.timedelta(seconds=1)]["a"][0] == 5
+    assert vf[ts(1) + datetime.timedelta(minutes=59)]["a"][0] == 0
+
+
+def test_delete_and_modify_errors(vh, vf):
+    before = snapshot(vf.f)
+    with pytest.raises(ValueError):
+        vh.delete_versions(vf.f, ["nope"])
+    with pytest.raises(ValueError):
+        vh.delete_versions(vf.f, ["__first_version__"])
+    with pytest.raises(KeyError):
+        vh.modify_metadata(vf.f, "nope", chunks=(2,))
+    with pytest.raises(ValueError):
+        vh.modify_metadata(vf.f, "s", dtype="i4")
+    with pytest.raises(NotImplementedError):
+        del vf[0]
+    assert_same(before, snapshot(vf.f))
+
+
+def test_staged_index_errors(vh, vf):
+    with pytest.raises(IndexError):
+        with stage(vf) as g:
+            g["a"][20]
+    assert vf.current_version == "v2"
