@@ -156,7 +156,11 @@ def scenario_strings(vh, f):
             "vbytes", data=np.array([b"x", b"yy", b"zzz"] * 4, dtype=object),
             dtype=h5py.string_dtype("ascii"), chunks=(5,),
         )
+        # numpy's StringDType: stored as vlen utf-8 like object str (h5py >= 3.14 writes it)
+        g.create_dataset("npstr", data=np.array(["a", "b\u00e9", "c"] * 3, dtype=np.dtypes.StringDType()), chunks=(4,))
+        out["staged_npstr_dtype"] = g["npstr"].dtype
     with vf.stage_version("v2", timestamp=ts(2)) as g:
+        g["npstr"][0] = "zz"
         g["fixed"][1] = b"zz"
         g["vstr"][0:2] = np.array(["one", "two"], dtype=object)
         g["vbytes"][5] = b"changed"
@@ -166,7 +170,7 @@ def scenario_strings(vh, f):
         g["vstr"][0:2] = np.array(["alpha", "beta"], dtype=object)  # v1's chunk again
     for v in ("v1", "v2", "v3"):
         out[v] = points(vf, v)
-        out[v + "_dtypes"] = {k: vf[v][k].dtype for k in ("fixed", "vstr", "vbytes")}
+        out[v + "_dtypes"] = {k: vf[v][k].dtype for k in ("fixed", "vstr", "vbytes", "npstr")}
     return out
 
 

@@ -280,3 +280,37 @@ def test_staged_index_errors(vh, vf):
         with stage(vf) as g:
             g["a"][20]
     assert vf.current_version == "v2"
+
+
+# -- the read side of h5py's API on committed versions ------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["a", "r"])
+def test_committed_dataset_reads_like_h5py(vh, tmp_path, mode):
+    """What users of h5py call on a dataset of a committed version. versioned-hdf5 2.6
+    returns its wrappers in a writable file and h5py's objects in a read-only one."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        vf = vh.VersionedHDF5File(f)
+        with vf.stage_version("v1", timestamp=ts(1)) as g:
+            g.create_dataset("grp/x", data=np.arange(24.0).reshape(6, 4), chunks=(4, 4), compression="gzip")
+    with h5py.File(path, mode) as f:
+        vf = vh.VersionedHDF5File(f)
+        ds = vf["v1"]["grp/x"]
+        np.testing.assert_array_equal(ds.astype("i2")[1:3], np.arange(24).reshape(6, 4)[1:3].astype("i2"))
+        assert ds.len() == len(ds) == 6
+        assert [row.tolist() for row in ds] == np.arange(24.0).reshape(6, 4).tolist()
+        assert ds.nbytes == 6 * 4 * 8 and ds.ndim == 2 and ds.size == 24
+        out = np.zeros((6, 4))
+        ds.read_direct(out)
+        np.testing.assert_array_equal(out, np.arange(24.0).reshape(6, 4))
+        assert ds.file.filename == f.filename
+        assert ds.parent.name == "/_version_data/versions/v1/grp"
+        # versioned-hdf5 in a read-only file returns the virtual dataset itself, which has no
+        # filter; its wrappers (writable file) and xarray_vhdf5 give raw_data's compression.
+        assert ds.compression == (None if (mode, vh.__name__) == ("r", "versioned_hdf5") else "gzip")
+        assert ds.dtype == np.float64
+        assert np.asarray(ds).shape == (6, 4)
+        group = vf["v1"]["grp"]
+        assert group.file.filename == f.filename and list(group) == ["x"]
+        assert group.parent.name == "/_version_data/versions/v1"
