@@ -113,6 +113,21 @@ class VersionedHDF5File:
         self._registry.group.attrs["current_version"] = name
 
     @property
+    def data_version_identifier(self) -> int:
+        """The format's ``data_version`` attribute (versioned-hdf5's name; 1 when absent).
+
+        Files written by this package and by versioned-hdf5 2.6 have 4. Setting it
+        writes the attribute, as versioned-hdf5 does (no data is converted).
+        """
+        self._check_open()
+        return self._registry.data_version
+
+    @data_version_identifier.setter
+    def data_version_identifier(self, version: int) -> None:
+        self._check_open()
+        self._registry.group.attrs["data_version"] = np.int64(version)
+
+    @property
     def versions(self) -> list[str]:
         """Names of the committed versions, oldest first."""
         self._check_open()
