@@ -372,7 +372,8 @@ def test_resize_shrink_and_grow_layout(tmp_path):
         assert x3.shape == x3.maxshape == (13,)
         np.testing.assert_array_equal(x2[()], np.arange(1, 7))
         np.testing.assert_array_equal(x3[()], np.r_[np.arange(1, 7), np.zeros(7, "i4")])
-        # v2's edge chunk [5, 6] is new; v3 makes it a full chunk [5, 6, 0, 0] (new); the rest is fill
+        # v2's edge chunk [5, 6] is new (stored trimmed, as versioned-hdf5 does); v3 makes it
+        # a full chunk [5, 6, 0, 0] (new); the rest is fill
         assert [(s, e) for _, s, e in hash_rows(f, "x")] == [(0, 4), (4, 8), (8, 10), (12, 14), (16, 20)]
         assert [m[0] for m in mappings(x3)] == [((0,), (3,)), ((4,), (7,))]
 

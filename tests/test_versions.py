@@ -16,6 +16,7 @@ from xarray_vhdf5 import (
     InMemoryArrayDataset,
     InMemoryDataset,
     InMemoryGroup,
+    InMemorySparseDataset,
     NotVersionedError,
     ReadOnlyError,
     UnsupportedError,
@@ -557,8 +558,9 @@ def test_staged_create_group_and_datasets(history):
         c.attrs["level"] = 3
         g["a/b/c/d"].attrs["units"] = "s"
         ds = g.create_dataset("made/by/path", shape=(5,), dtype="i2", fillvalue=4, chunks=(2,))
-        assert isinstance(ds, InMemoryArrayDataset)
+        assert isinstance(ds, InMemorySparseDataset)  # no data: only written chunks are kept
         assert ds[()].tolist() == [4] * 5
+        assert ds.staged_array.slab_indices.tolist() == [0, 0, 0]
         with pytest.raises(ValueError, match="exists"):
             g.create_dataset("x", data=[1])
         with pytest.raises(ValueError, match="reserved"):

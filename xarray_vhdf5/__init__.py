@@ -24,7 +24,15 @@ from .errors import (
 )
 from .versions import VersionedHDF5File, delete_version, delete_versions, modify_metadata
 from .xr import VHDF5BackendEntrypoint, commit_dataset
-from .wrappers import DatasetWrapper, InMemoryArrayDataset, InMemoryDataset, InMemoryGroup, VersionDataset, VersionGroup
+from .wrappers import (
+    DatasetWrapper,
+    InMemoryArrayDataset,
+    InMemoryDataset,
+    InMemoryGroup,
+    InMemorySparseDataset,
+    VersionDataset,
+    VersionGroup,
+)
 
 __version__ = "0.1.0"
 
@@ -35,6 +43,7 @@ __all__ = [
     "HDF5Error",
     "InMemoryArrayDataset",
     "InMemoryDataset",
+    "InMemorySparseDataset",
     "InMemoryGroup",
     "IncompatibleDataError",
     "NotVersionedError",

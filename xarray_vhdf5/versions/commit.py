@@ -4,10 +4,13 @@ A commit (seed ``design.txt``, "Backend" and "Versions"):
 
 1. creates the version group (``committed=False``) and its subgroups and attrs;
 2. for each dataset: if it is unchanged from the previous version, copies the
-   previous virtual dataset's mapping (nothing read, nothing written); else splits
-   it into chunks, skips chunks entirely of the fill value, hashes the others and
-   appends only digests not yet in the hash table to raw_data, then builds the
-   virtual dataset;
+   previous virtual dataset's mapping (nothing read, nothing written); if it is
+   held in a ``StagedChangesArray`` (an edited or sparse dataset), takes the
+   chunks its changes plan lists, and maps the others to the raw_data rows they
+   already have; a dataset created from data is split into all its chunks.
+   Chunks entirely of the fill value are skipped, the others hashed, and only
+   digests not yet in the hash table appended to raw_data; then the virtual
+   dataset is built;
 3. marks the group ``committed=True`` with its timestamp and, last, moves
    ``current_version``. If anything fails, the half-made group is deleted and
    ``current_version`` is left as it was.
@@ -29,7 +32,8 @@ from ..backend.layout import VERSION_DATA
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
 from ..backend.virtual import copy_virtual_dataset, create_virtual_dataset
 from ..errors import IncompatibleDataError
-from ..wrappers.dataset import InMemoryArrayDataset, InMemoryDataset, StagedDatasetBase
+from ..wrappers.chunked import ChunkedStagedDataset, InMemoryDataset, is_over, split_unchanged
+from ..wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
 from ..wrappers.group import InMemoryGroup
 from .timestamps import format_timestamp, now_utc
 
@@ -120,6 +124,8 @@ def _commit_dataset(f: h5py.File, version_group: h5py.Group, path: str, ds: Stag
         copy_virtual_dataset(ds.source, parent, last, None)
         ds.attrs.write_to(parent[last])
         return WriteStats()
+    if isinstance(ds, ChunkedStagedDataset):
+        return _commit_staged_array(f, parent, last, path, ds, ds.staged_array)
     data = ds._loaded()
     if hasattr(data, "iter_hashed_chunks"):
         return _commit_streamed(f, parent, last, path, ds, data)
@@ -135,6 +141,45 @@ def _commit_dataset(f: h5py.File, version_group: h5py.Group, path: str, ds: Stag
     vds = create_virtual_dataset(parent, last, raw_data, data.shape, writer.chunks, chunk_rows)
     ds.attrs.write_to(vds)
     return writer.stats
+
+
+def _commit_staged_array(f, parent, last, path, ds, array) -> WriteStats:
+    """Commit a ``StagedChangesArray``: only the chunks of its changes plan are hashed.
+
+    The other chunks lie on its base slab, this path's raw_data, and keep
+    their rows. When that cannot hold (the dataset was moved to another path,
+    or its chunks differ from those fixed by the path's raw_data), every chunk
+    is read from the array and hashed instead.
+    """
+    raw_data, hash_table = _raw_data_for(f, path, ds, array.dtype)
+    writer = ChunkWriter(raw_data, hash_table)
+    if tuple(array.chunk_size) != writer.chunks or not is_over(array, raw_data):
+        for index, region in iter_chunks(array.shape, writer.chunks, axis0_fastest=True):
+            writer.add(index, _storable(array[region]))
+    else:
+        base_shape = ds.source.shape if isinstance(ds, InMemoryDataset) else array.shape
+        reused, retrimmed = split_unchanged(array, array._changes_plan(), base_shape)
+        cs = array.chunk_size
+        to_store = [(c.chunk, data) for c, data in array.changed_chunks()]
+        for index in retrimmed:
+            region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, cs, array.shape))
+            to_store.append((index, array[region]))
+        # New chunks are appended in versioned-hdf5's order (axis 0 fastest).
+        to_store.sort(key=lambda item: item[0][::-1])
+        for index, data in to_store:
+            writer.add(index, _storable(data))
+        writer.stats.reused_chunks += len(reused)
+        writer.stats.chunk_rows.extend(reused)
+    writer.flush()
+    chunk_rows = sorted(writer.stats.chunk_rows)
+    vds = create_virtual_dataset(parent, last, raw_data, tuple(array.shape), writer.chunks, chunk_rows)
+    ds.attrs.write_to(vds)
+    return writer.stats
+
+
+def _storable(chunk: np.ndarray) -> np.ndarray:
+    """A chunk as raw_data stores it (StringDType as object strings)."""
+    return chunk.astype(object) if chunk.dtype.kind == "T" else chunk
 
 
 def _holds_object_references(value) -> bool:

@@ -1,7 +1,8 @@
 """h5py-like objects: staged (editable) versions and committed (read-only) ones."""
 
 from .attrs import ReadOnlyAttrs, StagedAttrs
-from .dataset import InMemoryArrayDataset, InMemoryDataset, StagedDatasetBase
+from .chunked import InMemoryDataset, InMemorySparseDataset
+from .dataset import InMemoryArrayDataset, StagedDatasetBase
 from .group import InMemoryGroup
 from .readonly import VersionDataset, VersionGroup
 
@@ -14,6 +15,7 @@ __all__ = [
     "InMemoryArrayDataset",
     "InMemoryDataset",
     "InMemoryGroup",
+    "InMemorySparseDataset",
     "ReadOnlyAttrs",
     "StagedAttrs",
     "StagedDatasetBase",

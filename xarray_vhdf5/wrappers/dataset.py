@@ -1,11 +1,12 @@
 """h5py-like datasets of a staged version (editable, held in memory until commit).
 
-- :class:`InMemoryArrayDataset`: created in this version, its points in a numpy array.
-- :class:`InMemoryDataset`: a dataset of the previous version. Until it is
-  written to or resized it is only a reference to the previous version's
-  virtual dataset; commit then reuses that mapping as is, reading nothing.
-  The first write loads its points into memory (the StagedChangesArray engine,
-  which keeps only the touched chunks, replaces this).
+- :class:`StagedDatasetBase`: what every staged dataset shares (metadata,
+  attrs, the numpy/h5py protocol, validation of writes and resizes).
+- :class:`InMemoryArrayDataset`: created in this version from data, its
+  points in a numpy array (or, for dask data, a chunk source streamed at commit).
+
+The datasets held chunk by chunk in a ``StagedChangesArray`` (an existing
+dataset, a sparse one) are in :mod:`.chunked`.
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..backend.chunks import normalize_chunks
-from ..backend.hashing import is_vlen_string_dtype
 from ..backend.raw_data import Filters
-from ..errors import IncompatibleDataError, UnsupportedError
-from .attrs import RESERVED_ATTRS, StagedAttrs
+from ..errors import IncompatibleDataError
+from .attrs import StagedAttrs
 
-__all__ = ["InMemoryArrayDataset", "InMemoryDataset", "StagedDatasetBase"]
+__all__ = ["AstypeView", "InMemoryArrayDataset", "StagedDatasetBase", "check_resize"]
 
 
-def _check_resize(shape, maxshape, new_shape) -> tuple[int, ...]:
+def check_resize(shape, maxshape, new_shape) -> tuple[int, ...]:
     new_shape = (new_shape,) if isinstance(new_shape, (int, np.integer)) else tuple(new_shape)
     if len(new_shape) != len(shape):
         raise IncompatibleDataError(
@@ -49,6 +48,28 @@ def _resized(data: np.ndarray, new_shape: tuple[int, ...], fillvalue: Any) -> np
     common = tuple(slice(0, min(a, b)) for a, b in zip(data.shape, new_shape))
     out[common] = data[common]
     return out
+
+
+class AstypeView:
+    """Reads of a staged dataset converted to another dtype (h5py's ``Dataset.astype``).
+
+    ``view[index]`` reads ``dataset[index]`` and converts with numpy's unsafe
+    casting, as h5py's ``AstypeWrapper`` converts through libhdf5.
+    """
+
+    def __init__(self, dataset: StagedDatasetBase, dtype: Any):
+        self.dataset = dataset
+        self.dtype = np.dtype(dtype)
+
+    def __getitem__(self, index) -> np.ndarray:
+        return np.asarray(self.dataset[index]).astype(self.dtype)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self[()]
+        return out if dtype is None else out.astype(dtype)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
 
 
 class StagedDatasetBase:
@@ -106,17 +127,22 @@ class StagedDatasetBase:
         arr = self[()]
         return arr if dtype is None else arr.astype(dtype)
 
+    def astype(self, dtype) -> AstypeView:
+        """Reads converted to ``dtype`` (h5py's ``Dataset.astype``): ``ds.astype("f4")[:10]``."""
+        return AstypeView(self, dtype)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}: shape {self.shape}, type {self.dtype.str!r}>"
 
     # editing ---------------------------------------------------------------
-    def _loaded(self) -> np.ndarray:
+    def __getitem__(self, index):
         raise NotImplementedError  # pragma: no cover - defined by subclasses
 
-    def __getitem__(self, index):
-        if self._data is None:
-            return self._read(index)
-        return self._data[index]
+    def _set(self, index, value: np.ndarray) -> None:
+        raise NotImplementedError  # pragma: no cover - defined by subclasses
+
+    def _resize_to(self, new_shape: tuple[int, ...]) -> None:
+        raise NotImplementedError  # pragma: no cover - defined by subclasses
 
     def _check_open(self) -> None:
         """Refuse edits once the version was committed (they would be silently lost)."""
@@ -124,18 +150,36 @@ class StagedDatasetBase:
             self.parent._check_open()
 
     def __setitem__(self, index, value) -> None:
+        """``ds[index] = value`` with h5py's index semantics (numpy's, a superset).
+
+        Raises
+        ------
+        ReadOnlyError
+            The staged version was already committed.
+        IndexError, TypeError, ValueError
+            Where numpy raises them: a bad index, a value that cannot be cast
+            to :attr:`dtype` or broadcast to the selection.
+        UnsupportedError
+            Valid numpy indices the staging engine does not map (more than
+            one array index, ``np.newaxis``).
+        """
         self._check_open()
-        data = self._loaded()
         value = np.asarray(value)
-        if value.dtype.kind == "U" and data.dtype.kind == "O":
+        if value.dtype.kind == "U" and self.dtype.kind == "O":
             value = value.astype(object)
-        if value.ndim == 0:
+        if value.ndim == 0 and self.dtype.kind == "O":
             # A 0-d array stored into an object array would become the element itself.
             value = value[()]
-        data[index] = value
+        self._set(index, value)
 
     def resize(self, size, axis: int | None = None) -> None:
         """Change the shape (h5py semantics); new points read as the fill value.
+
+        Parameters
+        ----------
+        size : int or tuple of int
+            The new shape, or with ``axis`` the new length of that axis, in points.
+        axis : int, optional
 
         Raises
         ------
@@ -149,11 +193,7 @@ class StagedDatasetBase:
             shape = list(self.shape)
             shape[axis] = int(size)
             size = tuple(shape)
-        new_shape = _check_resize(self.shape, self.maxshape, size)
-        self._data = _resized(self._loaded(), new_shape, self.fillvalue)
-
-    def _read(self, index):
-        raise NotImplementedError  # pragma: no cover
+        self._resize_to(check_resize(self.shape, self.maxshape, size))
 
 
 class InMemoryArrayDataset(StagedDatasetBase):
@@ -191,129 +231,16 @@ class InMemoryArrayDataset(StagedDatasetBase):
     def _loaded(self) -> np.ndarray:
         return self._data
 
+    def __getitem__(self, index):
+        return self._data[index]
+
+    def _set(self, index, value: np.ndarray) -> None:
+        self._data[index] = value
+
+    def _resize_to(self, new_shape: tuple[int, ...]) -> None:
+        self._data = _resized(self._data, new_shape, self.fillvalue)
+
     @property
     def data(self) -> np.ndarray:
         """The staged points (numpy array)."""
         return self._data
-
-
-class InMemoryDataset(StagedDatasetBase):
-    """A dataset of the previous version, staged for editing in the new version.
-
-    Parameters
-    ----------
-    name : str
-        Path of the dataset inside the version.
-    source : h5py.Dataset
-        The previous version's virtual dataset (read lazily).
-    """
-
-    def __init__(self, name: str, parent, source: h5py.Dataset):
-        raw_chunks = tuple(int(c) for c in source.attrs["chunks"])
-        raw = source.file[source.attrs["raw_data"]]
-        fill = None if is_vlen_string_dtype(source.dtype) else raw.fillvalue
-        super().__init__(name, parent, source.dtype, raw_chunks, fill, Filters.of(raw), (None,) * source.ndim)
-        self.source = source
-        self.origin_name = name  # where its raw_data lives; differs after group.move()
-        self._shape = source.shape
-        self._data = None
-        self.attrs = StagedAttrs(source.attrs, skip=RESERVED_ATTRS)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape if self._data is None else self._data.shape
-
-    @property
-    def has_changes(self) -> bool:
-        """True once the points were written to or resized (attrs do not count)."""
-        return self._data is not None
-
-    def _read(self, index):
-        return self.source[index]
-
-    def _loaded(self) -> np.ndarray:
-        if self._data is None:
-            self._data = self.source[()]
-        return self._data
-
-
-def new_array_dataset(
-    name: str,
-    parent,
-    *,
-    shape=None,
-    dtype=None,
-    data=None,
-    chunks=None,
-    fillvalue=None,
-    maxshape=None,
-    filters: Filters = Filters(),
-    default_chunks=None,
-) -> InMemoryArrayDataset:
-    """Validate ``create_dataset`` arguments and build the staged dataset.
-
-    Raises
-    ------
-    TypeError
-        Neither data nor shape given.
-    UnsupportedError
-        Scalar datasets, ``h5py.Empty``.
-    IncompatibleDataError
-        ``shape`` does not match ``data``; bad chunks or maxshape.
-    """
-    if isinstance(data, h5py.Empty) or (data is None and shape is None and dtype is not None):
-        raise UnsupportedError("empty (h5py.Empty) datasets are not supported by the versioned format")
-    if data is None and shape is None:
-        raise TypeError("create_dataset needs data= or shape=")
-    if data is not None:
-        if isinstance(data, (StagedDatasetBase, h5py.Dataset)):
-            data = data[()]
-        arr = np.asarray(data)
-        if dtype is not None and np.dtype(dtype) != arr.dtype:
-            if is_vlen_string_dtype(np.dtype(dtype)):
-                arr = arr.astype(object)
-            else:
-                arr = arr.astype(dtype)
-        elif arr.dtype.kind == "U":
-            arr = arr.astype(object)
-        if shape is not None:
-            shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-            if int(np.prod(shape)) != arr.size:
-                raise IncompatibleDataError(
-                    f"shape {shape} does not match the data's shape {arr.shape}"
-                )
-            arr = arr.reshape(shape)
-        arr = np.array(arr, copy=True)
-    else:
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        dt = np.dtype(dtype if dtype is not None else "f4")
-        if is_vlen_string_dtype(dt):
-            arr = np.full(shape, b"", dtype=object)
-        else:
-            arr = np.full(shape, fillvalue if fillvalue is not None else 0, dtype=dt)
-    if arr.ndim == 0:
-        raise UnsupportedError(
-            "scalar (0-d) datasets are not supported by the versioned format; store a 1-element array"
-        )
-    chunks_given = chunks is not None
-    fillvalue_given = fillvalue is not None
-    if chunks is None and default_chunks is not None:
-        chunks = default_chunks(arr.shape, arr.dtype)
-    chunks = normalize_chunks(chunks, arr.shape, arr.dtype)
-    if maxshape is None:
-        # Versioned datasets can always grow (their virtual dataset is rebuilt on
-        # every commit); versioned-hdf5 behaves the same.
-        maxshape = (None,) * arr.ndim
-    maxshape = tuple(maxshape) if not isinstance(maxshape, (int, np.integer)) else (maxshape,)
-    if len(maxshape) != arr.ndim or any(m is not None and m < s for m, s in zip(maxshape, arr.shape)):
-        raise IncompatibleDataError(f"maxshape {maxshape} is incompatible with shape {arr.shape}")
-    if is_vlen_string_dtype(arr.dtype):
-        fillvalue = None
-    elif fillvalue is None:
-        fillvalue = np.zeros((), arr.dtype)[()]
-    ds = InMemoryArrayDataset(name, parent, arr, chunks, fillvalue, filters, maxshape, chunks_given)
-    ds.fillvalue_given = fillvalue_given
-    if arr.dtype.kind == "O":
-        given = np.dtype(dtype) if dtype is not None else None
-        ds._dtype = given if given is not None and h5py.check_string_dtype(given) else h5py.string_dtype()
-    return ds

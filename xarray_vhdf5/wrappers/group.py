@@ -18,7 +18,9 @@ from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS
 from ..backend.raw_data import Filters
 from ..errors import IncompatibleDataError, ReadOnlyError
 from .attrs import StagedAttrs
-from .dataset import InMemoryDataset, StagedDatasetBase, new_array_dataset
+from .chunked import InMemoryDataset
+from .create import new_array_dataset
+from .dataset import StagedDatasetBase
 
 __all__ = ["InMemoryGroup"]
 

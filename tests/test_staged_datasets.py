@@ -1,0 +1,172 @@
+"""Staged datasets on StagedChangesArray: only touched chunks are read, held and written."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+from xarray_vhdf5 import (
+    IncompatibleDataError,
+    InMemoryDataset,
+    InMemorySparseDataset,
+    ReadOnlyError,
+    VersionedHDF5File,
+)
+from xarray_vhdf5.backend.chunkmap import build_slab_indices_and_offsets
+from xarray_vhdf5.staging import StagedChangesArray
+
+SHAPE, CHUNKS = (100, 60), (10, 20)  # 10 x 3 = 30 chunks
+
+
+@pytest.fixture
+def base(tmp_path):
+    path = tmp_path / "f.h5"
+    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
+    with h5py.File(path, "w") as f:
+        with VersionedHDF5File(f).stage_version("v1") as g:
+            g.create_dataset("x", data=data, chunks=CHUNKS)
+            g.create_dataset("s", data=np.array([b"a", b"bb", b"ccc", b"d"], dtype=object),
+                             dtype=h5py.string_dtype("ascii"), chunks=(2,))
+    return path, data
+
+
+def staged_chunk_count(ds: InMemoryDataset) -> int:
+    arr = ds.staged_array
+    return int(np.count_nonzero(arr.slab_indices > arr.n_base_slabs))
+
+
+def test_one_point_edit_holds_and_writes_one_chunk(base):
+    path, data = base
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            x = g["x"]
+            assert isinstance(x, InMemoryDataset)
+            x[55, 45] = -1.0
+            assert staged_chunk_count(x) == 1
+            # The other 29 chunks are still on raw_data (nothing of them read).
+            assert int(np.count_nonzero(x.staged_array.slab_indices == 1)) == 29
+            assert x[55, 45] == -1.0 and x[0, 0] == 0.0
+        stats = vf.last_commit.datasets["x"]
+        assert (stats.new_chunks, stats.reused_chunks, stats.fill_chunks) == (1, 29, 0)
+        expected = data.copy()
+        expected[55, 45] = -1.0
+        np.testing.assert_array_equal(vf["v2"]["x"][()], expected)
+        np.testing.assert_array_equal(vf["v1"]["x"][()], data)
+        assert f["_version_data/x/raw_data"].shape[0] == 31 * CHUNKS[0]
+
+
+def test_whole_chunk_write_is_not_read_and_partial_write_is(base):
+    path, data = base
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            x = g["x"]
+            x[10:20, 20:40] = 7.0  # exactly chunk (1, 1)
+            x[95:, 50:] = 8.0  # part of the edge chunk (9, 2)
+            assert staged_chunk_count(x) == 2
+        expected = data.copy()
+        expected[10:20, 20:40] = 7.0
+        expected[95:, 50:] = 8.0
+        np.testing.assert_array_equal(vf["v2"]["x"][()], expected)
+        assert vf.last_commit.datasets["x"].new_chunks == 2
+
+
+def test_resize_grow_and_shrink_commit_only_edge_chunks(base):
+    path, data = base
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"].resize((105, 60))  # 3 new chunks of fill value along axis 0
+        stats = vf.last_commit.datasets["x"]
+        # Rows 100:105 are a new chunk row, all fill value: nothing stored.
+        assert (stats.new_chunks, stats.reused_chunks, stats.fill_chunks) == (0, 30, 3)
+        np.testing.assert_array_equal(vf["v2"]["x"][:100], data)
+        np.testing.assert_array_equal(vf["v2"]["x"][100:], 0.0)
+        with vf.stage_version("v3", prev_version="v1") as g:
+            g["x"].resize((95, 50))
+        # The shrunk edge chunks (9, *) and (*, 2) are stored again, trimmed (versioned-hdf5's rule).
+        assert vf.last_commit.datasets["x"].new_chunks == 10 + 3 - 1
+        np.testing.assert_array_equal(vf["v3"]["x"][()], data[:95, :50])
+
+
+def test_strings_edit_on_raw_data(base):
+    path, _ = base
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["s"][3] = "zz"
+            assert g["s"][()].tolist() == [b"a", b"bb", b"ccc", "zz"]
+        assert vf.last_commit.datasets["s"].new_chunks == 1
+        assert vf["v2"]["s"][()].tolist() == [b"a", b"bb", b"ccc", b"zz"]
+
+
+def test_staged_array_setter_validates(base):
+    path, _ = base
+    with h5py.File(path, "r+") as f, h5py.File(path, "r") as f2:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            x = g["x"]
+            other = StagedChangesArray.full(SHAPE, (5, 5), 0.0)
+            with pytest.raises(IncompatibleDataError, match="chunk_size"):
+                x.staged_array = other
+            with pytest.raises(IncompatibleDataError, match="dtype"):
+                x.staged_array = StagedChangesArray.full(SHAPE, CHUNKS, 0, dtype="i4")
+            foreign = StagedChangesArray.from_array(np.zeros(SHAPE), CHUNKS)
+            with pytest.raises(IncompatibleDataError, match="base slabs"):
+                x.staged_array = foreign
+            with pytest.raises(TypeError, match="StagedChangesArray"):
+                x.staged_array = np.zeros(SHAPE)
+            # Another handle to the same raw_data, as an xarray stage() builds it.
+            v1 = f2["_version_data/versions/v1/x"]
+            raw = f2["_version_data/x/raw_data"]
+            si, so = build_slab_indices_and_offsets(v1, v1.shape, CHUNKS, raw)
+            mine = StagedChangesArray(SHAPE, CHUNKS, [raw], si, so, raw.fillvalue)
+            mine[0, 0] = 123.0
+            x.staged_array = mine
+        assert vf["v2"]["x"][0, 0] == 123.0
+        assert vf.last_commit.datasets["x"].new_chunks == 1
+        assert vf.last_commit.datasets["x"].reused_chunks == 29
+
+
+def test_sparse_dataset_stores_only_written_chunks(tmp_path):
+    with h5py.File(tmp_path / "s.h5", "w") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            sp = g.create_dataset("sp", shape=(1000, 1000), dtype="i4", fillvalue=-1, chunks=(100, 100))
+            assert isinstance(sp, InMemorySparseDataset)
+            sp[150, 250] = 5
+            sp[999, 999] = 6
+            assert sp[150, 249:252].tolist() == [-1, 5, -1]
+            assert int(np.count_nonzero(sp.staged_array.slab_indices)) == 2
+        stats = vf.last_commit.datasets["sp"]
+        assert (stats.new_chunks, stats.fill_chunks) == (2, 0)
+        assert f["_version_data/sp/raw_data"].shape[0] == 200
+        v1 = vf["v1"]["sp"]
+        assert v1.fillvalue == -1
+        assert v1[150, 250] == 5 and v1[999, 999] == 6 and v1[0, 0] == -1
+        assert int((v1[()] != -1).sum()) == 2
+
+
+def test_astype_view(base):
+    path, data = base
+    with h5py.File(path, "r+") as f:
+        with VersionedHDF5File(f).stage_version("v2") as g:
+            view = g["x"].astype("f4")
+            out = view[:3, :3]
+            assert out.dtype == np.float32
+            np.testing.assert_array_equal(out, data[:3, :3].astype("f4"))
+            assert len(view) == SHAPE[0]
+
+
+def test_write_after_commit_refused(base):
+    path, _ = base
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            x = g["x"]
+        with pytest.raises(ReadOnlyError):
+            x[0, 0] = 1.0
+        with pytest.raises(ReadOnlyError):
+            x.resize((5, 5))

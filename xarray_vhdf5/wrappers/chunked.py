@@ -1,0 +1,234 @@
+"""Staged datasets held chunk by chunk in a :class:`~xarray_vhdf5.staging.StagedChangesArray`.
+
+- :class:`InMemoryDataset`: a dataset of the previous version. Its staged
+  array has one base slab, the dataset's ``raw_data``, and the previous
+  version's virtual mapping as ``slab_indices`` / ``slab_offsets``; only the
+  chunks read or written are touched (seed ``design.txt``, "h5py Wrappers";
+  ``staged_changes.rst``). Until it is written to or resized, commit copies
+  the previous version's mapping as is.
+- :class:`InMemorySparseDataset`: created in this version from a shape, dtype
+  and fill value without data; it holds only the chunks written to.
+
+At commit (:mod:`xarray_vhdf5.versions.commit`) the array's changes plan
+says which chunks to hash and append; the others keep their ``raw_data`` rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..backend.chunkmap import build_slab_indices_and_offsets
+from ..backend.hashing import is_vlen_string_dtype
+from ..backend.raw_data import Filters
+from ..errors import IncompatibleDataError
+from ..staging import StagedChangesArray
+from .attrs import RESERVED_ATTRS, StagedAttrs
+from .dataset import StagedDatasetBase
+
+__all__ = ["ChunkedStagedDataset", "InMemoryDataset", "InMemorySparseDataset"]
+
+
+class ChunkedStagedDataset(StagedDatasetBase):
+    """A staged dataset whose points live in a :class:`StagedChangesArray`."""
+
+    _array: StagedChangesArray | None = None
+    _data = None  # no whole-array copy, ever
+
+    @property
+    def staged_array(self) -> StagedChangesArray:
+        """The :class:`StagedChangesArray` holding the points (built on first use)."""
+        if self._array is None:
+            self._array = self._build_array()
+        return self._array
+
+    def _build_array(self) -> StagedChangesArray:
+        raise NotImplementedError  # pragma: no cover - defined by subclasses
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.staged_array.shape
+
+    def __getitem__(self, index):
+        return self.staged_array[index]
+
+    def _set(self, index, value: np.ndarray) -> None:
+        self.staged_array[index] = value
+
+    def _resize_to(self, new_shape: tuple[int, ...]) -> None:
+        self.staged_array.resize(new_shape)
+
+
+class InMemoryDataset(ChunkedStagedDataset):
+    """A dataset of the previous version, staged for editing in the new version.
+
+    Its points are a :class:`StagedChangesArray` over the dataset's
+    ``raw_data`` (one base slab), built from the previous version's virtual
+    mapping on first access: reads fetch only the chunks they select, a write
+    copies the touched chunks into memory (whole chunks are not read), and
+    the commit hashes and appends only those.
+
+    Parameters
+    ----------
+    name : str
+        Path of the dataset inside the version.
+    parent : InMemoryGroup
+        The staged group holding it.
+    source : h5py.Dataset
+        The previous version's virtual dataset.
+    """
+
+    def __init__(self, name: str, parent, source: h5py.Dataset):
+        raw_chunks = tuple(int(c) for c in source.attrs["chunks"])
+        raw = source.file[source.attrs["raw_data"]]
+        fill = None if is_vlen_string_dtype(source.dtype) else raw.fillvalue
+        super().__init__(name, parent, source.dtype, raw_chunks, fill, Filters.of(raw), (None,) * source.ndim)
+        self.source = source
+        self.raw_data = raw
+        self.origin_name = name  # where its raw_data lives; differs after group.move()
+        self.attrs = StagedAttrs(source.attrs, skip=RESERVED_ATTRS)
+
+    def _build_array(self) -> StagedChangesArray:
+        source = self.source
+        slab_indices, slab_offsets = build_slab_indices_and_offsets(
+            source, source.shape, self.chunks, self.raw_data
+        )
+        return StagedChangesArray(
+            source.shape, self.chunks, [self.raw_data], slab_indices, slab_offsets,
+            self.fillvalue, dtype=source.dtype,
+        )
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.source.shape if self._array is None else self._array.shape
+
+    def __getitem__(self, index):
+        if self._array is None:
+            return self.source[index]  # nothing staged: h5py reads the virtual dataset
+        return self._array[index]
+
+    @ChunkedStagedDataset.staged_array.setter
+    def staged_array(self, array: StagedChangesArray) -> None:
+        """Replace the points by ``array``, staged elsewhere over the same raw_data.
+
+        Raises
+        ------
+        TypeError
+            ``array`` is not a :class:`StagedChangesArray`.
+        IncompatibleDataError
+            Its chunk size or dtype differ from the dataset's, or its base
+            slabs are not exactly this dataset's ``raw_data`` (another h5py
+            handle to the same dataset in the same file is fine: the commit
+            never reads base slabs, it reuses their rows).
+        """
+        self._check_open()
+        if not isinstance(array, StagedChangesArray):
+            raise TypeError(f"staged_array must be a StagedChangesArray, got {type(array).__name__}")
+        if tuple(array.chunk_size) != self.chunks:
+            raise IncompatibleDataError(
+                f"dataset {self.name!r}: staged array has chunk_size {tuple(array.chunk_size)}, "
+                f"expected {self.chunks} (the chunks of its raw_data)"
+            )
+        both_strings = is_vlen_string_dtype(array.dtype) and is_vlen_string_dtype(self.dtype)
+        if array.dtype != self.dtype and not both_strings:
+            raise IncompatibleDataError(
+                f"dataset {self.name!r}: staged array has dtype {array.dtype}, expected {self.dtype}"
+            )
+        if not is_over(array, self.raw_data):
+            raise IncompatibleDataError(
+                f"dataset {self.name!r}: the staged array's base slabs must be its raw_data "
+                f"{self.raw_data.name!r} in {self.raw_data.file.filename!r}"
+            )
+        self._array = array
+
+    @property
+    def has_changes(self) -> bool:
+        """True once the points were written to or resized (attrs do not count)."""
+        return self._array is not None and self._array.has_changes
+
+
+class InMemorySparseDataset(ChunkedStagedDataset):
+    """A dataset created in this version from shape, dtype and fill value, without data.
+
+    No memory is used until written: unwritten chunks read as the fill
+    value and are not stored at commit (versioned-hdf5's
+    ``InMemorySparseDataset``).
+
+    Parameters
+    ----------
+    name : str
+        Path of the dataset inside the version.
+    parent : InMemoryGroup
+        The staged group holding it.
+    shape : tuple of int
+        In points, at least one axis.
+    dtype : numpy.dtype
+    chunks : tuple of int
+        Chunk shape, in points.
+    fillvalue : scalar or None
+        None for variable-length strings (they read as ``b""``).
+    filters : Filters
+    maxshape : tuple of (int or None)
+    """
+
+    def __init__(self, name, parent, shape, dtype, chunks, fillvalue, filters, maxshape,
+                 chunks_given: bool = True, fillvalue_given: bool = True):
+        super().__init__(name, parent, dtype, chunks, fillvalue, filters, maxshape)
+        self._array = StagedChangesArray.full(shape, self.chunks, fillvalue, dtype=self._dtype)
+        #: False when ``chunks`` was guessed: an existing raw_data's chunks then win.
+        self.chunks_given = chunks_given
+        #: False when no fill value was given: an existing raw_data's fill value then wins.
+        self.fillvalue_given = fillvalue_given
+
+    def _build_array(self) -> StagedChangesArray:  # pragma: no cover - built in __init__
+        raise AssertionError("a sparse dataset's array is built on creation")
+
+
+def is_over(array: StagedChangesArray, raw_data: h5py.Dataset) -> bool:
+    """True when ``array``'s only base slab is ``raw_data`` (any handle to it)."""
+    bases = array.base_slabs
+    if len(bases) != 1:
+        return len(bases) == 0
+    base = bases[0]
+    if base is None:
+        return True  # no chunk on it any more
+    if not isinstance(base, h5py.Dataset):
+        return False
+    try:
+        return base.name == raw_data.name and base.file.filename == raw_data.file.filename
+    except ValueError:  # a closed handle: its rows are still raw_data's
+        return False
+
+
+def split_unchanged(
+    array: StagedChangesArray, plan, base_shape: tuple[int, ...]
+) -> tuple[list[tuple[tuple[int, ...], int, int]], list[tuple[int, ...]]]:
+    """Sort the chunks a commit need not re-stage: reused as stored, or re-trimmed.
+
+    ``plan`` is ``array._changes_plan()``; its unchanged chunks lie on the
+    base slab (raw_data) at ``slab_offsets``. Those whose extent is the one
+    they had in ``base_shape`` (the previous version's shape) keep their
+    rows. An edge chunk that ``resize`` shrank is stored anew, trimmed,
+    as versioned-hdf5 does: a mapping covering only part of a stored chunk
+    would break versioned-hdf5's ``delete_versions`` on the file.
+
+    Returns
+    -------
+    reused : list of (chunk index, start, stop)
+        Rows in raw_data along axis 0, ``stop - start`` the chunk's extent.
+    retrimmed : list of tuple of int
+        Indices of the chunks to read, hash and store again.
+    """
+    if not len(plan.unchanged):
+        return [], []
+    chunk = np.asarray(array.chunk_size, dtype=np.int64)
+    origin = plan.unchanged.astype(np.int64) * chunk
+    extent = np.minimum(chunk, np.asarray(array.shape, dtype=np.int64) - origin)
+    base_extent = np.minimum(chunk, np.asarray(base_shape, dtype=np.int64) - origin)
+    same = np.all(extent == base_extent, axis=1)
+    start = plan.unchanged_slab_offsets.astype(np.int64)[same]
+    stop = start + extent[same, 0]
+    reused = list(zip(map(tuple, plan.unchanged[same].tolist()), start.tolist(), stop.tolist()))
+    return reused, list(map(tuple, plan.unchanged[~same].tolist()))
