@@ -54,22 +54,33 @@ def apply(group, edit) -> None:
         raise AssertionError(kind)
 
 
-def play_history(path, history, libs) -> dict:
-    """Commit ``history`` into a new file at ``path``, version i by ``libs[i]``."""
+def play_history(path, history, libs) -> tuple[dict, list]:
+    """Commit ``history`` into a new file at ``path``, version i by ``libs[i]``.
+
+    Returns the file's snapshot and what the staged dataset edited last read after
+    each edit (whole, and its first half along every axis).
+    """
+    reads = []
     with h5py.File(path, "w") as f:
         for i, (edits, lib) in enumerate(zip(history, libs)):
             vf = LIBS[lib].VersionedHDF5File(f)
             with vf.stage_version(f"v{i}", timestamp=ts(i)) as g:
                 for edit in edits:
                     apply(g, edit)
+                    if edit[0] != "delete":
+                        ds = g[edit[1]] if edit[0] != "attr" else None
+                        if ds is not None:
+                            half = tuple(slice(0, (n + 1) // 2) for n in ds.shape)
+                            reads.append((np.asarray(ds[()]), np.asarray(ds[half])))
     with h5py.File(path, "r") as f:
-        return snapshot(f, timestamps=True)
+        return snapshot(f, timestamps=True), reads
 
 
 def check_mixed(tmp_path, history, mixes) -> None:
-    ref = play_history(tmp_path / "ref.h5", history, ["versioned_hdf5"] * len(history))
+    ref, ref_reads = play_history(tmp_path / "ref.h5", history, ["versioned_hdf5"] * len(history))
     for k, libs in enumerate([["xarray_vhdf5"] * len(history), *mixes]):
-        got = play_history(tmp_path / f"mix{k}.h5", history, libs)
+        got, reads = play_history(tmp_path / f"mix{k}.h5", history, libs)
+        assert_same(ref_reads, reads, f"staged reads by {libs}")
         assert_same(without_fill_chunks(ref), without_fill_chunks(got), f"files written by {libs}")
 
 
