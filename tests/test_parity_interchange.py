@@ -189,16 +189,34 @@ def histories(draw, max_versions: int = 4):
                 shape = tuple(draw(st.integers(0, 14)) for _ in range(ndim))
                 edits.append(("resize", "d", shape))
             elif all(shape):
-                index = []
-                for n in shape:
-                    lo = draw(st.integers(0, n - 1))
-                    hi = draw(st.integers(lo + 1, n))
-                    index.append(slice(lo, hi, draw(st.sampled_from([1, 1, 2]))))
-                block = tuple(len(range(*s.indices(n))) for s, n in zip(index, shape))
-                edits.append(("set", "d", tuple(index), rng.integers(0, 4, block).astype(dtype)))
+                # per axis a slice, an int, or (on one axis) sorted unique ints / a mask:
+                # the fancy indices h5py accepts
+                fancy_axis = draw(st.integers(-1, ndim - 1))
+                index, block = [], []
+                for axis, n in enumerate(shape):
+                    kind = draw(st.sampled_from(["slice", "slice", "int", "fancy"]))
+                    if axis == fancy_axis:
+                        mask = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+                        if not mask.any():
+                            mask[draw(st.integers(0, n - 1))] = True
+                        index.append(mask if draw(st.booleans()) else np.flatnonzero(mask))
+                        block.append(int(mask.sum()))
+                    elif kind == "int":
+                        index.append(draw(st.integers(-n, n - 1)))
+                    else:
+                        lo = draw(st.integers(0, n - 1))
+                        hi = draw(st.integers(lo + 1, n))
+                        index.append(slice(lo, hi, draw(st.sampled_from([1, 1, 2]))))
+                        block.append(len(range(*index[-1].indices(n))))
+                value = rng.integers(0, 4, tuple(block)).astype(dtype) if draw(st.booleans()) else dtype_scalar(dtype, rng)
+                edits.append(("set", "d", tuple(index), value))
         history.append(edits)
     libs = draw(st.lists(st.sampled_from(MODULES), min_size=len(history), max_size=len(history)))
     return history, libs
+
+
+def dtype_scalar(dtype, rng):
+    return np.array(rng.integers(0, 4), dtype)[()]
 
 
 def _property(tmp_path_factory, case) -> None:
@@ -209,7 +227,7 @@ def _property(tmp_path_factory, case) -> None:
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
-@settings(max_examples=15, **SETTINGS)
+@settings(max_examples=10, **SETTINGS)
 @given(case=histories())
 def test_property_random_histories(tmp_path_factory, case):
     _property(tmp_path_factory, case)
