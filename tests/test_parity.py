@@ -124,6 +124,11 @@ def scenario_groups_and_attrs(vh, f):
         g.create_group("empty")
     with vf.stage_version("v2", timestamp=ts(2)) as g:
         out["staged_keys"] = sorted(g.keys())
+        staged_names = []
+        g.visit(staged_names.append)
+        out["staged_visit"] = sorted(staged_names)
+        out["staged_contains"] = ["a/b/c" in g, "a/b" in g, "a/x" in g, "b" in g]
+        out["staged_len"] = (len(g), len(g["a"]), len(g["a/b"]))
         out["staged_attrs"] = dict(g["a/b"].attrs)
         out["staged_ds_attrs"] = dict(g["a/b/c"].attrs)
         g["a/b/c"][0] = 100
@@ -302,8 +307,19 @@ def _ref_reads_stale_str_in_session(ref: dict, ours: dict) -> None:
     assert ours["v1_dtypes"]["npstr"] == h5py.string_dtype()
 
 
+def _ref_staged_subgroups_hide_datasets(ref: dict, ours: dict) -> None:
+    """versioned-hdf5 2.6 bug: in a staged version, ``visit`` and ``len`` of a group copied
+    from the previous version see its subgroups but not its datasets until they are
+    accessed (``visit`` gives a, a/b, empty; ``len(g["a/b"])`` is 0 although it holds c).
+    xarray_vhdf5 follows h5py: every member is listed and counted."""
+    assert ref["staged_visit"] == ["a", "a/b", "empty"] and ref["staged_len"] == (2, 1, 0)
+    assert ours["staged_visit"] == ["a", "a/b", "a/b/c", "a/top", "empty"]
+    assert ours["staged_len"] == (2, 2, 1)
+    ref["staged_visit"], ref["staged_len"] = ours["staged_visit"], ours["staged_len"]
+
+
 KNOWN_DIFFERENCES = {
-    "groups_and_attrs": [_ref_staged_attrs_show_format_attrs],
+    "groups_and_attrs": [_ref_staged_attrs_show_format_attrs, _ref_staged_subgroups_hide_datasets],
     "strings": [_ref_reads_stale_str_in_session],
 }
 
