@@ -170,3 +170,57 @@ def test_write_after_commit_refused(base):
             x[0, 0] = 1.0
         with pytest.raises(ReadOnlyError):
             x.resize((5, 5))
+
+
+def test_next_stage_reuses_the_commit_chunk_map(base, monkeypatch):
+    import xarray_vhdf5.wrappers.chunked as chunked
+
+    calls = []
+    real = chunked.build_slab_indices_and_offsets
+
+    def counting(*args):
+        calls.append(args[0].name)
+        return real(*args)
+
+    monkeypatch.setattr(chunked, "build_slab_indices_and_offsets", counting)
+    path, data = base
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"][0, 0] = -1.0
+        assert calls == ["/_version_data/versions/v1/x"]
+        with vf.stage_version("v3") as g:
+            g["x"][99, 59] = -2.0  # on top of v2, committed through this handle: no mapping read
+            arr = g["x"].staged_array
+        assert calls == ["/_version_data/versions/v1/x"]
+        v2 = f["_version_data/versions/v2/x"]
+        si, so = real(v2, v2.shape, CHUNKS, f["_version_data/x/raw_data"])
+        base_state = arr._changes_plan()
+        assert base_state.unchanged.shape[0] == 29  # every chunk but the edited one maps as in v2
+        # The edited chunk (9, 2) is the last one; every other maps exactly as v2's mappings say.
+        assert arr.slab_indices.reshape(-1)[:-1].tolist() == si.reshape(-1)[:-1].tolist()
+        assert arr.slab_offsets.reshape(-1)[:-1].tolist() == so.reshape(-1)[:-1].tolist()
+        assert arr.slab_indices.reshape(-1)[-1] > 1
+        with vf.stage_version("v4", prev_version="v1") as g:
+            g["x"][1, 1] = -3.0
+        assert calls[-1] == "/_version_data/versions/v1/x"
+        expected = data.copy()
+        expected[0, 0], expected[99, 59] = -1.0, -2.0
+        np.testing.assert_array_equal(vf["v3"]["x"][()], expected)
+
+
+def test_chunk_map_cache_is_not_fooled_by_a_version_made_again(base):
+    path, data = base
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"][0, 0] = -1.0
+        other = VersionedHDF5File(f)  # another writer on the same file: vf's caches do not know
+        other.delete_versions(["v2"])
+        with other.stage_version("v2", prev_version="v1") as g:
+            g["x"][50, 30] = -5.0
+        with vf.stage_version("v3", prev_version="v2") as g:
+            g["x"][99, 0] = -7.0
+        expected = data.copy()
+        expected[50, 30], expected[99, 0] = -5.0, -7.0
+        np.testing.assert_array_equal(vf["v3"]["x"][()], expected)

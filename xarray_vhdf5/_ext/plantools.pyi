@@ -17,6 +17,7 @@ __all__ = [
     "expand_slices",
     "gather_chunks",
     "parse_basic",
+    "read_basic",
     "slice_rows",
 ]
 
@@ -88,3 +89,15 @@ def parse_basic(
     idx: object, shape: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
     """``(starts, steps, counts, kinds)`` of a basic index, or None."""
+
+def read_basic(
+    idx: object,
+    shape: tuple[int, ...],
+    chunk_size: tuple[int, ...],
+    slab_indices: npt.NDArray[np.intp],
+    slab_offsets: npt.NDArray[np.uint64],
+    slabs: list[object],
+    lazy: list[object],
+    dtype: np.dtype,
+) -> object:
+    """numpy's ``arr[idx]`` for a basic index over in-memory numpy slabs, or None."""

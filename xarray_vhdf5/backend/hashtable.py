@@ -13,7 +13,7 @@ import numpy as np
 
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
 
-__all__ = ["HashTable"]
+__all__ = ["HashTable", "HashTableCache"]
 
 
 class HashTable:
@@ -38,6 +38,7 @@ class HashTable:
         self._index: dict[bytes, int] = {digests[32 * i : 32 * (i + 1)]: i for i in range(n)}
         self._stored = n
         self._ranges = rows["shape"]
+        self._end = int(self._ranges[:, 1].max()) if n else 0
         self._new: list[tuple[bytes, int, int]] = []
 
     @classmethod
@@ -73,10 +74,7 @@ class HashTable:
 
     def end_row(self) -> int:
         """First row of raw_data (axis 0) after every chunk the table knows about."""
-        ends = [int(self._ranges[:, 1].max())] if self._stored else [0]
-        if self._new:
-            ends.append(self._new[-1][2])
-        return max(ends)
+        return max(self._end, self._new[-1][2]) if self._new else self._end
 
     def add(self, digest: bytes, start: int, stop: int) -> None:
         """Record a new chunk stored at rows ``start:stop`` of raw_data (not yet on disk)."""
@@ -98,6 +96,39 @@ class HashTable:
         self.dataset[self._stored : total] = new
         self.dataset.attrs["largest_index"] = np.int64(total)
         self._ranges = np.concatenate([self._ranges, new["shape"]])
+        self._end = max(self._end, int(new["shape"][:, 1].max()))
         self._stored = total
         written, self._new = len(self._new), []
         return written
+
+
+class HashTableCache:
+    """The :class:`HashTable` of each dataset, kept between commits through one file handle.
+
+    Loading a hash table reads all its rows; a pipeline committing version
+    after version would pay that for every commit, growing with history.
+    A cached table is reused while its dataset is the same HDF5 object and
+    its ``largest_index`` still counts exactly the rows it holds (nothing
+    else wrote to it); otherwise it is loaded again.
+    """
+
+    def __init__(self) -> None:
+        self._tables: dict[int, HashTable] = {}
+
+    def open(self, dataset: h5py.Dataset) -> HashTable:
+        """The hash table of ``dataset`` (a ``hash_table`` h5py dataset)."""
+        addr = h5py.h5o.get_info(dataset.id).addr
+        table = self._tables.get(addr)
+        if (
+            table is None
+            or table._new
+            or not table.dataset.id.valid
+            or table._stored != int(dataset.attrs.get("largest_index", 0))
+        ):
+            table = HashTable(dataset)
+            self._tables[addr] = table
+        return table
+
+    def clear(self) -> None:
+        """Forget every table (after a failed commit or a rewrite of the file)."""
+        self._tables = {}

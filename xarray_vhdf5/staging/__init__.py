@@ -10,7 +10,10 @@ Layers, bottom up::
     kernels.py        plan-building kernels (compiled _ext/plantools + references)
     index_mapper.py   a user's index -> one IndexChunkMapper per axis
     transfer_plan.py  TransferPlan: slice pairs per (source, destination); execution
-    plans.py          GetItemPlan, SetItemPlan, ResizePlan, LoadPlan
+    plan_common.py    helpers and base classes shared by the plans
+    item_plans.py     GetItemPlan, SetItemPlan
+    shape_plans.py    LoadPlan, ResizePlan
+    plans.py          the four plans in one namespace
     changes.py        ChangesPlan: what a commit needs
     array.py          StagedChangesArray
 """

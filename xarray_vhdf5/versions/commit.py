@@ -27,9 +27,10 @@ import numpy as np
 
 from ..backend.chunks import iter_chunks
 from ..backend.hashing import is_vlen_string_dtype
-from ..backend.hashtable import HashTable
+from ..backend.hashtable import HashTable, HashTableCache
 from ..backend.layout import VERSION_DATA
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
+from ..backend.slabmaps import SlabMapCache, slab_arrays
 from ..backend.virtual import copy_virtual_dataset, create_virtual_dataset
 from ..errors import IncompatibleDataError
 from ..wrappers.chunked import ChunkedStagedDataset, InMemoryDataset, is_over, split_unchanged
@@ -37,7 +38,7 @@ from ..wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
 from ..wrappers.group import InMemoryGroup
 from .timestamps import format_timestamp, now_utc
 
-__all__ = ["commit_version", "CommitReport"]
+__all__ = ["CommitCaches", "CommitReport", "commit_version"]
 
 
 @dataclass
@@ -62,6 +63,25 @@ class CommitReport:
         return [name for name, s in self.datasets.items() if s.chunk_rows or s.fill_chunks or s.new_chunks]
 
 
+@dataclass
+class CommitCaches:
+    """What a :class:`~xarray_vhdf5.VersionedHDF5File` keeps from one commit to the next.
+
+    ``hash_tables``: loaded hash tables (:class:`~xarray_vhdf5.backend.hashtable.HashTableCache`);
+    ``slab_maps``: where the last version's chunks live
+    (:class:`~xarray_vhdf5.backend.slabmaps.SlabMapCache`). Together they keep
+    the cost of a commit independent of the history's length.
+    """
+
+    hash_tables: HashTableCache = field(default_factory=HashTableCache)
+    slab_maps: SlabMapCache = field(default_factory=SlabMapCache)
+
+    def clear(self) -> None:
+        """Forget everything (versions deleted or rewritten, or a commit failed)."""
+        self.hash_tables.clear()
+        self.slab_maps.clear()
+
+
 def commit_version(
     f: h5py.File,
     versions: h5py.Group,
@@ -71,8 +91,12 @@ def commit_version(
     *,
     make_current: bool = True,
     timestamp: _dt.datetime | None = None,
+    caches: CommitCaches | None = None,
 ) -> CommitReport:
     """Write the staged tree ``root`` as version ``name`` on top of ``prev_version``.
+
+    ``caches`` (optional) carries hash tables and chunk maps from the
+    previous commit through the same file handle, and receives this one's.
 
     Raises
     ------
@@ -80,6 +104,7 @@ def commit_version(
         A dataset's dtype, chunks, fill value or filters differ from those fixed
         by its first version. Nothing is committed then.
     """
+    caches = caches if caches is not None else CommitCaches()
     datasets = root.datasets()
     # Check every dataset against the metadata fixed by its first version before
     # writing anything, so an incompatible one leaves the file untouched (no version
@@ -105,76 +130,86 @@ def commit_version(
 
         root.visititems(make_groups)
         for path, ds in datasets.items():
-            report.datasets[path] = _commit_dataset(f, group, path, ds)
+            report.datasets[path] = _commit_dataset(f, group, path, ds, caches)
         group.attrs["committed"] = True
         group.attrs["timestamp"] = format_timestamp(timestamp if timestamp is not None else now_utc())
         if make_current:
             versions.attrs["current_version"] = name
     except BaseException:
+        caches.clear()
         del versions[name]
         raise
+    caches.slab_maps.commit()
     return report
 
 
-def _commit_dataset(f: h5py.File, version_group: h5py.Group, path: str, ds: StagedDatasetBase) -> WriteStats:
+def _commit_dataset(
+    f: h5py.File, version_group: h5py.Group, path: str, ds: StagedDatasetBase, caches: CommitCaches
+) -> WriteStats:
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
     _drop_object_references(ds.attrs)
     if _is_carried(path, ds):
-        copy_virtual_dataset(ds.source, parent, last, None)
-        ds.attrs.write_to(parent[last])
+        vds = copy_virtual_dataset(ds.source, parent, last, None)
+        ds.attrs.write_to(vds)
+        known = caches.slab_maps.get(ds.source, ds.raw_data, ds.shape, ds.chunks)
+        if known is not None:
+            caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known)
         return WriteStats()
     if isinstance(ds, ChunkedStagedDataset):
-        return _commit_staged_array(f, parent, last, path, ds, ds.staged_array)
-    data = ds._loaded()
-    if hasattr(data, "iter_hashed_chunks"):
-        return _commit_streamed(f, parent, last, path, ds, data)
-    if data.dtype.kind == "T":
-        data = data.astype(object)
-    raw_data, hash_table = _raw_data_for(f, path, ds, data.dtype)
-    writer = ChunkWriter(raw_data, hash_table)
-    # New chunks are appended in versioned-hdf5's order; the mappings are made in C order.
-    for index, region in iter_chunks(data.shape, writer.chunks, axis0_fastest=True):
-        writer.add(index, data[region])
+        writer, shape = _commit_staged_array(f, path, ds, ds.staged_array, caches)
+    else:
+        data = ds._loaded()
+        if hasattr(data, "iter_hashed_chunks"):
+            writer, shape = _commit_streamed(f, path, ds, data, caches)
+        else:
+            writer, shape = _commit_array(f, path, ds, data, caches)
     writer.flush()
     chunk_rows = sorted(writer.stats.chunk_rows)
-    vds = create_virtual_dataset(parent, last, raw_data, data.shape, writer.chunks, chunk_rows)
+    vds = create_virtual_dataset(parent, last, writer.raw_data, shape, writer.chunks, chunk_rows)
     ds.attrs.write_to(vds)
+    arrays = slab_arrays(shape, writer.chunks, chunk_rows)
+    caches.slab_maps.stage(vds, writer.raw_data, shape, writer.chunks, arrays)
     return writer.stats
 
 
-def _commit_staged_array(f, parent, last, path, ds, array) -> WriteStats:
-    """Commit a ``StagedChangesArray``: only the chunks of its changes plan are hashed.
+def _commit_array(f, path, ds, data: np.ndarray, caches: CommitCaches) -> tuple[ChunkWriter, tuple]:
+    """Queue every chunk of a numpy array (a dataset created from data)."""
+    data = _storable(data)
+    writer = _writer_for(f, path, ds, data.dtype, caches)
+    # New chunks are appended in versioned-hdf5's order; the mappings are made in C order.
+    for index, region in iter_chunks(data.shape, writer.chunks, axis0_fastest=True):
+        writer.add(index, data[region])
+    return writer, data.shape
+
+
+def _commit_staged_array(f, path, ds, array, caches: CommitCaches) -> tuple[ChunkWriter, tuple]:
+    """Queue the chunks of a ``StagedChangesArray``'s changes plan; map the others as they are.
 
     The other chunks lie on its base slab, this path's raw_data, and keep
     their rows. When that cannot hold (the dataset was moved to another path,
     or its chunks differ from those fixed by the path's raw_data), every chunk
     is read from the array and hashed instead.
     """
-    raw_data, hash_table = _raw_data_for(f, path, ds, array.dtype)
-    writer = ChunkWriter(raw_data, hash_table)
-    if tuple(array.chunk_size) != writer.chunks or not is_over(array, raw_data):
+    writer = _writer_for(f, path, ds, array.dtype, caches)
+    if tuple(array.chunk_size) != writer.chunks or not is_over(array, writer.raw_data):
         for index, region in iter_chunks(array.shape, writer.chunks, axis0_fastest=True):
             writer.add(index, _storable(array[region]))
-    else:
-        base_shape = ds.source.shape if isinstance(ds, InMemoryDataset) else array.shape
-        reused, retrimmed = split_unchanged(array, array._changes_plan(), base_shape)
-        cs = array.chunk_size
-        to_store = [(c.chunk, data) for c, data in array.changed_chunks()]
-        for index in retrimmed:
-            region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, cs, array.shape))
-            to_store.append((index, array[region]))
-        # New chunks are appended in versioned-hdf5's order (axis 0 fastest).
-        to_store.sort(key=lambda item: item[0][::-1])
-        for index, data in to_store:
-            writer.add(index, _storable(data))
-        writer.stats.reused_chunks += len(reused)
-        writer.stats.chunk_rows.extend(reused)
-    writer.flush()
-    chunk_rows = sorted(writer.stats.chunk_rows)
-    vds = create_virtual_dataset(parent, last, raw_data, tuple(array.shape), writer.chunks, chunk_rows)
-    ds.attrs.write_to(vds)
-    return writer.stats
+        return writer, tuple(array.shape)
+    base_shape = ds.source.shape if isinstance(ds, InMemoryDataset) else array.shape
+    reused, retrimmed = split_unchanged(array, array._changes_plan(), base_shape)
+    cs = array.chunk_size
+    to_store = [(c.chunk, data) for c, data in array.changed_chunks()]
+    for index in retrimmed:
+        region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, cs, array.shape))
+        to_store.append((index, array[region]))
+    # New chunks are appended in versioned-hdf5's order (axis 0 fastest).
+    to_store.sort(key=lambda item: item[0][::-1])
+    for index, data in to_store:
+        writer.add(index, _storable(data))
+    writer.stats.reused_chunks += len(reused)
+    writer.stats.chunk_rows.extend(reused)
+    return writer, tuple(array.shape)
 
 
 def _storable(chunk: np.ndarray) -> np.ndarray:
@@ -216,10 +251,9 @@ def _drop_object_references(attrs) -> None:
 # computing and hashing chunks on dask workers; only this process writes raw_data.
 
 
-def _commit_streamed(f, parent, last, path, ds, source) -> WriteStats:
-    """Commit a chunk source: at most a batch of chunks and the write queue in memory."""
-    raw_data, hash_table = _raw_data_for(f, path, ds, np.dtype(source.dtype))
-    writer = ChunkWriter(raw_data, hash_table)
+def _commit_streamed(f, path, ds, source, caches: CommitCaches) -> tuple[ChunkWriter, tuple]:
+    """Queue a chunk source: at most a batch of chunks and the write queue in memory."""
+    writer = _writer_for(f, path, ds, np.dtype(source.dtype), caches)
     # Smaller than the default queue: the write slab is a second copy of it.
     writer.max_queued_bytes = 16 * 1024 * 1024
     for index, chunk, digest in source.iter_hashed_chunks(writer.chunks, writer.fillvalue):
@@ -227,11 +261,7 @@ def _commit_streamed(f, parent, last, path, ds, source) -> WriteStats:
             writer.stats.fill_chunks += 1
         else:
             writer.add(index, chunk, digest)
-    writer.flush()
-    chunk_rows = sorted(writer.stats.chunk_rows)
-    vds = create_virtual_dataset(parent, last, raw_data, tuple(source.shape), writer.chunks, chunk_rows)
-    ds.attrs.write_to(vds)
-    return writer.stats
+    return writer, tuple(source.shape)
 
 
 def _is_carried(path: str, ds: StagedDatasetBase) -> bool:
@@ -247,16 +277,17 @@ def _existing_raw_data(f: h5py.File, path: str) -> h5py.Dataset | None:
     return None
 
 
-def _raw_data_for(f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype):
-    """The raw_data and hash table of ``path``, created on its first version."""
+def _writer_for(f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype, caches: CommitCaches) -> ChunkWriter:
+    """A :class:`ChunkWriter` into the raw_data of ``path``, created on its first version."""
     data_path = f"{VERSION_DATA}/{path}"
     raw = _existing_raw_data(f, path)
     if raw is not None:
         _check_compatible(path, raw, ds, dtype)
-        return raw, HashTable(f[data_path]["hash_table"])
+        return ChunkWriter(raw, caches.hash_tables.open(f[data_path]["hash_table"]))
     grp = f.require_group(data_path)
     raw = create_raw_data(grp, dtype, ds.chunks, ds.fillvalue, ds.filters)
-    return raw, HashTable.create(grp)
+    HashTable.create(grp)
+    return ChunkWriter(raw, caches.hash_tables.open(grp["hash_table"]))
 
 
 def _check_compatible(path: str, raw: h5py.Dataset, ds: StagedDatasetBase, dtype: np.dtype) -> None:

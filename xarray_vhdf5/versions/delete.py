@@ -91,6 +91,8 @@ def _open(f) -> tuple[h5py.Group, Any]:
     else:  # a VersionedHDF5File (not imported: file.py imports this module)
         f._check_open()
         h5file, registry = f.f, f._registry
+        # Deleting or rewriting versions frees objects whose addresses key its caches.
+        f._caches.clear()
     if h5file.file.mode == "r":
         raise ReadOnlyError(f"{h5file.file.filename!r} is open read-only; open it with mode 'a'")
     if f"{VERSION_DATA}/{VERSIONS}" not in h5file:

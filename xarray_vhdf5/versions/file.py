@@ -14,7 +14,7 @@ from ..backend.layout import DATA_VERSION, FIRST_VERSION
 from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionExistsError, VersionNotFoundError
 from ..wrappers.group import InMemoryGroup
 from ..wrappers.readonly import VersionGroup
-from .commit import CommitReport, commit_version
+from .commit import CommitCaches, CommitReport, commit_version
 from .delete import DeleteReport, delete_versions
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
 from .timestamps import to_utc_datetime
@@ -70,6 +70,7 @@ class VersionedHDF5File:
             )
         self._closed = False
         self.last_commit: CommitReport | None = None
+        self._caches = CommitCaches()
 
     # -- state ---------------------------------------------------------------
     @property
@@ -279,10 +280,12 @@ class VersionedHDF5File:
         ts = to_utc_datetime(timestamp) if timestamp is not None else None
         source = self._registry.group[prev] if prev != FIRST_VERSION else None
         root = InMemoryGroup("", source)
+        root.slab_maps = self._caches.slab_maps
         yield root
         try:
             self.last_commit = commit_version(
-                self.f, self._registry.group, version_name, prev, root, make_current=make_current, timestamp=ts
+                self.f, self._registry.group, version_name, prev, root, make_current=make_current,
+                timestamp=ts, caches=self._caches,
             )
         finally:
             root._closed = True

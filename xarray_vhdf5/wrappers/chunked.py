@@ -92,9 +92,14 @@ class InMemoryDataset(ChunkedStagedDataset):
 
     def _build_array(self) -> StagedChangesArray:
         source = self.source
-        slab_indices, slab_offsets = build_slab_indices_and_offsets(
-            source, source.shape, self.chunks, self.raw_data
-        )
+        cache = getattr(self.parent._root, "slab_maps", None) if self.parent is not None else None
+        known = cache.get(source, self.raw_data, source.shape, self.chunks) if cache is not None else None
+        if known is not None:  # this file handle committed the previous version
+            slab_indices, slab_offsets = known
+        else:
+            slab_indices, slab_offsets = build_slab_indices_and_offsets(
+                source, source.shape, self.chunks, self.raw_data
+            )
         return StagedChangesArray(
             source.shape, self.chunks, [self.raw_data], slab_indices, slab_offsets,
             self.fillvalue, dtype=source.dtype,

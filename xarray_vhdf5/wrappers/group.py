@@ -42,6 +42,8 @@ class InMemoryGroup:
         self._children: dict[str, InMemoryGroup | StagedDatasetBase] = {}
         self.attrs = StagedAttrs(source.attrs if source is not None else None, skip=VERSION_ATTRS)
         self._closed = False
+        #: Set on a version's root by ``stage_version``: chunk maps of the last commit.
+        self.slab_maps = None
         if source is not None:
             for key, item in source.items():
                 path = posixpath.join(name, key)
