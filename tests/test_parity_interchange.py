@@ -168,6 +168,8 @@ def test_open_file_objects_see_each_others_versions(tmp_path):
         with ours.stage_version("v3", timestamp=ts(3)) as g:  # on top of v2, written by versioned-hdf5
             g["a"][1] = 101
         np.testing.assert_array_equal(ref["v3"]["a"][:3], [100, 101, 2])
+        for lib in MODULES:  # versioned-hdf5's chunk of v2 was not overwritten by v3's
+            np.testing.assert_array_equal(LIBS[lib].VersionedHDF5File(f)["v2"]["a"][:3], [100, 1, 2])
         xarray_vhdf5.delete_versions(f, ["v2"])  # through the h5py file, not the object
         assert ours.versions == ["v1", "v3"]
         assert ours[-1].version == "v1"  # v3 re-parented onto v1
@@ -271,3 +273,31 @@ def test_property_random_histories(tmp_path_factory, case):
 @given(case=histories(max_versions=7))
 def test_property_random_histories_many(tmp_path_factory, case):
     _property(tmp_path_factory, case)
+
+
+@pytest.mark.parametrize("deleter", MODULES)
+def test_staging_after_a_deletion_through_another_object(tmp_path, deleter):
+    """A deletion through the h5py file (either library's ``delete_versions``) compacts
+    raw_data and rewrites surviving virtual datasets; a VersionedHDF5File that committed
+    before must stage on the rewritten mappings, not on what it remembered."""
+    data = np.arange(16)
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        vf = xarray_vhdf5.VersionedHDF5File(f)
+        with vf.stage_version("v1", timestamp=ts(1)) as g:
+            g.create_dataset("a", data=data, chunks=(4,))
+        with vf.stage_version("v2", timestamp=ts(2)) as g:
+            g["a"][0:4] = 100
+        with vf.stage_version("v3", timestamp=ts(3)) as g:
+            g["a"][4:8] = 200
+        LIBS[deleter].delete_versions(f, ["v1"])
+        with vf.stage_version("v4", timestamp=ts(4)) as g:
+            g["a"][12] = -1
+        expected = {
+            "v2": np.r_[[100] * 4, data[4:]],
+            "v3": np.r_[[100] * 4, [200] * 4, data[8:]],
+            "v4": np.r_[[100] * 4, [200] * 4, data[8:12], [-1], data[13:]],
+        }
+        for lib in MODULES:
+            other = LIBS[lib].VersionedHDF5File(f)
+            for v, want in expected.items():
+                np.testing.assert_array_equal(other[v]["a"][()], want, err_msg=f"{v} read by {lib}")

@@ -82,8 +82,10 @@ class VersionedHDF5File:
         if self.closed:
             raise ClosedFileError("the VersionedHDF5File (or its h5py file) is closed")
         # Versions added or deleted by another object on this file (versioned-hdf5 reads
-        # the versions group on every call, so its users expect this).
-        self._registry.sync()
+        # the versions group on every call, so its users expect this). A deletion may
+        # have moved chunks and rewritten surviving versions: forget the commit caches.
+        if self._registry.sync():
+            self._caches.clear()
 
     def close(self) -> None:
         """Detach from the h5py file (which the caller closes, as with versioned-hdf5)."""
