@@ -18,12 +18,14 @@ from .errors import (
     ReadOnlyError,
     UnsupportedError,
     VersionExistsError,
+    VersionKeyTypeError,
     VersionNotFoundError,
     VHDF5Error,
 )
 from .versions import VersionedHDF5File, delete_version, delete_versions, modify_metadata
 from .xr import VHDF5BackendEntrypoint, commit_dataset
 from .wrappers import (
+    DatasetWrapper,
     InMemoryArrayDataset,
     InMemoryDataset,
     InMemoryGroup,
@@ -37,6 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ClosedFileError",
     "DatasetNotFoundError",
+    "DatasetWrapper",
     "HDF5Error",
     "InMemoryArrayDataset",
     "InMemoryDataset",
@@ -51,6 +54,7 @@ __all__ = [
     "VersionDataset",
     "VersionExistsError",
     "VersionGroup",
+    "VersionKeyTypeError",
     "VersionNotFoundError",
     "VersionedHDF5File",
     "commit_dataset",

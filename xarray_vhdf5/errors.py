@@ -6,7 +6,10 @@ would already catch, so existing ``except KeyError:`` / ``except ValueError:``
 code keeps working::
 
     VHDF5Error (Exception)
-    ├── VersionNotFoundError   (KeyError)         no version of that name / index / time
+    ├── VersionNotFoundError   (KeyError, ValueError, IndexError)
+    │                                             no version of that name / index / time
+    │   └── VersionKeyTypeError (TypeError)       a version designated by neither a name,
+    │                                             an int nor a timestamp
     ├── DatasetNotFoundError   (KeyError)         no versioned dataset of that name
     ├── VersionExistsError     (ValueError)       a version of that name already exists
     ├── StaleVersionError      (ValueError)       committing staged edits whose parent is no
@@ -23,6 +26,11 @@ code keeps working::
     │                                             (scalar datasets, ``h5py.Empty``, ...)
     └── HDF5Error              (OSError)          libhdf5 reported a failure in a kernel
 
+The builtin bases cover what versioned-hdf5 2.6 raises in the same situation (a missing
+version: ``KeyError`` from ``vf[name]``, ``ValueError`` from ``stage_version(prev_version=)``
+and ``delete_versions``, ``IndexError`` from ``vf[-n]`` past the first version; a key of
+another type: ``KeyError``), so code written for it catches ours.
+
 Messages say what happened, what was received and, where there is one, what
 to do instead.
 """
@@ -32,6 +40,7 @@ from __future__ import annotations
 __all__ = [
     "VHDF5Error",
     "VersionNotFoundError",
+    "VersionKeyTypeError",
     "DatasetNotFoundError",
     "VersionExistsError",
     "StaleVersionError",
@@ -48,11 +57,15 @@ class VHDF5Error(Exception):
     """Base class of every exception raised on purpose by xarray_vhdf5."""
 
 
-class VersionNotFoundError(VHDF5Error, KeyError):
+class VersionNotFoundError(VHDF5Error, KeyError, ValueError, IndexError):
     """A version name, index or timestamp does not match any committed version."""
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class VersionKeyTypeError(VersionNotFoundError, TypeError):
+    """``vf[key]`` with a key that is neither a name, an int nor a timestamp."""
 
 
 class DatasetNotFoundError(VHDF5Error, KeyError):

@@ -598,12 +598,12 @@ def _drop_dataset(h5file: h5py.Group, name: str) -> None:
         parts.pop()
 
 
-def delete_version(f, version: str) -> DeleteReport:
-    """Delete one version; see :func:`delete_versions` (versioned-hdf5's ``delete_version``).
+def delete_version(f, versions_to_delete: str | Iterable[str]) -> DeleteReport:
+    """Same as :func:`delete_versions` (versioned-hdf5 2.6's ``delete_version`` is an alias).
 
     Raises
     ------
     VersionNotFoundError, ReadOnlyError
         As :func:`delete_versions`.
     """
-    return delete_versions(f, [version])
+    return delete_versions(f, versions_to_delete)

@@ -81,6 +81,11 @@ class VersionedHDF5File:
     def _check_open(self) -> None:
         if self.closed:
             raise ClosedFileError("the VersionedHDF5File (or its h5py file) is closed")
+        # Versions added or deleted by another object on this file (versioned-hdf5 reads
+        # the versions group on every call, so its users expect this). A deletion may
+        # have moved chunks and rewritten surviving versions: forget the commit caches.
+        if self._registry.sync():
+            self._caches.clear()
 
     def close(self) -> None:
         """Detach from the h5py file (which the caller closes, as with versioned-hdf5)."""
@@ -109,6 +114,21 @@ class VersionedHDF5File:
         self._check_open()
         self._registry.info(name)
         self._registry.group.attrs["current_version"] = name
+
+    @property
+    def data_version_identifier(self) -> int:
+        """The format's ``data_version`` attribute (versioned-hdf5's name; 1 when absent).
+
+        Files written by this package and by versioned-hdf5 2.6 have 4. Setting it
+        writes the attribute, as versioned-hdf5 does (no data is converted).
+        """
+        self._check_open()
+        return self._registry.data_version
+
+    @data_version_identifier.setter
+    def data_version_identifier(self, version: int) -> None:
+        self._check_open()
+        self._registry.group.attrs["data_version"] = np.int64(version)
 
     @property
     def versions(self) -> list[str]:

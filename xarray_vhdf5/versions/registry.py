@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from ..backend.layout import DATA_VERSION, FIRST_VERSION, VERSION_DATA, VERSIONS
-from ..errors import NotVersionedError, VersionNotFoundError
+from ..errors import NotVersionedError, VersionKeyTypeError, VersionNotFoundError
 from .timestamps import format_timestamp, now_utc, parse_timestamp, to_utc_datetime
 
 __all__ = ["VersionInfo", "VersionRegistry", "initialize", "is_versioned", "VersionKey"]
@@ -77,7 +77,11 @@ class VersionRegistry:
                 "VersionedHDF5File(h5py.File(path, 'a')).stage_version(...))"
             )
         self.group: h5py.Group = f[VERSION_DATA][VERSIONS]
+        self._load()
+
+    def _load(self) -> None:
         self._infos: dict[str, VersionInfo] = {}
+        self._nlinks = len(self.group)
         for name, grp in self.group.items():
             if name == FIRST_VERSION:
                 continue
@@ -87,6 +91,25 @@ class VersionRegistry:
             if info.committed:
                 self._infos[name] = info
         self._sorted: list[tuple[_dt.datetime, str]] | None = None
+
+    def sync(self) -> bool:
+        """Re-read the versions if the versions group gained or lost members since.
+
+        Versions added or deleted through another object on the same file (an
+        h5py file passed to ``delete_versions``, versioned-hdf5 itself, another
+        ``VersionedHDF5File``) change the number of links of the versions group;
+        this costs one ``H5Gget_info`` call. A deletion and an addition that
+        cancel out between two calls are not seen (reopen the file then).
+
+        Returns
+        -------
+        bool
+            True when the versions were re-read.
+        """
+        if len(self.group) == self._nlinks:
+            return False
+        self._load()
+        return True
 
     @staticmethod
     def _read(name: str, grp: h5py.Group) -> VersionInfo:
@@ -132,11 +155,13 @@ class VersionRegistry:
     def added(self, name: str) -> None:
         """Register a version just committed in this file."""
         self._infos[name] = self._read(name, self.group[name])
+        self._nlinks = len(self.group)
         self._sorted = None
 
     def removed(self, name: str) -> None:
         """Forget a version just deleted from this file."""
         self._infos.pop(name, None)
+        self._nlinks = len(self.group)
         self._sorted = None
 
     def _by_time(self) -> list[tuple[_dt.datetime, str]]:
@@ -168,8 +193,9 @@ class VersionRegistry:
             No such version (the message lists the existing ones).
         IndexError
             A positive int (as versioned-hdf5 does).
-        TypeError
-            ``key`` is of another type.
+        VersionKeyTypeError
+            ``key`` is of another type (a ``TypeError``, and a ``KeyError`` as
+            versioned-hdf5 2.6 raises).
         """
         if key is None:
             name = self.current_version
@@ -190,7 +216,7 @@ class VersionRegistry:
             return self.ancestor(self.resolve(None), -int(key))
         if isinstance(key, (_dt.datetime, np.datetime64, _dt.date)):
             return self.at_time(key)
-        raise TypeError(
+        raise VersionKeyTypeError(
             f"a version is designated by a name (str), an index (int <= 0) or a "
             f"timestamp (datetime), got {type(key).__name__}"
         )

@@ -82,6 +82,54 @@ class VersionDataset:
     def maxshape(self) -> tuple[int, ...]:
         return self.dataset.maxshape
 
+    @property
+    def shuffle(self) -> bool:
+        return self.raw_data.shuffle
+
+    @property
+    def fletcher32(self) -> bool:
+        return self.raw_data.fletcher32
+
+    @property
+    def scaleoffset(self):
+        return self.raw_data.scaleoffset
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the points in memory, in bytes (h5py's ``nbytes``)."""
+        return self.dataset.nbytes
+
+    @property
+    def file(self) -> h5py.File:
+        return self.dataset.file
+
+    @property
+    def parent(self) -> VersionGroup:
+        """The group holding this dataset, in the same version (read-only)."""
+        version = self.dataset.name.split("/")[3]
+        return VersionGroup(self.dataset.parent, version)
+
+    @property
+    def id(self):
+        """The h5py low-level id of the version's virtual dataset."""
+        return self.dataset.id
+
+    @property
+    def is_virtual(self) -> bool:
+        return self.dataset.is_virtual
+
+    def virtual_sources(self):
+        """The virtual dataset's mappings (h5py's ``virtual_sources()``)."""
+        return self.dataset.virtual_sources()
+
+    def len(self) -> int:
+        """Length of the first axis (h5py's ``len()``)."""
+        return self.dataset.len()
+
+    def __iter__(self):
+        """Iterate over the first axis, as h5py datasets do."""
+        return iter(self.dataset)
+
     def __getitem__(self, index):
         return self.dataset[index]
 
@@ -93,11 +141,42 @@ class VersionDataset:
         """h5py's ``asstr()`` view for variable-length string datasets."""
         return self.dataset.asstr(*args, **kwargs)
 
+    def astype(self, dtype):
+        """h5py's ``astype()`` view: ``ds.astype("f4")[sel]`` reads converted points."""
+        return self.dataset.astype(dtype)
+
+    def fields(self, names):
+        """h5py's ``fields()`` view of a compound dataset."""
+        return self.dataset.fields(names)
+
+    def read_direct(self, dest, source_sel=None, dest_sel=None) -> None:
+        """Read into an existing numpy array (h5py's ``read_direct``)."""
+        self.dataset.read_direct(dest, source_sel, dest_sel)
+
+    def iter_chunks(self, sel=None):
+        """Slices of the dataset's chunks (of ``chunks``, the unit of deduplication)."""
+        import itertools
+
+        shape = self.shape
+        if sel is None:
+            sel = tuple(slice(0, n) for n in shape)
+        elif not isinstance(sel, tuple):
+            sel = (sel,)
+        ranges = []
+        for s, n, c in zip(sel, shape, self.chunks):
+            start, stop, _ = s.indices(n)
+            edges = [start, *range((start // c + 1) * c, stop, c), stop]
+            ranges.append([slice(a, b) for a, b in zip(edges[:-1], edges[1:]) if a < b])
+        return iter(itertools.product(*ranges))
+
     def __setitem__(self, index, value):
         raise ReadOnlyError(f"cannot write to {self.name!r}: {_HINT}")
 
     def resize(self, *args, **kwargs):
         raise ReadOnlyError(f"cannot resize {self.name!r}: {_HINT}")
+
+    def write_direct(self, *args, **kwargs):
+        raise ReadOnlyError(f"cannot write to {self.name!r}: {_HINT}")
 
     def __repr__(self) -> str:
         return f"<VersionDataset {self.name!r}: shape {self.shape}, type {self.dtype.str!r} (read-only)>"
@@ -128,6 +207,22 @@ class VersionGroup:
 
     def get(self, path: str, default=None):
         return self[path] if path in self.group else default
+
+    @property
+    def file(self) -> h5py.File:
+        return self.group.file
+
+    @property
+    def parent(self) -> VersionGroup:
+        """The parent group in the same version (the version's root is its own parent)."""
+        if self.group.name.count("/") <= 3:  # /_version_data/versions/<version>
+            return self
+        return VersionGroup(self.group.parent, self.version)
+
+    @property
+    def id(self):
+        """The h5py low-level id of the group."""
+        return self.group.id
 
     def __contains__(self, path: object) -> bool:
         return path in self.group
@@ -160,7 +255,8 @@ class VersionGroup:
         raise ReadOnlyError(f"cannot modify version {self.version!r}: {_HINT}")
 
     __setitem__ = __delitem__ = create_dataset = create_group = require_dataset = _refuse
-    require_group = move = _refuse
+    require_group = move = copy = clear = pop = popitem = setdefault = update = _refuse
+    create_dataset_like = create_virtual_dataset = build_virtual_dataset = _refuse
 
     def __repr__(self) -> str:
         return f"<VersionGroup {self.group.name!r} of version {self.version!r} (read-only)>"
