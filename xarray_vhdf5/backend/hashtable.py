@@ -13,7 +13,7 @@ import numpy as np
 
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
 
-__all__ = ["HashTable", "HashTableCache"]
+__all__ = ["HashTable", "HashTableCache", "table_state"]
 
 
 class HashTable:
@@ -36,6 +36,7 @@ class HashTable:
         rows = dataset[:n] if n else np.empty(0, HASH_TABLE_DTYPE)
         digests = np.ascontiguousarray(rows["hash"]).tobytes()
         self._index: dict[bytes, int] = {digests[32 * i : 32 * (i + 1)]: i for i in range(n)}
+        self._last_digest = digests[32 * (n - 1) : 32 * n] if n else b""
         self._stored = n
         self._ranges = rows["shape"]
         self._end = int(self._ranges[:, 1].max()) if n else 0
@@ -57,6 +58,11 @@ class HashTable:
 
     def __len__(self) -> int:
         return self._stored + len(self._new)
+
+    @property
+    def state(self) -> tuple[int, bytes]:
+        """:func:`table_state` of the rows on disk (after :meth:`flush`)."""
+        return self._stored, self._last_digest
 
     def __contains__(self, digest: bytes) -> bool:
         return digest in self._index
@@ -97,19 +103,22 @@ class HashTable:
         self.dataset.attrs["largest_index"] = np.int64(total)
         self._ranges = np.concatenate([self._ranges, new["shape"]])
         self._end = max(self._end, int(new["shape"][:, 1].max()))
+        self._last_digest = self._new[-1][0]
         self._stored = total
         written, self._new = len(self._new), []
         return written
 
 
 class HashTableCache:
-    """The :class:`HashTable` of each dataset, kept between commits through one file handle.
+    """The :class:`HashTable` of each dataset, kept between commits to one file.
 
     Loading a hash table reads all its rows; a pipeline committing version
     after version would pay that for every commit, growing with history.
-    A cached table is reused while its dataset is the same HDF5 object and
-    its ``largest_index`` still counts exactly the rows it holds (nothing
-    else wrote to it); otherwise it is loaded again.
+    A cached table is reused while its dataset is the same HDF5 object, its
+    ``largest_index`` still counts exactly the rows it holds and its last
+    row's digest is the one it holds (so a table rebuilt by another writer,
+    e.g. versioned-hdf5's ``delete_versions``, with as many rows is not
+    mistaken for it); otherwise it is loaded again.
     """
 
     def __init__(self) -> None:
@@ -119,16 +128,32 @@ class HashTableCache:
         """The hash table of ``dataset`` (a ``hash_table`` h5py dataset)."""
         addr = h5py.h5o.get_info(dataset.id).addr
         table = self._tables.get(addr)
-        if (
-            table is None
-            or table._new
-            or not table.dataset.id.valid
-            or table._stored != int(dataset.attrs.get("largest_index", 0))
-        ):
+        if table is None or not _still_valid(table, dataset):
             table = HashTable(dataset)
             self._tables[addr] = table
+        else:
+            table.dataset = dataset  # possibly another handle to the same file
         return table
 
     def clear(self) -> None:
         """Forget every table (after a failed commit or a rewrite of the file)."""
         self._tables = {}
+
+
+def table_state(dataset: h5py.Dataset) -> tuple[int, bytes]:
+    """``(largest_index, digest of the last valid row)`` of a ``hash_table`` dataset.
+
+    One attribute and one row read. Any rewrite of a dataset's chunks by any
+    library (deleting versions compacts raw_data and rebuilds the table;
+    ``modify_metadata`` re-hashes every chunk) changes it, since rows are only
+    ever appended otherwise.
+    """
+    n = int(dataset.attrs.get("largest_index", 0))
+    if n == 0:
+        return 0, b""
+    return n, bytes(np.asarray(dataset[n - 1]["hash"], dtype=np.uint8))
+
+
+def _still_valid(table: HashTable, dataset: h5py.Dataset) -> bool:
+    """Whether ``table`` still describes ``dataset`` on disk."""
+    return not table._new and table_state(dataset) == table.state

@@ -8,15 +8,16 @@ answer (the rows it mapped), so :class:`SlabMapCache` keeps it for the
 versions it just wrote: staging the next version on top of them reads no
 mapping at all, like the format floor.
 
-Entries are keyed by the virtual dataset's path, the HDF5 object address of
-its raw_data, the shape and the chunks, and checked against the version's
-``timestamp`` attribute (microseconds): committed versions never change, and
-a version deleted and made again under the same name (by any library) has
-another timestamp. ``delete_versions`` and ``modify_metadata`` also clear
-the cache of the :class:`~xarray_vhdf5.VersionedHDF5File` they run through.
-Only the last committed version's datasets are kept. (The object address of
-a virtual dataset is not used: ``H5Oget_info`` takes about 1.4 ms on one
-with 400 mappings.)
+Entries are keyed by the virtual dataset's path and HDF5 object address, the
+address of its raw_data, the shape and the chunks, and checked before use
+against the version's ``timestamp`` attribute (a version deleted and made
+again under the same name has another one) and against the dataset's hash
+table (:func:`~xarray_vhdf5.backend.hashtable.table_state`): every operation
+that moves chunks in raw_data, by any library (deleting versions compacts
+raw_data, ``modify_metadata`` rewrites it), rebuilds the hash table. Our
+``delete_versions`` and ``modify_metadata`` also clear the caches of the
+:class:`~xarray_vhdf5.VersionedHDF5File` they run through. Only the last
+committed version's datasets are kept.
 """
 
 from __future__ import annotations
@@ -26,14 +27,17 @@ from collections.abc import Iterable, Sequence
 import h5py
 import numpy as np
 
+from .hashtable import table_state
+
 __all__ = ["SlabMapCache", "slab_arrays"]
 
-_Key = tuple[str, int, tuple[int, ...], tuple[int, ...]]
+_Key = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
 
 
 def _key(vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks) -> _Key:
     return (
         vds.name,
+        h5py.h5o.get_info(vds.id).addr,
         h5py.h5o.get_info(raw_data.id).addr,
         tuple(int(n) for n in shape),
         tuple(int(c) for c in chunks),
@@ -83,8 +87,8 @@ class SlabMapCache:
     """``slab_indices`` / ``slab_offsets`` of the last committed version's datasets."""
 
     def __init__(self) -> None:
-        self._entries: dict[_Key, tuple[object, np.ndarray, np.ndarray]] = {}
-        self._pending: dict[_Key, tuple[h5py.Dataset, np.ndarray, np.ndarray]] = {}
+        self._entries: dict[_Key, tuple[object, tuple, np.ndarray, np.ndarray]] = {}
+        self._pending: dict[_Key, tuple[h5py.Dataset, tuple, np.ndarray, np.ndarray]] = {}
 
     def get(self, vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks):
         """The cached ``(slab_indices, slab_offsets)`` of ``vds`` (read-only), or None."""
@@ -94,24 +98,30 @@ class SlabMapCache:
         entry = self._entries.get(key)
         if entry is None or entry[0] != _version_stamp(vds, key):
             return None
-        return entry[1], entry[2]
+        if entry[1] != table_state(raw_data.parent["hash_table"]):
+            return None
+        return entry[2], entry[3]
 
-    def stage(self, vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks, arrays) -> None:
-        """Remember the arrays of a dataset written by the commit under way."""
+    def stage(self, vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks, arrays, state) -> None:
+        """Remember the arrays of a dataset written by the commit under way.
+
+        ``state`` is the :func:`~xarray_vhdf5.backend.hashtable.table_state`
+        of its hash table once the commit's rows are written.
+        """
         slab_indices, slab_offsets = arrays
         slab_indices.flags.writeable = False
         slab_offsets.flags.writeable = False
-        self._pending[_key(vds, raw_data, shape, chunks)] = (vds, slab_indices, slab_offsets)
+        self._pending[_key(vds, raw_data, shape, chunks)] = (vds, state, slab_indices, slab_offsets)
 
     def commit(self) -> None:
         """The commit succeeded (its timestamp is final): its datasets replace every older entry."""
         stamps: dict[str, object] = {}
         entries = {}
-        for key, (vds, slab_indices, slab_offsets) in self._pending.items():
+        for key, (vds, state, slab_indices, slab_offsets) in self._pending.items():
             version_path = "/".join(key[0].split("/")[:4])
             if version_path not in stamps:
                 stamps[version_path] = _version_stamp(vds, key)
-            entries[key] = (stamps[version_path], slab_indices, slab_offsets)
+            entries[key] = (stamps[version_path], state, slab_indices, slab_offsets)
         self._entries, self._pending = entries, {}
 
     def clear(self) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..backend.chunks import iter_chunks
 from ..backend.hashing import is_vlen_string_dtype
-from ..backend.hashtable import HashTable, HashTableCache
+from ..backend.hashtable import HashTable, HashTableCache, table_state
 from ..backend.layout import VERSION_DATA
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
 from ..backend.slabmaps import SlabMapCache, slab_arrays
@@ -154,7 +154,8 @@ def _commit_dataset(
         ds.attrs.write_to(vds)
         known = caches.slab_maps.get(ds.source, ds.raw_data, ds.shape, ds.chunks)
         if known is not None:
-            caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known)
+            state = table_state(ds.raw_data.parent["hash_table"])
+            caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known, state)
         return WriteStats()
     if isinstance(ds, ChunkedStagedDataset):
         writer, shape = _commit_staged_array(f, path, ds, ds.staged_array, caches)
@@ -169,7 +170,7 @@ def _commit_dataset(
     vds = create_virtual_dataset(parent, last, writer.raw_data, shape, writer.chunks, chunk_rows)
     ds.attrs.write_to(vds)
     arrays = slab_arrays(shape, writer.chunks, chunk_rows)
-    caches.slab_maps.stage(vds, writer.raw_data, shape, writer.chunks, arrays)
+    caches.slab_maps.stage(vds, writer.raw_data, shape, writer.chunks, arrays, writer.hash_table.state)
     return writer.stats
 
 

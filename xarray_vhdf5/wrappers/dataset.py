@@ -20,7 +20,7 @@ from ..backend.raw_data import Filters
 from ..errors import IncompatibleDataError
 from .attrs import StagedAttrs
 
-__all__ = ["AstypeView", "InMemoryArrayDataset", "StagedDatasetBase", "check_resize"]
+__all__ = ["AsStrView", "AstypeView", "InMemoryArrayDataset", "StagedDatasetBase", "check_resize"]
 
 
 def check_resize(shape, maxshape, new_shape) -> tuple[int, ...]:
@@ -66,6 +66,29 @@ class AstypeView:
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = self[()]
+        return out if dtype is None else out.astype(dtype)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+
+class AsStrView:
+    """Reads of a staged string dataset decoded to ``str`` (h5py's ``Dataset.asstr``)."""
+
+    def __init__(self, dataset: StagedDatasetBase, encoding: str = "utf-8", errors: str = "strict"):
+        self.dataset = dataset
+        self.encoding = encoding
+        self.errors = errors
+
+    def __getitem__(self, index):
+        raw = self.dataset[index]
+        decode = np.frompyfunc(
+            lambda v: v.decode(self.encoding, self.errors) if isinstance(v, bytes) else str(v), 1, 1
+        )
+        return decode(np.asarray(raw, dtype=object))
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = np.asarray(self[()], dtype=object)
         return out if dtype is None else out.astype(dtype)
 
     def __len__(self) -> int:
@@ -126,6 +149,22 @@ class StagedDatasetBase:
     def __array__(self, dtype=None, copy=None):
         arr = self[()]
         return arr if dtype is None else arr.astype(dtype)
+
+    def len(self) -> int:
+        """Length of the first axis (h5py's ``Dataset.len()``, for lengths beyond ``sys.maxsize``)."""
+        return int(self.shape[0])
+
+    def asstr(self, encoding: str = "utf-8", errors: str = "strict") -> AsStrView:
+        """Reads decoded to ``str`` (h5py's ``Dataset.asstr``): ``ds.asstr()[:]``.
+
+        Raises
+        ------
+        TypeError
+            The dataset does not hold strings (as h5py).
+        """
+        if h5py.check_string_dtype(self.dtype) is None and self.dtype.kind not in "OST":
+            raise TypeError("dset.asstr() can only be used on datasets with an HDF5 string datatype")
+        return AsStrView(self, encoding, errors)
 
     def astype(self, dtype) -> AstypeView:
         """Reads converted to ``dtype`` (h5py's ``Dataset.astype``): ``ds.astype("f4")[:10]``."""
