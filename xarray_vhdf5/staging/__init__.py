@@ -7,15 +7,20 @@ changes in memory"); a version's dataset is opened as one with
 
 Layers, bottom up::
 
-    kernels.py        plan-building kernels (compiled _ext/plantools + references)
-    index_mapper.py   a user's index -> one IndexChunkMapper per axis
-    transfer_plan.py  TransferPlan: slice pairs per (source, destination); execution
-    plan_common.py    helpers and base classes shared by the plans
-    item_plans.py     GetItemPlan, SetItemPlan
-    shape_plans.py    LoadPlan, ResizePlan
-    plans.py          the four plans in one namespace
-    changes.py        ChangesPlan: what a commit needs
-    array.py          StagedChangesArray
+    reference_kernels.py  pure-Python plan-building kernels (the oracle) and their constants
+    read_basic.py         reference of the fused __getitem__ fast path (compiled read_basic)
+    kernels.py            plan-building kernels: dispatch compiled _ext/plantools vs references
+    chunk_mapper.py       IndexChunkMapper: the selection along one axis, by chunk
+    index_mapping.py      IndexMapping: a normalised index and the views back to numpy
+    index_elements.py     Ellipsis expansion, array indices validated with ndindex
+    index_mapper.py       map_index: a user's index -> one IndexChunkMapper per axis
+    transfer_plan.py      TransferPlan: slice pairs per (source, destination); execution
+    plan_common.py        helpers and base classes shared by the plans
+    item_plans.py         GetItemPlan, SetItemPlan
+    shape_plans.py        LoadPlan, ResizePlan
+    plans.py              the four plans in one namespace
+    changes.py            ChangesPlan: what a commit needs
+    array.py              StagedChangesArray
 """
 
 from .array import StagedChangesArray

@@ -20,8 +20,11 @@ value side always has step 1).  Row tables are ``uint64`` arrays of shape
 Two implementations with identical results, selected by the process-wide
 kernel backend of :mod:`xarray_vhdf5.backend.transfer` (``set_kernel_backend``,
 ``kernel_backend``, ``XARRAY_VHDF5_KERNELS``): the compiled one
-(``_ext/plantools.pyx``) and the pure-Python references below, which are
-also the oracle of ``tests/test_plantools.py``.
+(``_ext/plantools.pyx``) and the pure-Python references of
+:mod:`xarray_vhdf5.staging.reference_kernels`, which are also the oracle of
+``tests/test_plantools.py``.  This module holds the dispatchers and
+:func:`active`; it re-exports the references, their constants and
+:class:`Gathered`, and :func:`~xarray_vhdf5.staging.read_basic.read_basic_reference`.
 
 Units: points (array elements), never bytes.  All the inputs are produced by
 :mod:`xarray_vhdf5.staging.index_mapper` and :mod:`xarray_vhdf5.staging.plans`,
@@ -31,13 +34,27 @@ what protects their own memory accesses.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
 from ..backend import transfer
+from .read_basic import read_basic_reference
+from .reference_kernels import (
+    KIND_REVERSE,
+    KIND_SCALAR,
+    KIND_SLICE,
+    ROW_COLUMNS,
+    SIDE_SLAB,
+    SIDE_VALUE,
+    Gathered,
+    basic_slices_reference,
+    expand_slices_reference,
+    gather_chunks_reference,
+    parse_basic_reference,
+    slice_rows_reference,
+)
 
 try:
     from .._ext import plantools as _plantools
@@ -66,47 +83,6 @@ __all__ = [
     "slice_rows",
     "slice_rows_reference",
 ]
-
-#: Columns of a row table.
-ROW_COLUMNS = ("chunk_start", "value_start", "count", "stride")
-#: Side of a transfer that is a slab: start ``chunk_start`` (+ the chunk's slab
-#: offset on axis 0), step ``stride``.
-SIDE_SLAB = 0
-#: Side of a transfer that is the value / output: start ``value_start``, step 1.
-SIDE_VALUE = 1
-#: :func:`parse_basic` kinds: slice with step > 0, slice with step < 0, integer.
-KIND_SLICE = 0
-KIND_REVERSE = 1
-KIND_SCALAR = 2
-
-
-class Gathered(NamedTuple):
-    """Chunks selected by a cartesian product of per-axis chunk lists, sorted by slab.
-
-    One row per chunk, ordered by slab index and then by C order of the
-    product (a stable sort).
-
-    Attributes
-    ----------
-    pos : numpy.ndarray of intp, shape (npoints, ndim)
-        Position of the chunk, along each axis, in that axis' list of
-        selected chunks (not the chunk index itself).
-    flat : numpy.ndarray of intp, shape (npoints,)
-        Flat (C order) index of the chunk in the ``slab_indices`` grid.
-    slab : numpy.ndarray of intp, shape (npoints,)
-        ``slab_indices`` of the chunk.
-    offset : numpy.ndarray of uint64, shape (npoints,)
-        ``slab_offsets`` of the chunk, in points along axis 0.
-    groups : numpy.ndarray of intp, shape (ngroups, 3)
-        ``(slab, first, stop)``: rows ``first:stop`` lie on ``slab``;
-        ascending slab indices, one row per distinct slab.
-    """
-
-    pos: np.ndarray
-    flat: np.ndarray
-    slab: np.ndarray
-    offset: np.ndarray
-    groups: np.ndarray
 
 
 def _compiled() -> bool:
@@ -181,35 +157,6 @@ def slice_rows(
     return slice_rows_reference(start, step, count, chunk_size, axis_size)
 
 
-def slice_rows_reference(
-    start: int, step: int, count: int, chunk_size: int, axis_size: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pure-Python reference of :func:`slice_rows` (a loop over the touched chunks)."""
-    if start < 0 or step < 1 or chunk_size < 1 or count < 0:
-        raise ValueError("slice_rows: need start >= 0, step >= 1, chunk_size >= 1, count >= 0")
-    if count and start + step * (count - 1) >= axis_size:
-        raise ValueError("slice_rows: the selection reaches beyond axis_size")
-    chunks, whole, rows = [], [], []
-    k = 0
-    while k < count:
-        point = start + step * k
-        chunk = point // chunk_size
-        first = chunk * chunk_size
-        # The last k whose point is still inside this chunk.
-        k_last = min(count - 1, (first + chunk_size - 1 - start) // step)
-        n = k_last - k + 1
-        extent = min(chunk_size, axis_size - first)
-        chunks.append(chunk)
-        whole.append(n == extent)
-        rows.append((point - first, k, n, step if n > 1 else 1))
-        k = k_last + 1
-    return (
-        np.array(chunks, dtype=np.intp),
-        np.array(whole, dtype=bool),
-        np.array(rows, dtype=np.uint64).reshape(len(rows), 4),
-    )
-
-
 # ---------------------------------------------------------------------------
 # gather_chunks
 # ---------------------------------------------------------------------------
@@ -245,43 +192,6 @@ def gather_chunks(
             *_plantools.gather_chunks(slab_indices, slab_offsets, chunk_indices, n_slabs)
         )
     return gather_chunks_reference(slab_indices, slab_offsets, chunk_indices, n_slabs)
-
-
-def gather_chunks_reference(
-    slab_indices: np.ndarray,
-    slab_offsets: np.ndarray,
-    chunk_indices: tuple[np.ndarray, ...],
-    n_slabs: int,
-) -> Gathered:
-    """Pure-numpy reference of :func:`gather_chunks` (``np.ix_`` + a stable argsort)."""
-    ndim = slab_indices.ndim
-    if len(chunk_indices) != ndim:
-        raise ValueError("gather_chunks: one chunk index array per axis is required")
-    counts = [len(c) for c in chunk_indices]
-    npoints = int(np.prod(counts, dtype=np.intp))
-    pos = np.indices(counts, dtype=np.intp).reshape(ndim, npoints).T
-    coords = tuple(np.asarray(c, dtype=np.intp)[pos[:, a]] for a, c in enumerate(chunk_indices))
-    flat = (
-        np.ravel_multi_index(coords, slab_indices.shape)
-        if ndim
-        else np.zeros(npoints, dtype=np.intp)
-    ).astype(np.intp)
-    slab = slab_indices.reshape(-1)[flat]
-    if slab.size and (slab.min() < 0 or slab.max() >= n_slabs):
-        raise ValueError(f"gather_chunks: slab indices must be in [0, {n_slabs})")
-    order = np.argsort(slab, kind="stable")
-    slab = slab[order]
-    groups = [
-        (int(s), int(first), int(first + n))
-        for s, first, n in zip(*np.unique(slab, return_index=True, return_counts=True))
-    ]
-    return Gathered(
-        np.ascontiguousarray(pos[order]),
-        flat[order],
-        slab,
-        slab_offsets.reshape(-1)[flat[order]].astype(np.uint64),
-        np.array(groups, dtype=np.intp).reshape(len(groups), 3),
-    )
 
 
 # ---------------------------------------------------------------------------
@@ -330,57 +240,6 @@ def expand_slices(
             pos, rows, row_ptrs, src_side, dst_side, src_offset, dst_offset
         )
     return expand_slices_reference(pos, rows, row_ptrs, src_side, dst_side, src_offset, dst_offset)
-
-
-def expand_slices_reference(
-    pos: np.ndarray,
-    rows: tuple[np.ndarray, ...],
-    row_ptrs: tuple[np.ndarray, ...],
-    src_side: int,
-    dst_side: int,
-    src_offset: np.ndarray | None = None,
-    dst_offset: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Pure-Python reference of :func:`expand_slices` (``itertools.product`` per chunk)."""
-    npoints, ndim = pos.shape
-    for side, off in ((src_side, src_offset), (dst_side, dst_offset)):
-        if side not in (SIDE_SLAB, SIDE_VALUE):
-            raise ValueError("expand_slices: sides must be SIDE_SLAB or SIDE_VALUE")
-        if side == SIDE_SLAB and (off is None or len(off) != npoints):
-            raise ValueError("expand_slices: a slab side needs one offset per chunk")
-
-    def side_of(side: int, row: np.ndarray, offset: int, axis: int) -> tuple[int, int]:
-        cs, vs, _, stride = (int(x) for x in row)
-        if side == SIDE_SLAB:
-            return cs + (offset if axis == 0 else 0), stride
-        return vs, 1
-
-    out: list[list[tuple[int, int, int, int, int]]] = []
-    point_end = np.empty(npoints, dtype=np.intp)
-    for p in range(npoints):
-        per_axis = []
-        for a in range(ndim):
-            q = int(pos[p, a])
-            ptr = row_ptrs[a]
-            if ptr is None:
-                if not 0 <= q < len(rows[a]):
-                    raise IndexError(f"expand_slices: pos {q} out of range on axis {a}")
-                per_axis.append(rows[a][q : q + 1])
-            else:
-                per_axis.append(rows[a][ptr[q] : ptr[q + 1]])
-        s_off = int(src_offset[p]) if src_side == SIDE_SLAB else 0
-        d_off = int(dst_offset[p]) if dst_side == SIDE_SLAB else 0
-        for combo in itertools.product(*per_axis):
-            line = []
-            for a, row in enumerate(combo):
-                ss, sst = side_of(src_side, row, s_off, a)
-                ds, dst = side_of(dst_side, row, d_off, a)
-                line.append((ss, ds, int(row[2]), sst, dst))
-            out.append(line)
-        point_end[p] = len(out)
-    arr = np.array(out, dtype=np.uint64).reshape(len(out), ndim, 5)
-    columns = tuple(np.ascontiguousarray(arr[:, :, i]) for i in range(5))
-    return (*columns, point_end)  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------
@@ -438,36 +297,6 @@ def basic_slices(
     )
 
 
-def basic_slices_reference(
-    starts: tuple[int, ...],
-    steps: tuple[int, ...],
-    counts: tuple[int, ...],
-    chunk_size: tuple[int, ...],
-    shape: tuple[int, ...],
-    slab_indices: np.ndarray,
-    slab_offsets: np.ndarray,
-    n_slabs: int,
-    src_side: int,
-    dst_side: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Pure-Python reference of :func:`basic_slices`: the three reference kernels composed."""
-    tables = [
-        slice_rows_reference(a if n else 0, s, n, c, size)
-        for a, s, n, c, size in zip(starts, steps, counts, chunk_size, shape)
-    ]
-    g = gather_chunks_reference(slab_indices, slab_offsets, tuple(t[0] for t in tables), n_slabs)
-    expanded = expand_slices_reference(
-        g.pos,
-        tuple(t[2] for t in tables),
-        (None,) * len(tables),
-        src_side,
-        dst_side,
-        g.offset if src_side == SIDE_SLAB else None,
-        g.offset if dst_side == SIDE_SLAB else None,
-    )
-    return (g.groups, *expanded[:5])
-
-
 # ---------------------------------------------------------------------------
 # parse_basic
 # ---------------------------------------------------------------------------
@@ -506,111 +335,9 @@ def parse_basic(idx: object, shape: tuple[int, ...]) -> tuple | None:
     return parse_basic_reference(idx, shape)
 
 
-def parse_basic_reference(idx: object, shape: tuple[int, ...]) -> tuple | None:
-    """Pure-Python reference of :func:`parse_basic` (``slice.indices``)."""
-    if type(idx) is not tuple:
-        idx = (idx,)
-    if len(idx) != len(shape):
-        return None
-    starts, steps, counts, kinds = [], [], [], []
-    for elem, size in zip(idx, shape):
-        if type(elem) is slice:
-            start, stop, step = elem.indices(size)
-            count = len(range(start, stop, step))
-            if step > 0:
-                kinds.append(KIND_SLICE)
-            else:
-                start += (count - 1) * step if count else 0
-                step = -step
-                kinds.append(KIND_REVERSE)
-            starts.append(start if count else 0)
-            steps.append(step)
-            counts.append(count)
-        elif type(elem) is int or isinstance(elem, np.integer):
-            elem = int(elem)
-            if not -size <= elem < size:
-                return None
-            starts.append(elem + size if elem < 0 else elem)
-            steps.append(1)
-            counts.append(1)
-            kinds.append(KIND_SCALAR)
-        else:
-            return None
-    return tuple(starts), tuple(steps), tuple(counts), tuple(kinds)
-
-
 # ---------------------------------------------------------------------------
-# read_basic
+# The two kernel sets of active()
 # ---------------------------------------------------------------------------
-
-
-def read_basic_reference(
-    idx: object,
-    shape: tuple[int, ...],
-    chunk_size: tuple[int, ...],
-    slab_indices: np.ndarray,
-    slab_offsets: np.ndarray,
-    slabs: list,
-    lazy: list,
-    dtype: np.dtype,
-) -> object:
-    """Pure-Python reference of the compiled ``read_basic``: ``__getitem__`` fused.
-
-    For a basic index (:func:`parse_basic`) whose selected chunks all lie on
-    numpy arrays of exactly ``dtype`` (``type(slab) is numpy.ndarray``) with
-    no pending conversion (``lazy[slab] is None``): numpy's result of
-    ``arr[idx]`` (a new array, or a numpy scalar when every axis is an
-    integer), copied chunk by chunk from the boxes of :func:`basic_slices`.
-    None when it does not apply - not a basic index, a 0-d array, a dtype
-    holding Python objects or of no fixed size, a chunk elsewhere, metadata
-    reaching beyond a slab - and the general path
-    (:class:`~xarray_vhdf5.staging.plans.GetItemPlan`) must answer instead.
-
-    ``tests/test_plantools.py`` checks the compiled kernel against this
-    function, ``tests/test_staging_fastpath.py`` both against the general path.
-    """
-    dtype = np.dtype(dtype)
-    parsed = parse_basic_reference(idx, shape)
-    if parsed is None or not shape or dtype.hasobject or dtype.num >= _NTYPES_LEGACY:
-        return None
-    if dtype.itemsize == 0 or len(lazy) != len(slabs):
-        return None
-    starts, steps, counts, kinds = parsed
-    try:
-        groups, src_start, dst_start, count, src_stride, _ = basic_slices_reference(
-            starts, steps, counts, tuple(chunk_size), tuple(shape),
-            slab_indices, slab_offsets, len(slabs), SIDE_SLAB, SIDE_VALUE,
-        )
-    except (ValueError, IndexError):
-        return None
-    out = np.empty(counts, dtype=dtype)
-    for s, a, b in groups.tolist():
-        src = slabs[s]
-        if lazy[s] is not None or type(src) is not np.ndarray:
-            return None
-        if src.ndim != len(shape) or src.dtype != dtype:
-            return None
-        for k in range(a, b):
-            c = count[k].tolist()
-            if not all(c):
-                continue
-            first = src_start[k].tolist()
-            stride = src_stride[k].tolist()
-            lasts = [f + (n - 1) * st for f, n, st in zip(first, c, stride)]
-            if any(last >= size for last, size in zip(lasts, src.shape)):
-                return None
-            src_box = tuple(slice(f, last + 1, st) for f, last, st in zip(first, lasts, stride))
-            dst_box = tuple(slice(f, f + n) for f, n in zip(dst_start[k].tolist(), c))
-            out[dst_box] = src[src_box]
-    if KIND_REVERSE in kinds:
-        out = out[tuple(slice(None, None, -1) if k == KIND_REVERSE else slice(None) for k in kinds)]
-    result_shape = tuple(n for n, k in zip(counts, kinds) if k != KIND_SCALAR)
-    out = np.ascontiguousarray(out).reshape(result_shape)
-    return out if result_shape else out[()]
-
-
-#: numpy's built-in dtype numbers are below this (``NPY_NTYPES_LEGACY``).
-_NTYPES_LEGACY = 24
 
 
 _REFERENCE = KernelSet(
