@@ -36,6 +36,22 @@ def record():
 
 
 @pytest.fixture
+def record_value():
+    """``record_value(group, impl, seconds, baseline=False)``: a time measured by the benchmark itself.
+
+    For workloads whose measurement is not pytest-benchmark's round time (e.g.
+    one commit timed inside a longer run); shown in the summary like ``record``.
+    """
+
+    def _record_value(group: str, impl: str, seconds: float, baseline: bool = False) -> None:
+        _RESULTS[group][impl] = seconds
+        if baseline and impl not in _BASELINES[group]:
+            _BASELINES[group].append(impl)
+
+    return _record_value
+
+
+@pytest.fixture
 def note():
     """``note(text)``: a line for the summary (e.g. a memory measurement)."""
     return _NOTES.append

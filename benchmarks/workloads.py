@@ -13,7 +13,8 @@ Implementations (``IMPLEMENTATIONS``):
   absolute limit.
 
 Every workload returns the final array so the benchmark can check it against a
-numpy model (``expected_*``). Shapes, chunks and counts are the ones of issues 4
+numpy model (``expected_*``); with ``read=False`` it returns None (the memory
+measurement reads the final data after its measurement, ``read_final``). Shapes, chunks and counts are the ones of issues 4
 and 6 and are documented in ``benchmarks/README.md``.
 """
 
@@ -128,7 +129,7 @@ def append_steps(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((n, *APPEND_SHAPE)).astype("f4")
 
 
-def appends(impl: str, path: str, steps: np.ndarray) -> np.ndarray:
+def appends(impl: str, path: str, steps: np.ndarray, read: bool = True):
     """One version per time step, each growing a (t, 180, 360) float32 by one step."""
     n = len(steps)
     with h5py.File(path, "w") as f:
@@ -137,14 +138,14 @@ def appends(impl: str, path: str, steps: np.ndarray) -> np.ndarray:
             for i in range(n):
                 ds.resize((i + 1, *APPEND_SHAPE))
                 ds[i] = steps[i]
-            return ds[()]
+            return ds[()] if read else None
         if impl == "floor":
             fl = FormatFloor(f, (0, *APPEND_SHAPE), APPEND_CHUNKS, "f4")
             for i in range(n):
                 k = i // APPEND_CHUNKS[0]
                 chunk = steps[k * APPEND_CHUNKS[0] : i + 1]
                 fl.commit(f"v{i}", (i + 1, *APPEND_SHAPE), {(k, 0, 0): chunk})
-            return fl.read(f"v{n - 1}")
+            return fl.read(f"v{n - 1}") if read else None
         vf = _versioned_file_class(impl)(f)
         with vf.stage_version("v0") as g:
             g.create_dataset("x", data=steps[:1], chunks=APPEND_CHUNKS)  # versioned datasets always grow
@@ -153,7 +154,7 @@ def appends(impl: str, path: str, steps: np.ndarray) -> np.ndarray:
                 ds = g["x"]
                 ds.resize((i + 1, *APPEND_SHAPE))
                 ds[i] = steps[i]
-        return vf[f"v{n - 1}"]["x"][()]
+        return vf[f"v{n - 1}"]["x"][()] if read else None
 
 
 # -- sparse edits --------------------------------------------------------------------
@@ -179,7 +180,7 @@ def expected_sparse(base, edits) -> np.ndarray:
     return out
 
 
-def sparse_edits(impl: str, path: str, base: np.ndarray, edits) -> np.ndarray:
+def sparse_edits(impl: str, path: str, base: np.ndarray, edits, read: bool = True):
     """One version per set of random point edits of a (2000, 2000) float64."""
     with h5py.File(path, "w") as f:
         if impl == "h5py":
@@ -187,7 +188,7 @@ def sparse_edits(impl: str, path: str, base: np.ndarray, edits) -> np.ndarray:
             for i, j, v in edits:
                 for a, b, c in zip(i, j, v):
                     ds[a, b] = c
-            return ds[()]
+            return ds[()] if read else None
         if impl == "floor":
             fl = FormatFloor(f, SPARSE_SHAPE, SPARSE_CHUNKS, "f8")
             grid = tuple(math.ceil(s / c) for s, c in zip(SPARSE_SHAPE, SPARSE_CHUNKS))
@@ -197,7 +198,7 @@ def sparse_edits(impl: str, path: str, base: np.ndarray, edits) -> np.ndarray:
                 current[i, j] = v
                 touched = {(a // SPARSE_CHUNKS[0], b // SPARSE_CHUNKS[1]) for a, b in zip(i, j)}
                 fl.commit(f"v{n}", SPARSE_SHAPE, {idx: _chunk_of(current, idx, SPARSE_CHUNKS) for idx in touched})
-            return fl.read(f"v{len(edits)}")
+            return fl.read(f"v{len(edits)}") if read else None
         vf = _versioned_file_class(impl)(f)
         with vf.stage_version("v0") as g:
             g.create_dataset("x", data=base, chunks=SPARSE_CHUNKS)
@@ -206,11 +207,86 @@ def sparse_edits(impl: str, path: str, base: np.ndarray, edits) -> np.ndarray:
                 ds = g["x"]
                 for a, b, c in zip(i, j, v):
                     ds[a, b] = c
-        return vf[f"v{len(edits)}"]["x"][()]
+        return vf[f"v{len(edits)}"]["x"][()] if read else None
+
+
+# -- bulk rewrite ---------------------------------------------------------------------
+BULK_SHAPE = (1000, 1000)
+BULK_CHUNKS = (100, 100)  # 100 chunks of 80 kB; each half is 50 whole chunks
+
+
+def bulk_plan(n_versions: int, seed: int = 2):
+    """Base array (1000, 1000) float64 and, per version, the new (500, 1000) half.
+
+    Version ``k`` (1-based) overwrites rows ``0:500`` when ``k`` is odd and
+    ``500:1000`` when it is even: half of the array, 50 of the 100 chunks,
+    every value new (no chunk deduplicates).
+    """
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal(BULK_SHAPE)
+    halves = rng.standard_normal((n_versions, BULK_SHAPE[0] // 2, BULK_SHAPE[1]))
+    return base, halves
+
+
+def bulk_rows(k: int) -> slice:
+    """Rows that version ``k`` (1-based) overwrites."""
+    h = BULK_SHAPE[0] // 2
+    return slice(0, h) if k % 2 else slice(h, 2 * h)
+
+
+def expected_bulk(base, halves) -> np.ndarray:
+    out = base.copy()
+    for k, half in enumerate(halves, 1):
+        out[bulk_rows(k)] = half
+    return out
+
+
+def bulk_rewrite(impl: str, path: str, base: np.ndarray, halves: np.ndarray, read: bool = True):
+    """One version per rewrite of half of a (1000, 1000) float64, chunks (100, 100)."""
+    with h5py.File(path, "w") as f:
+        if impl == "h5py":
+            ds = f.create_dataset("x", data=base, chunks=BULK_CHUNKS)
+            for k, half in enumerate(halves, 1):
+                ds[bulk_rows(k)] = half
+            return ds[()] if read else None
+        if impl == "floor":
+            fl = FormatFloor(f, BULK_SHAPE, BULK_CHUNKS, "f8")
+            grid = tuple(math.ceil(s / c) for s, c in zip(BULK_SHAPE, BULK_CHUNKS))
+            fl.commit("v0", BULK_SHAPE, {idx: _chunk_of(base, idx, BULK_CHUNKS) for idx in np.ndindex(*grid)})
+            c0, c1 = BULK_CHUNKS
+            for k, half in enumerate(halves, 1):
+                r0 = bulk_rows(k).start // c0
+                changed = {
+                    (r0 + a, b): half[a * c0 : (a + 1) * c0, b * c1 : (b + 1) * c1]
+                    for a in range(half.shape[0] // c0)
+                    for b in range(grid[1])
+                }
+                fl.commit(f"v{k}", BULK_SHAPE, changed)
+            return fl.read(f"v{len(halves)}") if read else None
+        vf = _versioned_file_class(impl)(f)
+        with vf.stage_version("v0") as g:
+            g.create_dataset("x", data=base, chunks=BULK_CHUNKS)
+        for k, half in enumerate(halves, 1):
+            with vf.stage_version(f"v{k}") as g:
+                g["x"][bulk_rows(k)] = half
+        return vf[f"v{len(halves)}"]["x"][()] if read else None
 
 
 def run(workload: Callable, impl: str, path: str, *args):
     return workload(impl, path, *args)
+
+
+def read_final(impl: str, path: str) -> np.ndarray:
+    """The final data of a workload's file, read with plain h5py.
+
+    ``impl == "h5py"``: dataset ``x``; otherwise the virtual dataset ``x`` of
+    the current version (``_version_data/versions`` attribute ``current_version``).
+    """
+    with h5py.File(path, "r") as f:
+        if impl == "h5py":
+            return f["x"][()]
+        versions = f["_version_data/versions"]
+        return versions[versions.attrs["current_version"]]["x"][()]
 
 
 # -- many versions -------------------------------------------------------------------
