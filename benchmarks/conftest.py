@@ -8,13 +8,30 @@ group's baselines (the implementations recorded with ``baseline=True``).
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
+
+# The benchmark files import their siblings (workloads.py, memory.py) under any
+# --import-mode, the test suite's importlib included.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 _RESULTS: dict[str, dict[str, float]] = defaultdict(dict)
 _BASELINES: dict[str, list[str]] = defaultdict(list)
 _NOTES: list[str] = []
+
+
+def pytest_collect_file(file_path, parent):
+    """Collect ``bench_*.py`` when a directory is given (``pytest benchmarks/``).
+
+    The project's ``python_files`` is pytest's default (``test_*.py``); files named
+    on the command line are collected by pytest itself.
+    """
+    if file_path.suffix == ".py" and file_path.name.startswith("bench_") and not parent.session.isinitpath(file_path):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None
 
 
 @pytest.fixture
