@@ -377,32 +377,26 @@ def _rebase_plans(f: h5py.File, report, rebased) -> list:
     Returns
     -------
     list of (StagedVariableArray, path, (slab_indices, slab_offsets, raw_data shape) or None)
-        None: keep the array's map.
+        None: keep the array's map. The raw_data shape is read while the
+        file is still open for writing (the new base slab is a
+        :class:`~xarray_vhdf5.xr.staged_array.RawRows` of that length, read
+        through the stage's handle once it reopens).
     """
     plans = []
     for arr, path, committed in rebased:
-        stats = report.datasets.get(path) if (committed and report is not None) else None
         if not committed:
             plans.append((arr, path, None))
-        elif stats is None:  # not in the report: read the new version back (see _rebase)
-            plans.append((arr, path, "read"))
-        else:
-            staged = arr.staged
-            indices, offsets = slab_arrays(staged.shape, staged.chunk_size, stats.chunk_rows)
-            plans.append((arr, path, (indices, offsets, tuple(f[arr.raw_path].shape))))
+            continue
+        staged = arr.staged
+        indices, offsets = slab_arrays(staged.shape, staged.chunk_size, report.datasets[path].chunk_rows)
+        plans.append((arr, path, (indices, offsets, tuple(f[arr.raw_path].shape))))
     return plans
 
 
 def _rebase(staged: xr.Dataset, plans, name: str, make_current: bool) -> None:
     """Point ``staged`` and its committed staged arrays at the new version (see :func:`_rebase_plans`)."""
-    root = None
     for arr, path, plan in plans:
-        if plan == "read":
-            if root is None:
-                root = arr.handle.acquire()[version_path(name)]
-            built = _staged_array(root[path])
-            new = built[0] if built is not None else None
-        elif plan is None:
+        if plan is None:
             new = arr.staged
         else:
             indices, offsets, raw_shape = plan
@@ -411,10 +405,9 @@ def _rebase(staged: xr.Dataset, plans, name: str, make_current: bool) -> None:
             new = StagedChangesArray(
                 old.shape, old.chunk_size, [base], indices, offsets, fill_value=old.fill_value, dtype=old.dtype
             )
-        if new is not None:
-            arr.rebase(new, name)
-            if not make_current:
-                arr.origin = StageOrigin(arr.origin.source, name, staged.encoding[HEAD_KEY], path)
+        arr.rebase(new, name)
+        if not make_current:
+            arr.origin = StageOrigin(arr.origin.source, name, staged.encoding[HEAD_KEY], path)
     staged.encoding["vhdf5_version"] = name
     if make_current:
         staged.encoding[HEAD_KEY] = name
