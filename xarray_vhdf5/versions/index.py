@@ -7,14 +7,15 @@ two small datasets, so a fresh open reads two datasets and one attribute:
 ``/_version_data/__vhdf5_version_index__/`` (a group; versioned-hdf5 2.6 walks
 ``_version_data`` for groups holding ``raw_data`` and ignores it)
 
-- ``rows``: one row per link of ``_version_data/versions`` (``__first_version__``
-  excepted), in the order they were added: ``timestamp`` (int64, microseconds
-  since 1970-01-01 UTC) and ``committed`` (uint8, 0 for a group a crashed or
-  running commit left with ``committed=False``);
+- ``rows``: int64 ``(n, 2)``, one row per link of ``_version_data/versions``
+  (``__first_version__`` excepted) in the order they were added: the
+  ``timestamp`` (microseconds since 1970-01-01 UTC) and ``committed`` (0 for a
+  group a crashed or running commit left with ``committed=False``, else 1);
 - ``names``: uint8, for each row ``name NUL prev_version NUL`` in UTF-8;
-- attribute ``fingerprint``: a JSON object written last (the index's commit
-  point) with the row and byte counts, and the state of the versions group the
-  rows describe (:func:`fingerprint`).
+- attribute ``fingerprint`` of ``rows``: int64[8] written last (the index's
+  commit point): the index format (1), rows and bytes of ``names`` in use, and
+  the state of the versions group the rows describe (:func:`fingerprint`).
+  Both datasets are chunked, resizable and lzf-compressed; a commit appends.
 
 versioned-hdf5 never updates the index, so it is trusted only when the
 fingerprint still matches the versions group. Everything versioned-hdf5 does to
@@ -43,11 +44,10 @@ from __future__ import annotations
 import ctypes
 import datetime as _dt
 import hashlib
-import json
 
 import h5py
 import numpy as np
-from h5py import h5g, h5o
+from h5py import h5a, h5d, h5g, h5o, h5s
 
 from ..backend.layout import FIRST_VERSION, VERSION_DATA
 from .timestamps import parse_timestamp
@@ -58,7 +58,6 @@ __all__ = ["INDEX_NAME", "INDEX_FORMAT", "IndexEntries", "fingerprint", "load", 
 INDEX_NAME = "__vhdf5_version_index__"
 #: Version of the index layout, in its fingerprint; another value means "rebuild".
 INDEX_FORMAT = 1
-ROW_DTYPE = np.dtype([("timestamp", "<i8"), ("committed", "u1")])
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
@@ -154,23 +153,23 @@ def _tracks_order(versions: h5py.Group) -> bool:
     return bool(versions.id.get_create_plist().get_link_creation_order() & h5py.h5p.CRT_ORDER_TRACKED)
 
 
-def fingerprint(versions: h5py.Group) -> dict:
+def fingerprint(versions: h5py.Group) -> tuple[int, int, int, int, int]:
     """The state of the versions group the index must match (see the module docstring).
 
     Returns
     -------
-    dict
-        ``addr`` (int), ``nlinks`` (int), and ``max_corder`` (int) for a group
-        tracking creation order, else ``links`` (hex SHA-1 of names and addresses).
+    tuple of 5 int
+        ``(addr, nlinks, max_corder, digest_lo, digest_hi)``: for a group tracking
+        creation order ``max_corder`` is HDF5's counter and the digest 0; for
+        another, ``max_corder`` is -1 and the digest the first 16 bytes of a
+        SHA-1 over every link's name and object address (as two int64).
     """
-    fp = {"addr": int(h5o.get_info(versions.id).addr)}
+    addr = int(h5o.get_info(versions.id).addr)
     if _H5G_GET_INFO is not None and _tracks_order(versions):
         info = _GroupInfo()
         with h5py._objects.phil:
             if _H5G_GET_INFO(versions.id.id, ctypes.byref(info)) >= 0:
-                fp["nlinks"] = int(info.nlinks)
-                fp["max_corder"] = int(info.max_corder)
-                return fp
+                return (addr, int(info.nlinks), int(info.max_corder), 0, 0)
     digest = hashlib.sha1()
     count = [0]
 
@@ -180,29 +179,57 @@ def fingerprint(versions: h5py.Group) -> dict:
         digest.update(b"\0%d\0" % info.u)
 
     versions.id.links.iterate(visit, info=True)
-    fp["nlinks"] = count[0]
-    fp["links"] = digest.hexdigest()
-    return fp
+    lo, hi = np.frombuffer(digest.digest()[:16], dtype="<i8").tolist()
+    return (addr, count[0], -1, lo, hi)
 
 
 # -- reading and writing ----------------------------------------------------------------
+#
+# ``rows``: int64 (n, 2), columns timestamp (µs since 1970 UTC) and committed (0/1);
+# ``names``: uint8, ``name NUL prev_version NUL`` per row. The attribute ``fingerprint``
+# of ``rows`` (int64[8]): INDEX_FORMAT, rows used, bytes of ``names`` used, then the
+# five numbers of :func:`fingerprint`. Read with h5py's low-level API: a fresh open
+# then costs two dataset opens, one attribute and two reads.
+
+_FP_LEN = 8
+_ROWS = f"{INDEX_NAME}/rows".encode()
+_NAMES = f"{INDEX_NAME}/names".encode()
 
 
-def _stored_fingerprint(vdata: h5py.Group) -> dict | None:
-    grp = vdata.get(INDEX_NAME)
-    if not isinstance(grp, h5py.Group):
-        return None
+def _stored(vdata: h5py.Group):
+    """``(rows DatasetID, fingerprint int64[8])`` of a stored index of this format, or None."""
     try:
-        stored = json.loads(_str(grp.attrs["fingerprint"]))
-    except (KeyError, ValueError):
+        rows_id = h5d.open(vdata.id, _ROWS)
+        attr = h5a.open(rows_id, b"fingerprint")
+    except (KeyError, ValueError, RuntimeError):
         return None
-    return stored if stored.get("format") == INDEX_FORMAT else None
+    if attr.shape != (_FP_LEN,) or attr.dtype != np.dtype("<i8"):
+        return None
+    fp = np.empty(_FP_LEN, dtype="<i8")
+    attr.read(fp)
+    return (rows_id, fp) if fp[0] == INDEX_FORMAT else None
+
+
+def _matches(fp: np.ndarray, versions: h5py.Group) -> bool:
+    return tuple(fp[3:].tolist()) == fingerprint(versions)
 
 
 def is_valid(vdata: h5py.Group, versions: h5py.Group) -> bool:
     """True when the stored index describes the versions group as it is now."""
-    stored = _stored_fingerprint(vdata)
-    return stored is not None and stored.get("state") == fingerprint(versions)
+    stored = _stored(vdata)
+    return stored is not None and _matches(stored[1], versions)
+
+
+def _read(dsid, n: int, dtype, row_shape=()) -> np.ndarray | None:
+    shape = dsid.shape
+    if shape[0] < n or tuple(shape[1:]) != row_shape:
+        return None
+    out = np.empty((n, *row_shape), dtype=dtype)
+    if n:
+        fspace = dsid.get_space()
+        fspace.select_hyperslab((0,) * len(shape), (n, *row_shape))
+        dsid.read(h5s.create_simple(out.shape), fspace, out)
+    return out
 
 
 def load(vdata: h5py.Group, versions: h5py.Group) -> IndexEntries | None:
@@ -211,17 +238,22 @@ def load(vdata: h5py.Group, versions: h5py.Group) -> IndexEntries | None:
     Rows of groups left uncommitted are re-read from their attributes (a
     commit running when the index was written may have finished since).
     """
-    stored = _stored_fingerprint(vdata)
-    if stored is None or stored.get("state") != fingerprint(versions):
+    stored = _stored(vdata)
+    if stored is None or not _matches(stored[1], versions):
         return None
-    grp = vdata[INDEX_NAME]
-    n_rows, n_bytes = int(stored["rows"]), int(stored["bytes"])
-    rows = grp["rows"][:n_rows] if n_rows else np.zeros(0, ROW_DTYPE)
-    blob = grp["names"][:n_bytes].tobytes() if n_bytes else b""
-    parts = blob.decode("utf-8").split("\0")[:-1] if blob else []
-    if len(rows) != n_rows or len(parts) != 2 * n_rows:
+    rows_id, fp = stored
+    n_rows, n_bytes = int(fp[1]), int(fp[2])
+    try:
+        rows = _read(rows_id, n_rows, np.int64, (2,))
+        blob = _read(h5d.open(vdata.id, _NAMES), n_bytes, np.uint8)
+    except (KeyError, ValueError, RuntimeError):
         return None
-    entries = IndexEntries(parts[0::2], parts[1::2], rows["timestamp"], rows["committed"].astype(bool))
+    if rows is None or blob is None:
+        return None
+    parts = blob.tobytes().decode("utf-8").split("\0")[:-1] if n_bytes else []
+    if len(parts) != 2 * n_rows:
+        return None
+    entries = IndexEntries(parts[0::2], parts[1::2], rows[:, 0], rows[:, 1] != 0)
     for i in np.flatnonzero(~entries.committed):
         grp_v = versions.get(entries.names[i])
         if grp_v is None:
@@ -236,10 +268,9 @@ def _blob(names: list[str], parents: list[str]) -> np.ndarray:
     return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
 
 
-def _write_fingerprint(grp: h5py.Group, versions: h5py.Group, n_rows: int, n_bytes: int) -> None:
-    grp.attrs["fingerprint"] = json.dumps(
-        {"format": INDEX_FORMAT, "rows": n_rows, "bytes": n_bytes, "state": fingerprint(versions)}
-    )
+def _write_fingerprint(rows_ds: h5py.Dataset, versions: h5py.Group, n_rows: int, n_bytes: int) -> None:
+    fp = np.array([INDEX_FORMAT, n_rows, n_bytes, *fingerprint(versions)], dtype="<i8")
+    rows_ds.attrs.create("fingerprint", fp)
 
 
 def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None:
@@ -247,13 +278,15 @@ def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None
     if INDEX_NAME in vdata:
         del vdata[INDEX_NAME]
     grp = vdata.create_group(INDEX_NAME)
-    rows = np.zeros(len(entries), ROW_DTYPE)
-    rows["timestamp"] = entries.timestamps
-    rows["committed"] = entries.committed
+    rows = np.stack([entries.timestamps, entries.committed.astype(np.int64)], axis=1).reshape(-1, 2)
     blob = _blob(entries.names, entries.parents)
-    grp.create_dataset("rows", data=rows, chunks=(1024,), maxshape=(None,), compression="lzf")
-    grp.create_dataset("names", data=blob, chunks=(16384,), maxshape=(None,), compression="lzf")
-    _write_fingerprint(grp, versions, len(rows), len(blob))
+    names_ds = grp.create_dataset("names", shape=(max(len(blob), 1),), dtype=np.uint8, chunks=(16384,),
+                                  maxshape=(None,), compression="lzf")
+    names_ds[: len(blob)] = blob
+    rows_ds = grp.create_dataset("rows", shape=(max(len(rows), 1), 2), dtype=np.int64, chunks=(1024, 2),
+                                 maxshape=(None, 2), compression="lzf")
+    rows_ds[: len(rows)] = rows
+    _write_fingerprint(rows_ds, versions, len(rows), len(blob))
 
 
 def append(vdata: h5py.Group, versions: h5py.Group, name: str, parent: str, timestamp: int, committed: bool) -> None:
@@ -263,28 +296,26 @@ def append(vdata: h5py.Group, versions: h5py.Group, name: str, parent: str, time
     creating the version group (:func:`is_valid`); the fingerprint, written
     last, then describes the group with the new version.
     """
+    stored = _stored(vdata)
+    n_rows, n_bytes = int(stored[1][1]), int(stored[1][2])
     grp = vdata[INDEX_NAME]
-    stored = _stored_fingerprint(vdata)
-    n_rows, n_bytes = int(stored["rows"]), int(stored["bytes"])
     add = _blob([name], [parent])
     rows_ds, names_ds = grp["rows"], grp["names"]
     if rows_ds.shape[0] < n_rows + 1:
-        rows_ds.resize((max(n_rows + 1, 2 * rows_ds.shape[0]),))
+        rows_ds.resize((max(n_rows + 1, 2 * rows_ds.shape[0]), 2))
     if names_ds.shape[0] < n_bytes + len(add):
         names_ds.resize((max(n_bytes + len(add), 2 * names_ds.shape[0]),))
-    row = np.zeros(1, ROW_DTYPE)
-    row["timestamp"], row["committed"] = timestamp, committed
-    rows_ds[n_rows : n_rows + 1] = row
+    rows_ds[n_rows] = (timestamp, int(committed))
     names_ds[n_bytes : n_bytes + len(add)] = add
-    _write_fingerprint(grp, versions, n_rows + 1, n_bytes + len(add))
+    _write_fingerprint(rows_ds, versions, n_rows + 1, n_bytes + len(add))
 
 
 def touch(vdata: h5py.Group, versions: h5py.Group) -> None:
     """Re-stamp a stored index that still lists the right versions (e.g. after a failed
     commit created and removed a group: the creation-order counter moved on)."""
-    stored = _stored_fingerprint(vdata)
-    if stored is not None and writable(vdata) and stored["state"] != fingerprint(versions):
-        _write_fingerprint(vdata[INDEX_NAME], versions, int(stored["rows"]), int(stored["bytes"]))
+    stored = _stored(vdata)
+    if stored is not None and writable(vdata) and not _matches(stored[1], versions):
+        _write_fingerprint(vdata[INDEX_NAME]["rows"], versions, int(stored[1][1]), int(stored[1][2]))
 
 
 def after_delete(

@@ -100,8 +100,13 @@ class VersionRegistry:
         self._entries = entries
         # A group still marked committed=False is what a commit interrupted by a
         # crash leaves behind (half written): it is not a version.
-        self._row = {n: i for i, n in enumerate(entries.names) if entries.committed[i]}
+        if entries.committed.all():
+            self._row = dict(zip(entries.names, range(len(entries.names))))
+        else:
+            done = entries.committed.tolist()
+            self._row = {n: i for i, n in enumerate(entries.names) if done[i]}
         self._sorted: tuple[np.ndarray, list[str]] | None = None
+        self._chain: tuple[str, list[str]] | None = None
 
     def reload(self) -> None:
         """Re-read the versions (from the index if valid, else by a scan, then saved)."""
@@ -195,14 +200,19 @@ class VersionRegistry:
             _index.save(self.vdata, self.group, self._entries)
 
     def _by_time(self) -> tuple[np.ndarray, list[str]]:
+        """``(timestamps, names)`` of the committed versions, oldest first, ties by name."""
         if self._sorted is None:
             e = self._entries
             rows = np.fromiter(self._row.values(), dtype=np.int64, count=len(self._row))
-            names = np.array([e.names[i] for i in rows], dtype=object)
             stamps = e.timestamps[rows]
-            # Oldest first; ties by name.
-            order = np.lexsort((names.astype(str) if len(names) else names, stamps))
-            self._sorted = (stamps[order], [str(n) for n in names[order]])
+            order = np.argsort(stamps, kind="stable")
+            stamps = stamps[order]
+            names = [e.names[i] for i in rows[order].tolist()]
+            if len(stamps) > 1 and (np.diff(stamps) == 0).any():  # ties: by name
+                pairs = sorted(zip(stamps.tolist(), names))
+                stamps = np.array([p[0] for p in pairs], dtype=np.int64)
+                names = [p[1] for p in pairs]
+            self._sorted = (stamps, names)
         return self._sorted
 
     def _not_found(self, what: str) -> VersionNotFoundError:
@@ -258,14 +268,29 @@ class VersionRegistry:
 
     def ancestor(self, name: str, n: int) -> str:
         """The version ``n`` steps back from ``name`` along ``prev_version``."""
-        version = name
-        for step in range(n):
-            version = self.parent(version)
-            if version == FIRST_VERSION:
-                raise VersionNotFoundError(
-                    f"version {name!r} has only {step} ancestors, cannot go back {n}"
-                )
-        return version
+        chain = self._ancestry(name)
+        if n >= len(chain):
+            raise VersionNotFoundError(
+                f"version {name!r} has only {len(chain) - 1} ancestors, cannot go back {n}"
+            )
+        return chain[n]
+
+    def _ancestry(self, name: str) -> list[str]:
+        """``[name, parent, grandparent, ...]`` down to the oldest ancestor that is a version.
+
+        Kept for the last version asked (the current one, for ``vf[-n]``), so
+        lookups along it are O(1) after the first.
+        """
+        if self._chain is not None and self._chain[0] == name:
+            return self._chain[1]
+        parents, row = self._entries.parents, self._row
+        chain = [name]
+        version = self.parent(name)
+        while version in row and len(chain) <= len(row):  # the bound stops a cycle
+            chain.append(version)
+            version = parents[row[version]]
+        self._chain = (name, chain)
+        return chain
 
     def at_time(self, when, exact: bool = False) -> str:
         """The version with timestamp ``when``, else (``exact=False``) the latest before it.
