@@ -151,7 +151,7 @@ class VersionedHDF5File:
             The file is closed.
         """
         name = self.resolve(key)
-        return VersionGroup(self._registry.group[name], name)
+        return VersionGroup(None, name, parent=self._registry.group, path=name)
 
     def get_version_by_name(self, name: str) -> VersionGroup:
         """The committed version ``name`` (``""`` or None: the current one)."""
@@ -161,7 +161,7 @@ class VersionedHDF5File:
         """The version committed at ``timestamp``, else (``exact=False``) the latest before."""
         self._check_open()
         name = self._registry.at_time(timestamp, exact=exact)
-        return VersionGroup(self._registry.group[name], name)
+        return VersionGroup(None, name, parent=self._registry.group, path=name)
 
     def version_info(self, key: VersionKey):
         """Metadata (name, prev_version, timestamp) of a version."""
