@@ -279,4 +279,4 @@ class VersionedHDF5File:
             raise
         finally:
             root._closed = True
-        self._registry.added(version_name, index_was_valid)
+        self._registry.added(version_name, index_was_valid, prev_version=prev)

@@ -280,34 +280,41 @@ def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None
     grp = vdata.create_group(INDEX_NAME)
     rows = np.stack([entries.timestamps, entries.committed.astype(np.int64)], axis=1).reshape(-1, 2)
     blob = _blob(entries.names, entries.parents)
-    names_ds = grp.create_dataset("names", shape=(max(len(blob), 1),), dtype=np.uint8, chunks=(16384,),
+    names_ds = grp.create_dataset("names", shape=(max(len(blob), 1),), dtype=np.uint8, chunks=(4096,),
                                   maxshape=(None,), compression="lzf")
     names_ds[: len(blob)] = blob
-    rows_ds = grp.create_dataset("rows", shape=(max(len(rows), 1), 2), dtype=np.int64, chunks=(1024, 2),
+    rows_ds = grp.create_dataset("rows", shape=(max(len(rows), 1), 2), dtype=np.int64, chunks=(256, 2),
                                  maxshape=(None, 2), compression="lzf")
     rows_ds[: len(rows)] = rows
     _write_fingerprint(rows_ds, versions, len(rows), len(blob))
 
 
+def _write_rows(dsid, start: int, data: np.ndarray) -> None:
+    fspace = dsid.get_space()
+    fspace.select_hyperslab((start,) + (0,) * (data.ndim - 1), data.shape)
+    dsid.write(h5s.create_simple(data.shape), fspace, data)
+
+
 def append(vdata: h5py.Group, versions: h5py.Group, name: str, parent: str, timestamp: int, committed: bool) -> None:
     """Add one version's row to a stored index that was valid before the version was added.
 
-    Costs O(1) in the number of versions. The caller checks validity before
-    creating the version group (:func:`is_valid`); the fingerprint, written
-    last, then describes the group with the new version.
+    Costs O(1) in the number of versions (low-level h5py: two hyperslab writes and
+    the fingerprint attribute rewritten in place). The caller checks validity
+    before creating the version group (:func:`is_valid`); the fingerprint,
+    written last, then describes the group with the new version.
     """
-    stored = _stored(vdata)
-    n_rows, n_bytes = int(stored[1][1]), int(stored[1][2])
-    grp = vdata[INDEX_NAME]
+    rows_id, fp = _stored(vdata)
+    names_id = h5d.open(vdata.id, _NAMES)
+    n_rows, n_bytes = int(fp[1]), int(fp[2])
     add = _blob([name], [parent])
-    rows_ds, names_ds = grp["rows"], grp["names"]
-    if rows_ds.shape[0] < n_rows + 1:
-        rows_ds.resize((max(n_rows + 1, 2 * rows_ds.shape[0]), 2))
-    if names_ds.shape[0] < n_bytes + len(add):
-        names_ds.resize((max(n_bytes + len(add), 2 * names_ds.shape[0]),))
-    rows_ds[n_rows] = (timestamp, int(committed))
-    names_ds[n_bytes : n_bytes + len(add)] = add
-    _write_fingerprint(rows_ds, versions, n_rows + 1, n_bytes + len(add))
+    if rows_id.shape[0] < n_rows + 1:
+        rows_id.set_extent((max(n_rows + 1, 2 * rows_id.shape[0]), 2))
+    if names_id.shape[0] < n_bytes + len(add):
+        names_id.set_extent((max(n_bytes + len(add), 2 * names_id.shape[0]),))
+    _write_rows(rows_id, n_rows, np.array([[timestamp, int(committed)]], dtype=np.int64))
+    _write_rows(names_id, n_bytes, add)
+    new = np.array([INDEX_FORMAT, n_rows + 1, n_bytes + len(add), *fingerprint(versions)], dtype="<i8")
+    h5a.open(rows_id, b"fingerprint").write(new)
 
 
 def touch(vdata: h5py.Group, versions: h5py.Group) -> None:

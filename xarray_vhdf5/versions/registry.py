@@ -17,7 +17,7 @@ import numpy as np
 from ..backend.layout import DATA_VERSION, FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import NotVersionedError, VersionNotFoundError
 from . import index as _index
-from .timestamps import format_timestamp, now_utc, to_utc_datetime
+from .timestamps import format_timestamp, now_utc, parse_timestamp, to_utc_datetime
 
 __all__ = ["VersionInfo", "VersionRegistry", "initialize", "is_versioned", "VersionKey"]
 
@@ -161,28 +161,39 @@ class VersionRegistry:
         """True when the stored index matches the versions group now (O(1) for groups this package creates)."""
         return _index.is_valid(self.vdata, self.group)
 
-    def added(self, name: str, index_was_valid: bool | None = None) -> None:
+    def added(self, name: str, index_was_valid: bool | None = None, prev_version: str | None = None) -> None:
         """Register a version just committed in this file (and in the stored index).
 
         ``index_was_valid``: whether the stored index matched the versions group
         just before the version's group was created; then one row is appended
-        (O(1)). Otherwise the versions are re-read (from the index or by a scan).
+        (O(1)). False: the versions are re-read (from the index or by a scan).
+        ``prev_version``: its parent, when the caller knows it (saves reading it).
         """
-        prev, ts, committed = _index.read_group_entry(self.group[name])
+        if index_was_valid is False:
+            self.reload()
+            return
+        grp = self.group[name]
+        if prev_version is None:
+            prev, ts, committed = _index.read_group_entry(grp)
+        else:
+            prev, committed = prev_version, True
+            ts = _index.to_micros(parse_timestamp(grp.attrs["timestamp"]))
         e = self._entries
-        if name in e.names:  # re-read (a re-parented version)
-            i = e.names.index(name)
+        if name in self._row:  # re-read (e.g. a re-parented version)
+            i = self._row[name]
             e.parents[i], e.timestamps[i], e.committed[i] = prev, ts, committed
         else:
+            i = len(e.names)
             e.names.append(name)
             e.parents.append(prev)
             e.timestamps = np.append(e.timestamps, ts)
             e.committed = np.append(e.committed, committed)
-        self._set(e)
+        if committed:
+            self._row[name] = i
+        self._sorted = None
+        self._chain = None
         if index_was_valid and _index.writable(self.vdata):
             _index.append(self.vdata, self.group, name, prev, ts, committed)
-        elif index_was_valid is False:
-            self.reload()
 
     def removed(self, name: str) -> None:
         """Forget a version just deleted from this file (call :meth:`save` after)."""
