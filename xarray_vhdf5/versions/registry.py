@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import h5py
 import numpy as np
+from h5py import h5a, h5t
 
 from ..backend.layout import DATA_VERSION, FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import NotVersionedError, VersionNotFoundError
@@ -20,6 +21,9 @@ from . import index as _index
 from .timestamps import format_timestamp, now_utc, parse_timestamp, to_utc_datetime
 
 __all__ = ["VersionInfo", "VersionRegistry", "initialize", "is_versioned", "VersionKey"]
+
+_VLEN_STR = h5py.string_dtype()
+_VLEN_STR_TYPE = h5t.py_create(_VLEN_STR)
 
 VersionKey = str | int | np.integer | _dt.datetime | np.datetime64 | None
 
@@ -119,7 +123,17 @@ class VersionRegistry:
     # -- the history ---------------------------------------------------------
     @property
     def current_version(self) -> str:
-        """Name of the current version (``__first_version__`` when there is none)."""
+        """Name of the current version (``__first_version__`` when there is none).
+
+        Read from the attribute each time (another writer may have moved it),
+        through h5py's low-level API when it is a variable-length string.
+        """
+        attr = h5a.open(self.group.id, b"current_version")
+        ftype = attr.get_type()
+        if attr.shape == () and isinstance(ftype, h5t.TypeStringID) and ftype.is_variable_str():
+            out = np.empty((), dtype=_VLEN_STR)
+            attr.read(out, mtype=_VLEN_STR_TYPE)
+            return _str(out[()])
         return _str(self.group.attrs["current_version"])
 
     @property
