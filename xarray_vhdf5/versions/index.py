@@ -49,7 +49,7 @@ import h5py
 import numpy as np
 from h5py import h5a, h5d, h5g, h5o, h5s
 
-from ..backend.layout import FIRST_VERSION, VERSION_DATA
+from ..backend.layout import FIRST_VERSION
 from .timestamps import parse_timestamp
 
 __all__ = ["INDEX_NAME", "INDEX_FORMAT", "IndexEntries", "fingerprint", "load", "save", "append", "scan", "touch", "after_delete"]
@@ -349,8 +349,3 @@ def writable(vdata: h5py.Group) -> bool:
     """True when the index may be written (file open writable, not in SWMR mode)."""
     f = vdata.file
     return f.mode != "r" and not getattr(f, "swmr_mode", False)
-
-
-def vdata_of(f: h5py.Group) -> h5py.Group:
-    """The ``_version_data`` group of ``f``."""
-    return f[VERSION_DATA]
