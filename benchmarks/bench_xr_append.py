@@ -7,8 +7,10 @@ chunks ``(8, 180, 360)`` (as ``bench_commits.py``), one version per step:
 
 - ``xarray_vhdf5``: ``staged = staged.vhdf5.append(step, dim="time")`` then
   ``staged.vhdf5.commit()`` (the staged Dataset is rebased on each new
-  version; the ``time`` coordinate grows with it and netCDF-4 dimension
-  scales are rebuilt at every commit);
+  version from the commit's report; the ``time`` coordinate is rewritten
+  with it, one 512-point chunk while t < 512; the phony ``lat``/``lon``
+  netCDF-4 scales are carried over and every scale re-attached at each
+  commit, since object references cannot be carried between versions);
 - ``versioned-hdf5``: versioned-hdf5 2.6, ``stage_version`` + ``resize`` + one
   step written;
 - ``h5py``: a plain chunked, resizable ``h5py.Dataset``, the file opened in

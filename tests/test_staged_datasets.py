@@ -271,3 +271,26 @@ def test_hash_table_cache_reloads_a_table_rebuilt_by_another_writer(tmp_path):
         expected = f["_version_data/versions/v1/x"][()]
         expected[0], expected[15] = 1.0, 2.0
         np.testing.assert_array_equal(VersionedHDF5File(f)["v4"]["x"][()], expected)
+
+
+@pytest.mark.parametrize("touch_attrs", [False, True])
+def test_carried_dataset_keeps_attrs_and_drops_references(base, touch_attrs):
+    path, data = base
+    with h5py.File(path, "r+") as f:
+        v1x = f["_version_data/versions/v1/x"]
+        v1x.attrs["units"] = "K"
+        v1x.attrs["ref"] = f["_version_data/versions/v1"].ref  # points into v1
+        v1x.attrs.create("refs", [f["_version_data/versions/v1/s"].ref], dtype=h5py.ref_dtype)
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            if touch_attrs:
+                g["x"].attrs["comment"] = "new"
+        v2x = f["_version_data/versions/v2/x"]
+        expected = {"units", "raw_data", "chunks"} | ({"comment"} if touch_attrs else set())
+        assert set(v2x.attrs) == expected
+        assert v2x.attrs["units"] == "K"
+        assert [vs.src_space.get_select_bounds() for vs in v2x.virtual_sources()] == [
+            vs.src_space.get_select_bounds() for vs in v1x.virtual_sources()
+        ]
+        np.testing.assert_array_equal(vf["v2"]["x"][()], data)
+        assert vf.last_commit.datasets["x"].new_chunks == 0

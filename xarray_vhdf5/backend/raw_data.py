@@ -107,9 +107,17 @@ def is_fill_chunk(chunk: np.ndarray, fillvalue: Any) -> bool:
     so the comparison is bitwise, as versioned-hdf5's: a NaN fill value matches
     the same NaN, while ``-0.0`` is not ``0.0`` and a NaN of another sign or
     payload is not the fill NaN (storing those keeps them bit-for-bit).
-    Variable-length strings have no fill value, so their chunks are always stored.
+    Variable-length strings have no HDF5 fill value; a chunk of only empty
+    strings (``b""`` or ``""``, which hash alike) is not stored, as
+    versioned-hdf5 2.6 does not store it (``b""`` is the fill value of its
+    staging engine): an unmapped chunk of a virtual dataset of variable-length
+    strings reads as empty strings.
     """
-    if fillvalue is None or chunk.dtype.kind in "OT":
+    if chunk.dtype.kind == "T":
+        return bool(chunk.size) and bool(np.all(chunk == ""))
+    if chunk.dtype.kind == "O":
+        return bool(chunk.size) and bool(np.all((chunk == b"") | (chunk == "")))
+    if fillvalue is None:
         return False
     fill = np.asarray(fillvalue, dtype=chunk.dtype)
     itemsize = chunk.dtype.itemsize

@@ -15,12 +15,19 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5d, h5p, h5s, h5t
+from h5py import h5d, h5o, h5p, h5s, h5t
 
 from .hashing import is_vlen_string_dtype
 from .transfer import get_kernel_backend
 
-__all__ = ["create_virtual_dataset", "copy_virtual_dataset", "mapping_arrays", "set_virtual_mappings", "write_attrs"]
+__all__ = [
+    "carry_virtual_dataset",
+    "copy_virtual_dataset",
+    "create_virtual_dataset",
+    "mapping_arrays",
+    "set_virtual_mappings",
+    "write_attrs",
+]
 
 
 def _mem_space(shape: tuple[int, ...]) -> h5s.SpaceID:
@@ -199,6 +206,36 @@ def copy_virtual_dataset(
     if attrs:
         write_attrs(ds, attrs)
     return ds
+
+
+def carry_virtual_dataset(source: h5py.Dataset, group: h5py.Group, name: str) -> h5py.Dataset:
+    """Copy ``source`` (a version's dataset, unchanged) to ``group[name]`` with its attributes.
+
+    One ``H5Ocopy`` in libhdf5: the mappings and every attribute are copied
+    without passing through Python (about 3 ms for 400 mappings, against 13 ms
+    for :func:`copy_virtual_dataset` and rewriting the attributes). Attributes
+    holding object or region references (e.g. dimension scales'
+    ``DIMENSION_LIST``) are then deleted: they would point into ``source``'s
+    version (the xarray writer rebuilds dimension scales after a commit).
+    """
+    h5o.copy(source.parent.id, source.name.rsplit("/", 1)[-1].encode(), group.id, name.encode())
+    ds = group[name]
+    doomed = [key for key in ds.attrs if _holds_references(ds.attrs.get_id(key).dtype)]
+    for key in doomed:
+        del ds.attrs[key]
+    return ds
+
+
+def _holds_references(dtype: np.dtype) -> bool:
+    """True for a dtype of HDF5 object or region references (also inside compounds/arrays)."""
+    if dtype.names:
+        return any(_holds_references(dtype.fields[n][0]) for n in dtype.names)
+    if dtype.subdtype is not None:
+        return _holds_references(dtype.subdtype[0])
+    if h5py.check_ref_dtype(dtype) is not None:
+        return True
+    base = h5py.check_vlen_dtype(dtype)  # e.g. DIMENSION_LIST: vlen sequences of references
+    return isinstance(base, np.dtype) and _holds_references(base)  # str/bytes for strings
 
 
 def write_attrs(obj: h5py.HLObject, attrs: Mapping[str, Any]) -> None:

@@ -31,7 +31,7 @@ from ..backend.hashtable import HashTable, HashTableCache, table_state
 from ..backend.layout import VERSION_DATA
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
 from ..backend.slabmaps import SlabMapCache, slab_arrays
-from ..backend.virtual import copy_virtual_dataset, create_virtual_dataset
+from ..backend.virtual import carry_virtual_dataset, copy_virtual_dataset, create_virtual_dataset
 from ..errors import IncompatibleDataError
 from ..wrappers.chunked import ChunkedStagedDataset, InMemoryDataset, is_over, split_unchanged
 from ..wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
@@ -148,15 +148,19 @@ def _commit_dataset(
 ) -> WriteStats:
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
-    _drop_object_references(ds.attrs)
     if _is_carried(path, ds):
-        vds = copy_virtual_dataset(ds.source, parent, last, None)
-        ds.attrs.write_to(vds)
+        if ds.attrs.changed:
+            _drop_object_references(ds.attrs)
+            vds = copy_virtual_dataset(ds.source, parent, last, None)
+            ds.attrs.write_to(vds)
+        else:  # mappings and attributes copied inside libhdf5
+            vds = carry_virtual_dataset(ds.source, parent, last)
         known = caches.slab_maps.get(ds.source, ds.raw_data, ds.shape, ds.chunks)
         if known is not None:
             state = table_state(ds.raw_data.parent["hash_table"])
             caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known, state)
         return WriteStats()
+    _drop_object_references(ds.attrs)
     if isinstance(ds, ChunkedStagedDataset):
         writer, shape = _commit_staged_array(f, path, ds, ds.staged_array, caches)
     else:

@@ -70,6 +70,7 @@ from ..backend.hashing import is_vlen_string_dtype
 from ..backend.layout import FIRST_VERSION, HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE, VERSION_DATA, VERSIONS
 from ..backend.virtual import create_virtual_dataset
 from ..errors import NotVersionedError, ReadOnlyError, UnsupportedError, VersionNotFoundError
+from . import index as version_index
 
 __all__ = ["delete_versions", "delete_version", "DeleteReport", "DatasetCompaction", "MAP_CACHE_BYTES"]
 
@@ -484,6 +485,7 @@ def delete_versions(f, versions_to_delete: str | Iterable[str]) -> DeleteReport:
             f"cannot delete {', '.join(map(repr, missing))}: no such version; versions: {shown}"
         )
     Scratch.recover(h5file)
+    index_before = version_index.load(h5file[VERSION_DATA], versions)  # None: stale or absent
     doomed = set(names)
     parents = {n: _str(versions[n].attrs.get("prev_version", FIRST_VERSION)) for n in versions if n != FIRST_VERSION}
     survivors = [n for n in parents if n not in doomed]
@@ -576,12 +578,9 @@ def delete_versions(f, versions_to_delete: str | Iterable[str]) -> DeleteReport:
     scratch.remove()
     _barrier(h5file, "done")
 
+    entries = version_index.after_delete(h5file[VERSION_DATA], versions, index_before, doomed, reparent)
     if registry is not None:
-        for name in doomed:
-            registry.removed(name)
-        for name in reparent:
-            if name in registry:
-                registry.added(name)
+        registry.replace(entries)
     return report
 
 

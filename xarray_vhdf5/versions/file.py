@@ -16,6 +16,7 @@ from ..wrappers.group import InMemoryGroup
 from ..wrappers.readonly import VersionGroup
 from .commit import CommitCaches, CommitReport, commit_version
 from .delete import DeleteReport, delete_versions
+from .index import touch as touch_index
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
 from .timestamps import to_utc_datetime
 
@@ -170,7 +171,7 @@ class VersionedHDF5File:
             The file is closed.
         """
         name = self.resolve(key)
-        return VersionGroup(self._registry.group[name], name)
+        return VersionGroup(None, name, parent=self._registry.group, path=name)
 
     def get_version_by_name(self, name: str) -> VersionGroup:
         """The committed version ``name`` (``""`` or None: the current one)."""
@@ -180,7 +181,7 @@ class VersionedHDF5File:
         """The version committed at ``timestamp``, else (``exact=False``) the latest before."""
         self._check_open()
         name = self._registry.at_time(timestamp, exact=exact)
-        return VersionGroup(self._registry.group[name], name)
+        return VersionGroup(None, name, parent=self._registry.group, path=name)
 
     def version_info(self, key: VersionKey):
         """Metadata (name, prev_version, timestamp) of a version."""
@@ -284,11 +285,18 @@ class VersionedHDF5File:
         root = InMemoryGroup("", source)
         root.slab_maps = self._caches.slab_maps
         yield root
+        # Checked just before the version group is created: the stored version index
+        # then gets one row appended (O(1)) instead of being rebuilt.
+        index_was_valid = self._registry.index_valid()
         try:
             self.last_commit = commit_version(
                 self.f, self._registry.group, version_name, prev, root, make_current=make_current,
                 timestamp=ts, caches=self._caches,
             )
+        except BaseException:
+            if index_was_valid:  # the failed commit made and removed a group: same versions
+                touch_index(self._registry.vdata, self._registry.group)
+            raise
         finally:
             root._closed = True
-        self._registry.added(version_name)
+        self._registry.added(version_name, index_was_valid, prev_version=prev)

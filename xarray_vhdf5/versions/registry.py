@@ -7,19 +7,23 @@ a name, or a timestamp (exact, else the latest version at or before it).
 
 from __future__ import annotations
 
-import bisect
 import datetime as _dt
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import h5py
 import numpy as np
+from h5py import h5a, h5t
 
 from ..backend.layout import DATA_VERSION, FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import NotVersionedError, VersionKeyTypeError, VersionNotFoundError
+from . import index as _index
 from .timestamps import format_timestamp, now_utc, parse_timestamp, to_utc_datetime
 
 __all__ = ["VersionInfo", "VersionRegistry", "initialize", "is_versioned", "VersionKey"]
+
+_VLEN_STR = h5py.string_dtype()
+_VLEN_STR_TYPE = h5t.py_create(_VLEN_STR)
 
 VersionKey = str | int | np.integer | _dt.datetime | np.datetime64 | None
 
@@ -30,8 +34,13 @@ def is_versioned(f: h5py.Group) -> bool:
 
 
 def initialize(f: h5py.File) -> None:
-    """Create an empty version history (``__first_version__`` only) in ``f``."""
-    versions = f.require_group(VERSION_DATA).create_group(VERSIONS)
+    """Create an empty version history (``__first_version__`` only) in ``f``.
+
+    The versions group tracks link creation order, so the version index's
+    fingerprint is O(1) (:mod:`~xarray_vhdf5.versions.index`); versioned-hdf5
+    then lists versions in creation order instead of by name.
+    """
+    versions = f.require_group(VERSION_DATA).create_group(VERSIONS, track_order=True)
     first = versions.create_group(FIRST_VERSION)
     first.attrs["timestamp"] = format_timestamp(now_utc())
     versions.attrs["current_version"] = FIRST_VERSION
@@ -53,10 +62,14 @@ def _str(value) -> str:
 
 
 class VersionRegistry:
-    """Index of the versions of one file, read once and updated by commits.
+    """Index of the versions of one file: names, parents, timestamps; lookups.
 
-    Reading the attributes of every version costs one pass over the versions
-    group; afterwards lookups by name, index or timestamp are O(1) / O(log n).
+    Loaded from the persisted version index (:mod:`~xarray_vhdf5.versions.index`)
+    when its fingerprint matches the versions group: no version group is
+    opened. Otherwise (no index, or one made stale by versioned-hdf5 adding or
+    deleting versions) every version group's attributes are read once, and the
+    index is rewritten when the file is writable. Lookups by name, index or
+    timestamp are then O(1), O(steps) and O(log n).
 
     Parameters
     ----------
@@ -76,55 +89,73 @@ class VersionRegistry:
                 f"it has no /{VERSION_DATA}/{VERSIONS} group (create versions with "
                 "VersionedHDF5File(h5py.File(path, 'a')).stage_version(...))"
             )
-        self.group: h5py.Group = f[VERSION_DATA][VERSIONS]
-        self._load()
+        self.vdata: h5py.Group = f[VERSION_DATA]
+        self.group: h5py.Group = self.vdata[VERSIONS]
+        entries = _index.load(self.vdata, self.group)
+        #: True when the entries came from the stored index (False: scanned).
+        self.loaded_from_index = entries is not None
+        if entries is None:
+            entries = _index.scan(self.group)
+            if _index.writable(self.vdata):
+                _index.save(self.vdata, self.group, entries)
+        self._set(entries)
 
-    def _load(self) -> None:
-        self._infos: dict[str, VersionInfo] = {}
-        self._nlinks = len(self.group)
-        for name, grp in self.group.items():
-            if name == FIRST_VERSION:
-                continue
-            info = self._read(name, grp)
-            # A group still marked committed=False is what a commit interrupted by a
-            # crash leaves behind (half written): it is not a version.
-            if info.committed:
-                self._infos[name] = info
-        self._sorted: list[tuple[_dt.datetime, str]] | None = None
+    def _set(self, entries: _index.IndexEntries) -> None:
+        self._state = _index.quick_state(self.group)
+        self._entries = entries
+        # A group still marked committed=False is what a commit interrupted by a
+        # crash leaves behind (half written): it is not a version.
+        if entries.committed.all():
+            self._row = dict(zip(entries.names, range(len(entries.names))))
+        else:
+            done = entries.committed.tolist()
+            self._row = {n: i for i, n in enumerate(entries.names) if done[i]}
+        self._sorted: tuple[np.ndarray, list[str]] | None = None
+        self._chain: tuple[str, list[str]] | None = None
+
+    def reload(self) -> None:
+        """Re-read the versions (from the index if valid, else by a scan, then saved)."""
+        self.__init__(self.vdata.parent)
+
+    def replace(self, entries: _index.IndexEntries) -> None:
+        """Take ``entries`` as the versions of the file (after a deletion)."""
+        self._set(entries)
 
     def sync(self) -> bool:
-        """Re-read the versions if the versions group gained or lost members since.
+        """Re-read the versions if another object added or deleted versions since.
 
         Versions added or deleted through another object on the same file (an
         h5py file passed to ``delete_versions``, versioned-hdf5 itself, another
-        ``VersionedHDF5File``) change the number of links of the versions group;
-        this costs one ``H5Gget_info`` call. A deletion and an addition that
-        cancel out between two calls are not seen (reopen the file then).
+        ``VersionedHDF5File``) change the versions group's number of links or,
+        for a group tracking creation order (those this package creates), its
+        creation-order counter: one ``H5Gget_info`` call. On a group without
+        it, a deletion and an addition that cancel out between two calls are
+        not seen (reopen the file then).
 
         Returns
         -------
         bool
             True when the versions were re-read.
         """
-        if len(self.group) == self._nlinks:
+        if _index.quick_state(self.group) == self._state:
             return False
-        self._load()
+        self.reload()
         return True
-
-    @staticmethod
-    def _read(name: str, grp: h5py.Group) -> VersionInfo:
-        attrs = grp.attrs
-        return VersionInfo(
-            name=name,
-            prev_version=_str(attrs.get("prev_version", FIRST_VERSION)),
-            timestamp=parse_timestamp(attrs["timestamp"]),
-            committed=bool(attrs.get("committed", True)),
-        )
 
     # -- the history ---------------------------------------------------------
     @property
     def current_version(self) -> str:
-        """Name of the current version (``__first_version__`` when there is none)."""
+        """Name of the current version (``__first_version__`` when there is none).
+
+        Read from the attribute each time (another writer may have moved it),
+        through h5py's low-level API when it is a variable-length string.
+        """
+        attr = h5a.open(self.group.id, b"current_version")
+        ftype = attr.get_type()
+        if attr.shape == () and isinstance(ftype, h5t.TypeStringID) and ftype.is_variable_str():
+            out = np.empty((), dtype=_VLEN_STR)
+            attr.read(out, mtype=_VLEN_STR_TYPE)
+            return _str(out[()])
         return _str(self.group.attrs["current_version"])
 
     @property
@@ -134,39 +165,102 @@ class VersionRegistry:
 
     def names(self) -> list[str]:
         """Names of all committed versions, oldest timestamp first."""
-        return [name for _, name in self._by_time()]
+        return list(self._by_time()[1])
 
     def __contains__(self, name: object) -> bool:
-        return name in self._infos
+        return name in self._row
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __len__(self) -> int:
-        return len(self._infos)
+        return len(self._row)
 
     def info(self, name: str) -> VersionInfo:
         """Metadata of version ``name``; raises :class:`VersionNotFoundError`."""
         try:
-            return self._infos[name]
-        except KeyError:
+            i = self._row[name]
+        except (KeyError, TypeError):
+            raise self._not_found(repr(name)) from None
+        e = self._entries
+        return VersionInfo(name, e.parents[i], _index.from_micros(e.timestamps[i]), True)
+
+    def parent(self, name: str) -> str:
+        """``prev_version`` of version ``name``; raises :class:`VersionNotFoundError`."""
+        try:
+            return self._entries.parents[self._row[name]]
+        except (KeyError, TypeError):
             raise self._not_found(repr(name)) from None
 
-    def added(self, name: str) -> None:
-        """Register a version just committed in this file."""
-        self._infos[name] = self._read(name, self.group[name])
-        self._nlinks = len(self.group)
+    # -- keeping the index right ---------------------------------------------
+    def index_valid(self) -> bool:
+        """True when the stored index matches the versions group now (O(1) for groups this package creates)."""
+        return _index.is_valid(self.vdata, self.group)
+
+    def added(self, name: str, index_was_valid: bool | None = None, prev_version: str | None = None) -> None:
+        """Register a version just committed in this file (and in the stored index).
+
+        ``index_was_valid``: whether the stored index matched the versions group
+        just before the version's group was created; then one row is appended
+        (O(1)). False: the versions are re-read (from the index or by a scan).
+        ``prev_version``: its parent, when the caller knows it (saves reading it).
+        """
+        if index_was_valid is False:
+            self.reload()
+            return
+        grp = self.group[name]
+        if prev_version is None:
+            prev, ts, committed = _index.read_group_entry(grp)
+        else:
+            prev, committed = prev_version, True
+            ts = _index.to_micros(parse_timestamp(grp.attrs["timestamp"]))
+        e = self._entries
+        if name in self._row:  # re-read (e.g. a re-parented version)
+            i = self._row[name]
+            e.parents[i], e.timestamps[i], e.committed[i] = prev, ts, committed
+        else:
+            i = len(e.names)
+            e.names.append(name)
+            e.parents.append(prev)
+            e.timestamps = np.append(e.timestamps, ts)
+            e.committed = np.append(e.committed, committed)
+        if committed:
+            self._row[name] = i
         self._sorted = None
+        self._chain = None
+        self._state = _index.quick_state(self.group)
+        if index_was_valid and _index.writable(self.vdata):
+            _index.append(self.vdata, self.group, name, prev, ts, committed)
 
     def removed(self, name: str) -> None:
-        """Forget a version just deleted from this file."""
-        self._infos.pop(name, None)
-        self._nlinks = len(self.group)
-        self._sorted = None
+        """Forget a version just deleted from this file (call :meth:`save` after)."""
+        e = self._entries
+        if name in e.names:
+            i = e.names.index(name)
+            del e.names[i], e.parents[i]
+            e.timestamps = np.delete(e.timestamps, i)
+            e.committed = np.delete(e.committed, i)
+        self._set(e)
 
-    def _by_time(self) -> list[tuple[_dt.datetime, str]]:
+    def save(self) -> None:
+        """Rewrite the stored index from the versions known here (after a deletion)."""
+        if _index.writable(self.vdata):
+            _index.save(self.vdata, self.group, self._entries)
+
+    def _by_time(self) -> tuple[np.ndarray, list[str]]:
+        """``(timestamps, names)`` of the committed versions, oldest first, ties by name."""
         if self._sorted is None:
-            self._sorted = sorted((i.timestamp, i.name) for i in self._infos.values())
+            e = self._entries
+            rows = np.fromiter(self._row.values(), dtype=np.int64, count=len(self._row))
+            stamps = e.timestamps[rows]
+            order = np.argsort(stamps, kind="stable")
+            stamps = stamps[order]
+            names = [e.names[i] for i in rows[order].tolist()]
+            if len(stamps) > 1 and (np.diff(stamps) == 0).any():  # ties: by name
+                pairs = sorted(zip(stamps.tolist(), names))
+                stamps = np.array([p[0] for p in pairs], dtype=np.int64)
+                names = [p[1] for p in pairs]
+            self._sorted = (stamps, names)
         return self._sorted
 
     def _not_found(self, what: str) -> VersionNotFoundError:
@@ -201,11 +295,11 @@ class VersionRegistry:
             name = self.current_version
             if name == FIRST_VERSION:
                 raise VersionNotFoundError("this file has no committed version yet")
-            if name not in self._infos:
+            if name not in self._row:
                 raise self._not_found(f"{name!r} (the current version, never committed)")
             return name
         if isinstance(key, str):
-            if key not in self._infos:
+            if key not in self._row:
                 raise self._not_found(repr(key))
             return key
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
@@ -223,14 +317,29 @@ class VersionRegistry:
 
     def ancestor(self, name: str, n: int) -> str:
         """The version ``n`` steps back from ``name`` along ``prev_version``."""
-        version = name
-        for step in range(n):
-            version = self.info(version).prev_version
-            if version == FIRST_VERSION:
-                raise VersionNotFoundError(
-                    f"version {name!r} has only {step} ancestors, cannot go back {n}"
-                )
-        return version
+        chain = self._ancestry(name)
+        if n >= len(chain):
+            raise VersionNotFoundError(
+                f"version {name!r} has only {len(chain) - 1} ancestors, cannot go back {n}"
+            )
+        return chain[n]
+
+    def _ancestry(self, name: str) -> list[str]:
+        """``[name, parent, grandparent, ...]`` down to the oldest ancestor that is a version.
+
+        Kept for the last version asked (the current one, for ``vf[-n]``), so
+        lookups along it are O(1) after the first.
+        """
+        if self._chain is not None and self._chain[0] == name:
+            return self._chain[1]
+        parents, row = self._entries.parents, self._row
+        chain = [name]
+        version = self.parent(name)
+        while version in row and len(chain) <= len(row):  # the bound stops a cycle
+            chain.append(version)
+            version = parents[row[version]]
+        self._chain = (name, chain)
+        return chain
 
     def at_time(self, when, exact: bool = False) -> str:
         """The version with timestamp ``when``, else (``exact=False``) the latest before it.
@@ -241,11 +350,12 @@ class VersionRegistry:
             Every version is newer than ``when`` (or, with ``exact``, none matches).
         """
         ts = to_utc_datetime(when)
-        order = self._by_time()
-        i = bisect.bisect_right(order, (ts, "\U0010ffff"))
-        if i and order[i - 1][0] == ts:
-            return order[i - 1][1]
+        stamps, names = self._by_time()
+        us = _index.to_micros(ts)
+        i = int(np.searchsorted(stamps, us, side="right"))
+        if i and stamps[i - 1] == us:
+            return names[i - 1]
         if exact or i == 0:
             kind = "at" if exact else "at or before"
             raise self._not_found(f"with a timestamp {kind} {ts.isoformat()}")
-        return order[i - 1][1]
+        return names[i - 1]

@@ -19,41 +19,58 @@ RESERVED_ATTRS = frozenset({"raw_data", "chunks", "committed", "prev_version", "
 class StagedAttrs(MutableMapping):
     """Attributes of a staged group or dataset, held in memory until commit.
 
-    Attributes inherited from the previous version keep their HDF5 dtype (e.g.
-    fixed-length vs variable-length strings) when written back unchanged.
+    Attributes inherited from the previous version are read on first use
+    (nothing is read for an object whose attributes are never looked at) and
+    keep their HDF5 dtype (e.g. fixed-length vs variable-length strings) when
+    written back unchanged. :attr:`changed` tells whether any was set or
+    deleted since.
     """
 
     def __init__(self, source: h5py.AttributeManager | None = None, skip: frozenset = frozenset()):
-        self._values: dict[str, Any] = {}
+        self._source = source
+        self._skip = skip
+        self._values: dict[str, Any] | None = None if source is not None else {}
         self._dtypes: dict[str, np.dtype] = {}
-        if source is not None:
-            for key in source:
-                if key in skip:
+        #: True once an attribute was set, created or deleted on this staged object.
+        self.changed = False
+
+    def _load(self) -> dict[str, Any]:
+        if self._values is None:
+            values: dict[str, Any] = {}
+            for key in self._source:
+                if key in self._skip:
                     continue
-                self._values[key] = source[key]
-                self._dtypes[key] = source.get_id(key).dtype
+                values[key] = self._source[key]
+                self._dtypes[key] = self._source.get_id(key).dtype
+            self._values = values
+        return self._values
 
     def __getitem__(self, key: str) -> Any:
-        return self._values[key]
+        return self._load()[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
         if key in RESERVED_ATTRS:
             raise ValueError(f"attribute name {key!r} is reserved by the versioned format")
-        self._values[key] = value
+        self._load()[key] = value
         self._dtypes.pop(key, None)
+        self.changed = True
 
     def __delitem__(self, key: str) -> None:
-        del self._values[key]
+        del self._load()[key]
         self._dtypes.pop(key, None)
+        self.changed = True
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
+        return iter(self._load())
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self._load())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._load()
 
     def __repr__(self) -> str:
-        return f"<StagedAttrs {dict(self._values)!r}>"
+        return f"<StagedAttrs {dict(self._load())!r}>"
 
     def create(self, name: str, data: Any, shape=None, dtype=None) -> None:
         """h5py's ``attrs.create``: store ``data`` with an explicit dtype."""
@@ -66,7 +83,7 @@ class StagedAttrs(MutableMapping):
 
     def write_to(self, obj: h5py.HLObject) -> None:
         """Write every attribute on ``obj`` (a freshly created HDF5 object)."""
-        for key, value in self._values.items():
+        for key, value in self._load().items():
             dtype = self._dtypes.get(key)
             if dtype is not None:
                 obj.attrs.create(key, value, dtype=dtype)

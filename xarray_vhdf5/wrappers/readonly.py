@@ -29,9 +29,18 @@ class VersionDataset:
     selection touches are read from raw_data.
     """
 
+    __slots__ = ("dataset", "_attrs")
+
     def __init__(self, dataset: h5py.Dataset):
         self.dataset = dataset
-        self.attrs = ReadOnlyAttrs(dataset.attrs)
+        self._attrs = None
+
+    @property
+    def attrs(self) -> ReadOnlyAttrs:
+        """The dataset's attributes, read-only."""
+        if self._attrs is None:
+            self._attrs = ReadOnlyAttrs(self.dataset.attrs)
+        return self._attrs
 
     @property
     def name(self) -> str:
@@ -183,23 +192,60 @@ class VersionDataset:
 
 
 class VersionGroup:
-    """A group of a committed version (the version's root or a subgroup), read-only."""
+    """A group of a committed version (the version's root or a subgroup), read-only.
 
-    def __init__(self, group: h5py.Group, version: str):
-        self.group = group
+    Parameters
+    ----------
+    group : h5py.Group or None
+        The version's group (or subgroup). None with ``parent`` and ``path``: the
+        group is opened only when something of its own is asked (attrs, listing);
+        ``version_group["x"]`` then opens ``x`` straight from ``parent``, one HDF5
+        object open per read instead of two.
+    version : str
+        The version's name.
+    """
+
+    __slots__ = ("_group", "version", "_attrs", "_parent", "_path")
+
+    def __init__(self, group: h5py.Group | None, version: str, *, parent: h5py.Group | None = None,
+                 path: str | None = None):
+        if group is None and (parent is None or path is None):
+            raise TypeError("VersionGroup needs a group, or a parent group and a path")
+        self._group = group
         self.version = version
-        self.attrs = ReadOnlyAttrs(group.attrs)
+        self._attrs = None
+        self._parent = parent
+        self._path = path
+
+    @property
+    def group(self) -> h5py.Group:
+        """The h5py group (opened on first use)."""
+        if self._group is None:
+            self._group = self._parent[self._path]
+        return self._group
+
+    @property
+    def attrs(self) -> ReadOnlyAttrs:
+        """The group's attributes (for a version's root: the version's attrs), read-only."""
+        if self._attrs is None:
+            self._attrs = ReadOnlyAttrs(self.group.attrs)
+        return self._attrs
 
     @property
     def name(self) -> str:
-        return self.group.name
+        if self._group is None:
+            return f"{self._parent.name.rstrip('/')}/{self._path}"
+        return self._group.name
 
     def __getitem__(self, path: str):
         try:
-            item = self.group[path]
+            if self._group is None and isinstance(path, str) and path and not path.startswith("/"):
+                item = self._parent[f"{self._path}/{path}"]
+            else:
+                item = self._group[path]
         except KeyError:
             raise KeyError(
-                f"no dataset or group {path!r} in version {self.version!r} ({self.group.name})"
+                f"no dataset or group {path!r} in version {self.version!r} ({self.name})"
             ) from None
         if isinstance(item, h5py.Group):
             return VersionGroup(item, self.version)
@@ -259,4 +305,4 @@ class VersionGroup:
     create_dataset_like = create_virtual_dataset = build_virtual_dataset = _refuse
 
     def __repr__(self) -> str:
-        return f"<VersionGroup {self.group.name!r} of version {self.version!r} (read-only)>"
+        return f"<VersionGroup {self.name!r} of version {self.version!r} (read-only)>"

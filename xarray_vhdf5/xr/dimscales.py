@@ -56,8 +56,6 @@ from .names import (
     HIDDEN_VARIABLE_ATTRS,
     NETCDF_NOT_A_VARIABLE,
     SCALAR_DIM,
-    is_dimension_scale,
-    is_netcdf_dimension_only,
 )
 
 __all__ = [
@@ -88,14 +86,58 @@ def netcdf_only_attrs() -> dict[str, frozenset[str]]:
     return {"variable": HIDDEN_VARIABLE_ATTRS, "group": HIDDEN_GROUP_ATTRS}
 
 
-def _dims_of(ds: h5py.Dataset) -> list[str] | None:
-    """Dimension names of a variable written by the xarray writer (None: not one)."""
-    if DIMENSIONS_ATTR not in ds.attrs:
+def _attr(oid, name: bytes):
+    """Attribute ``name`` of the object ``oid`` (low-level id), or None if absent.
+
+    Read through h5py's low-level ``h5a`` calls: this runs on every dataset
+    of every committed version, where the high-level ``AttributeManager``
+    costs several times the read itself.
+    """
+    if not h5py.h5a.exists(oid, name):
         return None
-    dims = [d.decode() if isinstance(d, bytes) else str(d) for d in np.atleast_1d(ds.attrs[DIMENSIONS_ATTR])]
-    if not dims and ds.shape == (1,):
+    attr = h5py.h5a.open(oid, name)
+    if attr.shape is None:  # an empty (null dataspace) attribute
+        return None
+    dtype = attr.dtype
+    if dtype.subdtype is not None:  # an array-typed attribute: none of those read here
+        return None
+    value = np.empty(attr.shape, dtype=dtype)
+    attr.read(value, mtype=h5py.h5t.py_create(dtype))
+    return value
+
+
+def _as_bytes(value) -> bytes | None:
+    if value is None or value.size != 1:
+        return None
+    value = value.reshape(())[()]
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value) if isinstance(value, bytes) else None
+
+
+def _is_scale_class(oid) -> bool:
+    """``CLASS == "DIMENSION_SCALE"`` (any string padding; see :func:`~xarray_vhdf5.xr.names.is_dimension_scale`)."""
+    return _as_bytes(_attr(oid, b"CLASS")) == b"DIMENSION_SCALE"
+
+
+def _is_phony(oid) -> bool:
+    """A netCDF-4 dimension-only scale (:func:`~xarray_vhdf5.xr.names.is_netcdf_dimension_only`)."""
+    if not _is_scale_class(oid):
+        return False
+    name = _as_bytes(_attr(oid, b"NAME"))
+    return name is not None and name.startswith(NETCDF_NOT_A_VARIABLE)
+
+
+def _dims_of(oid) -> list[str] | None:
+    """Dimension names of a variable written by the xarray writer (None: not one)."""
+    value = _attr(oid, DIMENSIONS_ATTR.encode())
+    if value is None:
+        return None
+    dims = [d.decode() if isinstance(d, bytes) else str(d) for d in np.atleast_1d(value)]
+    shape = oid.shape
+    if not dims and shape == (1,):
         return [SCALAR_DIM]
-    if len(dims) != ds.ndim:
+    if len(dims) != len(shape):
         return None
     return dims
 
@@ -112,12 +154,12 @@ def _phony_source(f: h5py.File) -> h5py.Dataset:
     return raw
 
 
-def _create_phony(group: h5py.Group, name: str, length: int) -> h5py.Dataset:
+def _create_phony(group: h5py.Group, name: str, length: int):
     raw = _phony_source(group.file)
-    return create_virtual_dataset(group, name, raw, (length,), _PHONY_CHUNKS, [])
+    return create_virtual_dataset(group, name, raw, (length,), _PHONY_CHUNKS, []).id
 
 
-def _user_scale_attrs(ds: h5py.Dataset) -> set[str]:
+def _user_scale_attrs(oid) -> set[str]:
     """User attributes of a variable that the Dimension Scales API would misread or overwrite.
 
     ``H5DSset_scale`` overwrites ``CLASS`` and ``NAME``; ``H5DSattach_scale``
@@ -126,15 +168,25 @@ def _user_scale_attrs(ds: h5py.Dataset) -> set[str]:
     ``str``), sometimes taking the variable for a scale and failing.
     netCDF-C reserves both names for this reason.
     """
-    if is_dimension_scale(ds.attrs):
+    present = {key for key in ("CLASS", "NAME") if h5py.h5a.exists(oid, key.encode())}
+    if "CLASS" in present and _is_scale_class(oid):
         return set()
-    return {key for key in ("CLASS", "NAME") if key in ds.attrs}
+    return present
 
 
-def _drop_references(ds: h5py.Dataset) -> None:
-    for key in ("DIMENSION_LIST", "REFERENCE_LIST"):
-        if key in ds.attrs:
-            del ds.attrs[key]
+def _drop_references(oid) -> None:
+    for key in (b"DIMENSION_LIST", b"REFERENCE_LIST"):
+        if h5py.h5a.exists(oid, key):
+            h5py.h5a.delete(oid, key)
+
+
+def _write_dimid(oid, number: int) -> None:
+    """``_Netcdf4Dimid = number`` (a scalar 32-bit int, as netCDF-C writes it)."""
+    if h5py.h5a.exists(oid, b"_Netcdf4Dimid"):
+        h5py.h5a.delete(oid, b"_Netcdf4Dimid")
+    space = h5py.h5s.create(h5py.h5s.SCALAR)
+    attr = h5py.h5a.create(oid, b"_Netcdf4Dimid", h5py.h5t.STD_I32LE, space)
+    attr.write(np.array(number, dtype="<i4"))
 
 
 def attach_dimension_scales(version_group: h5py.Group) -> int:
@@ -144,10 +196,12 @@ def attach_dimension_scales(version_group: h5py.Group) -> int:
     with an ``_ARRAY_DIMENSIONS`` attribute are the variables. A dimension is
     scaled by its coordinate variable in the group, else by a scale of an
     ancestor group with the same length (netCDF-4 scoping, as DataTree
-    inheritance), else by a phony scale created in the group. Existing
-    ``DIMENSION_LIST``/``REFERENCE_LIST`` attributes are rebuilt, unused phony
-    scales deleted, ``_Netcdf4Dimid`` renumbered. Datasets without
-    ``_ARRAY_DIMENSIONS`` (written by versioned-hdf5 alone) are left as they are.
+    inheritance), else by a phony scale of the group (an existing one of the
+    right length is kept, e.g. carried over unchanged from the previous
+    version; else one is created). Existing ``DIMENSION_LIST``/``REFERENCE_LIST``
+    attributes are rebuilt, unused phony scales deleted, ``_Netcdf4Dimid``
+    renumbered. Datasets without ``_ARRAY_DIMENSIONS`` (written by
+    versioned-hdf5 alone) are left as they are.
 
     Parameters
     ----------
@@ -163,6 +217,12 @@ def attach_dimension_scales(version_group: h5py.Group) -> int:
     ------
     ValueError
         ``version_group``'s file is open read-only.
+
+    Notes
+    -----
+    Works on h5py's low-level identifiers (``h5a``, ``h5o``, ``h5ds``): it
+    runs after every commit from xarray, where the high-level wrappers cost
+    more than the Dimension Scales calls themselves.
     """
     if version_group.file.mode == "r":
         raise ValueError(f"{version_group.file.filename!r} is open read-only; dimension scales need mode 'a'")
@@ -171,34 +231,36 @@ def attach_dimension_scales(version_group: h5py.Group) -> int:
     return next(counter)
 
 
-def _attach_group(group: h5py.Group, inherited: dict[str, h5py.Dataset], counter) -> None:
-    datasets: dict[str, h5py.Dataset] = {}
-    subgroups: list[h5py.Group] = []
-    for key, item in group.items():
-        if isinstance(item, h5py.Dataset):
-            datasets[key] = item
-        elif isinstance(item, h5py.Group):
-            subgroups.append(item)
-    for ds in datasets.values():
-        _drop_references(ds)
-    phony = {k: ds for k, ds in datasets.items() if is_netcdf_dimension_only(ds)}
-    variables: dict[str, tuple[h5py.Dataset, list[str]]] = {}
-    for key, ds in datasets.items():
-        dims = None if key in phony else _dims_of(ds)
+def _attach_group(group: h5py.Group, inherited: dict, counter) -> None:
+    datasets: dict[str, h5py.h5d.DatasetID] = {}
+    subgroups: list[str] = []
+    for key in group:
+        oid = h5py.h5o.open(group.id, key.encode())
+        if isinstance(oid, h5py.h5d.DatasetID):
+            datasets[key] = oid
+        elif isinstance(oid, h5py.h5g.GroupID):
+            subgroups.append(key)
+    for oid in datasets.values():
+        _drop_references(oid)
+    phony = {k: oid for k, oid in datasets.items() if h5py.h5a.exists(oid, b"CLASS") and _is_phony(oid)}
+    variables: dict[str, tuple[h5py.h5d.DatasetID, list[str]]] = {}
+    for key, oid in datasets.items():
+        dims = None if key in phony else _dims_of(oid)
         if dims is not None:
-            variables[key] = (ds, dims)
+            variables[key] = (oid, dims)
 
-    scales: dict[str, h5py.Dataset] = {}
+    scales: dict[str, h5py.h5d.DatasetID] = {}
     coordinates: set[str] = set()
-    reserved = {key: _user_scale_attrs(ds) for key, (ds, _) in variables.items()}
-    for key, (ds, dims) in variables.items():
+    reserved = {key: _user_scale_attrs(oid) for key, (oid, _) in variables.items()}
+    for key, (oid, dims) in variables.items():
         if dims == [key] and not reserved[key]:
-            scales[key] = ds
+            scales[key] = oid
             coordinates.add(key)
     lengths: dict[str, int] = {}
-    for ds, dims in variables.values():
+    for oid, dims in variables.values():
+        shape = oid.shape
         for axis, dim in enumerate(dims):
-            lengths.setdefault(dim, ds.shape[axis])
+            lengths.setdefault(dim, shape[axis])
     for dim, length in lengths.items():
         if dim in scales:
             continue
@@ -218,19 +280,20 @@ def _attach_group(group: h5py.Group, inherited: dict[str, h5py.Dataset], counter
         if dim not in scales:
             del group[dim]
 
-    for dim, ds in scales.items():
-        name = dim.encode() if dim in coordinates else NETCDF_NOT_A_VARIABLE + b"%10d" % ds.shape[0]
-        h5py.h5ds.set_scale(ds.id, name)
-        ds.attrs["_Netcdf4Dimid"] = np.int32(next(counter))
+    for dim, oid in scales.items():
+        name = dim.encode() if dim in coordinates else NETCDF_NOT_A_VARIABLE + b"%10d" % oid.shape[0]
+        h5py.h5ds.set_scale(oid, name)
+        _write_dimid(oid, next(counter))
 
     visible = ChainMap(scales, inherited)
-    for key, (ds, dims) in variables.items():
+    for key, (oid, dims) in variables.items():
         if "CLASS" in reserved[key]:
             continue  # left without DIMENSION_LIST; its dimensions are in _ARRAY_DIMENSIONS
+        shape = oid.shape
         for axis, dim in enumerate(dims):
             scale = visible.get(dim)
-            if scale is None or scale == ds or scale.shape != (ds.shape[axis],):
+            if scale is None or scale is oid or scale.shape != (shape[axis],):
                 continue
-            h5py.h5ds.attach_scale(ds.id, scale.id, axis)
+            h5py.h5ds.attach_scale(oid, scale, axis)
     for sub in subgroups:
-        _attach_group(sub, dict(visible), counter)
+        _attach_group(group[sub], dict(visible), counter)

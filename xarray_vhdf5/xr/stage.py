@@ -33,6 +33,7 @@ import xarray as xr
 
 from ..backend.chunkmap import build_slab_indices_and_offsets
 from ..backend.layout import version_path
+from ..backend.slabmaps import slab_arrays
 from ..errors import IncompatibleDataError, StaleVersionError
 from ..staging import StagedChangesArray
 from ..versions.file import VersionedHDF5File
@@ -40,8 +41,8 @@ from ..versions.registry import VersionRegistry
 from ..wrappers.group import InMemoryGroup
 from . import engine
 from .dimscales import attach_dimension_scales
-from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, visible_attrs
-from .staged_array import CFCodec, StagedVariableArray, StageFile, StageOrigin, same_file
+from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, visible_attrs
+from .staged_array import CFCodec, RawRows, StagedVariableArray, StageFile, StageOrigin, same_file
 from .streaming import DEFAULT_MAX_BYTES
 from .writer import next_version_name, write_variable
 
@@ -216,8 +217,14 @@ def _encoded_attrs(name: str, var: xr.Variable) -> tuple[dict, np.dtype] | None:
     return dict(enc.attrs), enc.dtype
 
 
-def _write_staged(group: InMemoryGroup, name: str, var: xr.Variable, arr: StagedVariableArray, f: h5py.File) -> bool:
-    """Hand ``arr``'s staged changes to ``group[name]``; False if it must be rewritten instead."""
+def _write_staged(
+    group: InMemoryGroup, name: str, var: xr.Variable, arr: StagedVariableArray, f: h5py.File, committed: set
+) -> bool:
+    """Hand ``arr``'s staged changes to ``group[name]``; False if it must be rewritten instead.
+
+    ``name`` is added to ``committed`` when the dataset gets a new mapping
+    (changes or a new shape); otherwise the commit carries it unchanged.
+    """
     target = group[name] if name in group else None
     if target is None or not hasattr(type(target), "staged_array"):
         return False
@@ -226,6 +233,7 @@ def _write_staged(group: InMemoryGroup, name: str, var: xr.Variable, arr: Staged
         return False
     if arr.has_changes or tuple(arr.shape) != tuple(target.shape):
         target.staged_array = arr.for_commit(f[arr.raw_path])
+        committed.add(name)
     attrs, _ = encoded
     for key in list(target.attrs):
         if key not in attrs:
@@ -296,7 +304,7 @@ def commit_staged(
     group = (staged.encoding.get("vhdf5_group") or "/").strip("/")
     variables, attrs = xr.conventions.encode_dataset_coordinates(staged)
     engine.close_read_handles(source)
-    rebased: list[tuple[StagedVariableArray, str]] = []
+    rebased: list[tuple[StagedVariableArray, str, bool]] = []
     with h5py.File(source, "a") as f:
         vf = VersionedHDF5File(f)
         current = vf.current_version
@@ -314,15 +322,22 @@ def commit_staged(
             if message is not None:
                 root.attrs[MESSAGE_ATTR] = message
         attach_dimension_scales(f[version_path(name)])
+        plans = _rebase_plans(f, vf.last_commit, rebased)
     engine.close_read_handles(source)
-    _rebase(staged, rebased, name, make_current)
+    _rebase(staged, plans, name, make_current)
     return name
 
 
 def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, max_bytes) -> None:
     rest: dict[Any, xr.Variable] = {}
+    committed: set[str] = set()
     for key in list(target):
-        if key not in variables and not isinstance(target[key], InMemoryGroup):
+        item = target[key]
+        if key in variables or isinstance(item, InMemoryGroup):
+            continue
+        # netCDF-4 phony scales are kept (carried unchanged): attach_dimension_scales reuses
+        # those of the right length and deletes the others, rather than recreating them all
+        if not is_netcdf_dimension_only(item):
             del target[key]
     for key in list(target.attrs):
         del target.attrs[key]
@@ -337,9 +352,9 @@ def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, m
             and same_file(arr.origin.source, staged.encoding["source"])
             and arr.origin.version == staged.encoding["vhdf5_version"]
             and arr.origin.path == path
-            and _write_staged(target, name, var, arr, f)
+            and _write_staged(target, name, var, arr, f, committed)
         ):
-            rebased.append((arr, path))
+            rebased.append((arr, path, name in committed))
         else:
             rest[var_name] = var
     encoded, enc_attrs = xr.conventions.cf_encoder(rest, attrs)
@@ -349,20 +364,50 @@ def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, m
         write_variable(target, str(var_name), var, progress=progress, max_bytes=max_bytes)
 
 
-def _rebase(staged: xr.Dataset, rebased, name: str, make_current: bool) -> None:
-    """Point ``staged`` and its committed staged arrays at the new version."""
-    if not rebased:
-        staged.encoding["vhdf5_version"] = name
-        staged.encoding[HEAD_KEY] = name if make_current else staged.encoding[HEAD_KEY]
-        return
-    f = rebased[0][0].handle.acquire()
-    root = f[version_path(name)]
-    for arr, path in rebased:
-        built = _staged_array(root[path])
-        if built is not None:
-            arr.rebase(built[0], name)
-            if not make_current:
-                arr.origin = StageOrigin(arr.origin.source, name, staged.encoding[HEAD_KEY], path)
+def _rebase_plans(f: h5py.File, report, rebased) -> list:
+    """How each committed staged array maps the new version, from the commit's own report.
+
+    For ``(array, path, committed)`` in ``rebased``: an array the commit
+    carried unchanged keeps its chunk map (same raw_data rows); a committed
+    one gets the map the commit wrote (:func:`~xarray_vhdf5.backend.slabmaps.slab_arrays`
+    of the report's chunk rows, exactly what its virtual dataset holds), so
+    the new version's mapping is not read back from the file, whose cost
+    grows with the number of chunks.
+
+    Returns
+    -------
+    list of (StagedVariableArray, path, (slab_indices, slab_offsets, raw_data shape) or None)
+        None: keep the array's map. The raw_data shape is read while the
+        file is still open for writing (the new base slab is a
+        :class:`~xarray_vhdf5.xr.staged_array.RawRows` of that length, read
+        through the stage's handle once it reopens).
+    """
+    plans = []
+    for arr, path, committed in rebased:
+        if not committed:
+            plans.append((arr, path, None))
+            continue
+        staged = arr.staged
+        indices, offsets = slab_arrays(staged.shape, staged.chunk_size, report.datasets[path].chunk_rows)
+        plans.append((arr, path, (indices, offsets, tuple(f[arr.raw_path].shape))))
+    return plans
+
+
+def _rebase(staged: xr.Dataset, plans, name: str, make_current: bool) -> None:
+    """Point ``staged`` and its committed staged arrays at the new version (see :func:`_rebase_plans`)."""
+    for arr, path, plan in plans:
+        if plan is None:
+            new = arr.staged
+        else:
+            indices, offsets, raw_shape = plan
+            old = arr.staged
+            base = RawRows(arr.handle, arr.raw_path, raw_shape, old.dtype)
+            new = StagedChangesArray(
+                old.shape, old.chunk_size, [base], indices, offsets, fill_value=old.fill_value, dtype=old.dtype
+            )
+        arr.rebase(new, name)
+        if not make_current:
+            arr.origin = StageOrigin(arr.origin.source, name, staged.encoding[HEAD_KEY], path)
     staged.encoding["vhdf5_version"] = name
     if make_current:
         staged.encoding[HEAD_KEY] = name

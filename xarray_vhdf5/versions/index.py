@@ -1,0 +1,365 @@
+"""The persisted version index: names, parents and timestamps of every version group.
+
+Without it, opening a file reads three attributes of every version group
+(about 0.5-1 s at 1000 versions). The index holds what those attributes say in
+two small datasets, so a fresh open reads two datasets and one attribute:
+
+``/_version_data/__vhdf5_version_index__/`` (a group; versioned-hdf5 2.6 walks
+``_version_data`` for groups holding ``raw_data`` and ignores it)
+
+- ``rows``: int64 ``(n, 2)``, one row per link of ``_version_data/versions``
+  (``__first_version__`` excepted) in the order they were added: the
+  ``timestamp`` (microseconds since 1970-01-01 UTC) and ``committed`` (0 for a
+  group a crashed or running commit left with ``committed=False``, else 1);
+- ``names``: uint8, for each row ``name NUL prev_version NUL`` in UTF-8;
+- attribute ``fingerprint`` of ``rows``: int64[8] written last (the index's
+  commit point): the index format (1), rows and bytes of ``names`` in use, and
+  the state of the versions group the rows describe (:func:`fingerprint`).
+  Both datasets are chunked, resizable and lzf-compressed; a commit appends.
+
+versioned-hdf5 never updates the index, so it is trusted only when the
+fingerprint still matches the versions group. Everything versioned-hdf5 does to
+the version list creates or removes links of that group (a commit adds one; a
+deletion removes some and rewrites ``prev_version`` of the survivors;
+re-creating a deleted name removes a link and creates one), so the fingerprint
+is what changes with every link creation and removal:
+
+- ``nlinks``: the number of links (``H5Gget_info``);
+- ``max_corder``: for a group that tracks link creation order (those this
+  package creates), HDF5's creation-order counter, which every new link
+  increments and which never decreases: any creation, even of a deleted name,
+  changes it. ``H5Gget_info`` answers both in O(1);
+- ``links``: for a group that does not track creation order (created by
+  versioned-hdf5), a SHA-1 over every link's name and object address, in name
+  order: one pass over the link table (about 1 ms at 1000 versions), no version
+  group opened. A group deleted and re-created under the same name in one
+  session may get the freed address back, which this cannot see;
+- ``addr``: the versions group's own address (a replaced group).
+
+``current_version`` is not in the index: it is read from its attribute each time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime as _dt
+import hashlib
+
+import h5py
+import numpy as np
+from h5py import h5a, h5d, h5g, h5o, h5s
+
+from ..backend.layout import FIRST_VERSION
+from .timestamps import parse_timestamp
+
+__all__ = ["INDEX_NAME", "INDEX_FORMAT", "IndexEntries", "fingerprint", "load", "save", "append", "scan", "touch", "after_delete"]
+
+#: Name of the index group inside ``_version_data``.
+INDEX_NAME = "__vhdf5_version_index__"
+#: Version of the index layout, in its fingerprint; another value means "rebuild".
+INDEX_FORMAT = 1
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+class IndexEntries:
+    """The version groups of a file, as parallel lists (one entry per group).
+
+    Attributes
+    ----------
+    names, parents : list of str
+        Group names and their ``prev_version``.
+    timestamps : numpy.ndarray of int64
+        ``timestamp`` attributes, microseconds since 1970-01-01 UTC.
+    committed : numpy.ndarray of bool
+        ``committed`` attributes (False: a group left by a crashed or running commit).
+    """
+
+    def __init__(self, names: list[str], parents: list[str], timestamps: np.ndarray, committed: np.ndarray):
+        self.names = names
+        self.parents = parents
+        self.timestamps = np.asarray(timestamps, dtype=np.int64)
+        self.committed = np.asarray(committed, dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def to_micros(ts: _dt.datetime) -> int:
+    """Microseconds since 1970-01-01 UTC of an aware datetime."""
+    return (ts - _EPOCH) // _dt.timedelta(microseconds=1)
+
+
+def from_micros(us: int) -> _dt.datetime:
+    """The aware UTC datetime ``us`` microseconds after 1970-01-01 UTC."""
+    return _EPOCH + _dt.timedelta(microseconds=int(us))
+
+
+def _str(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def read_group_entry(grp: h5py.Group) -> tuple[str, int, bool]:
+    """``(prev_version, timestamp in µs, committed)`` read from a version group's attributes."""
+    attrs = grp.attrs
+    return (
+        _str(attrs.get("prev_version", FIRST_VERSION)),
+        to_micros(parse_timestamp(attrs["timestamp"])),
+        bool(attrs.get("committed", True)),
+    )
+
+
+def scan(versions: h5py.Group) -> IndexEntries:
+    """Read the attributes of every version group (the slow path the index avoids)."""
+    names, parents, stamps, committed = [], [], [], []
+    for name in versions:
+        if name == FIRST_VERSION:
+            continue
+        prev, ts, done = read_group_entry(versions[name])
+        names.append(name)
+        parents.append(prev)
+        stamps.append(ts)
+        committed.append(done)
+    return IndexEntries(names, parents, np.array(stamps, np.int64), np.array(committed, bool))
+
+
+# -- the fingerprint ------------------------------------------------------------------
+
+
+class _GroupInfo(ctypes.Structure):
+    # H5G_info_t (H5Gpublic.h): storage type, number of links, max creation order, mounted.
+    _fields_ = [
+        ("storage_type", ctypes.c_int),
+        ("nlinks", ctypes.c_uint64),
+        ("max_corder", ctypes.c_int64),
+        ("mounted", ctypes.c_bool),
+    ]
+
+
+def _load_get_info():
+    """``H5Gget_info`` from the HDF5 library h5py is linked with (None if not found)."""
+    try:
+        fn = ctypes.CDLL(h5g.__file__).H5Gget_info  # dlsym searches h5g's dependencies
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int64, ctypes.POINTER(_GroupInfo)]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_H5G_GET_INFO = _load_get_info()
+
+
+def _tracks_order(versions: h5py.Group) -> bool:
+    return bool(versions.id.get_create_plist().get_link_creation_order() & h5py.h5p.CRT_ORDER_TRACKED)
+
+
+def quick_state(versions: h5py.Group) -> tuple[int, int]:
+    """``(number of links, creation-order counter or -1)`` of the versions group: one cheap call.
+
+    Changes whenever a version is added or deleted, except (on a group that does
+    not track creation order) a deletion and an addition that cancel out.
+    """
+    if _H5G_GET_INFO is not None and _tracks_order(versions):
+        info = _GroupInfo()
+        with h5py._objects.phil:
+            if _H5G_GET_INFO(versions.id.id, ctypes.byref(info)) >= 0:
+                return int(info.nlinks), int(info.max_corder)
+    return len(versions), -1
+
+
+def fingerprint(versions: h5py.Group) -> tuple[int, int, int, int, int]:
+    """The state of the versions group the index must match (see the module docstring).
+
+    Returns
+    -------
+    tuple of 5 int
+        ``(addr, nlinks, max_corder, digest_lo, digest_hi)``: for a group tracking
+        creation order ``max_corder`` is HDF5's counter and the digest 0; for
+        another, ``max_corder`` is -1 and the digest the first 16 bytes of a
+        SHA-1 over every link's name and object address (as two int64).
+    """
+    addr = int(h5o.get_info(versions.id).addr)
+    if _H5G_GET_INFO is not None and _tracks_order(versions):
+        info = _GroupInfo()
+        with h5py._objects.phil:
+            if _H5G_GET_INFO(versions.id.id, ctypes.byref(info)) >= 0:
+                return (addr, int(info.nlinks), int(info.max_corder), 0, 0)
+    digest = hashlib.sha1()
+    count = [0]
+
+    def visit(name: bytes, info) -> None:
+        count[0] += 1
+        digest.update(name)
+        digest.update(b"\0%d\0" % info.u)
+
+    versions.id.links.iterate(visit, info=True)
+    lo, hi = np.frombuffer(digest.digest()[:16], dtype="<i8").tolist()
+    return (addr, count[0], -1, lo, hi)
+
+
+# -- reading and writing ----------------------------------------------------------------
+#
+# ``rows``: int64 (n, 2), columns timestamp (µs since 1970 UTC) and committed (0/1);
+# ``names``: uint8, ``name NUL prev_version NUL`` per row. The attribute ``fingerprint``
+# of ``rows`` (int64[8]): INDEX_FORMAT, rows used, bytes of ``names`` used, then the
+# five numbers of :func:`fingerprint`. Read with h5py's low-level API: a fresh open
+# then costs two dataset opens, one attribute and two reads.
+
+_FP_LEN = 8
+_ROWS = f"{INDEX_NAME}/rows".encode()
+_NAMES = f"{INDEX_NAME}/names".encode()
+
+
+def _stored(vdata: h5py.Group):
+    """``(rows DatasetID, fingerprint int64[8])`` of a stored index of this format, or None."""
+    try:
+        rows_id = h5d.open(vdata.id, _ROWS)
+        attr = h5a.open(rows_id, b"fingerprint")
+    except (KeyError, ValueError, RuntimeError):
+        return None
+    if attr.shape != (_FP_LEN,) or attr.dtype != np.dtype("<i8"):
+        return None
+    fp = np.empty(_FP_LEN, dtype="<i8")
+    attr.read(fp)
+    return (rows_id, fp) if fp[0] == INDEX_FORMAT else None
+
+
+def _matches(fp: np.ndarray, versions: h5py.Group) -> bool:
+    return tuple(fp[3:].tolist()) == fingerprint(versions)
+
+
+def is_valid(vdata: h5py.Group, versions: h5py.Group) -> bool:
+    """True when the stored index describes the versions group as it is now."""
+    stored = _stored(vdata)
+    return stored is not None and _matches(stored[1], versions)
+
+
+def _read(dsid, n: int, dtype, row_shape=()) -> np.ndarray | None:
+    shape = dsid.shape
+    if shape[0] < n or tuple(shape[1:]) != row_shape:
+        return None
+    out = np.empty((n, *row_shape), dtype=dtype)
+    if n:
+        fspace = dsid.get_space()
+        fspace.select_hyperslab((0,) * len(shape), (n, *row_shape))
+        dsid.read(h5s.create_simple(out.shape), fspace, out)
+    return out
+
+
+def load(vdata: h5py.Group, versions: h5py.Group) -> IndexEntries | None:
+    """The stored index if it is present and matches the versions group, else None.
+
+    Rows of groups left uncommitted are re-read from their attributes (a
+    commit running when the index was written may have finished since).
+    """
+    stored = _stored(vdata)
+    if stored is None or not _matches(stored[1], versions):
+        return None
+    rows_id, fp = stored
+    n_rows, n_bytes = int(fp[1]), int(fp[2])
+    try:
+        rows = _read(rows_id, n_rows, np.int64, (2,))
+        blob = _read(h5d.open(vdata.id, _NAMES), n_bytes, np.uint8)
+    except (KeyError, ValueError, RuntimeError):
+        return None
+    if rows is None or blob is None:
+        return None
+    parts = blob.tobytes().decode("utf-8").split("\0")[:-1] if n_bytes else []
+    if len(parts) != 2 * n_rows:
+        return None
+    entries = IndexEntries(parts[0::2], parts[1::2], rows[:, 0], rows[:, 1] != 0)
+    for i in np.flatnonzero(~entries.committed):
+        grp_v = versions.get(entries.names[i])
+        if grp_v is None:
+            return None
+        prev, ts, done = read_group_entry(grp_v)
+        entries.parents[i], entries.timestamps[i], entries.committed[i] = prev, ts, done
+    return entries
+
+
+def _blob(names: list[str], parents: list[str]) -> np.ndarray:
+    text = "".join(f"{n}\0{p}\0" for n, p in zip(names, parents))
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
+
+def _write_fingerprint(rows_ds: h5py.Dataset, versions: h5py.Group, n_rows: int, n_bytes: int) -> None:
+    fp = np.array([INDEX_FORMAT, n_rows, n_bytes, *fingerprint(versions)], dtype="<i8")
+    rows_ds.attrs.create("fingerprint", fp)
+
+
+def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None:
+    """Write the whole index (replacing any stored one) for the versions group as it is."""
+    if INDEX_NAME in vdata:
+        del vdata[INDEX_NAME]
+    grp = vdata.create_group(INDEX_NAME)
+    rows = np.stack([entries.timestamps, entries.committed.astype(np.int64)], axis=1).reshape(-1, 2)
+    blob = _blob(entries.names, entries.parents)
+    names_ds = grp.create_dataset("names", shape=(max(len(blob), 1),), dtype=np.uint8, chunks=(4096,),
+                                  maxshape=(None,), compression="lzf")
+    names_ds[: len(blob)] = blob
+    rows_ds = grp.create_dataset("rows", shape=(max(len(rows), 1), 2), dtype=np.int64, chunks=(256, 2),
+                                 maxshape=(None, 2), compression="lzf")
+    rows_ds[: len(rows)] = rows
+    _write_fingerprint(rows_ds, versions, len(rows), len(blob))
+
+
+def _write_rows(dsid, start: int, data: np.ndarray) -> None:
+    fspace = dsid.get_space()
+    fspace.select_hyperslab((start,) + (0,) * (data.ndim - 1), data.shape)
+    dsid.write(h5s.create_simple(data.shape), fspace, data)
+
+
+def append(vdata: h5py.Group, versions: h5py.Group, name: str, parent: str, timestamp: int, committed: bool) -> None:
+    """Add one version's row to a stored index that was valid before the version was added.
+
+    Costs O(1) in the number of versions (low-level h5py: two hyperslab writes and
+    the fingerprint attribute rewritten in place). The caller checks validity
+    before creating the version group (:func:`is_valid`); the fingerprint,
+    written last, then describes the group with the new version.
+    """
+    rows_id, fp = _stored(vdata)
+    names_id = h5d.open(vdata.id, _NAMES)
+    n_rows, n_bytes = int(fp[1]), int(fp[2])
+    add = _blob([name], [parent])
+    if rows_id.shape[0] < n_rows + 1:
+        rows_id.set_extent((max(n_rows + 1, 2 * rows_id.shape[0]), 2))
+    if names_id.shape[0] < n_bytes + len(add):
+        names_id.set_extent((max(n_bytes + len(add), 2 * names_id.shape[0]),))
+    _write_rows(rows_id, n_rows, np.array([[timestamp, int(committed)]], dtype=np.int64))
+    _write_rows(names_id, n_bytes, add)
+    new = np.array([INDEX_FORMAT, n_rows + 1, n_bytes + len(add), *fingerprint(versions)], dtype="<i8")
+    h5a.open(rows_id, b"fingerprint").write(new)
+
+
+def touch(vdata: h5py.Group, versions: h5py.Group) -> None:
+    """Re-stamp a stored index that still lists the right versions (e.g. after a failed
+    commit created and removed a group: the creation-order counter moved on)."""
+    stored = _stored(vdata)
+    if stored is not None and writable(vdata) and not _matches(stored[1], versions):
+        _write_fingerprint(vdata[INDEX_NAME]["rows"], versions, int(stored[1][1]), int(stored[1][2]))
+
+
+def after_delete(
+    vdata: h5py.Group, versions: h5py.Group, before: IndexEntries | None, doomed: set[str], reparent: dict[str, str]
+) -> IndexEntries:
+    """The entries after deleting ``doomed`` and re-parenting (name -> new parent); saved if writable.
+
+    ``before``: the valid stored index read before the deletion started, or
+    None (then the version groups are scanned).
+    """
+    if before is None:
+        entries = scan(versions)
+    else:
+        keep = [i for i, n in enumerate(before.names) if n not in doomed]
+        names = [before.names[i] for i in keep]
+        parents = [reparent.get(before.names[i], before.parents[i]) for i in keep]
+        entries = IndexEntries(names, parents, before.timestamps[keep], before.committed[keep])
+    if writable(vdata):
+        save(vdata, versions, entries)
+    return entries
+
+
+def writable(vdata: h5py.Group) -> bool:
+    """True when the index may be written (file open writable, not in SWMR mode)."""
+    f = vdata.file
+    return f.mode != "r" and not getattr(f, "swmr_mode", False)
