@@ -294,3 +294,13 @@ def test_carried_dataset_keeps_attrs_and_drops_references(base, touch_attrs):
         ]
         np.testing.assert_array_equal(vf["v2"]["x"][()], data)
         assert vf.last_commit.datasets["x"].new_chunks == 0
+
+
+@pytest.mark.parametrize("name", ["versions", "__vhdf5_version_index__", "__netcdf_dimensions__"])
+def test_names_the_format_uses_are_refused(tmp_path, name):
+    with h5py.File(tmp_path / "r.h5", "w") as f:
+        vf = VersionedHDF5File(f)
+        with pytest.raises(ValueError, match="reserved"):
+            with vf.stage_version("v1") as g:
+                g.create_dataset(name, data=[1])
+        assert vf.versions == []

@@ -26,6 +26,8 @@ __all__ = [
     "HASH_TABLE_CHUNKS",
     "DEFAULT_CHUNKS_1D",
     "RESERVED_NAMES",
+    "VERSION_INDEX",
+    "NETCDF_DIMENSIONS",
     "VERSION_ATTRS",
     "DATASET_ATTRS",
     "versions_path",
@@ -50,7 +52,12 @@ HASH_TABLE_CHUNKS = (4096,)
 #: Chunk shape of a 1-d dataset created without ``chunks=``, in points.
 DEFAULT_CHUNKS_1D = (4096,)
 #: Top-level names a versioned dataset or group may not take.
-RESERVED_NAMES = frozenset({VERSIONS})
+#: The version index's group (``versions/index.py``).
+VERSION_INDEX = "__vhdf5_version_index__"
+#: The shared raw_data of netCDF-4 phony dimension scales (``xr/dimscales.py``).
+NETCDF_DIMENSIONS = "__netcdf_dimensions__"
+#: Names under ``_version_data`` the format or this package use: no dataset may take them.
+RESERVED_NAMES = frozenset({VERSIONS, VERSION_INDEX, NETCDF_DIMENSIONS})
 #: Attributes of a version group that belong to the format, not to the user.
 VERSION_ATTRS = frozenset({"committed", "prev_version", "timestamp"})
 #: Attributes of a version's virtual dataset that belong to the format.

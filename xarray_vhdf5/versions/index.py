@@ -49,13 +49,13 @@ import h5py
 import numpy as np
 from h5py import h5a, h5d, h5g, h5o, h5s
 
-from ..backend.layout import FIRST_VERSION
+from ..backend.layout import FIRST_VERSION, VERSION_INDEX
 from .timestamps import parse_timestamp
 
 __all__ = ["INDEX_NAME", "INDEX_FORMAT", "IndexEntries", "fingerprint", "load", "save", "append", "scan", "touch", "after_delete"]
 
 #: Name of the index group inside ``_version_data``.
-INDEX_NAME = "__vhdf5_version_index__"
+INDEX_NAME = VERSION_INDEX
 #: Version of the index layout, in its fingerprint; another value means "rebuild".
 INDEX_FORMAT = 1
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)

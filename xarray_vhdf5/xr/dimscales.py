@@ -47,7 +47,7 @@ import h5py
 import numpy as np
 
 from ..backend.hashtable import HashTable
-from ..backend.layout import VERSION_DATA
+from ..backend.layout import NETCDF_DIMENSIONS, VERSION_DATA
 from ..backend.raw_data import Filters, create_raw_data
 from ..backend.virtual import create_virtual_dataset
 from .names import (
@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 #: Group of ``_version_data`` holding the (always empty) raw_data of every phony scale.
-DIMENSIONS_DATA = "__netcdf_dimensions__"
+DIMENSIONS_DATA = NETCDF_DIMENSIONS
 #: dtype of phony scales (netCDF-C and h5netcdf write big-endian float32).
 _PHONY_DTYPE = np.dtype(">f4")
 #: Chunk shape recorded for phony scales, in points (nothing is ever stored).
