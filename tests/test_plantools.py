@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xarray_vhdf5._ext import plantools
+from xarray_vhdf5._ext import plantools, readtools
 from xarray_vhdf5.backend.transfer import kernel_backend
 from xarray_vhdf5.staging import kernels
 from xarray_vhdf5.staging.kernels import (
@@ -179,7 +179,7 @@ def test_parse_basic(data):
     numpy_ints = basic_indices(shape).map(numpy_ints)
     idx = data.draw(st.one_of(basic_indices(shape), numpy_ints, st.just(Ellipsis)))
     ref = parse_basic_reference(idx, shape)
-    assert plantools.parse_basic(idx, shape) == ref
+    assert readtools.parse_basic(idx, shape) == ref
     if ref is None:
         return
     starts, steps, counts, kinds = ref
@@ -198,10 +198,10 @@ def test_parse_basic_falls_back_and_raises_like_slices():
         (0, 0, 0), (5,), (np.uint64(2**63),), (Ellipsis,), ([0],), (True,), (None,), 2**70,
         np.bool_(True), np.array(1),
     ]:
-        assert plantools.parse_basic(idx, (5,)) is None
+        assert readtools.parse_basic(idx, (5,)) is None
         assert parse_basic_reference(idx, (5,)) is None
     for bad, exc in [(slice(1.0, 2), TypeError), (slice(None, None, 0), ValueError)]:
-        for fn in (plantools.parse_basic, parse_basic_reference):
+        for fn in (readtools.parse_basic, parse_basic_reference):
             with pytest.raises(exc):
                 fn(bad, (5,))
 

@@ -1,7 +1,7 @@
 """The fused ``__getitem__`` fast path agrees with the general path and with numpy.
 
 ``StagedChangesArray.__getitem__`` first tries the compiled ``read_basic``
-kernel (:mod:`xarray_vhdf5._ext.plantools`): a basic index (one slice or
+kernel (:mod:`xarray_vhdf5._ext.readtools`): a basic index (one slice or
 integer per axis) whose chunks all lie on up-to-date numpy slabs is copied in
 one call.  Everything else goes through a
 :class:`~xarray_vhdf5.staging.plans.GetItemPlan`
@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xarray_vhdf5._ext import plantools
+from xarray_vhdf5._ext import readtools
 from xarray_vhdf5.staging import StagedChangesArray
 from xarray_vhdf5.staging.kernels import read_basic_reference
 from xarray_vhdf5.testing.strategies import (
@@ -94,7 +94,7 @@ def edited_arrays(draw):
 @given(edited_arrays())
 def test_fast_path_agrees_with_general_path_and_numpy(case):
     arr, ref, idx = case
-    compiled = plantools.read_basic(*fused_args(arr, idx))
+    compiled = readtools.read_basic(*fused_args(arr, idx))
     reference = read_basic_reference(*fused_args(arr, idx))
     assert (compiled is None) == (reference is None)
     expected = ref[idx]
@@ -111,12 +111,12 @@ def test_fast_path_taken_for_one_index_per_axis(case):
     """Every chunk is on a numpy slab: a tuple of one int/slice per axis is fused."""
     arr, ref, _ = case
     idx = tuple(slice(None, None, -1) if n % 2 else slice(0, n) for n in arr.shape)
-    out = plantools.read_basic(*fused_args(arr, idx))
+    out = readtools.read_basic(*fused_args(arr, idx))
     assert out is not None
     assert_same(out, ref[idx])
     if all(arr.shape):
         point = tuple(n - 1 for n in arr.shape)
-        assert_same(plantools.read_basic(*fused_args(arr, point)), ref[point])
+        assert_same(readtools.read_basic(*fused_args(arr, point)), ref[point])
 
 
 def test_declines_chunks_on_an_h5py_slab(tmp_path):
@@ -124,11 +124,11 @@ def test_declines_chunks_on_an_h5py_slab(tmp_path):
     with h5py.File(tmp_path / "f.h5", "w") as f:
         raw = f.create_dataset("raw", data=data[:, :5].reshape(6, 5))
         arr = StagedChangesArray((6, 5), (3, 5), [raw], [[1], [1]], [[0], [3]])
-        assert plantools.read_basic(*fused_args(arr, (slice(0, 4), 1))) is None
+        assert readtools.read_basic(*fused_args(arr, (slice(0, 4), 1))) is None
         np.testing.assert_array_equal(arr[0:4, 1], data[:4, 1])
         arr[0:3, :] = -1.0  # chunk 0 staged (whole), chunk 1 still on the file
-        assert plantools.read_basic(*fused_args(arr, (slice(0, 3), slice(None)))) is not None
-        assert plantools.read_basic(*fused_args(arr, (slice(2, 4), slice(None)))) is None
+        assert readtools.read_basic(*fused_args(arr, (slice(0, 3), slice(None)))) is not None
+        assert readtools.read_basic(*fused_args(arr, (slice(2, 4), slice(None)))) is None
         np.testing.assert_array_equal(arr[2:4], [[-1.0] * 5, data[3, :5]])
 
 
@@ -136,13 +136,13 @@ def test_declines_pending_conversions():
     data = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 5.0]])
     arr = StagedChangesArray.from_array(data, (1, 2), as_base_slabs=False)
     refilled = arr.refill(9.0)  # staged slab rewritten lazily: 0.0 -> 9.0
-    assert plantools.read_basic(*fused_args(refilled, (slice(None), slice(None)))) is None
+    assert readtools.read_basic(*fused_args(refilled, (slice(None), slice(None)))) is None
     np.testing.assert_array_equal(refilled[:, :], np.where(data == 0.0, 9.0, data))
     converted = arr.astype("i4")
-    assert plantools.read_basic(*fused_args(converted, (0, slice(None)))) is None
+    assert readtools.read_basic(*fused_args(converted, (0, slice(None)))) is None
     assert_same(converted[0, :], data[0].astype("i4"))
     # Once materialised, the fast path serves them again.
-    assert plantools.read_basic(*fused_args(converted, (0, slice(None)))) is not None
+    assert readtools.read_basic(*fused_args(converted, (0, slice(None)))) is not None
 
 
 @pytest.mark.parametrize(
@@ -159,13 +159,13 @@ def test_declines_pending_conversions():
 def test_declines_what_it_does_not_handle(dtype, idx):
     data = np.arange(6).reshape(2, 3).astype(dtype)
     arr = StagedChangesArray.from_array(data, (1, 2), as_base_slabs=False)
-    assert plantools.read_basic(*fused_args(arr, idx)) is None
+    assert readtools.read_basic(*fused_args(arr, idx)) is None
     assert read_basic_reference(*fused_args(arr, idx)) is None
 
 
 def test_declines_0d_and_answers_like_numpy():
     arr = StagedChangesArray.from_array(np.array(4.5), (), as_base_slabs=False)
-    assert plantools.read_basic(*fused_args(arr, ())) is None
+    assert readtools.read_basic(*fused_args(arr, ())) is None
     assert_same(arr[()], np.array(4.5)[()])
 
 
@@ -173,6 +173,6 @@ def test_slab_too_short_for_the_metadata_declines():
     """Metadata reaching beyond a slab is never read by the kernel."""
     arr = StagedChangesArray.from_array(np.arange(8.0).reshape(4, 2), (2, 2), as_base_slabs=False)
     arr._slabs[1] = arr._slabs[1][:3]  # corrupt: chunk 1 needs rows 2-3
-    assert plantools.read_basic(*fused_args(arr, (slice(0, 4), 0))) is None
+    assert readtools.read_basic(*fused_args(arr, (slice(0, 4), 0))) is None
     assert read_basic_reference(*fused_args(arr, (slice(0, 4), 0))) is None
-    assert plantools.read_basic(*fused_args(arr, (slice(0, 2), 0))) is not None
+    assert readtools.read_basic(*fused_args(arr, (slice(0, 2), 0))) is not None

@@ -8,24 +8,16 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "KIND_REVERSE",
-    "KIND_SCALAR",
-    "KIND_SLICE",
     "SIDE_SLAB",
     "SIDE_VALUE",
     "basic_slices",
     "expand_slices",
     "gather_chunks",
-    "parse_basic",
-    "read_basic",
     "slice_rows",
 ]
 
 SIDE_SLAB: int
 SIDE_VALUE: int
-KIND_SLICE: int
-KIND_REVERSE: int
-KIND_SCALAR: int
 
 def slice_rows(
     start: int, step: int, count: int, chunk_size: int, axis_size: int
@@ -84,20 +76,3 @@ def basic_slices(
     npt.NDArray[np.uint64],
 ]:
     """``(groups, src_start, dst_start, count, src_stride, dst_stride)`` of a basic index."""
-
-def parse_basic(
-    idx: object, shape: tuple[int, ...]
-) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
-    """``(starts, steps, counts, kinds)`` of a basic index, or None."""
-
-def read_basic(
-    idx: object,
-    shape: tuple[int, ...],
-    chunk_size: tuple[int, ...],
-    slab_indices: npt.NDArray[np.intp],
-    slab_offsets: npt.NDArray[np.uint64],
-    slabs: list[object],
-    lazy: list[object],
-    dtype: np.dtype,
-) -> object:
-    """numpy's ``arr[idx]`` for a basic index over in-memory numpy slabs, or None."""

@@ -20,7 +20,7 @@ value side always has step 1).  Row tables are ``uint64`` arrays of shape
 Two implementations with identical results, selected by the process-wide
 kernel backend of :mod:`xarray_vhdf5.backend.transfer` (``set_kernel_backend``,
 ``kernel_backend``, ``XARRAY_VHDF5_KERNELS``): the compiled one
-(``_ext/plantools.pyx``) and the pure-Python references of
+(``_ext/plantools.pyx``, ``_ext/readtools.pyx``) and the pure-Python references of
 :mod:`xarray_vhdf5.staging.reference_kernels`, which are also the oracle of
 ``tests/test_plantools.py``.  This module holds the dispatchers and
 :func:`active`; it re-exports the references, their constants and
@@ -58,8 +58,9 @@ from .reference_kernels import (
 
 try:
     from .._ext import plantools as _plantools
+    from .._ext import readtools as _readtools
 except ImportError:  # not built: only the reference implementations are usable
-    _plantools = None
+    _plantools = _readtools = None
 
 __all__ = [
     "KIND_REVERSE",
@@ -331,7 +332,7 @@ def parse_basic(idx: object, shape: tuple[int, ...]) -> tuple | None:
         As ``slice.indices``: non-integer slice bounds, a zero step.
     """
     if _compiled():
-        return _plantools.parse_basic(idx, shape)
+        return _readtools.parse_basic(idx, shape)
     return parse_basic_reference(idx, shape)
 
 
@@ -354,8 +355,8 @@ _COMPILED = (
         _plantools.gather_chunks,
         _plantools.expand_slices,
         _plantools.basic_slices,
-        _plantools.parse_basic,
-        _plantools.read_basic,
+        _readtools.parse_basic,
+        _readtools.read_basic,
     )
     if _plantools is not None
     else _REFERENCE

@@ -1,6 +1,6 @@
 """The fused ``__getitem__`` fast path of in-memory chunks: its pure-Python reference.
 
-The compiled ``read_basic`` (``_ext/plantools.pyx``) answers
+The compiled ``read_basic`` (``_ext/readtools.pyx``) answers
 :meth:`~xarray_vhdf5.staging.array.StagedChangesArray.__getitem__` in one
 call for a basic index whose chunks are all in memory;
 :func:`read_basic_reference` is its specification, composed of the reference
