@@ -187,9 +187,6 @@ class InMemorySparseDataset(ChunkedStagedDataset):
         #: False when no fill value was given: an existing raw_data's fill value then wins.
         self.fillvalue_given = fillvalue_given
 
-    def _build_array(self) -> StagedChangesArray:  # pragma: no cover - built in __init__
-        raise AssertionError("a sparse dataset's array is built on creation")
-
 
 def is_over(array: StagedChangesArray, raw_data: h5py.Dataset) -> bool:
     """True when ``array``'s only base slab is ``raw_data`` (any handle to it)."""
