@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
-from h5py import h5a, h5s
+from h5py import h5a, h5d, h5s, h5t
 
+from .h5attrs import write_attr
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
 
-__all__ = ["HashTable", "HashTableCache", "table_state"]
+__all__ = ["HashTable", "HashTableCache", "hash_table_of", "table_state"]
+
+_HASH_TABLE_MTYPE = h5t.py_create(HASH_TABLE_DTYPE)
+_I8_MTYPE = h5t.py_create(np.dtype("<i8"))
 
 
 class HashTable:
@@ -98,10 +102,16 @@ class HashTable:
         new["hash"] = np.frombuffer(b"".join(d for d, _, _ in self._new), np.uint8).reshape(-1, 32)
         new["shape"] = [(a, b) for _, a, b in self._new]
         total = self._stored + len(new)
-        if self.dataset.shape[0] < total:
-            self.dataset.resize((total,))
-        self.dataset[self._stored : total] = new
-        self.dataset.attrs["largest_index"] = np.int64(total)
+        dsid = self.dataset.id
+        if dsid.shape[0] < total:
+            dsid.set_extent((total,))
+        fspace = dsid.get_space()
+        fspace.select_hyperslab((self._stored,), (len(new),))
+        if dsid.dtype == HASH_TABLE_DTYPE:
+            dsid.write(h5s.create_simple((len(new),)), fspace, new, mtype=_HASH_TABLE_MTYPE)
+        else:  # another layout of the same fields: let h5py convert
+            self.dataset[self._stored : total] = new
+        write_attr(self.dataset.id, "largest_index", np.int64(total))
         self._ranges = np.concatenate([self._ranges, new["shape"]])
         self._end = max(self._end, int(new["shape"][:, 1].max()))
         self._last_digest = self._new[-1][0]
@@ -141,8 +151,19 @@ class HashTableCache:
         self._tables = {}
 
 
-def table_state(dataset: h5py.Dataset) -> tuple[int, bytes]:
-    """``(largest_index, digest of the last valid row)`` of a ``hash_table`` dataset.
+def hash_table_of(raw_data: h5py.Dataset) -> h5py.Dataset:
+    """The ``hash_table`` beside ``raw_data`` (one H5Dopen by path, no parent group opened)."""
+    return h5py.Dataset(hash_table_id(raw_data))
+
+
+def hash_table_id(raw_data: h5py.Dataset) -> h5d.DatasetID:
+    """The low-level id of the ``hash_table`` beside ``raw_data`` (for :func:`table_state`)."""
+    group_path = raw_data.name.rpartition("/")[0]
+    return h5d.open(raw_data.id, f"{group_path}/hash_table".encode())
+
+
+def table_state(dataset: h5py.Dataset | h5d.DatasetID) -> tuple[int, bytes]:
+    """``(largest_index, digest of the last valid row)`` of a ``hash_table`` dataset (or its id).
 
     One attribute and one row read, through h5py's low-level API (about 50 us;
     the high-level ``dataset[n - 1]`` costs ten times that). Any rewrite of a
@@ -150,19 +171,24 @@ def table_state(dataset: h5py.Dataset) -> tuple[int, bytes]:
     rebuilds the table; ``modify_metadata`` re-hashes every chunk) changes it,
     since rows are only ever appended otherwise.
     """
-    dsid = dataset.id
-    if not h5a.exists(dsid, b"largest_index"):
+    dsid = dataset.id if isinstance(dataset, h5py.Dataset) else dataset
+    try:
+        attr = h5a.open(dsid, b"largest_index")
+    except KeyError:
         return 0, b""
-    attr = h5a.open(dsid, b"largest_index")
     count = np.empty(attr.shape, dtype=np.int64)
-    attr.read(count)
+    attr.read(count, mtype=_I8_MTYPE)
     n = int(count.reshape(-1)[0]) if count.size else 0
     if n == 0:
         return 0, b""
+    if dsid.dtype != HASH_TABLE_DTYPE:
+        return n, bytes(np.asarray(h5py.Dataset(dsid)[n - 1]["hash"], dtype=np.uint8))
     fspace = dsid.get_space()
     fspace.select_hyperslab((n - 1,), (1,))
-    row = np.empty(1, dtype=dataset.dtype)
-    dsid.read(h5s.create_simple((1,)), fspace, row)
+    row = np.empty(1, dtype=HASH_TABLE_DTYPE)
+    # An explicit memory type: h5py would otherwise build it from the compound dtype
+    # on every read (~110 us of the ~125).
+    dsid.read(h5s.create_simple((1,)), fspace, row, mtype=_HASH_TABLE_MTYPE)
     return n, bytes(np.asarray(row["hash"][0], dtype=np.uint8))
 
 

@@ -17,10 +17,13 @@ import h5py
 import numpy as np
 
 from ..errors import IncompatibleDataError
+from .h5attrs import read_attr
 from .hashing import chunk_hash, is_vlen_string_dtype
 from .hashtable import HashTable
 
 __all__ = ["Filters", "create_raw_data", "is_fill_chunk", "ChunkWriter", "WriteStats"]
+
+_READ = object()  # ChunkWriter: read the fill value from raw_data
 
 
 @dataclass(frozen=True)
@@ -149,13 +152,23 @@ class ChunkWriter:
         The dataset's raw_data.
     hash_table : HashTable
         Its hash table.
+    chunks : tuple of int, optional
+        Its chunk shape in points, when the caller already read it (the
+        ``chunks`` attribute of raw_data, read here otherwise).
+    fillvalue : scalar, optional
+        Its fill value, when the caller already read it (None for
+        variable-length strings).
     """
 
-    def __init__(self, raw_data: h5py.Dataset, hash_table: HashTable):
+    def __init__(self, raw_data: h5py.Dataset, hash_table: HashTable, chunks=None, fillvalue=_READ):
         self.raw_data = raw_data
         self.hash_table = hash_table
-        self.chunks = tuple(int(c) for c in raw_data.attrs["chunks"])
-        self.fillvalue = None if raw_data.dtype.kind == "O" else raw_data.fillvalue
+        if chunks is None:
+            chunks = read_attr(raw_data.id, "chunks")
+        self.chunks = tuple(int(c) for c in chunks)
+        if fillvalue is _READ:
+            fillvalue = None if raw_data.dtype.kind == "O" else raw_data.fillvalue
+        self.fillvalue = fillvalue
         c0 = self.chunks[0]
         # New chunks go after every chunk the table knows, rounded to whole chunk slabs,
         # and never below largest_index * chunks[0] (where versioned-hdf5 appends).

@@ -26,8 +26,10 @@ from collections.abc import Iterable, Sequence
 
 import h5py
 import numpy as np
+from h5py import h5o
 
-from .hashtable import table_state
+from .h5attrs import read_attr
+from .hashtable import hash_table_id, table_state
 
 __all__ = ["SlabMapCache", "slab_arrays"]
 
@@ -44,10 +46,16 @@ def _key(vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks) -> _Key:
     )
 
 
+def _version_path(key: _Key) -> str:
+    return "/".join(key[0].split("/")[:4])  # /_version_data/versions/<name>
+
+
 def _version_stamp(vds: h5py.Dataset, key: _Key):
-    """The ``timestamp`` attribute of the version group holding ``vds``."""
-    version_path = "/".join(key[0].split("/")[:4])  # /_version_data/versions/<name>
-    return vds.file[version_path].attrs.get("timestamp")
+    """The ``timestamp`` attribute of the version group holding ``vds`` (None if it has none)."""
+    try:
+        return read_attr(h5o.open(vds.id, _version_path(key).encode()), "timestamp")
+    except KeyError:
+        return None
 
 
 def slab_arrays(
@@ -98,7 +106,7 @@ class SlabMapCache:
         entry = self._entries.get(key)
         if entry is None or entry[0] != _version_stamp(vds, key):
             return None
-        if entry[1] != table_state(raw_data.parent["hash_table"]):
+        if entry[1] != table_state(hash_table_id(raw_data)):
             return None
         return entry[2], entry[3]
 
@@ -113,14 +121,18 @@ class SlabMapCache:
         slab_offsets.flags.writeable = False
         self._pending[_key(vds, raw_data, shape, chunks)] = (vds, state, slab_indices, slab_offsets)
 
-    def commit(self) -> None:
-        """The commit succeeded (its timestamp is final): its datasets replace every older entry."""
+    def commit(self, stamp: str | None = None) -> None:
+        """The commit succeeded (its timestamp is final): its datasets replace every older entry.
+
+        ``stamp``: the ``timestamp`` attribute the commit wrote on its version
+        group (read back from the file when not given).
+        """
         stamps: dict[str, object] = {}
         entries = {}
         for key, (vds, state, slab_indices, slab_offsets) in self._pending.items():
-            version_path = "/".join(key[0].split("/")[:4])
+            version_path = _version_path(key)
             if version_path not in stamps:
-                stamps[version_path] = _version_stamp(vds, key)
+                stamps[version_path] = stamp if stamp is not None else _version_stamp(vds, key)
             entries[key] = (stamps[version_path], state, slab_indices, slab_offsets)
         self._entries, self._pending = entries, {}
 

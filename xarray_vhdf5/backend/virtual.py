@@ -17,6 +17,7 @@ import h5py
 import numpy as np
 from h5py import h5d, h5o, h5p, h5s, h5t
 
+from .h5attrs import write_attr
 from .hashing import is_vlen_string_dtype
 from .transfer import get_kernel_backend
 
@@ -79,8 +80,8 @@ def create_virtual_dataset(
     tid = h5t.py_create(dtype, logical=True)
     dsid = h5d.create(group.id, name.encode(), tid, vspace, dcpl=dcpl)
     ds = h5py.Dataset(dsid)
-    ds.attrs["raw_data"] = raw_data.name
-    ds.attrs["chunks"] = np.asarray(chunks, dtype=np.int64)
+    write_attr(dsid, "raw_data", raw_data.name)
+    write_attr(dsid, "chunks", np.asarray(chunks, dtype=np.int64))
     if attrs:
         write_attrs(ds, attrs)
     return ds

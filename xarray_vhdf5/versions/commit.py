@@ -26,8 +26,9 @@ import h5py
 import numpy as np
 
 from ..backend.chunks import iter_chunks
+from ..backend.h5attrs import read_attr, write_attr
 from ..backend.hashing import is_vlen_string_dtype
-from ..backend.hashtable import HashTable, HashTableCache, table_state
+from ..backend.hashtable import HashTable, HashTableCache, hash_table_id, hash_table_of, table_state
 from ..backend.layout import VERSION_DATA
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
 from ..backend.slabmaps import SlabMapCache, slab_arrays
@@ -47,6 +48,8 @@ class CommitReport:
 
     version: str
     datasets: dict[str, WriteStats] = field(default_factory=dict)
+    #: The version's timestamp (UTC), set once the commit succeeded.
+    timestamp: _dt.datetime | None = None
 
     @property
     def new_chunks(self) -> int:
@@ -111,16 +114,19 @@ def commit_version(
     # group, no chunks appended for the datasets before it).
     for path, ds in datasets.items():
         if not _is_carried(path, ds):
-            raw = _existing_raw_data(f, path)
+            raw = _existing_raw_data(f, path, ds)
             if raw is not None:
                 _check_compatible(path, raw, ds, ds.dtype)
     # track_order: datasets and groups list in creation order (netCDF's variable order).
     group = versions.create_group(name, track_order=True)
     report = CommitReport(name)
     try:
-        group.attrs["prev_version"] = prev_version
-        group.attrs["committed"] = False
-        group.attrs["timestamp"] = format_timestamp(now_utc())
+        # The format's attributes go through h5py's low-level API (backend.h5attrs):
+        # same datatypes as ``group.attrs[...] = ...``, half the cost.
+        gid = group.id
+        write_attr(gid, "prev_version", prev_version)
+        write_attr(gid, "committed", False)
+        write_attr(gid, "timestamp", format_timestamp(now_utc()))  # replaced below
         root.attrs.write_to(group)
 
         def make_groups(path, obj):
@@ -131,15 +137,17 @@ def commit_version(
         root.visititems(make_groups)
         for path, ds in datasets.items():
             report.datasets[path] = _commit_dataset(f, group, path, ds, caches)
-        group.attrs["committed"] = True
-        group.attrs["timestamp"] = format_timestamp(timestamp if timestamp is not None else now_utc())
+        report.timestamp = timestamp if timestamp is not None else now_utc()
+        write_attr(gid, "committed", True)
+        stamp = format_timestamp(report.timestamp)
+        write_attr(gid, "timestamp", stamp)
         if make_current:
-            versions.attrs["current_version"] = name
+            write_attr(versions.id, "current_version", name)
     except BaseException:
         caches.clear()
         del versions[name]
         raise
-    caches.slab_maps.commit()
+    caches.slab_maps.commit(stamp)
     return report
 
 
@@ -157,7 +165,7 @@ def _commit_dataset(
             vds = carry_virtual_dataset(ds.source, parent, last)
         known = caches.slab_maps.get(ds.source, ds.raw_data, ds.shape, ds.chunks)
         if known is not None:
-            state = table_state(ds.raw_data.parent["hash_table"])
+            state = table_state(hash_table_id(ds.raw_data))
             caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known, state)
         return WriteStats()
     _drop_object_references(ds.attrs)
@@ -274,9 +282,15 @@ def _is_carried(path: str, ds: StagedDatasetBase) -> bool:
     return isinstance(ds, InMemoryDataset) and not ds.has_changes and ds.origin_name == path
 
 
-def _existing_raw_data(f: h5py.File, path: str) -> h5py.Dataset | None:
-    """The raw_data of ``path`` if an earlier version (even a deleted one) created it."""
+def _existing_raw_data(f: h5py.File, path: str, ds: StagedDatasetBase | None = None) -> h5py.Dataset | None:
+    """The raw_data of ``path`` if an earlier version (even a deleted one) created it.
+
+    A dataset of the previous version still at its path already holds it open
+    (no lookup then).
+    """
     data_path = f"{VERSION_DATA}/{path}"
+    if isinstance(ds, InMemoryDataset) and ds.origin_name == path and ds.raw_data.name == f"/{data_path}/raw_data":
+        return ds.raw_data
     if data_path in f and "raw_data" in f[data_path]:
         return f[data_path]["raw_data"]
     return None
@@ -289,17 +303,27 @@ def _writer_for(f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype,
     before anything was written.
     """
     data_path = f"{VERSION_DATA}/{path}"
-    raw = _existing_raw_data(f, path)
+    raw = _existing_raw_data(f, path, ds)
     if raw is not None:
-        return ChunkWriter(raw, caches.hash_tables.open(f[data_path]["hash_table"]))
+        table = caches.hash_tables.open(hash_table_of(raw))
+        if _over_own_raw_data(path, ds, raw):  # its chunks and fill value are raw_data's
+            return ChunkWriter(raw, table, chunks=ds.chunks, fillvalue=ds.fillvalue)
+        return ChunkWriter(raw, table)
     grp = f.require_group(data_path)
     raw = create_raw_data(grp, dtype, ds.chunks, ds.fillvalue, ds.filters)
     HashTable.create(grp)
     return ChunkWriter(raw, caches.hash_tables.open(grp["hash_table"]))
 
 
+def _over_own_raw_data(path: str, ds: StagedDatasetBase, raw: h5py.Dataset) -> bool:
+    """True for a dataset of the previous version, at its path, whose metadata was read from ``raw``."""
+    return isinstance(ds, InMemoryDataset) and ds.origin_name == path and ds.raw_data is raw
+
+
 def _check_compatible(path: str, raw: h5py.Dataset, ds: StagedDatasetBase, dtype: np.dtype) -> None:
-    raw_chunks = tuple(int(c) for c in raw.attrs["chunks"])
+    if _over_own_raw_data(path, ds, raw):
+        return  # chunks, dtype and fill value come from raw itself (a replaced staged_array is checked when set)
+    raw_chunks = tuple(int(c) for c in read_attr(raw.id, "chunks"))
     if getattr(ds, "chunks_given", True) and ds.chunks != raw_chunks:
         raise IncompatibleDataError(
             f"dataset {path!r}: chunks {ds.chunks} differ from {raw_chunks} fixed by its first "

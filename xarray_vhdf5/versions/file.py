@@ -299,4 +299,4 @@ class VersionedHDF5File:
             raise
         finally:
             root._closed = True
-        self._registry.added(version_name, index_was_valid, prev_version=prev)
+        self._registry.added(version_name, index_was_valid, prev_version=prev, timestamp=self.last_commit.timestamp)

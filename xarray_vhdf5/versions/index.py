@@ -47,7 +47,7 @@ import hashlib
 
 import h5py
 import numpy as np
-from h5py import h5a, h5d, h5g, h5o, h5s
+from h5py import h5a, h5d, h5g, h5o, h5s, h5t
 
 from ..backend.layout import FIRST_VERSION, VERSION_INDEX
 from .timestamps import parse_timestamp
@@ -206,6 +206,8 @@ def fingerprint(versions: h5py.Group) -> tuple[int, int, int, int, int]:
 # then costs two dataset opens, one attribute and two reads.
 
 _FP_LEN = 8
+# Memory types built once: h5py would build one from the numpy dtype on every call.
+_MTYPES = {np.dtype(t).str: h5t.py_create(np.dtype(t)) for t in ("<i8", "u1")}
 _ROWS = f"{INDEX_NAME}/rows".encode()
 _NAMES = f"{INDEX_NAME}/names".encode()
 
@@ -220,7 +222,7 @@ def _stored(vdata: h5py.Group):
     if attr.shape != (_FP_LEN,) or attr.dtype != np.dtype("<i8"):
         return None
     fp = np.empty(_FP_LEN, dtype="<i8")
-    attr.read(fp)
+    attr.read(fp, mtype=_MTYPES["<i8"])
     return (rows_id, fp) if fp[0] == INDEX_FORMAT else None
 
 
@@ -306,7 +308,7 @@ def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None
 def _write_rows(dsid, start: int, data: np.ndarray) -> None:
     fspace = dsid.get_space()
     fspace.select_hyperslab((start,) + (0,) * (data.ndim - 1), data.shape)
-    dsid.write(h5s.create_simple(data.shape), fspace, data)
+    dsid.write(h5s.create_simple(data.shape), fspace, data, mtype=_MTYPES.get(data.dtype.str))
 
 
 def append(vdata: h5py.Group, versions: h5py.Group, name: str, parent: str, timestamp: int, committed: bool) -> None:
@@ -328,7 +330,7 @@ def append(vdata: h5py.Group, versions: h5py.Group, name: str, parent: str, time
     _write_rows(rows_id, n_rows, np.array([[timestamp, int(committed)]], dtype=np.int64))
     _write_rows(names_id, n_bytes, add)
     new = np.array([INDEX_FORMAT, n_rows + 1, n_bytes + len(add), *fingerprint(versions)], dtype="<i8")
-    h5a.open(rows_id, b"fingerprint").write(new)
+    h5a.open(rows_id, b"fingerprint").write(new, mtype=_MTYPES["<i8"])
 
 
 def touch(vdata: h5py.Group, versions: h5py.Group) -> None:

@@ -197,23 +197,31 @@ class VersionRegistry:
         """True when the stored index matches the versions group now (O(1) for groups this package creates)."""
         return _index.is_valid(self.vdata, self.group)
 
-    def added(self, name: str, index_was_valid: bool | None = None, prev_version: str | None = None) -> None:
+    def added(
+        self,
+        name: str,
+        index_was_valid: bool | None = None,
+        prev_version: str | None = None,
+        timestamp: _dt.datetime | None = None,
+    ) -> None:
         """Register a version just committed in this file (and in the stored index).
 
         ``index_was_valid``: whether the stored index matched the versions group
         just before the version's group was created; then one row is appended
         (O(1)). False: the versions are re-read (from the index or by a scan).
-        ``prev_version``: its parent, when the caller knows it (saves reading it).
+        ``prev_version``, ``timestamp``: its parent and timestamp (UTC), when
+        the caller knows them (saves reading them back).
         """
         if index_was_valid is False:
             self.reload()
             return
-        grp = self.group[name]
         if prev_version is None:
-            prev, ts, committed = _index.read_group_entry(grp)
+            prev, ts, committed = _index.read_group_entry(self.group[name])
         else:
             prev, committed = prev_version, True
-            ts = _index.to_micros(parse_timestamp(grp.attrs["timestamp"]))
+            if timestamp is None:
+                timestamp = parse_timestamp(self.group[name].attrs["timestamp"])
+            ts = _index.to_micros(to_utc_datetime(timestamp))
         e = self._entries
         if name in self._row:  # re-read (e.g. a re-parented version)
             i = self._row[name]

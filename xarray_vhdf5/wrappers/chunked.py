@@ -19,8 +19,10 @@ from typing import Any
 
 import h5py
 import numpy as np
+from h5py import h5d
 
 from ..backend.chunkmap import build_slab_indices_and_offsets
+from ..backend.h5attrs import read_attr
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.raw_data import Filters
 from ..errors import IncompatibleDataError
@@ -29,6 +31,8 @@ from .attrs import RESERVED_ATTRS, StagedAttrs
 from .dataset import StagedDatasetBase
 
 __all__ = ["ChunkedStagedDataset", "InMemoryDataset", "InMemorySparseDataset"]
+
+_UNSET = object()  # a lazily read attribute not read yet
 
 
 class ChunkedStagedDataset(StagedDatasetBase):
@@ -81,14 +85,39 @@ class InMemoryDataset(ChunkedStagedDataset):
     """
 
     def __init__(self, name: str, parent, source: h5py.Dataset):
-        raw_chunks = tuple(int(c) for c in source.attrs["chunks"])
-        raw = source.file[source.attrs["raw_data"]]
-        fill = None if is_vlen_string_dtype(source.dtype) else raw.fillvalue
-        super().__init__(name, parent, source.dtype, raw_chunks, fill, Filters.of(raw), (None,) * source.ndim)
+        raw_chunks = tuple(int(c) for c in read_attr(source.id, "chunks"))
+        raw_path = read_attr(source.id, "raw_data")
+        raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
+        raw = h5py.Dataset(h5d.open(source.id, ("/" + raw_path.lstrip("/")).encode()))  # from the file's root
         self.source = source
         self.raw_data = raw
+        # Fill value and filters are read from raw_data on first use (most commits
+        # of an unchanged or edited dataset never look at them).
+        super().__init__(name, parent, source.dtype, raw_chunks, _UNSET, _UNSET, (None,) * source.ndim)
         self.origin_name = name  # where its raw_data lives; differs after group.move()
         self.attrs = StagedAttrs(source.attrs, skip=RESERVED_ATTRS)
+
+    @property
+    def fillvalue(self):
+        """The fill value of its raw_data (None for variable-length strings)."""
+        if self._fillvalue is _UNSET:
+            self._fillvalue = None if is_vlen_string_dtype(self.dtype) else self.raw_data.fillvalue
+        return self._fillvalue
+
+    @fillvalue.setter
+    def fillvalue(self, value) -> None:
+        self._fillvalue = value
+
+    @property
+    def filters(self) -> Filters:
+        """The HDF5 filters of its raw_data."""
+        if self._filters is _UNSET:
+            self._filters = Filters.of(self.raw_data)
+        return self._filters
+
+    @filters.setter
+    def filters(self, value: Filters) -> None:
+        self._filters = value
 
     def _build_array(self) -> StagedChangesArray:
         source = self.source

@@ -1,0 +1,111 @@
+"""Attributes of the format, read and written through h5py's low-level API.
+
+A commit writes a handful of attributes (a version's ``prev_version``,
+``committed`` and ``timestamp``, a virtual dataset's ``raw_data`` and
+``chunks``, a hash table's ``largest_index``, the file's ``current_version``)
+and reads a few back. Through ``h5py.AttributeManager`` each costs about
+140 us on this machine, most of it Python (dtype guessing, a temporary
+``AttributeManager`` per ``.attrs``); the same H5Acreate/H5Awrite/H5Aread
+calls through ``h5py.h5a`` cost 50-80 us. The values are stored exactly as
+h5py's ``attrs[name] = value`` stores them (same HDF5 datatype and
+dataspace: ``str`` as a variable-length UTF-8 string, ``bool`` as h5py's
+enum, numpy scalars and arrays as their dtype), so files do not change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h5py
+import numpy as np
+from h5py import h5a, h5s, h5t
+
+__all__ = ["read_attr", "write_attr"]
+
+_VLEN_STR = h5py.string_dtype()
+_VLEN_STR_TYPE = h5t.py_create(_VLEN_STR)
+
+
+_TYPES: dict[tuple[str, bool], h5t.TypeID] = {}
+
+
+def _h5type(dtype: np.dtype, logical: bool) -> h5t.TypeID:
+    """``h5t.py_create(dtype, logical)``, cached (each call costs 10-20 us)."""
+    key = ("vlen-str" if dtype.kind == "O" else dtype.str, logical)
+    tid = _TYPES.get(key)
+    if tid is None:
+        tid = _TYPES[key] = h5t.py_create(dtype, logical=logical)
+    return tid
+
+
+def _as_array(value: Any) -> np.ndarray:
+    if isinstance(value, str):
+        return np.array(value, dtype=_VLEN_STR)
+    arr = np.asarray(value)
+    if arr.dtype.kind == "U":
+        return arr.astype(_VLEN_STR)
+    return arr
+
+
+def write_attr(obj_id, name: str, value: Any) -> None:
+    """Create (or replace) attribute ``name`` of the HDF5 object ``obj_id``.
+
+    Parameters
+    ----------
+    obj_id : h5py ObjectID
+        A group's or dataset's ``.id``.
+    name : str
+        The attribute's name.
+    value : str, bool, int, numpy scalar or array
+        Stored with the HDF5 datatype and dataspace h5py's high-level
+        ``attrs[name] = value`` would choose. Object arrays other than
+        strings are not handled here: use ``h5py.AttributeManager``.
+
+    Raises
+    ------
+    TypeError
+        ``value`` is an object array that is not of strings.
+
+    Notes
+    -----
+    An existing attribute of the same datatype and shape is overwritten in
+    place; another one is deleted and created again (as h5py does).
+    """
+    data = _as_array(value)
+    bname = name.encode()
+    if data.dtype.kind == "O" and h5t.check_string_dtype(data.dtype) is None:
+        raise TypeError(f"attribute {name!r}: write_attr takes str, numbers and numeric arrays")
+    ftype = _h5type(data.dtype, logical=True)
+    if h5a.exists(obj_id, bname):
+        attr = h5a.open(obj_id, bname)
+        if attr.shape == data.shape and attr.get_type() == ftype:
+            attr.write(data, mtype=_h5type(data.dtype, logical=False))  # same type and shape: in place
+            return
+        attr.close()
+        h5a.delete(obj_id, bname)
+    attr = h5a.create(obj_id, bname, ftype, h5s.create_simple(data.shape))
+    attr.write(data, mtype=_h5type(data.dtype, logical=False))
+
+
+def read_attr(obj_id, name: str) -> Any:
+    """The value of attribute ``name`` of ``obj_id`` as h5py's high-level API returns it.
+
+    A scalar variable-length string comes back as ``str``, other scalars as
+    numpy scalars (fixed-length strings as ``numpy.bytes_``), arrays as numpy
+    arrays. Raises ``KeyError`` when the
+    attribute does not exist.
+    """
+    try:
+        attr = h5a.open(obj_id, name.encode())
+    except KeyError:
+        raise KeyError(f"no attribute {name!r}") from None
+    ftype = attr.get_type()
+    if isinstance(ftype, h5t.TypeStringID) and ftype.is_variable_str():
+        out = np.empty(attr.shape, dtype=_VLEN_STR)
+        attr.read(out, mtype=_VLEN_STR_TYPE)
+        value = out[()] if out.shape == () else out
+        return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+    dtype = ftype.dtype
+    out = np.empty(attr.shape, dtype=dtype)
+    attr.read(out, mtype=_h5type(dtype, logical=False) if dtype.kind in "biuf" else None)
+    return out[()] if out.shape == () else out
