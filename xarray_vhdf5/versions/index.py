@@ -153,13 +153,17 @@ def _tracks_order(versions: h5py.Group) -> bool:
     return bool(versions.id.get_create_plist().get_link_creation_order() & h5py.h5p.CRT_ORDER_TRACKED)
 
 
-def quick_state(versions: h5py.Group) -> tuple[int, int]:
+def quick_state(versions: h5py.Group, tracks_order: bool | None = None) -> tuple[int, int]:
     """``(number of links, creation-order counter or -1)`` of the versions group: one cheap call.
 
     Changes whenever a version is added or deleted, except (on a group that does
     not track creation order) a deletion and an addition that cancel out.
+    ``tracks_order``: whether the group tracks creation order, when the caller
+    knows it (it is fixed when the group is created).
     """
-    if _H5G_GET_INFO is not None and _tracks_order(versions):
+    if tracks_order is None:
+        tracks_order = _tracks_order(versions)
+    if _H5G_GET_INFO is not None and tracks_order:
         info = _GroupInfo()
         with h5py._objects.phil:
             if _H5G_GET_INFO(versions.id.id, ctypes.byref(info)) >= 0:
@@ -167,8 +171,10 @@ def quick_state(versions: h5py.Group) -> tuple[int, int]:
     return len(versions), -1
 
 
-def fingerprint(versions: h5py.Group) -> tuple[int, int, int, int, int]:
+def fingerprint(versions: h5py.Group, tracks_order: bool | None = None) -> tuple[int, int, int, int, int]:
     """The state of the versions group the index must match (see the module docstring).
+
+    ``tracks_order`` as for :func:`quick_state`.
 
     Returns
     -------
@@ -179,7 +185,9 @@ def fingerprint(versions: h5py.Group) -> tuple[int, int, int, int, int]:
         SHA-1 over every link's name and object address (as two int64).
     """
     addr = int(h5o.get_info(versions.id).addr)
-    if _H5G_GET_INFO is not None and _tracks_order(versions):
+    if tracks_order is None:
+        tracks_order = _tracks_order(versions)
+    if _H5G_GET_INFO is not None and tracks_order:
         info = _GroupInfo()
         with h5py._objects.phil:
             if _H5G_GET_INFO(versions.id.id, ctypes.byref(info)) >= 0:
@@ -226,14 +234,19 @@ def _stored(vdata: h5py.Group):
     return (rows_id, fp) if fp[0] == INDEX_FORMAT else None
 
 
-def _matches(fp: np.ndarray, versions: h5py.Group) -> bool:
-    return tuple(fp[3:].tolist()) == fingerprint(versions)
+def _matches(fp: np.ndarray, versions: h5py.Group, tracks_order: bool | None = None) -> bool:
+    return tuple(fp[3:].tolist()) == fingerprint(versions, tracks_order)
 
 
-def is_valid(vdata: h5py.Group, versions: h5py.Group) -> bool:
-    """True when the stored index describes the versions group as it is now."""
+def stored_if_valid(vdata: h5py.Group, versions: h5py.Group, tracks_order: bool | None = None):
+    """The stored index (an opaque handle for :func:`append`) if it describes the versions group now, else None."""
     stored = _stored(vdata)
-    return stored is not None and _matches(stored[1], versions)
+    return stored if stored is not None and _matches(stored[1], versions, tracks_order) else None
+
+
+def is_valid(vdata: h5py.Group, versions: h5py.Group, tracks_order: bool | None = None) -> bool:
+    """True when the stored index describes the versions group as it is now."""
+    return stored_if_valid(vdata, versions, tracks_order) is not None
 
 
 def _read(dsid, n: int, dtype, row_shape=()) -> np.ndarray | None:
@@ -311,15 +324,26 @@ def _write_rows(dsid, start: int, data: np.ndarray) -> None:
     dsid.write(h5s.create_simple(data.shape), fspace, data, mtype=_MTYPES.get(data.dtype.str))
 
 
-def append(vdata: h5py.Group, versions: h5py.Group, name: str, parent: str, timestamp: int, committed: bool) -> None:
+def append(
+    vdata: h5py.Group,
+    versions: h5py.Group,
+    name: str,
+    parent: str,
+    timestamp: int,
+    committed: bool,
+    *,
+    stored=None,
+    tracks_order: bool | None = None,
+) -> None:
     """Add one version's row to a stored index that was valid before the version was added.
 
     Costs O(1) in the number of versions (low-level h5py: two hyperslab writes and
     the fingerprint attribute rewritten in place). The caller checks validity
-    before creating the version group (:func:`is_valid`); the fingerprint,
+    before creating the version group (:func:`stored_if_valid`, whose result
+    may be passed as ``stored`` to save reading it again); the fingerprint,
     written last, then describes the group with the new version.
     """
-    rows_id, fp = _stored(vdata)
+    rows_id, fp = stored if stored is not None else _stored(vdata)
     names_id = h5d.open(vdata.id, _NAMES)
     n_rows, n_bytes = int(fp[1]), int(fp[2])
     add = _blob([name], [parent])
@@ -329,7 +353,7 @@ def append(vdata: h5py.Group, versions: h5py.Group, name: str, parent: str, time
         names_id.set_extent((max(n_bytes + len(add), 2 * names_id.shape[0]),))
     _write_rows(rows_id, n_rows, np.array([[timestamp, int(committed)]], dtype=np.int64))
     _write_rows(names_id, n_bytes, add)
-    new = np.array([INDEX_FORMAT, n_rows + 1, n_bytes + len(add), *fingerprint(versions)], dtype="<i8")
+    new = np.array([INDEX_FORMAT, n_rows + 1, n_bytes + len(add), *fingerprint(versions, tracks_order)], dtype="<i8")
     h5a.open(rows_id, b"fingerprint").write(new, mtype=_MTYPES["<i8"])
 
 

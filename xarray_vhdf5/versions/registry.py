@@ -91,6 +91,9 @@ class VersionRegistry:
             )
         self.vdata: h5py.Group = f[VERSION_DATA]
         self.group: h5py.Group = self.vdata[VERSIONS]
+        # Fixed when the group was created: read once.
+        self._tracks_order = _index._tracks_order(self.group)
+        self._valid_index = None  # the stored index checked by index_valid(), for added()
         entries = _index.load(self.vdata, self.group)
         #: True when the entries came from the stored index (False: scanned).
         self.loaded_from_index = entries is not None
@@ -101,7 +104,7 @@ class VersionRegistry:
         self._set(entries)
 
     def _set(self, entries: _index.IndexEntries) -> None:
-        self._state = _index.quick_state(self.group)
+        self._state = _index.quick_state(self.group, self._tracks_order)
         self._entries = entries
         # A group still marked committed=False is what a commit interrupted by a
         # crash leaves behind (half written): it is not a version.
@@ -137,7 +140,7 @@ class VersionRegistry:
         bool
             True when the versions were re-read.
         """
-        if _index.quick_state(self.group) == self._state:
+        if _index.quick_state(self.group, self._tracks_order) == self._state:
             return False
         self.reload()
         return True
@@ -195,7 +198,8 @@ class VersionRegistry:
     # -- keeping the index right ---------------------------------------------
     def index_valid(self) -> bool:
         """True when the stored index matches the versions group now (O(1) for groups this package creates)."""
-        return _index.is_valid(self.vdata, self.group)
+        self._valid_index = _index.stored_if_valid(self.vdata, self.group, self._tracks_order)
+        return self._valid_index is not None
 
     def added(
         self,
@@ -236,9 +240,10 @@ class VersionRegistry:
             self._row[name] = i
         self._sorted = None
         self._chain = None
-        self._state = _index.quick_state(self.group)
+        self._state = _index.quick_state(self.group, self._tracks_order)
+        stored, self._valid_index = self._valid_index, None
         if index_was_valid and _index.writable(self.vdata):
-            _index.append(self.vdata, self.group, name, prev, ts, committed)
+            _index.append(self.vdata, self.group, name, prev, ts, committed, stored=stored, tracks_order=self._tracks_order)
 
     def removed(self, name: str) -> None:
         """Forget a version just deleted from this file (call :meth:`save` after)."""
