@@ -15,6 +15,7 @@ from xarray_vhdf5 import (
 )
 from xarray_vhdf5.backend.chunkmap import build_slab_indices_and_offsets
 from xarray_vhdf5.staging import StagedChangesArray
+from xarray_vhdf5.versions import forget_shared_caches
 
 SHAPE, CHUNKS = (100, 60), (10, 20)  # 10 x 3 = 30 chunks
 
@@ -184,6 +185,7 @@ def test_next_stage_reuses_the_commit_chunk_map(base, monkeypatch):
 
     monkeypatch.setattr(chunked, "build_slab_indices_and_offsets", counting)
     path, data = base
+    forget_shared_caches()  # v1's chunk map, kept from the fixture's handle: read it from the file
     with h5py.File(path, "r+") as f:
         vf = VersionedHDF5File(f)
         with vf.stage_version("v2") as g:

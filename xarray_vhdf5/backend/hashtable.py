@@ -146,6 +146,16 @@ class HashTableCache:
             table.dataset = dataset  # possibly another handle to the same file
         return table
 
+    def release(self) -> None:
+        """Drop the tables' h5py handles (kept between commits, they would hold the file open)."""
+        for table in self._tables.values():
+            table.dataset = None
+
+    def put(self, table: HashTable) -> HashTable:
+        """Keep ``table`` (one just created) and return it."""
+        self._tables[h5py.h5o.get_info(table.dataset.id).addr] = table
+        return table
+
     def clear(self) -> None:
         """Forget every table (after a failed commit or a rewrite of the file)."""
         self._tables = {}

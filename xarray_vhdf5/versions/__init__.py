@@ -1,5 +1,6 @@
 """Versions: the history of a file, lookups, staging and commits."""
 
+from .caches import CommitCaches, forget_shared_caches
 from .commit import CommitReport, commit_version
 from .delete import delete_version, delete_versions
 from .file import VersionedHDF5File
@@ -8,6 +9,7 @@ from .registry import VersionInfo, VersionRegistry, initialize, is_versioned
 from .timestamps import format_timestamp, parse_timestamp, to_utc_datetime
 
 __all__ = [
+    "CommitCaches",
     "CommitReport",
     "VersionInfo",
     "VersionRegistry",
@@ -15,6 +17,7 @@ __all__ = [
     "commit_version",
     "delete_version",
     "delete_versions",
+    "forget_shared_caches",
     "format_timestamp",
     "initialize",
     "is_versioned",

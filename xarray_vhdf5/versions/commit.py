@@ -28,15 +28,16 @@ import numpy as np
 from ..backend.chunks import iter_chunks
 from ..backend.h5attrs import read_attr, write_attr
 from ..backend.hashing import is_vlen_string_dtype
-from ..backend.hashtable import HashTable, HashTableCache, hash_table_id, hash_table_of, table_state
+from ..backend.hashtable import HashTable, hash_table_id, hash_table_of, table_state
 from ..backend.layout import VERSION_DATA
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
-from ..backend.slabmaps import SlabMapCache, slab_arrays
+from ..backend.slabmaps import slab_arrays
 from ..backend.virtual import carry_virtual_dataset, copy_virtual_dataset, create_virtual_dataset
 from ..errors import IncompatibleDataError
 from ..wrappers.chunked import ChunkedStagedDataset, InMemoryDataset, is_over, split_unchanged
 from ..wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
 from ..wrappers.group import InMemoryGroup
+from .caches import CommitCaches
 from .timestamps import format_timestamp, now_utc
 
 __all__ = ["CommitCaches", "CommitReport", "commit_version"]
@@ -64,25 +65,6 @@ class CommitReport:
     def changed(self) -> list[str]:
         """Datasets whose virtual dataset was rebuilt (written to, created or resized)."""
         return [name for name, s in self.datasets.items() if s.chunk_rows or s.fill_chunks or s.new_chunks]
-
-
-@dataclass
-class CommitCaches:
-    """What a :class:`~xarray_vhdf5.VersionedHDF5File` keeps from one commit to the next.
-
-    ``hash_tables``: loaded hash tables (:class:`~xarray_vhdf5.backend.hashtable.HashTableCache`);
-    ``slab_maps``: where the last version's chunks live
-    (:class:`~xarray_vhdf5.backend.slabmaps.SlabMapCache`). Together they keep
-    the cost of a commit independent of the history's length.
-    """
-
-    hash_tables: HashTableCache = field(default_factory=HashTableCache)
-    slab_maps: SlabMapCache = field(default_factory=SlabMapCache)
-
-    def clear(self) -> None:
-        """Forget everything (versions deleted or rewritten, or a commit failed)."""
-        self.hash_tables.clear()
-        self.slab_maps.clear()
 
 
 def commit_version(
@@ -311,8 +293,7 @@ def _writer_for(f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype,
         return ChunkWriter(raw, table)
     grp = f.require_group(data_path)
     raw = create_raw_data(grp, dtype, ds.chunks, ds.fillvalue, ds.filters)
-    HashTable.create(grp)
-    return ChunkWriter(raw, caches.hash_tables.open(grp["hash_table"]))
+    return ChunkWriter(raw, caches.hash_tables.put(HashTable.create(grp)))
 
 
 def _over_own_raw_data(path: str, ds: StagedDatasetBase, raw: h5py.Dataset) -> bool:

@@ -14,7 +14,8 @@ from ..backend.layout import DATA_VERSION, FIRST_VERSION
 from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionExistsError, VersionNotFoundError
 from ..wrappers.group import InMemoryGroup
 from ..wrappers.readonly import VersionGroup
-from .commit import CommitCaches, CommitReport, commit_version
+from .caches import caches_for
+from .commit import CommitReport, commit_version
 from .delete import DeleteReport, delete_versions
 from .index import touch as touch_index
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
@@ -71,7 +72,8 @@ class VersionedHDF5File:
             )
         self._closed = False
         self.last_commit: CommitReport | None = None
-        self._caches = CommitCaches()
+        # Shared with earlier handles to the same file in this process (versions.caches).
+        self._caches = caches_for(f.file, self._registry.vdata)
 
     # -- state ---------------------------------------------------------------
     @property
@@ -299,4 +301,5 @@ class VersionedHDF5File:
             raise
         finally:
             root._closed = True
+        self._caches.committed(self._registry.vdata)
         self._registry.added(version_name, index_was_valid, prev_version=prev, timestamp=self.last_commit.timestamp)

@@ -1,0 +1,145 @@
+"""Commit caches shared between successive handles to one file (``versions/caches.py``)."""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+import xarray_vhdf5.backend.hashtable as hashtable
+import xarray_vhdf5.wrappers.chunked as chunked
+from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5.versions import forget_shared_caches
+from xarray_vhdf5.versions.caches import COMMIT_TOKEN
+
+SHAPE, CHUNKS = (40, 6), (10, 6)
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """Count hash-table loads and chunk-map decodes (the O(history) reads the caches avoid)."""
+    calls = {"table_loads": 0, "map_reads": 0}
+    real_init = hashtable.HashTable.__init__
+    real_map = chunked.build_slab_indices_and_offsets
+
+    def init(self, dataset):
+        calls["table_loads"] += 1
+        real_init(self, dataset)
+
+    def build(*args):
+        calls["map_reads"] += 1
+        return real_map(*args)
+
+    monkeypatch.setattr(hashtable.HashTable, "__init__", init)
+    monkeypatch.setattr(chunked, "build_slab_indices_and_offsets", build)
+    forget_shared_caches()
+    yield calls
+    forget_shared_caches()
+
+
+def _commit(path, name, edit):
+    with h5py.File(path, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version(name) as g:
+            edit(g)
+
+
+def _create(g, data):
+    g.create_dataset("x", data=data, chunks=CHUNKS)
+
+
+def _read(path, version):
+    with h5py.File(path, "r") as f:
+        return VersionedHDF5File(f)[version]["x"][()]
+
+
+def test_reopened_file_reuses_hash_table_and_chunk_map(tmp_path, counting):
+    path = str(tmp_path / "f.h5")
+    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
+    _commit(path, "v1", lambda g: _create(g, data))
+    loads_after_first = counting["table_loads"]
+    for k in range(2, 6):
+        def edit(g, k=k):
+            g["x"][k, 0] = -k
+        _commit(path, f"v{k}", edit)
+        data[k, 0] = -k
+    # One load when the dataset was created; none for the four reopen-and-commit cycles.
+    assert counting["table_loads"] == loads_after_first == 1
+    assert counting["map_reads"] == 0
+    np.testing.assert_array_equal(_read(path, "v5"), data)
+
+
+def test_file_replaced_at_the_same_path_gets_fresh_caches(tmp_path, counting):
+    path = str(tmp_path / "f.h5")
+    a = np.zeros(SHAPE)
+    _commit(path, "v1", lambda g: _create(g, a))
+    _commit(path, "v2", lambda g: g["x"].__setitem__((0, 0), 1.0))
+    # Another file with the same name and layout (the inode may well be reused).
+    os.remove(path)
+    b = np.full(SHAPE, 7.0)
+    with h5py.File(path, "w") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            _create(g, b)
+        f[f"_version_data/__vhdf5_version_index__"].attrs.__delitem__(COMMIT_TOKEN)
+    loads = counting["table_loads"]
+    _commit(path, "v2", lambda g: g["x"].__setitem__((0, 0), 1.0))
+    assert counting["table_loads"] == loads + 1  # no token: the table was read again
+    expected = b.copy()
+    expected[0, 0] = 1.0
+    np.testing.assert_array_equal(_read(path, "v2"), expected)
+    np.testing.assert_array_equal(_read(path, "v1"), b)
+
+
+def test_versioned_hdf5_commits_in_between_are_seen(tmp_path, counting):
+    versioned_hdf5 = pytest.importorskip("versioned_hdf5")
+    path = str(tmp_path / "f.h5")
+    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
+    _commit(path, "v1", lambda g: _create(g, data))
+    _commit(path, "v2", lambda g: g["x"].__setitem__((1, 1), -1.0))
+    data[1, 1] = -1.0
+    with h5py.File(path, "a") as f:  # versioned-hdf5 adds chunks, then deletes v1
+        vf = versioned_hdf5.VersionedHDF5File(f)
+        with vf.stage_version("w3") as g:
+            g["x"][25:35] = 5.0
+        versioned_hdf5.delete_versions(f, ["v1"])
+    data[25:35] = 5.0
+    _commit(path, "v4", lambda g: g["x"].__setitem__((39, 5), 9.0))
+    data[39, 5] = 9.0
+    np.testing.assert_array_equal(_read(path, "v4"), data)
+    with h5py.File(path, "r") as f:  # and versioned-hdf5 reads what we wrote
+        np.testing.assert_array_equal(versioned_hdf5.VersionedHDF5File(f)["v4"]["x"][()], data)
+
+
+def test_no_sharing_for_in_memory_files(counting):
+    data = np.ones(SHAPE)
+    with h5py.File("mem.h5", "w", driver="core", backing_store=False) as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            _create(g, data)
+        vf2 = VersionedHDF5File(f)
+        assert vf2._caches is not vf._caches
+        with vf2.stage_version("v2") as g:
+            g["x"][0, 0] = 2.0
+        data[0, 0] = 2.0
+        np.testing.assert_array_equal(vf2["v2"]["x"][()], data)
+
+
+def test_kept_caches_do_not_hold_the_file_open(tmp_path, counting):
+    import gc
+
+    path = str(tmp_path / "f.h5")
+    _commit(path, "v1", lambda g: _create(g, np.zeros(SHAPE)))
+
+    def commit_without_closing():
+        f = h5py.File(path, "a")  # left to the garbage collector
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"][0, 0] = 3.0
+
+    commit_without_closing()
+    gc.collect()
+    with h5py.File(path, "w"):  # libhdf5 refuses to truncate a file it still has open
+        pass

@@ -1,0 +1,140 @@
+"""What commits keep from one to the next, and its sharing between handles to one file.
+
+A commit needs the dataset's hash table (every digest stored so far: loading it
+reads all its rows, O(history)) and, to stage the next version, where the last
+version's chunks live (decoding a virtual dataset's mappings costs libhdf5
+about 20 us a mapping). :class:`CommitCaches` keeps both after a commit.
+
+Pipelines often open the file for each commit (a daily job, xarray's
+``commit(path=...)``). So that they too pay O(1) per commit, the caches of a
+file are kept in this process after its :class:`~xarray_vhdf5.VersionedHDF5File`
+is gone (the last :data:`SHARED_FILES` files, by device and inode) and taken
+up by the next handle to the same file, on one condition: the file still
+carries the random *commit token* our last commit wrote on its
+version index (``_version_data/__vhdf5_version_index__``, this package's own
+group: versioned-hdf5's objects are left as it writes them). A file replaced by another one at the same path (or
+reusing the inode) has another token, or none, and gets fresh caches.
+
+Every entry is still checked before use, as within one handle: hash tables
+against their ``largest_index`` and last digest, chunk maps against the
+version's timestamp and the hash table
+(:mod:`xarray_vhdf5.backend.hashtable`, :mod:`xarray_vhdf5.backend.slabmaps`),
+so changes made in between by another library (versioned-hdf5 adding or
+deleting versions) are seen.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import h5py
+import numpy as np
+from h5py import h5o
+
+from ..backend.h5attrs import read_attr, write_attr
+from ..backend.hashtable import HashTableCache
+from ..backend.layout import VERSION_INDEX
+from ..backend.slabmaps import SlabMapCache
+
+__all__ = ["SHARED_FILES", "COMMIT_TOKEN", "CommitCaches", "caches_for", "forget_shared_caches"]
+
+#: How many files' caches this process keeps after their handles are gone.
+SHARED_FILES = 4
+
+#: Attribute of the version index group holding the token of the last commit made here.
+COMMIT_TOKEN = "commit_token"
+
+
+@dataclass
+class CommitCaches:
+    """What a :class:`~xarray_vhdf5.VersionedHDF5File` keeps from one commit to the next.
+
+    ``hash_tables``: loaded hash tables (:class:`~xarray_vhdf5.backend.hashtable.HashTableCache`);
+    ``slab_maps``: where the last version's chunks live
+    (:class:`~xarray_vhdf5.backend.slabmaps.SlabMapCache`). Together they keep
+    the cost of a commit independent of the history's length. ``token``: the
+    commit token last written with them (see :func:`caches_for`).
+    """
+
+    hash_tables: HashTableCache = field(default_factory=HashTableCache)
+    slab_maps: SlabMapCache = field(default_factory=SlabMapCache)
+    token: int | None = None
+
+    def clear(self) -> None:
+        """Forget everything (versions deleted or rewritten, or a commit failed)."""
+        self.hash_tables.clear()
+        self.slab_maps.clear()
+        self.token = None
+
+    def committed(self, vdata: h5py.Group) -> None:
+        """Stamp the file with a fresh commit token after a commit that filled these caches.
+
+        Without a version index (a file open where it cannot be written), no
+        token: these caches are then not shared.
+        """
+        self.hash_tables.release()  # no h5py handle outlives the commit (it would keep the file open)
+        index = _index_group(vdata)
+        if index is None:
+            self.token = None
+            return
+        token = secrets.randbits(63)
+        write_attr(index, COMMIT_TOKEN, np.int64(token))
+        self.token = token
+
+
+_SHARED: OrderedDict[tuple[int, int], CommitCaches] = OrderedDict()
+
+
+def _file_key(f: h5py.File) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file on disk, or None (in-memory file, file object)."""
+    if f.driver not in ("sec2", "stdio", "direct"):  # not a plain file on disk
+        return None
+    try:
+        st = os.stat(f.filename)
+    except (OSError, TypeError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _index_group(vdata: h5py.Group):
+    try:
+        return h5o.open(vdata.id, VERSION_INDEX.encode())
+    except KeyError:
+        return None
+
+
+def _token(vdata: h5py.Group) -> int | None:
+    index = _index_group(vdata)
+    if index is None:
+        return None
+    try:
+        return int(read_attr(index, COMMIT_TOKEN))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def caches_for(f: h5py.File, vdata: h5py.Group) -> CommitCaches:
+    """The commit caches for a new handle to the file ``f`` (``vdata``: its ``_version_data``).
+
+    Those this process kept for the same file, when it still carries their
+    commit token; otherwise new, empty ones (registered for the file when it
+    is on disk and writable).
+    """
+    key = _file_key(f)
+    if key is None or f.mode == "r":
+        return CommitCaches()
+    caches = _SHARED.pop(key, None)
+    if caches is None or caches.token is None or caches.token != _token(vdata):
+        caches = CommitCaches()
+    _SHARED[key] = caches
+    while len(_SHARED) > SHARED_FILES:
+        _SHARED.popitem(last=False)
+    return caches
+
+
+def forget_shared_caches() -> None:
+    """Drop every file's kept caches (frees their memory; the next commits reload)."""
+    _SHARED.clear()
