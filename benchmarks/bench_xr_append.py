@@ -18,9 +18,11 @@ chunks ``(8, 180, 360)`` (as ``bench_commits.py``), one version per step:
   cost; no versions kept).
 
 Each implementation runs the 365 commits once (one round: the curve is the
-measurement, not the total); the summary prints the mean time per commit
-around t = 10, 100 and 365 (the 5 commits ending there) and the ratio of the
-last to the first, for each implementation. Each run checks the final data
+measurement, not the total); the summary prints the median time per commit
+over the 24 commits ending at t = 25, 100, 200 and 365 (a median: single
+commits on a shared machine spike to several times the typical time), the
+ratio of the last to the first, the slope of a least-squares line through
+all 364 commit times, and the whole curve in bins of 25 commits. Each run checks the final data
 against numpy.
 """
 
@@ -38,7 +40,8 @@ import xarray_vhdf5  # noqa: F401  (registers the engine and the .vhdf5 accessor
 N_STEPS = 365
 SHAPE = (180, 360)
 CHUNKS = (8, 180, 360)
-MARKS = (10, 100, 365)
+MARKS = (25, 100, 200, 365)
+WINDOW = 24  # commits ending at each mark; their median (a shared machine has spikes)
 
 
 @pytest.fixture(scope="module")
@@ -107,14 +110,33 @@ RUNNERS = {"xarray_vhdf5": run_xarray_vhdf5, "versioned-hdf5": run_versioned_hdf
 
 
 def curve_summary(impl: str, times: list[float]) -> str:
-    """``impl: t=10 a ms | t=100 b ms | t=365 c ms | last/first d`` (mean of the 5 commits ending at each t)."""
+    """Median ms per commit over the :data:`WINDOW` commits ending at each mark, and the trend.
+
+    ``impl: t=25 a ms | ... | t=365/t=25 r | slope s ms per 100 steps``; the slope
+    is a least-squares line through every commit's time.
+    """
     parts = []
-    means = []
+    medians = []
     for t in MARKS:
-        window = [x for x in times[max(1, t - 5) : t] if np.isfinite(x)]
-        means.append(float(np.mean(window)))
-        parts.append(f"t={t:3d} {means[-1] * 1e3:7.1f} ms")
-    return f"{impl:15s} per commit: " + " | ".join(parts) + f" | t={MARKS[-1]}/t={MARKS[0]} {means[-1] / means[0]:.2f}x"
+        window = [x for x in times[max(1, t - WINDOW) : t] if np.isfinite(x)]
+        medians.append(float(np.median(window)))
+        parts.append(f"t={t:3d} {medians[-1] * 1e3:6.1f} ms")
+    x = np.arange(len(times))
+    ok = np.isfinite(np.asarray(times))
+    slope = np.polyfit(x[ok], np.asarray(times)[ok] * 1e3, 1)[0] * 100
+    return (
+        f"{impl:15s} per commit (median of {WINDOW}): " + " | ".join(parts)
+        + f" | t={MARKS[-1]}/t={MARKS[0]} {medians[-1] / medians[0]:.2f}x | slope {slope:+.2f} ms per 100 steps"
+    )
+
+
+def curve_table(impl: str, times: list[float], step: int = 25) -> str:
+    """The whole curve: median ms per commit in bins of ``step`` commits."""
+    cells = []
+    for start in range(1, len(times), step):
+        window = [x for x in times[start : start + step] if np.isfinite(x)]
+        cells.append(f"{np.median(window) * 1e3:.0f}")
+    return f"{impl:15s} curve (median ms, bins of {step} commits from t=1): " + " ".join(cells)
 
 
 @pytest.mark.parametrize("impl", list(RUNNERS))
@@ -132,3 +154,4 @@ def test_daily_appends(benchmark, tmp_path, steps, impl, record, note):
     np.testing.assert_array_equal(result, steps)
     record(benchmark, benchmark.group, impl, baseline=impl == "h5py")
     note(curve_summary(impl, curves[-1]))
+    note(curve_table(impl, curves[-1]))

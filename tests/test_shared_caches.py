@@ -143,3 +143,25 @@ def test_kept_caches_do_not_hold_the_file_open(tmp_path, counting):
     gc.collect()
     with h5py.File(path, "w"):  # libhdf5 refuses to truncate a file it still has open
         pass
+
+
+def test_open_tables_follow_a_rebuilt_hash_table(tmp_path):
+    from xarray_vhdf5.backend.hashtable import OpenTables, table_state
+
+    path = str(tmp_path / "f.h5")
+    _commit(path, "v1", lambda g: _create(g, np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)))
+    with h5py.File(path, "a") as f:
+        raw = f["_version_data/x/raw_data"]
+        tables = OpenTables()
+        first = tables.id_for(raw)
+        assert tables.id_for(raw) is first  # held: the same handle
+        before = table_state(first)
+        assert before[0] == 4
+        # Rebuild the table as another library would: a new dataset at the same path.
+        rows = f["_version_data/x/hash_table"][:2]
+        del f["_version_data/x/hash_table"]
+        new = f.create_dataset("_version_data/x/hash_table", data=rows, maxshape=(None,), chunks=(4096,))
+        new.attrs["largest_index"] = np.int64(2)
+        second = tables.id_for(raw)
+        assert second is not first
+        assert table_state(second) == (2, bytes(rows[1]["hash"]))

@@ -98,15 +98,19 @@ class SlabMapCache:
         self._entries: dict[_Key, tuple[object, tuple, np.ndarray, np.ndarray]] = {}
         self._pending: dict[_Key, tuple[h5py.Dataset, tuple, np.ndarray, np.ndarray]] = {}
 
-    def get(self, vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks):
-        """The cached ``(slab_indices, slab_offsets)`` of ``vds`` (read-only), or None."""
+    def get(self, vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks, hash_table=None):
+        """The cached ``(slab_indices, slab_offsets)`` of ``vds`` (read-only), or None.
+
+        ``hash_table``: the open ``hash_table`` beside ``raw_data`` (its id), when
+        the caller holds one (opened here otherwise).
+        """
         if not self._entries:
             return None
         key = _key(vds, raw_data, shape, chunks)
         entry = self._entries.get(key)
         if entry is None or entry[0] != _version_stamp(vds, key):
             return None
-        if entry[1] != table_state(hash_table_id(raw_data)):
+        if entry[1] != table_state(hash_table if hash_table is not None else hash_table_id(raw_data)):
             return None
         return entry[2], entry[3]
 

@@ -35,7 +35,7 @@ import numpy as np
 from h5py import h5o
 
 from ..backend.h5attrs import read_attr, write_attr
-from ..backend.hashtable import HashTableCache
+from ..backend.hashtable import HashTableCache, OpenTables
 from ..backend.layout import VERSION_INDEX
 from ..backend.slabmaps import SlabMapCache
 
@@ -49,25 +49,49 @@ COMMIT_TOKEN = "commit_token"
 
 
 @dataclass
+class _Kept:
+    """What this process keeps of one file between handles (no h5py object: they would hold it open)."""
+
+    hash_tables: HashTableCache = field(default_factory=HashTableCache)
+    slab_maps: SlabMapCache = field(default_factory=SlabMapCache)
+    token: int | None = None
+
+
 class CommitCaches:
     """What a :class:`~xarray_vhdf5.VersionedHDF5File` keeps from one commit to the next.
 
     ``hash_tables``: loaded hash tables (:class:`~xarray_vhdf5.backend.hashtable.HashTableCache`);
     ``slab_maps``: where the last version's chunks live
     (:class:`~xarray_vhdf5.backend.slabmaps.SlabMapCache`). Together they keep
-    the cost of a commit independent of the history's length. ``token``: the
-    commit token last written with them (see :func:`caches_for`).
+    the cost of a commit independent of the history's length; they may be
+    shared with earlier handles to the same file (:func:`caches_for`).
+    ``open_tables``: this handle's open ``hash_table`` datasets
+    (:class:`~xarray_vhdf5.backend.hashtable.OpenTables`), never shared.
     """
 
-    hash_tables: HashTableCache = field(default_factory=HashTableCache)
-    slab_maps: SlabMapCache = field(default_factory=SlabMapCache)
-    token: int | None = None
+    def __init__(self, kept: _Kept | None = None) -> None:
+        self._kept = kept if kept is not None else _Kept()
+        self.open_tables = OpenTables()
+
+    @property
+    def hash_tables(self) -> HashTableCache:
+        return self._kept.hash_tables
+
+    @property
+    def slab_maps(self) -> SlabMapCache:
+        return self._kept.slab_maps
+
+    @property
+    def token(self) -> int | None:
+        """The commit token written with these caches' content (None: not shareable)."""
+        return self._kept.token
 
     def clear(self) -> None:
         """Forget everything (versions deleted or rewritten, or a commit failed)."""
         self.hash_tables.clear()
         self.slab_maps.clear()
-        self.token = None
+        self.open_tables.clear()
+        self._kept.token = None
 
     def committed(self, vdata: h5py.Group) -> None:
         """Stamp the file with a fresh commit token after a commit that filled these caches.
@@ -75,17 +99,17 @@ class CommitCaches:
         Without a version index (a file open where it cannot be written), no
         token: these caches are then not shared.
         """
-        self.hash_tables.release()  # no h5py handle outlives the commit (it would keep the file open)
+        self.hash_tables.release()  # kept tables hold no h5py handle (it would keep the file open)
         index = _index_group(vdata)
         if index is None:
-            self.token = None
+            self._kept.token = None
             return
         token = secrets.randbits(63)
         write_attr(index, COMMIT_TOKEN, np.int64(token))
-        self.token = token
+        self._kept.token = token
 
 
-_SHARED: OrderedDict[tuple[int, int], CommitCaches] = OrderedDict()
+_SHARED: OrderedDict[tuple[int, int], _Kept] = OrderedDict()
 
 
 def _file_key(f: h5py.File) -> tuple[int, int] | None:
@@ -126,13 +150,13 @@ def caches_for(f: h5py.File, vdata: h5py.Group) -> CommitCaches:
     key = _file_key(f)
     if key is None or f.mode == "r":
         return CommitCaches()
-    caches = _SHARED.pop(key, None)
-    if caches is None or caches.token is None or caches.token != _token(vdata):
-        caches = CommitCaches()
-    _SHARED[key] = caches
+    kept = _SHARED.pop(key, None)
+    if kept is None or kept.token is None or kept.token != _token(vdata):
+        kept = _Kept()
+    _SHARED[key] = kept
     while len(_SHARED) > SHARED_FILES:
         _SHARED.popitem(last=False)
-    return caches
+    return CommitCaches(kept)
 
 
 def forget_shared_caches() -> None:

@@ -28,7 +28,7 @@ import numpy as np
 from ..backend.chunks import iter_chunks
 from ..backend.h5attrs import read_attr, write_attr
 from ..backend.hashing import is_vlen_string_dtype
-from ..backend.hashtable import HashTable, hash_table_id, hash_table_of, table_state
+from ..backend.hashtable import HashTable, table_state
 from ..backend.layout import VERSION_DATA
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
 from ..backend.slabmaps import slab_arrays
@@ -145,9 +145,10 @@ def _commit_dataset(
             ds.attrs.write_to(vds)
         else:  # mappings and attributes copied inside libhdf5
             vds = carry_virtual_dataset(ds.source, parent, last)
-        known = caches.slab_maps.get(ds.source, ds.raw_data, ds.shape, ds.chunks)
+        table_id = caches.open_tables.id_for(ds.raw_data)
+        known = caches.slab_maps.get(ds.source, ds.raw_data, ds.shape, ds.chunks, table_id)
         if known is not None:
-            state = table_state(hash_table_id(ds.raw_data))
+            state = table_state(table_id)
             caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known, state)
         return WriteStats()
     _drop_object_references(ds.attrs)
@@ -287,7 +288,7 @@ def _writer_for(f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype,
     data_path = f"{VERSION_DATA}/{path}"
     raw = _existing_raw_data(f, path, ds)
     if raw is not None:
-        table = caches.hash_tables.open(hash_table_of(raw))
+        table = caches.hash_tables.open(h5py.Dataset(caches.open_tables.id_for(raw)))
         if _over_own_raw_data(path, ds, raw):  # its chunks and fill value are raw_data's
             return ChunkWriter(raw, table, chunks=ds.chunks, fillvalue=ds.fillvalue)
         return ChunkWriter(raw, table)

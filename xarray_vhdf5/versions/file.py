@@ -286,6 +286,7 @@ class VersionedHDF5File:
         source = self._registry.group[prev] if prev != FIRST_VERSION else None
         root = InMemoryGroup("", source)
         root.slab_maps = self._caches.slab_maps
+        root.open_tables = self._caches.open_tables
         yield root
         # Checked just before the version group is created: the stored version index
         # then gets one row appended (O(1)) instead of being rebuilt.

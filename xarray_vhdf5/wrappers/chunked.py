@@ -121,8 +121,11 @@ class InMemoryDataset(ChunkedStagedDataset):
 
     def _build_array(self) -> StagedChangesArray:
         source = self.source
-        cache = getattr(self.parent._root, "slab_maps", None) if self.parent is not None else None
-        known = cache.get(source, self.raw_data, source.shape, self.chunks) if cache is not None else None
+        root = self.parent._root if self.parent is not None else None
+        cache = getattr(root, "slab_maps", None)
+        tables = getattr(root, "open_tables", None)
+        table_id = tables.id_for(self.raw_data) if tables is not None and cache is not None else None
+        known = cache.get(source, self.raw_data, source.shape, self.chunks, table_id) if cache is not None else None
         if known is not None:  # this file handle committed the previous version
             slab_indices, slab_offsets = known
         else:

@@ -44,6 +44,8 @@ class InMemoryGroup:
         self._closed = False
         #: Set on a version's root by ``stage_version``: chunk maps of the last commit.
         self.slab_maps = None
+        #: Set on a version's root by ``stage_version``: its file handle's open hash tables.
+        self.open_tables = None
         if source is not None:
             for key, item in source.items():
                 path = posixpath.join(name, key)
