@@ -145,16 +145,17 @@ def test_kept_caches_do_not_hold_the_file_open(tmp_path, counting):
         pass
 
 
-def test_open_tables_follow_a_rebuilt_hash_table(tmp_path):
-    from xarray_vhdf5.backend.hashtable import OpenTables, table_state
+def test_held_hash_tables_follow_a_rebuilt_table(tmp_path):
+    from xarray_vhdf5.backend.hashtable import table_state
+    from xarray_vhdf5.backend.held import OpenDatasets
 
     path = str(tmp_path / "f.h5")
     _commit(path, "v1", lambda g: _create(g, np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)))
     with h5py.File(path, "a") as f:
         raw = f["_version_data/x/raw_data"]
-        tables = OpenTables()
-        first = tables.id_for(raw)
-        assert tables.id_for(raw) is first  # held: the same handle
+        tables = OpenDatasets()
+        first = tables.hash_table_id(raw)
+        assert tables.hash_table_id(raw) is first  # held: the same handle
         before = table_state(first)
         assert before[0] == 4
         # Rebuild the table as another library would: a new dataset at the same path.
@@ -162,6 +163,44 @@ def test_open_tables_follow_a_rebuilt_hash_table(tmp_path):
         del f["_version_data/x/hash_table"]
         new = f.create_dataset("_version_data/x/hash_table", data=rows, maxshape=(None,), chunks=(4096,))
         new.attrs["largest_index"] = np.int64(2)
-        second = tables.id_for(raw)
+        second = tables.hash_table_id(raw)
         assert second is not first
         assert table_state(second) == (2, bytes(rows[1]["hash"]))
+
+
+def test_held_raw_data_has_a_chunk_cache_of_a_few_chunks_and_follows_a_rebuild(tmp_path):
+    from xarray_vhdf5.backend.held import CACHED_CHUNKS, OpenDatasets
+
+    path = str(tmp_path / "f.h5")
+    big = (64, 128, 128)  # 8 MiB float64 chunks: beyond HDF5's default cache
+    with h5py.File(path, "w") as f:
+        f.create_dataset("raw", shape=big, chunks=big, dtype="f8")
+        held = OpenDatasets()
+        raw = held.raw_data(f.id, "/raw", np.prod(big) * 8)
+        assert raw.id.get_access_plist().get_chunk_cache()[1] == CACHED_CHUNKS * np.prod(big) * 8
+        assert held.raw_data(f.id, "/raw", np.prod(big) * 8).id == raw.id  # held: the same object
+        del f["raw"]
+        f.create_dataset("raw", data=np.ones((4, 4)))
+        again = held.raw_data(f.id, "/raw", 128)
+        np.testing.assert_array_equal(again[()], np.ones((4, 4)))
+
+
+def test_commits_after_versioned_hdf5_rewrote_raw_data_through_the_same_handle(tmp_path):
+    versioned_hdf5 = pytest.importorskip("versioned_hdf5")
+    path = str(tmp_path / "f.h5")
+    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
+    with h5py.File(path, "w") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            _create(g, data)
+        with vf.stage_version("v2") as g:
+            g["x"][0, :] = -1.0
+        data[0, :] = -1.0
+        # versioned-hdf5 rewrites raw_data and the hash table (new chunks, new order).
+        versioned_hdf5.modify_metadata(f, "x", chunks=(5, 6))
+        with vf.stage_version("v3") as g:
+            g["x"][39, 5] = 42.0
+        data[39, 5] = 42.0
+        np.testing.assert_array_equal(vf["v3"]["x"][()], data)
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(versioned_hdf5.VersionedHDF5File(f)["v3"]["x"][()], data)

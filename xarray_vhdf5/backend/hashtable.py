@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
-from h5py import h5a, h5d, h5o, h5s, h5t
+from h5py import h5a, h5d, h5s, h5t
 
 from .h5attrs import write_attr
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
 
-__all__ = ["HashTable", "HashTableCache", "OpenTables", "hash_table_id", "hash_table_of", "table_state"]
+__all__ = ["HashTable", "HashTableCache", "hash_table_id", "hash_table_of", "table_state"]
 
 _HASH_TABLE_MTYPE = h5t.py_create(HASH_TABLE_DTYPE)
 _I8_MTYPE = h5t.py_create(np.dtype("<i8"))
@@ -170,35 +170,6 @@ def hash_table_id(raw_data: h5py.Dataset) -> h5d.DatasetID:
     """The low-level id of the ``hash_table`` beside ``raw_data`` (for :func:`table_state`)."""
     group_path = raw_data.name.rpartition("/")[0]
     return h5d.open(raw_data.id, f"{group_path}/hash_table".encode())
-
-
-class OpenTables:
-    """``hash_table`` datasets held open by one file handle between its commits.
-
-    libhdf5 frees a dataset's chunk cache when its last handle closes; reading
-    the last row of a hash table (:func:`table_state`, on every commit) from a
-    fresh handle then reads and decompresses its whole last chunk (4096 rows,
-    0.5-0.9 ms), from a held one about 0.1 ms. Held handles are checked
-    against the object now linked at the path (a table rebuilt by another
-    library is a new object) and close with this object.
-    """
-
-    def __init__(self) -> None:
-        self._held: dict[str, tuple[int, h5d.DatasetID]] = {}
-
-    def id_for(self, raw_data: h5py.Dataset) -> h5d.DatasetID:
-        """The open ``hash_table`` beside ``raw_data``."""
-        path = f"{raw_data.name.rpartition('/')[0]}/hash_table".encode()
-        addr = h5o.get_info(raw_data.id, name=path).addr
-        held = self._held.get(path)
-        if held is not None and held[0] == addr and held[1].valid:
-            return held[1]
-        dsid = h5d.open(raw_data.id, path)
-        self._held[path] = (addr, dsid)
-        return dsid
-
-    def clear(self) -> None:
-        self._held = {}
 
 
 def table_state(dataset: h5py.Dataset | h5d.DatasetID) -> tuple[int, bytes]:

@@ -35,7 +35,8 @@ import numpy as np
 from h5py import h5o
 
 from ..backend.h5attrs import read_attr, write_attr
-from ..backend.hashtable import HashTableCache, OpenTables
+from ..backend.hashtable import HashTableCache
+from ..backend.held import OpenDatasets
 from ..backend.layout import VERSION_INDEX
 from ..backend.slabmaps import SlabMapCache
 
@@ -65,13 +66,13 @@ class CommitCaches:
     (:class:`~xarray_vhdf5.backend.slabmaps.SlabMapCache`). Together they keep
     the cost of a commit independent of the history's length; they may be
     shared with earlier handles to the same file (:func:`caches_for`).
-    ``open_tables``: this handle's open ``hash_table`` datasets
-    (:class:`~xarray_vhdf5.backend.hashtable.OpenTables`), never shared.
+    ``open_datasets``: this handle's open ``hash_table`` and ``raw_data``
+    datasets (:class:`~xarray_vhdf5.backend.held.OpenDatasets`), never shared.
     """
 
     def __init__(self, kept: _Kept | None = None) -> None:
         self._kept = kept if kept is not None else _Kept()
-        self.open_tables = OpenTables()
+        self.open_datasets = OpenDatasets()
 
     @property
     def hash_tables(self) -> HashTableCache:
@@ -90,7 +91,7 @@ class CommitCaches:
         """Forget everything (versions deleted or rewritten, or a commit failed)."""
         self.hash_tables.clear()
         self.slab_maps.clear()
-        self.open_tables.clear()
+        self.open_datasets.clear()
         self._kept.token = None
 
     def committed(self, vdata: h5py.Group) -> None:

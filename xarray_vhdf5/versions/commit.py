@@ -145,7 +145,7 @@ def _commit_dataset(
             ds.attrs.write_to(vds)
         else:  # mappings and attributes copied inside libhdf5
             vds = carry_virtual_dataset(ds.source, parent, last)
-        table_id = caches.open_tables.id_for(ds.raw_data)
+        table_id = caches.open_datasets.hash_table_id(ds.raw_data)
         known = caches.slab_maps.get(ds.source, ds.raw_data, ds.shape, ds.chunks, table_id)
         if known is not None:
             state = table_state(table_id)
@@ -288,7 +288,7 @@ def _writer_for(f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype,
     data_path = f"{VERSION_DATA}/{path}"
     raw = _existing_raw_data(f, path, ds)
     if raw is not None:
-        table = caches.hash_tables.open(h5py.Dataset(caches.open_tables.id_for(raw)))
+        table = caches.hash_tables.open(h5py.Dataset(caches.open_datasets.hash_table_id(raw)))
         if _over_own_raw_data(path, ds, raw):  # its chunks and fill value are raw_data's
             return ChunkWriter(raw, table, chunks=ds.chunks, fillvalue=ds.fillvalue)
         return ChunkWriter(raw, table)

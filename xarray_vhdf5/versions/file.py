@@ -284,9 +284,8 @@ class VersionedHDF5File:
             prev = self._registry.resolve(prev_version)
         ts = to_utc_datetime(timestamp) if timestamp is not None else None
         source = self._registry.group[prev] if prev != FIRST_VERSION else None
-        root = InMemoryGroup("", source)
+        root = InMemoryGroup("", source, open_datasets=self._caches.open_datasets)
         root.slab_maps = self._caches.slab_maps
-        root.open_tables = self._caches.open_tables
         yield root
         # Checked just before the version group is created: the stored version index
         # then gets one row appended (O(1)) instead of being rebuilt.

@@ -88,7 +88,13 @@ class InMemoryDataset(ChunkedStagedDataset):
         raw_chunks = tuple(int(c) for c in read_attr(source.id, "chunks"))
         raw_path = read_attr(source.id, "raw_data")
         raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
-        raw = h5py.Dataset(h5d.open(source.id, ("/" + raw_path.lstrip("/")).encode()))  # from the file's root
+        raw_path = "/" + raw_path.lstrip("/")  # from the file's root
+        held = parent._root.open_datasets if parent is not None else None
+        if held is not None:  # held open by the file handle, with a chunk cache of a few chunks
+            chunk_bytes = int(np.prod(raw_chunks)) * source.dtype.itemsize
+            raw = held.raw_data(source.id, raw_path, chunk_bytes)
+        else:
+            raw = h5py.Dataset(h5d.open(source.id, raw_path.encode()))
         self.source = source
         self.raw_data = raw
         # Fill value and filters are read from raw_data on first use (most commits
@@ -123,8 +129,8 @@ class InMemoryDataset(ChunkedStagedDataset):
         source = self.source
         root = self.parent._root if self.parent is not None else None
         cache = getattr(root, "slab_maps", None)
-        tables = getattr(root, "open_tables", None)
-        table_id = tables.id_for(self.raw_data) if tables is not None and cache is not None else None
+        held = getattr(root, "open_datasets", None)
+        table_id = held.hash_table_id(self.raw_data) if held is not None and cache is not None else None
         known = cache.get(source, self.raw_data, source.shape, self.chunks, table_id) if cache is not None else None
         if known is not None:  # this file handle committed the previous version
             slab_indices, slab_offsets = known

@@ -36,16 +36,16 @@ class InMemoryGroup:
         The same group in the previous version, mirrored lazily.
     """
 
-    def __init__(self, name: str = "", source: h5py.Group | None = None, *, root=None):
+    def __init__(self, name: str = "", source: h5py.Group | None = None, *, root=None, open_datasets=None):
         self.name = name
         self._root = root if root is not None else self
+        #: On a version's root: the file handle's held datasets (``backend.held.OpenDatasets``).
+        self.open_datasets = open_datasets
         self._children: dict[str, InMemoryGroup | StagedDatasetBase] = {}
         self.attrs = StagedAttrs(source.attrs if source is not None else None, skip=VERSION_ATTRS)
         self._closed = False
         #: Set on a version's root by ``stage_version``: chunk maps of the last commit.
         self.slab_maps = None
-        #: Set on a version's root by ``stage_version``: its file handle's open hash tables.
-        self.open_tables = None
         if source is not None:
             for key, item in source.items():
                 path = posixpath.join(name, key)
