@@ -204,3 +204,13 @@ def test_commits_after_versioned_hdf5_rewrote_raw_data_through_the_same_handle(t
         np.testing.assert_array_equal(vf["v3"]["x"][()], data)
     with h5py.File(path, "r") as f:
         np.testing.assert_array_equal(versioned_hdf5.VersionedHDF5File(f)["v3"]["x"][()], data)
+
+
+def test_object_address_is_h5o_get_info_addr(tmp_path):
+    from h5py import h5o
+
+    from xarray_vhdf5.backend.h5objects import object_address
+
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        for obj in (f["/"], f.create_group("g"), f.create_dataset("d", data=np.arange(5))):
+            assert object_address(obj.id) == h5o.get_info(obj.id).addr

@@ -29,6 +29,7 @@ import numpy as np
 from h5py import h5o
 
 from .h5attrs import read_attr
+from .h5objects import object_address
 from .hashtable import hash_table_id, table_state
 
 __all__ = ["SlabMapCache", "slab_arrays"]
@@ -39,8 +40,8 @@ _Key = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
 def _key(vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks) -> _Key:
     return (
         vds.name,
-        h5py.h5o.get_info(vds.id).addr,
-        h5py.h5o.get_info(raw_data.id).addr,
+        object_address(vds.id),
+        object_address(raw_data.id),
         tuple(int(n) for n in shape),
         tuple(int(c) for c in chunks),
     )
