@@ -13,6 +13,7 @@ import numpy as np
 from h5py import h5a, h5d, h5s, h5t
 
 from .h5attrs import write_attr
+from .h5objects import object_address
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
 
 __all__ = ["HashTable", "HashTableCache", "hash_table_id", "hash_table_of", "table_state"]
@@ -137,7 +138,7 @@ class HashTableCache:
 
     def open(self, dataset: h5py.Dataset) -> HashTable:
         """The hash table of ``dataset`` (a ``hash_table`` h5py dataset)."""
-        addr = h5py.h5o.get_info(dataset.id).addr
+        addr = object_address(dataset.id)
         table = self._tables.get(addr)
         if table is None or not _still_valid(table, dataset):
             table = HashTable(dataset)
@@ -153,7 +154,7 @@ class HashTableCache:
 
     def put(self, table: HashTable) -> HashTable:
         """Keep ``table`` (one just created) and return it."""
-        self._tables[h5py.h5o.get_info(table.dataset.id).addr] = table
+        self._tables[object_address(table.dataset.id)] = table
         return table
 
     def clear(self) -> None:

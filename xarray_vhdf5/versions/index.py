@@ -47,8 +47,9 @@ import hashlib
 
 import h5py
 import numpy as np
-from h5py import h5a, h5d, h5g, h5o, h5s, h5t
+from h5py import h5a, h5d, h5g, h5s, h5t
 
+from ..backend.h5objects import object_address
 from ..backend.layout import FIRST_VERSION, VERSION_INDEX
 from .timestamps import parse_timestamp
 
@@ -184,7 +185,7 @@ def fingerprint(versions: h5py.Group, tracks_order: bool | None = None) -> tuple
         another, ``max_corder`` is -1 and the digest the first 16 bytes of a
         SHA-1 over every link's name and object address (as two int64).
     """
-    addr = int(h5o.get_info(versions.id).addr)
+    addr = object_address(versions.id)
     if tracks_order is None:
         tracks_order = _tracks_order(versions)
     if _H5G_GET_INFO is not None and tracks_order:
