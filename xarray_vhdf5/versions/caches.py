@@ -95,15 +95,20 @@ class CommitCaches:
         self._kept.token = None
 
     def committed(self, vdata: h5py.Group) -> None:
-        """Stamp the file with a fresh commit token after a commit that filled these caches.
+        """Stamp the file with a commit token after a commit that filled these caches.
 
-        Without a version index (a file open where it cannot be written), no
-        token: these caches are then not shared.
+        A fresh token is written by the first commit of these caches (and the
+        first after :meth:`clear`); later commits through them keep it, since
+        the file then still holds what the caches describe, plus what they
+        were told of. Without a version index (a file open where it cannot be
+        written), no token: these caches are then not shared.
         """
         self.hash_tables.release()  # kept tables hold no h5py handle (it would keep the file open)
         index = _index_group(vdata)
         if index is None:
             self._kept.token = None
+            return
+        if self._kept.token is not None and self._kept.token == _token_of(index):
             return
         token = secrets.randbits(63)
         write_attr(index, COMMIT_TOKEN, np.int64(token))
@@ -133,8 +138,10 @@ def _index_group(vdata: h5py.Group):
 
 def _token(vdata: h5py.Group) -> int | None:
     index = _index_group(vdata)
-    if index is None:
-        return None
+    return None if index is None else _token_of(index)
+
+
+def _token_of(index) -> int | None:
     try:
         return int(read_attr(index, COMMIT_TOKEN))
     except (KeyError, TypeError, ValueError):
