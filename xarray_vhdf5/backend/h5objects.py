@@ -17,7 +17,7 @@ import ctypes
 import h5py
 from h5py import h5o
 
-__all__ = ["object_address"]
+__all__ = ["libhdf5_function", "object_address"]
 
 _H5O_INFO_BASIC = 0x0001
 
@@ -36,17 +36,23 @@ class _Info2(ctypes.Structure):  # H5O_info2_t (HDF5 >= 1.12)
     ]
 
 
-def _load():
+def libhdf5_function(name: str, argtypes: list, restype=ctypes.c_int):
+    """A function of the libhdf5 h5py is linked with, through ctypes (None if not found).
+
+    ``dlsym`` on one of h5py's extensions searches its dependencies, i.e.
+    exactly the libhdf5 h5py loaded (bundled or system). Call it holding
+    ``h5py._objects.phil``, as h5py does.
+    """
     try:
-        fn = ctypes.CDLL(h5o.__file__).H5Oget_info3  # dlsym searches h5o's dependencies
+        fn = getattr(ctypes.CDLL(h5o.__file__), name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int64, ctypes.POINTER(_Info2), ctypes.c_uint]
-    fn.restype = ctypes.c_int
+    fn.argtypes = argtypes
+    fn.restype = restype
     return fn
 
 
-_GET_INFO3 = _load()
+_GET_INFO3 = libhdf5_function("H5Oget_info3", [ctypes.c_int64, ctypes.POINTER(_Info2), ctypes.c_uint])
 
 
 def object_address(obj_id) -> int:

@@ -47,9 +47,9 @@ import hashlib
 
 import h5py
 import numpy as np
-from h5py import h5a, h5d, h5g, h5s, h5t
+from h5py import h5a, h5d, h5s, h5t
 
-from ..backend.h5objects import object_address
+from ..backend.h5objects import libhdf5_function, object_address
 from ..backend.layout import FIRST_VERSION, VERSION_INDEX
 from .timestamps import parse_timestamp
 
@@ -136,18 +136,7 @@ class _GroupInfo(ctypes.Structure):
     ]
 
 
-def _load_get_info():
-    """``H5Gget_info`` from the HDF5 library h5py is linked with (None if not found)."""
-    try:
-        fn = ctypes.CDLL(h5g.__file__).H5Gget_info  # dlsym searches h5g's dependencies
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int64, ctypes.POINTER(_GroupInfo)]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_H5G_GET_INFO = _load_get_info()
+_H5G_GET_INFO = libhdf5_function("H5Gget_info", [ctypes.c_int64, ctypes.POINTER(_GroupInfo)])
 
 
 def _tracks_order(versions: h5py.Group) -> bool:
