@@ -10,10 +10,11 @@ Pipelines often open the file for each commit (a daily job, xarray's
 file are kept in this process after its :class:`~xarray_vhdf5.VersionedHDF5File`
 is gone (the last :data:`SHARED_FILES` files, by device and inode) and taken
 up by the next handle to the same file, on one condition: the file still
-carries the random *commit token* our last commit wrote on its
-version index (``_version_data/__vhdf5_version_index__``, this package's own
-group: versioned-hdf5's objects are left as it writes them). A file replaced by another one at the same path (or
-reusing the inode) has another token, or none, and gets fresh caches.
+carries the random *commit token* written with them (by the first commit
+through them) on its version index (``_version_data/__vhdf5_version_index__``,
+this package's own group: versioned-hdf5's objects are left as it writes
+them). A file replaced by another one at the same path (or reusing the inode)
+has another token, or none, and gets fresh caches.
 
 Every entry is still checked before use, as within one handle: hash tables
 against their ``largest_index`` and last digest, chunk maps against the
