@@ -18,9 +18,9 @@ for the strides of the copy loop.
 from cpython.slice cimport PySlice_AdjustIndices, PySlice_Unpack
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy
 
 cimport numpy as cnp
+from stridedcopy cimport copy_box
 from planrows cimport (
     COL_CHUNK_START,
     COL_COUNT,
@@ -130,39 +130,6 @@ cdef inline bint _plain_memory_dtype(cnp.dtype dtype):
     """Fixed-size dtypes without Python references: copied as bytes."""
     return dtype.type_num < cnp.NPY_NTYPES_LEGACY and dtype.type_num != cnp.NPY_OBJECT \
         and not dtype.hasobject and cnp.PyDataType_ELSIZE(dtype) > 0
-
-
-cdef void _copy_box(
-    const char *src, const Py_ssize_t *sstep, char *dst, const Py_ssize_t *dstep,
-    const Py_ssize_t *cnt, int ndim, Py_ssize_t itemsize,
-) noexcept nogil:
-    """``cnt`` points of an n-d box, byte steps ``sstep`` / ``dstep`` per axis (signed)."""
-    cdef Py_ssize_t idx[MAX_NDIM]
-    cdef Py_ssize_t k, inner = cnt[ndim - 1]
-    cdef Py_ssize_t s_in = sstep[ndim - 1], d_in = dstep[ndim - 1]
-    cdef bint run = s_in == itemsize and d_in == itemsize
-    cdef int a
-    for a in range(ndim):
-        idx[a] = 0
-    while True:
-        if run:
-            memcpy(dst, src, inner * itemsize)
-        else:
-            for k in range(inner):
-                memcpy(dst + k * d_in, src + k * s_in, itemsize)
-        a = ndim - 2
-        while a >= 0:
-            idx[a] += 1
-            src += sstep[a]
-            dst += dstep[a]
-            if idx[a] < cnt[a]:
-                break
-            src -= cnt[a] * sstep[a]
-            dst -= cnt[a] * dstep[a]
-            idx[a] = 0
-            a -= 1
-        if a < 0:
-            return
 
 
 def read_basic(
@@ -297,7 +264,7 @@ def read_basic(
                 sstep[a] = <Py_ssize_t>row[COL_STRIDE] * cnp.PyArray_STRIDE(src, a)
                 j += <Py_ssize_t>row[COL_VALUE_START] * dstep[a]
                 cnt[a] = <Py_ssize_t>row[COL_COUNT]
-            _copy_box(src_buf, sstep, out_buf + j, dstep, cnt, ndim, itemsize)
+            copy_box(src_buf, sstep, out_buf + j, dstep, cnt, ndim, itemsize)
             if not _next_in_product(pick, n_sel, ndim):
                 break
     finally:

@@ -43,12 +43,13 @@ build and the pure-Python reference paths must be selected.
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdio cimport snprintf
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset, strcmp
+from libc.string cimport memset, strcmp
 from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_New
 
+from stridedcopy cimport copy_box
 from hdf5 cimport (
     H5E_DEFAULT,
     H5E_WALK_DOWNWARD,
@@ -289,22 +290,6 @@ cdef int _h5_read_loop(
     return -1 if fail.failed else 0
 
 
-cdef inline void _copy_item(char *dst, const char *src, Py_ssize_t itemsize) noexcept nogil:
-    # Constant sizes let the compiler inline the copy (unaligned-safe).
-    if itemsize == 8:
-        memcpy(dst, src, 8)
-    elif itemsize == 4:
-        memcpy(dst, src, 4)
-    elif itemsize == 1:
-        dst[0] = src[0]
-    elif itemsize == 2:
-        memcpy(dst, src, 2)
-    elif itemsize == 16:
-        memcpy(dst, src, 16)
-    else:
-        memcpy(dst, src, itemsize)
-
-
 cdef void _np_copy_loop(
     const char *src,
     const Py_ssize_t *src_bstrides,
@@ -319,16 +304,12 @@ cdef void _np_copy_loop(
     const uint64_t *dst_stride,
     Py_ssize_t nslices,
 ) noexcept nogil:
-    """Strided n-d copies between two numpy buffers of the same dtype.
-
-    Byte steps are signed (numpy strides may be negative or 0).  Trailing axes
-    that are contiguous on both sides are merged into a single memcpy run."""
+    """Strided n-d copies between two numpy buffers of the same dtype (``stridedcopy.copy_box`` per slice)."""
     cdef Py_ssize_t sstep[MAX_NDIM]
     cdef Py_ssize_t dstep[MAX_NDIM]
     cdef Py_ssize_t cnt[MAX_NDIM]
-    cdef Py_ssize_t idx[MAX_NDIM]
-    cdef Py_ssize_t i, j, off, run, n_inner, s_inner, d_inner
-    cdef int d, nd, empty, contiguous
+    cdef Py_ssize_t i, off
+    cdef int d, empty
     cdef const char *s
     cdef char *t
 
@@ -349,42 +330,7 @@ cdef void _np_copy_loop(
         if empty:
             continue
 
-        # The innermost run: n_inner items, s_inner / d_inner bytes apart.
-        nd = ndim
-        n_inner = cnt[nd - 1]
-        s_inner = sstep[nd - 1]
-        d_inner = dstep[nd - 1]
-        contiguous = s_inner == itemsize and d_inner == itemsize
-        if contiguous:
-            # Merge outer axes whose step equals the run length on both sides.
-            run = n_inner * itemsize
-            while nd > 1 and sstep[nd - 2] == run and dstep[nd - 2] == run:
-                n_inner *= cnt[nd - 2]
-                run = n_inner * itemsize
-                nd -= 1
-        for d in range(nd - 1):
-            idx[d] = 0
-
-        while True:
-            if contiguous:
-                memcpy(t, s, n_inner * itemsize)
-            else:
-                for j in range(n_inner):
-                    _copy_item(t + j * d_inner, s + j * s_inner, itemsize)
-            # Odometer over the outer axes nd-2 .. 0.
-            d = nd - 2
-            while d >= 0:
-                idx[d] += 1
-                s += sstep[d]
-                t += dstep[d]
-                if idx[d] < cnt[d]:
-                    break
-                s -= sstep[d] * cnt[d]
-                t -= dstep[d] * cnt[d]
-                idx[d] = 0
-                d -= 1
-            if d < 0:
-                break
+        copy_box(s, sstep, t, dstep, cnt, ndim, itemsize)
 
 
 cdef int _check_index_arrays(
