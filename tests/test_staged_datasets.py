@@ -306,3 +306,30 @@ def test_names_the_format_uses_are_refused(tmp_path, name):
             with vf.stage_version("v1") as g:
                 g.create_dataset(name, data=[1])
         assert vf.versions == []
+
+
+def test_staged_attrs_count_before_iterating(tmp_path, monkeypatch):
+    """Format-only attributes are counted, not iterated; user attributes still come through."""
+    path = tmp_path / "a.h5"
+    with h5py.File(path, "w") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            g.create_dataset("plain", data=np.arange(4.0), chunks=(2,))
+            d = g.create_dataset("tagged", data=np.arange(4.0), chunks=(2,))
+            d.attrs["units"] = "K"
+    iterated = []
+    real_iter = h5py.AttributeManager.__iter__
+
+    def counting_iter(self):
+        iterated.append(self)
+        return real_iter(self)
+
+    monkeypatch.setattr(h5py.AttributeManager, "__iter__", counting_iter)
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            assert dict(g["plain"].attrs) == {}
+            assert len(iterated) == 0  # only raw_data/chunks there: not iterated
+            assert dict(g["tagged"].attrs) == {"units": "K"}
+            assert len(iterated) == 1
+        assert vf["v2"]["tagged"].attrs["units"] == "K"

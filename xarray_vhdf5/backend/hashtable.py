@@ -16,7 +16,7 @@ from .h5attrs import write_attr
 from .h5objects import object_address
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
 
-__all__ = ["HashTable", "HashTableCache", "hash_table_id", "hash_table_of", "table_state"]
+__all__ = ["HashTable", "HashTableCache", "hash_table_id", "hash_table_path", "table_state"]
 
 _HASH_TABLE_MTYPE = h5t.py_create(HASH_TABLE_DTYPE)
 _I8_MTYPE = h5t.py_create(np.dtype("<i8"))
@@ -162,15 +162,20 @@ class HashTableCache:
         self._tables = {}
 
 
-def hash_table_of(raw_data: h5py.Dataset) -> h5py.Dataset:
-    """The ``hash_table`` beside ``raw_data`` (one H5Dopen by path, no parent group opened)."""
-    return h5py.Dataset(hash_table_id(raw_data))
+def hash_table_path(raw_data: h5py.Dataset) -> bytes:
+    """Absolute path of the ``hash_table`` beside ``raw_data`` (same ``_version_data`` group)."""
+    return f"{raw_data.name.rpartition('/')[0]}/hash_table".encode()
 
 
 def hash_table_id(raw_data: h5py.Dataset) -> h5d.DatasetID:
-    """The low-level id of the ``hash_table`` beside ``raw_data`` (for :func:`table_state`)."""
-    group_path = raw_data.name.rpartition("/")[0]
-    return h5d.open(raw_data.id, f"{group_path}/hash_table".encode())
+    """The ``hash_table`` beside ``raw_data``, opened by path (no parent group opened).
+
+    Raises
+    ------
+    KeyError
+        No ``hash_table`` there.
+    """
+    return h5d.open(raw_data.id, hash_table_path(raw_data))
 
 
 def table_state(dataset: h5py.Dataset | h5d.DatasetID) -> tuple[int, bytes]:

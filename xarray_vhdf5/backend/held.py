@@ -25,13 +25,14 @@ from __future__ import annotations
 import h5py
 from h5py import h5d, h5o, h5p
 
+from .hashtable import hash_table_path
+
 __all__ = ["CACHED_CHUNKS", "MAX_CACHE_BYTES", "OpenDatasets"]
 
 #: Chunks of raw_data the held handle's chunk cache holds.
 CACHED_CHUNKS = 4
 #: Upper bound of that cache, bytes.
 MAX_CACHE_BYTES = 64 * 1024 * 1024
-_DEFAULT_CACHE_BYTES = 1024 * 1024  # HDF5's default
 
 
 class OpenDatasets:
@@ -40,30 +41,46 @@ class OpenDatasets:
     def __init__(self) -> None:
         self._held: dict[bytes, tuple[int, h5d.DatasetID]] = {}
 
-    def _get(self, loc, path: bytes, dapl=None) -> h5d.DatasetID:
+    def _get(self, loc, path: bytes, chunk_bytes: int | None = None) -> h5d.DatasetID:
         addr = h5o.get_info(loc, name=path).addr
         held = self._held.get(path)
         if held is not None and held[0] == addr and held[1].valid:
             return held[1]
+        dapl = None
+        if chunk_bytes is not None:  # raw_data: a chunk cache of a few chunks
+            dapl = h5p.create(h5p.DATASET_ACCESS)
+            nslots, default_nbytes, w0 = dapl.get_chunk_cache()
+            nbytes = min(MAX_CACHE_BYTES, CACHED_CHUNKS * int(chunk_bytes))
+            dapl.set_chunk_cache(nslots, max(nbytes, default_nbytes), w0)
         dsid = h5d.open(loc, path, dapl=dapl)
         self._held[path] = (addr, dsid)
         return dsid
 
     def hash_table_id(self, raw_data: h5py.Dataset) -> h5d.DatasetID:
-        """The open ``hash_table`` beside ``raw_data``."""
-        return self._get(raw_data.id, f"{raw_data.name.rpartition('/')[0]}/hash_table".encode())
+        """The open ``hash_table`` beside ``raw_data``.
+
+        Raises
+        ------
+        KeyError
+            No ``hash_table`` beside it.
+        """
+        return self._get(raw_data.id, hash_table_path(raw_data))
 
     def raw_data(self, loc, path: str, chunk_bytes: int) -> h5py.Dataset:
         """The open raw_data at absolute ``path`` (``loc``: any object of the file).
 
-        ``chunk_bytes``: the size of one of its chunks (points x item size),
-        which sets its chunk cache.
+        ``chunk_bytes``: the size of one of its chunks in bytes (points x item
+        size), which sets its chunk cache (:data:`CACHED_CHUNKS` chunks, at
+        least HDF5's default, at most :data:`MAX_CACHE_BYTES`). Only the first
+        open of a dataset decides its cache: a handle opened elsewhere before
+        keeps libhdf5's default.
+
+        Raises
+        ------
+        KeyError
+            Nothing at ``path``.
         """
-        nbytes = min(MAX_CACHE_BYTES, max(_DEFAULT_CACHE_BYTES, CACHED_CHUNKS * int(chunk_bytes)))
-        dapl = h5p.create(h5p.DATASET_ACCESS)
-        nslots, default_nbytes, w0 = dapl.get_chunk_cache()
-        dapl.set_chunk_cache(nslots, max(nbytes, default_nbytes), w0)
-        return h5py.Dataset(self._get(loc, path.encode(), dapl))
+        return h5py.Dataset(self._get(loc, path.encode(), chunk_bytes))
 
     def clear(self) -> None:
         """Let go of every handle (they close when no other reference remains)."""

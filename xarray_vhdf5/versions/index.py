@@ -151,6 +151,12 @@ def quick_state(versions: h5py.Group, tracks_order: bool | None = None) -> tuple
     ``tracks_order``: whether the group tracks creation order, when the caller
     knows it (it is fixed when the group is created).
     """
+    counters = _creation_counters(versions, tracks_order)
+    return counters if counters is not None else (len(versions), -1)
+
+
+def _creation_counters(versions: h5py.Group, tracks_order: bool | None) -> tuple[int, int] | None:
+    """``(nlinks, max_corder)`` from one ``H5Gget_info`` call; None for a group not tracking creation order."""
     if tracks_order is None:
         tracks_order = _tracks_order(versions)
     if _H5G_GET_INFO is not None and tracks_order:
@@ -158,7 +164,7 @@ def quick_state(versions: h5py.Group, tracks_order: bool | None = None) -> tuple
         with h5py._objects.phil:
             if _H5G_GET_INFO(versions.id.id, ctypes.byref(info)) >= 0:
                 return int(info.nlinks), int(info.max_corder)
-    return len(versions), -1
+    return None
 
 
 def fingerprint(versions: h5py.Group, tracks_order: bool | None = None) -> tuple[int, int, int, int, int]:
@@ -175,13 +181,9 @@ def fingerprint(versions: h5py.Group, tracks_order: bool | None = None) -> tuple
         SHA-1 over every link's name and object address (as two int64).
     """
     addr = object_address(versions.id)
-    if tracks_order is None:
-        tracks_order = _tracks_order(versions)
-    if _H5G_GET_INFO is not None and tracks_order:
-        info = _GroupInfo()
-        with h5py._objects.phil:
-            if _H5G_GET_INFO(versions.id.id, ctypes.byref(info)) >= 0:
-                return (addr, int(info.nlinks), int(info.max_corder), 0, 0)
+    counters = _creation_counters(versions, tracks_order)
+    if counters is not None:
+        return (addr, *counters, 0, 0)
     digest = hashlib.sha1()
     count = [0]
 

@@ -27,9 +27,10 @@ class StagedAttrs(MutableMapping):
     deleted since.
     """
 
-    def __init__(self, source: h5py.AttributeManager | None = None, skip: frozenset = frozenset()):
+    def __init__(self, source: h5py.AttributeManager | None = None, skip: frozenset = frozenset(), obj_id=None):
         self._source = source
         self._skip = skip
+        self._obj_id = obj_id  # the source object's id (``h5py`` ObjectID): count before iterating
         self._values: dict[str, Any] | None = None if source is not None else {}
         self._dtypes: dict[str, np.dtype] = {}
         #: True once an attribute was set, created or deleted on this staged object.
@@ -56,7 +57,9 @@ class StagedAttrs(MutableMapping):
         with 400 mappings (it reads the whole object header); counting them
         and testing the skipped names costs a few microseconds each.
         """
-        oid = self._source._id
+        oid = self._obj_id
+        if oid is None:
+            return False
         n = h5a.get_num_attrs(oid)
         if n == 0:
             return True

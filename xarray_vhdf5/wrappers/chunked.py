@@ -101,7 +101,7 @@ class InMemoryDataset(ChunkedStagedDataset):
         # of an unchanged or edited dataset never look at them).
         super().__init__(name, parent, source.dtype, raw_chunks, _UNSET, _UNSET, (None,) * source.ndim)
         self.origin_name = name  # where its raw_data lives; differs after group.move()
-        self.attrs = StagedAttrs(source.attrs, skip=RESERVED_ATTRS)
+        self.attrs = StagedAttrs(source.attrs, skip=RESERVED_ATTRS, obj_id=source.id)
 
     @property
     def fillvalue(self):

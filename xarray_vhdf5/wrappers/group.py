@@ -42,7 +42,10 @@ class InMemoryGroup:
         #: On a version's root: the file handle's held datasets (``backend.held.OpenDatasets``).
         self.open_datasets = open_datasets
         self._children: dict[str, InMemoryGroup | StagedDatasetBase] = {}
-        self.attrs = StagedAttrs(source.attrs if source is not None else None, skip=VERSION_ATTRS)
+        self.attrs = StagedAttrs(
+            source.attrs if source is not None else None, skip=VERSION_ATTRS,
+            obj_id=source.id if source is not None else None,
+        )
         self._closed = False
         #: Set on a version's root by ``stage_version``: chunk maps of the last commit.
         self.slab_maps = None
