@@ -282,6 +282,51 @@ def test_staged_group_is_closed_after_commit(history):
     assert history["v4"]["x"][()].tolist() == history["v3"]["x"][()].tolist()
 
 
+def test_committed_tree_frees_its_staged_data_without_the_cyclic_gc(history):
+    # A staged tree is a reference cycle (groups <-> datasets); the commit must break it,
+    # or a loop of commits holds every version's staged slabs until the cyclic GC runs.
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        refs = []
+        for k in range(3):
+            with history.stage_version(f"loop{k}") as g:
+                g["x"][0] = 100 + k
+                g.create_group(f"made{k}").create_dataset("y", data=np.arange(4.0))
+                refs.append(weakref.ref(g["x"].staged_array))
+                refs.append(weakref.ref(g[f"made{k}/y"]))
+            del g
+        assert [r() for r in refs] == [None] * len(refs)
+    finally:
+        gc.enable()
+    assert history["loop2"]["x"][0] == 102
+    assert history["loop2"]["made2/y"][()].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_staged_group_of_a_failed_block_is_closed(history):
+    with pytest.raises(RuntimeError):
+        with history.stage_version("v4") as g:
+            x = g["x"]
+            raise RuntimeError("pipeline failed")
+    with pytest.raises(ReadOnlyError):
+        x[0] = 1
+    with pytest.raises(ReadOnlyError):
+        g.create_dataset("late", data=[1])
+    assert "v4" not in history
+
+
+def test_dataset_held_after_commit_keeps_its_data_and_refuses_edits(history):
+    with history.stage_version("v4") as g:
+        x = g["x"]
+        x[0] = 42
+    assert x[0] == 42 and x.shape == history["v4"]["x"].shape
+    with pytest.raises(ReadOnlyError):
+        x[0] = 1
+    assert history["v4"]["x"][0] == 42
+
+
 def test_root_attrs_carried_to_next_version(history):
     """A staged version starts with its previous version's root attributes, as with subgroups.
 

@@ -286,7 +286,11 @@ class VersionedHDF5File:
         source = self._registry.group[prev] if prev != FIRST_VERSION else None
         root = InMemoryGroup("", source, open_datasets=self._caches.open_datasets)
         root.slab_maps = self._caches.slab_maps
-        yield root
+        try:
+            yield root
+        except BaseException:
+            root._close()  # discarded: later edits raise instead of being lost
+            raise
         # Checked just before the version group is created: the stored version index
         # then gets one row appended (O(1)) instead of being rebuilt.
         index_was_valid = self._registry.index_valid()
@@ -300,6 +304,6 @@ class VersionedHDF5File:
                 touch_index(self._registry.vdata, self._registry.group)
             raise
         finally:
-            root._closed = True
+            root._close()
         self._caches.committed(self._registry.vdata)
         self._registry.added(version_name, index_was_valid, prev_version=prev, timestamp=self.last_commit.timestamp)
