@@ -234,3 +234,31 @@ def test_memory_and_size(benchmark, note, tmp_path, workload, impl):
         f"memory {workload:8s} {impl:15s} peak RSS growth {out['peak_rss_growth'] / 2**20:7.1f} MiB,"
         f" file {out['file_size'] / 2**20:7.1f} MiB ({out['file_size']} B){ratios}"
     )
+
+
+SMALL_METADATA_CACHE = 64 * 1024
+
+
+@pytest.mark.parametrize("impl", ("h5py", "floor", "xarray_vhdf5"))  # baselines first
+def test_memory_appends_small_metadata_cache(benchmark, note, tmp_path, impl):
+    """Peak RSS growth of the appends workload with a fixed 64 KiB metadata cache.
+
+    libhdf5 keeps each new virtual dataset's decoded layout (every mapping's
+    hyperslab selections) in the file's metadata cache, which it sizes by the
+    layout's bytes on disk: the decoded form is much larger. With the default
+    cache (2 MiB of on-disk bytes) that is most of the format floor's memory
+    above plain h5py. A smaller cache (``f.id.set_mdc_config``, a setting of the
+    file handle) bounds it; compare with ``test_memory_and_size``'s appends rows.
+    """
+    benchmark.group = "memory (child process wall time, not a workload measurement)"
+    out = _once(benchmark, lambda: measure("appends", impl, tmp_path, SMALL_METADATA_CACHE))
+    MEMORY["appends-mdc64k", impl] = out
+    ratios = "".join(
+        f" | {out['peak_rss_growth'] / MEMORY[key]['peak_rss_growth']:.2f}x / {label}"
+        for key, label in ((("appends", "h5py"), "h5py (default cache)"), (("appends-mdc64k", "h5py"), "h5py (64 KiB)"))
+        if key in MEMORY and key != ("appends-mdc64k", impl) and MEMORY[key]["peak_rss_growth"] > 0
+    )
+    note(
+        f"memory appends, 64 KiB metadata cache, {impl:15s} peak RSS growth"
+        f" {out['peak_rss_growth'] / 2**20:7.1f} MiB{ratios}"
+    )

@@ -1,7 +1,8 @@
 """Peak memory and file size of a commit workload, measured in a fresh child process.
 
-``measure(workload, impl, tmpdir)`` runs ``python memory.py WORKLOAD IMPL PATH`` in a
-subprocess: the child imports everything, builds the workload's input (the same
+``measure(workload, impl, tmpdir)`` runs ``python memory.py WORKLOAD IMPL PATH [MDC_BYTES]``
+in a subprocess (``MDC_BYTES``: ``workloads.METADATA_CACHE_BYTES``, a fixed metadata
+cache size for the file written): the child imports everything, builds the workload's input (the same
 seeded arrays as the timed benchmarks), resets the kernel's peak-RSS mark
 (``echo 5 > /proc/self/clear_refs``, Linux >= 4.0), runs the workload without
 reading its result back, then reads ``VmHWM`` (peak resident set size) from
@@ -56,10 +57,12 @@ def _inputs(workload: str):
     raise ValueError(f"unknown workload {workload!r}: expected appends, sparse or bulk")
 
 
-def _child(workload: str, impl: str, path: str) -> dict:
+def _child(workload: str, impl: str, path: str, metadata_cache_bytes: str | None = None) -> dict:
     import numpy as np
 
     import workloads as w
+
+    w.METADATA_CACHE_BYTES = int(metadata_cache_bytes) if metadata_cache_bytes else None
 
     w._versioned_file_class(impl) if impl in ("xarray_vhdf5", "versioned_hdf5") else None  # import now
     func, args, expected = _inputs(workload)
@@ -71,15 +74,19 @@ def _child(workload: str, impl: str, path: str) -> dict:
     return {"peak_rss_growth": peak - before, "rss_before": before, "file_size": os.path.getsize(path)}
 
 
-def measure(workload: str, impl: str, tmpdir: str | os.PathLike) -> dict:
+def measure(workload: str, impl: str, tmpdir: str | os.PathLike, metadata_cache_bytes: int | None = None) -> dict:
     """Run ``workload`` (``"appends"``, ``"sparse"`` or ``"bulk"``) for ``impl`` in a child process.
+
+    ``metadata_cache_bytes``: a fixed metadata cache for the file (default:
+    libhdf5's adaptive cache).
 
     Returns ``{"peak_rss_growth": bytes, "rss_before": bytes, "file_size": bytes}``.
     Raises ``subprocess.CalledProcessError`` if the child fails (its data check included).
     """
-    path = str(Path(tmpdir) / f"mem-{workload}-{impl}.h5")
+    path = str(Path(tmpdir) / f"mem-{workload}-{impl}-{metadata_cache_bytes or 'default'}.h5")
+    extra = [str(metadata_cache_bytes)] if metadata_cache_bytes else []
     proc = subprocess.run(
-        [sys.executable, str(HERE / "memory.py"), workload, impl, path],
+        [sys.executable, str(HERE / "memory.py"), workload, impl, path, *extra],
         cwd=str(tmpdir), capture_output=True, text=True,
     )
     if proc.returncode:
@@ -88,4 +95,4 @@ def measure(workload: str, impl: str, tmpdir: str | os.PathLike) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(_child(*sys.argv[1:4])))
+    print(json.dumps(_child(*sys.argv[1:5])))

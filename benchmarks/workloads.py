@@ -30,6 +30,25 @@ from h5py import h5d, h5p, h5s, h5t
 
 IMPLEMENTATIONS = ("xarray_vhdf5", "versioned_hdf5", "floor", "h5py")
 
+#: When set (bytes), the commit workloads give the files they write a metadata cache
+#: of this fixed size (``h5py.File.id.set_mdc_config``) instead of libhdf5's
+#: adaptive default (2 MiB at first). The memory benchmark uses it to show what
+#: bounds the peak memory of an ingest: libhdf5 keeps each new virtual dataset's
+#: decoded layout in that cache, which is sized by the layout's bytes on disk.
+METADATA_CACHE_BYTES: int | None = None
+
+
+def _create(path: str) -> h5py.File:
+    """``h5py.File(path, "w")``, with :data:`METADATA_CACHE_BYTES` applied."""
+    f = h5py.File(path, "w")
+    if METADATA_CACHE_BYTES:
+        config = f.id.get_mdc_config()
+        config.set_initial_size = True
+        config.initial_size = config.max_size = METADATA_CACHE_BYTES
+        config.min_size = min(config.min_size, METADATA_CACHE_BYTES)
+        f.id.set_mdc_config(config)
+    return f
+
 
 def _versioned_file_class(impl: str):
     if impl == "xarray_vhdf5":
@@ -132,7 +151,7 @@ def append_steps(n: int, seed: int = 0) -> np.ndarray:
 def appends(impl: str, path: str, steps: np.ndarray, read: bool = True):
     """One version per time step, each growing a (t, 180, 360) float32 by one step."""
     n = len(steps)
-    with h5py.File(path, "w") as f:
+    with _create(path) as f:
         if impl == "h5py":
             ds = f.create_dataset("x", shape=(0, *APPEND_SHAPE), maxshape=(None, *APPEND_SHAPE), chunks=APPEND_CHUNKS, dtype="f4")
             for i in range(n):
@@ -182,7 +201,7 @@ def expected_sparse(base, edits) -> np.ndarray:
 
 def sparse_edits(impl: str, path: str, base: np.ndarray, edits, read: bool = True):
     """One version per set of random point edits of a (2000, 2000) float64."""
-    with h5py.File(path, "w") as f:
+    with _create(path) as f:
         if impl == "h5py":
             ds = f.create_dataset("x", data=base, chunks=SPARSE_CHUNKS)
             for i, j, v in edits:
@@ -243,7 +262,7 @@ def expected_bulk(base, halves) -> np.ndarray:
 
 def bulk_rewrite(impl: str, path: str, base: np.ndarray, halves: np.ndarray, read: bool = True):
     """One version per rewrite of half of a (1000, 1000) float64, chunks (100, 100)."""
-    with h5py.File(path, "w") as f:
+    with _create(path) as f:
         if impl == "h5py":
             ds = f.create_dataset("x", data=base, chunks=BULK_CHUNKS)
             for k, half in enumerate(halves, 1):
