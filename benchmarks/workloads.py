@@ -7,7 +7,10 @@ Implementations (``IMPLEMENTATIONS``):
 - ``"floor"``: the *format floor*, a plain h5py script doing only what the format
   requires per version: hash the changed chunks (SHA-256), append the new ones to
   raw_data and their rows to hash_table, create the version group and its virtual
-  dataset with one mapping per chunk (h5py's low-level API). No staging, no
+  dataset with one mapping per chunk (h5py's low-level API), and write the attributes
+  FORMAT.md lists (the group's ``prev_version``, ``committed`` first False then True,
+  ``timestamp``, the virtual dataset's ``raw_data`` and ``chunks``, ``largest_index``,
+  ``current_version``). No staging, no
   validation, no reading back: the cost any implementation of the format pays;
 - ``"h5py"``: plain h5py without versions (edit one dataset in place): the
   absolute limit.
@@ -114,7 +117,10 @@ class FormatFloor:
             self.hash_table[self.n_rows - len(new) : self.n_rows] = rows
             self.hash_table.attrs["largest_index"] = self.n_rows
         grp = self.versions.create_group(name)
+        # FORMAT.md: created with committed=False and a timestamp, marked committed last.
         grp.attrs["prev_version"] = self.prev
+        grp.attrs["committed"] = False
+        grp.attrs["timestamp"] = "1970-01-01 00:00:00.000000+0000"
         dcpl = h5p.create(h5p.DATASET_CREATE)
         dcpl.set_layout(h5d.VIRTUAL)
         vspace = h5s.create_simple(self.shape, self.shape)
@@ -124,7 +130,10 @@ class FormatFloor:
             src.select_hyperslab((row * c0,) + (0,) * (len(cshape) - 1), cshape)
             dcpl.set_virtual(vspace, b".", b"/_version_data/x/raw_data", src)
         vspace.select_all()
-        h5d.create(grp.id, b"x", h5t.py_create(self.dtype), vspace, dcpl=dcpl)
+        vds = h5d.create(grp.id, b"x", h5t.py_create(self.dtype), vspace, dcpl=dcpl)
+        vds_attrs = h5py.AttributeManager(h5py.Dataset(vds))
+        vds_attrs["raw_data"] = "/_version_data/x/raw_data"  # FORMAT.md: the version dataset's attrs
+        vds_attrs["chunks"] = np.asarray(self.chunks, dtype=np.int64)
         grp.attrs["committed"] = True
         grp.attrs["timestamp"] = "1970-01-01 00:00:00.000000+0000"
         self.versions.attrs["current_version"] = name
