@@ -104,3 +104,27 @@ def test_hdf5_failure_raises_not_crashes(tmp_path):
         closed = raw.id.get_space().id  # the SpaceID object is freed, its id closed
         with pytest.raises(HDF5Error, match=r"H5Sselect_hyperslab \(source space\) failed on mapping 0"):
             kernel(raw.id.id, vspace.id, closed, b"/raw", one, one, cnt)
+
+
+def test_cached_creation_templates_keep_each_dtype_and_fill_value(tmp_path):
+    """create_virtual_dataset reuses one property list per (dtype, fill value): never the wrong one."""
+    from xarray_vhdf5.backend.virtual import create_virtual_dataset
+
+    cases = [
+        ("f8-0", "f8", 0.0), ("f8-nan", "f8", np.nan), ("f8-neg0", "f8", -0.0), ("f8-7", "f8", 7.5),
+        ("i4-3", "i4", 3), ("i4-0", "i4", 0), ("S3", "S3", b"ab"), ("S3-empty", "S3", b""),
+        ("bool", bool, True), ("i1", "i1", 1),
+    ]
+    with h5py.File(tmp_path / "t.h5", "w") as f:
+        for _ in range(2):  # the second round takes every template from the cache
+            for name, dtype, fill in cases:
+                raw = f.require_dataset(f"raw-{name}", shape=(4,), dtype=dtype, chunks=(2,), maxshape=(None,),
+                                        fillvalue=fill)
+                if name in f:
+                    del f[name]
+                vds = create_virtual_dataset(f, name, raw, (4,), (2,), [((0,), 0, 2)])
+                assert vds.is_virtual
+                assert vds.dtype == raw.dtype and h5py.check_enum_dtype(vds.dtype) == h5py.check_enum_dtype(raw.dtype)
+                got, want = np.asarray(vds.fillvalue), np.asarray(raw.fillvalue)
+                assert got.tobytes() == want.tobytes(), (name, got, want)
+                assert vds[2:].tobytes() == np.full(2, want, dtype=raw.dtype).tobytes()

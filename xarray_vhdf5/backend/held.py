@@ -40,6 +40,7 @@ class OpenDatasets:
 
     def __init__(self) -> None:
         self._held: dict[bytes, tuple[int, h5d.DatasetID]] = {}
+        self._wrappers: dict[bytes, h5py.Dataset] = {}
 
     def _get(self, loc, path: bytes, chunk_bytes: int | None = None) -> h5d.DatasetID:
         addr = h5o.get_info(loc, name=path).addr
@@ -80,8 +81,14 @@ class OpenDatasets:
         KeyError
             Nothing at ``path``.
         """
-        return h5py.Dataset(self._get(loc, path.encode(), chunk_bytes))
+        bpath = path.encode()
+        dsid = self._get(loc, bpath, chunk_bytes)
+        wrapper = self._wrappers.get(bpath)
+        if wrapper is None or wrapper.id is not dsid:  # h5py.Dataset() costs about 20 us
+            wrapper = self._wrappers[bpath] = h5py.Dataset(dsid)
+        return wrapper
 
     def clear(self) -> None:
         """Let go of every handle (they close when no other reference remains)."""
         self._held = {}
+        self._wrappers = {}

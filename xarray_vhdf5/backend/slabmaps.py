@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 
 import h5py
 import numpy as np
-from h5py import h5o
+from h5py import h5d, h5i, h5o
 
 from .h5attrs import read_attr
 from .h5objects import object_address
@@ -37,10 +37,16 @@ __all__ = ["SlabMapCache", "slab_arrays"]
 _Key = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
 
 
-def _key(vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks) -> _Key:
+def _oid(obj):
+    """The low-level id of an h5py object, or ``obj`` itself if it is one."""
+    return obj.id if isinstance(obj, h5py.HLObject) else obj
+
+
+def _key(vds: h5py.Dataset | h5d.DatasetID, raw_data: h5py.Dataset, shape, chunks) -> _Key:
+    vid = _oid(vds)
     return (
-        vds.name,
-        object_address(vds.id),
+        vds.name if isinstance(vds, h5py.HLObject) else h5i.get_name(vid).decode(),
+        object_address(vid),
         object_address(raw_data.id),
         tuple(int(n) for n in shape),
         tuple(int(c) for c in chunks),
@@ -54,7 +60,7 @@ def _version_path(key: _Key) -> str:
 def _version_stamp(vds: h5py.Dataset, key: _Key):
     """The ``timestamp`` attribute of the version group holding ``vds`` (None if it has none)."""
     try:
-        return read_attr(h5o.open(vds.id, _version_path(key).encode()), "timestamp")
+        return read_attr(h5o.open(_oid(vds), _version_path(key).encode()), "timestamp")
     except KeyError:
         return None
 

@@ -32,7 +32,7 @@ from ..backend.hashtable import HashTable, table_state
 from ..backend.layout import VERSION_DATA
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
 from ..backend.slabmaps import slab_arrays
-from ..backend.virtual import carry_virtual_dataset, copy_virtual_dataset, create_virtual_dataset
+from ..backend.virtual import carry_virtual_dataset, copy_virtual_dataset, create_virtual_dataset_id
 from ..errors import IncompatibleDataError
 from ..wrappers.chunked import ChunkedStagedDataset, InMemoryDataset, is_over, split_unchanged
 from ..wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
@@ -162,7 +162,8 @@ def _commit_dataset(
             writer, shape = _commit_array(f, path, ds, data, caches)
     writer.flush()
     chunk_rows = sorted(writer.stats.chunk_rows)
-    vds = create_virtual_dataset(parent, last, writer.raw_data, shape, writer.chunks, chunk_rows)
+    fill = {} if writer.fillvalue is None else {"fillvalue": writer.fillvalue}
+    vds = create_virtual_dataset_id(parent.id, last, writer.raw_data, shape, writer.chunks, chunk_rows, **fill)
     ds.attrs.write_to(vds)
     arrays = slab_arrays(shape, writer.chunks, chunk_rows)
     caches.slab_maps.stage(vds, writer.raw_data, shape, writer.chunks, arrays, writer.hash_table.state)

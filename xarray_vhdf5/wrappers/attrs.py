@@ -103,9 +103,12 @@ class StagedAttrs(MutableMapping):
         if dtype is not None:
             self._dtypes[name] = np.dtype(dtype)
 
-    def write_to(self, obj: h5py.HLObject) -> None:
-        """Write every attribute on ``obj`` (a freshly created HDF5 object)."""
-        for key, value in self._load().items():
+    def write_to(self, obj) -> None:
+        """Write every attribute on ``obj`` (a freshly created HDF5 object, or its dataset id)."""
+        items = self._load()
+        if items and isinstance(obj, h5py.h5d.DatasetID):
+            obj = h5py.Dataset(obj)
+        for key, value in items.items():
             dtype = self._dtypes.get(key)
             if dtype is not None:
                 obj.attrs.create(key, value, dtype=dtype)

@@ -12,6 +12,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+from h5py import h5d, h5g, h5o
 
 from ..backend.chunks import guess_chunks_h5py
 from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS
@@ -50,12 +51,19 @@ class InMemoryGroup:
         #: Set on a version's root by ``stage_version``: chunk maps of the last commit.
         self.slab_maps = None
         if source is not None:
-            for key, item in source.items():
+            # Through the low-level API, in h5py's order (``Group.items()`` builds
+            # more objects per member: 165 us against 75 for one dataset).
+            gid = source.id
+            for bkey in gid:
+                key = bkey.decode("utf-8")
                 path = posixpath.join(name, key)
-                if isinstance(item, h5py.Group):
-                    self._children[key] = InMemoryGroup(path, item, root=self._root)
-                else:
-                    self._children[key] = InMemoryDataset(path, self, item)
+                oid = h5o.open(gid, bkey)
+                if isinstance(oid, h5g.GroupID):
+                    self._children[key] = InMemoryGroup(path, h5py.Group(oid), root=self._root)
+                elif isinstance(oid, h5d.DatasetID):
+                    self._children[key] = InMemoryDataset(path, self, h5py.Dataset(oid))
+                else:  # e.g. a named datatype: as h5py returns it
+                    self._children[key] = InMemoryDataset(path, self, source[key])
 
     def _close(self) -> None:
         """Close the staged tree (committed or discarded) and let go of its staged data.
