@@ -83,6 +83,27 @@ ctypedef herr_t (*H5Ewalk2_ft)(hid_t err_stack, int direction, H5E_walk2_t func,
                                void *client_data) noexcept nogil
 ctypedef herr_t (*H5Pset_virtual_ft)(hid_t dcpl_id, hid_t vspace_id, const char *src_file_name,
                                      const char *src_dset_name, hid_t src_space_id) noexcept nogil
+# Attributes (attrtools.pyx). H5S_SCALAR = 0 (H5S_class_t), H5T_INTEGER = 0,
+# H5T_FLOAT = 1, H5T_STRING = 3, H5T_ENUM = 8 (H5T_class_t).
+ctypedef htri_t (*H5Aexists_ft)(hid_t obj_id, const char *attr_name) noexcept nogil
+ctypedef hid_t (*H5Aopen_ft)(hid_t obj_id, const char *attr_name, hid_t aapl_id) noexcept nogil
+ctypedef hid_t (*H5Acreate2_ft)(hid_t loc_id, const char *attr_name, hid_t type_id, hid_t space_id,
+                                hid_t acpl_id, hid_t aapl_id) noexcept nogil
+ctypedef herr_t (*H5Adelete_ft)(hid_t loc_id, const char *attr_name) noexcept nogil
+ctypedef herr_t (*H5Aclose_ft)(hid_t attr_id) noexcept nogil
+ctypedef herr_t (*H5Awrite_ft)(hid_t attr_id, hid_t mem_type_id, const void *buf) noexcept nogil
+ctypedef herr_t (*H5Aread_ft)(hid_t attr_id, hid_t mem_type_id, void *buf) noexcept nogil
+ctypedef hid_t (*H5Aget_type_ft)(hid_t attr_id) noexcept nogil
+ctypedef hid_t (*H5Aget_space_ft)(hid_t attr_id) noexcept nogil
+ctypedef htri_t (*H5Tequal_ft)(hid_t type1_id, hid_t type2_id) noexcept nogil
+ctypedef herr_t (*H5Tclose_ft)(hid_t type_id) noexcept nogil
+ctypedef int (*H5Tget_class_ft)(hid_t type_id) noexcept nogil
+ctypedef htri_t (*H5Tis_variable_str_ft)(hid_t type_id) noexcept nogil
+ctypedef hid_t (*H5Screate_ft)(int type) noexcept nogil
+ctypedef int (*H5Sget_simple_extent_dims_ft)(hid_t space_id, hsize_t *dims,
+                                             hsize_t *maxdims) noexcept nogil
+ctypedef int (*H5Sget_simple_extent_type_ft)(hid_t space_id) noexcept nogil
+ctypedef herr_t (*H5free_memory_ft)(void *mem) noexcept nogil
 
 # The resolved entry points (filled once, at import, by slicetools.pyx, which
 # shares the filled struct with the other kernel modules through the PyCapsule
@@ -105,6 +126,23 @@ ctypedef struct HDF5API:
     H5Pget_virtual_filename_ft H5Pget_virtual_filename
     H5Ewalk2_ft H5Ewalk2
     H5Pset_virtual_ft H5Pset_virtual
+    H5Aexists_ft H5Aexists
+    H5Aopen_ft H5Aopen
+    H5Acreate2_ft H5Acreate2
+    H5Adelete_ft H5Adelete
+    H5Aclose_ft H5Aclose
+    H5Awrite_ft H5Awrite
+    H5Aread_ft H5Aread
+    H5Aget_type_ft H5Aget_type
+    H5Aget_space_ft H5Aget_space
+    H5Tequal_ft H5Tequal
+    H5Tclose_ft H5Tclose
+    H5Tget_class_ft H5Tget_class
+    H5Tis_variable_str_ft H5Tis_variable_str
+    H5Screate_ft H5Screate
+    H5Sget_simple_extent_dims_ft H5Sget_simple_extent_dims
+    H5Sget_simple_extent_type_ft H5Sget_simple_extent_type
+    H5free_memory_ft H5free_memory
 
 # Name of the PyCapsule holding a pointer to slicetools' filled HDF5API struct.
 cdef extern from *:

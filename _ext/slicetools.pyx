@@ -75,6 +75,23 @@ from hdf5 cimport (
     H5Sget_select_npoints_ft,
     H5Sget_simple_extent_ndims_ft,
     H5Sselect_hyperslab_ft,
+    H5Aclose_ft,
+    H5Acreate2_ft,
+    H5Adelete_ft,
+    H5Aexists_ft,
+    H5Aget_space_ft,
+    H5Aget_type_ft,
+    H5Aopen_ft,
+    H5Aread_ft,
+    H5Awrite_ft,
+    H5free_memory_ft,
+    H5Screate_ft,
+    H5Sget_simple_extent_dims_ft,
+    H5Sget_simple_extent_type_ft,
+    H5Tclose_ft,
+    H5Tequal_ft,
+    H5Tget_class_ft,
+    H5Tis_variable_str_ft,
     HDF5API,
     herr_t,
     hid_t,
@@ -170,6 +187,23 @@ cdef int _load_hdf5_symbols() except -1:
     )
     H5.H5Ewalk2 = <H5Ewalk2_ft>_sym(handle, b"H5Ewalk2")
     H5.H5Pset_virtual = <H5Pset_virtual_ft>_sym(handle, b"H5Pset_virtual")
+    H5.H5Aexists = <H5Aexists_ft>_sym(handle, b"H5Aexists")
+    H5.H5Aopen = <H5Aopen_ft>_sym(handle, b"H5Aopen")
+    H5.H5Acreate2 = <H5Acreate2_ft>_sym(handle, b"H5Acreate2")
+    H5.H5Adelete = <H5Adelete_ft>_sym(handle, b"H5Adelete")
+    H5.H5Aclose = <H5Aclose_ft>_sym(handle, b"H5Aclose")
+    H5.H5Awrite = <H5Awrite_ft>_sym(handle, b"H5Awrite")
+    H5.H5Aread = <H5Aread_ft>_sym(handle, b"H5Aread")
+    H5.H5Aget_type = <H5Aget_type_ft>_sym(handle, b"H5Aget_type")
+    H5.H5Aget_space = <H5Aget_space_ft>_sym(handle, b"H5Aget_space")
+    H5.H5Tequal = <H5Tequal_ft>_sym(handle, b"H5Tequal")
+    H5.H5Tclose = <H5Tclose_ft>_sym(handle, b"H5Tclose")
+    H5.H5Tget_class = <H5Tget_class_ft>_sym(handle, b"H5Tget_class")
+    H5.H5Tis_variable_str = <H5Tis_variable_str_ft>_sym(handle, b"H5Tis_variable_str")
+    H5.H5Screate = <H5Screate_ft>_sym(handle, b"H5Screate")
+    H5.H5Sget_simple_extent_dims = <H5Sget_simple_extent_dims_ft>_sym(handle, b"H5Sget_simple_extent_dims")
+    H5.H5Sget_simple_extent_type = <H5Sget_simple_extent_type_ft>_sym(handle, b"H5Sget_simple_extent_type")
+    H5.H5free_memory = <H5free_memory_ft>_sym(handle, b"H5free_memory")
     return 0
 
 

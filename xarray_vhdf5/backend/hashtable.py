@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
-from h5py import h5a, h5d, h5s, h5t
+from h5py import h5d, h5s, h5t
 
-from .h5attrs import write_attr
+from .h5attrs import read_attr, write_attr
 from .h5objects import object_address
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
 
 __all__ = ["HashTable", "HashTableCache", "hash_table_id", "hash_table_path", "table_state"]
 
 _HASH_TABLE_MTYPE = h5t.py_create(HASH_TABLE_DTYPE)
-_I8_MTYPE = h5t.py_create(np.dtype("<i8"))
+
 
 
 class HashTable:
@@ -189,11 +189,9 @@ def table_state(dataset: h5py.Dataset | h5d.DatasetID) -> tuple[int, bytes]:
     """
     dsid = dataset.id if isinstance(dataset, h5py.Dataset) else dataset
     try:
-        attr = h5a.open(dsid, b"largest_index")
+        count = np.asarray(read_attr(dsid, "largest_index", expect="int"))
     except KeyError:
         return 0, b""
-    count = np.empty(attr.shape, dtype=np.int64)
-    attr.read(count, mtype=_I8_MTYPE)
     n = int(count.reshape(-1)[0]) if count.size else 0
     if n == 0:
         return 0, b""

@@ -164,7 +164,7 @@ class ChunkWriter:
         self.raw_data = raw_data
         self.hash_table = hash_table
         if chunks is None:
-            chunks = read_attr(raw_data.id, "chunks")
+            chunks = read_attr(raw_data.id, "chunks", expect="int")
         self.chunks = tuple(int(c) for c in chunks)
         if fillvalue is _READ:
             fillvalue = None if raw_data.dtype.kind == "O" else raw_data.fillvalue

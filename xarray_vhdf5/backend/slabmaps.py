@@ -60,7 +60,7 @@ def _version_path(key: _Key) -> str:
 def _version_stamp(vds: h5py.Dataset, key: _Key):
     """The ``timestamp`` attribute of the version group holding ``vds`` (None if it has none)."""
     try:
-        return read_attr(h5o.open(_oid(vds), _version_path(key).encode()), "timestamp")
+        return read_attr(h5o.open(_oid(vds), _version_path(key).encode()), "timestamp", expect="str")
     except KeyError:
         return None
 

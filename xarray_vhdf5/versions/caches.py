@@ -144,7 +144,7 @@ def _token(vdata: h5py.Group) -> int | None:
 
 def _token_of(index) -> int | None:
     try:
-        return int(read_attr(index, COMMIT_TOKEN))
+        return int(read_attr(index, COMMIT_TOKEN, expect="int"))
     except (KeyError, TypeError, ValueError):
         return None
 

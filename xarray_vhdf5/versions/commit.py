@@ -306,7 +306,7 @@ def _over_own_raw_data(path: str, ds: StagedDatasetBase, raw: h5py.Dataset) -> b
 def _check_compatible(path: str, raw: h5py.Dataset, ds: StagedDatasetBase, dtype: np.dtype) -> None:
     if _over_own_raw_data(path, ds, raw):
         return  # chunks, dtype and fill value come from raw itself (a replaced staged_array is checked when set)
-    raw_chunks = tuple(int(c) for c in read_attr(raw.id, "chunks"))
+    raw_chunks = tuple(int(c) for c in read_attr(raw.id, "chunks", expect="int"))
     if getattr(ds, "chunks_given", True) and ds.chunks != raw_chunks:
         raise IncompatibleDataError(
             f"dataset {path!r}: chunks {ds.chunks} differ from {raw_chunks} fixed by its first "

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 
 from ..backend.layout import DATA_VERSION, FIRST_VERSION
-from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionExistsError, VersionNotFoundError
+from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionExistsError
 from ..wrappers.group import InMemoryGroup
 from ..wrappers.readonly import VersionGroup
 from .caches import caches_for

@@ -15,7 +15,6 @@ says which chunks to hash and append; the others keep their ``raw_data`` rows.
 
 from __future__ import annotations
 
-from typing import Any
 
 import h5py
 import numpy as np
@@ -85,8 +84,8 @@ class InMemoryDataset(ChunkedStagedDataset):
     """
 
     def __init__(self, name: str, parent, source: h5py.Dataset):
-        raw_chunks = tuple(int(c) for c in read_attr(source.id, "chunks"))
-        raw_path = read_attr(source.id, "raw_data")
+        raw_chunks = tuple(int(c) for c in read_attr(source.id, "chunks", expect="int"))
+        raw_path = read_attr(source.id, "raw_data", expect="str")
         raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
         raw_path = "/" + raw_path.lstrip("/")  # from the file's root
         held = parent._root.open_datasets if parent is not None else None

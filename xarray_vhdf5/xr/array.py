@@ -8,7 +8,6 @@ mappings point each chunk at its rows of raw_data (xarray backend guide,
 
 from __future__ import annotations
 
-import h5py
 import numpy as np
 from xarray.backends import BackendArray
 from xarray.core import indexing

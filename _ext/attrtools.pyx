@@ -1,0 +1,258 @@
+"""Compiled reads and writes of the format's small attributes (private).
+
+A commit writes about ten attributes and reads about five (FORMAT.md: a
+version's ``prev_version``, ``committed`` and ``timestamp``, a virtual
+dataset's ``raw_data`` and ``chunks``, ``largest_index``, ``current_version``).
+Through ``h5py.h5a`` each costs 50-110 us, most of it h5py making and
+registering an object per HDF5 id (attribute, type, dataspace); the libhdf5
+calls themselves take 5-30 us. These functions make the same calls
+(``H5Aexists``, ``H5Aopen``/``H5Acreate2``, ``H5Awrite``/``H5Aread``,
+``H5Aclose``) directly, under h5py's ``phil`` lock, on the symbols resolved by
+``slicetools`` (shared through the ``slicetools._HDF5_API`` capsule).
+
+They are dumb: the datatypes come from the caller, who also decides which
+values come here (``xarray_vhdf5.backend.h5attrs``, which keeps the h5py path
+as the reference; ``tests/test_h5attrs.py`` checks both write the same
+attributes and read the same values). Return codes: 0 done, 1 no such
+attribute, 2 an attribute this module does not read (another class or shape:
+the caller uses h5py); a libhdf5 failure raises
+:class:`xarray_vhdf5.errors.HDF5Error` naming the call.
+"""
+
+from cpython.pycapsule cimport PyCapsule_GetPointer
+from libc.stdint cimport int64_t
+
+from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, HDF5API, HDF5_API_CAPSULE_NAME, hid_t, hsize_t, htri_t
+
+import numpy as np
+from h5py._objects import phil
+
+from xarray_vhdf5._ext.slicetools import _HDF5_API
+from xarray_vhdf5.errors import HDF5Error
+
+__all__ = ["read_int64", "read_vlen_str", "write_buffer", "write_vlen_str"]
+
+cdef HDF5API *H5 = <HDF5API *>PyCapsule_GetPointer(_HDF5_API, HDF5_API_CAPSULE_NAME)
+
+cdef enum:
+    H5S_SCALAR = 0
+    H5S_SIMPLE = 1
+    H5T_INTEGER = 0
+    H5T_STRING = 3
+
+
+cdef int _fail(const char *call, bytes name) except -1:
+    raise HDF5Error(f"{call.decode()} failed on attribute {name.decode('utf-8', 'replace')!r}")
+
+
+cdef int _same_extent(hid_t attr, int rank, const hsize_t *dims) noexcept:
+    """1 when the attribute's dataspace is ``rank`` / ``dims`` (rank 0: scalar), 0 if not, -1 on failure."""
+    cdef hid_t space = H5.H5Aget_space(attr)
+    cdef hsize_t have[H5S_MAX_RANK]
+    cdef int kind, n, i
+    cdef int same = 0
+    if space < 0:
+        return -1
+    kind = H5.H5Sget_simple_extent_type(space)
+    if rank == 0:
+        same = kind == H5S_SCALAR
+    elif kind == H5S_SIMPLE:
+        n = H5.H5Sget_simple_extent_dims(space, have, NULL)
+        if n == rank:
+            same = 1
+            for i in range(rank):
+                if have[i] != dims[i]:
+                    same = 0
+    H5.H5Sclose(space)
+    return same
+
+
+cdef hid_t _open_for_write(hid_t obj, const char *name, hid_t file_type, int rank, const hsize_t *dims) except? -1:
+    """The attribute ``name`` ready to take a value of ``file_type`` and extent ``rank``/``dims``.
+
+    An existing one of the same type and extent is reused (written in place);
+    another one is deleted and created again, as h5py does.
+    """
+    cdef htri_t exists = H5.H5Aexists(obj, name)
+    cdef hid_t attr, atype, space
+    cdef htri_t same_type
+    cdef int same_extent
+    if exists < 0:
+        return -1
+    if exists:
+        attr = H5.H5Aopen(obj, name, H5P_DEFAULT)
+        if attr < 0:
+            return -1
+        atype = H5.H5Aget_type(attr)
+        if atype < 0:
+            H5.H5Aclose(attr)
+            return -1
+        same_type = H5.H5Tequal(atype, file_type)
+        H5.H5Tclose(atype)
+        same_extent = _same_extent(attr, rank, dims)
+        if same_type > 0 and same_extent > 0:
+            return attr
+        H5.H5Aclose(attr)
+        if H5.H5Adelete(obj, name) < 0:
+            return -1
+    if rank == 0:
+        space = H5.H5Screate(H5S_SCALAR)
+    else:
+        space = H5.H5Screate_simple(rank, dims, NULL)
+    if space < 0:
+        return -1
+    attr = H5.H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT)
+    H5.H5Sclose(space)
+    return attr
+
+
+def write_buffer(hid_t obj_id, bytes name not None, hid_t file_type, hid_t mem_type, tuple shape, buffer):
+    """Create or overwrite attribute ``name`` of ``obj_id`` with the points of ``buffer``.
+
+    ``buffer``: a C-contiguous array of fixed-size points whose memory layout
+    is ``mem_type``; ``shape`` its shape (``()``: a scalar attribute). Returns 0.
+    """
+    cdef const unsigned char[::1] data = memoryview(buffer).cast("B")
+    cdef hsize_t dims[H5S_MAX_RANK]
+    cdef int rank = len(shape)
+    cdef int i
+    cdef hid_t attr
+    cdef const char *cname = name
+    cdef unsigned char empty = 0  # libhdf5 refuses a NULL buffer, even for no point
+    if rank > H5S_MAX_RANK:
+        raise ValueError(f"attribute {name!r}: {rank} dimensions")
+    for i in range(rank):
+        dims[i] = <hsize_t>shape[i]
+    with phil:
+        attr = _open_for_write(obj_id, cname, file_type, rank, dims)
+        if attr < 0:
+            _fail(b"H5Aopen/H5Acreate2", name)
+        if H5.H5Awrite(attr, mem_type, &data[0] if data.shape[0] else &empty) < 0:
+            H5.H5Aclose(attr)
+            _fail(b"H5Awrite", name)
+        H5.H5Aclose(attr)
+    return 0
+
+
+def write_vlen_str(hid_t obj_id, bytes name not None, hid_t file_type, bytes value not None):
+    """Create or overwrite the scalar variable-length string attribute ``name`` (``value``: encoded). Returns 0.
+
+    ``file_type``: a variable-length string type, also the memory type (a
+    ``char *``; h5py's own memory type for strings holds Python objects).
+    """
+    cdef const char *text = value
+    cdef const char *cname = name
+    cdef hid_t attr
+    with phil:
+        attr = _open_for_write(obj_id, cname, file_type, 0, NULL)
+        if attr < 0:
+            _fail(b"H5Aopen/H5Acreate2", name)
+        if H5.H5Awrite(attr, file_type, &text) < 0:
+            H5.H5Aclose(attr)
+            _fail(b"H5Awrite", name)
+        H5.H5Aclose(attr)
+    return 0
+
+
+cdef hid_t _open_for_read(hid_t obj, const char *name, int want_class, int *code) except? -1:
+    """The attribute, if it exists and its type is of class ``want_class``; else sets ``code``."""
+    cdef htri_t exists = H5.H5Aexists(obj, name)
+    cdef hid_t attr, atype
+    cdef int cls
+    if exists < 0:
+        return -1
+    if not exists:
+        code[0] = 1
+        return 0
+    attr = H5.H5Aopen(obj, name, H5P_DEFAULT)
+    if attr < 0:
+        return -1
+    atype = H5.H5Aget_type(attr)
+    if atype < 0:
+        H5.H5Aclose(attr)
+        return -1
+    cls = H5.H5Tget_class(atype)
+    H5.H5Tclose(atype)
+    if cls != want_class:
+        H5.H5Aclose(attr)
+        code[0] = 2
+        return 0
+    code[0] = 0
+    return attr
+
+
+def read_vlen_str(hid_t obj_id, bytes name not None):
+    """``(code, bytes)``: the scalar variable-length string attribute ``name`` (code 0), else code 1 or 2.
+
+    Read with the attribute's own datatype as memory type (a ``char *`` per
+    string, whatever its character set), then freed with ``H5free_memory``.
+    """
+    cdef htri_t exists
+    cdef char *text = NULL
+    cdef hid_t attr, atype
+    cdef int ok
+    cdef bytes out
+    with phil:
+        exists = H5.H5Aexists(obj_id, name)
+        if exists < 0:
+            _fail(b"H5Aexists", name)
+        if not exists:
+            return 1, None
+        attr = H5.H5Aopen(obj_id, name, H5P_DEFAULT)
+        if attr < 0:
+            _fail(b"H5Aopen", name)
+        atype = H5.H5Aget_type(attr)
+        if atype < 0:
+            H5.H5Aclose(attr)
+            _fail(b"H5Aget_type", name)
+        ok = (H5.H5Tget_class(atype) == H5T_STRING and H5.H5Tis_variable_str(atype) > 0
+              and _same_extent(attr, 0, NULL) > 0)
+        if ok and H5.H5Aread(attr, atype, &text) < 0:
+            H5.H5Tclose(atype)
+            H5.H5Aclose(attr)
+            _fail(b"H5Aread", name)
+        H5.H5Tclose(atype)
+        H5.H5Aclose(attr)
+        if not ok:
+            return 2, None
+        if text == NULL:
+            return 0, b""
+        try:
+            out = text
+        finally:
+            H5.H5free_memory(text)
+    return 0, out
+
+
+def read_int64(hid_t obj_id, bytes name not None, hid_t mem_type):
+    """``(code, array)``: the integer attribute ``name`` as int64 (``mem_type``), shape kept; else code 1 or 2."""
+    cdef int code = 0
+    cdef hid_t attr, space
+    cdef int kind, rank, i
+    cdef hsize_t dims[H5S_MAX_RANK]
+    cdef int64_t[::1] flat
+    cdef int64_t empty = 0  # libhdf5 refuses a NULL buffer, even for no point
+    with phil:
+        attr = _open_for_read(obj_id, name, H5T_INTEGER, &code)
+        if attr < 0:
+            _fail(b"H5Aopen", name)
+        if code:
+            return code, None
+        space = H5.H5Aget_space(attr)
+        if space < 0:
+            H5.H5Aclose(attr)
+            _fail(b"H5Aget_space", name)
+        kind = H5.H5Sget_simple_extent_type(space)
+        rank = H5.H5Sget_simple_extent_dims(space, dims, NULL) if kind == H5S_SIMPLE else 0
+        H5.H5Sclose(space)
+        if kind not in (H5S_SCALAR, H5S_SIMPLE) or rank < 0:
+            H5.H5Aclose(attr)
+            return 2, None
+        shape = tuple(int(dims[i]) for i in range(rank))
+        out = np.empty(shape, dtype=np.int64)
+        flat = out.reshape(-1)
+        if H5.H5Aread(attr, mem_type, &flat[0] if flat.shape[0] else &empty) < 0:
+            H5.H5Aclose(attr)
+            _fail(b"H5Aread", name)
+        H5.H5Aclose(attr)
+    return 0, out

@@ -1,0 +1,119 @@
+"""Attributes written and read by the compiled kernel (_ext/attrtools.pyx) against the h5py paths."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from h5py import h5a
+
+from xarray_vhdf5.backend import h5attrs
+from xarray_vhdf5.backend.h5attrs import read_attr, write_attr
+from xarray_vhdf5.backend.transfer import kernel_backend
+
+pytestmark = pytest.mark.skipif(h5attrs._attrtools is None, reason="compiled kernels not built")
+
+VALUES = {
+    "str": "v1",
+    "empty_str": "",
+    "unicode": "Ünïcode ✓ 時刻",
+    "timestamp": "2024-06-01 00:00:00.000000+0000",
+    "true": True,
+    "false": False,
+    "np_bool": np.bool_(True),
+    "i8": np.int64(-5),
+    "i4": np.int32(7),
+    "u1": np.uint8(200),
+    "f8": np.float64(1.5),
+    "f4": np.float32(-0.25),
+    "int": 12,
+    "float": 2.5,
+    "chunks": np.array([8, 180, 360], dtype=np.int64),
+    "matrix": np.array([[1.0, 2.0], [3.0, 4.0]]),
+    "empty": np.array([], dtype=np.int64),
+    "bools": np.array([True, False]),
+}
+
+
+def _describe(obj, name):
+    attr = h5a.open(obj.id, name.encode())
+    return attr.get_type(), attr.shape, obj.attrs[name]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.asarray(a).dtype == np.asarray(b).dtype and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+@pytest.fixture
+def f(tmp_path):
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        yield f
+
+
+def test_kernel_writes_what_h5py_writes(f):
+    compiled, reference, high = (f.create_group(n, track_order=True) for n in ("compiled", "reference", "high"))
+    for name, value in VALUES.items():
+        write_attr(compiled.id, name, value)
+        with kernel_backend("python"):
+            write_attr(reference.id, name, value)
+        high.attrs[name] = value
+    for name in VALUES:
+        c_type, c_shape, c_value = _describe(compiled, name)
+        for other in (reference, high):
+            o_type, o_shape, o_value = _describe(other, name)
+            assert c_type == o_type, name
+            assert c_shape == o_shape, name
+            assert _same(c_value, o_value), (name, c_value, o_value)
+    assert list(compiled.attrs) == list(VALUES)  # creation order kept
+
+
+def test_overwrite_in_place_and_replace_with_another_type(f):
+    g = f.create_group("g")
+    write_attr(g.id, "committed", False)
+    write_attr(g.id, "committed", True)
+    assert g.attrs["committed"] is np.True_ or g.attrs["committed"] == True  # noqa: E712
+    write_attr(g.id, "x", np.int64(1))
+    write_attr(g.id, "x", "now a string")
+    assert g.attrs["x"] == "now a string"
+    write_attr(g.id, "x", np.array([1, 2, 3]))
+    write_attr(g.id, "x", np.array([4, 5]))  # another extent: deleted and created again
+    np.testing.assert_array_equal(g.attrs["x"], [4, 5])
+    assert h5a.open(g.id, b"x").shape == (2,)
+
+
+@pytest.mark.parametrize("expect", [None, "str", "int"])
+def test_reads_agree_with_the_reference(f, expect):
+    g = f.create_group("g")
+    for name, value in VALUES.items():
+        g.attrs[name] = value
+    g.attrs.create("ascii", "plain", dtype=h5py.string_dtype("ascii"))
+    g.attrs["fixed"] = np.bytes_(b"fixed")
+    g.attrs["names"] = np.array(["a", "b"], dtype=h5py.string_dtype())
+    for name in [*VALUES, "ascii", "fixed", "names"]:
+        got = read_attr(g.id, name, expect=expect)
+        with kernel_backend("python"):
+            want = read_attr(g.id, name, expect=expect)
+        assert _same(got, want), (name, got, want)
+    for path in (None, "python"):
+        with kernel_backend(path or "cython"), pytest.raises(KeyError, match="missing"):
+            read_attr(g.id, "missing", expect=expect)
+
+
+def test_expected_kinds_come_back_as_documented(f):
+    g = f.create_group("g")
+    g.attrs["i4"] = np.int32(7)
+    g.attrs["chunks"] = np.array([8, 9], dtype=np.int32)
+    g.attrs["s"] = "ü"
+    assert read_attr(g.id, "i4", expect="int") == 7 and read_attr(g.id, "i4", expect="int").dtype == np.int64
+    assert read_attr(g.id, "chunks", expect="int").dtype == np.int64
+    assert read_attr(g.id, "s", expect="str") == "ü"
+    assert read_attr(g.id, "i4").dtype == np.int32  # without expect: the attribute's own dtype
+
+
+def test_embedded_nul_is_refused_as_h5py_refuses_it(f):
+    g = f.create_group("g")
+    for path in ("cython", "python"):
+        with kernel_backend(path), pytest.raises(ValueError, match="NULL"):
+            write_attr(g.id, "nul", "a\0b")
