@@ -47,8 +47,9 @@ import hashlib
 
 import h5py
 import numpy as np
-from h5py import h5a, h5d, h5s, h5t
+from h5py import h5d, h5s, h5t
 
+from ..backend.h5attrs import read_attr, write_attr
 from ..backend.h5objects import libhdf5_function, object_address
 from ..backend.layout import FIRST_VERSION, VERSION_INDEX
 from .timestamps import parse_timestamp
@@ -216,13 +217,11 @@ def _stored(vdata: h5py.Group):
     """``(rows DatasetID, fingerprint int64[8])`` of a stored index of this format, or None."""
     try:
         rows_id = h5d.open(vdata.id, _ROWS)
-        attr = h5a.open(rows_id, b"fingerprint")
+        fp = read_attr(rows_id, "fingerprint", expect="int")
     except (KeyError, ValueError, RuntimeError):
         return None
-    if attr.shape != (_FP_LEN,) or attr.dtype != np.dtype("<i8"):
+    if not isinstance(fp, np.ndarray) or fp.shape != (_FP_LEN,) or fp.dtype != np.dtype("<i8"):
         return None
-    fp = np.empty(_FP_LEN, dtype="<i8")
-    attr.read(fp, mtype=_MTYPES["<i8"])
     return (rows_id, fp) if fp[0] == INDEX_FORMAT else None
 
 
@@ -346,7 +345,7 @@ def append(
     _write_rows(rows_id, n_rows, np.array([[timestamp, int(committed)]], dtype=np.int64))
     _write_rows(names_id, n_bytes, add)
     new = np.array([INDEX_FORMAT, n_rows + 1, n_bytes + len(add), *fingerprint(versions, tracks_order)], dtype="<i8")
-    h5a.open(rows_id, b"fingerprint").write(new, mtype=_MTYPES["<i8"])
+    write_attr(rows_id, "fingerprint", new)  # same type and extent: rewritten in place
 
 
 def touch(vdata: h5py.Group, versions: h5py.Group) -> None:

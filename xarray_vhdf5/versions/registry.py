@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import h5py
 import numpy as np
-from h5py import h5a, h5t
 
+from ..backend.h5attrs import read_attr
 from ..backend.layout import DATA_VERSION, FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import NotVersionedError, VersionKeyTypeError, VersionNotFoundError
 from . import index as _index
@@ -22,8 +22,6 @@ from .timestamps import format_timestamp, now_utc, parse_timestamp, to_utc_datet
 
 __all__ = ["VersionInfo", "VersionRegistry", "initialize", "is_versioned", "VersionKey"]
 
-_VLEN_STR = h5py.string_dtype()
-_VLEN_STR_TYPE = h5t.py_create(_VLEN_STR)
 
 VersionKey = str | int | np.integer | _dt.datetime | np.datetime64 | None
 
@@ -93,13 +91,15 @@ class VersionRegistry:
         self.group: h5py.Group = self.vdata[VERSIONS]
         # Fixed when the group was created: read once.
         self._tracks_order = _index._tracks_order(self.group)
+        # So is whether the handle may write the index (mode, SWMR).
+        self._writable = _index.writable(self.vdata)
         self._valid_index = None  # the stored index checked by index_valid(), for added()
         entries = _index.load(self.vdata, self.group)
         #: True when the entries came from the stored index (False: scanned).
         self.loaded_from_index = entries is not None
         if entries is None:
             entries = _index.scan(self.group)
-            if _index.writable(self.vdata):
+            if self._writable:
                 _index.save(self.vdata, self.group, entries)
         self._set(entries)
 
@@ -151,15 +151,9 @@ class VersionRegistry:
         """Name of the current version (``__first_version__`` when there is none).
 
         Read from the attribute each time (another writer may have moved it),
-        through h5py's low-level API when it is a variable-length string.
+        by the compiled attribute kernel (``backend.h5attrs``).
         """
-        attr = h5a.open(self.group.id, b"current_version")
-        ftype = attr.get_type()
-        if attr.shape == () and isinstance(ftype, h5t.TypeStringID) and ftype.is_variable_str():
-            out = np.empty((), dtype=_VLEN_STR)
-            attr.read(out, mtype=_VLEN_STR_TYPE)
-            return _str(out[()])
-        return _str(self.group.attrs["current_version"])
+        return _str(read_attr(self.group.id, "current_version", expect="str"))
 
     @property
     def data_version(self) -> int:
@@ -242,7 +236,7 @@ class VersionRegistry:
         self._chain = None
         self._state = _index.quick_state(self.group, self._tracks_order)
         stored, self._valid_index = self._valid_index, None
-        if index_was_valid and _index.writable(self.vdata):
+        if index_was_valid and self._writable:
             _index.append(self.vdata, self.group, name, prev, ts, committed, stored=stored, tracks_order=self._tracks_order)
 
     def removed(self, name: str) -> None:
@@ -257,7 +251,7 @@ class VersionRegistry:
 
     def save(self) -> None:
         """Rewrite the stored index from the versions known here (after a deletion)."""
-        if _index.writable(self.vdata):
+        if self._writable:
             _index.save(self.vdata, self.group, self._entries)
 
     def _by_time(self) -> tuple[np.ndarray, list[str]]:
