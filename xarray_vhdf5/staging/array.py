@@ -454,8 +454,11 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         """
         self._execute(self._load_plan())
 
-    def changed_chunks(self) -> Iterator[tuple[ChangedChunk, np.ndarray]]:
+    def changed_chunks(self, plan: ChangesPlan | None = None) -> Iterator[tuple[ChangedChunk, np.ndarray]]:
         """The chunks that differ from the base state, with their data.
+
+        ``plan``: this array's current changes plan, when the caller already
+        built it (``_changes_plan()``; the array must not have changed since).
 
         Yields
         ------
@@ -465,6 +468,6 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
             Read-only view of the chunk's points (trimmed at the edges);
             for chunks on the full slab, a broadcast of the fill value.
         """
-        for c in self._changes_plan():
+        for c in plan if plan is not None else self._changes_plan():
             slab = self._source(c.slab)
             yield c, readonly(np.asarray(slab[c.in_slab + (Ellipsis,)]))

@@ -194,9 +194,10 @@ def _commit_staged_array(f, path, ds, array, caches: CommitCaches) -> tuple[Chun
             writer.add(index, _storable(array[region]))
         return writer, tuple(array.shape)
     base_shape = ds.source.shape if isinstance(ds, InMemoryDataset) else array.shape
-    reused, retrimmed = split_unchanged(array, array._changes_plan(), base_shape)
+    plan = array._changes_plan()
+    reused, retrimmed = split_unchanged(array, plan, base_shape)
     cs = array.chunk_size
-    to_store = [(c.chunk, data) for c, data in array.changed_chunks()]
+    to_store = [(c.chunk, data) for c, data in array.changed_chunks(plan)]
     for index in retrimmed:
         region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, cs, array.shape))
         to_store.append((index, array[region]))
