@@ -193,7 +193,7 @@ def _commit_staged_array(f, path, ds, array, caches: CommitCaches) -> tuple[Chun
         for index, region in iter_chunks(array.shape, writer.chunks, axis0_fastest=True):
             writer.add(index, _storable(array[region]))
         return writer, tuple(array.shape)
-    base_shape = ds.source.shape if isinstance(ds, InMemoryDataset) else array.shape
+    base_shape = ds.source_shape if isinstance(ds, InMemoryDataset) else array.shape
     plan = array._changes_plan()
     reused, retrimmed = split_unchanged(array, plan, base_shape)
     cs = array.chunk_size

@@ -71,6 +71,7 @@ class VersionedHDF5File:
                 f"package reads up to {DATA_VERSION}: upgrade xarray_vhdf5"
             )
         self._closed = False
+        self._read_only = f.file.mode == "r"  # fixed for the life of the handle
         self.last_commit: CommitReport | None = None
         # Shared with earlier handles to the same file in this process (versions.caches).
         self._caches = caches_for(f.file, self._registry.vdata)
@@ -266,7 +267,7 @@ class VersionedHDF5File:
         the file's versions and current version are unchanged.
         """
         self._check_open()
-        if self.f.file.mode == "r":
+        if self._read_only:
             raise ReadOnlyError(f"{self.f.file.filename!r} is open read-only; open it with mode 'a'")
         if version_name is None:
             version_name = str(uuid.uuid4())

@@ -89,8 +89,12 @@ class InMemoryDataset(ChunkedStagedDataset):
         raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
         raw_path = "/" + raw_path.lstrip("/")  # from the file's root
         held = parent._root.open_datasets if parent is not None else None
+        sid = source.id
+        dtype = sid.dtype
+        #: The previous version's shape: a virtual dataset's never changes (maxshape == shape).
+        self.source_shape = sid.shape
         if held is not None:  # held open by the file handle, with a chunk cache of a few chunks
-            chunk_bytes = int(np.prod(raw_chunks)) * source.dtype.itemsize
+            chunk_bytes = int(np.prod(raw_chunks)) * dtype.itemsize
             raw = held.raw_data(source.id, raw_path, chunk_bytes)
         else:
             raw = h5py.Dataset(h5d.open(source.id, raw_path.encode()))
@@ -98,7 +102,7 @@ class InMemoryDataset(ChunkedStagedDataset):
         self.raw_data = raw
         # Fill value and filters are read from raw_data on first use (most commits
         # of an unchanged or edited dataset never look at them).
-        super().__init__(name, parent, source.dtype, raw_chunks, _UNSET, _UNSET, (None,) * source.ndim)
+        super().__init__(name, parent, dtype, raw_chunks, _UNSET, _UNSET, (None,) * len(self.source_shape))
         self.origin_name = name  # where its raw_data lives; differs after group.move()
         self.attrs = StagedAttrs(source.attrs, skip=RESERVED_ATTRS, obj_id=source.id)
 
@@ -130,21 +134,21 @@ class InMemoryDataset(ChunkedStagedDataset):
         cache = getattr(root, "slab_maps", None)
         held = getattr(root, "open_datasets", None)
         table_id = held.hash_table_id(self.raw_data) if held is not None and cache is not None else None
-        known = cache.get(source, self.raw_data, source.shape, self.chunks, table_id) if cache is not None else None
+        known = cache.get(source, self.raw_data, self.source_shape, self.chunks, table_id) if cache is not None else None
         if known is not None:  # this file handle committed the previous version
             slab_indices, slab_offsets = known
         else:
             slab_indices, slab_offsets = build_slab_indices_and_offsets(
-                source, source.shape, self.chunks, self.raw_data
+                source, self.source_shape, self.chunks, self.raw_data
             )
         return StagedChangesArray(
-            source.shape, self.chunks, [self.raw_data], slab_indices, slab_offsets,
-            self.fillvalue, dtype=source.dtype,
+            self.source_shape, self.chunks, [self.raw_data], slab_indices, slab_offsets,
+            self.fillvalue, dtype=source.id.dtype,
         )
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.source.shape if self._array is None else self._array.shape
+        return self.source_shape if self._array is None else self._array.shape
 
     def __getitem__(self, index):
         if self._array is None:
@@ -233,6 +237,8 @@ def is_over(array: StagedChangesArray, raw_data: h5py.Dataset) -> bool:
     base = bases[0]
     if base is None:
         return True  # no chunk on it any more
+    if base is raw_data:  # the handle the file holds (backend.held): no lookup
+        return True
     if not isinstance(base, h5py.Dataset):
         return False
     try:
