@@ -1,0 +1,146 @@
+"""Commit ratios measured in alternating rounds, for a shared machine whose speed drifts.
+
+Run: ``pytest benchmarks/bench_alternating.py --benchmark-only -p no:cacheprovider -o addopts=""``
+
+``bench_commits.py`` times each implementation in its own rounds, one after the
+other; on a shared machine the load changes between them (single timings vary
+up to 2x from run to run), which moves the ratios. Here the implementations take
+turns, round after round, in one process: each ratio is taken within a round
+(the same minute of machine time), and the median over rounds is reported.
+
+- ``workload ratios``: the appends, sparse-edit and bulk-rewrite workloads of
+  ``bench_commits.py`` (``workloads.py``), ``WORKLOAD_ROUNDS`` rounds, each
+  round running xarray_vhdf5, the format floor and versioned-hdf5 once.
+- ``one-point commit ratios``: a (1000,) float64 with chunks (100,), first given
+  ``ONE_POINT_HISTORY`` one-point versions by each implementation (not timed);
+  then ``ONE_POINT_ROUNDS`` rounds of ``ONE_POINT_BATCH`` one-point commits per
+  implementation, the file and the ``VersionedHDF5File`` kept open.
+
+Each final state is checked against numpy.
+"""
+
+from __future__ import annotations
+
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from workloads import (
+    FormatFloor,
+    _versioned_file_class,
+    append_steps,
+    appends,
+    bulk_plan,
+    bulk_rewrite,
+    expected_bulk,
+    expected_sparse,
+    read_final,
+    sparse_edits,
+    sparse_plan,
+)
+
+IMPLS = ("xarray_vhdf5", "floor", "versioned_hdf5")
+WORKLOAD_ROUNDS = 5
+ONE_POINT_HISTORY = 300
+ONE_POINT_ROUNDS = 10
+ONE_POINT_BATCH = 50
+SHAPE, CHUNKS = (1000,), (100,)
+
+
+def _summary(note, label: str, times: dict[str, list[float]], unit: float, per: str) -> None:
+    ours = np.asarray(times["xarray_vhdf5"])
+    for other in ("floor", "versioned_hdf5"):
+        ratios = ours / np.asarray(times[other])
+        note(
+            f"alternating {label}: xarray_vhdf5 / {other} median {np.median(ratios):.2f}x"
+            f" (rounds {' '.join(f'{r:.2f}' for r in ratios)})"
+        )
+    medians = " | ".join(f"{impl} {np.median(times[impl]) * unit:.2f} {per}" for impl in IMPLS)
+    note(f"alternating {label}: medians {medians}")
+
+
+@pytest.mark.parametrize("workload", ("appends", "sparse", "bulk"))
+def test_workload_ratios(benchmark, note, tmp_path, workload):
+    """Medians over rounds of the ratios xarray_vhdf5 / floor and / versioned-hdf5 for one workload."""
+    if workload == "appends":
+        steps = append_steps(200)
+        run, args, expected, versions = appends, (steps,), steps, 200
+    elif workload == "sparse":
+        base, edits = sparse_plan(100)
+        run, args, expected, versions = sparse_edits, (base, edits), expected_sparse(base, edits), 101
+    else:
+        base, halves = bulk_plan(20)
+        run, args, expected, versions = bulk_rewrite, (base, halves), expected_bulk(base, halves), 21
+    times: dict[str, list[float]] = {impl: [] for impl in IMPLS}
+
+    def rounds():
+        for _ in range(WORKLOAD_ROUNDS):
+            for impl in IMPLS:
+                start = time.perf_counter()
+                run(impl, str(tmp_path / f"{impl}.h5"), *args, read=False)
+                times[impl].append(time.perf_counter() - start)
+
+    benchmark.group = "alternating rounds (whole benchmark time, not a measurement)"
+    benchmark.pedantic(rounds, rounds=1, iterations=1)
+    for impl in IMPLS:
+        np.testing.assert_array_equal(read_final(impl, str(tmp_path / f"{impl}.h5")), expected)
+    _summary(note, f"{workload} ({versions} versions)", times, 1e3 / versions, "ms per version")
+
+
+class _OnePoint:
+    """One implementation's open file with ``ONE_POINT_HISTORY`` one-point versions."""
+
+    def __init__(self, impl: str, path: str, rng: np.random.Generator):
+        self.impl, self.rng, self.model, self.n = impl, rng, np.zeros(SHAPE), 0
+        self.f = h5py.File(path, "w")
+        if impl == "floor":
+            self.floor = FormatFloor(self.f, SHAPE, CHUNKS, "f8")
+            self.floor.commit("v0", SHAPE, {(j,): self.model[j * 100 : (j + 1) * 100].copy() for j in range(10)})
+        else:
+            self.vf = _versioned_file_class(impl)(self.f)
+            with self.vf.stage_version("v0") as g:
+                g.create_dataset("x", data=self.model, chunks=CHUNKS)
+        for _ in range(ONE_POINT_HISTORY - 1):
+            self.commit()
+
+    def commit(self) -> None:
+        self.n += 1
+        i = int(self.rng.integers(0, SHAPE[0]))
+        self.model[i] = float(self.n)
+        if self.impl == "floor":
+            c = i // 100
+            self.floor.commit(f"v{self.n}", SHAPE, {(c,): self.model[c * 100 : (c + 1) * 100].copy()})
+        else:
+            with self.vf.stage_version(f"v{self.n}") as g:
+                g["x"][i] = float(self.n)
+
+    def final(self) -> np.ndarray:
+        if self.impl == "floor":
+            return self.floor.read(f"v{self.n}")
+        return self.vf[self.vf.current_version]["x"][()]
+
+
+def test_one_point_commit_ratios(benchmark, note, tmp_path):
+    """Medians over rounds of the one-point commit ratios, on files of 300+ versions."""
+    files = {impl: _OnePoint(impl, str(tmp_path / f"{impl}.h5"), np.random.default_rng(5)) for impl in IMPLS}
+    times: dict[str, list[float]] = {impl: [] for impl in IMPLS}
+
+    def rounds():
+        for _ in range(ONE_POINT_ROUNDS):
+            for impl, one in files.items():
+                start = time.perf_counter()
+                for _ in range(ONE_POINT_BATCH):
+                    one.commit()
+                times[impl].append((time.perf_counter() - start) / ONE_POINT_BATCH)
+
+    benchmark.group = "alternating rounds (whole benchmark time, not a measurement)"
+    try:
+        benchmark.pedantic(rounds, rounds=1, iterations=1)
+        for one in files.values():
+            np.testing.assert_array_equal(one.final(), one.model)
+    finally:
+        for one in files.values():
+            one.f.close()
+    _summary(note, f"one-point commit ({ONE_POINT_HISTORY}+ versions)", times, 1e3, "ms")
