@@ -67,6 +67,18 @@ cdef int _same_extent(hid_t attr, int rank, const hsize_t *dims) noexcept:
     return same
 
 
+cdef hid_t _open_typed(hid_t obj, const char *name, hid_t *atype) noexcept:
+    """Open attribute ``name`` and its datatype (``atype``; close both); -1 on failure."""
+    cdef hid_t attr = H5.H5Aopen(obj, name, H5P_DEFAULT)
+    if attr < 0:
+        return -1
+    atype[0] = H5.H5Aget_type(attr)
+    if atype[0] < 0:
+        H5.H5Aclose(attr)
+        return -1
+    return attr
+
+
 cdef hid_t _open_for_write(hid_t obj, const char *name, hid_t file_type, int rank, const hsize_t *dims) except? -1:
     """The attribute ``name`` ready to take a value of ``file_type`` and extent ``rank``/``dims``.
 
@@ -80,12 +92,8 @@ cdef hid_t _open_for_write(hid_t obj, const char *name, hid_t file_type, int ran
     if exists < 0:
         return -1
     if exists:
-        attr = H5.H5Aopen(obj, name, H5P_DEFAULT)
+        attr = _open_typed(obj, name, &atype)
         if attr < 0:
-            return -1
-        atype = H5.H5Aget_type(attr)
-        if atype < 0:
-            H5.H5Aclose(attr)
             return -1
         same_type = H5.H5Tequal(atype, file_type)
         H5.H5Tclose(atype)
@@ -154,29 +162,30 @@ def write_vlen_str(hid_t obj_id, bytes name not None, hid_t file_type, bytes val
     return 0
 
 
-cdef hid_t _open_for_read(hid_t obj, const char *name, int want_class, int *code) except? -1:
-    """The attribute, if it exists and its type is of class ``want_class``; else sets ``code``."""
+cdef hid_t _open_for_read(hid_t obj, const char *name, int want_class, int *code, hid_t *keep_type) except? -1:
+    """The attribute, if it exists and its type is of class ``want_class``; else sets ``code``.
+
+    ``keep_type``: if not NULL, receives the attribute's datatype (to close).
+    """
     cdef htri_t exists = H5.H5Aexists(obj, name)
     cdef hid_t attr, atype
-    cdef int cls
     if exists < 0:
         return -1
     if not exists:
         code[0] = 1
         return 0
-    attr = H5.H5Aopen(obj, name, H5P_DEFAULT)
+    attr = _open_typed(obj, name, &atype)
     if attr < 0:
         return -1
-    atype = H5.H5Aget_type(attr)
-    if atype < 0:
-        H5.H5Aclose(attr)
-        return -1
-    cls = H5.H5Tget_class(atype)
-    H5.H5Tclose(atype)
-    if cls != want_class:
+    if H5.H5Tget_class(atype) != want_class:
+        H5.H5Tclose(atype)
         H5.H5Aclose(attr)
         code[0] = 2
         return 0
+    if keep_type != NULL:
+        keep_type[0] = atype
+    else:
+        H5.H5Tclose(atype)
     code[0] = 0
     return attr
 
@@ -187,26 +196,18 @@ def read_vlen_str(hid_t obj_id, bytes name not None):
     Read with the attribute's own datatype as memory type (a ``char *`` per
     string, whatever its character set), then freed with ``H5free_memory``.
     """
-    cdef htri_t exists
+    cdef int code = 0
     cdef char *text = NULL
-    cdef hid_t attr, atype
+    cdef hid_t attr, atype = -1
     cdef int ok
     cdef bytes out
     with phil:
-        exists = H5.H5Aexists(obj_id, name)
-        if exists < 0:
-            _fail(b"H5Aexists", name)
-        if not exists:
-            return 1, None
-        attr = H5.H5Aopen(obj_id, name, H5P_DEFAULT)
+        attr = _open_for_read(obj_id, name, H5T_STRING, &code, &atype)
         if attr < 0:
             _fail(b"H5Aopen", name)
-        atype = H5.H5Aget_type(attr)
-        if atype < 0:
-            H5.H5Aclose(attr)
-            _fail(b"H5Aget_type", name)
-        ok = (H5.H5Tget_class(atype) == H5T_STRING and H5.H5Tis_variable_str(atype) > 0
-              and _same_extent(attr, 0, NULL) > 0)
+        if code:
+            return code, None
+        ok = H5.H5Tis_variable_str(atype) > 0 and _same_extent(attr, 0, NULL) > 0
         if ok and H5.H5Aread(attr, atype, &text) < 0:
             H5.H5Tclose(atype)
             H5.H5Aclose(attr)
@@ -233,7 +234,7 @@ def read_int64(hid_t obj_id, bytes name not None, hid_t mem_type):
     cdef int64_t[::1] flat
     cdef int64_t empty = 0  # libhdf5 refuses a NULL buffer, even for no point
     with phil:
-        attr = _open_for_read(obj_id, name, H5T_INTEGER, &code)
+        attr = _open_for_read(obj_id, name, H5T_INTEGER, &code, NULL)
         if attr < 0:
             _fail(b"H5Aopen", name)
         if code:
