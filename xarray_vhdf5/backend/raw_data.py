@@ -236,8 +236,9 @@ class ChunkWriter:
         if not self._queue:
             return
         first = self._queue[0][0]
-        if self.raw_data.shape[0] < self._next_row:
-            self.raw_data.resize((self._next_row, *self.chunks[1:]))
+        dsid = self.raw_data.id
+        if dsid.shape[0] < self._next_row:
+            dsid.set_extent((self._next_row, *self.chunks[1:]))  # h5py's resize() without its checks
         _write_slab(self.raw_data, first, self._queue, self.chunks, self.fillvalue)
         self._queue = []
         self._queued_bytes = 0
@@ -255,8 +256,7 @@ def _write_slab(
     dtype = raw_data.dtype
     n = len(queue)
     if n == 1:  # no slab to assemble: write the (edge-trimmed) chunk where it goes
-        chunk = queue[0][1]
-        raw_data[(slice(first, first + chunk.shape[0]),) + tuple(slice(0, s) for s in chunk.shape[1:])] = chunk
+        _write_rows(raw_data, first, queue[0][1])
         return
     slab = np.empty((n * c0, *chunks[1:]), dtype=dtype)
     if dtype.kind == "O":
@@ -266,4 +266,30 @@ def _write_slab(
     for k, (_, chunk) in enumerate(queue):
         region = (slice(k * c0, k * c0 + chunk.shape[0]),) + tuple(slice(0, s) for s in chunk.shape[1:])
         slab[region] = chunk
-    raw_data[first : first + n * c0] = slab
+    _write_rows(raw_data, first, slab)
+
+
+#: Memory types of the dtypes written through the low-level API (h5py builds one per call).
+_MEM_TYPES: dict[str, h5py.h5t.TypeID] = {}
+
+
+def _write_rows(raw_data: h5py.Dataset, first: int, data: np.ndarray) -> None:
+    """``raw_data[first : first + len(data), :n1, ...] = data`` (points from the origin on other axes).
+
+    Numbers and bools of raw_data's dtype go through h5py's low-level API with
+    a memory type built once (the high-level assignment costs about 0.2 ms
+    more, building selections and types); anything else through h5py's
+    assignment, which converts.
+    """
+    region = (slice(first, first + data.shape[0]),) + tuple(slice(0, s) for s in data.shape[1:])
+    if data.dtype != raw_data.dtype or data.dtype.kind not in "biufc" or data.dtype.names is not None:
+        raw_data[region] = data
+        return
+    data = np.ascontiguousarray(data)
+    mtype = _MEM_TYPES.get(data.dtype.str)
+    if mtype is None:
+        mtype = _MEM_TYPES[data.dtype.str] = h5py.h5t.py_create(data.dtype)
+    dsid = raw_data.id
+    fspace = dsid.get_space()
+    fspace.select_hyperslab((first,) + (0,) * (data.ndim - 1), data.shape)
+    dsid.write(h5py.h5s.create_simple(data.shape), fspace, data, mtype=mtype)
