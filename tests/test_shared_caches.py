@@ -209,8 +209,26 @@ def test_commits_after_versioned_hdf5_rewrote_raw_data_through_the_same_handle(t
 def test_object_address_is_h5o_get_info_addr(tmp_path):
     from h5py import h5o
 
-    from xarray_vhdf5.backend.h5objects import object_address
+    from xarray_vhdf5.backend.h5objects import object_address, object_address_by_name
 
     with h5py.File(tmp_path / "a.h5", "w") as f:
         for obj in (f["/"], f.create_group("g"), f.create_dataset("d", data=np.arange(5))):
             assert object_address(obj.id) == h5o.get_info(obj.id).addr
+            assert object_address_by_name(f.id, obj.name.encode()) == h5o.get_info(obj.id).addr
+        with pytest.raises(KeyError):
+            object_address_by_name(f.id, b"/nothing")
+
+
+def test_memory_types_are_h5py_s_built_once(tmp_path):
+    from h5py import h5t
+
+    from xarray_vhdf5.backend.h5objects import memory_type
+    from xarray_vhdf5.backend.layout import HASH_TABLE_DTYPE
+
+    enum = h5py.enum_dtype({"A": 0, "B": 1}, basetype="i1")
+    for dtype in (np.dtype("<f8"), np.dtype(">i4"), np.dtype(bool), np.dtype("S7"), HASH_TABLE_DTYPE, enum):
+        tid = memory_type(dtype)
+        assert tid == h5t.py_create(dtype), dtype
+        assert memory_type(dtype) is tid  # built once
+    for dtype in (h5py.string_dtype(), np.dtype(object), np.dtype("M8[s]"), np.dtype("V0")):
+        assert memory_type(dtype) is None, dtype

@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 from h5py import h5a, h5s, h5t
 
+from .h5objects import memory_type
 from .transfer import get_kernel_backend
 
 try:
@@ -49,6 +50,8 @@ _TYPES: dict[tuple[str, bool], h5t.TypeID] = {}
 
 def _h5type(dtype: np.dtype, logical: bool) -> h5t.TypeID:
     """``h5t.py_create(dtype, logical)``, cached (each call costs 10-20 us)."""
+    if not logical and dtype.kind in "biuf":
+        return memory_type(dtype)
     key = ("vlen-str" if dtype.kind == "O" else dtype.str, logical)
     tid = _TYPES.get(key)
     if tid is None:
@@ -110,7 +113,6 @@ def write_attr(obj_id, name: str, value: Any) -> None:
 
 def _write_compiled(kernel, obj_id, bname: bytes, data: np.ndarray, ftype) -> bool:
     """Write through the compiled kernel; False for a value it does not take."""
-    mtype = _h5type(data.dtype, logical=False)
     if data.dtype.kind == "O":  # a variable-length string (checked by the caller)
         value = data[()] if data.shape == () else None
         if isinstance(value, str):
@@ -124,6 +126,7 @@ def _write_compiled(kernel, obj_id, bname: bytes, data: np.ndarray, ftype) -> bo
         return True
     if data.dtype.kind not in "biuf":
         return False
+    mtype = _h5type(data.dtype, logical=False)
     kernel.write_buffer(obj_id.id, bname, ftype.id, mtype.id, data.shape, np.ascontiguousarray(data))
     return True
 
@@ -131,15 +134,30 @@ def _write_compiled(kernel, obj_id, bname: bytes, data: np.ndarray, ftype) -> bo
 def read_attr(obj_id, name: str, expect: str | None = None) -> Any:
     """The value of attribute ``name`` of ``obj_id`` as h5py's high-level API returns it.
 
-    A scalar variable-length string comes back as ``str``, other scalars as
-    numpy scalars (fixed-length strings as ``numpy.bytes_``), arrays as numpy
-    arrays. Raises ``KeyError`` when the
-    attribute does not exist.
+    Parameters
+    ----------
+    obj_id : h5py ObjectID
+        A group's or dataset's ``.id``.
+    name : str
+        The attribute's name.
+    expect : {None, "str", "int"}
+        What the caller expects: ``"str"`` a scalar variable-length string,
+        ``"int"`` an integer scalar or array. Such a value is read by the
+        compiled kernel; an attribute of another kind is still read, through
+        h5py.
 
-    ``expect``: ``"str"`` (a scalar variable-length string) or ``"int"`` (an
-    integer scalar or array, then returned as int64): what the caller
-    expects, read by the compiled kernel. An attribute of another kind is
-    still read, through h5py.
+    Returns
+    -------
+    str, numpy scalar or numpy.ndarray
+        A scalar variable-length string as ``str``; other scalars as numpy
+        scalars (fixed-length strings as ``numpy.bytes_``); arrays as numpy
+        arrays of the attribute's dtype. With ``expect="int"``, integers come
+        back as int64 (scalar or array of the attribute's shape).
+
+    Raises
+    ------
+    KeyError
+        The attribute does not exist.
     """
     bname = name.encode()
     kernel = _kernel() if expect is not None else None

@@ -1,13 +1,17 @@
-"""The address of an HDF5 object, without what h5py's ``h5o.get_info`` also computes.
+"""Small helpers on HDF5 objects that h5py's API makes slow: addresses and memory types.
 
-``h5py.h5o.get_info`` asks libhdf5 for every field of an object's info,
-header statistics and attribute count included. For a virtual dataset just
-created, that makes libhdf5 encode its whole layout message again on each
-call: 0.8-1 ms for 400 mappings. The address alone (``H5O_INFO_BASIC``:
-H5Oget_info3's token, whose first 8 bytes are the address with the native
-file format) costs 30-50 us. The function is resolved in the libhdf5 h5py
-loaded, as ``versions.index`` does for ``H5Gget_info``; without it, the h5py
-call is used.
+- :func:`object_address`, :func:`object_address_by_name`: ``h5py.h5o.get_info``
+  asks libhdf5 for every field of an object's info, header statistics and
+  attribute count included. For a virtual dataset just created, that makes
+  libhdf5 encode its whole layout message again on each call: 0.8-1 ms for 400
+  mappings. The address alone (``H5O_INFO_BASIC``: ``H5Oget_info3``'s token,
+  whose first 8 bytes are the address with the native file format) costs
+  30-50 us. The functions are resolved in the libhdf5 h5py loaded
+  (:func:`libhdf5_function`, also used by ``versions.index`` for
+  ``H5Gget_info``); without them, the h5py call is used.
+- :func:`memory_type`: h5py builds the HDF5 memory datatype of a numpy dtype on
+  every read or write it is not given one (10-110 us, the most for compound
+  dtypes); the low-level paths take it from here, built once per dtype.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from __future__ import annotations
 import ctypes
 
 import h5py
-from h5py import h5o
+import numpy as np
+from h5py import h5o, h5t
 
-__all__ = ["libhdf5_function", "object_address"]
+__all__ = ["libhdf5_function", "memory_type", "object_address", "object_address_by_name"]
 
 _H5O_INFO_BASIC = 0x0001
 
@@ -53,6 +58,9 @@ def libhdf5_function(name: str, argtypes: list, restype=ctypes.c_int):
 
 
 _GET_INFO3 = libhdf5_function("H5Oget_info3", [ctypes.c_int64, ctypes.POINTER(_Info2), ctypes.c_uint])
+_GET_INFO_BY_NAME3 = libhdf5_function(
+    "H5Oget_info_by_name3", [ctypes.c_int64, ctypes.c_char_p, ctypes.POINTER(_Info2), ctypes.c_uint, ctypes.c_int64]
+)
 
 
 def object_address(obj_id) -> int:
@@ -63,3 +71,63 @@ def object_address(obj_id) -> int:
             if _GET_INFO3(obj_id.id, ctypes.byref(info), _H5O_INFO_BASIC) >= 0:
                 return int.from_bytes(bytes(info.token)[:8], "little")
     return int(h5o.get_info(obj_id).addr)
+
+
+def object_address_by_name(loc_id, path: bytes) -> int:
+    """The file address of the object at ``path`` from ``loc_id``, as ``h5o.get_info(loc_id, name=path).addr``.
+
+    Parameters
+    ----------
+    loc_id : h5py ObjectID
+        Any object of the file (``path`` absolute) or the group ``path`` is relative to.
+    path : bytes
+        The object's path.
+
+    Raises
+    ------
+    KeyError
+        Nothing at ``path``.
+    """
+    if _GET_INFO_BY_NAME3 is not None:
+        info = _Info2()
+        with h5py._objects.phil:
+            if _GET_INFO_BY_NAME3(loc_id.id, path, ctypes.byref(info), _H5O_INFO_BASIC, 0) >= 0:
+                return int.from_bytes(bytes(info.token)[:8], "little")
+    try:  # libhdf5's answer through h5py, whose error says why
+        return int(h5o.get_info(loc_id, name=path).addr)
+    except (KeyError, RuntimeError) as exc:  # h5py raises RuntimeError for a missing name
+        raise KeyError(f"no object at {path.decode('utf-8', 'replace')!r}: {exc}") from None
+
+
+_MEMORY_TYPES: dict[tuple[np.dtype, str], h5t.TypeID] = {}
+
+
+def memory_type(dtype: np.dtype) -> h5t.TypeID | None:
+    """The HDF5 memory datatype of ``dtype`` (``h5py.h5t.py_create(dtype)``), built once per dtype.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        Numbers, bools, fixed-length bytes or compounds of them.
+
+    Returns
+    -------
+    h5py.h5t.TypeID or None
+        None for the dtypes the low-level read and write paths leave to h5py:
+        object (variable-length strings), numpy's StringDType, zero-size, and
+        those with no HDF5 equivalent (e.g. datetime64). The types are kept,
+        hence open, for the process's life.
+    """
+    dtype = np.dtype(dtype)
+    key = (dtype, repr(dtype.metadata))  # h5py's enum dtypes differ from their base only there
+    tid = _MEMORY_TYPES.get(key)
+    if tid is not None:
+        return tid
+    if dtype.hasobject or dtype.kind == "T" or dtype.itemsize == 0:
+        return None
+    try:
+        tid = h5t.py_create(dtype)
+    except TypeError:
+        return None
+    _MEMORY_TYPES[key] = tid
+    return tid

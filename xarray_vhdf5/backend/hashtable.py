@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
-from h5py import h5d, h5s, h5t
+from h5py import h5d, h5s
 
 from .h5attrs import read_attr, write_attr
-from .h5objects import object_address
+from .h5objects import memory_type, object_address
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
 
 __all__ = ["HashTable", "HashTableCache", "hash_table_id", "hash_table_path", "table_state"]
 
-_HASH_TABLE_MTYPE = h5t.py_create(HASH_TABLE_DTYPE)
-
+_HASH_TABLE_MTYPE = memory_type(HASH_TABLE_DTYPE)
 
 
 class HashTable:

@@ -23,8 +23,9 @@ written.
 from __future__ import annotations
 
 import h5py
-from h5py import h5d, h5o, h5p
+from h5py import h5d, h5p
 
+from .h5objects import object_address_by_name
 from .hashtable import hash_table_path
 
 __all__ = ["CACHED_CHUNKS", "MAX_CACHE_BYTES", "OpenDatasets"]
@@ -43,7 +44,7 @@ class OpenDatasets:
         self._wrappers: dict[bytes, h5py.Dataset] = {}
 
     def _get(self, loc, path: bytes, chunk_bytes: int | None = None) -> h5d.DatasetID:
-        addr = h5o.get_info(loc, name=path).addr
+        addr = object_address_by_name(loc, path)
         held = self._held.get(path)
         if held is not None and held[0] == addr and held[1].valid:
             return held[1]

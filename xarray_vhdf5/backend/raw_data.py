@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import IncompatibleDataError
 from .h5attrs import read_attr
 from .hashing import chunk_hash, is_vlen_string_dtype
+from .h5objects import memory_type
 from .hashtable import HashTable
 
 __all__ = ["Filters", "create_raw_data", "is_fill_chunk", "ChunkWriter", "WriteStats"]
@@ -269,10 +270,6 @@ def _write_slab(
     _write_rows(raw_data, first, slab)
 
 
-#: Memory types of the dtypes written through the low-level API (h5py builds one per call).
-_MEM_TYPES: dict[str, h5py.h5t.TypeID] = {}
-
-
 def _write_rows(raw_data: h5py.Dataset, first: int, data: np.ndarray) -> None:
     """``raw_data[first : first + len(data), :n1, ...] = data`` (points from the origin on other axes).
 
@@ -281,14 +278,11 @@ def _write_rows(raw_data: h5py.Dataset, first: int, data: np.ndarray) -> None:
     more, building selections and types); anything else through h5py's
     assignment, which converts.
     """
-    region = (slice(first, first + data.shape[0]),) + tuple(slice(0, s) for s in data.shape[1:])
-    if data.dtype != raw_data.dtype or data.dtype.kind not in "biufc" or data.dtype.names is not None:
-        raw_data[region] = data
+    mtype = memory_type(data.dtype) if data.dtype.kind in "biufc" and data.dtype.names is None else None
+    if data.dtype != raw_data.dtype or mtype is None:
+        raw_data[(slice(first, first + data.shape[0]),) + tuple(slice(0, s) for s in data.shape[1:])] = data
         return
     data = np.ascontiguousarray(data)
-    mtype = _MEM_TYPES.get(data.dtype.str)
-    if mtype is None:
-        mtype = _MEM_TYPES[data.dtype.str] = h5py.h5t.py_create(data.dtype)
     dsid = raw_data.id
     fspace = dsid.get_space()
     fspace.select_hyperslab((first,) + (0,) * (data.ndim - 1), data.shape)

@@ -124,9 +124,26 @@ def create_virtual_dataset_id(
 ) -> h5d.DatasetID:
     """:func:`create_virtual_dataset` in the group ``group_id``, returning the low-level id.
 
-    An ``h5py.Dataset`` copies the new dataset's creation property list, every
-    mapping included, when it is made (about 0.1 ms for ten mappings): commits,
-    which only need the id, skip it.
+    Parameters are those of :func:`create_virtual_dataset` (``group_id``: the
+    group's ``.id``).
+
+    Returns
+    -------
+    h5py.h5d.DatasetID
+        The new virtual dataset, of ``raw_data``'s dtype and shape ``shape``
+        (points). An ``h5py.Dataset`` copies the new dataset's creation property
+        list, every mapping included, when it is made (about 0.1 ms for ten
+        mappings): commits, which only need the id, skip it.
+
+    Raises
+    ------
+    IndexError
+        A mapping reaches beyond ``shape`` or beyond raw_data
+        (:func:`set_virtual_mappings`); nothing is created then.
+    ValueError
+        ``name`` exists in the group (h5py's error).
+    xarray_vhdf5.errors.HDF5Error
+        libhdf5 refused a mapping.
     """
     dtype = raw_data.dtype
     if fillvalue is _UNSET and not is_vlen_string_dtype(dtype):

@@ -33,6 +33,7 @@ import h5py
 import numpy as np
 
 from ..backend import transfer
+from ..backend.h5objects import memory_type
 from ..errors import ClosedFileError
 
 try:
@@ -169,23 +170,10 @@ class TransferPlan:
 # Execution
 # ---------------------------------------------------------------------------
 
-_mem_types: dict[np.dtype, Any] = {}
-
-
 def _mem_type_id(dtype: np.dtype) -> int | None:
     """HDF5 memory type id for reading into ``dtype``; None if the C path cannot."""
-    try:
-        return _mem_types[dtype].id
-    except KeyError:
-        pass
-    if dtype.hasobject or dtype.kind == "T" or dtype.itemsize == 0:
-        return None
-    try:
-        tid = h5py.h5t.py_create(dtype)
-    except TypeError:  # no HDF5 equivalent (e.g. datetime64)
-        return None
-    _mem_types[dtype] = tid  # kept referenced, hence open, for the process' life
-    return tid.id
+    tid = memory_type(dtype)
+    return None if tid is None else tid.id
 
 
 def _slice_loop(src: Any, dst: np.ndarray, arrays: tuple[np.ndarray, ...]) -> None:

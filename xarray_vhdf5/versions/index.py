@@ -47,10 +47,10 @@ import hashlib
 
 import h5py
 import numpy as np
-from h5py import h5d, h5s, h5t
+from h5py import h5d, h5s
 
 from ..backend.h5attrs import read_attr, write_attr
-from ..backend.h5objects import libhdf5_function, object_address
+from ..backend.h5objects import libhdf5_function, memory_type, object_address
 from ..backend.layout import FIRST_VERSION, VERSION_INDEX
 from .timestamps import parse_timestamp
 
@@ -207,8 +207,6 @@ def fingerprint(versions: h5py.Group, tracks_order: bool | None = None) -> tuple
 # then costs two dataset opens, one attribute and two reads.
 
 _FP_LEN = 8
-# Memory types built once: h5py would build one from the numpy dtype on every call.
-_MTYPES = {np.dtype(t).str: h5t.py_create(np.dtype(t)) for t in ("<i8", "u1")}
 _ROWS = f"{INDEX_NAME}/rows".encode()
 _NAMES = f"{INDEX_NAME}/names".encode()
 
@@ -312,7 +310,7 @@ def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None
 def _write_rows(dsid, start: int, data: np.ndarray) -> None:
     fspace = dsid.get_space()
     fspace.select_hyperslab((start,) + (0,) * (data.ndim - 1), data.shape)
-    dsid.write(h5s.create_simple(data.shape), fspace, data, mtype=_MTYPES.get(data.dtype.str))
+    dsid.write(h5s.create_simple(data.shape), fspace, data, mtype=memory_type(data.dtype))
 
 
 def append(

@@ -15,7 +15,6 @@ says which chunks to hash and append; the others keep their ``raw_data`` rows.
 
 from __future__ import annotations
 
-
 import h5py
 import numpy as np
 from h5py import h5d
