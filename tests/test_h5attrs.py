@@ -11,7 +11,7 @@ from xarray_vhdf5.backend import h5attrs
 from xarray_vhdf5.backend.h5attrs import read_attr, write_attr
 from xarray_vhdf5.backend.transfer import kernel_backend
 
-pytestmark = pytest.mark.skipif(h5attrs._attrtools is None, reason="compiled kernels not built")
+pytestmark = pytest.mark.skipif(h5attrs._kernel() is None, reason="compiled kernels not built or not selected")
 
 VALUES = {
     "str": "v1",
@@ -70,17 +70,42 @@ def test_kernel_writes_what_h5py_writes(f):
 
 
 def test_overwrite_in_place_and_replace_with_another_type(f):
-    g = f.create_group("g")
+    g = f.create_group("g", track_order=True)  # attributes listed in creation order
     write_attr(g.id, "committed", False)
-    write_attr(g.id, "committed", True)
-    assert g.attrs["committed"] is np.True_ or g.attrs["committed"] == True  # noqa: E712
-    write_attr(g.id, "x", np.int64(1))
-    write_attr(g.id, "x", "now a string")
-    assert g.attrs["x"] == "now a string"
+    write_attr(g.id, "timestamp", "t0")
+    write_attr(g.id, "committed", True)  # same type and extent: rewritten in place, keeps its rank
+    write_attr(g.id, "timestamp", "t1")
+    assert list(g.attrs) == ["committed", "timestamp"]
+    assert bool(g.attrs["committed"]) is True and g.attrs["timestamp"] == "t1"
+    write_attr(g.id, "committed", np.int64(1))  # another type: deleted and created again, last
+    assert list(g.attrs) == ["timestamp", "committed"]
     write_attr(g.id, "x", np.array([1, 2, 3]))
     write_attr(g.id, "x", np.array([4, 5]))  # another extent: deleted and created again
     np.testing.assert_array_equal(g.attrs["x"], [4, 5])
     assert h5a.open(g.id, b"x").shape == (2,)
+
+
+def test_the_compiled_path_makes_no_h5py_attribute_call(f, monkeypatch):
+    """Strings, bools and numbers never reach ``h5py.h5a`` (the reference path) when compiled."""
+    g = f.create_group("g")
+    g.attrs["given"] = np.array([8, 9])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("h5py.h5a was called")
+
+    for fn in ("open", "create", "exists", "delete"):
+        monkeypatch.setattr(h5attrs.h5a, fn, refuse)
+    for name, value in VALUES.items():
+        write_attr(g.id, name, value)
+    write_attr(g.id, "str", "again")  # in place
+    assert read_attr(g.id, "str", expect="str") == "again"
+    assert read_attr(g.id, "unicode", expect="str") == VALUES["unicode"]
+    np.testing.assert_array_equal(read_attr(g.id, "given", expect="int"), [8, 9])
+    assert read_attr(g.id, "i4", expect="int") == 7
+    with pytest.raises(KeyError):
+        read_attr(g.id, "missing", expect="str")
+    monkeypatch.undo()
+    assert g.attrs["unicode"] == VALUES["unicode"] and g.attrs["str"] == "again"
 
 
 @pytest.mark.parametrize("expect", [None, "str", "int"])
