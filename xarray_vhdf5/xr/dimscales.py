@@ -49,7 +49,7 @@ import numpy as np
 from ..backend.hashtable import HashTable
 from ..backend.layout import NETCDF_DIMENSIONS, VERSION_DATA
 from ..backend.raw_data import Filters, create_raw_data
-from ..backend.virtual import create_virtual_dataset
+from ..backend.virtual import create_virtual_dataset_id
 from .names import (
     DIMENSIONS_ATTR,
     HIDDEN_GROUP_ATTRS,
@@ -156,7 +156,7 @@ def _phony_source(f: h5py.File) -> h5py.Dataset:
 
 def _create_phony(group: h5py.Group, name: str, length: int):
     raw = _phony_source(group.file)
-    return create_virtual_dataset(group, name, raw, (length,), _PHONY_CHUNKS, []).id
+    return create_virtual_dataset_id(group.id, name, raw, (length,), _PHONY_CHUNKS, [])
 
 
 def _user_scale_attrs(oid) -> set[str]:
