@@ -60,6 +60,9 @@ ctypedef hid_t (*H5Dget_create_plist_ft)(hid_t dset_id) noexcept nogil
 ctypedef herr_t (*H5Dread_ft)(hid_t dset_id, hid_t mem_type_id, hid_t mem_space_id,
                               hid_t file_space_id, hid_t dxpl_id,
                               void *buf) noexcept nogil
+ctypedef herr_t (*H5Dwrite_ft)(hid_t dset_id, hid_t mem_type_id, hid_t mem_space_id,
+                               hid_t file_space_id, hid_t dxpl_id,
+                               const void *buf) noexcept nogil
 ctypedef hid_t (*H5Screate_simple_ft)(int rank, const hsize_t *dims,
                                       const hsize_t *maxdims) noexcept nogil
 ctypedef herr_t (*H5Sclose_ft)(hid_t space_id) noexcept nogil
@@ -112,6 +115,7 @@ ctypedef struct HDF5API:
     H5Dget_space_ft H5Dget_space
     H5Dget_create_plist_ft H5Dget_create_plist
     H5Dread_ft H5Dread
+    H5Dwrite_ft H5Dwrite
     H5Screate_simple_ft H5Screate_simple
     H5Sclose_ft H5Sclose
     H5Sselect_hyperslab_ft H5Sselect_hyperslab

@@ -59,6 +59,7 @@ from hdf5 cimport (
     H5Dget_create_plist_ft,
     H5Dget_space_ft,
     H5Dread_ft,
+    H5Dwrite_ft,
     H5E_error2_t,
     H5Ewalk2_ft,
     H5Pset_virtual_ft,
@@ -161,6 +162,7 @@ cdef int _load_hdf5_symbols() except -1:
     H5.H5Dget_space = <H5Dget_space_ft>_sym(handle, b"H5Dget_space")
     H5.H5Dget_create_plist = <H5Dget_create_plist_ft>_sym(handle, b"H5Dget_create_plist")
     H5.H5Dread = <H5Dread_ft>_sym(handle, b"H5Dread")
+    H5.H5Dwrite = <H5Dwrite_ft>_sym(handle, b"H5Dwrite")
     H5.H5Screate_simple = <H5Screate_simple_ft>_sym(handle, b"H5Screate_simple")
     H5.H5Sclose = <H5Sclose_ft>_sym(handle, b"H5Sclose")
     H5.H5Sselect_hyperslab = <H5Sselect_hyperslab_ft>_sym(handle, b"H5Sselect_hyperslab")

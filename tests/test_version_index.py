@@ -225,6 +225,46 @@ def test_our_commits_append_to_the_index(made):
     assert reg.current_version == "v7" and reg.parent("side") == "v2"
 
 
+def test_commits_after_the_first_open_no_index_dataset(made, monkeypatch):
+    """The datasets the last commit appended to stay open: the next commit checks and appends in place."""
+    with h5py.File(made, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("a") as g:
+            g["x"][1] = -1
+        opened = []
+        real_open = vindex.h5d.open
+        monkeypatch.setattr(vindex.h5d, "open", lambda *a: opened.append(a[1]) or real_open(*a))
+        for name in ("b", "c"):
+            with vf.stage_version(name) as g:
+                g["x"][2] = -2
+        assert opened == []
+        monkeypatch.undo()
+    seen = check_open(made, expect_loaded=True)
+    assert seen.parent("c") == "b" and seen.parent("b") == "a"
+
+
+def test_held_index_interleaved_with_other_writers(made):
+    """Two handles of ours and versioned-hdf5 committing in turn on one open file, one commit failing:
+    each handle's held index is noticed stale and re-read, and the file's index stays right."""
+    with h5py.File(made, "r+") as f:
+        one, two = VersionedHDF5File(f), VersionedHDF5File(f)
+        theirs = versioned_hdf5.VersionedHDF5File(f)
+        steps = [(one, "o1"), (two, "t1"), (one, "o2"), (theirs, "h1"), (one, "o3"), (one, "o4"), (two, "t2")]
+        for k, (vf, name) in enumerate(steps):
+            with vf.stage_version(name, timestamp=T0 + dt.timedelta(minutes=k + 1)) as g:
+                g["x"][k] = 100 + k
+            if name == "o3":
+                with pytest.raises(TypeError):
+                    with two.stage_version("bad") as g:
+                        g.create_dataset("o", data=np.array([1, 2], dtype=object))
+        assert f["_version_data/versions"].attrs["current_version"] == "t2"
+    # versioned-hdf5's commit made the index stale; the next commit here re-read the
+    # versions and wrote it again, and the later ones appended to it.
+    seen = check_open(made, expect_loaded=True)
+    assert seen.current_version == "t2"
+    assert [seen.parent(n) for n in ("t1", "o2", "h1", "o3", "o4", "t2")] == ["o1", "t1", "o2", "h1", "o3", "o4"]
+
+
 def test_a_failed_commit_keeps_the_index_valid(made):
     with h5py.File(made, "r+") as f:
         vf = VersionedHDF5File(f)

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
-from h5py import h5d, h5s
+from h5py import h5d
 
 from .h5attrs import read_attr, write_attr
-from .h5objects import memory_type, object_address
+from .h5objects import object_address
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
+from .rows import read_rows, write_rows
 
 __all__ = ["HashTable", "HashTableCache", "hash_table_id", "hash_table_path", "table_state"]
-
-_HASH_TABLE_MTYPE = memory_type(HASH_TABLE_DTYPE)
 
 
 class HashTable:
@@ -105,10 +104,8 @@ class HashTable:
         dsid = self.dataset.id
         if dsid.shape[0] < total:
             dsid.set_extent((total,))
-        fspace = dsid.get_space()
-        fspace.select_hyperslab((self._stored,), (len(new),))
         if dsid.dtype == HASH_TABLE_DTYPE:
-            dsid.write(h5s.create_simple((len(new),)), fspace, new, mtype=_HASH_TABLE_MTYPE)
+            write_rows(dsid, self._stored, new)
         else:  # another layout of the same fields: let h5py convert
             self.dataset[self._stored : total] = new
         write_attr(self.dataset.id, "largest_index", np.int64(total))
@@ -196,13 +193,8 @@ def table_state(dataset: h5py.Dataset | h5d.DatasetID) -> tuple[int, bytes]:
         return 0, b""
     if dsid.dtype != HASH_TABLE_DTYPE:
         return n, bytes(np.asarray(h5py.Dataset(dsid)[n - 1]["hash"], dtype=np.uint8))
-    fspace = dsid.get_space()
-    fspace.select_hyperslab((n - 1,), (1,))
-    row = np.empty(1, dtype=HASH_TABLE_DTYPE)
-    # An explicit memory type: h5py would otherwise build it from the compound dtype
-    # on every read (~110 us of the ~125).
-    dsid.read(h5s.create_simple((1,)), fspace, row, mtype=_HASH_TABLE_MTYPE)
-    return n, bytes(np.asarray(row["hash"][0], dtype=np.uint8))
+    row = read_rows(dsid, n - 1, np.empty(1, dtype=HASH_TABLE_DTYPE))
+    return n, bytes(row["hash"][0])
 
 
 def _still_valid(table: HashTable, dataset: h5py.Dataset) -> bool:

@@ -94,6 +94,7 @@ class VersionRegistry:
         # So is whether the handle may write the index (mode, SWMR).
         self._writable = _index.writable(self.vdata)
         self._valid_index = None  # the stored index checked by index_valid(), for added()
+        self._held_index = None  # what the last append returned (see index.append)
         entries = _index.load(self.vdata, self.group)
         #: True when the entries came from the stored index (False: scanned).
         self.loaded_from_index = entries is not None
@@ -122,6 +123,7 @@ class VersionRegistry:
 
     def replace(self, entries: _index.IndexEntries) -> None:
         """Take ``entries`` as the versions of the file (after a deletion)."""
+        self._held_index = None
         self._set(entries)
 
     def sync(self) -> bool:
@@ -192,7 +194,7 @@ class VersionRegistry:
     # -- keeping the index right ---------------------------------------------
     def index_valid(self) -> bool:
         """True when the stored index matches the versions group now (O(1) for groups this package creates)."""
-        self._valid_index = _index.stored_if_valid(self.vdata, self.group, self._tracks_order)
+        self._valid_index = _index.stored_if_valid(self.vdata, self.group, self._tracks_order, self._held_index)
         return self._valid_index is not None
 
     def added(
@@ -234,10 +236,14 @@ class VersionRegistry:
             self._row[name] = i
         self._sorted = None
         self._chain = None
-        self._state = _index.quick_state(self.group, self._tracks_order)
-        stored, self._valid_index = self._valid_index, None
+        stored, self._valid_index, self._held_index = self._valid_index, None, None
+        state = None
         if index_was_valid and self._writable:
-            _index.append(self.vdata, self.group, name, prev, ts, committed, stored=stored, tracks_order=self._tracks_order)
+            self._held_index = _index.append(
+                self.vdata, self.group, name, prev, ts, committed, stored=stored, tracks_order=self._tracks_order
+            )
+            state = _index.state_after(self._held_index)
+        self._state = state if state is not None else _index.quick_state(self.group, self._tracks_order)
 
     def removed(self, name: str) -> None:
         """Forget a version just deleted from this file (call :meth:`save` after)."""
@@ -251,6 +257,7 @@ class VersionRegistry:
 
     def save(self) -> None:
         """Rewrite the stored index from the versions known here (after a deletion)."""
+        self._held_index = None
         if self._writable:
             _index.save(self.vdata, self.group, self._entries)
 

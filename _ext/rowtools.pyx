@@ -1,0 +1,107 @@
+"""Compiled hyperslab reads and writes of whole rows (private).
+
+A commit writes a few rows to small datasets: the new chunks to ``raw_data``,
+their rows to the ``hash_table``, a row and a name to the version index; and
+reads back the last row of a hash table to check it. Through h5py's low-level
+API each costs 30-50 us, most of it h5py making and registering an object for
+each dataspace (``get_space``, ``create_simple``); libhdf5's own
+``H5Sselect_hyperslab`` + ``H5Dwrite``/``H5Dread`` take 5-10 us when the chunk
+is in the chunk cache (``hdf5_h5dread_pipeline.md``: the selection is the
+whole cost a small transfer adds to the copy).
+
+The functions are dumb: the rows are ``[start, start + shape[0])`` along
+axis 0 and all points from the origin to ``shape[a]`` on the other axes; the
+memory type and the C-contiguous buffer come from the caller
+(``xarray_vhdf5.backend.rows``, which checks them and keeps h5py's low-level
+calls as the reference path). They only check the selection against the
+dataset's extent, on the dataspace they open anyway, and return a code when
+it does not fit. The calls run under
+h5py's ``phil`` lock, on the symbols ``slicetools`` resolves. A libhdf5
+failure raises :class:`xarray_vhdf5.errors.HDF5Error` naming the call.
+"""
+
+from cpython.pycapsule cimport PyCapsule_GetPointer
+
+from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, H5S_SELECT_SET, HDF5API, HDF5_API_CAPSULE_NAME, hid_t, hsize_t
+
+from h5py._objects import phil
+
+from xarray_vhdf5._ext.slicetools import _HDF5_API
+from xarray_vhdf5.errors import HDF5Error
+
+__all__ = ["read_rows", "write_rows"]
+
+cdef HDF5API *H5 = <HDF5API *>PyCapsule_GetPointer(_HDF5_API, HDF5_API_CAPSULE_NAME)
+
+
+cdef int _fill_dims(tuple shape, hsize_t start, hsize_t *offset, hsize_t *count) except -1:
+    cdef int rank = len(shape)
+    cdef int a
+    if rank < 1 or rank > H5S_MAX_RANK:
+        raise ValueError(f"rows of rank {rank}: expected 1 to {H5S_MAX_RANK}")
+    for a in range(rank):
+        offset[a] = 0
+        count[a] = <hsize_t>shape[a]
+    offset[0] = start
+    return rank
+
+
+cdef int _transfer(hid_t dset_id, hsize_t start, tuple shape, hid_t mem_type, void *buf, bint write) except -9:
+    """0 done; 1 the dataset's rank differs from ``len(shape)``; 2 the rows reach beyond its extent."""
+    cdef hsize_t offset[H5S_MAX_RANK]
+    cdef hsize_t count[H5S_MAX_RANK]
+    cdef hsize_t have[H5S_MAX_RANK]
+    cdef int rank = _fill_dims(shape, start, offset, count)
+    cdef hid_t file_space, mem_space
+    cdef int status, a
+    cdef int outcome = 0
+    cdef const char *call = b"H5Dwrite" if write else b"H5Dread"
+    with phil:
+        file_space = H5.H5Dget_space(dset_id)
+        if file_space < 0:
+            raise HDF5Error("H5Dget_space failed")
+        # The extent is checked here, on the dataspace this call needs anyway
+        # (asking h5py for ``shape`` costs more than the whole transfer).
+        if H5.H5Sget_simple_extent_dims(file_space, have, NULL) != rank:
+            outcome = 1
+        else:
+            for a in range(rank):
+                if offset[a] + count[a] > have[a]:
+                    outcome = 2
+        if outcome:
+            H5.H5Sclose(file_space)
+            return outcome
+        mem_space = H5.H5Screate_simple(rank, count, NULL)
+        if mem_space < 0:
+            H5.H5Sclose(file_space)
+            raise HDF5Error("H5Screate_simple failed")
+        status = H5.H5Sselect_hyperslab(file_space, H5S_SELECT_SET, offset, NULL, count, NULL)
+        if status >= 0:
+            if write:
+                status = H5.H5Dwrite(dset_id, mem_type, mem_space, file_space, H5P_DEFAULT, buf)
+            else:
+                status = H5.H5Dread(dset_id, mem_type, mem_space, file_space, H5P_DEFAULT, buf)
+        else:
+            call = b"H5Sselect_hyperslab"
+        H5.H5Sclose(mem_space)
+        H5.H5Sclose(file_space)
+    if status < 0:
+        raise HDF5Error(f"{call.decode()} failed for rows {start} to {start + count[0]} of shape {shape}")
+    return 0
+
+
+def write_rows(hid_t dset_id, hsize_t start, tuple shape not None, hid_t mem_type, buffer):
+    """Write the C-contiguous ``buffer`` (shape ``shape``, points of ``mem_type``) at row ``start``.
+
+    Returns 0 when done, 1 (ranks differ) or 2 (beyond the extent) when nothing was written.
+    """
+    cdef const unsigned char[::1] data = memoryview(buffer).cast("B")
+    cdef unsigned char empty = 0
+    return _transfer(dset_id, start, shape, mem_type, <void *>(&data[0] if data.shape[0] else &empty), True)
+
+
+def read_rows(hid_t dset_id, hsize_t start, tuple shape not None, hid_t mem_type, out):
+    """Read rows ``start`` on into the writable C-contiguous ``out`` (shape ``shape``); returns as :func:`write_rows`."""
+    cdef unsigned char[::1] data = memoryview(out).cast("B")
+    cdef unsigned char empty = 0
+    return _transfer(dset_id, start, shape, mem_type, <void *>(&data[0] if data.shape[0] else &empty), False)
