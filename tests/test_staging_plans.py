@@ -20,8 +20,8 @@ import h5py
 import numpy as np
 import pytest
 
-from xarray_vhdf5.backend.transfer import kernel_backend
-from xarray_vhdf5.errors import ClosedFileError, IncompatibleDataError
+from xarray_vhdf5.backend.transfer import get_kernel_backend, kernel_backend
+from xarray_vhdf5.errors import ClosedFileError, HDF5Error, IncompatibleDataError
 from xarray_vhdf5.staging import (
     ChangesPlan,
     GetItemPlan,
@@ -394,6 +394,33 @@ def test_constructor_rejects_inconsistent_metadata(kwargs, match):
     args.update(kwargs)
     with pytest.raises(IncompatibleDataError, match=match):
         StagedChangesArray(**args)
+
+
+def test_over_dataset_behaves_as_the_constructor(tmp_path):
+    """The wrappers' constructor (a chunk map of their own) gives the same array, and still checks
+    what it can without asking h5py for the dataset's shape."""
+    rng = np.random.default_rng(5)
+    data = rng.integers(1, 100, size=(9, 7)).astype("i4")
+    raw, si, so = raw_data_layout(data, (4, 3), 0, rng)
+    dset = write_raw_data(tmp_path / "f.h5", "raw", raw, (4, 3))
+    checked = StagedChangesArray((9, 7), (4, 3), [dset], si, so, fill_value=0, dtype="i4")
+    fast = StagedChangesArray._over_dataset((9, 7), (4, 3), dset, si, so, 0, np.dtype("i4"))
+    for arr in (checked, fast):
+        arr[3:6, 2:5] = -1
+    np.testing.assert_array_equal(fast[:], checked[:])
+    np.testing.assert_array_equal(fast._changes_plan().changed_slab_indices, checked._changes_plan().changed_slab_indices)
+    with pytest.raises(IncompatibleDataError, match="slab_indices must be in"):
+        StagedChangesArray._over_dataset((9, 7), (4, 3), dset, si + 1, so, 0, np.dtype("i4"))
+    with pytest.raises(IncompatibleDataError, match="one point per chunk"):
+        StagedChangesArray._over_dataset((9, 7), (4, 3), dset, si[:1], so[:1], 0, np.dtype("i4"))
+    # A map reaching beyond the dataset: libhdf5 refuses the read (the reference kernels
+    # check first), nothing is read out of bounds.
+    far = so.copy()
+    far[0, 0] = dset.shape[0]
+    bad = StagedChangesArray._over_dataset((9, 7), (4, 3), dset, si, far, 0, np.dtype("i4"))
+    with pytest.raises(HDF5Error if get_kernel_backend() == "cython" else IndexError):
+        bad[0, 0]
+    dset.file.close()
 
 
 # ---------------------------------------------------------------------------

@@ -138,7 +138,44 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         si, so = metadata_arrays(slab_indices, slab_offsets, shape, chunk_size)
         fill = fill_array(fill_value, dtype)
         check_base_slabs(shape, chunk_size, dtype, base_slabs, si, so)
+        self._setup(shape, chunk_size, dtype, fill, base_slabs, si, so)
 
+    @classmethod
+    def _over_dataset(
+        cls,
+        shape: tuple[int, ...],
+        chunk_size: tuple[int, ...],
+        dataset: Any,
+        slab_indices: np.ndarray,
+        slab_offsets: np.ndarray,
+        fill_value: Any,
+        dtype: np.dtype,
+    ) -> StagedChangesArray:
+        """The array over one h5py dataset (the only base slab), from its own chunk map.
+
+        For the wrappers, whose ``slab_indices`` / ``slab_offsets`` come from
+        the previous version's virtual mapping into that dataset (read back,
+        or kept by the commit that wrote it: ``backend.slabmaps``). Skips the
+        check that every chunk lies inside the base slab, which asks h5py for
+        the dataset's shape (about 30 us) and walks the chunks: the reads of
+        an h5py dataset go through libhdf5, which refuses a selection beyond
+        the extent (an ``HDF5Error``; the reference kernels raise
+        ``IndexError`` first), so a wrong map cannot read out of bounds.
+        Everything else is checked as by the constructor.
+        """
+        shape = as_shape(shape, "shape")
+        chunk_size = as_shape(chunk_size, "chunk_size")
+        check_chunking(shape, chunk_size)
+        dtype = np.dtype(dtype)
+        si, so = metadata_arrays(slab_indices, slab_offsets, shape, chunk_size)
+        if si.size and (si.min() < 0 or si.max() > 1) or np.any(so[si == 0]):
+            check_base_slabs(shape, chunk_size, dtype, [dataset], si, so)  # raises, saying why
+        self = cls.__new__(cls)
+        self._setup(shape, chunk_size, dtype, fill_array(fill_value, dtype), [dataset], si, so)
+        return self
+
+    def _setup(self, shape, chunk_size, dtype, fill, base_slabs, si, so) -> None:
+        """Set the state of a new array from checked arguments."""
         self._shape = shape
         self._chunk_size = chunk_size
         self._dtype = dtype

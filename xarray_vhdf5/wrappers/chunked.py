@@ -140,9 +140,9 @@ class InMemoryDataset(ChunkedStagedDataset):
             slab_indices, slab_offsets = build_slab_indices_and_offsets(
                 source, self.source_shape, self.chunks, self.raw_data
             )
-        return StagedChangesArray(
-            self.source_shape, self.chunks, [self.raw_data], slab_indices, slab_offsets,
-            self.fillvalue, dtype=source.id.dtype,
+        return StagedChangesArray._over_dataset(
+            self.source_shape, self.chunks, self.raw_data, slab_indices, slab_offsets,
+            self.fillvalue, source.id.dtype,
         )
 
     @property
