@@ -482,6 +482,9 @@ def test_private_kernel_checks_shapes(h5file):
                                     *[_u64([[1]])] * 5)
     with pytest.raises(ValueError, match="item size"):
         slicetools.read_many_slices(np.zeros(4, "f4"), dst, *[_u64([[1]])] * 5)
+    two_d = h5file.create_dataset(f"k{next(_names)}", data=np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="src has 2 dimensions, dst has 1"):  # asked of libhdf5
+        slicetools.read_many_slices(two_d, dst, *[_u64([[1]])] * 5, h5py.h5t.py_create(dst.dtype).id)
 
 
 # ---------------------------------------------------------------------------
