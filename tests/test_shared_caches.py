@@ -185,6 +185,27 @@ def test_held_raw_data_has_a_chunk_cache_of_a_few_chunks_and_follows_a_rebuild(t
         np.testing.assert_array_equal(again[()], np.ones((4, 4)))
 
 
+def test_held_raw_data_answers_what_h5py_answers_and_follows_a_rebuild(tmp_path):
+    """The held wrapper keeps name, dtype and fill value: the same as h5py's, until the dataset is replaced."""
+    from xarray_vhdf5.backend.held import HeldDataset, OpenDatasets
+
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f.create_dataset("g/raw_data", shape=(8, 2), chunks=(4, 2), dtype="<i2", fillvalue=-7)
+        f.create_dataset("g/hash_table", shape=(1,), dtype="i8")
+        held = OpenDatasets()
+        raw = held.raw_data(f.id, "/g/raw_data", 16)
+        plain = f["g/raw_data"]
+        assert isinstance(raw, HeldDataset)
+        assert (raw.name, raw.dtype, raw.fillvalue) == (plain.name, plain.dtype, plain.fillvalue) == ("/g/raw_data", np.dtype("<i2"), -7)
+        table, addr = held.hash_table(raw)
+        assert table.name == "/g/hash_table" and held.hash_table(raw)[0] is table
+        assert addr == h5py.h5o.get_info(table.id).addr
+        del f["g/raw_data"]
+        f.create_dataset("g/raw_data", shape=(3,), dtype="f4", fillvalue=1.5)
+        again = held.raw_data(f.id, "/g/raw_data", 12)
+        assert again is not raw and (again.dtype, again.fillvalue, again.shape) == (np.dtype("f4"), 1.5, (3,))
+
+
 def test_commits_after_versioned_hdf5_rewrote_raw_data_through_the_same_handle(tmp_path):
     versioned_hdf5 = pytest.importorskip("versioned_hdf5")
     path = str(tmp_path / "f.h5")

@@ -132,9 +132,9 @@ class HashTableCache:
     def __init__(self) -> None:
         self._tables: dict[int, HashTable] = {}
 
-    def open(self, dataset: h5py.Dataset) -> HashTable:
-        """The hash table of ``dataset`` (a ``hash_table`` h5py dataset)."""
-        addr = object_address(dataset.id)
+    def open(self, dataset: h5py.Dataset, address: int | None = None) -> HashTable:
+        """The hash table of ``dataset`` (a ``hash_table`` h5py dataset; ``address``: its object address, if known)."""
+        addr = address if address is not None else object_address(dataset.id)
         table = self._tables.get(addr)
         if table is None or not _still_valid(table, dataset):
             table = HashTable(dataset)

@@ -28,12 +28,52 @@ from h5py import h5d, h5p
 from .h5objects import object_address_by_name
 from .hashtable import hash_table_path
 
-__all__ = ["CACHED_CHUNKS", "MAX_CACHE_BYTES", "OpenDatasets"]
+__all__ = ["CACHED_CHUNKS", "MAX_CACHE_BYTES", "HeldDataset", "OpenDatasets"]
 
 #: Chunks of raw_data the held handle's chunk cache holds.
 CACHED_CHUNKS = 4
 #: Upper bound of that cache, bytes.
 MAX_CACHE_BYTES = 64 * 1024 * 1024
+
+
+class HeldDataset(h5py.Dataset):
+    """A raw_data :class:`OpenDatasets` holds: ``name``, ``dtype`` and ``fillvalue`` asked once.
+
+    h5py asks libhdf5 again on every access of these (``H5Iget_name``, the
+    datatype, the fill value of the creation property list: 5-15 us each, and
+    a commit reads them about ten times). A held handle is checked against the
+    object linked at its path before each use, so its name is that path; a
+    dataset's datatype and fill value are fixed when it is created.
+
+    Parameters
+    ----------
+    bind : h5py.h5d.DatasetID
+        The open dataset.
+    path : str
+        The absolute path it was opened by.
+    """
+
+    def __init__(self, bind: h5d.DatasetID, path: str):
+        super().__init__(bind)
+        self._held_name = path
+        self._held_dtype = None
+        self._held_fill = None
+
+    @property
+    def name(self) -> str:
+        return self._held_name
+
+    @property
+    def dtype(self):
+        if self._held_dtype is None:
+            self._held_dtype = self.id.dtype
+        return self._held_dtype
+
+    @property
+    def fillvalue(self):
+        if self._held_fill is None:
+            self._held_fill = (super().fillvalue,)
+        return self._held_fill[0]
 
 
 class OpenDatasets:
@@ -68,6 +108,21 @@ class OpenDatasets:
         """
         return self._get(raw_data.id, hash_table_path(raw_data))
 
+    def hash_table(self, raw_data: h5py.Dataset) -> tuple[h5py.Dataset, int]:
+        """The open ``hash_table`` beside ``raw_data`` as an h5py dataset, and its object address.
+
+        Raises
+        ------
+        KeyError
+            No ``hash_table`` beside it.
+        """
+        path = hash_table_path(raw_data)
+        dsid = self._get(raw_data.id, path)
+        wrapper = self._wrappers.get(path)
+        if wrapper is None or wrapper.id is not dsid:
+            wrapper = self._wrappers[path] = h5py.Dataset(dsid)
+        return wrapper, self._held[path][0]
+
     def raw_data(self, loc, path: str, chunk_bytes: int) -> h5py.Dataset:
         """The open raw_data at absolute ``path`` (``loc``: any object of the file).
 
@@ -86,7 +141,7 @@ class OpenDatasets:
         dsid = self._get(loc, bpath, chunk_bytes)
         wrapper = self._wrappers.get(bpath)
         if wrapper is None or wrapper.id is not dsid:  # h5py.Dataset() costs about 20 us
-            wrapper = self._wrappers[bpath] = h5py.Dataset(dsid)
+            wrapper = self._wrappers[bpath] = HeldDataset(dsid, path)
         return wrapper
 
     def clear(self) -> None:

@@ -290,7 +290,7 @@ def _writer_for(f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype,
     data_path = f"{VERSION_DATA}/{path}"
     raw = _existing_raw_data(f, path, ds)
     if raw is not None:
-        table = caches.hash_tables.open(h5py.Dataset(caches.open_datasets.hash_table_id(raw)))
+        table = caches.hash_tables.open(*caches.open_datasets.hash_table(raw))
         if _over_own_raw_data(path, ds, raw):  # its chunks and fill value are raw_data's
             return ChunkWriter(raw, table, chunks=ds.chunks, fillvalue=ds.fillvalue)
         return ChunkWriter(raw, table)
