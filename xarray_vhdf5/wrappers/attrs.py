@@ -28,6 +28,8 @@ class StagedAttrs(MutableMapping):
     """
 
     def __init__(self, source: h5py.AttributeManager | None = None, skip: frozenset = frozenset(), obj_id=None):
+        # ``source`` may also be a function returning it, called on first use (making the
+        # h5py object behind it costs a copy of a dataset's creation property list).
         self._source = source
         self._skip = skip
         self._obj_id = obj_id  # the source object's id (``h5py`` ObjectID): count before iterating
@@ -42,6 +44,8 @@ class StagedAttrs(MutableMapping):
             if self._only_skipped():
                 self._values = values
                 return values
+            if callable(self._source):
+                self._source = self._source()
             for key in self._source:
                 if key in self._skip:
                     continue

@@ -78,32 +78,48 @@ class InMemoryDataset(ChunkedStagedDataset):
         Path of the dataset inside the version.
     parent : InMemoryGroup
         The staged group holding it.
-    source : h5py.Dataset
-        The previous version's virtual dataset.
+    source : h5py.Dataset or h5py.h5d.DatasetID
+        The previous version's virtual dataset (the h5py object is made on
+        first use of :attr:`source`: it copies the creation property list,
+        every mapping included).
     """
 
-    def __init__(self, name: str, parent, source: h5py.Dataset):
-        raw_chunks = tuple(int(c) for c in read_attr(source.id, "chunks", expect="int"))
-        raw_path = read_attr(source.id, "raw_data", expect="str")
+    def __init__(self, name: str, parent, source: h5py.Dataset | h5d.DatasetID):
+        sid = source.id if isinstance(source, h5py.Dataset) else source
+        raw_chunks = tuple(int(c) for c in read_attr(sid, "chunks", expect="int"))
+        raw_path = read_attr(sid, "raw_data", expect="str")
         raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
         raw_path = "/" + raw_path.lstrip("/")  # from the file's root
         held = parent._root.open_datasets if parent is not None else None
-        sid = source.id
         dtype = sid.dtype
         #: The previous version's shape: a virtual dataset's never changes (maxshape == shape).
         self.source_shape = sid.shape
         if held is not None:  # held open by the file handle, with a chunk cache of a few chunks
             chunk_bytes = int(np.prod(raw_chunks)) * dtype.itemsize
-            raw = held.raw_data(source.id, raw_path, chunk_bytes)
+            raw = held.raw_data(sid, raw_path, chunk_bytes)
         else:
-            raw = h5py.Dataset(h5d.open(source.id, raw_path.encode()))
-        self.source = source
+            raw = h5py.Dataset(h5d.open(sid, raw_path.encode()))
+        self._source = source
         self.raw_data = raw
         # Fill value and filters are read from raw_data on first use (most commits
         # of an unchanged or edited dataset never look at them).
         super().__init__(name, parent, dtype, raw_chunks, _UNSET, _UNSET, (None,) * len(self.source_shape))
         self.origin_name = name  # where its raw_data lives; differs after group.move()
-        self.attrs = StagedAttrs(source.attrs, skip=RESERVED_ATTRS, obj_id=source.id)
+        # Read on first use; the function holds the id only (referring to ``self`` would make
+        # a reference cycle, which keeps staged data alive until the cyclic GC runs).
+        self.attrs = StagedAttrs(lambda: h5py.Dataset(sid).attrs, skip=RESERVED_ATTRS, obj_id=sid)
+
+    @property
+    def source(self) -> h5py.Dataset:
+        """The previous version's virtual dataset."""
+        if not isinstance(self._source, h5py.Dataset):
+            self._source = h5py.Dataset(self._source)
+        return self._source
+
+    @property
+    def source_id(self) -> h5d.DatasetID:
+        """Its low-level id (no h5py object made)."""
+        return self._source.id if isinstance(self._source, h5py.Dataset) else self._source
 
     @property
     def fillvalue(self):
@@ -128,7 +144,7 @@ class InMemoryDataset(ChunkedStagedDataset):
         self._filters = value
 
     def _build_array(self) -> StagedChangesArray:
-        source = self.source
+        source = self.source_id
         root = self.parent._root if self.parent is not None else None
         cache = getattr(root, "slab_maps", None)
         held = getattr(root, "open_datasets", None)
@@ -138,11 +154,11 @@ class InMemoryDataset(ChunkedStagedDataset):
             slab_indices, slab_offsets = known
         else:
             slab_indices, slab_offsets = build_slab_indices_and_offsets(
-                source, self.source_shape, self.chunks, self.raw_data
+                self.source, self.source_shape, self.chunks, self.raw_data
             )
         return StagedChangesArray._over_dataset(
             self.source_shape, self.chunks, self.raw_data, slab_indices, slab_offsets,
-            self.fillvalue, source.id.dtype,
+            self.fillvalue, source.dtype,
         )
 
     @property

@@ -61,7 +61,7 @@ class InMemoryGroup:
                 if isinstance(oid, h5g.GroupID):
                     self._children[key] = InMemoryGroup(path, h5py.Group(oid), root=self._root)
                 elif isinstance(oid, h5d.DatasetID):
-                    self._children[key] = InMemoryDataset(path, self, h5py.Dataset(oid))
+                    self._children[key] = InMemoryDataset(path, self, oid)
                 else:  # e.g. a named datatype: as h5py returns it
                     self._children[key] = InMemoryDataset(path, self, source[key])
 
