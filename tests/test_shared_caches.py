@@ -113,6 +113,42 @@ def test_versioned_hdf5_commits_in_between_are_seen(tmp_path, counting):
         np.testing.assert_array_equal(versioned_hdf5.VersionedHDF5File(f)["v4"]["x"][()], data)
 
 
+def test_token_is_checked_only_when_the_index_was_written_again(tmp_path, counting, monkeypatch):
+    """Commits appending to the version index keep the token without reading it back; a commit
+    that finds the index stale (versioned-hdf5 committed meanwhile) puts it on the index written
+    again, and a later handle shares the caches."""
+    import xarray_vhdf5.versions.caches as caches
+
+    versioned_hdf5 = pytest.importorskip("versioned_hdf5")
+    path = str(tmp_path / "f.h5")
+    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
+    reads = []
+    real = caches._index_group
+    monkeypatch.setattr(caches, "_index_group", lambda vdata: reads.append(1) or real(vdata))
+    with h5py.File(path, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            _create(g, data)
+        assert len(reads) == 1  # the first commit of these caches writes the token
+        for k in range(2, 5):
+            with vf.stage_version(f"v{k}") as g:
+                g["x"][k, 0] = -k
+        assert len(reads) == 1
+        with vf.stage_version("v6") as g:
+            g["x"][6, 0] = -6.0
+            # versioned-hdf5 commits while v6 is staged: the index is stale when v6 is
+            # committed, and written again by the registry (after v6's group exists).
+            with versioned_hdf5.VersionedHDF5File(f).stage_version("w5", prev_version="v4") as h:
+                h["x"][0, 0] = 5.0
+        assert len(reads) == 2
+        token = f[f"_version_data/{caches.VERSION_INDEX}"].attrs[COMMIT_TOKEN]
+    loads = counting["table_loads"]
+    _commit(path, "v7", lambda g: g["x"].__setitem__((7, 0), -7.0))
+    assert counting["table_loads"] == loads  # the token matched: the kept hash table was used
+    with h5py.File(path, "r") as f:
+        assert f[f"_version_data/{caches.VERSION_INDEX}"].attrs[COMMIT_TOKEN] == token
+
+
 def test_no_sharing_for_in_memory_files(counting):
     data = np.ones(SHAPE)
     with h5py.File("mem.h5", "w", driver="core", backing_store=False) as f:
@@ -253,3 +289,21 @@ def test_memory_types_are_h5py_s_built_once(tmp_path):
         assert memory_type(dtype) is tid  # built once
     for dtype in (h5py.string_dtype(), np.dtype(object), np.dtype("M8[s]"), np.dtype("V0")):
         assert memory_type(dtype) is None, dtype
+
+
+@pytest.mark.parametrize("name", ["v1", "ünïcode", "a/b"])
+def test_ordered_groups_are_created_as_h5py_creates_them(tmp_path, name):
+    """``create_ordered_group`` (property lists made once) against ``create_group(track_order=True)``."""
+    from xarray_vhdf5.backend.h5objects import create_ordered_group
+
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        ours, ref = f.create_group("ours"), f.create_group("ref")
+        made, want = create_ordered_group(ours, name), ref.create_group(name, track_order=True)
+        assert made.name == f"/ours/{name}"
+        mine, theirs = made.id.get_create_plist(), want.id.get_create_plist()
+        for prop in ("get_link_creation_order", "get_attr_creation_order", "get_obj_track_times"):
+            assert getattr(mine, prop)() == getattr(theirs, prop)(), prop
+        top = name.split("/")[0].encode()
+        assert ours.id.links.get_info(top).cset == ref.id.links.get_info(top).cset
+        with pytest.raises(ValueError, match="exists"):
+            create_ordered_group(ours, name)

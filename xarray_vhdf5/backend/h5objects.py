@@ -20,9 +20,9 @@ import ctypes
 
 import h5py
 import numpy as np
-from h5py import h5o, h5t
+from h5py import h5g, h5o, h5p, h5t
 
-__all__ = ["libhdf5_function", "memory_type", "object_address", "object_address_by_name"]
+__all__ = ["create_ordered_group", "libhdf5_function", "memory_type", "object_address", "object_address_by_name"]
 
 _H5O_INFO_BASIC = 0x0001
 
@@ -131,3 +131,41 @@ def memory_type(dtype: np.dtype) -> h5t.TypeID | None:
         return None
     _MEMORY_TYPES[key] = tid
     return tid
+
+
+def _group_plists() -> tuple[h5p.PropGCID, dict[int, h5p.PropLCID]]:
+    gcpl = h5p.create(h5p.GROUP_CREATE)
+    order = h5p.CRT_ORDER_TRACKED | h5p.CRT_ORDER_INDEXED
+    gcpl.set_link_creation_order(order)
+    gcpl.set_attr_creation_order(order)
+    gcpl.set_obj_track_times(False)
+    lcpls = {}
+    for coding in (h5t.CSET_ASCII, h5t.CSET_UTF8):
+        lcpl = h5p.create(h5p.LINK_CREATE)
+        lcpl.set_create_intermediate_group(True)
+        lcpl.set_char_encoding(coding)
+        lcpls[coding] = lcpl
+    return gcpl, lcpls
+
+
+_GCPL_ORDERED, _LCPLS = _group_plists()
+
+
+def create_ordered_group(parent: h5py.Group, name: str) -> h5py.Group:
+    """``parent.create_group(name, track_order=True)``, with property lists made once.
+
+    The group is created as h5py creates it (links and attributes tracked and
+    indexed in creation order, no object times, intermediate groups created,
+    the name's character set ASCII when it is ASCII, else UTF-8); h5py builds
+    the property lists again on every call (about 40 us of 85).
+
+    Raises
+    ------
+    ValueError
+        ``name`` exists in ``parent`` (h5py's error).
+    """
+    try:
+        bname, coding = name.encode("ascii"), h5t.CSET_ASCII
+    except UnicodeEncodeError:
+        bname, coding = name.encode("utf-8"), h5t.CSET_UTF8
+    return h5py.Group(h5g.create(parent.id, bname, lcpl=_LCPLS[coding], gcpl=_GCPL_ORDERED))

@@ -95,7 +95,7 @@ class CommitCaches:
         self.open_datasets.clear()
         self._kept.token = None
 
-    def committed(self, vdata: h5py.Group) -> None:
+    def committed(self, vdata: h5py.Group, index_rewritten: bool = True) -> None:
         """Stamp the file with a commit token after a commit that filled these caches.
 
         A fresh token is written by the first commit of these caches (and the
@@ -103,8 +103,17 @@ class CommitCaches:
         the file then still holds what the caches describe, plus what they
         were told of. Without a version index (a file open where it cannot be
         written), no token: these caches are then not shared.
+
+        ``index_rewritten``: False when the commit appended to the version
+        index (the registry found it valid) rather than writing it again. The
+        token these caches wrote is then still on it, and it is not read back:
+        another writer's token comes with another writer's commit or deletion,
+        which clears these caches (``VersionedHDF5File`` syncs before each
+        operation), and with them the token.
         """
         self.hash_tables.release()  # kept tables hold no h5py handle (it would keep the file open)
+        if self._kept.token is not None and not index_rewritten:
+            return
         index = _index_group(vdata)
         if index is None:
             self._kept.token = None

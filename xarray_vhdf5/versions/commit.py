@@ -27,14 +27,24 @@ import numpy as np
 
 from ..backend.chunks import iter_chunks
 from ..backend.h5attrs import read_attr, write_attr
+from ..backend.h5objects import create_ordered_group
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.hashtable import HashTable, table_state
 from ..backend.layout import VERSION_DATA
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
 from ..backend.slabmaps import slab_arrays
-from ..backend.virtual import carry_virtual_dataset, copy_virtual_dataset, create_virtual_dataset_id
+from ..backend.virtual import (
+    carry_virtual_dataset,
+    copy_virtual_dataset,
+    create_virtual_dataset_id,
+)
 from ..errors import IncompatibleDataError
-from ..wrappers.chunked import ChunkedStagedDataset, InMemoryDataset, is_over, split_unchanged
+from ..wrappers.chunked import (
+    ChunkedStagedDataset,
+    InMemoryDataset,
+    is_over,
+    split_unchanged,
+)
 from ..wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
 from ..wrappers.group import InMemoryGroup
 from .caches import CommitCaches
@@ -100,7 +110,7 @@ def commit_version(
             if raw is not None:
                 _check_compatible(path, raw, ds, ds.dtype)
     # track_order: datasets and groups list in creation order (netCDF's variable order).
-    group = versions.create_group(name, track_order=True)
+    group = create_ordered_group(versions, name)
     report = CommitReport(name)
     try:
         # The format's attributes go through backend.h5attrs (the compiled attribute
@@ -113,7 +123,7 @@ def commit_version(
 
         def make_groups(path, obj):
             if isinstance(obj, InMemoryGroup):
-                sub = group.create_group(path, track_order=True)
+                sub = create_ordered_group(group, path)
                 obj.attrs.write_to(sub)
 
         root.visititems(make_groups)

@@ -306,5 +306,6 @@ class VersionedHDF5File:
             raise
         finally:
             root._close()
-        self._caches.committed(self._registry.vdata)
+        # The registry first (a stale index is written again there), then the token on it.
         self._registry.added(version_name, index_was_valid, prev_version=prev, timestamp=self.last_commit.timestamp)
+        self._caches.committed(self._registry.vdata, index_rewritten=not index_was_valid)
