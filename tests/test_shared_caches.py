@@ -307,3 +307,33 @@ def test_ordered_groups_are_created_as_h5py_creates_them(tmp_path, name):
         assert ours.id.links.get_info(top).cset == ref.id.links.get_info(top).cset
         with pytest.raises(ValueError, match="exists"):
             create_ordered_group(ours, name)
+
+
+def test_chunk_maps_skip_the_version_stamp_only_while_the_versions_group_is_unchanged(tmp_path, monkeypatch):
+    """A version deleted and made again under the same name between two commits: its chunk map
+    is not taken from the cache, whether or not the stamp is read; the data staged is the new one."""
+    import xarray_vhdf5.backend.slabmaps as slabmaps
+
+    stamps = []
+    real = slabmaps._version_stamp
+    monkeypatch.setattr(slabmaps, "_version_stamp", lambda *a: stamps.append(1) or real(*a))
+    path = str(tmp_path / "f.h5")
+    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
+    with h5py.File(path, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            _create(g, data)
+        with vf.stage_version("v2") as g:
+            g["x"][0, 0] = -1.0
+        with vf.stage_version("v3") as g:  # the versions group is as v2's commit left it
+            g["x"][1, 0] = -2.0
+        assert stamps == []
+        other = VersionedHDF5File(f)  # does not share this handle's registry
+        other.delete_versions(["v3"])
+        with other.stage_version("v3", prev_version="v1") as g:
+            g["x"][2, 0] = -3.0
+        with vf.stage_version("v4") as g:  # v3 is another group now
+            g["x"][3, 0] = -4.0
+        expected = data.copy()
+        expected[2, 0], expected[3, 0] = -3.0, -4.0
+        np.testing.assert_array_equal(vf["v4"]["x"][()], expected)

@@ -104,19 +104,28 @@ class SlabMapCache:
     def __init__(self) -> None:
         self._entries: dict[_Key, tuple[object, tuple, np.ndarray, np.ndarray]] = {}
         self._pending: dict[_Key, tuple[h5py.Dataset, tuple, np.ndarray, np.ndarray]] = {}
+        self._versions_state: tuple[int, int] | None = None
 
-    def get(self, vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks, hash_table=None):
+    def get(self, vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks, hash_table=None, versions_state=None):
         """The cached ``(slab_indices, slab_offsets)`` of ``vds`` (read-only), or None.
 
         ``hash_table``: the open ``hash_table`` beside ``raw_data`` (its id), when
-        the caller holds one (opened here otherwise).
+        the caller holds one (opened here otherwise). ``versions_state``: the
+        versions group's ``(number of links, creation-order counter)`` when
+        staging began, for a group tracking creation order. Equal to the one
+        noted after the commit that filled the cache (:meth:`note_versions_state`),
+        no version was made or deleted since, and the version's ``timestamp``
+        is not read back.
         """
         if not self._entries:
             return None
         key = _key(vds, raw_data, shape, chunks)
         entry = self._entries.get(key)
-        if entry is None or entry[0] != _version_stamp(vds, key):
+        if entry is None:
             return None
+        if versions_state is None or versions_state != self._versions_state:
+            if entry[0] != _version_stamp(vds, key):
+                return None
         if entry[1] != table_state(hash_table if hash_table is not None else hash_table_id(raw_data)):
             return None
         return entry[2], entry[3]
@@ -146,8 +155,20 @@ class SlabMapCache:
                 stamps[version_path] = stamp if stamp is not None else _version_stamp(vds, key)
             entries[key] = (stamps[version_path], state, slab_indices, slab_offsets)
         self._entries, self._pending = entries, {}
+        self._versions_state = None
+
+    def note_versions_state(self, state: tuple[int, int] | None) -> None:
+        """The versions group's state once the commit that filled the cache is registered.
+
+        ``(number of links, creation-order counter)`` of a group tracking
+        creation order (None otherwise): every link made or removed since
+        changes it (``versions.index``), so a version deleted and made again
+        under the same name does too.
+        """
+        self._versions_state = state
 
     def clear(self) -> None:
         """Forget everything (a commit failed, or versions were deleted or rewritten)."""
         self._entries = {}
         self._pending = {}
+        self._versions_state = None

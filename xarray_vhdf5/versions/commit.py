@@ -128,7 +128,7 @@ def commit_version(
 
         root.visititems(make_groups)
         for path, ds in datasets.items():
-            report.datasets[path] = _commit_dataset(f, group, path, ds, caches)
+            report.datasets[path] = _commit_dataset(f, group, path, ds, caches, root.versions_state)
         report.timestamp = timestamp if timestamp is not None else now_utc()
         write_attr(gid, "committed", True)
         stamp = format_timestamp(report.timestamp)
@@ -144,7 +144,8 @@ def commit_version(
 
 
 def _commit_dataset(
-    f: h5py.File, version_group: h5py.Group, path: str, ds: StagedDatasetBase, caches: CommitCaches
+    f: h5py.File, version_group: h5py.Group, path: str, ds: StagedDatasetBase, caches: CommitCaches,
+    versions_state: tuple[int, int] | None = None,
 ) -> WriteStats:
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
@@ -156,7 +157,7 @@ def _commit_dataset(
         else:  # mappings and attributes copied inside libhdf5
             vds = carry_virtual_dataset(ds.source, parent, last)
         table_id = caches.open_datasets.hash_table_id(ds.raw_data)
-        known = caches.slab_maps.get(ds.source, ds.raw_data, ds.shape, ds.chunks, table_id)
+        known = caches.slab_maps.get(ds.source_id, ds.raw_data, ds.shape, ds.chunks, table_id, versions_state)
         if known is not None:
             state = table_state(table_id)
             caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known, state)

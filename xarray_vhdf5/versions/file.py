@@ -287,6 +287,7 @@ class VersionedHDF5File:
         source = self._registry.group[prev] if prev != FIRST_VERSION else None
         root = InMemoryGroup("", source, open_datasets=self._caches.open_datasets)
         root.slab_maps = self._caches.slab_maps
+        root.versions_state = self._registry.tracked_state  # just synced by _check_open
         try:
             yield root
         except BaseException:
@@ -309,3 +310,4 @@ class VersionedHDF5File:
         # The registry first (a stale index is written again there), then the token on it.
         self._registry.added(version_name, index_was_valid, prev_version=prev, timestamp=self.last_commit.timestamp)
         self._caches.committed(self._registry.vdata, index_rewritten=not index_was_valid)
+        self._caches.slab_maps.note_versions_state(self._registry.tracked_state)

@@ -158,6 +158,12 @@ class VersionRegistry:
         return _str(read_attr(self.group.id, "current_version", expect="str"))
 
     @property
+    def tracked_state(self) -> tuple[int, int] | None:
+        """``(number of links, creation-order counter)`` of the versions group at the last
+        sync or commit, for a group tracking creation order (None otherwise)."""
+        return self._state if self._tracks_order and self._state[1] >= 0 else None
+
+    @property
     def data_version(self) -> int:
         """The format's ``data_version`` attribute (4 for files this package writes)."""
         return int(self.group.attrs.get("data_version", 1))

@@ -149,7 +149,10 @@ class InMemoryDataset(ChunkedStagedDataset):
         cache = getattr(root, "slab_maps", None)
         held = getattr(root, "open_datasets", None)
         table_id = held.hash_table_id(self.raw_data) if held is not None and cache is not None else None
-        known = cache.get(source, self.raw_data, self.source_shape, self.chunks, table_id) if cache is not None else None
+        known = (
+            cache.get(source, self.raw_data, self.source_shape, self.chunks, table_id, root.versions_state)
+            if cache is not None else None
+        )
         if known is not None:  # this file handle committed the previous version
             slab_indices, slab_offsets = known
         else:

@@ -48,8 +48,10 @@ class InMemoryGroup:
             obj_id=source.id if source is not None else None,
         )
         self._closed = False
-        #: Set on a version's root by ``stage_version``: chunk maps of the last commit.
+        #: Set on a version's root by ``stage_version``: chunk maps of the last commit,
+        #: and the versions group's state when staging began (``SlabMapCache.get``).
         self.slab_maps = None
+        self.versions_state = None
         if source is not None:
             # Through the low-level API, in h5py's order (``Group.items()`` builds
             # more objects per member: 165 us against 75 for one dataset).
