@@ -231,7 +231,7 @@ def test_held_raw_data_answers_what_h5py_answers_and_follows_a_rebuild(tmp_path)
         held = OpenDatasets()
         raw = held.raw_data(f.id, "/g/raw_data", 16)
         plain = f["g/raw_data"]
-        assert isinstance(raw, HeldDataset)
+        assert isinstance(raw, HeldDataset) and raw.address == h5py.h5o.get_info(plain.id).addr
         assert (raw.name, raw.dtype, raw.fillvalue) == (plain.name, plain.dtype, plain.fillvalue) == ("/g/raw_data", np.dtype("<i2"), -7)
         table, addr = held.hash_table(raw)
         assert table.name == "/g/hash_table" and held.hash_table(raw)[0] is table

@@ -51,10 +51,14 @@ class HeldDataset(h5py.Dataset):
         The open dataset.
     path : str
         The absolute path it was opened by.
+    address : int
+        Its object address (as :func:`~.h5objects.object_address` gives it).
     """
 
-    def __init__(self, bind: h5d.DatasetID, path: str):
+    def __init__(self, bind: h5d.DatasetID, path: str, address: int):
         super().__init__(bind)
+        #: The object address, fixed while the dataset is open.
+        self.address = address
         self._held_name = path
         self._held_dtype = None
         self._held_fill = None
@@ -141,7 +145,7 @@ class OpenDatasets:
         dsid = self._get(loc, bpath, chunk_bytes)
         wrapper = self._wrappers.get(bpath)
         if wrapper is None or wrapper.id is not dsid:  # h5py.Dataset() costs about 20 us
-            wrapper = self._wrappers[bpath] = HeldDataset(dsid, path)
+            wrapper = self._wrappers[bpath] = HeldDataset(dsid, path, self._held[bpath][0])
         return wrapper
 
     def clear(self) -> None:

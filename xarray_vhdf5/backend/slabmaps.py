@@ -31,6 +31,7 @@ from h5py import h5d, h5i, h5o
 from .h5attrs import read_attr
 from .h5objects import object_address
 from .hashtable import hash_table_id, table_state
+from .held import HeldDataset
 
 __all__ = ["SlabMapCache", "slab_arrays"]
 
@@ -47,7 +48,7 @@ def _key(vds: h5py.Dataset | h5d.DatasetID, raw_data: h5py.Dataset, shape, chunk
     return (
         vds.name if isinstance(vds, h5py.HLObject) else h5i.get_name(vid).decode(),
         object_address(vid),
-        object_address(raw_data.id),
+        raw_data.address if isinstance(raw_data, HeldDataset) else object_address(raw_data.id),
         tuple(int(n) for n in shape),
         tuple(int(c) for c in chunks),
     )
