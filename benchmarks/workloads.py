@@ -117,7 +117,7 @@ class FormatFloor:
             self.hash_table[self.n_rows - len(new) : self.n_rows] = rows
             self.hash_table.attrs["largest_index"] = self.n_rows
         grp = self.versions.create_group(name)
-        # FORMAT.md: created with committed=False and a timestamp, marked committed last.
+        # FORMAT.md: created with committed=False and its timestamp, marked committed last.
         grp.attrs["prev_version"] = self.prev
         grp.attrs["committed"] = False
         grp.attrs["timestamp"] = "1970-01-01 00:00:00.000000+0000"
@@ -135,7 +135,6 @@ class FormatFloor:
         vds_attrs["raw_data"] = "/_version_data/x/raw_data"  # FORMAT.md: the version dataset's attrs
         vds_attrs["chunks"] = np.asarray(self.chunks, dtype=np.int64)
         grp.attrs["committed"] = True
-        grp.attrs["timestamp"] = "1970-01-01 00:00:00.000000+0000"
         self.versions.attrs["current_version"] = name
         self.prev = name
 

@@ -10,8 +10,10 @@ import pytest
 
 import xarray_vhdf5.backend.hashtable as hashtable
 import xarray_vhdf5.wrappers.chunked as chunked
+import xarray_vhdf5
 from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5.versions import forget_shared_caches
+from xarray_vhdf5.errors import StaleVersionError
 from xarray_vhdf5.versions.caches import COMMIT_TOKEN
 
 SHAPE, CHUNKS = (40, 6), (10, 6)
@@ -337,3 +339,53 @@ def test_chunk_maps_skip_the_version_stamp_only_while_the_versions_group_is_unch
         expected = data.copy()
         expected[2, 0], expected[3, 0] = -3.0, -4.0
         np.testing.assert_array_equal(vf["v4"]["x"][()], expected)
+
+
+@pytest.mark.parametrize("rewrite", ["delete_versions", "modify_metadata"])
+def test_a_version_staged_while_another_handle_rewrites_raw_data_is_refused(tmp_path, rewrite):
+    """Deleting versions (raw_data compacted) or modify_metadata through another handle while a
+    version is staged: its chunk map is stale, the commit raises, and nothing committed changes."""
+    path = str(tmp_path / "f.h5")
+    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
+    with h5py.File(path, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            _create(g, data)
+        with vf.stage_version("v2") as g:
+            g["x"][0:10, :] = -1.0  # a chunk only v2 holds: v1's goes when v1 is deleted
+        with vf.stage_version("v3") as g:
+            g["x"][15, 0] = -3.0
+        before = {v: vf[v]["x"][()] for v in ("v2", "v3")}
+        with pytest.raises(StaleVersionError, match="was replaced|was deleted|was rewritten"):
+            with vf.stage_version("v4") as g:
+                g["x"][25, 1] = -4.0  # staged over raw_data as it is now
+                other = VersionedHDF5File(f)
+                if rewrite == "delete_versions":
+                    other.delete_versions(["v1"])
+                else:
+                    xarray_vhdf5.modify_metadata(f, "x", fillvalue=7.0)
+        assert "v4" not in vf.versions and vf.current_version == "v3"
+        for v, expected in before.items():
+            np.testing.assert_array_equal(vf[v]["x"][()], expected)
+        with vf.stage_version("v4") as g:  # staged again: works
+            g["x"][25, 1] = -4.0
+        expected = before["v3"].copy()
+        expected[25, 1] = -4.0
+        np.testing.assert_array_equal(vf["v4"]["x"][()], expected)
+
+
+def test_a_version_staged_while_another_handle_commits_is_committed(tmp_path):
+    """Another handle's commit only appends to raw_data: the staged rows still hold."""
+    path = str(tmp_path / "f.h5")
+    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
+    with h5py.File(path, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            _create(g, data)
+        with vf.stage_version("v2") as g:
+            g["x"][3, 3] = -2.0
+            with VersionedHDF5File(f).stage_version("w", prev_version="v1") as h:
+                h["x"][30:40, :] = 8.0  # new rows appended to raw_data and the hash table
+        expected = data.copy()
+        expected[3, 3] = -2.0
+        np.testing.assert_array_equal(vf["v2"]["x"][()], expected)

@@ -17,7 +17,7 @@ from .h5objects import object_address
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
 from .rows import read_rows, write_rows
 
-__all__ = ["HashTable", "HashTableCache", "hash_table_id", "hash_table_path", "table_state"]
+__all__ = ["HashTable", "HashTableCache", "hash_table_id", "hash_table_path", "table_extends", "table_state"]
 
 
 class HashTable:
@@ -191,10 +191,32 @@ def table_state(dataset: h5py.Dataset | h5d.DatasetID) -> tuple[int, bytes]:
     n = int(count.reshape(-1)[0]) if count.size else 0
     if n == 0:
         return 0, b""
+    return n, _digest_at(dsid, n - 1)
+
+
+def _digest_at(dsid: h5d.DatasetID, i: int) -> bytes:
     if dsid.dtype != HASH_TABLE_DTYPE:
-        return n, bytes(np.asarray(h5py.Dataset(dsid)[n - 1]["hash"], dtype=np.uint8))
-    row = read_rows(dsid, n - 1, np.empty(1, dtype=HASH_TABLE_DTYPE))
-    return n, bytes(row["hash"][0])
+        return bytes(np.asarray(h5py.Dataset(dsid)[i]["hash"], dtype=np.uint8))
+    row = read_rows(dsid, i, np.empty(1, dtype=HASH_TABLE_DTYPE))
+    return bytes(row["hash"][0])
+
+
+def table_extends(dataset: h5py.Dataset | h5d.DatasetID, before: tuple[int, bytes], now: tuple[int, bytes]) -> bool:
+    """Whether the table only grew from state ``before`` to state ``now`` (both from :func:`table_state`).
+
+    Rows are appended by commits (of any library) and moved only by a rebuild
+    (deleting versions compacts raw_data; ``modify_metadata`` re-hashes every
+    chunk). A digest appears in one row only, so ``before``'s last digest
+    still at its row means no row before it moved: chunk rows read under
+    ``before`` still hold the same chunks. One row read.
+    """
+    n, last = before
+    if now == before or n == 0:
+        return True
+    if now[0] < n:
+        return False
+    dsid = dataset.id if isinstance(dataset, h5py.Dataset) else dataset
+    return _digest_at(dsid, n - 1) == last
 
 
 def _still_valid(table: HashTable, dataset: h5py.Dataset) -> bool:

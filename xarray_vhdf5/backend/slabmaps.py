@@ -108,7 +108,10 @@ class SlabMapCache:
         self._versions_state: tuple[int, int] | None = None
 
     def get(self, vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks, hash_table=None, versions_state=None):
-        """The cached ``(slab_indices, slab_offsets)`` of ``vds`` (read-only), or None.
+        """The cached ``(slab_indices, slab_offsets, table state)`` of ``vds`` (arrays read-only), or None.
+
+        The table state is the :func:`~xarray_vhdf5.backend.hashtable.table_state`
+        of ``raw_data``'s hash table the entry was checked against (now).
 
         ``hash_table``: the open ``hash_table`` beside ``raw_data`` (its id), when
         the caller holds one (opened here otherwise). ``versions_state``: the
@@ -129,7 +132,7 @@ class SlabMapCache:
                 return None
         if entry[1] != table_state(hash_table if hash_table is not None else hash_table_id(raw_data)):
             return None
-        return entry[2], entry[3]
+        return entry[2], entry[3], entry[1]
 
     def stage(self, vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks, arrays, state) -> None:
         """Remember the arrays of a dataset written by the commit under way.

@@ -11,7 +11,8 @@ A commit (seed ``design.txt``, "Backend" and "Versions"):
    Chunks entirely of the fill value are skipped, the others hashed, and only
    digests not yet in the hash table appended to raw_data; then the virtual
    dataset is built;
-3. marks the group ``committed=True`` with its timestamp and, last, moves
+3. marks the group ``committed=True`` (its ``timestamp``, the time the commit
+   began unless given, was written with the group) and, last, moves
    ``current_version``. If anything fails, the half-made group is deleted and
    ``current_version`` is left as it was.
 """
@@ -29,7 +30,7 @@ from ..backend.chunks import iter_chunks
 from ..backend.h5attrs import read_attr, write_attr
 from ..backend.h5objects import create_ordered_group
 from ..backend.hashing import is_vlen_string_dtype
-from ..backend.hashtable import HashTable, table_state
+from ..backend.hashtable import HashTable, hash_table_id, table_extends, table_state
 from ..backend.layout import VERSION_DATA
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
 from ..backend.slabmaps import slab_arrays
@@ -38,7 +39,7 @@ from ..backend.virtual import (
     copy_virtual_dataset,
     create_virtual_dataset_id,
 )
-from ..errors import IncompatibleDataError
+from ..errors import IncompatibleDataError, StaleVersionError
 from ..wrappers.chunked import (
     ChunkedStagedDataset,
     InMemoryDataset,
@@ -59,7 +60,7 @@ class CommitReport:
 
     version: str
     datasets: dict[str, WriteStats] = field(default_factory=dict)
-    #: The version's timestamp (UTC), set once the commit succeeded.
+    #: The version's timestamp (UTC).
     timestamp: _dt.datetime | None = None
 
     @property
@@ -98,6 +99,10 @@ def commit_version(
     IncompatibleDataError
         A dataset's dtype, chunks, fill value or filters differ from those fixed
         by its first version. Nothing is committed then.
+    StaleVersionError
+        Another handle rewrote a staged dataset's raw_data or the previous
+        version's datasets (deleting versions, ``modify_metadata``) while the
+        version was staged. Nothing is committed then.
     """
     caches = caches if caches is not None else CommitCaches()
     datasets = root.datasets()
@@ -105,6 +110,13 @@ def commit_version(
     # writing anything, so an incompatible one leaves the file untouched (no version
     # group, no chunks appended for the datasets before it).
     for path, ds in datasets.items():
+        if isinstance(ds, InMemoryDataset):
+            why = ds.rewritten()
+            if why is not None:
+                raise StaleVersionError(
+                    f"{path!r}: {why} while this version was staged (by another handle: deleting "
+                    "versions or modify_metadata); stage the version again"
+                )
         if not _is_carried(path, ds):
             raw = _existing_raw_data(f, path, ds)
             if raw is not None:
@@ -115,10 +127,14 @@ def commit_version(
     try:
         # The format's attributes go through backend.h5attrs (the compiled attribute
         # kernel): the datatypes of ``group.attrs[...] = ...``, a tenth of the cost.
+        # The timestamp is final from the start (the time the commit began, or the
+        # caller's); ``committed`` turns True last (FORMAT.md).
+        report.timestamp = timestamp if timestamp is not None else now_utc()
+        stamp = format_timestamp(report.timestamp)
         gid = group.id
         write_attr(gid, "prev_version", prev_version)
         write_attr(gid, "committed", False)
-        write_attr(gid, "timestamp", format_timestamp(now_utc()))  # replaced below
+        write_attr(gid, "timestamp", stamp)
         root.attrs.write_to(group)
 
         def make_groups(path, obj):
@@ -129,10 +145,7 @@ def commit_version(
         root.visititems(make_groups)
         for path, ds in datasets.items():
             report.datasets[path] = _commit_dataset(f, group, path, ds, caches, root.versions_state)
-        report.timestamp = timestamp if timestamp is not None else now_utc()
         write_attr(gid, "committed", True)
-        stamp = format_timestamp(report.timestamp)
-        write_attr(gid, "timestamp", stamp)
         if make_current:
             write_attr(versions.id, "current_version", name)
     except BaseException:
@@ -158,9 +171,8 @@ def _commit_dataset(
             vds = carry_virtual_dataset(ds.source, parent, last)
         table_id = caches.open_datasets.hash_table_id(ds.raw_data)
         known = caches.slab_maps.get(ds.source_id, ds.raw_data, ds.shape, ds.chunks, table_id, versions_state)
-        if known is not None:
-            state = table_state(table_id)
-            caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known, state)
+        if known is not None:  # checked against the table just now
+            caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known[:2], known[2])
         return WriteStats()
     _drop_object_references(ds.attrs)
     if isinstance(ds, ChunkedStagedDataset):
@@ -200,6 +212,7 @@ def _commit_staged_array(f, path, ds, array, caches: CommitCaches) -> tuple[Chun
     is read from the array and hashed instead.
     """
     writer = _writer_for(f, path, ds, array.dtype, caches)
+    _check_base_unchanged(path, ds, writer)
     if tuple(array.chunk_size) != writer.chunks or not is_over(array, writer.raw_data):
         for index, region in iter_chunks(array.shape, writer.chunks, axis0_fastest=True):
             writer.add(index, _storable(array[region]))
@@ -219,6 +232,37 @@ def _commit_staged_array(f, path, ds, array, caches: CommitCaches) -> tuple[Chun
     writer.stats.reused_chunks += len(reused)
     writer.stats.chunk_rows.extend(reused)
     return writer, tuple(array.shape)
+
+
+def _check_base_unchanged(path: str, ds, writer: ChunkWriter) -> None:
+    """Refuse a staged dataset whose raw_data was rewritten after its chunk map was taken.
+
+    Its unchanged chunks would be mapped, and its partly written ones were
+    read, at rows that raw_data no longer holds (another writer deleted
+    versions, which compacts raw_data, or changed its metadata, while this
+    version was staged). Every such rewrite rebuilds the hash table, whose
+    state is compared (in the usual case the writer just read it); a table
+    that only grew (another commit meanwhile) keeps the rows
+    (:func:`~xarray_vhdf5.backend.hashtable.table_extends`).
+
+    Raises
+    ------
+    StaleVersionError
+        The hash table changed since the chunk map was taken.
+    """
+    expected = getattr(ds, "base_table_state", None)
+    if expected is None:
+        return
+    if writer.raw_data is ds.raw_data:
+        current = writer.hash_table.state
+    else:  # moved: the dataset's own raw_data
+        current = table_state(hash_table_id(ds.raw_data))
+    if current != expected and not table_extends(hash_table_id(ds.raw_data), expected, current):
+        raise StaleVersionError(
+            f"{path!r}: its raw_data was rewritten (its hash table changed: {expected[0]} rows before, "
+            f"{current[0]} now) while this version was staged, e.g. by deleting versions or "
+            "modify_metadata through another handle; stage the version again"
+        )
 
 
 def _storable(chunk: np.ndarray) -> np.ndarray:

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
-from h5py import h5d
+from h5py import h5d, h5i
 
 from ..backend.chunkmap import build_slab_indices_and_offsets
 from ..backend.h5attrs import read_attr
 from ..backend.hashing import is_vlen_string_dtype
+from ..backend.h5objects import object_address, object_address_by_name
+from ..backend.hashtable import table_state
+from ..backend.held import HeldDataset
 from ..backend.raw_data import Filters
 from ..errors import IncompatibleDataError
 from ..staging import StagedChangesArray
@@ -101,10 +104,16 @@ class InMemoryDataset(ChunkedStagedDataset):
             raw = h5py.Dataset(h5d.open(sid, raw_path.encode()))
         self._source = source
         self.raw_data = raw
+        self.raw_path = raw_path
+        #: Where the source was opened (``rewritten`` checks it is still there).
+        self.source_path = h5i.get_name(sid)
         # Fill value and filters are read from raw_data on first use (most commits
         # of an unchanged or edited dataset never look at them).
         super().__init__(name, parent, dtype, raw_chunks, _UNSET, _UNSET, (None,) * len(self.source_shape))
         self.origin_name = name  # where its raw_data lives; differs after group.move()
+        #: ``table_state`` of raw_data's hash table when the chunk map was taken (None: not
+        #: known). A commit refuses the staged data if raw_data was rewritten since.
+        self.base_table_state = None
         # Read on first use; the function holds the id only (referring to ``self`` would make
         # a reference cycle, which keeps staged data alive until the cyclic GC runs).
         self.attrs = StagedAttrs(lambda: h5py.Dataset(sid).attrs, skip=RESERVED_ATTRS, obj_id=sid)
@@ -115,6 +124,29 @@ class InMemoryDataset(ChunkedStagedDataset):
         if not isinstance(self._source, h5py.Dataset):
             self._source = h5py.Dataset(self._source)
         return self._source
+
+    def rewritten(self) -> str | None:
+        """Why the previous version's dataset or its raw_data is no longer what was staged, or None.
+
+        Another handle may rewrite them while this version is staged:
+        ``modify_metadata`` replaces raw_data and the virtual datasets,
+        deleting versions (here or in versioned-hdf5) rebuilds the survivors'
+        virtual datasets. The objects staged are then no longer those linked at
+        their paths (two ``H5Oget_info_by_name3`` calls).
+        """
+        sid = self.source_id
+        raw_addr = self.raw_data.address if isinstance(self.raw_data, HeldDataset) else object_address(self.raw_data.id)
+        for what, path, addr in (
+            ("the previous version's dataset", self.source_path, lambda: object_address(sid)),
+            ("its raw_data", self.raw_path.encode(), lambda: raw_addr),
+        ):
+            try:
+                now = object_address_by_name(sid, path)
+            except KeyError:
+                return f"{what} ({path.decode()}) was deleted"
+            if now != addr():
+                return f"{what} ({path.decode()}) was replaced"
+        return None
 
     @property
     def source_id(self) -> h5d.DatasetID:
@@ -154,8 +186,10 @@ class InMemoryDataset(ChunkedStagedDataset):
             if cache is not None else None
         )
         if known is not None:  # this file handle committed the previous version
-            slab_indices, slab_offsets = known
+            slab_indices, slab_offsets, self.base_table_state = known
         else:
+            if table_id is not None:  # before the map: a rewrite after it is then seen
+                self.base_table_state = table_state(table_id)
             slab_indices, slab_offsets = build_slab_indices_and_offsets(
                 self.source, self.source_shape, self.chunks, self.raw_data
             )
