@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 
 import h5py
 import numpy as np
+from h5py import h5g
 
 from ..backend.layout import DATA_VERSION, FIRST_VERSION
 from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionExistsError
@@ -273,18 +274,19 @@ class VersionedHDF5File:
             version_name = str(uuid.uuid4())
         if not isinstance(version_name, str) or not version_name or "/" in version_name or version_name in (FIRST_VERSION, ".", ".."):
             raise ValueError(f"invalid version name {version_name!r}: a non-empty str without '/'")
-        if version_name in self._registry or version_name in self._registry.group:
+        # Also a group left by an interrupted commit (not a version), asked of libhdf5 directly.
+        if version_name in self._registry or self._registry.group.id.links.exists(version_name.encode()):
             raise VersionExistsError(f"a version named {version_name!r} already exists")
         if prev_version is None:
             prev = self._registry.current_version
-            if prev != FIRST_VERSION:
-                prev = self._registry.resolve(None)  # refuses a current version never committed
+            if prev != FIRST_VERSION and prev not in self._registry:
+                prev = self._registry.resolve(None)  # raises: a current version never committed
         elif prev_version == "":
             prev = FIRST_VERSION
         else:
             prev = self._registry.resolve(prev_version)
         ts = to_utc_datetime(timestamp) if timestamp is not None else None
-        source = self._registry.group[prev] if prev != FIRST_VERSION else None
+        source = h5py.Group(h5g.open(self._registry.group.id, prev.encode())) if prev != FIRST_VERSION else None
         root = InMemoryGroup("", source, open_datasets=self._caches.open_datasets)
         root.slab_maps = self._caches.slab_maps
         root.versions_state = self._registry.tracked_state  # just synced by _check_open
