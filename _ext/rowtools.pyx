@@ -29,7 +29,7 @@ from h5py._objects import phil
 from xarray_vhdf5._ext.slicetools import _HDF5_API
 from xarray_vhdf5.errors import HDF5Error
 
-__all__ = ["read_rows", "write_rows"]
+__all__ = ["extent", "read_rows", "write_rows"]
 
 cdef HDF5API *H5 = <HDF5API *>PyCapsule_GetPointer(_HDF5_API, HDF5_API_CAPSULE_NAME)
 
@@ -105,3 +105,19 @@ def read_rows(hid_t dset_id, hsize_t start, tuple shape not None, hid_t mem_type
     cdef unsigned char[::1] data = memoryview(out).cast("B")
     cdef unsigned char empty = 0
     return _transfer(dset_id, start, shape, mem_type, <void *>(&data[0] if data.shape[0] else &empty), False)
+
+
+def extent(hid_t dset_id):
+    """The current shape of the dataset (a tuple of points per axis), from its dataspace."""
+    cdef hsize_t dims[H5S_MAX_RANK]
+    cdef hid_t space
+    cdef int rank, a
+    with phil:
+        space = H5.H5Dget_space(dset_id)
+        if space < 0:
+            raise HDF5Error("H5Dget_space failed")
+        rank = H5.H5Sget_simple_extent_dims(space, dims, NULL)
+        H5.H5Sclose(space)
+    if rank < 0:
+        raise HDF5Error("H5Sget_simple_extent_dims failed")
+    return tuple([<object>dims[a] for a in range(rank)])

@@ -106,3 +106,13 @@ def test_the_compiled_path_makes_no_h5py_dataspace(f, monkeypatch):
     np.testing.assert_array_equal(read_rows(ds.id, 1, np.empty((1, 2), dtype="i8")), [[5, 6]])
     monkeypatch.undo()
     np.testing.assert_array_equal(ds[1], [5, 6])
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_dataset_shape_is_h5py_s(f, path):
+    for name, kwargs in {"nd": {"shape": (5, 0, 3)}, "scalar": {"data": 1.5}, "grown": {"shape": (2,), "maxshape": (None,)}}.items():
+        ds = f.create_dataset(name, dtype="f8", **kwargs)
+        if name == "grown":
+            ds.resize((7,))
+        with kernel_backend(path):
+            assert rows.dataset_shape(ds.id) == ds.shape

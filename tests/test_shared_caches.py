@@ -52,6 +52,14 @@ def _create(g, data):
     g.create_dataset("x", data=data, chunks=CHUNKS)
 
 
+def _first_version(f: h5py.File, data) -> VersionedHDF5File:
+    """A handle on ``f`` after committing ``v1`` holding ``x`` = ``data``."""
+    vf = VersionedHDF5File(f)
+    with vf.stage_version("v1") as g:
+        _create(g, data)
+    return vf
+
+
 def _read(path, version):
     with h5py.File(path, "r") as f:
         return VersionedHDF5File(f)[version]["x"][()]
@@ -322,9 +330,7 @@ def test_chunk_maps_skip_the_version_stamp_only_while_the_versions_group_is_unch
     path = str(tmp_path / "f.h5")
     data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
     with h5py.File(path, "a") as f:
-        vf = VersionedHDF5File(f)
-        with vf.stage_version("v1") as g:
-            _create(g, data)
+        vf = _first_version(f, data)
         with vf.stage_version("v2") as g:
             g["x"][0, 0] = -1.0
         with vf.stage_version("v3") as g:  # the versions group is as v2's commit left it
@@ -348,9 +354,7 @@ def test_a_version_staged_while_another_handle_rewrites_raw_data_is_refused(tmp_
     path = str(tmp_path / "f.h5")
     data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
     with h5py.File(path, "a") as f:
-        vf = VersionedHDF5File(f)
-        with vf.stage_version("v1") as g:
-            _create(g, data)
+        vf = _first_version(f, data)
         with vf.stage_version("v2") as g:
             g["x"][0:10, :] = -1.0  # a chunk only v2 holds: v1's goes when v1 is deleted
         with vf.stage_version("v3") as g:
@@ -379,9 +383,7 @@ def test_a_version_staged_while_another_handle_commits_is_committed(tmp_path):
     path = str(tmp_path / "f.h5")
     data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
     with h5py.File(path, "a") as f:
-        vf = VersionedHDF5File(f)
-        with vf.stage_version("v1") as g:
-            _create(g, data)
+        vf = _first_version(f, data)
         with vf.stage_version("v2") as g:
             g["x"][3, 3] = -2.0
             with VersionedHDF5File(f).stage_version("w", prev_version="v1") as h:

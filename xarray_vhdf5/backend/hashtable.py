@@ -15,7 +15,7 @@ from h5py import h5d
 from .h5attrs import read_attr, write_attr
 from .h5objects import object_address
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
-from .rows import read_rows, write_rows
+from .rows import dataset_shape, read_rows, write_rows
 
 __all__ = ["HashTable", "HashTableCache", "hash_table_id", "hash_table_path", "table_extends", "table_state"]
 
@@ -102,7 +102,7 @@ class HashTable:
         new["shape"] = [(a, b) for _, a, b in self._new]
         total = self._stored + len(new)
         dsid = self.dataset.id
-        if dsid.shape[0] < total:
+        if dataset_shape(dsid)[0] < total:
             dsid.set_extent((total,))
         if dsid.dtype == HASH_TABLE_DTYPE:
             write_rows(dsid, self._stored, new)

@@ -20,7 +20,7 @@ from ..errors import IncompatibleDataError
 from .h5attrs import read_attr
 from .hashing import chunk_hash, is_vlen_string_dtype
 from .hashtable import HashTable
-from .rows import write_rows
+from .rows import dataset_shape, write_rows
 
 __all__ = ["Filters", "create_raw_data", "is_fill_chunk", "ChunkWriter", "WriteStats"]
 
@@ -238,7 +238,7 @@ class ChunkWriter:
             return
         first = self._queue[0][0]
         dsid = self.raw_data.id
-        if dsid.shape[0] < self._next_row:
+        if dataset_shape(dsid)[0] < self._next_row:
             dsid.set_extent((self._next_row, *self.chunks[1:]))  # h5py's resize() without its checks
         _write_slab(self.raw_data, first, self._queue, self.chunks, self.fillvalue)
         self._queue = []

@@ -29,7 +29,7 @@ try:
 except ImportError:  # no compiled kernels: the h5py path (transfer reports why)
     _rowtools = None
 
-__all__ = ["read_rows", "write_rows"]
+__all__ = ["dataset_shape", "read_rows", "write_rows"]
 
 
 def _kernel():
@@ -116,3 +116,13 @@ def read_rows(dsid: h5d.DatasetID, start: int, out: np.ndarray) -> np.ndarray:
         raise ValueError("out must be a writeable C-contiguous array")
     _transfer(dsid, start, out, False)
     return out
+
+
+def dataset_shape(dsid: h5d.DatasetID) -> tuple[int, ...]:
+    """The dataset's current shape (``dsid.shape``), in points.
+
+    h5py makes and registers a dataspace object for it (about 15 us); the
+    kernel asks libhdf5 directly (about 2 us).
+    """
+    kernel = _kernel()
+    return kernel.extent(dsid.id) if kernel is not None else dsid.shape

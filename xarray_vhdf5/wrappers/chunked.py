@@ -25,6 +25,7 @@ from ..backend.hashing import is_vlen_string_dtype
 from ..backend.h5objects import object_address, object_address_by_name
 from ..backend.hashtable import table_state
 from ..backend.held import HeldDataset
+from ..backend.rows import dataset_shape
 from ..backend.raw_data import Filters
 from ..errors import IncompatibleDataError
 from ..staging import StagedChangesArray
@@ -96,7 +97,7 @@ class InMemoryDataset(ChunkedStagedDataset):
         held = parent._root.open_datasets if parent is not None else None
         dtype = sid.dtype
         #: The previous version's shape: a virtual dataset's never changes (maxshape == shape).
-        self.source_shape = sid.shape
+        self.source_shape = dataset_shape(sid)
         if held is not None:  # held open by the file handle, with a chunk cache of a few chunks
             chunk_bytes = int(np.prod(raw_chunks)) * dtype.itemsize
             raw = held.raw_data(sid, raw_path, chunk_bytes)
