@@ -428,6 +428,10 @@ def test_over_dataset_behaves_as_the_constructor(tmp_path):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.skipif(
+    get_kernel_backend() != "cython",
+    reason="the bound is the compiled kernels'; the reference kernels read through h5py, which allocates the selection again",
+)
 def test_staging_one_chunk_of_a_large_base_allocates_one_chunk(tmp_path):
     """A 400 MB HDF5 base of 8 MB chunks: editing one point allocates ~one chunk."""
     chunks = (1000, 1000)
