@@ -80,11 +80,14 @@ class VersionExistsError(VHDF5Error, ValueError):
 
 
 class StaleVersionError(VHDF5Error, ValueError):
-    """Staged edits would be committed onto a parent that is no longer current.
+    """Staged edits would be committed onto data that is no longer what was staged.
 
     Raised by ``staged.vhdf5.commit()`` when another version was committed to
     the file since ``ds.vhdf5.stage()``; ``commit(force=True)`` commits anyway
-    (the new version's parent stays the staged-from version).
+    (the new version's parent stays the staged-from version). Raised when a
+    ``VersionedHDF5File.stage_version`` block ends if another handle rewrote
+    a staged dataset's raw_data or the previous version's datasets meanwhile
+    (deleting versions, ``modify_metadata``): nothing is committed then.
     """
 
 

@@ -261,6 +261,10 @@ class VersionedHDF5File:
             ``prev_version`` does not exist.
         ReadOnlyError
             The file is open read-only.
+        StaleVersionError
+            When the block ends: another handle rewrote a staged dataset's
+            raw_data or the previous version's datasets meanwhile (deleting
+            versions, ``modify_metadata``); nothing is committed.
 
         Notes
         -----
