@@ -378,6 +378,25 @@ def test_a_version_staged_while_another_handle_rewrites_raw_data_is_refused(tmp_
         np.testing.assert_array_equal(vf["v4"]["x"][()], expected)
 
 
+def test_a_hash_table_rebuilt_in_place_while_staged_is_refused(tmp_path):
+    """A tool that rebuilds the hash table without replacing raw_data or the virtual datasets:
+    the staged chunk map may point at moved rows, so the commit raises (the objects are the same)."""
+    path = str(tmp_path / "f.h5")
+    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
+    with h5py.File(path, "a") as f:
+        vf = _first_version(f, data)
+        with vf.stage_version("v2") as g:
+            g["x"][0, 0] = -1.0
+        with pytest.raises(StaleVersionError, match=r"hash table changed: 5 rows before, 4 now"):
+            with vf.stage_version("v3") as g:
+                g["x"][1, 0] = -2.0
+                table = f["_version_data/x/hash_table"]
+                rows = table[:5]
+                table[0:4] = rows[1:5]  # compacted: the first row dropped, the others moved up
+                table.attrs["largest_index"] = np.int64(4)
+        assert "v3" not in vf.versions
+
+
 def test_a_version_staged_while_another_handle_commits_is_committed(tmp_path):
     """Another handle's commit only appends to raw_data: the staged rows still hold."""
     path = str(tmp_path / "f.h5")

@@ -208,7 +208,21 @@ def table_extends(dataset: h5py.Dataset | h5d.DatasetID, before: tuple[int, byte
     (deleting versions compacts raw_data; ``modify_metadata`` re-hashes every
     chunk). A digest appears in one row only, so ``before``'s last digest
     still at its row means no row before it moved: chunk rows read under
-    ``before`` still hold the same chunks. One row read.
+    ``before`` still hold the same chunks.
+
+    Parameters
+    ----------
+    dataset : h5py.Dataset or h5py.h5d.DatasetID
+        The ``hash_table`` dataset.
+    before, now : tuple of (int, bytes)
+        ``(largest_index, last row's 32-byte SHA-256 digest)``, earlier and now.
+
+    Returns
+    -------
+    bool
+        True when equal, when ``before`` was empty, or when row
+        ``before[0] - 1`` still holds ``before``'s digest (one row read);
+        False when the table shrank or that row changed.
     """
     n, last = before
     if now == before or n == 0:

@@ -108,9 +108,32 @@ def write_rows(dsid: h5d.DatasetID, start: int, data: np.ndarray) -> None:
 def read_rows(dsid: h5d.DatasetID, start: int, out: np.ndarray) -> np.ndarray:
     """Fill ``out`` with ``dataset[start : start + len(out), :n1, ...]``; return it.
 
-    Parameters as for :func:`write_rows`; ``out`` must be C-contiguous and
-    writeable, of the dtype to read as (libhdf5 converts from the stored type
-    when they differ, as ``h5py``'s ``read_direct`` does).
+    Parameters
+    ----------
+    dsid : h5py.h5d.DatasetID
+        The dataset, of the same rank as ``out``.
+    start : int
+        First row (points along axis 0).
+    out : numpy.ndarray
+        Writeable and C-contiguous, of fixed-size points of the dtype to read
+        as (libhdf5 converts from the stored type when they differ, as h5py's
+        ``read_direct`` does).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``out``.
+
+    Raises
+    ------
+    ValueError
+        ``out`` is not writeable and C-contiguous, or ranks differ.
+    TypeError
+        ``out``'s dtype has no fixed-size HDF5 memory type.
+    IndexError
+        The rows reach beyond the dataset's extent.
+    xarray_vhdf5.errors.HDF5Error
+        libhdf5 failed (the compiled path).
     """
     if not (out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be a writeable C-contiguous array")
@@ -122,7 +145,23 @@ def dataset_shape(dsid: h5d.DatasetID) -> tuple[int, ...]:
     """The dataset's current shape (``dsid.shape``), in points.
 
     h5py makes and registers a dataspace object for it (about 15 us); the
-    kernel asks libhdf5 directly (about 2 us).
+    kernel asks libhdf5 directly (``H5Dget_space`` +
+    ``H5Sget_simple_extent_dims``, about 2 us).
+
+    Parameters
+    ----------
+    dsid : h5py.h5d.DatasetID
+        An open dataset.
+
+    Returns
+    -------
+    tuple of int
+        One length per axis, in points (``()`` for a scalar dataset).
+
+    Raises
+    ------
+    xarray_vhdf5.errors.HDF5Error
+        libhdf5 failed (the compiled path; e.g. a closed dataset).
     """
     kernel = _kernel()
     return kernel.extent(dsid.id) if kernel is not None else dsid.shape

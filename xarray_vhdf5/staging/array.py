@@ -162,6 +162,29 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         the extent (an ``HDF5Error``; the reference kernels raise
         ``IndexError`` first), so a wrong map cannot read out of bounds.
         Everything else is checked as by the constructor.
+
+        Parameters
+        ----------
+        shape, chunk_size : tuple of int
+            In points, as for the constructor.
+        dataset : h5py.Dataset
+            The base slab (``slabs[1]``): chunks along axis 0 at ``slab_offsets``.
+        slab_indices : numpy.ndarray of int, shape ``ceil(shape / chunk_size)``
+            0 (fill value) or 1 (on ``dataset``).
+        slab_offsets : numpy.ndarray of uint64, same shape
+            First row of each chunk in ``dataset``, in points; 0 where
+            ``slab_indices`` is 0.
+        fill_value : scalar
+            As for the constructor.
+        dtype : numpy.dtype
+            The array's dtype (libhdf5 converts ``dataset``'s on read).
+
+        Raises
+        ------
+        xarray_vhdf5.errors.IncompatibleDataError
+            Metadata arrays of the wrong grid shape, a slab index other than
+            0 or 1, a nonzero offset on the fill slab, a fill value the dtype
+            cannot hold.
         """
         shape = as_shape(shape, "shape")
         chunk_size = as_shape(chunk_size, "chunk_size")

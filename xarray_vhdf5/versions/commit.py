@@ -30,7 +30,7 @@ from ..backend.chunks import iter_chunks
 from ..backend.h5attrs import read_attr, write_attr
 from ..backend.h5objects import create_ordered_group
 from ..backend.hashing import is_vlen_string_dtype
-from ..backend.hashtable import HashTable, hash_table_id, table_extends, table_state
+from ..backend.hashtable import HashTable, table_extends, table_state
 from ..backend.layout import VERSION_DATA
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
 from ..backend.slabmaps import slab_arrays
@@ -212,7 +212,8 @@ def _commit_staged_array(f, path, ds, array, caches: CommitCaches) -> tuple[Chun
     is read from the array and hashed instead.
     """
     writer = _writer_for(f, path, ds, array.dtype, caches)
-    _check_base_unchanged(path, ds, writer)
+    if isinstance(ds, InMemoryDataset):
+        _check_base_unchanged(path, ds, writer, caches)
     if tuple(array.chunk_size) != writer.chunks or not is_over(array, writer.raw_data):
         for index, region in iter_chunks(array.shape, writer.chunks, axis0_fastest=True):
             writer.add(index, _storable(array[region]))
@@ -234,7 +235,7 @@ def _commit_staged_array(f, path, ds, array, caches: CommitCaches) -> tuple[Chun
     return writer, tuple(array.shape)
 
 
-def _check_base_unchanged(path: str, ds, writer: ChunkWriter) -> None:
+def _check_base_unchanged(path: str, ds: InMemoryDataset, writer: ChunkWriter, caches: CommitCaches) -> None:
     """Refuse a staged dataset whose raw_data was rewritten after its chunk map was taken.
 
     Its unchanged chunks would be mapped, and its partly written ones were
@@ -250,14 +251,13 @@ def _check_base_unchanged(path: str, ds, writer: ChunkWriter) -> None:
     StaleVersionError
         The hash table changed since the chunk map was taken.
     """
-    expected = getattr(ds, "base_table_state", None)
+    expected = ds.base_table_state
     if expected is None:
         return
-    if writer.raw_data is ds.raw_data:
-        current = writer.hash_table.state
-    else:  # moved: the dataset's own raw_data
-        current = table_state(hash_table_id(ds.raw_data))
-    if current != expected and not table_extends(hash_table_id(ds.raw_data), expected, current):
+    table_id = caches.open_datasets.hash_table_id(ds.raw_data)
+    # In the usual case the writer just read it (moved datasets write elsewhere).
+    current = writer.hash_table.state if writer.raw_data is ds.raw_data else table_state(table_id)
+    if current != expected and not table_extends(table_id, expected, current):
         raise StaleVersionError(
             f"{path!r}: its raw_data was rewritten (its hash table changed: {expected[0]} rows before, "
             f"{current[0]} now) while this version was staged, e.g. by deleting versions or "

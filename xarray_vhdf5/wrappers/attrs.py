@@ -25,11 +25,21 @@ class StagedAttrs(MutableMapping):
     keep their HDF5 dtype (e.g. fixed-length vs variable-length strings) when
     written back unchanged. :attr:`changed` tells whether any was set or
     deleted since.
+
+    Parameters
+    ----------
+    source : h5py.AttributeManager or callable, optional
+        The previous version's attributes, or a function returning them,
+        called on first read (making the h5py object behind them costs a copy
+        of a dataset's creation property list). None: a new object.
+    skip : frozenset of str
+        Names never shown (the format's own attributes).
+    obj_id : h5py ObjectID, optional
+        The source object's id: its attributes are counted before anything is
+        read, so an object holding only skipped ones reads nothing.
     """
 
     def __init__(self, source: h5py.AttributeManager | None = None, skip: frozenset = frozenset(), obj_id=None):
-        # ``source`` may also be a function returning it, called on first use (making the
-        # h5py object behind it costs a copy of a dataset's creation property list).
         self._source = source
         self._skip = skip
         self._obj_id = obj_id  # the source object's id (``h5py`` ObjectID): count before iterating

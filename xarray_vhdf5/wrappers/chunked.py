@@ -21,12 +21,12 @@ from h5py import h5d, h5i
 
 from ..backend.chunkmap import build_slab_indices_and_offsets
 from ..backend.h5attrs import read_attr
-from ..backend.hashing import is_vlen_string_dtype
 from ..backend.h5objects import object_address, object_address_by_name
+from ..backend.hashing import is_vlen_string_dtype
 from ..backend.hashtable import table_state
 from ..backend.held import HeldDataset
-from ..backend.rows import dataset_shape
 from ..backend.raw_data import Filters
+from ..backend.rows import dataset_shape
 from ..errors import IncompatibleDataError
 from ..staging import StagedChangesArray
 from .attrs import RESERVED_ATTRS, StagedAttrs
@@ -134,18 +134,26 @@ class InMemoryDataset(ChunkedStagedDataset):
         deleting versions (here or in versioned-hdf5) rebuilds the survivors'
         virtual datasets. The objects staged are then no longer those linked at
         their paths (two ``H5Oget_info_by_name3`` calls).
+
+        Returns
+        -------
+        str or None
+            Which object was deleted or replaced, with its path; None when both
+            are still the objects staged.
         """
         sid = self.source_id
-        raw_addr = self.raw_data.address if isinstance(self.raw_data, HeldDataset) else object_address(self.raw_data.id)
-        for what, path, addr in (
-            ("the previous version's dataset", self.source_path, lambda: object_address(sid)),
-            ("its raw_data", self.raw_path.encode(), lambda: raw_addr),
-        ):
+        raw = self.raw_data
+        staged = (
+            ("the previous version's dataset", self.source_path, object_address(sid)),
+            ("its raw_data", self.raw_path.encode(),
+             raw.address if isinstance(raw, HeldDataset) else object_address(raw.id)),
+        )
+        for what, path, addr in staged:
             try:
                 now = object_address_by_name(sid, path)
             except KeyError:
                 return f"{what} ({path.decode()}) was deleted"
-            if now != addr():
+            if now != addr:
                 return f"{what} ({path.decode()}) was replaced"
         return None
 
