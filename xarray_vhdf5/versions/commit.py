@@ -254,10 +254,12 @@ def _check_base_unchanged(path: str, ds: InMemoryDataset, writer: ChunkWriter, c
     expected = ds.base_table_state
     if expected is None:
         return
-    table_id = caches.open_datasets.hash_table_id(ds.raw_data)
     # In the usual case the writer just read it (moved datasets write elsewhere).
-    current = writer.hash_table.state if writer.raw_data is ds.raw_data else table_state(table_id)
-    if current != expected and not table_extends(table_id, expected, current):
+    if writer.raw_data is ds.raw_data:
+        current = writer.hash_table.state
+    else:
+        current = table_state(caches.open_datasets.hash_table_id(ds.raw_data))
+    if current != expected and not table_extends(caches.open_datasets.hash_table_id(ds.raw_data), expected, current):
         raise StaleVersionError(
             f"{path!r}: its raw_data was rewritten (its hash table changed: {expected[0]} rows before, "
             f"{current[0]} now) while this version was staged, e.g. by deleting versions or "
