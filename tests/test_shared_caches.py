@@ -93,7 +93,7 @@ def test_file_replaced_at_the_same_path_gets_fresh_caches(tmp_path, counting):
         vf = VersionedHDF5File(f)
         with vf.stage_version("v1") as g:
             _create(g, b)
-        f[f"_version_data/__vhdf5_version_index__"].attrs.__delitem__(COMMIT_TOKEN)
+        f["_version_data/__vhdf5_version_index__"].attrs.__delitem__(COMMIT_TOKEN)
     loads = counting["table_loads"]
     _commit(path, "v2", lambda g: g["x"].__setitem__((0, 0), 1.0))
     assert counting["table_loads"] == loads + 1  # no token: the table was read again

@@ -121,6 +121,86 @@ def test_whole_chunks_on_the_full_slab_are_never_read():
     assert "# 1 transfers from slabs[0] to slabs[1]" in repr(plan)
 
 
+class _Spy:
+    """Notes whether ``cls.name`` was called (and still calls it)."""
+
+    def __init__(self, cls, name, monkeypatch):
+        self.called = False
+        original = getattr(cls, name)
+
+        def spy(*args, **kwargs):
+            self.called = True
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(cls, name, spy)
+
+
+def _plan_facts(plan: SetItemPlan) -> tuple:
+    """Everything a SetItemPlan decides, without its printed index views."""
+    return (
+        plan.appends, plan.transfers.lines(), plan.drops, plan.refcounts.tolist(),
+        plan.slab_indices.tolist(), plan.slab_offsets.tolist(),
+    )
+
+
+@pytest.mark.parametrize("backend", ["cython", "python"])
+def test_basic_setitem_plan_equals_the_general_plan(backend, monkeypatch):
+    """A basic index (ints and slices) plans from its slice pairs alone
+    (``SetItemPlan._plan_basic``): the same appends, transfers, drops and moves
+    as the per-axis mappers of the general path, on arrays in many states."""
+    from xarray_vhdf5.staging.index_mapper import map_index, map_index_general
+
+    rng = np.random.default_rng(7)
+    shape, chunks = (9, 7, 5), (2, 3, 2)
+
+    def basic_index():
+        idx = []
+        for n in shape:
+            kind = rng.integers(0, 3)
+            if kind == 0:
+                idx.append(int(rng.integers(-n, n)))
+            else:
+                a, b = sorted(int(v) for v in rng.integers(0, n + 1, size=2))
+                idx.append(slice(a, b, int(rng.integers(1, 4)) if kind == 2 else None))
+        return tuple(idx)
+
+    compared = small_plans = 0
+    small = _Spy(SetItemPlan, "_plan_small", monkeypatch)
+    with kernel_backend(backend):
+        for trial in range(40):
+            base = rng.standard_normal(shape)
+            base[:4, :3] = 0.0  # chunks equal to the fill value: on the full slab, beside base-slab ones
+            arr = StagedChangesArray.full(shape, chunks, 0.0) if trial % 4 == 0 else None
+            if arr is None:
+                raw, si, so = raw_data_layout(base, chunks, 0.0, rng)
+                arr = StagedChangesArray(shape, chunks, [raw], si, so)
+            expected = base if trial % 4 else np.zeros(shape)
+            expected = expected.copy()
+            for _ in range(6):
+                idx = basic_index()
+                fast = map_index(idx, shape, chunks)
+                general = map_index_general(idx, shape, chunks)
+                assert fast.basic is not None and general.basic is None
+                args = (arr._slab_indices, arr._slab_offsets, arr._chunk_size, len(arr._slabs), arr._n_base,
+                        arr._refcounts)
+                assert _plan_facts(SetItemPlan(fast, *args)) == _plan_facts(SetItemPlan(general, *args))
+                small_plans += small.called
+                small.called = False
+                compared += 1
+                value = rng.standard_normal(expected[idx].shape)
+                arr[idx] = value
+                expected[idx] = value
+                np.testing.assert_array_equal(arr[:], expected)
+    assert compared == 240
+    assert small_plans > 100  # most went through SetItemPlan._plan_small
+    # The base slab's last chunks moved off: it is dropped.
+    arr = StagedChangesArray((4,), (2,), [np.arange(4.0)], np.array([1, 1]), np.array([0, 2]))
+    args = (arr._slab_indices, arr._slab_offsets, arr._chunk_size, len(arr._slabs), arr._n_base, arr._refcounts)
+    plan = SetItemPlan(map_index(slice(1, 3), (4,), (2,)), *args)
+    assert plan.drops == [1]
+    assert _plan_facts(plan) == _plan_facts(SetItemPlan(map_index_general(slice(1, 3), (4,), (2,)), *args))
+
+
 # ---------------------------------------------------------------------------
 # ChangesPlan
 # ---------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from h5py._hl.filters import guess_chunk
 from xarray_vhdf5 import (
     ClosedFileError,
     IncompatibleDataError,
-    InMemoryArrayDataset,
     InMemoryDataset,
     InMemoryGroup,
     InMemorySparseDataset,

@@ -6,7 +6,6 @@ Every edit is checked against the same edit applied to an in-memory copy
 
 from __future__ import annotations
 
-import h5py
 import numpy as np
 import pandas as pd
 import pytest

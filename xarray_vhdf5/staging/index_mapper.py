@@ -43,7 +43,7 @@ from .chunk_mapper import IndexChunkMapper
 from .index_elements import as_array_index, axis_error, expand_index
 from .index_mapping import IndexMapping
 
-__all__ = ["IndexChunkMapper", "IndexMapping", "map_index"]
+__all__ = ["IndexChunkMapper", "IndexMapping", "map_index", "map_index_general"]
 
 
 _REVERSE = slice(None, None, -1)
@@ -113,10 +113,20 @@ def map_index(idx: Any, shape: Sequence[int], chunk_size: Sequence[int]) -> Inde
         every axis independently): ``None`` / newaxis, more than one array
         index, n-d integer or boolean arrays, boolean scalars.
     """
-    ndim = len(shape)
     fast = _map_basic(idx, tuple(shape), tuple(chunk_size))
     if fast is not None:
         return fast
+    return map_index_general(idx, shape, chunk_size)
+
+
+def map_index_general(idx: Any, shape: Sequence[int], chunk_size: Sequence[int]) -> IndexMapping:
+    """:func:`map_index` without its hot path: per-axis mappers for every index.
+
+    The plans take their general path for the result (``mapping.basic`` is
+    None); the tests compare it with the basic-index path. Parameters, return
+    value and errors are those of :func:`map_index`.
+    """
+    ndim = len(shape)
     elems, where, has_ellipsis = expand_index(idx, ndim)
     mappers: list[IndexChunkMapper] = []
     array_pos: list[int] = []  # positions of the array index (at most one)

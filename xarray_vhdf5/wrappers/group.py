@@ -15,6 +15,7 @@ import numpy as np
 from h5py import h5d, h5g, h5o
 
 from ..backend.chunks import guess_chunks_h5py
+from ..backend.h5objects import member_names
 from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS
 from ..backend.raw_data import Filters
 from ..errors import IncompatibleDataError, ReadOnlyError
@@ -56,7 +57,7 @@ class InMemoryGroup:
             # Through the low-level API, in h5py's order (``Group.items()`` builds
             # more objects per member: 165 us against 75 for one dataset).
             gid = source.id
-            for bkey in gid:
+            for bkey in member_names(gid):
                 key = bkey.decode("utf-8")
                 path = posixpath.join(name, key)
                 oid = h5o.open(gid, bkey)
