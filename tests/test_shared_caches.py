@@ -319,6 +319,25 @@ def test_ordered_groups_are_created_as_h5py_creates_them(tmp_path, name):
             create_ordered_group(ours, name)
 
 
+@pytest.mark.parametrize("track_order", [False, True])
+@pytest.mark.parametrize("n", [0, 3, 40])  # 40 links: dense storage
+def test_member_names_list_in_h5py_order(tmp_path, track_order, n):
+    """``member_names`` gives h5py's iteration order: creation order when tracked, else by name."""
+    from xarray_vhdf5.backend.h5objects import member_names
+
+    with h5py.File(tmp_path / "m.h5", "w") as f:
+        g = f.create_group("g", track_order=track_order)
+        for i in range(n):
+            name = f"n{(n - i) * 7 % 97:02d}"  # not created in name order
+            if i % 2:
+                g.create_group(name)
+            else:
+                g[name] = i
+        names = [b.decode() for b in member_names(g.id)]
+        assert names == list(g)
+        assert (names == sorted(names)) is (not track_order or n < 2)
+
+
 def test_chunk_maps_skip_the_version_stamp_only_while_the_versions_group_is_unchanged(tmp_path, monkeypatch):
     """A version deleted and made again under the same name between two commits: its chunk map
     is not taken from the cache, whether or not the stamp is read; the data staged is the new one."""
