@@ -62,6 +62,7 @@ class HeldDataset(h5py.Dataset):
         self._held_name = path
         self._held_dtype = None
         self._held_fill = None
+        self._held_type = None
 
     @property
     def name(self) -> str:
@@ -72,6 +73,13 @@ class HeldDataset(h5py.Dataset):
         if self._held_dtype is None:
             self._held_dtype = self.id.dtype
         return self._held_dtype
+
+    @property
+    def file_type(self) -> h5py.h5t.TypeID:
+        """Its HDF5 datatype (``id.get_type()``, asked once)."""
+        if self._held_type is None:
+            self._held_type = self.id.get_type()
+        return self._held_type
 
     @property
     def fillvalue(self):

@@ -15,6 +15,8 @@ says which chunks to hash and append; the others keep their ``raw_data`` rows.
 
 from __future__ import annotations
 
+import math
+
 import h5py
 import numpy as np
 from h5py import h5d, h5i
@@ -95,14 +97,17 @@ class InMemoryDataset(ChunkedStagedDataset):
         raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
         raw_path = "/" + raw_path.lstrip("/")  # from the file's root
         held = parent._root.open_datasets if parent is not None else None
-        dtype = sid.dtype
         #: The previous version's shape: a virtual dataset's never changes (maxshape == shape).
         self.source_shape = dataset_shape(sid)
         if held is not None:  # held open by the file handle, with a chunk cache of a few chunks
-            chunk_bytes = int(np.prod(raw_chunks)) * dtype.itemsize
-            raw = held.raw_data(sid, raw_path, chunk_bytes)
+            file_type = sid.get_type()
+            raw = held.raw_data(sid, raw_path, math.prod(raw_chunks) * file_type.get_size())
+            # The held raw_data's dtype when the datatypes are equal (as the format has them):
+            # h5py converts a datatype to a dtype again for every new id (about 20 us).
+            dtype = raw.dtype if file_type == raw.file_type else sid.dtype
         else:
             raw = h5py.Dataset(h5d.open(sid, raw_path.encode()))
+            dtype = sid.dtype
         self._source = source
         self.raw_data = raw
         self.raw_path = raw_path
