@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from workloads import (
-    FormatFloor,
+    _floor,
     _versioned_file_class,
     append_steps,
     appends,
@@ -95,8 +95,8 @@ class _OnePoint:
     def __init__(self, impl: str, path: str, rng: np.random.Generator):
         self.impl, self.rng, self.model, self.n = impl, rng, np.zeros(SHAPE), 0
         self.f = h5py.File(path, "w")
-        if impl == "floor":
-            self.floor = FormatFloor(self.f, SHAPE, CHUNKS, "f8")
+        if impl in ("floor", "lean_floor"):
+            self.floor = _floor(impl, self.f, SHAPE, CHUNKS, "f8")
             self.floor.commit("v0", SHAPE, {(j,): self.model[j * 100 : (j + 1) * 100].copy() for j in range(10)})
         else:
             self.vf = _versioned_file_class(impl)(self.f)
@@ -109,7 +109,7 @@ class _OnePoint:
         self.n += 1
         i = int(self.rng.integers(0, SHAPE[0]))
         self.model[i] = float(self.n)
-        if self.impl == "floor":
+        if self.impl in ("floor", "lean_floor"):
             c = i // 100
             self.floor.commit(f"v{self.n}", SHAPE, {(c,): self.model[c * 100 : (c + 1) * 100].copy()})
         else:
@@ -117,7 +117,7 @@ class _OnePoint:
                 g["x"][i] = float(self.n)
 
     def final(self) -> np.ndarray:
-        if self.impl == "floor":
+        if self.impl in ("floor", "lean_floor"):
             return self.floor.read(f"v{self.n}")
         return self.vf[self.vf.current_version]["x"][()]
 

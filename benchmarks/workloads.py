@@ -1,4 +1,4 @@
-"""Versioning workloads, each implemented four ways, for side-by-side benchmarks.
+"""Versioning workloads, each implemented four ways (the commit workloads five), for side-by-side benchmarks.
 
 Implementations (``IMPLEMENTATIONS``):
 
@@ -12,6 +12,11 @@ Implementations (``IMPLEMENTATIONS``):
   ``timestamp``, the virtual dataset's ``raw_data`` and ``chunks``, ``largest_index``,
   ``current_version``). No staging, no
   validation, no reading back: the cost any implementation of the format pays;
+- ``"lean_floor"``: the same operations as ``"floor"``, each made the cheapest way
+  this project knows from Python (:class:`LeanFloor`: raw_data and hash-table rows,
+  virtual mappings and attributes through xarray_vhdf5's compiled calls into
+  libhdf5). The bound of the issue-6 targets measured against versioned-hdf5
+  (``bench_bounds.py``); the appends, sparse-edit and bulk-rewrite workloads only;
 - ``"h5py"``: plain h5py without versions (edit one dataset in place): the
   absolute limit.
 
@@ -142,6 +147,77 @@ class FormatFloor:
         return self.versions[name]["x"][()]
 
 
+class LeanFloor(FormatFloor):
+    """:class:`FormatFloor`'s operations through xarray_vhdf5's compiled calls into libhdf5.
+
+    Chunk rows and hash-table rows are written by ``backend.rows.write_rows``
+    (``H5Sselect_hyperslab`` + ``H5Dwrite``; an edge chunk padded with the fill value
+    to whole rows), the virtual dataset by ``backend.virtual.create_virtual_dataset_id``
+    (its mappings made in C, its ``raw_data`` and ``chunks`` attributes included),
+    the other attributes by ``backend.h5attrs.write_attr``, the version group by
+    ``h5g.create``. Hashing, bookkeeping and the order of the operations are the
+    floor's. What a per-version cost can come down to when only the format's
+    operations are left and each costs what libhdf5 charges for it.
+    """
+
+    def __init__(self, f: h5py.File, shape, chunks, dtype, fill=0):
+        super().__init__(f, shape, chunks, dtype, fill)
+        self.fill = fill
+
+    def commit(self, name: str, shape, changed: dict[tuple, np.ndarray]) -> None:
+        from h5py import h5g
+
+        from xarray_vhdf5.backend.h5attrs import write_attr
+        from xarray_vhdf5.backend.rows import write_rows
+        from xarray_vhdf5.backend.virtual import create_virtual_dataset_id
+
+        self.shape = tuple(shape)
+        new = []
+        for index, chunk in changed.items():
+            h = hashlib.sha256(np.ascontiguousarray(chunk).data)
+            h.update(str(chunk.shape).encode("ascii"))
+            digest = h.digest()
+            row = self.hashes.get(digest)
+            if row is None:
+                row = self.n_rows
+                self.hashes[digest] = row
+                self.n_rows += 1
+                new.append((row, chunk, digest))
+            self.mapping[index] = (row, chunk.shape)
+        grid = [math.ceil(s / c) for s, c in zip(self.shape, self.chunks)]
+        for index in [i for i in self.mapping if any(a >= g for a, g in zip(i, grid))]:
+            del self.mapping[index]
+        c0 = self.chunks[0]
+        if new:
+            self.raw.id.set_extent((self.n_rows * c0, *self.chunks[1:]))
+            for row, chunk, _ in new:
+                if chunk.shape[1:] != self.chunks[1:]:  # whole rows: pad the trailing axes
+                    padded = np.full((chunk.shape[0], *self.chunks[1:]), self.fill, dtype=self.dtype)
+                    padded[(slice(None),) + tuple(slice(0, s) for s in chunk.shape[1:])] = chunk
+                    chunk = padded
+                write_rows(self.raw.id, row * c0, np.ascontiguousarray(chunk, dtype=self.dtype))
+            rows = np.zeros(len(new), self.hash_table.dtype)
+            rows["hash"] = np.frombuffer(b"".join(d for _, _, d in new), np.uint8).reshape(-1, 32)
+            rows["shape"] = [(r * c0, r * c0 + ch.shape[0]) for r, ch, _ in new]
+            self.hash_table.id.set_extent((self.n_rows,))
+            write_rows(self.hash_table.id, self.n_rows - len(new), rows)
+            write_attr(self.hash_table.id, "largest_index", self.n_rows)
+        gid = h5g.create(self.versions.id, name.encode())
+        write_attr(gid, "prev_version", self.prev)
+        write_attr(gid, "committed", False)
+        write_attr(gid, "timestamp", "1970-01-01 00:00:00.000000+0000")
+        chunk_rows = [(index, row * c0, row * c0 + cshape[0]) for index, (row, cshape) in self.mapping.items()]
+        create_virtual_dataset_id(gid, "x", self.raw, self.shape, self.chunks, chunk_rows, fillvalue=self.fill)
+        write_attr(gid, "committed", True)
+        write_attr(self.versions.id, "current_version", name)
+        self.prev = name
+
+
+def _floor(impl: str, f: h5py.File, shape, chunks, dtype) -> FormatFloor:
+    """The ``"floor"`` or ``"lean_floor"`` writer of a workload."""
+    return (LeanFloor if impl == "lean_floor" else FormatFloor)(f, shape, chunks, dtype)
+
+
 def _chunk_of(arr: np.ndarray, index: tuple, chunks: tuple) -> np.ndarray:
     return arr[tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunks, arr.shape))]
 
@@ -166,8 +242,8 @@ def appends(impl: str, path: str, steps: np.ndarray, read: bool = True):
                 ds.resize((i + 1, *APPEND_SHAPE))
                 ds[i] = steps[i]
             return ds[()] if read else None
-        if impl == "floor":
-            fl = FormatFloor(f, (0, *APPEND_SHAPE), APPEND_CHUNKS, "f4")
+        if impl in ("floor", "lean_floor"):
+            fl = _floor(impl, f, (0, *APPEND_SHAPE), APPEND_CHUNKS, "f4")
             for i in range(n):
                 k = i // APPEND_CHUNKS[0]
                 chunk = steps[k * APPEND_CHUNKS[0] : i + 1]
@@ -216,8 +292,8 @@ def sparse_edits(impl: str, path: str, base: np.ndarray, edits, read: bool = Tru
                 for a, b, c in zip(i, j, v):
                     ds[a, b] = c
             return ds[()] if read else None
-        if impl == "floor":
-            fl = FormatFloor(f, SPARSE_SHAPE, SPARSE_CHUNKS, "f8")
+        if impl in ("floor", "lean_floor"):
+            fl = _floor(impl, f, SPARSE_SHAPE, SPARSE_CHUNKS, "f8")
             grid = tuple(math.ceil(s / c) for s, c in zip(SPARSE_SHAPE, SPARSE_CHUNKS))
             fl.commit("v0", SPARSE_SHAPE, {idx: _chunk_of(base, idx, SPARSE_CHUNKS) for idx in np.ndindex(*grid)})
             current = base.copy()  # the floor stages nothing: it knows the changed chunks
@@ -276,8 +352,8 @@ def bulk_rewrite(impl: str, path: str, base: np.ndarray, halves: np.ndarray, rea
             for k, half in enumerate(halves, 1):
                 ds[bulk_rows(k)] = half
             return ds[()] if read else None
-        if impl == "floor":
-            fl = FormatFloor(f, BULK_SHAPE, BULK_CHUNKS, "f8")
+        if impl in ("floor", "lean_floor"):
+            fl = _floor(impl, f, BULK_SHAPE, BULK_CHUNKS, "f8")
             grid = tuple(math.ceil(s / c) for s, c in zip(BULK_SHAPE, BULK_CHUNKS))
             fl.commit("v0", BULK_SHAPE, {idx: _chunk_of(base, idx, BULK_CHUNKS) for idx in np.ndindex(*grid)})
             c0, c1 = BULK_CHUNKS
