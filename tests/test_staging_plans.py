@@ -405,6 +405,20 @@ def test_astype_hot_swaps_h5py_base_slabs(tmp_path):
         arr.astype("f4", base_slabs=[np.zeros((3, 3), "f4")])
 
 
+def test_astype_takes_a_base_slab_with_more_rows_only():
+    """A raw_data that other commits appended rows to replaces the base slab; nothing else does."""
+    data = np.arange(20.0).reshape(4, 5)
+    raw, si, so = raw_data_layout(data, (2, 2), -1.0, np.random.default_rng(4), spare_rows=0)
+    arr = StagedChangesArray((4, 5), (2, 2), [raw], si, so, -1.0)
+    grown = np.concatenate([raw, np.full((6, 2), 123.0)])
+    swapped = arr.astype(arr.dtype, base_slabs=[grown])
+    assert swapped.slabs[1] is grown
+    np.testing.assert_array_equal(swapped[:], data)
+    for bad in (raw[:-2], np.zeros((raw.shape[0], 3)), np.zeros(raw.shape[0] * 2)):
+        with pytest.raises(IncompatibleDataError, match="or more rows"):
+            arr.astype(arr.dtype, base_slabs=[bad])
+
+
 def test_refill_replaces_the_old_fill_value_everywhere():
     arr = StagedChangesArray.from_array(np.array([0, 1, 0, 2, 0]), (2,), fill_value=0)
     arr.resize((7,))

@@ -293,3 +293,92 @@ def test_failed_commit_keeps_the_file_and_the_edits(coads):
     _assert_bitwise(_raw(path, "v1"), before)
     with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as got:
         assert float(got["SST"][0, 0, 0]) == 3.0
+
+
+def _rewritten_under_stage(tmp_path):
+    """A staged Dataset whose raw_data another writer then compacts and refills to the same length.
+
+    v1-v3 of a (40,) float64 with chunks (10,); v1's chunk is referenced by no
+    later version, so deleting v1 removes its raw_data row and moves the
+    others; a side version then appends one chunk, which brings raw_data back
+    to its staged length (a check on the length alone cannot see the move).
+    """
+    import h5py
+
+    from xarray_vhdf5 import VersionedHDF5File, delete_versions
+    from xarray_vhdf5.xr import engine
+
+    path = tmp_path / "moved.h5"
+    with h5py.File(path, "w") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v0") as g:
+            g.create_dataset("x", data=np.zeros(40), chunks=(10,))
+        with vf.stage_version("v1") as g:
+            g["x"][30:40] = 5
+        with vf.stage_version("v2") as g:
+            g["x"][30:40] = 7
+            g["x"][0:10] = 1
+        with vf.stage_version("v3") as g:
+            g["x"][10:20] = 2
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        staged = ds.vhdf5.stage()
+    staged["x"][25] = 99.0  # chunks 0, 1 and 3 stay mapped to their raw_data rows
+    engine.close_read_handles(str(path))  # lets another writer in
+    with h5py.File(path, "a") as f:
+        shape = f["_version_data/x/raw_data"].shape
+        delete_versions(f, ["v1"])
+        assert f["_version_data/x/raw_data"].shape[0] < shape[0]  # compacted: rows moved
+        with VersionedHDF5File(f).stage_version("side", prev_version="v3", make_current=False) as g:
+            g["x"][20:30] = 4
+        assert f["_version_data/x/raw_data"].shape == shape
+    return staged, path
+
+
+def test_commit_refuses_a_stage_whose_raw_data_was_rewritten(tmp_path):
+    """Committing it would map chunk 1 to the side version's chunk (it did before the check)."""
+    import h5py
+
+    staged, path = _rewritten_under_stage(tmp_path)
+    with h5py.File(path, "r") as f:
+        before = {n: f[f"_version_data/versions/{n}/x"][()] for n in ("v2", "v3", "side")}
+    with pytest.raises(StaleVersionError, match="rewritten since it was staged"):
+        staged.vhdf5.commit("v4")
+    with h5py.File(path, "r") as f:
+        assert "v4" not in f["_version_data/versions"]
+        for name, data in before.items():
+            np.testing.assert_array_equal(f[f"_version_data/versions/{name}/x"][()], data)
+    expected = np.zeros(40)
+    expected[:10], expected[10:20], expected[30:] = 1, 2, 7
+    np.testing.assert_array_equal(xr.open_dataset(path, engine="vhdf5", version="v3")["x"].values, expected)
+
+
+def test_reading_a_stage_whose_raw_data_was_rewritten_raises(tmp_path):
+    staged, _ = _rewritten_under_stage(tmp_path)
+    with pytest.raises(StaleVersionError, match="stage again"):
+        staged["x"].values
+
+
+def test_commit_after_other_commits_keeps_working(tmp_path):
+    """Commits only append raw_data rows: a stage stays valid across them (and is rebased by its own)."""
+    import h5py
+
+    from xarray_vhdf5 import VersionedHDF5File
+    from xarray_vhdf5.xr import engine
+
+    path = tmp_path / "grown.h5"
+    src = xr.Dataset({"x": ("i", np.arange(40.0))})
+    src["x"].encoding["chunks"] = (10,)
+    src.vhdf5.commit("v0", path=path)
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        staged = ds.vhdf5.stage()
+    staged["x"][5] = -1.0
+    engine.close_read_handles(str(path))
+    with h5py.File(path, "a") as f:
+        with VersionedHDF5File(f).stage_version("side", make_current=False) as g:
+            g["x"][:] = 3.0
+    staged.vhdf5.commit("v1")
+    staged["x"][15] = -2.0  # rebased on v1: its map and table state are v1's
+    staged.vhdf5.commit("v2")
+    expected = np.arange(40.0)
+    expected[5], expected[15] = -1.0, -2.0
+    np.testing.assert_array_equal(xr.open_dataset(path, engine="vhdf5", version="v2")["x"].values, expected)

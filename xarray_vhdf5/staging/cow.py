@@ -105,7 +105,8 @@ class CopyOnWriteSlabs:
         base_slabs : sequence of array-like, optional
             Replacements for the base slabs, of the new dtype and the same
             shapes (e.g. ``[raw_data.astype(dtype)]``: libhdf5 converts on
-            read).  Without it, every chunk on a base slab is loaded into
+            read), or longer along axis 0 only (a raw_data other commits
+            appended rows to: the chunks read lie below the old length).  Without it, every chunk on a base slab is loaded into
             memory now (:meth:`load`) and converted later with numpy.
 
         Raises
@@ -135,11 +136,13 @@ class CopyOnWriteSlabs:
             for i, (old, repl) in enumerate(zip(self._slabs[1 : 1 + self._n_base], base_slabs)):
                 if old is None:
                     continue
-                if tuple(getattr(repl, "shape", ())) != tuple(old.shape) or np.dtype(
-                    getattr(repl, "dtype", None)
-                ) != dtype:
+                shape = tuple(getattr(repl, "shape", ()))
+                same = shape == tuple(old.shape) or (
+                    len(shape) == len(old.shape) > 0 and shape[1:] == tuple(old.shape[1:]) and shape[0] >= old.shape[0]
+                )
+                if not same or np.dtype(getattr(repl, "dtype", None)) != dtype:
                     raise IncompatibleDataError(
-                        f"base_slabs[{i}] must have shape {tuple(old.shape)} and dtype {dtype}; "
+                        f"base_slabs[{i}] must have shape {tuple(old.shape)} (or more rows) and dtype {dtype}; "
                         f"got {getattr(repl, 'shape', None)} and {getattr(repl, 'dtype', None)}"
                     )
                 new._slabs[1 + i] = repl

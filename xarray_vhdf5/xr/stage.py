@@ -32,6 +32,7 @@ import numpy as np
 import xarray as xr
 
 from ..backend.chunkmap import build_slab_indices_and_offsets
+from ..backend.hashtable import hash_table_id, table_state
 from ..backend.layout import version_path
 from ..backend.slabmaps import slab_arrays
 from ..errors import IncompatibleDataError, StaleVersionError
@@ -59,17 +60,26 @@ def _open_handle(path: str) -> StageFile:
     return handle
 
 
-def _staged_array(dset: h5py.Dataset) -> tuple[StagedChangesArray, str] | None:
-    """A StagedChangesArray over the raw_data of version dataset ``dset``, or None if not chunk-mapped."""
+def _staged_array(dset: h5py.Dataset) -> tuple[StagedChangesArray, str, tuple[int, bytes] | None] | None:
+    """A StagedChangesArray over the raw_data of version dataset ``dset``, or None if not chunk-mapped.
+
+    Also returns raw_data's path and its hash table's state, taken before the
+    chunk map (None without a hash table): a rewrite of raw_data after it is
+    seen (``StagedVariableArray.check_base``).
+    """
     if "raw_data" not in dset.attrs or "chunks" not in dset.attrs or not dset.is_virtual or dset.ndim == 0:
         return None
     raw_path = dset.attrs["raw_data"]
     raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
     raw = dset.file[raw_path]
+    try:
+        state = table_state(hash_table_id(raw))
+    except KeyError:
+        state = None
     chunks = tuple(int(c) for c in dset.attrs["chunks"])
     indices, offsets = build_slab_indices_and_offsets(dset, dset.shape, chunks, raw)
     arr = StagedChangesArray(dset.shape, chunks, [raw], indices, offsets, fill_value=raw.fillvalue, dtype=raw.dtype)
-    return arr, raw_path
+    return arr, raw_path, state
 
 
 def stage_dataset(ds: xr.Dataset) -> xr.Dataset:
@@ -118,9 +128,9 @@ def stage_dataset(ds: xr.Dataset) -> xr.Dataset:
         built = _staged_array(dset) if codec is not None else None
         if built is None:
             continue
-        arr, raw_path = built
+        arr, raw_path, state = built
         path = f"{group}/{name}" if group else str(name)
-        data = StagedVariableArray(arr, codec, StageOrigin(source, version, head, path), handle, raw_path)
+        data = StagedVariableArray(arr, codec, StageOrigin(source, version, head, path), handle, raw_path, state)
         variables[name] = xr.Variable(var.dims, data, var.attrs, var.encoding)
     staged = xr.Dataset(variables, attrs=ds.attrs).set_coords([n for n in ds.coords if n in variables])
     staged.encoding = {**ds.encoding, "source": source, HEAD_KEY: head}
@@ -232,7 +242,9 @@ def _write_staged(
     if encoded is None or encoded[1] != arr.codec.stored_dtype or not arr.codec.same_encoding(var):
         return False
     if arr.has_changes or tuple(arr.shape) != tuple(target.shape):
+        arr.check_base(f)  # raises StaleVersionError: its chunk rows moved since staging
         target.staged_array = arr.for_commit(f[arr.raw_path])
+        target.base_table_state = arr.base_table_state  # checked again by the commit
         committed.add(name)
     attrs, _ = encoded
     for key in list(target.attrs):
@@ -376,11 +388,12 @@ def _rebase_plans(f: h5py.File, report, rebased) -> list:
 
     Returns
     -------
-    list of (StagedVariableArray, path, (slab_indices, slab_offsets, raw_data shape) or None)
-        None: keep the array's map. The raw_data shape is read while the
-        file is still open for writing (the new base slab is a
-        :class:`~xarray_vhdf5.xr.staged_array.RawRows` of that length, read
-        through the stage's handle once it reopens).
+    list of (StagedVariableArray, path, (slab_indices, slab_offsets, raw_data shape, table state) or None)
+        None: keep the array's map. The raw_data shape and its hash table's
+        state are read while the file is still open for writing (the new base
+        slab is a :class:`~xarray_vhdf5.xr.staged_array.RawRows` of that
+        length, read through the stage's handle once it reopens, which checks
+        the state again).
     """
     plans = []
     for arr, path, committed in rebased:
@@ -389,7 +402,8 @@ def _rebase_plans(f: h5py.File, report, rebased) -> list:
             continue
         staged = arr.staged
         indices, offsets = slab_arrays(staged.shape, staged.chunk_size, report.datasets[path].chunk_rows)
-        plans.append((arr, path, (indices, offsets, tuple(f[arr.raw_path].shape))))
+        raw = f[arr.raw_path]
+        plans.append((arr, path, (indices, offsets, tuple(raw.shape), table_state(hash_table_id(raw)))))
     return plans
 
 
@@ -399,7 +413,7 @@ def _rebase(staged: xr.Dataset, plans, name: str, make_current: bool) -> None:
         if plan is None:
             new = arr.staged
         else:
-            indices, offsets, raw_shape = plan
+            indices, offsets, raw_shape, arr.base_table_state = plan
             old = arr.staged
             base = RawRows(arr.handle, arr.raw_path, raw_shape, old.dtype)
             new = StagedChangesArray(

@@ -52,6 +52,8 @@ import h5py
 import numpy as np
 import xarray as xr
 
+from ..backend.hashtable import hash_table_id, table_extends, table_state
+from ..errors import StaleVersionError
 from ..staging import StagedChangesArray
 
 __all__ = ["CFCodec", "RawRows", "StageFile", "StageOrigin", "StagedVariableArray"]
@@ -203,9 +205,23 @@ class StageFile:
         self.arrays: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     def acquire(self) -> h5py.File:
-        """The open file (opened read-only if needed)."""
+        """The open file (opened read-only if needed).
+
+        Raises
+        ------
+        StaleVersionError
+            On reopening: another writer rewrote the raw_data of a staged
+            array meanwhile (:meth:`StagedVariableArray.check_base`).
+        """
         if self._file is None or not self._file.id.valid:
-            self._file = h5py.File(self.path, "r")
+            f = h5py.File(self.path, "r")
+            try:
+                for array in list(self.arrays.values()):
+                    array.check_base(f)
+            except BaseException:
+                f.close()
+                raise
+            self._file = f
         return self._file
 
     def register(self, array: StagedVariableArray) -> None:
@@ -225,7 +241,9 @@ class RawRows:
 
     Also stands for the first rows of a raw_data that grew since it was
     staged (another commit appended to it): staged chunks only address rows
-    below ``shape[0]``, which never change (raw_data is append-only).
+    below ``shape[0]``, which commits never change. Deleting versions and
+    ``modify_metadata`` rewrite raw_data; the file is then refused when
+    reopened (:meth:`StageFile.acquire`).
     Read-only array-like (``shape``, ``dtype``, numpy slicing).
     """
 
@@ -297,6 +315,9 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         The stage's read-only handle on the file; reopened after a commit closed it.
     raw_path : str
         Absolute HDF5 path of the dataset's raw_data.
+    base_table_state : tuple of (int, bytes), optional
+        ``backend.hashtable.table_state`` of raw_data's hash table, taken
+        before the chunk map: :meth:`check_base` compares it with the file.
 
     Notes
     -----
@@ -310,14 +331,51 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
     """
 
     def __init__(
-        self, staged: StagedChangesArray, codec: CFCodec, origin: StageOrigin, handle: StageFile, raw_path: str
+        self, staged: StagedChangesArray, codec: CFCodec, origin: StageOrigin, handle: StageFile, raw_path: str,
+        base_table_state: tuple[int, bytes] | None = None,
     ):
         self.staged = staged
         self.codec = codec
         self.origin = origin
         self.handle = handle
         self.raw_path = raw_path
+        self.base_table_state = base_table_state
         handle.register(self)
+
+    def check_base(self, f: h5py.File) -> None:
+        """Refuse a file whose raw_data was rewritten since the chunk map was taken.
+
+        The staged array reads its unchanged chunks, and a commit maps them, at
+        the raw_data rows of the staged-from version. Deleting versions
+        (which compacts raw_data) and ``modify_metadata`` move those rows and
+        rebuild the hash table; commits only append rows
+        (``backend.hashtable.table_extends``).
+
+        Parameters
+        ----------
+        f : h5py.File
+            The file, open.
+
+        Raises
+        ------
+        StaleVersionError
+            The hash table beside raw_data no longer extends the one seen
+            when staging (or raw_data is gone).
+        """
+        if self.base_table_state is None:
+            return
+        try:
+            table = hash_table_id(f[self.raw_path])
+        except KeyError:
+            now = None
+        else:
+            now = table_state(table)
+        if now is None or (now != self.base_table_state and not table_extends(table, self.base_table_state, now)):
+            raise StaleVersionError(
+                f"{self.origin.source!r}: the raw_data of {self.origin.path!r} ({self.raw_path}) was rewritten "
+                f"since it was staged from version {self.origin.version!r} (versions deleted, or "
+                "modify_metadata); the staged data would map chunks that moved: stage again"
+            )
 
     # -- duck array attributes ---------------------------------------------------
     @property
@@ -379,12 +437,13 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
     def for_commit(self, raw_data: h5py.Dataset) -> StagedChangesArray:
         """The staged array with ``raw_data`` (a writable handle on the same dataset) as base slab.
 
-        Where raw_data grew since staging (a forced commit on a stale
-        parent), a :class:`RawRows` of the staged length stands for it.
+        raw_data may have grown since staging (other commits appended chunks);
+        the rows the staged chunk map addresses are unchanged
+        (:meth:`check_base`, called before).
         """
         self.detach()
         bases = self.staged.base_slabs
-        if not bases or bases[0] is None or tuple(raw_data.shape) != bases[0].shape:
+        if not bases or bases[0] is None:
             return self.staged
         return self.staged.astype(self.staged.dtype, base_slabs=[raw_data])
 
