@@ -11,6 +11,11 @@ turns, round after round, in one process: each ratio is taken within a round
 - ``workload ratios``: the appends, sparse-edit and bulk-rewrite workloads of
   ``bench_commits.py`` (``workloads.py``), ``WORKLOAD_ROUNDS`` rounds, each
   round running xarray_vhdf5, the format floor and versioned-hdf5 once.
+- ``history flatness``: the same one-point commits on two files per
+  implementation, one of ``FLAT_SHORT`` versions and one of ``FLAT_LONG``, in
+  ``FLAT_ROUNDS`` alternating rounds of ``FLAT_BATCH`` commits on each; the median
+  of the per-round ratios long / short (issue 6: version 1000 within 1.2x of
+  version 10). Each file gains ``FLAT_ROUNDS * FLAT_BATCH`` versions meanwhile.
 - ``one-point commit ratios``: a (1000,) float64 with chunks (100,), first given
   ``ONE_POINT_HISTORY`` one-point versions by each implementation (not timed);
   then ``ONE_POINT_ROUNDS`` rounds of ``ONE_POINT_BATCH`` one-point commits per
@@ -47,6 +52,8 @@ ONE_POINT_HISTORY = 300
 ONE_POINT_ROUNDS = 10
 ONE_POINT_BATCH = 50
 SHAPE, CHUNKS = (1000,), (100,)
+FLAT_SHORT, FLAT_LONG = 10, 1000
+FLAT_ROUNDS, FLAT_BATCH = 8, 10
 
 
 def _summary(note, label: str, times: dict[str, list[float]], unit: float, per: str) -> None:
@@ -92,7 +99,7 @@ def test_workload_ratios(benchmark, note, tmp_path, workload):
 class _OnePoint:
     """One implementation's open file with ``ONE_POINT_HISTORY`` one-point versions."""
 
-    def __init__(self, impl: str, path: str, rng: np.random.Generator):
+    def __init__(self, impl: str, path: str, rng: np.random.Generator, history: int = ONE_POINT_HISTORY):
         self.impl, self.rng, self.model, self.n = impl, rng, np.zeros(SHAPE), 0
         self.f = h5py.File(path, "w")
         if impl in ("floor", "lean_floor"):
@@ -102,7 +109,7 @@ class _OnePoint:
             self.vf = _versioned_file_class(impl)(self.f)
             with self.vf.stage_version("v0") as g:
                 g.create_dataset("x", data=self.model, chunks=CHUNKS)
-        for _ in range(ONE_POINT_HISTORY - 1):
+        for _ in range(history - 1):
             self.commit()
 
     def commit(self) -> None:
@@ -144,3 +151,40 @@ def test_one_point_commit_ratios(benchmark, note, tmp_path):
         for one in files.values():
             one.f.close()
     _summary(note, f"one-point commit ({ONE_POINT_HISTORY}+ versions)", times, 1e3, "ms")
+
+
+def test_history_flatness(benchmark, note, tmp_path):
+    """Medians over rounds of (commit time at 1000+ versions) / (commit time at 10+ versions)."""
+    impls = ("xarray_vhdf5", "floor", "versioned_hdf5")
+    files = {
+        (impl, n): _OnePoint(impl, str(tmp_path / f"{impl}-{n}.h5"), np.random.default_rng(n), history=n)
+        for impl in impls
+        for n in (FLAT_SHORT, FLAT_LONG)
+    }
+    times: dict[tuple[str, int], list[float]] = {key: [] for key in files}
+
+    def rounds():
+        for _ in range(FLAT_ROUNDS):
+            for key, one in files.items():
+                start = time.perf_counter()
+                for _ in range(FLAT_BATCH):
+                    one.commit()
+                times[key].append((time.perf_counter() - start) / FLAT_BATCH)
+
+    benchmark.group = "alternating rounds (whole benchmark time, not a measurement)"
+    try:
+        benchmark.pedantic(rounds, rounds=1, iterations=1)
+        for one in files.values():
+            np.testing.assert_array_equal(one.final(), one.model)
+    finally:
+        for one in files.values():
+            one.f.close()
+    end = FLAT_ROUNDS * FLAT_BATCH
+    for impl in impls:
+        short, long = np.asarray(times[impl, FLAT_SHORT]), np.asarray(times[impl, FLAT_LONG])
+        ratios = long / short
+        note(
+            f"alternating history flatness {impl}: {FLAT_LONG}-{FLAT_LONG + end} versions / "
+            f"{FLAT_SHORT}-{FLAT_SHORT + end} versions median {np.median(ratios):.2f}x "
+            f"({np.median(long) * 1e3:.2f} / {np.median(short) * 1e3:.2f} ms; rounds {' '.join(f'{r:.2f}' for r in ratios)})"
+        )
