@@ -68,31 +68,48 @@ def _summary(note, label: str, times: dict[str, list[float]], unit: float, per: 
     note(f"alternating {label}: medians {medians}")
 
 
-@pytest.mark.parametrize("workload", ("appends", "sparse", "bulk"))
-def test_workload_ratios(benchmark, note, tmp_path, workload):
-    """Medians over rounds of the ratios xarray_vhdf5 / floor and / versioned-hdf5 for one workload."""
+def workload_inputs(workload: str) -> tuple:
+    """``(run, args, expected, versions)`` of the appends, sparse-edit or bulk-rewrite workload."""
     if workload == "appends":
         steps = append_steps(200)
-        run, args, expected, versions = appends, (steps,), steps, 200
-    elif workload == "sparse":
+        return appends, (steps,), steps, 200
+    if workload == "sparse":
         base, edits = sparse_plan(100)
-        run, args, expected, versions = sparse_edits, (base, edits), expected_sparse(base, edits), 101
-    else:
-        base, halves = bulk_plan(20)
-        run, args, expected, versions = bulk_rewrite, (base, halves), expected_bulk(base, halves), 21
-    times: dict[str, list[float]] = {impl: [] for impl in IMPLS}
+        return sparse_edits, (base, edits), expected_sparse(base, edits), 101
+    base, halves = bulk_plan(20)
+    return bulk_rewrite, (base, halves), expected_bulk(base, halves), 21
 
-    def rounds():
-        for _ in range(WORKLOAD_ROUNDS):
-            for impl in IMPLS:
+
+def alternate_workload(benchmark, tmp_path, workload: str, impls: tuple[str, ...], rounds: int, group: str):
+    """Run one workload by each of ``impls`` in turn, ``rounds`` times; check the final data.
+
+    Returns ``(times, versions)``: seconds per run for each implementation, and the
+    workload's number of versions.
+    """
+    run, args, expected, versions = workload_inputs(workload)
+    times: dict[str, list[float]] = {impl: [] for impl in impls}
+
+    def all_rounds():
+        for _ in range(rounds):
+            for impl in impls:
                 start = time.perf_counter()
                 run(impl, str(tmp_path / f"{impl}.h5"), *args, read=False)
                 times[impl].append(time.perf_counter() - start)
 
-    benchmark.group = "alternating rounds (whole benchmark time, not a measurement)"
-    benchmark.pedantic(rounds, rounds=1, iterations=1)
-    for impl in IMPLS:
+    benchmark.group = group
+    benchmark.pedantic(all_rounds, rounds=1, iterations=1)
+    for impl in impls:
         np.testing.assert_array_equal(read_final(impl, str(tmp_path / f"{impl}.h5")), expected)
+    return times, versions
+
+
+@pytest.mark.parametrize("workload", ("appends", "sparse", "bulk"))
+def test_workload_ratios(benchmark, note, tmp_path, workload):
+    """Medians over rounds of the ratios xarray_vhdf5 / floor and / versioned-hdf5 for one workload."""
+    times, versions = alternate_workload(
+        benchmark, tmp_path, workload, IMPLS, WORKLOAD_ROUNDS,
+        "alternating rounds (whole benchmark time, not a measurement)",
+    )
     _summary(note, f"{workload} ({versions} versions)", times, 1e3 / versions, "ms per version")
 
 
@@ -129,27 +146,39 @@ class _OnePoint:
         return self.vf[self.vf.current_version]["x"][()]
 
 
-def test_one_point_commit_ratios(benchmark, note, tmp_path):
-    """Medians over rounds of the one-point commit ratios, on files of 300+ versions."""
-    files = {impl: _OnePoint(impl, str(tmp_path / f"{impl}.h5"), np.random.default_rng(5)) for impl in IMPLS}
-    times: dict[str, list[float]] = {impl: [] for impl in IMPLS}
+def alternate_commits(benchmark, files: dict, rounds: int, batch: int, group: str) -> dict[object, list[float]]:
+    """``batch`` one-point commits on each of ``files`` (``_OnePoint``) in turn, ``rounds`` times.
 
-    def rounds():
-        for _ in range(ONE_POINT_ROUNDS):
-            for impl, one in files.items():
+    Returns the seconds per commit of each batch, by key of ``files``; checks every
+    file's final data against its model and closes the files.
+    """
+    times: dict[object, list[float]] = {key: [] for key in files}
+
+    def all_rounds():
+        for _ in range(rounds):
+            for key, one in files.items():
                 start = time.perf_counter()
-                for _ in range(ONE_POINT_BATCH):
+                for _ in range(batch):
                     one.commit()
-                times[impl].append((time.perf_counter() - start) / ONE_POINT_BATCH)
+                times[key].append((time.perf_counter() - start) / batch)
 
-    benchmark.group = "alternating rounds (whole benchmark time, not a measurement)"
+    benchmark.group = group
     try:
-        benchmark.pedantic(rounds, rounds=1, iterations=1)
+        benchmark.pedantic(all_rounds, rounds=1, iterations=1)
         for one in files.values():
             np.testing.assert_array_equal(one.final(), one.model)
     finally:
         for one in files.values():
             one.f.close()
+    return times
+
+
+def test_one_point_commit_ratios(benchmark, note, tmp_path):
+    """Medians over rounds of the one-point commit ratios, on files of 300+ versions."""
+    files = {impl: _OnePoint(impl, str(tmp_path / f"{impl}.h5"), np.random.default_rng(5)) for impl in IMPLS}
+    times = alternate_commits(
+        benchmark, files, ONE_POINT_ROUNDS, ONE_POINT_BATCH, "alternating rounds (whole benchmark time, not a measurement)"
+    )
     _summary(note, f"one-point commit ({ONE_POINT_HISTORY}+ versions)", times, 1e3, "ms")
 
 
@@ -161,24 +190,9 @@ def test_history_flatness(benchmark, note, tmp_path):
         for impl in impls
         for n in (FLAT_SHORT, FLAT_LONG)
     }
-    times: dict[tuple[str, int], list[float]] = {key: [] for key in files}
-
-    def rounds():
-        for _ in range(FLAT_ROUNDS):
-            for key, one in files.items():
-                start = time.perf_counter()
-                for _ in range(FLAT_BATCH):
-                    one.commit()
-                times[key].append((time.perf_counter() - start) / FLAT_BATCH)
-
-    benchmark.group = "alternating rounds (whole benchmark time, not a measurement)"
-    try:
-        benchmark.pedantic(rounds, rounds=1, iterations=1)
-        for one in files.values():
-            np.testing.assert_array_equal(one.final(), one.model)
-    finally:
-        for one in files.values():
-            one.f.close()
+    times = alternate_commits(
+        benchmark, files, FLAT_ROUNDS, FLAT_BATCH, "alternating rounds (whole benchmark time, not a measurement)"
+    )
     end = FLAT_ROUNDS * FLAT_BATCH
     for impl in impls:
         short, long = np.asarray(times[impl, FLAT_SHORT]), np.asarray(times[impl, FLAT_LONG])

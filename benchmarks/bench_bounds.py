@@ -30,17 +30,13 @@ import h5py
 import numpy as np
 import pytest
 
-from bench_alternating import ONE_POINT_BATCH, ONE_POINT_HISTORY, ONE_POINT_ROUNDS, _OnePoint
-from workloads import (
-    append_steps,
-    appends,
-    bulk_plan,
-    bulk_rewrite,
-    expected_bulk,
-    expected_sparse,
-    read_final,
-    sparse_edits,
-    sparse_plan,
+from bench_alternating import (
+    ONE_POINT_BATCH,
+    ONE_POINT_HISTORY,
+    ONE_POINT_ROUNDS,
+    _OnePoint,
+    alternate_commits,
+    alternate_workload,
 )
 
 IMPLS = ("lean_floor", "floor", "versioned_hdf5")
@@ -51,28 +47,9 @@ MAPPINGS = (1, 13, 100, 400)
 @pytest.mark.parametrize("workload", ("appends", "sparse", "bulk"))
 def test_lean_floor_ratios(benchmark, note, tmp_path, workload):
     """Medians over rounds of lean floor / versioned-hdf5 and lean floor / floor for one workload."""
-    if workload == "appends":
-        steps = append_steps(200)
-        run, args, expected, versions = appends, (steps,), steps, 200
-    elif workload == "sparse":
-        base, edits = sparse_plan(100)
-        run, args, expected, versions = sparse_edits, (base, edits), expected_sparse(base, edits), 101
-    else:
-        base, halves = bulk_plan(20)
-        run, args, expected, versions = bulk_rewrite, (base, halves), expected_bulk(base, halves), 21
-    times: dict[str, list[float]] = {impl: [] for impl in IMPLS}
-
-    def rounds():
-        for _ in range(ROUNDS):
-            for impl in IMPLS:
-                start = time.perf_counter()
-                run(impl, str(tmp_path / f"{impl}.h5"), *args, read=False)
-                times[impl].append(time.perf_counter() - start)
-
-    benchmark.group = "bounds rounds (whole benchmark time, not a measurement)"
-    benchmark.pedantic(rounds, rounds=1, iterations=1)
-    for impl in IMPLS:
-        np.testing.assert_array_equal(read_final(impl, str(tmp_path / f"{impl}.h5")), expected)
+    times, versions = alternate_workload(
+        benchmark, tmp_path, workload, IMPLS, ROUNDS, "bounds rounds (whole benchmark time, not a measurement)"
+    )
     lean = np.asarray(times["lean_floor"])
     label = f"bounds {workload} ({versions} versions)"
     for other in ("versioned_hdf5", "floor"):
@@ -88,24 +65,9 @@ def test_one_point_commit_bounds(benchmark, note, tmp_path):
     """Medians over rounds of one-point commit times and their ratios to versioned-hdf5."""
     impls = ("lean_floor", "floor", "versioned_hdf5", "xarray_vhdf5")
     files = {impl: _OnePoint(impl, str(tmp_path / f"{impl}.h5"), np.random.default_rng(5)) for impl in impls}
-    times: dict[str, list[float]] = {impl: [] for impl in impls}
-
-    def rounds():
-        for _ in range(ONE_POINT_ROUNDS):
-            for impl, one in files.items():
-                start = time.perf_counter()
-                for _ in range(ONE_POINT_BATCH):
-                    one.commit()
-                times[impl].append((time.perf_counter() - start) / ONE_POINT_BATCH)
-
-    benchmark.group = "bounds rounds (whole benchmark time, not a measurement)"
-    try:
-        benchmark.pedantic(rounds, rounds=1, iterations=1)
-        for one in files.values():
-            np.testing.assert_array_equal(one.final(), one.model)
-    finally:
-        for one in files.values():
-            one.f.close()
+    times = alternate_commits(
+        benchmark, files, ONE_POINT_ROUNDS, ONE_POINT_BATCH, "bounds rounds (whole benchmark time, not a measurement)"
+    )
     label = f"bounds one-point commit ({ONE_POINT_HISTORY}+ versions)"
     vh = np.asarray(times["versioned_hdf5"])
     for impl in ("lean_floor", "floor", "xarray_vhdf5"):

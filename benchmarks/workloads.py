@@ -34,7 +34,11 @@ from collections.abc import Callable
 
 import h5py
 import numpy as np
-from h5py import h5d, h5p, h5s, h5t
+from h5py import h5d, h5g, h5p, h5s, h5t
+
+from xarray_vhdf5.backend.h5attrs import write_attr
+from xarray_vhdf5.backend.rows import write_rows
+from xarray_vhdf5.backend.virtual import create_virtual_dataset_id
 
 IMPLEMENTATIONS = ("xarray_vhdf5", "versioned_hdf5", "floor", "h5py")
 
@@ -94,6 +98,15 @@ class FormatFloor:
     def commit(self, name: str, shape, changed: dict[tuple, np.ndarray]) -> None:
         """``changed``: chunk index -> the chunk's edge-trimmed data."""
         self.shape = tuple(shape)
+        new = self._hash(changed)
+        if new:
+            self._append_chunks(new)
+            self._append_hash_rows(new)
+        self._create_version(name)
+        self.prev = name
+
+    def _hash(self, changed: dict[tuple, np.ndarray]) -> list[tuple[int, np.ndarray, bytes]]:
+        """Hash the changed chunks, map them; ``(row, chunk, digest)`` of those not stored yet."""
         new = []
         for index, chunk in changed.items():
             h = hashlib.sha256(np.ascontiguousarray(chunk).data)
@@ -110,17 +123,28 @@ class FormatFloor:
         grid = [math.ceil(s / c) for s, c in zip(self.shape, self.chunks)]
         for index in [i for i in self.mapping if any(a >= g for a, g in zip(i, grid))]:
             del self.mapping[index]
+        return new
+
+    def _hash_rows(self, new) -> np.ndarray:
         c0 = self.chunks[0]
-        if new:
-            self.raw.resize((self.n_rows * c0, *self.chunks[1:]))
-            for row, chunk, _ in new:
-                self.raw[(slice(row * c0, row * c0 + chunk.shape[0]),) + tuple(slice(0, s) for s in chunk.shape[1:])] = chunk
-            rows = np.zeros(len(new), self.hash_table.dtype)
-            rows["hash"] = np.frombuffer(b"".join(d for _, _, d in new), np.uint8).reshape(-1, 32)
-            rows["shape"] = [(r * c0, r * c0 + ch.shape[0]) for r, ch, _ in new]
-            self.hash_table.resize((self.n_rows,))
-            self.hash_table[self.n_rows - len(new) : self.n_rows] = rows
-            self.hash_table.attrs["largest_index"] = self.n_rows
+        rows = np.zeros(len(new), self.hash_table.dtype)
+        rows["hash"] = np.frombuffer(b"".join(d for _, _, d in new), np.uint8).reshape(-1, 32)
+        rows["shape"] = [(r * c0, r * c0 + ch.shape[0]) for r, ch, _ in new]
+        return rows
+
+    def _append_chunks(self, new) -> None:
+        c0 = self.chunks[0]
+        self.raw.resize((self.n_rows * c0, *self.chunks[1:]))
+        for row, chunk, _ in new:
+            self.raw[(slice(row * c0, row * c0 + chunk.shape[0]),) + tuple(slice(0, s) for s in chunk.shape[1:])] = chunk
+
+    def _append_hash_rows(self, new) -> None:
+        self.hash_table.resize((self.n_rows,))
+        self.hash_table[self.n_rows - len(new) : self.n_rows] = self._hash_rows(new)
+        self.hash_table.attrs["largest_index"] = self.n_rows
+
+    def _create_version(self, name: str) -> None:
+        c0 = self.chunks[0]
         grp = self.versions.create_group(name)
         # FORMAT.md: created with committed=False and its timestamp, marked committed last.
         grp.attrs["prev_version"] = self.prev
@@ -141,7 +165,6 @@ class FormatFloor:
         vds_attrs["chunks"] = np.asarray(self.chunks, dtype=np.int64)
         grp.attrs["committed"] = True
         self.versions.attrs["current_version"] = name
-        self.prev = name
 
     def read(self, name: str) -> np.ndarray:
         return self.versions[name]["x"][()]
@@ -164,44 +187,23 @@ class LeanFloor(FormatFloor):
         super().__init__(f, shape, chunks, dtype, fill)
         self.fill = fill
 
-    def commit(self, name: str, shape, changed: dict[tuple, np.ndarray]) -> None:
-        from h5py import h5g
-
-        from xarray_vhdf5.backend.h5attrs import write_attr
-        from xarray_vhdf5.backend.rows import write_rows
-        from xarray_vhdf5.backend.virtual import create_virtual_dataset_id
-
-        self.shape = tuple(shape)
-        new = []
-        for index, chunk in changed.items():
-            h = hashlib.sha256(np.ascontiguousarray(chunk).data)
-            h.update(str(chunk.shape).encode("ascii"))
-            digest = h.digest()
-            row = self.hashes.get(digest)
-            if row is None:
-                row = self.n_rows
-                self.hashes[digest] = row
-                self.n_rows += 1
-                new.append((row, chunk, digest))
-            self.mapping[index] = (row, chunk.shape)
-        grid = [math.ceil(s / c) for s, c in zip(self.shape, self.chunks)]
-        for index in [i for i in self.mapping if any(a >= g for a, g in zip(i, grid))]:
-            del self.mapping[index]
+    def _append_chunks(self, new) -> None:
         c0 = self.chunks[0]
-        if new:
-            self.raw.id.set_extent((self.n_rows * c0, *self.chunks[1:]))
-            for row, chunk, _ in new:
-                if chunk.shape[1:] != self.chunks[1:]:  # whole rows: pad the trailing axes
-                    padded = np.full((chunk.shape[0], *self.chunks[1:]), self.fill, dtype=self.dtype)
-                    padded[(slice(None),) + tuple(slice(0, s) for s in chunk.shape[1:])] = chunk
-                    chunk = padded
-                write_rows(self.raw.id, row * c0, np.ascontiguousarray(chunk, dtype=self.dtype))
-            rows = np.zeros(len(new), self.hash_table.dtype)
-            rows["hash"] = np.frombuffer(b"".join(d for _, _, d in new), np.uint8).reshape(-1, 32)
-            rows["shape"] = [(r * c0, r * c0 + ch.shape[0]) for r, ch, _ in new]
-            self.hash_table.id.set_extent((self.n_rows,))
-            write_rows(self.hash_table.id, self.n_rows - len(new), rows)
-            write_attr(self.hash_table.id, "largest_index", self.n_rows)
+        self.raw.id.set_extent((self.n_rows * c0, *self.chunks[1:]))
+        for row, chunk, _ in new:
+            if chunk.shape[1:] != self.chunks[1:]:  # whole rows: pad the trailing axes
+                padded = np.full((chunk.shape[0], *self.chunks[1:]), self.fill, dtype=self.dtype)
+                padded[(slice(None),) + tuple(slice(0, s) for s in chunk.shape[1:])] = chunk
+                chunk = padded
+            write_rows(self.raw.id, row * c0, np.ascontiguousarray(chunk, dtype=self.dtype))
+
+    def _append_hash_rows(self, new) -> None:
+        self.hash_table.id.set_extent((self.n_rows,))
+        write_rows(self.hash_table.id, self.n_rows - len(new), self._hash_rows(new))
+        write_attr(self.hash_table.id, "largest_index", self.n_rows)
+
+    def _create_version(self, name: str) -> None:
+        c0 = self.chunks[0]
         gid = h5g.create(self.versions.id, name.encode())
         write_attr(gid, "prev_version", self.prev)
         write_attr(gid, "committed", False)
@@ -210,7 +212,6 @@ class LeanFloor(FormatFloor):
         create_virtual_dataset_id(gid, "x", self.raw, self.shape, self.chunks, chunk_rows, fillvalue=self.fill)
         write_attr(gid, "committed", True)
         write_attr(self.versions.id, "current_version", name)
-        self.prev = name
 
 
 def _floor(impl: str, f: h5py.File, shape, chunks, dtype) -> FormatFloor:
