@@ -106,8 +106,9 @@ class CopyOnWriteSlabs:
             Replacements for the base slabs, of the new dtype and the same
             shapes (e.g. ``[raw_data.astype(dtype)]``: libhdf5 converts on
             read), or longer along axis 0 only (a raw_data other commits
-            appended rows to: the chunks read lie below the old length).  Without it, every chunk on a base slab is loaded into
-            memory now (:meth:`load`) and converted later with numpy.
+            appended rows to: the chunks read lie below the old length).
+            Without it, every chunk on a base slab is loaded into memory now
+            (:meth:`load`) and converted later with numpy.
 
         Raises
         ------
