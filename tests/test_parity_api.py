@@ -114,6 +114,23 @@ def test_signatures_accept_the_same_arguments():
     assert list(ref) == list(got)
 
 
+def test_every_public_method_of_versioned_hdf5_file_exists_and_takes_its_arguments():
+    """A versioned-hdf5 user's calls on ``VersionedHDF5File`` (methods and properties) all exist here,
+    and each method takes versioned-hdf5's positional parameters, in its order."""
+    ref_cls, got_cls = versioned_hdf5.VersionedHDF5File, xarray_vhdf5.VersionedHDF5File
+    public = sorted(n for n in dir(ref_cls) if not n.startswith("_"))
+    assert {"get_diff", "rebuild_hashtables", "rebuild_object_dtype_hashtables"} <= set(public)
+    for name in public:
+        assert hasattr(got_cls, name), name
+        ref, got = inspect.getattr_static(ref_cls, name), inspect.getattr_static(got_cls, name)
+        if callable(ref) and not isinstance(ref, property):
+            ref_params = [p.name for p in inspect.signature(ref).parameters.values()
+                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            got_params = [p.name for p in inspect.signature(got).parameters.values()
+                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            assert got_params[: len(ref_params)] == ref_params, name
+
+
 # -- errors -----------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ import datetime as _dt
 from collections.abc import Iterable, Iterator
 
 import h5py
+import ndindex
 import numpy as np
 from h5py import h5g
 
@@ -19,6 +20,7 @@ from .caches import caches_for
 from .commit import CommitReport, commit_version
 from .delete import DeleteReport, delete_versions
 from .index import touch as touch_index
+from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
 from .timestamps import to_utc_datetime
 
@@ -177,9 +179,9 @@ class VersionedHDF5File:
         name = self.resolve(key)
         return VersionGroup(None, name, parent=self._registry.group, path=name)
 
-    def get_version_by_name(self, name: str) -> VersionGroup:
-        """The committed version ``name`` (``""`` or None: the current one)."""
-        return self[name or None]
+    def get_version_by_name(self, version: str) -> VersionGroup:
+        """The committed version named ``version`` (``""`` or None: the current one)."""
+        return self[version or None]
 
     def get_version_by_timestamp(self, timestamp, exact: bool = False) -> VersionGroup:
         """The version committed at ``timestamp``, else (``exact=False``) the latest before."""
@@ -221,6 +223,80 @@ class VersionedHDF5File:
         """
         self._check_open()
         return delete_versions(self, names)
+
+    # -- hash tables and diffs (versioned-hdf5's API) ------------------------
+    def rebuild_hashtables(self) -> dict[str, int]:
+        """Write every versioned dataset's hash table again from its versions.
+
+        versioned-hdf5's ``rebuild_hashtables``; see
+        :func:`~xarray_vhdf5.versions.rebuild.rebuild_hash_tables`. Nothing but the
+        hash tables changes.
+
+        Returns
+        -------
+        dict of str to int
+            Rows of each rebuilt table, by dataset path.
+
+        Raises
+        ------
+        ReadOnlyError, ClosedFileError
+            A read-only or closed file.
+        """
+        self._check_open()
+        self._caches.clear()  # the tables are new objects
+        return rebuild_hash_tables(self.f)
+
+    def rebuild_object_dtype_hashtables(self) -> dict[str, int]:
+        """:meth:`rebuild_hashtables` for the variable-length string datasets only.
+
+        versioned-hdf5's ``rebuild_object_dtype_hashtables`` (for files whose
+        string chunks an old versioned-hdf5 hashed differently); also sets the
+        ``data_version`` attribute to the current format's (4).
+        """
+        self._check_open()
+        self._caches.clear()
+        return rebuild_object_dtype_hash_tables(self.f)
+
+    def get_diff(
+        self, name: str, version1: VersionKey, version2: VersionKey
+    ) -> dict[ndindex.Tuple, tuple[np.ndarray | None, np.ndarray | None]]:
+        """The chunks of dataset ``name`` that differ between two versions, with their data.
+
+        versioned-hdf5's ``get_diff``: keys are the regions (``ndindex.Tuple`` of
+        ``slice(start, stop, 1)``, points, trimmed) of the stored chunks whose
+        raw_data rows differ, or that only one version stores; values are
+        ``(data in version1, data in version2)``, None on the side that does not
+        store the region. Regions mapped to the same rows are never read. See
+        :func:`~xarray_vhdf5.versions.rebuild.chunk_diff`. Unlike versioned-hdf5,
+        versions just committed through this object can be compared without
+        reopening the file.
+
+        Parameters
+        ----------
+        name : str
+            Path of the dataset inside the versions (``"x"``, ``"group/x"``).
+        version1, version2 : str, int, datetime or None
+            Versions, as :meth:`__getitem__` takes them.
+
+        Raises
+        ------
+        VersionNotFoundError
+            No such version.
+        KeyError
+            ``name`` is not a dataset of one of the versions.
+        IncompatibleDataError
+            ``name`` is not a versioned (chunk-mapped) dataset.
+        ClosedFileError
+            The file is closed.
+        """
+        datasets = []
+        for key in (version1, version2):
+            version = self.resolve(key)
+            obj = self._registry.group[version].get(name)
+            if not isinstance(obj, h5py.Dataset):
+                raise KeyError(f"no dataset {name!r} in version {version!r}")
+            datasets.append(obj)
+        return chunk_diff(*datasets)
 
     # -- staging -------------------------------------------------------------
     @contextlib.contextmanager
