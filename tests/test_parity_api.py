@@ -430,3 +430,34 @@ def test_staged_vlen_asstr(vh, tmp_path):
             g.create_dataset("s", data=np.array(["a", "\u00e9"] * 3, dtype=object), dtype=h5py.string_dtype(), chunks=(4,))
         with vf.stage_version("v2") as g:
             assert g["s"].asstr()[0:2].tolist() == ["a", "\u00e9"]
+
+
+def test_staged_group_answers_h5py_group_conveniences(vh, vf):
+    """``parent``, ``file``, ``versioned_root`` and the mapping methods of h5py's Group, which
+    versioned-hdf5's staged groups inherit; the version committed holds what they left."""
+    with vf.stage_version("v3") as g:
+        sub = g.create_group("grp/inner")
+        assert sub.parent.parent is g["grp"].parent
+        assert g["grp"].parent is g.versioned_root and sub.versioned_root is g.versioned_root
+        assert isinstance(g.file, h5py.File) and g.file == vf.f.file
+        g.update({"u": np.arange(3.0)}, w=np.ones(2))
+        assert g.setdefault("u", np.zeros(5)).shape == (3,)
+        assert g.setdefault("new", np.arange(4)).shape == (4,)
+        popped = g.pop("w")
+        np.testing.assert_array_equal(popped[()], np.ones(2))
+        assert "w" not in g and g.pop("w", None) is None
+        with pytest.raises(KeyError):
+            g.pop("w")
+        seen, links = [], []
+        g.visit(seen.append)
+        g.visit_links(links.append)
+        assert links == seen and "grp/inner" in seen
+    v3 = vf["v3"]
+    assert sorted(v3) == sorted(["a", "s", "grp", "u", "new"])
+    np.testing.assert_array_equal(v3["u"][()], np.arange(3.0))
+    with vf.stage_version("v4") as g:
+        g["grp"].clear()
+        assert len(g["grp"]) == 0
+        name, obj = g.popitem()
+        assert name not in g
+    assert "grp" not in vf["v4"] and name not in vf["v4"]  # empty groups are not committed (both)

@@ -23,11 +23,12 @@ from .attrs import StagedAttrs
 from .chunked import InMemoryDataset
 from .create import new_array_dataset
 from .dataset import StagedDatasetBase
+from .group_api import GroupAPI
 
 __all__ = ["InMemoryGroup"]
 
 
-class InMemoryGroup:
+class InMemoryGroup(GroupAPI):
     """A group of a staged version: create, read, replace and delete datasets and groups.
 
     Parameters
@@ -53,6 +54,8 @@ class InMemoryGroup:
         #: and the versions group's state when staging began (``SlabMapCache.get``).
         self.slab_maps = None
         self.versions_state = None
+        #: Set on a version's root by ``stage_version``: the h5py file (``file``).
+        self.h5file = None
         if source is not None:
             # Through the low-level API, in h5py's order (``Group.items()`` builds
             # more objects per member: 165 us against 75 for one dataset).
