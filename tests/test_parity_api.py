@@ -443,6 +443,9 @@ def test_staged_group_answers_h5py_group_conveniences(vh, vf):
         g.update({"u": np.arange(3.0)}, w=np.ones(2))
         assert g.setdefault("u", np.zeros(5)).shape == (3,)
         assert g.setdefault("new", np.arange(4)).shape == (4,)
+        for obj in (g["u"], g["a"]):  # versioned-hdf5 hands out DatasetWrapper objects
+            assert isinstance(obj, (vh.wrappers if not ours(vh) else vh).DatasetWrapper)
+            np.testing.assert_array_equal(obj.dataset[()], obj[()])
         popped = g.pop("w")
         np.testing.assert_array_equal(popped[()], np.ones(2))
         assert "w" not in g and g.pop("w", None) is None

@@ -110,6 +110,17 @@ class StagedDatasetBase:
         self.maxshape = tuple(maxshape)
         self.attrs: StagedAttrs = StagedAttrs()
 
+    @property
+    def dataset(self) -> StagedDatasetBase:
+        """The staged dataset itself: versioned-hdf5's ``DatasetWrapper.dataset``.
+
+        versioned-hdf5 hands out a ``DatasetWrapper`` around its in-memory dataset
+        (swapped when the dataset is resized or rewritten); here the staged
+        dataset is the object (``DatasetWrapper`` names its base class), so code
+        reaching for ``.dataset`` gets the same object back.
+        """
+        return self
+
     # numpy / h5py protocol -------------------------------------------------
     @property
     def dtype(self) -> np.dtype:
