@@ -369,7 +369,7 @@ class VersionedHDF5File:
         source = h5py.Group(h5g.open(self._registry.group.id, prev.encode())) if prev != FIRST_VERSION else None
         root = InMemoryGroup("", source, open_datasets=self._caches.open_datasets)
         root.slab_maps = self._caches.slab_maps
-        root.h5file = self.f.file
+        root.h5file = self.f  # its .file on demand (h5py makes a new File object per call)
         root.versions_state = self._registry.tracked_state  # just synced by _check_open
         try:
             yield root

@@ -54,7 +54,7 @@ class InMemoryGroup(GroupAPI):
         #: and the versions group's state when staging began (``SlabMapCache.get``).
         self.slab_maps = None
         self.versions_state = None
-        #: Set on a version's root by ``stage_version``: the h5py file (``file``).
+        #: Set on a version's root by ``stage_version``: the h5py file or group it was given (``file``).
         self.h5file = None
         if source is not None:
             # Through the low-level API, in h5py's order (``Group.items()`` builds

@@ -41,7 +41,8 @@ class GroupAPI:
     @property
     def file(self) -> h5py.File | None:
         """The h5py file the version is staged in (None for a group made outside ``stage_version``)."""
-        return getattr(self._root, "h5file", None)
+        where = getattr(self._root, "h5file", None)
+        return None if where is None else where.file
 
     def pop(self, path: str, default: Any = _MISSING) -> Any:
         """Remove ``path`` and return it (``default`` when absent; KeyError without one)."""
