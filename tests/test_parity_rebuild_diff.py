@@ -19,6 +19,7 @@ import versioned_hdf5 as vh
 
 import xarray_vhdf5 as xv
 from xarray_vhdf5.errors import ReadOnlyError, VersionNotFoundError
+from xarray_vhdf5.versions import forget_shared_caches
 
 LIBS = {"versioned_hdf5": vh, "xarray_vhdf5": xv}
 
@@ -123,8 +124,8 @@ def test_rebuild_hashtables_equals_versioned_hdf5(tmp_path, writer):
     ours, ref = _tables(tmp_path / "xarray_vhdf5.h5"), _tables(tmp_path / "versioned_hdf5.h5")
     assert ours == ref
     assert set(ours) == set(before)
-    for lib in LIBS:  # both go on with the rebuilt table: a chunk equal to version a's is found in it
-        with h5py.File(tmp_path / "xarray_vhdf5.h5", "r+") as f:
+    for lib in LIBS:  # both go on with each rebuilt table: a chunk equal to version a's is found in it
+        with h5py.File(tmp_path / f"{lib}.h5", "r+") as f:
             table = f["_version_data/x/hash_table"]
             rows = int(table.attrs["largest_index"])
             vf = LIBS[lib].VersionedHDF5File(f)
@@ -142,26 +143,70 @@ def test_rebuild_replaces_a_wrong_table_and_keeps_the_data(tmp_path):
         vf = xv.VersionedHDF5File(f)
         data = {v: vf[v]["x"][()] for v in vf.versions}
         table = f["_version_data/x/hash_table"]
+        lost = bytes(table[0]["hash"])
         table[0] = np.zeros(1, table.dtype)[0]  # a corrupted row
         counts = vf.rebuild_hashtables()
         assert set(counts) == {"x", "grp/i", "s"} and counts["x"] > 0
-        assert "hash_table.__vhdf5_rebuilt__" not in f["_version_data/x"]
+        assert "__vhdf5_scratch__" not in f["_version_data"]
+        rows = f["_version_data/x/hash_table"][: counts["x"]]
+        assert lost in {bytes(r) for r in rows["hash"]}  # the digest is back
         assert {v: vf[v]["x"][()].tolist() for v in vf.versions} == {k: d.tolist() for k, d in data.items()}
         with vf.stage_version("e") as g:  # commits go on with the rebuilt table
             g["x"][1, 1] = 0.5
         assert vf["e"]["x"][1, 1] == 0.5
 
 
+@pytest.mark.parametrize("committer", list(LIBS))
+def test_a_chunk_stored_twice_is_not_overwritten_by_the_next_commit(tmp_path, committer):
+    """The same chunk in two raw_data slots, the higher one mapped by a version: a table listing
+    only the first slot would end below it, and the next commit would write over it (versioned-hdf5
+    2.6's own rebuild does). The rebuilt table also lists that slot, with an all-zero digest."""
+    path = tmp_path / "twice.h5"
+    with h5py.File(path, "w") as f:
+        vf = xv.VersionedHDF5File(f)
+        with vf.stage_version("a") as g:
+            g.create_dataset("x", data=np.arange(10.0), chunks=(5,))
+        with vf.stage_version("b") as g:
+            g["x"][0] = -1.0
+        table = f["_version_data/x/hash_table"]
+        table[0] = np.zeros(1, table.dtype)[0]  # chunk 0 of a forgotten...
+    forget_shared_caches()  # (the process's cached table still knows it)
+    with h5py.File(path, "a") as f:
+        vf = xv.VersionedHDF5File(f)
+        with vf.stage_version("c") as g:
+            g["x"][0] = 0.0  # ...so a's chunk 0 is stored again, in the highest slot
+        assert f["_version_data/x/raw_data"].shape[0] == 20
+        counts = vf.rebuild_hashtables()
+        rows = f["_version_data/x/hash_table"][: counts["x"]]
+        assert rows["shape"].tolist() == [[0, 5], [5, 10], [10, 15], [15, 20]]
+        assert not rows["hash"][3].any()  # the slot c maps, named by no digest
+        expected = vf["c"]["x"][()]
+    with h5py.File(path, "a") as f:
+        vf = LIBS[committer].VersionedHDF5File(f)
+        with vf.stage_version("d") as g:
+            g["x"][5:10] = 7.0
+        np.testing.assert_array_equal(vf["c"]["x"][()], expected)
+        np.testing.assert_array_equal(vf["d"]["x"][()], np.r_[np.arange(5.0), np.full(5, 7.0)])
+
+
 def test_rebuild_object_dtype_hashtables_equals_versioned_hdf5(tmp_path):
+    """Only the string datasets' tables are rebuilt (and as versioned-hdf5 rebuilds them)."""
     path = tmp_path / "h.h5"
     _history(vh, path)
+    want = _tables(path)
     for lib in LIBS:
         shutil.copy(path, tmp_path / f"{lib}.h5")
         with h5py.File(tmp_path / f"{lib}.h5", "r+") as f:
             f["_version_data/versions"].attrs["data_version"] = 1  # before 4, not one it refuses
+            for name in ("s", "x"):
+                table = f[f"_version_data/{name}/hash_table"]
+                table[0] = np.zeros(1, table.dtype)[0]
             LIBS[lib].VersionedHDF5File(f).rebuild_object_dtype_hashtables()
             assert f["_version_data/versions"].attrs["data_version"] == 4
-    assert _tables(tmp_path / "xarray_vhdf5.h5") == _tables(tmp_path / "versioned_hdf5.h5")
+    ours = _tables(tmp_path / "xarray_vhdf5.h5")
+    assert ours == _tables(tmp_path / "versioned_hdf5.h5")
+    assert ours["s/hash_table"] == want["s/hash_table"]  # repaired
+    assert ours["x/hash_table"] != want["x/hash_table"]  # not a string dataset: left as it was
 
 
 def test_rebuild_refuses_a_read_only_file(tmp_path):
@@ -170,3 +215,20 @@ def test_rebuild_refuses_a_read_only_file(tmp_path):
     with h5py.File(path, "r") as f:
         with pytest.raises(ReadOnlyError):
             xv.VersionedHDF5File(f).rebuild_hashtables()
+
+
+def test_rebuilt_table_reaches_a_slot_above_an_unmapped_one(tmp_path):
+    """A raw_data slot no version maps, below a mapped one: the table still reaches the top slot
+    (versioned-hdf5 appends at largest_index * chunks[0]), naming the free slot with a zero digest."""
+    from xarray_vhdf5.versions.rebuild import table_rows
+
+    with h5py.File(tmp_path / "gap.h5", "w") as f:
+        vf = xv.VersionedHDF5File(f)
+        with vf.stage_version("a") as g:
+            g.create_dataset("x", data=np.arange(10.0), chunks=(5,))  # slots 0 and 1
+        with vf.stage_version("b") as g:
+            g["x"][0] = -1.0  # slot 2
+        del f["_version_data/versions/a"]  # unlinked by hand: slot 0 mapped by no version
+        rows = table_rows(f, "x")
+        assert rows["shape"].tolist() == [[10, 15], [5, 10], [0, 5]]
+        assert rows["hash"][:2].any(axis=1).all() and not rows["hash"][2].any()

@@ -235,16 +235,17 @@ class VersionedHDF5File:
         Returns
         -------
         dict of str to int
-            Rows of each rebuilt table, by dataset path.
+            The number of hash-table rows of each rebuilt table, by dataset path
+            (versioned-hdf5 returns None).
 
         Raises
         ------
         ReadOnlyError, ClosedFileError
             A read-only or closed file.
+        ValueError
+            A version maps raw_data rows that are not whole chunks.
         """
-        self._check_open()
-        self._caches.clear()  # the tables are new objects
-        return rebuild_hash_tables(self.f)
+        return rebuild_hash_tables(self)  # checks the file, drops the caches (new tables)
 
     def rebuild_object_dtype_hashtables(self) -> dict[str, int]:
         """:meth:`rebuild_hashtables` for the variable-length string datasets only.
@@ -252,10 +253,18 @@ class VersionedHDF5File:
         versioned-hdf5's ``rebuild_object_dtype_hashtables`` (for files whose
         string chunks an old versioned-hdf5 hashed differently); also sets the
         ``data_version`` attribute to the current format's (4).
+
+        Returns
+        -------
+        dict of str to int
+            The number of hash-table rows of each rebuilt table, by dataset path.
+
+        Raises
+        ------
+        ReadOnlyError, ClosedFileError, ValueError
+            As :meth:`rebuild_hashtables`.
         """
-        self._check_open()
-        self._caches.clear()
-        return rebuild_object_dtype_hash_tables(self.f)
+        return rebuild_object_dtype_hash_tables(self)
 
     def get_diff(
         self, name: str, version1: VersionKey, version2: VersionKey
@@ -277,6 +286,13 @@ class VersionedHDF5File:
             Path of the dataset inside the versions (``"x"``, ``"group/x"``).
         version1, version2 : str, int, datetime or None
             Versions, as :meth:`__getitem__` takes them.
+
+        Returns
+        -------
+        dict of ndindex.Tuple to (numpy.ndarray or None, numpy.ndarray or None)
+            Version 2's differing regions in C order, then the regions only
+            version 1 stores. Each array has the dataset's dtype and the
+            region's shape (points).
 
         Raises
         ------

@@ -5,10 +5,24 @@ versioned dataset's ``hash_table`` is written again from what its versions map.
 For each version, in the order h5py lists the versions group, each stored chunk
 is hashed (``backend.hashing.chunk_hash``, the rule both libraries use) and the
 first row range seen for a digest is kept. Hashing reads the chunk from raw_data
-once per distinct row range and extent, not once per version. The new table is
-written beside the old one under a scratch name, then linked in its place, so
-an interruption leaves the old table or the new one, never a half-written one.
-Nothing else changes: raw_data and the versions are only read.
+once per distinct row range and extent, not once per version.
+
+One difference from versioned-hdf5, for safety: the next commit appends its new
+chunks after the table's rows (at ``largest_index * chunks[0]`` for
+versioned-hdf5, after the highest row range for this package). A table keeping
+only the first range of each digest can end below a chunk slot that a version
+still maps (the same chunk stored twice, or a slot no digest names), and the
+next commit of either library would then overwrite that version's data
+(versioned-hdf5 2.6 does). The rebuilt table therefore also lists every mapped
+slot it does not name, with an all-zero digest (no SHA-256 is all zeros), and is
+as long as the highest mapped slot: both libraries append above every mapped
+chunk. Without duplicates or gaps the table is versioned-hdf5's, row for row.
+
+The new tables are written to the scratch group and swapped in through
+``delete.Scratch`` with its journal (as deleting versions does): an interrupted
+rebuild is finished by the next one, or by deleting versions or
+``modify_metadata``. Nothing else changes: raw_data and the versions are only
+read.
 
 :func:`chunk_diff` is versioned-hdf5's ``get_diff``: the chunks of one dataset
 whose mapping differs between two versions, keyed by their region (an
@@ -30,24 +44,55 @@ import numpy as np
 from ..backend.chunks import chunk_grid_shape
 from ..backend.hashing import chunk_hash, is_vlen_string_dtype
 from ..backend.layout import DATA_VERSION, HASH_TABLE_DTYPE, VERSION_DATA, VERSIONS
-from ..errors import IncompatibleDataError, ReadOnlyError
-from .delete import chunk_rows, dataset_paths, read_chunk_map, version_dataset, write_hash_table
+from ..errors import IncompatibleDataError
+from .delete import (
+    Scratch,
+    _barrier,
+    _open,
+    _str,
+    chunk_rows,
+    dataset_paths,
+    read_chunk_map,
+    version_dataset,
+    write_hash_table,
+)
 
-__all__ = ["chunk_diff", "object_dtype_paths", "rebuild_hash_tables", "rebuild_object_dtype_hash_tables"]
-
-_SCRATCH_TABLE = "hash_table.__vhdf5_rebuilt__"
-
-
-def _str(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+__all__ = [
+    "chunk_diff", "object_dtype_paths", "rebuild_hash_tables", "rebuild_object_dtype_hash_tables", "table_rows",
+]
 
 
-def _table_rows(h5file: h5py.Group, path: str) -> np.ndarray:
-    """The hash-table rows of dataset ``path`` as its versions map it (first range per digest)."""
+def table_rows(h5file: h5py.Group, path: str) -> np.ndarray:
+    """The hash-table rows of dataset ``path`` rebuilt from what its versions map.
+
+    Parameters
+    ----------
+    h5file : h5py.File or h5py.Group
+        Holding ``_version_data``.
+    path : str
+        The dataset's path inside the versions.
+
+    Returns
+    -------
+    numpy.ndarray of ``HASH_TABLE_DTYPE``, shape (n,)
+        First the digest of each distinct mapped chunk with the first raw_data
+        row range (points along axis 0) seen for it, in versioned-hdf5's order;
+        then an all-zero digest for every mapped slot no digest names, and for
+        slots no version maps, until the table reaches the highest mapped slot
+        (see the module docstring).
+
+    Raises
+    ------
+    ValueError
+        A version maps rows that are not whole chunks of raw_data
+        (``delete.read_chunk_map``).
+    """
     versions = h5file[VERSION_DATA][VERSIONS]
     raw = h5file[VERSION_DATA][path]["raw_data"]
     chunks = tuple(int(c) for c in raw.attrs["chunks"])
+    c0 = chunks[0]
     digests: dict[bytes, tuple[int, int]] = {}
+    unnamed: dict[int, tuple[int, int]] = {}  # slot -> range of a mapped chunk whose digest has another row
     hashed: dict[tuple, bytes] = {}  # (start, stop, trailing extents) -> digest
     for version in versions:
         vds = version_dataset(versions, version, path)
@@ -60,60 +105,74 @@ def _table_rows(h5file: h5py.Group, path: str) -> np.ndarray:
             digest = hashed.get(key)
             if digest is None:
                 digest = hashed[key] = chunk_hash(raw[(slice(start, stop),) + tuple(slice(0, e) for e in trailing)])
-            digests.setdefault(digest, (start, stop))
-    rows = np.zeros(len(digests), HASH_TABLE_DTYPE)
+            if digests.setdefault(digest, (start, stop)) != (start, stop):
+                unnamed.setdefault(start // c0, (start, stop))
+    named = {start // c0 for start, _ in digests.values()}
+    extra = [r for slot, r in unnamed.items() if slot not in named]
+    slots = named | {r[0] // c0 for r in extra}
+    top = max(slots) + 1 if slots else 0
+    gaps = [(s * c0, s * c0 + c0) for s in range(top) if s not in slots]
+    extra += gaps[: max(0, top - len(digests) - len(extra))]
+    rows = np.zeros(len(digests) + len(extra), HASH_TABLE_DTYPE)
     if digests:
-        rows["hash"] = np.frombuffer(b"".join(digests), np.uint8).reshape(-1, 32)
-        rows["shape"] = np.array(list(digests.values()), dtype=np.int64)
+        rows["hash"][: len(digests)] = np.frombuffer(b"".join(digests), np.uint8).reshape(-1, 32)
+    if len(rows):
+        rows["shape"] = np.array(list(digests.values()) + extra, dtype=np.int64)
     return rows
 
 
-def rebuild_hash_tables(h5file: h5py.Group, paths: Iterable[str] | None = None) -> dict[str, int]:
+def rebuild_hash_tables(f, paths: Iterable[str] | None = None) -> dict[str, int]:
     """Write the hash tables of versioned datasets again from their versions.
 
     versioned-hdf5's ``VersionedHDF5File.rebuild_hashtables`` (all datasets) and
     ``rebuild_object_dtype_hashtables`` (``paths``: the variable-length string
-    ones), with the same rule: every stored chunk that a version maps is hashed;
-    the first raw_data rows seen for a digest (versions in h5py's order of the
-    versions group, chunks in C order) are its row.
+    ones), with the same rule, made safe for the next commit (module docstring).
 
     Parameters
     ----------
-    h5file : h5py.File or h5py.Group
-        Open for writing, holding ``_version_data``.
+    f : h5py.File, h5py.Group or VersionedHDF5File
+        Open for writing, holding ``_version_data`` (a ``VersionedHDF5File``'s
+        caches are dropped: the tables are new objects).
     paths : iterable of str, optional
         Dataset paths inside the versions (``"x"``, ``"group/x"``); all by default.
 
     Returns
     -------
     dict of str to int
-        Rows of each rebuilt table (distinct chunks its versions map).
+        The number of hash-table rows of each rebuilt table, by dataset path.
 
     Raises
     ------
     ReadOnlyError
         The file is open read-only.
+    NotVersionedError
+        No ``_version_data/versions`` group.
     KeyError
         A path in ``paths`` is not a versioned dataset.
+    ValueError
+        A version maps rows that are not whole chunks of raw_data.
     """
-    if h5file.file.mode == "r":
-        raise ReadOnlyError(f"{h5file.file.filename!r} is open read-only; open it with mode 'a'")
+    h5file, _ = _open(f)
+    Scratch.recover(h5file)
     known = dataset_paths(h5file)
     chosen = known if paths is None else list(paths)
     for path in chosen:
         if path not in known:
             raise KeyError(f"no versioned dataset {path!r} in {h5file.file.filename!r}; datasets: {known}")
-    done = {}
+    scratch = Scratch(h5file)
+    done, slots = {}, {}
     for path in chosen:
-        group = h5file[VERSION_DATA][path]
-        rows = _table_rows(h5file, path)
-        if _SCRATCH_TABLE in group:  # left by an interrupted rebuild
-            del group[_SCRATCH_TABLE]
-        write_hash_table(group, _SCRATCH_TABLE, rows)
-        if "hash_table" in group:
-            del group["hash_table"]
-        group.move(_SCRATCH_TABLE, "hash_table")
+        rows = table_rows(h5file, path)
+        slots[path] = scratch.reserve(f"/{VERSION_DATA}/{path}/hash_table")
+        write_hash_table(scratch.group, slots[path], rows)
         done[path] = len(rows)
+    scratch.write_journal()
+    _barrier(h5file, "written")
+    for path in chosen:
+        scratch.move_in(slots[path], f"/{VERSION_DATA}/{path}/hash_table")
+    _barrier(h5file, "switched")
+    scratch.remove()
+    _barrier(h5file, "done")
     return done
 
 
@@ -125,13 +184,28 @@ def object_dtype_paths(h5file: h5py.Group) -> list[str]:
     ]
 
 
-def rebuild_object_dtype_hash_tables(h5file: h5py.Group) -> dict[str, int]:
-    """:func:`rebuild_hash_tables` of the variable-length string datasets; sets ``data_version``.
+def rebuild_object_dtype_hash_tables(f) -> dict[str, int]:
+    """:func:`rebuild_hash_tables` of the variable-length string datasets, then ``data_version`` set to 4.
 
-    versioned-hdf5's ``rebuild_object_dtype_hashtables``: files from its
-    versions before data version 4 hashed such chunks differently. Also sets
-    the versions group's ``data_version`` to the current one.
+    versioned-hdf5's ``rebuild_object_dtype_hashtables``: its versions before data
+    version 4 hashed string chunks differently.
+
+    Parameters
+    ----------
+    f : h5py.File, h5py.Group or VersionedHDF5File
+        As for :func:`rebuild_hash_tables`.
+
+    Returns
+    -------
+    dict of str to int
+        The number of hash-table rows of each rebuilt table, by dataset path.
+
+    Raises
+    ------
+    ReadOnlyError, NotVersionedError, ValueError
+        As :func:`rebuild_hash_tables`.
     """
+    h5file, _ = _open(f)  # checks the file and drops a VersionedHDF5File's caches
     done = rebuild_hash_tables(h5file, object_dtype_paths(h5file))
     h5file[VERSION_DATA][VERSIONS].attrs["data_version"] = DATA_VERSION
     return done
