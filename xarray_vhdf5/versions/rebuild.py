@@ -211,20 +211,19 @@ def rebuild_object_dtype_hash_tables(f) -> dict[str, int]:
     return done
 
 
-def _regions(vds: h5py.Dataset) -> dict[ndindex.Tuple, int]:
-    """Stored chunk region (trimmed, as ``ndindex.Tuple``) -> first raw_data row, C order."""
+def _chunk_map(vds: h5py.Dataset) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """``(flat chunk indices, first raw_data rows, chunks)`` of the stored chunks of ``vds``, C order."""
     if "chunks" not in vds.attrs or "raw_data" not in vds.attrs:
         raise IncompatibleDataError(f"{vds.name!r} is not a versioned dataset (no 'chunks' and 'raw_data' attributes)")
     chunks = tuple(int(c) for c in vds.attrs["chunks"])
     flat, starts = read_chunk_map(vds, chunks, _str(vds.attrs["raw_data"]))
-    if flat.size == 0:
-        return {}
-    index = np.stack(np.unravel_index(flat, chunk_grid_shape(vds.shape, chunks)), axis=1)
-    out = {}
-    for idx, start in zip(index.tolist(), starts.tolist()):
-        region = ndindex.Tuple(*(slice(i * c, min((i + 1) * c, n), 1) for i, c, n in zip(idx, chunks, vds.shape)))
-        out[region] = int(start)
-    return out
+    return flat, starts, chunks
+
+
+def _region(flat: int, shape: tuple[int, ...], chunks: tuple[int, ...]) -> ndindex.Tuple:
+    """The trimmed region of chunk ``flat`` (C order) of ``shape``, as versioned-hdf5 keys it."""
+    index = np.unravel_index(flat, chunk_grid_shape(shape, chunks))
+    return ndindex.Tuple(*(slice(int(i) * c, min((int(i) + 1) * c, n), 1) for i, c, n in zip(index, chunks, shape)))
 
 
 def chunk_diff(
@@ -255,7 +254,27 @@ def chunk_diff(
     IncompatibleDataError
         ``a`` or ``b`` is not a versioned dataset (no ``chunks`` / ``raw_data``).
     """
-    in_a, in_b = _regions(a), _regions(b)
+    flat_a, rows_a, chunks_a = _chunk_map(a)
+    flat_b, rows_b, chunks_b = _chunk_map(b)
+    if chunks_a == chunks_b and a.shape == b.shape:
+        # Same grid, same trimming: a chunk's flat index is its region. The maps are
+        # compared as arrays and keys made only for the chunks that differ.
+        pos = np.searchsorted(flat_a, flat_b)  # flat indices are ascending
+        hit = pos < len(flat_a)
+        hit[hit] = flat_a[pos[hit]] == flat_b[hit]
+        same = np.zeros(len(flat_b), dtype=bool)
+        same[hit] = rows_a[pos[hit]] == rows_b[hit]
+        diff = {}
+        for flat, in_a in zip(flat_b[~same].tolist(), hit[~same].tolist()):
+            region = _region(flat, b.shape, chunks_b)
+            diff[region] = (a[region.raw] if in_a else None, b[region.raw])
+        for flat in flat_a[~np.isin(flat_a, flat_b)].tolist():
+            region = _region(flat, a.shape, chunks_a)
+            diff[region] = (a[region.raw], None)
+        return diff
+    # Shapes differ: edge regions differ too, so compare by region.
+    in_a = {_region(f, a.shape, chunks_a): r for f, r in zip(flat_a.tolist(), rows_a.tolist())}
+    in_b = {_region(f, b.shape, chunks_b): r for f, r in zip(flat_b.tolist(), rows_b.tolist())}
     diff = {}
     for region, row in in_b.items():
         if region not in in_a:
