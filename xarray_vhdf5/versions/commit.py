@@ -255,11 +255,17 @@ def _check_base_unchanged(path: str, ds: InMemoryDataset, writer: ChunkWriter, c
     if expected is None:
         return
     # In the usual case the writer just read it (moved datasets write elsewhere).
+    table = None
     if writer.raw_data is ds.raw_data:
         current = writer.hash_table.state
     else:
-        current = table_state(caches.open_datasets.hash_table_id(ds.raw_data))
-    if current != expected and not table_extends(caches.open_datasets.hash_table_id(ds.raw_data), expected, current):
+        table = caches.open_datasets.hash_table_id(ds.raw_data)
+        current = table_state(table)
+    if current == expected:
+        return
+    if table is None:
+        table = caches.open_datasets.hash_table_id(ds.raw_data)
+    if not table_extends(table, expected, current):
         raise StaleVersionError(
             f"{path!r}: its raw_data was rewritten (its hash table changed: {expected[0]} rows before, "
             f"{current[0]} now) while this version was staged, e.g. by deleting versions or "

@@ -209,7 +209,7 @@ class InMemoryDataset(ChunkedStagedDataset):
             )
         return StagedChangesArray._over_dataset(
             self.source_shape, self.chunks, self.raw_data, slab_indices, slab_offsets,
-            self.fillvalue, source.dtype,
+            self.fillvalue, self.dtype,
         )
 
     @property

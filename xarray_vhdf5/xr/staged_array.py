@@ -429,8 +429,9 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         """Read the base slab through an open h5py dataset again (fast compiled reads)."""
         bases = self.staged.base_slabs
         if bases and isinstance(bases[0], RawRows):
-            raw = self.handle.acquire()[self.raw_path]
-            if tuple(raw.shape) == bases[0].shape:  # else raw_data grew: keep reading through RawRows
+            raw = self.handle.acquire()[self.raw_path]  # acquire() checked the rows did not move
+            old = bases[0].shape
+            if raw.shape[1:] == old[1:] and raw.shape[0] >= old[0]:  # the same rows, perhaps more after
                 self.staged = self.staged.astype(self.staged.dtype, base_slabs=[raw])
         return self.staged
 
