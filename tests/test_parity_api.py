@@ -442,7 +442,9 @@ def test_staged_group_answers_h5py_group_conveniences(vh, vf):
         assert isinstance(g.file, h5py.File) and g.file == vf.f.file
         g.update({"u": np.arange(3.0)}, w=np.ones(2))
         assert g.setdefault("u", np.zeros(5)).shape == (3,)
-        assert g.setdefault("new", np.arange(4)).shape == (4,)
+        assert g.setdefault("new", np.arange(4)).shape == (4,) and g["new"].shape == (4,)
+        e1, e2 = g.create_group("e1"), g.create_group("e2")  # both empty: equal as mappings
+        assert e1 != e2 and len({e1, e2}) == 2  # groups compare by identity, as h5py's
         for obj in (g["u"], g["a"]):  # versioned-hdf5 hands out DatasetWrapper objects
             assert isinstance(obj, (vh.wrappers if not ours(vh) else vh).DatasetWrapper)
             np.testing.assert_array_equal(obj.dataset[()], obj[()])
@@ -456,11 +458,13 @@ def test_staged_group_answers_h5py_group_conveniences(vh, vf):
         g.visit_links(links.append)
         assert links == seen and "grp/inner" in seen
     v3 = vf["v3"]
-    assert sorted(v3) == sorted(["a", "s", "grp", "u", "new"])
+    assert sorted(v3) == sorted(["a", "s", "grp", "u", "new", "e1", "e2"])
     np.testing.assert_array_equal(v3["u"][()], np.arange(3.0))
     with vf.stage_version("v4") as g:
         g["grp"].clear()
         assert len(g["grp"]) == 0
         name, obj = g.popitem()
         assert name not in g
-    assert "grp" not in vf["v4"] and name not in vf["v4"]  # empty groups are not committed (both)
+    v4 = vf["v4"]
+    assert name not in v4 and len(v4) == len(v3) - 1
+    assert "grp" not in v4 or len(v4["grp"]) == 0

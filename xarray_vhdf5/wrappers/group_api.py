@@ -3,33 +3,46 @@
 versioned-hdf5's ``InMemoryGroup`` subclasses ``h5py.Group`` and so answers
 ``parent``, ``file``, the ``MutableMapping`` methods (``pop``, ``popitem``,
 ``setdefault``, ``update``, ``clear``) and ``visit_links`` / ``visititems_links``
-(h5py 3.11). :class:`GroupAPI` gives a staged group the same, built on its own
-``__getitem__`` / ``__setitem__`` / ``__delitem__`` / ``visit``; everything
+(h5py 3.11). :class:`GroupAPI` gives a staged group the same: the mapping
+methods are ``collections.abc.MutableMapping``'s (as h5py's are) over the
+group's own ``__getitem__`` / ``__setitem__`` / ``__delitem__``; everything
 stays in memory until the commit like any other edit.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import h5py
 
 __all__ = ["GroupAPI"]
 
-_MISSING = object()
 
+class GroupAPI(MutableMapping):
+    """Mixin of :class:`~xarray_vhdf5.wrappers.group.InMemoryGroup`: h5py's Group conveniences.
 
-class GroupAPI:
-    """Mixin of :class:`~xarray_vhdf5.wrappers.group.InMemoryGroup`: h5py's Group conveniences."""
+    Groups compare and hash by identity, as h5py's do (a ``Mapping`` would
+    compare members).
+    """
 
     name: str
     _root: Any
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     @property
     def parent(self):
-        """The group holding this one (the version's root is its own parent, as h5py's ``/``)."""
+        """The group holding this one (the version's root is its own parent, as h5py's ``/``).
+
+        Raises
+        ------
+        KeyError
+            The group was removed from the staged tree.
+        ReadOnlyError
+            The staged version was committed or discarded.
+        """
         head = posixpath.dirname(self.name)
         return self._root if not head else self._root[head]
 
@@ -43,40 +56,6 @@ class GroupAPI:
         """The h5py file the version is staged in (None for a group made outside ``stage_version``)."""
         where = getattr(self._root, "h5file", None)
         return None if where is None else where.file
-
-    def pop(self, path: str, default: Any = _MISSING) -> Any:
-        """Remove ``path`` and return it (``default`` when absent; KeyError without one)."""
-        try:
-            obj = self[path]
-        except KeyError:
-            if default is _MISSING:
-                raise
-            return default
-        del self[path]
-        return obj
-
-    def popitem(self) -> tuple[str, Any]:
-        """Remove and return the first ``(name, object)`` member; KeyError when empty."""
-        for name in self:
-            return name, self.pop(name)
-        raise KeyError(f"staged group {self.name or '/'!r} is empty")
-
-    def setdefault(self, path: str, default: Any = None) -> Any:
-        """``self[path]``, after ``self[path] = default`` when absent."""
-        if path not in self:
-            self[path] = default
-        return self[path]
-
-    def update(self, other: Mapping | Iterable[tuple[str, Any]] = (), **kwargs: Any) -> None:
-        """``self[name] = value`` for each pair of ``other`` and ``kwargs`` (``dict.update``)."""
-        pairs = other.items() if isinstance(other, Mapping) else other
-        for path, value in list(pairs) + list(kwargs.items()):
-            self[path] = value
-
-    def clear(self) -> None:
-        """Remove every member."""
-        for name in list(self):
-            del self[name]
 
     def visit_links(self, func: Callable[[str], Any]) -> Any:
         """:meth:`visit` (a staged tree holds no soft or external links)."""
