@@ -65,8 +65,8 @@ cdef int _transfer(hid_t dset_id, hsize_t start, tuple shape, hid_t mem_type, vo
         if H5.H5Sget_simple_extent_dims(file_space, have, NULL) != rank:
             outcome = 1
         else:
-            for a in range(rank):
-                if offset[a] + count[a] > have[a]:
+            for a in range(rank):  # written so that no sum can wrap around
+                if count[a] > have[a] or offset[a] > have[a] - count[a]:
                     outcome = 2
         if outcome:
             H5.H5Sclose(file_space)
@@ -90,21 +90,39 @@ cdef int _transfer(hid_t dset_id, hsize_t start, tuple shape, hid_t mem_type, vo
     return 0
 
 
-def write_rows(hid_t dset_id, hsize_t start, tuple shape not None, hid_t mem_type, buffer):
+cdef void *_buffer(const unsigned char[::1] data, tuple shape, Py_ssize_t itemsize) except NULL:
+    """The address of ``data``, checked to hold exactly ``prod(shape)`` points of ``itemsize`` bytes."""
+    cdef Py_ssize_t points = 1
+    cdef object n
+    for n in shape:
+        points *= <Py_ssize_t>n
+    if itemsize <= 0 or data.shape[0] != points * itemsize:
+        raise ValueError(
+            f"buffer of {data.shape[0]} bytes for {points} points of {itemsize} bytes (shape {shape})"
+        )
+    if data.shape[0] == 0:
+        return <void *>&_EMPTY
+    return <void *>&data[0]
+
+
+cdef unsigned char _EMPTY = 0
+
+
+def write_rows(hid_t dset_id, hsize_t start, tuple shape not None, hid_t mem_type, Py_ssize_t itemsize, buffer):
     """Write the C-contiguous ``buffer`` (shape ``shape``, points of ``mem_type``) at row ``start``.
 
+    ``itemsize``: bytes per point (``mem_type``'s size); the buffer must hold
+    exactly ``prod(shape) * itemsize`` bytes (ValueError otherwise, nothing written).
     Returns 0 when done, 1 (ranks differ) or 2 (beyond the extent) when nothing was written.
     """
     cdef const unsigned char[::1] data = memoryview(buffer).cast("B")
-    cdef unsigned char empty = 0
-    return _transfer(dset_id, start, shape, mem_type, <void *>(&data[0] if data.shape[0] else &empty), True)
+    return _transfer(dset_id, start, shape, mem_type, _buffer(data, shape, itemsize), True)
 
 
-def read_rows(hid_t dset_id, hsize_t start, tuple shape not None, hid_t mem_type, out):
-    """Read rows ``start`` on into the writable C-contiguous ``out`` (shape ``shape``); returns as :func:`write_rows`."""
+def read_rows(hid_t dset_id, hsize_t start, tuple shape not None, hid_t mem_type, Py_ssize_t itemsize, out):
+    """Read rows ``start`` on into the writable C-contiguous ``out``; arguments and returns as :func:`write_rows`."""
     cdef unsigned char[::1] data = memoryview(out).cast("B")
-    cdef unsigned char empty = 0
-    return _transfer(dset_id, start, shape, mem_type, <void *>(&data[0] if data.shape[0] else &empty), False)
+    return _transfer(dset_id, start, shape, mem_type, _buffer(data, shape, itemsize), False)
 
 
 def extent(hid_t dset_id):

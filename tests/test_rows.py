@@ -11,8 +11,13 @@ from xarray_vhdf5.backend.layout import HASH_TABLE_DTYPE
 from xarray_vhdf5.backend.rows import read_rows, write_rows
 from xarray_vhdf5.backend.transfer import kernel_backend
 
-PATHS = ["cython", "python"]
-needs_kernel = pytest.mark.skipif(rows._kernel() is None, reason="compiled kernels not built or not selected")
+try:
+    from xarray_vhdf5._ext import rowtools as _rowtools  # noqa: F401
+except ImportError:  # built without the kernels
+    _rowtools = None
+needs_kernel = pytest.mark.skipif(_rowtools is None, reason="compiled kernels not built")
+#: The kernel paths: the compiled one is skipped when the kernels are not built.
+PATHS = [pytest.param("cython", marks=needs_kernel), "python"]
 
 CASES = {
     "f8_2d": (np.dtype("f8"), (7, 3)),
@@ -42,6 +47,7 @@ def f(tmp_path):
         yield f
 
 
+@needs_kernel  # compares the two paths
 @pytest.mark.parametrize("case", list(CASES))
 def test_kernel_and_reference_write_and_read_the_same_points(f, case):
     dtype, shape = CASES[case]
@@ -49,7 +55,7 @@ def test_kernel_and_reference_write_and_read_the_same_points(f, case):
     data = _data(dtype, shape, 1)
     part = data[:2, ...][(slice(None),) + tuple(slice(0, max(1, n - 1)) for n in shape[1:])].copy()
     stored = {}
-    for path in PATHS:
+    for path in ("cython", "python"):
         ds = f.create_dataset(path + case, shape=full, dtype=dtype, chunks=True, maxshape=(None, *shape[1:]))
         with kernel_backend(path):
             write_rows(ds.id, 1, data)
@@ -102,8 +108,9 @@ def test_the_compiled_path_makes_no_h5py_dataspace(f, monkeypatch):
         raise AssertionError("h5py.h5s was called")
 
     monkeypatch.setattr(rows.h5s, "create_simple", refuse)
-    write_rows(ds.id, 1, np.array([[5, 6]], dtype="i8"))
-    np.testing.assert_array_equal(read_rows(ds.id, 1, np.empty((1, 2), dtype="i8")), [[5, 6]])
+    with kernel_backend("cython"):
+        write_rows(ds.id, 1, np.array([[5, 6]], dtype="i8"))
+        np.testing.assert_array_equal(read_rows(ds.id, 1, np.empty((1, 2), dtype="i8")), [[5, 6]])
     monkeypatch.undo()
     np.testing.assert_array_equal(ds[1], [5, 6])
 
@@ -116,3 +123,23 @@ def test_dataset_shape_is_h5py_s(f, path):
             ds.resize((7,))
         with kernel_backend(path):
             assert rows.dataset_shape(ds.id) == ds.shape
+
+
+@needs_kernel
+def test_the_kernel_refuses_a_buffer_of_another_size_and_rows_past_the_end(f):
+    """Its own memory: the buffer must hold exactly the rows asked for; a start near 2**64
+    cannot wrap the extent check around."""
+    from xarray_vhdf5._ext import rowtools
+    from xarray_vhdf5.backend.h5objects import memory_type
+
+    ds = f.create_dataset("k", shape=(4, 3), dtype="f8")
+    mtype = memory_type(np.dtype("f8")).id
+    with pytest.raises(ValueError, match="buffer of 8 bytes for 6 points of 8 bytes"):
+        rowtools.write_rows(ds.id.id, 0, (2, 3), mtype, 8, np.ones(1).view(np.uint8))
+    with pytest.raises(ValueError, match="buffer of 96 bytes for 6 points"):
+        rowtools.read_rows(ds.id.id, 0, (2, 3), mtype, 8, np.empty((4, 3)).reshape(-1).view(np.uint8))
+    assert rowtools.write_rows(ds.id.id, 2**64 - 1, (1, 3), mtype, 8, np.ones(3).view(np.uint8)) == 2
+    with kernel_backend("cython"):
+        with pytest.raises(IndexError, match="cannot write rows"):
+            write_rows(ds.id, 2**64 - 1, np.ones((1, 3)))
+    np.testing.assert_array_equal(ds[()], np.zeros((4, 3)))

@@ -59,12 +59,12 @@ def _check(dsid: h5d.DatasetID, start: int, shape: tuple[int, ...], verb: str) -
 
 def _transfer(dsid: h5d.DatasetID, start: int, array: np.ndarray, write: bool) -> None:
     verb = "write" if write else "read"
-    shape = tuple(int(n) for n in array.shape)
+    shape = array.shape
     mtype = _memory_type(array.dtype, verb)
     kernel = _kernel()
     if kernel is not None and start >= 0:
         call = kernel.write_rows if write else kernel.read_rows
-        if call(dsid.id, start, shape, mtype.id, array.reshape(-1).view(np.uint8)) == 0:
+        if call(dsid.id, start, shape, mtype.id, array.dtype.itemsize, array.reshape(-1).view(np.uint8)) == 0:
             return
     _check(dsid, start, shape, verb)  # raises where the kernel refused
     fspace = dsid.get_space()
