@@ -60,6 +60,18 @@ def _first_version(f: h5py.File, data) -> VersionedHDF5File:
     return vf
 
 
+#: The first version's data: float64 of shape SHAPE; read-only (tests copy before editing).
+DATA = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
+DATA.flags.writeable = False
+
+
+@pytest.fixture
+def first(tmp_path):
+    """``(h5py.File open for writing, VersionedHDF5File)`` with version v1 holding :data:`DATA`."""
+    with h5py.File(tmp_path / "f.h5", "a") as f:
+        yield f, _first_version(f, DATA)
+
+
 def _read(path, version):
     with h5py.File(path, "r") as f:
         return VersionedHDF5File(f)[version]["x"][()]
@@ -338,7 +350,7 @@ def test_member_names_list_in_h5py_order(tmp_path, track_order, n):
         assert (names == sorted(names)) is (not track_order or n < 2)
 
 
-def test_chunk_maps_skip_the_version_stamp_only_while_the_versions_group_is_unchanged(tmp_path, monkeypatch):
+def test_chunk_maps_skip_the_version_stamp_only_while_the_versions_group_is_unchanged(first, monkeypatch):
     """A version deleted and made again under the same name between two commits: its chunk map
     is not taken from the cache, whether or not the stamp is read; the data staged is the new one."""
     import xarray_vhdf5.backend.slabmaps as slabmaps
@@ -346,86 +358,75 @@ def test_chunk_maps_skip_the_version_stamp_only_while_the_versions_group_is_unch
     stamps = []
     real = slabmaps._version_stamp
     monkeypatch.setattr(slabmaps, "_version_stamp", lambda *a: stamps.append(1) or real(*a))
-    path = str(tmp_path / "f.h5")
-    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
-    with h5py.File(path, "a") as f:
-        vf = _first_version(f, data)
-        with vf.stage_version("v2") as g:
-            g["x"][0, 0] = -1.0
-        with vf.stage_version("v3") as g:  # the versions group is as v2's commit left it
-            g["x"][1, 0] = -2.0
-        assert stamps == []
-        other = VersionedHDF5File(f)  # does not share this handle's registry
-        other.delete_versions(["v3"])
-        with other.stage_version("v3", prev_version="v1") as g:
-            g["x"][2, 0] = -3.0
-        with vf.stage_version("v4") as g:  # v3 is another group now
-            g["x"][3, 0] = -4.0
-        expected = data.copy()
-        expected[2, 0], expected[3, 0] = -3.0, -4.0
-        np.testing.assert_array_equal(vf["v4"]["x"][()], expected)
+    f, vf = first
+    with vf.stage_version("v2") as g:
+        g["x"][0, 0] = -1.0
+    with vf.stage_version("v3") as g:  # the versions group is as v2's commit left it
+        g["x"][1, 0] = -2.0
+    assert stamps == []
+    other = VersionedHDF5File(f)  # does not share this handle's registry
+    other.delete_versions(["v3"])
+    with other.stage_version("v3", prev_version="v1") as g:
+        g["x"][2, 0] = -3.0
+    with vf.stage_version("v4") as g:  # v3 is another group now
+        g["x"][3, 0] = -4.0
+    expected = DATA.copy()
+    expected[2, 0], expected[3, 0] = -3.0, -4.0
+    np.testing.assert_array_equal(vf["v4"]["x"][()], expected)
 
 
 @pytest.mark.parametrize("rewrite", ["delete_versions", "modify_metadata"])
-def test_a_version_staged_while_another_handle_rewrites_raw_data_is_refused(tmp_path, rewrite):
+def test_a_version_staged_while_another_handle_rewrites_raw_data_is_refused(first, rewrite):
     """Deleting versions (raw_data compacted) or modify_metadata through another handle while a
     version is staged: its chunk map is stale, the commit raises, and nothing committed changes."""
-    path = str(tmp_path / "f.h5")
-    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
-    with h5py.File(path, "a") as f:
-        vf = _first_version(f, data)
-        with vf.stage_version("v2") as g:
-            g["x"][0:10, :] = -1.0  # a chunk only v2 holds: v1's goes when v1 is deleted
-        with vf.stage_version("v3") as g:
-            g["x"][15, 0] = -3.0
-        before = {v: vf[v]["x"][()] for v in ("v2", "v3")}
-        with pytest.raises(StaleVersionError, match="was replaced|was deleted|was rewritten"):
-            with vf.stage_version("v4") as g:
-                g["x"][25, 1] = -4.0  # staged over raw_data as it is now
-                other = VersionedHDF5File(f)
-                if rewrite == "delete_versions":
-                    other.delete_versions(["v1"])
-                else:
-                    xarray_vhdf5.modify_metadata(f, "x", fillvalue=7.0)
-        assert "v4" not in vf.versions and vf.current_version == "v3"
-        for v, expected in before.items():
-            np.testing.assert_array_equal(vf[v]["x"][()], expected)
-        with vf.stage_version("v4") as g:  # staged again: works
-            g["x"][25, 1] = -4.0
-        expected = before["v3"].copy()
-        expected[25, 1] = -4.0
-        np.testing.assert_array_equal(vf["v4"]["x"][()], expected)
+    f, vf = first
+    with vf.stage_version("v2") as g:
+        g["x"][0:10, :] = -1.0  # a chunk only v2 holds: v1's goes when v1 is deleted
+    with vf.stage_version("v3") as g:
+        g["x"][15, 0] = -3.0
+    before = {v: vf[v]["x"][()] for v in ("v2", "v3")}
+    with pytest.raises(StaleVersionError, match="was replaced|was deleted|was rewritten"):
+        with vf.stage_version("v4") as g:
+            g["x"][25, 1] = -4.0  # staged over raw_data as it is now
+            other = VersionedHDF5File(f)
+            if rewrite == "delete_versions":
+                other.delete_versions(["v1"])
+            else:
+                xarray_vhdf5.modify_metadata(f, "x", fillvalue=7.0)
+    assert "v4" not in vf.versions and vf.current_version == "v3"
+    for v, expected in before.items():
+        np.testing.assert_array_equal(vf[v]["x"][()], expected)
+    with vf.stage_version("v4") as g:  # staged again: works
+        g["x"][25, 1] = -4.0
+    expected = before["v3"].copy()
+    expected[25, 1] = -4.0
+    np.testing.assert_array_equal(vf["v4"]["x"][()], expected)
 
 
-def test_a_hash_table_rebuilt_in_place_while_staged_is_refused(tmp_path):
+def test_a_hash_table_rebuilt_in_place_while_staged_is_refused(first):
     """A tool that rebuilds the hash table without replacing raw_data or the virtual datasets:
     the staged chunk map may point at moved rows, so the commit raises (the objects are the same)."""
-    path = str(tmp_path / "f.h5")
-    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
-    with h5py.File(path, "a") as f:
-        vf = _first_version(f, data)
-        with vf.stage_version("v2") as g:
-            g["x"][0, 0] = -1.0
-        with pytest.raises(StaleVersionError, match=r"hash table changed: 5 rows before, 4 now"):
-            with vf.stage_version("v3") as g:
-                g["x"][1, 0] = -2.0
-                table = f["_version_data/x/hash_table"]
-                rows = table[:5]
-                table[0:4] = rows[1:5]  # compacted: the first row dropped, the others moved up
-                table.attrs["largest_index"] = np.int64(4)
-        assert "v3" not in vf.versions
+    f, vf = first
+    with vf.stage_version("v2") as g:
+        g["x"][0, 0] = -1.0
+    with pytest.raises(StaleVersionError, match=r"hash table changed: 5 rows before, 4 now"):
+        with vf.stage_version("v3") as g:
+            g["x"][1, 0] = -2.0
+            table = f["_version_data/x/hash_table"]
+            rows = table[:5]
+            table[0:4] = rows[1:5]  # compacted: the first row dropped, the others moved up
+            table.attrs["largest_index"] = np.int64(4)
+    assert "v3" not in vf.versions
 
 
-def test_a_version_staged_while_another_handle_commits_is_committed(tmp_path):
+def test_a_version_staged_while_another_handle_commits_is_committed(first):
     """Another handle's commit only appends to raw_data: the staged rows still hold."""
-    path = str(tmp_path / "f.h5")
-    data = np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)
-    with h5py.File(path, "a") as f:
-        vf = _first_version(f, data)
-        with vf.stage_version("v2") as g:
-            g["x"][3, 3] = -2.0
-            with VersionedHDF5File(f).stage_version("w", prev_version="v1") as h:
-                h["x"][30:40, :] = 8.0  # new rows appended to raw_data and the hash table
-        expected = data.copy()
-        expected[3, 3] = -2.0
-        np.testing.assert_array_equal(vf["v2"]["x"][()], expected)
+    f, vf = first
+    with vf.stage_version("v2") as g:
+        g["x"][3, 3] = -2.0
+        with VersionedHDF5File(f).stage_version("w", prev_version="v1") as h:
+            h["x"][30:40, :] = 8.0  # new rows appended to raw_data and the hash table
+    expected = DATA.copy()
+    expected[3, 3] = -2.0
+    np.testing.assert_array_equal(vf["v2"]["x"][()], expected)
+

@@ -146,7 +146,7 @@ def _plan_facts(plan: SetItemPlan) -> tuple:
 @pytest.mark.parametrize("backend", ["cython", "python"])
 def test_basic_setitem_plan_equals_the_general_plan(backend, monkeypatch):
     """A basic index (ints and slices) plans from its slice pairs alone
-    (``SetItemPlan._plan_basic``): the same appends, transfers, drops and moves
+    (``SetItemPlan._plan_small``): the same appends, transfers, drops and moves
     as the per-axis mappers of the general path, on arrays in many states."""
     from xarray_vhdf5.staging.index_mapper import map_index, map_index_general
 
@@ -156,12 +156,15 @@ def test_basic_setitem_plan_equals_the_general_plan(backend, monkeypatch):
     def basic_index():
         idx = []
         for n in shape:
-            kind = rng.integers(0, 3)
+            kind = rng.integers(0, 4)
             if kind == 0:
                 idx.append(int(rng.integers(-n, n)))
             else:
                 a, b = sorted(int(v) for v in rng.integers(0, n + 1, size=2))
-                idx.append(slice(a, b, int(rng.integers(1, 4)) if kind == 2 else None))
+                if kind == 3:  # a negative step: the same points, reversed
+                    idx.append(slice(b - 1, a - 1 if a else None, -int(rng.integers(1, 4))))
+                else:
+                    idx.append(slice(a, b, int(rng.integers(1, 4)) if kind == 2 else None))
         return tuple(idx)
 
     compared = small_plans = 0

@@ -136,10 +136,8 @@ def read_attr(obj_id, name: str, expect: str | None = None) -> Any:
 
     Parameters
     ----------
-    obj_id : h5py ObjectID
-        A group's or dataset's ``.id``.
-    name : str
-        The attribute's name.
+    obj_id, name
+        As for :func:`write_attr`.
     expect : {None, "str", "int"}
         What the caller expects: ``"str"`` a scalar variable-length string,
         ``"int"`` an integer scalar or array. Such a value is read by the

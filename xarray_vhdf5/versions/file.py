@@ -252,17 +252,8 @@ class VersionedHDF5File:
 
         versioned-hdf5's ``rebuild_object_dtype_hashtables`` (for files whose
         string chunks an old versioned-hdf5 hashed differently); also sets the
-        ``data_version`` attribute to the current format's (4).
-
-        Returns
-        -------
-        dict of str to int
-            The number of hash-table rows of each rebuilt table, by dataset path.
-
-        Raises
-        ------
-        ReadOnlyError, ClosedFileError, ValueError
-            As :meth:`rebuild_hashtables`.
+        ``data_version`` attribute to the current format's (4). Returns and
+        raises as :meth:`rebuild_hashtables`.
         """
         return rebuild_object_dtype_hash_tables(self)
 

@@ -188,22 +188,8 @@ def rebuild_object_dtype_hash_tables(f) -> dict[str, int]:
     """:func:`rebuild_hash_tables` of the variable-length string datasets, then ``data_version`` set to 4.
 
     versioned-hdf5's ``rebuild_object_dtype_hashtables``: its versions before data
-    version 4 hashed string chunks differently.
-
-    Parameters
-    ----------
-    f : h5py.File, h5py.Group or VersionedHDF5File
-        As for :func:`rebuild_hash_tables`.
-
-    Returns
-    -------
-    dict of str to int
-        The number of hash-table rows of each rebuilt table, by dataset path.
-
-    Raises
-    ------
-    ReadOnlyError, NotVersionedError, ValueError
-        As :func:`rebuild_hash_tables`.
+    version 4 hashed string chunks differently. ``f``, the returned row counts and
+    the errors are those of :func:`rebuild_hash_tables`.
     """
     h5file, _ = _open(f)  # checks the file and drops a VersionedHDF5File's caches
     done = rebuild_hash_tables(h5file, object_dtype_paths(h5file))
