@@ -381,7 +381,7 @@ cdef int _check_index_arrays(
 
 
 cdef int _dataset_rank(hid_t dset_id) except? -2:
-    """Rank of the dataset's dataspace (-1 when libhdf5 fails: the read then reports it)."""
+    """Rank of the dataset's dataspace (-1 when libhdf5 fails: the caller raises HDF5Error)."""
     cdef hid_t space = H5.H5Dget_space(dset_id)
     cdef int rank
     if space < 0:
@@ -451,6 +451,8 @@ def read_many_slices(
             # The rank from libhdf5 directly (h5py's ``src.ndim`` builds a dataspace
             # object and its whole shape: 15-20 us, most of a one-chunk read).
             src_ndim = _dataset_rank(dset_id)
+            if src_ndim < 0:
+                raise HDF5Error("libhdf5 could not open src's dataspace (a closed or invalid dataset?)")
             if src_ndim != ndim:
                 raise ValueError(f"src has {src_ndim} dimensions, dst has {ndim}")
             with nogil:

@@ -472,6 +472,16 @@ def test_hdf5_failure_bad_memory_type(h5file, bad_type):
                                     _u64([[1]]), _u64([[1]]), type_id)
 
 
+def test_hdf5_failure_closed_dataset(tmp_path):
+    """A dataset whose file was closed, given to the kernel directly: HDF5Error, not a rank mismatch."""
+    with h5py.File(tmp_path / "closed.h5", "w") as f:
+        dset = f.create_dataset("x", data=np.arange(10.0))
+    dst = np.zeros(4)
+    with pytest.raises(HDF5Error, match="could not open src's dataspace"):
+        slicetools.read_many_slices(dset, dst, _u64([[0]]), _u64([[0]]), _u64([[4]]), _u64([[1]]), _u64([[1]]),
+                                    h5py.h5t.py_create(dst.dtype).id)
+
+
 def test_private_kernel_checks_shapes(h5file):
     dst = np.zeros(4)
     with pytest.raises(ValueError, match="shape"):

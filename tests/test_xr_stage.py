@@ -6,6 +6,7 @@ Every edit is checked against the same edit applied to an in-memory copy
 
 from __future__ import annotations
 
+import h5py
 import numpy as np
 import pandas as pd
 import pytest
@@ -303,8 +304,6 @@ def _rewritten_under_stage(tmp_path):
     others; a side version then appends one chunk, which brings raw_data back
     to its staged length (a check on the length alone cannot see the move).
     """
-    import h5py
-
     from xarray_vhdf5 import VersionedHDF5File, delete_versions
     from xarray_vhdf5.xr import engine
 
@@ -336,8 +335,6 @@ def _rewritten_under_stage(tmp_path):
 
 def test_commit_refuses_a_stage_whose_raw_data_was_rewritten(tmp_path):
     """Committing it would map chunk 1 to the side version's chunk (it did before the check)."""
-    import h5py
-
     staged, path = _rewritten_under_stage(tmp_path)
     with h5py.File(path, "r") as f:
         before = {n: f[f"_version_data/versions/{n}/x"][()] for n in ("v2", "v3", "side")}
@@ -349,7 +346,8 @@ def test_commit_refuses_a_stage_whose_raw_data_was_rewritten(tmp_path):
             np.testing.assert_array_equal(f[f"_version_data/versions/{name}/x"][()], data)
     expected = np.zeros(40)
     expected[:10], expected[10:20], expected[30:] = 1, 2, 7
-    np.testing.assert_array_equal(xr.open_dataset(path, engine="vhdf5", version="v3")["x"].values, expected)
+    with xr.open_dataset(path, engine="vhdf5", version="v3") as ds:
+        np.testing.assert_array_equal(ds["x"].values, expected)
 
 
 def test_reading_a_stage_whose_raw_data_was_rewritten_raises(tmp_path):
@@ -360,8 +358,6 @@ def test_reading_a_stage_whose_raw_data_was_rewritten_raises(tmp_path):
 
 def test_commit_after_other_commits_keeps_working(tmp_path):
     """Commits only append raw_data rows: a stage stays valid across them (and is rebased by its own)."""
-    import h5py
-
     from xarray_vhdf5 import VersionedHDF5File
     from xarray_vhdf5.xr import engine
 
@@ -384,4 +380,5 @@ def test_commit_after_other_commits_keeps_working(tmp_path):
     staged["x"][15] = -2.0  # rebased on v1: its map and table state are v1's
     staged.vhdf5.commit("v2")
     expected[15] = -2.0
-    np.testing.assert_array_equal(xr.open_dataset(path, engine="vhdf5", version="v2")["x"].values, expected)
+    with xr.open_dataset(path, engine="vhdf5", version="v2") as ds:
+        np.testing.assert_array_equal(ds["x"].values, expected)

@@ -278,7 +278,7 @@ def _write_rows(raw_data: h5py.Dataset, first: int, data: np.ndarray) -> None:
     more, building selections and types); anything else through h5py's
     assignment, which converts.
     """
-    if data.dtype != raw_data.dtype or data.dtype.kind not in "biufc" or data.dtype.names is not None:
+    if data.dtype != raw_data.dtype or data.dtype.kind not in "biufc":
         raw_data[(slice(first, first + data.shape[0]),) + tuple(slice(0, s) for s in data.shape[1:])] = data
         return
     write_rows(raw_data.id, first, data)
