@@ -142,3 +142,25 @@ def test_embedded_nul_is_refused_as_h5py_refuses_it(f):
     for path in ("cython", "python"):
         with kernel_backend(path), pytest.raises(ValueError, match="NULL"):
             write_attr(g.id, "nul", "a\0b")
+
+
+@pytest.mark.parametrize("backend", ["cython", "python"])
+def test_datatypes_that_share_a_dtype_str_are_not_confused(f, backend):
+    """A plain int8 and h5py's enum on int8, or ASCII and UTF-8 variable-length strings, have the
+    same ``dtype.str``: each attribute gets the HDF5 type h5py's ``attrs[...] = ...`` gives it."""
+    enum = h5py.enum_dtype({"RED": 0, "GREEN": 1}, basetype="i1")
+    values = {
+        "plain": np.array([0, 1], dtype="i1"),
+        "enum": np.array([0, 1], dtype=enum),
+        "utf8": np.array(["a", "b"], dtype=h5py.string_dtype("utf-8")),
+        "ascii": np.array([b"a", b"b"], dtype=h5py.string_dtype("ascii")),
+    }
+    ours, theirs = f.create_group("ours"), f.create_group("theirs")
+    with kernel_backend(backend):
+        for name, value in values.items():
+            write_attr(ours.id, name, value)
+            theirs.attrs[name] = value
+    for name in values:
+        assert _describe(ours, name)[0] == _describe(theirs, name)[0], name
+    assert h5py.check_enum_dtype(ours.attrs.get_id("enum").dtype) == {"RED": 0, "GREEN": 1}
+    assert h5py.check_string_dtype(ours.attrs.get_id("ascii").dtype).encoding == "ascii"

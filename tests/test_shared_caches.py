@@ -419,6 +419,29 @@ def test_a_hash_table_rebuilt_in_place_while_staged_is_refused(first):
     assert "v3" not in vf.versions
 
 
+def test_a_stale_dataset_after_a_fresh_one_leaves_nothing_written(first):
+    """Two staged datasets, the second's hash table rebuilt in place meanwhile: the commit is
+    refused before the first one's chunks or hash rows are appended (no orphan rows)."""
+    f, vf = first
+    with vf.stage_version("v2") as g:
+        g.create_dataset("y", data=DATA, chunks=(10, 10))  # after "x" in the version's order
+    sizes = {n: (f[f"_version_data/{n}/raw_data"].shape, f[f"_version_data/{n}/hash_table"].attrs["largest_index"])
+             for n in ("x", "y")}
+    with pytest.raises(StaleVersionError, match=r"'y'.*hash table changed"):
+        with vf.stage_version("v3") as g:
+            assert list(g) == ["x", "y"]
+            g["x"][0, 0] = -1.0  # a new chunk for "x", checked first
+            g["y"][1, 0] = -2.0
+            table = f["_version_data/y/hash_table"]
+            n = int(table.attrs["largest_index"])
+            table[0 : n - 1] = table[1:n]  # compacted in place: the first row dropped
+            table.attrs["largest_index"] = np.int64(n - 1)
+    assert "v3" not in vf.versions and vf.current_version == "v2"
+    assert f["_version_data/x/raw_data"].shape == sizes["x"][0]
+    assert f["_version_data/x/hash_table"].attrs["largest_index"] == sizes["x"][1]
+    np.testing.assert_array_equal(vf["v2"]["x"][()], DATA)
+
+
 def test_a_version_staged_while_another_handle_commits_is_committed(first):
     """Another handle's commit only appends to raw_data: the staged rows still hold."""
     f, vf = first

@@ -45,14 +45,26 @@ def _kernel():
     return _attrtools if _attrtools is not None and get_kernel_backend() == "cython" else None
 
 
-_TYPES: dict[tuple[str, bool], h5t.TypeID] = {}
+_TYPES: dict[tuple, h5t.TypeID] = {}
 
 
 def _h5type(dtype: np.dtype, logical: bool) -> h5t.TypeID:
-    """``h5t.py_create(dtype, logical)``, cached (each call costs 10-20 us)."""
+    """``h5t.py_create(dtype, logical)``, cached (each call costs 10-20 us).
+
+    Cached by ``dtype.str`` for plain dtypes and by h5py's ``vlen`` metadata
+    (``str``: UTF-8, ``bytes``: ASCII) for variable-length strings; dtypes with
+    other metadata (h5py's enums and references) or fields are converted at
+    each call, since the same ``dtype.str`` stands for other HDF5 types there.
+    """
     if not logical and dtype.kind in "biuf":
         return memory_type(dtype)
-    key = ("vlen-str" if dtype.kind == "O" else dtype.str, logical)
+    meta = dtype.metadata
+    if dtype.kind == "O":
+        key = ("vlen", meta.get("vlen") if meta else None, logical)
+    elif meta is None and dtype.names is None and dtype.subdtype is None:
+        key = (dtype.str, logical)
+    else:
+        return h5t.py_create(dtype, logical=logical)
     tid = _TYPES.get(key)
     if tid is None:
         tid = _TYPES[key] = h5t.py_create(dtype, logical=logical)

@@ -107,8 +107,9 @@ def commit_version(
     caches = caches if caches is not None else CommitCaches()
     datasets = root.datasets()
     # Check every dataset against the metadata fixed by its first version before
-    # writing anything, so an incompatible one leaves the file untouched (no version
-    # group, no chunks appended for the datasets before it).
+    # writing anything, so an incompatible or stale one leaves the file untouched (no
+    # version group, no chunks appended for the datasets before it).
+    tables: dict[str, HashTable | None] = {}  # opened and checked here, written by _commit_dataset
     for path, ds in datasets.items():
         if isinstance(ds, InMemoryDataset):
             why = ds.rewritten()
@@ -121,6 +122,8 @@ def commit_version(
             raw = _existing_raw_data(f, path, ds)
             if raw is not None:
                 _check_compatible(path, raw, ds, ds.dtype)
+            if isinstance(ds, InMemoryDataset):
+                tables[path] = _check_base_unchanged(path, ds, raw, caches)
     # track_order: datasets and groups list in creation order (netCDF's variable order).
     group = create_ordered_group(versions, name)
     report = CommitReport(name)
@@ -144,7 +147,9 @@ def commit_version(
 
         root.visititems(make_groups)
         for path, ds in datasets.items():
-            report.datasets[path] = _commit_dataset(f, group, path, ds, caches, root.versions_state)
+            report.datasets[path] = _commit_dataset(
+                f, group, path, ds, caches, root.versions_state, tables.get(path)
+            )
         write_attr(gid, "committed", True)
         if make_current:
             write_attr(versions.id, "current_version", name)
@@ -158,7 +163,7 @@ def commit_version(
 
 def _commit_dataset(
     f: h5py.File, version_group: h5py.Group, path: str, ds: StagedDatasetBase, caches: CommitCaches,
-    versions_state: tuple[int, int] | None = None,
+    versions_state: tuple[int, int] | None = None, table: HashTable | None = None,
 ) -> WriteStats:
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
@@ -176,7 +181,7 @@ def _commit_dataset(
         return WriteStats()
     _drop_object_references(ds.attrs)
     if isinstance(ds, ChunkedStagedDataset):
-        writer, shape = _commit_staged_array(f, path, ds, ds.staged_array, caches)
+        writer, shape = _commit_staged_array(f, path, ds, ds.staged_array, caches, table)
     else:
         data = ds._loaded()
         if hasattr(data, "iter_hashed_chunks"):
@@ -203,17 +208,16 @@ def _commit_array(f, path, ds, data: np.ndarray, caches: CommitCaches) -> tuple[
     return writer, data.shape
 
 
-def _commit_staged_array(f, path, ds, array, caches: CommitCaches) -> tuple[ChunkWriter, tuple]:
+def _commit_staged_array(f, path, ds, array, caches: CommitCaches, table: HashTable | None = None) -> tuple[ChunkWriter, tuple]:
     """Queue the chunks of a ``StagedChangesArray``'s changes plan; map the others as they are.
 
     The other chunks lie on its base slab, this path's raw_data, and keep
     their rows. When that cannot hold (the dataset was moved to another path,
     or its chunks differ from those fixed by the path's raw_data), every chunk
-    is read from the array and hashed instead.
+    is read from the array and hashed instead. ``table``: the path's hash
+    table as :func:`_check_base_unchanged` opened it, if it did.
     """
-    writer = _writer_for(f, path, ds, array.dtype, caches)
-    if isinstance(ds, InMemoryDataset):
-        _check_base_unchanged(path, ds, writer, caches)
+    writer = _writer_for(f, path, ds, array.dtype, caches, table)
     if tuple(array.chunk_size) != writer.chunks or not is_over(array, writer.raw_data):
         for index, region in iter_chunks(array.shape, writer.chunks, axis0_fastest=True):
             writer.add(index, _storable(array[region]))
@@ -235,16 +239,31 @@ def _commit_staged_array(f, path, ds, array, caches: CommitCaches) -> tuple[Chun
     return writer, tuple(array.shape)
 
 
-def _check_base_unchanged(path: str, ds: InMemoryDataset, writer: ChunkWriter, caches: CommitCaches) -> None:
+def _check_base_unchanged(
+    path: str, ds: InMemoryDataset, raw: h5py.Dataset | None, caches: CommitCaches
+) -> HashTable | None:
     """Refuse a staged dataset whose raw_data was rewritten after its chunk map was taken.
 
     Its unchanged chunks would be mapped, and its partly written ones were
     read, at rows that raw_data no longer holds (another writer deleted
     versions, which compacts raw_data, or changed its metadata, while this
     version was staged). Every such rewrite rebuilds the hash table, whose
-    state is compared (in the usual case the writer just read it); a table
-    that only grew (another commit meanwhile) keeps the rows
-    (:func:`~xarray_vhdf5.backend.hashtable.table_extends`).
+    state is compared; a table that only grew (another commit meanwhile)
+    keeps the rows (:func:`~xarray_vhdf5.backend.hashtable.table_extends`).
+    Called for every dataset before anything is written, so a stale dataset
+    leaves no rows appended for the ones before it.
+
+    Parameters
+    ----------
+    raw : h5py.Dataset or None
+        The raw_data the dataset is committed into (``_existing_raw_data``).
+
+    Returns
+    -------
+    HashTable or None
+        ``raw``'s hash table, opened (and cached) here, when ``raw`` is the
+        raw_data the dataset was staged over (the usual case: the commit then
+        writes through it without reading its state again); else None.
 
     Raises
     ------
@@ -252,25 +271,24 @@ def _check_base_unchanged(path: str, ds: InMemoryDataset, writer: ChunkWriter, c
         The hash table changed since the chunk map was taken.
     """
     expected = ds.base_table_state
-    if expected is None:
-        return
-    # In the usual case the writer just read it (moved datasets write elsewhere).
     table = None
-    if writer.raw_data is ds.raw_data:
-        current = writer.hash_table.state
-    else:
-        table = caches.open_datasets.hash_table_id(ds.raw_data)
-        current = table_state(table)
-    if current == expected:
-        return
-    if table is None:
-        table = caches.open_datasets.hash_table_id(ds.raw_data)
-    if not table_extends(table, expected, current):
+    if raw is not None and raw is ds.raw_data:
+        table = caches.hash_tables.open(*caches.open_datasets.hash_table(raw))
+        if expected is None:
+            return table
+        table_id, current = table.dataset.id, table.state
+    elif expected is None:
+        return None
+    else:  # moved: the rows were read from the source path's raw_data
+        table_id = caches.open_datasets.hash_table_id(ds.raw_data)
+        current = table_state(table_id)
+    if current != expected and not table_extends(table_id, expected, current):
         raise StaleVersionError(
             f"{path!r}: its raw_data was rewritten (its hash table changed: {expected[0]} rows before, "
             f"{current[0]} now) while this version was staged, e.g. by deleting versions or "
             "modify_metadata through another handle; stage the version again"
         )
+    return table
 
 
 def _storable(chunk: np.ndarray) -> np.ndarray:
@@ -344,16 +362,21 @@ def _existing_raw_data(f: h5py.File, path: str, ds: StagedDatasetBase | None = N
     return None
 
 
-def _writer_for(f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype, caches: CommitCaches) -> ChunkWriter:
+def _writer_for(
+    f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype, caches: CommitCaches,
+    table: HashTable | None = None,
+) -> ChunkWriter:
     """A :class:`ChunkWriter` into the raw_data of ``path``, created on its first version.
 
     An existing raw_data was checked against ``ds`` by :func:`commit_version`
-    before anything was written.
+    before anything was written; ``table``, its hash table if that check
+    opened it.
     """
     data_path = f"{VERSION_DATA}/{path}"
     raw = _existing_raw_data(f, path, ds)
     if raw is not None:
-        table = caches.hash_tables.open(*caches.open_datasets.hash_table(raw))
+        if table is None:
+            table = caches.hash_tables.open(*caches.open_datasets.hash_table(raw))
         if _over_own_raw_data(path, ds, raw):  # its chunks and fill value are raw_data's
             return ChunkWriter(raw, table, chunks=ds.chunks, fillvalue=ds.fillvalue)
         return ChunkWriter(raw, table)
