@@ -19,6 +19,7 @@ import numpy as np
 from ..backend.raw_data import Filters
 from ..errors import IncompatibleDataError
 from .attrs import StagedAttrs
+from .dataset_api import DatasetAPI
 
 __all__ = ["AsStrView", "AstypeView", "InMemoryArrayDataset", "StagedDatasetBase", "check_resize"]
 
@@ -95,8 +96,12 @@ class AsStrView:
         return len(self.dataset)
 
 
-class StagedDatasetBase:
-    """What every staged dataset shares: metadata, attrs, numpy-like protocol."""
+class StagedDatasetBase(DatasetAPI):
+    """What every staged dataset shares: metadata, attrs, numpy-like protocol.
+
+    h5py's further conveniences (``nbytes``, ``file``, ``fields``, ``iter_chunks``,
+    ``read_direct``, ``write_direct``) come from :class:`.dataset_api.DatasetAPI`.
+    """
 
     _data: np.ndarray | None
 

@@ -2,8 +2,8 @@
 
 versioned-hdf5's ``InMemoryGroup`` subclasses ``h5py.Group`` and so answers
 ``parent``, ``file``, the ``MutableMapping`` methods (``pop``, ``popitem``,
-``setdefault``, ``update``, ``clear``) and ``visit_links`` / ``visititems_links``
-(h5py 3.11). :class:`GroupAPI` gives a staged group the same: the mapping
+``setdefault``, ``update``, ``clear``), ``create_dataset_like`` and
+``visit_links`` / ``visititems_links`` (h5py 3.11). :class:`GroupAPI` gives a staged group the same: the mapping
 methods are ``collections.abc.MutableMapping``'s (as h5py's are) over the
 group's own ``__getitem__`` / ``__setitem__`` / ``__delitem__``; everything
 stays in memory until the commit like any other edit.
@@ -56,6 +56,36 @@ class GroupAPI(MutableMapping):
         """The h5py file the version is staged in (None for a group made outside ``stage_version``)."""
         where = getattr(self._root, "h5file", None)
         return None if where is None else where.file
+
+    def create_dataset_like(self, name: str, other, **kwupdate):
+        """Create a dataset shaped like ``other`` (h5py's ``create_dataset_like``).
+
+        Shape, dtype, chunks, filters (compression, compression_opts,
+        scaleoffset, shuffle, fletcher32), fill value and, when it differs from
+        the shape, maxshape are taken from ``other`` unless given in
+        ``kwupdate``; no data is copied: the new dataset is sparse (all fill
+        value) until written, as versioned-hdf5's.
+
+        Parameters
+        ----------
+        name : str
+            Path of the new dataset, relative to this group.
+        other : staged dataset or h5py.Dataset
+            The dataset to take the properties from (any file).
+        **kwupdate
+            Keywords of :meth:`create_dataset` overriding ``other``'s.
+
+        Raises
+        ------
+        ValueError, IncompatibleDataError, UnsupportedError
+            As :meth:`create_dataset` raises them.
+        """
+        for key in ("shape", "dtype", "chunks", "compression", "compression_opts",
+                    "scaleoffset", "shuffle", "fletcher32", "fillvalue"):
+            kwupdate.setdefault(key, getattr(other, key))
+        if tuple(other.maxshape) != tuple(other.shape):
+            kwupdate.setdefault("maxshape", other.maxshape)
+        return self.create_dataset(name, **kwupdate)
 
     def visit_links(self, func: Callable[[str], Any]) -> Any:
         """:meth:`visit` (a staged tree holds no soft or external links)."""

@@ -16,6 +16,7 @@ import numpy as np
 from ..backend.hashing import is_vlen_string_dtype
 from ..errors import ReadOnlyError
 from .attrs import ReadOnlyAttrs
+from .dataset_api import chunk_slices
 
 __all__ = ["VersionGroup", "VersionDataset"]
 
@@ -124,6 +125,11 @@ class VersionDataset:
         return self.dataset.id
 
     @property
+    def ref(self) -> h5py.Reference:
+        """An HDF5 object reference to the version's virtual dataset (h5py's ``ref``)."""
+        return self.dataset.ref
+
+    @property
     def is_virtual(self) -> bool:
         return self.dataset.is_virtual
 
@@ -163,20 +169,12 @@ class VersionDataset:
         self.dataset.read_direct(dest, source_sel, dest_sel)
 
     def iter_chunks(self, sel=None):
-        """Slices of the dataset's chunks (of ``chunks``, the unit of deduplication)."""
-        import itertools
+        """Slices of the dataset's chunks meeting ``sel`` (h5py's ``iter_chunks``).
 
-        shape = self.shape
-        if sel is None:
-            sel = tuple(slice(0, n) for n in shape)
-        elif not isinstance(sel, tuple):
-            sel = (sel,)
-        ranges = []
-        for s, n, c in zip(sel, shape, self.chunks):
-            start, stop, _ = s.indices(n)
-            edges = [start, *range((start // c + 1) * c, stop, c), stop]
-            ranges.append([slice(a, b) for a, b in zip(edges[:-1], edges[1:]) if a < b])
-        return iter(itertools.product(*ranges))
+        Over ``chunks``, the unit of deduplication (the virtual dataset itself
+        has no chunks). See :func:`.dataset_api.chunk_slices`.
+        """
+        return chunk_slices(self.shape, self.chunks, sel)
 
     def __setitem__(self, index, value):
         raise ReadOnlyError(f"cannot write to {self.name!r}: {_HINT}")
@@ -269,6 +267,11 @@ class VersionGroup:
     def id(self):
         """The h5py low-level id of the group."""
         return self.group.id
+
+    @property
+    def ref(self) -> h5py.Reference:
+        """An HDF5 object reference to the version's group (h5py's ``ref``)."""
+        return self.group.ref
 
     def __contains__(self, path: object) -> bool:
         return path in self.group
