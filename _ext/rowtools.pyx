@@ -16,13 +16,15 @@ memory type and the C-contiguous buffer come from the caller
 calls as the reference path). They only check the selection against the
 dataset's extent, on the dataspace they open anyway, and return a code when
 it does not fit. The calls run under
-h5py's ``phil`` lock, on the symbols ``slicetools`` resolves. A libhdf5
-failure raises :class:`xarray_vhdf5.errors.HDF5Error` naming the call.
+h5py's ``phil`` lock and without the GIL, on the symbols ``slicetools``
+resolves. A libhdf5 failure raises :class:`xarray_vhdf5.errors.HDF5Error`
+naming the call and quoting libhdf5's error stack (``h5failure.pxd``).
 """
 
 from cpython.pycapsule cimport PyCapsule_GetPointer
 
-from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, H5S_SELECT_SET, HDF5API, HDF5_API_CAPSULE_NAME, hid_t, hsize_t
+from h5failure cimport Failure, failure_detail, record_failure
+from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, H5S_SELECT_SET, HDF5API, HDF5_API_CAPSULE_NAME, herr_t, hid_t, hsize_t
 
 from h5py._objects import phil
 
@@ -46,48 +48,74 @@ cdef int _fill_dims(tuple shape, hsize_t start, hsize_t *offset, hsize_t *count)
     return rank
 
 
+cdef int _transfer_nogil(
+    hid_t dset_id, int rank, const hsize_t *offset, const hsize_t *count, hid_t mem_type,
+    void *buf, bint write, Failure *fail,
+) noexcept nogil:
+    """0 done; 1 the dataset's rank differs from ``rank``; 2 the rows reach beyond
+    its extent; -1 a libhdf5 call failed (recorded in ``fail``)."""
+    cdef hsize_t have[H5S_MAX_RANK]
+    cdef hid_t file_space, mem_space
+    cdef herr_t status
+    cdef int a
+    cdef int outcome = 0
+    file_space = H5.H5Dget_space(dset_id)
+    if file_space < 0:
+        record_failure(H5, fail, b"H5Dget_space", -1)
+        return -1
+    # The extent is checked here, on the dataspace this call needs anyway
+    # (asking h5py for ``shape`` costs more than the whole transfer).
+    if H5.H5Sget_simple_extent_dims(file_space, have, NULL) != rank:
+        outcome = 1
+    else:
+        for a in range(rank):  # written so that no sum can wrap around
+            if count[a] > have[a] or offset[a] > have[a] - count[a]:
+                outcome = 2
+    if outcome:
+        H5.H5Sclose(file_space)
+        return outcome
+    mem_space = H5.H5Screate_simple(rank, count, NULL)
+    if mem_space < 0:
+        record_failure(H5, fail, b"H5Screate_simple", -1)
+        H5.H5Sclose(file_space)
+        return -1
+    if H5.H5Sselect_hyperslab(file_space, H5S_SELECT_SET, offset, NULL, count, NULL) < 0:
+        record_failure(H5, fail, b"H5Sselect_hyperslab", -1)
+        outcome = -1
+    else:
+        if write:
+            status = H5.H5Dwrite(dset_id, mem_type, mem_space, file_space, H5P_DEFAULT, buf)
+        else:
+            status = H5.H5Dread(dset_id, mem_type, mem_space, file_space, H5P_DEFAULT, buf)
+        if status < 0:
+            record_failure(H5, fail, b"H5Dwrite" if write else b"H5Dread", -1)
+            outcome = -1
+    H5.H5Sclose(mem_space)
+    H5.H5Sclose(file_space)
+    return outcome
+
+
 cdef int _transfer(hid_t dset_id, hsize_t start, tuple shape, hid_t mem_type, void *buf, bint write) except -9:
-    """0 done; 1 the dataset's rank differs from ``len(shape)``; 2 the rows reach beyond its extent."""
+    """0 done; 1 the dataset's rank differs from ``len(shape)``; 2 the rows reach beyond its extent.
+
+    The libhdf5 calls run without the GIL (a large raw_data write leaves other
+    threads, e.g. dask's, running) and under h5py's ``phil`` lock.
+    """
     cdef hsize_t offset[H5S_MAX_RANK]
     cdef hsize_t count[H5S_MAX_RANK]
-    cdef hsize_t have[H5S_MAX_RANK]
     cdef int rank = _fill_dims(shape, start, offset, count)
-    cdef hid_t file_space, mem_space
-    cdef int status, a
-    cdef int outcome = 0
-    cdef const char *call = b"H5Dwrite" if write else b"H5Dread"
+    cdef int outcome
+    cdef Failure fail
+    fail.failed = 0
     with phil:
-        file_space = H5.H5Dget_space(dset_id)
-        if file_space < 0:
-            raise HDF5Error("H5Dget_space failed")
-        # The extent is checked here, on the dataspace this call needs anyway
-        # (asking h5py for ``shape`` costs more than the whole transfer).
-        if H5.H5Sget_simple_extent_dims(file_space, have, NULL) != rank:
-            outcome = 1
-        else:
-            for a in range(rank):  # written so that no sum can wrap around
-                if count[a] > have[a] or offset[a] > have[a] - count[a]:
-                    outcome = 2
-        if outcome:
-            H5.H5Sclose(file_space)
-            return outcome
-        mem_space = H5.H5Screate_simple(rank, count, NULL)
-        if mem_space < 0:
-            H5.H5Sclose(file_space)
-            raise HDF5Error("H5Screate_simple failed")
-        status = H5.H5Sselect_hyperslab(file_space, H5S_SELECT_SET, offset, NULL, count, NULL)
-        if status >= 0:
-            if write:
-                status = H5.H5Dwrite(dset_id, mem_type, mem_space, file_space, H5P_DEFAULT, buf)
-            else:
-                status = H5.H5Dread(dset_id, mem_type, mem_space, file_space, H5P_DEFAULT, buf)
-        else:
-            call = b"H5Sselect_hyperslab"
-        H5.H5Sclose(mem_space)
-        H5.H5Sclose(file_space)
-    if status < 0:
-        raise HDF5Error(f"{call.decode()} failed for rows {start} to {start + count[0]} of shape {shape}")
-    return 0
+        with nogil:
+            outcome = _transfer_nogil(dset_id, rank, offset, count, mem_type, buf, write, &fail)
+    if outcome < 0:
+        raise HDF5Error(
+            f"{fail.func.decode()} failed for rows {start} to {start + count[0]} of shape {shape}: "
+            f"{failure_detail(&fail)}"
+        )
+    return outcome
 
 
 cdef void *_buffer(const unsigned char[::1] data, tuple shape, Py_ssize_t itemsize) except NULL:

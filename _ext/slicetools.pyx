@@ -50,9 +50,8 @@ cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_New
 
 from stridedcopy cimport copy_box
+from h5failure cimport Failure, failure_detail, record_failure
 from hdf5 cimport (
-    H5E_DEFAULT,
-    H5E_WALK_DOWNWARD,
     H5P_DEFAULT,
     H5S_MAX_RANK,
     H5S_SELECT_SET,
@@ -60,7 +59,6 @@ from hdf5 cimport (
     H5Dget_space_ft,
     H5Dread_ft,
     H5Dwrite_ft,
-    H5E_error2_t,
     H5Ewalk2_ft,
     H5Pset_virtual_ft,
     HDF5_API_CAPSULE_NAME,
@@ -115,7 +113,6 @@ __all__ = ["read_many_slices", "build_slab_indices_and_offsets", "HDF5_LIBRARY_S
 
 cdef enum:
     MAX_NDIM = 64   # numpy's NPY_MAXDIMS (HDF5 dataspaces: H5S_MAX_RANK = 32)
-    MSG_LEN = 512   # captured HDF5 error messages
     NAME_LEN = 1024 # captured virtual source names (truncated)
 
 # ---------------------------------------------------------------------------
@@ -219,48 +216,9 @@ _HDF5_API = PyCapsule_New(<void *>&H5, HDF5_API_CAPSULE_NAME, NULL)
 # Error capture
 # ---------------------------------------------------------------------------
 
-cdef struct Failure:
-    int failed              # 0: success
-    const char *func        # the HDF5 function (or kernel check) that failed
-    Py_ssize_t row          # slice pair / mapping index; -1 outside the loop
-    char api_msg[MSG_LEN]   # outermost entry of the HDF5 error stack
-    char root_msg[MSG_LEN]  # innermost entry (the root cause)
-
-
-cdef herr_t _walk_cb(unsigned n, const H5E_error2_t *err, void *data) noexcept nogil:
-    cdef Failure *fail = <Failure *>data
-    cdef const char *fn = b"?"
-    cdef const char *desc = b""
-    if err.func_name != NULL:
-        fn = err.func_name
-    if err.desc != NULL:
-        desc = err.desc
-    if n == 0:
-        snprintf(fail.api_msg, MSG_LEN, b"%s: %s", fn, desc)
-    else:
-        snprintf(fail.root_msg, MSG_LEN, b"%s: %s", fn, desc)
-    return 0
-
-
-cdef void _record(Failure *fail, const char *func, Py_ssize_t row) noexcept nogil:
-    """Record a failed HDF5 call; must run right after it (any later API call
-    clears the thread's error stack)."""
-    if fail.failed:
-        return  # keep the first failure
-    fail.failed = 1
-    fail.func = func
-    fail.row = row
-    fail.api_msg[0] = 0
-    fail.root_msg[0] = 0
-    H5.H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, _walk_cb, fail)
-
-
-cdef str _hdf5_detail(Failure *fail):
-    api = fail.api_msg.decode("utf-8", "replace")
-    root = fail.root_msg.decode("utf-8", "replace")
-    if api and root:
-        return f"{api} ({root})"
-    return api or root or "no HDF5 error stack available"
+cdef inline void _record(Failure *fail, const char *func, Py_ssize_t row) noexcept nogil:
+    """``h5failure.record_failure`` on this module's symbol table."""
+    record_failure(&H5, fail, func, row)
 
 
 # ---------------------------------------------------------------------------
@@ -509,7 +467,7 @@ cdef str _read_failure_message(
             np.asarray(src_start[i]).tolist(), c, np.asarray(src_stride[i]).tolist()
         )
         where = f"on slice pair {i}: dst{dst_sel} = src{src_sel}"
-    return f"{fail.func.decode()} failed {where}: {_hdf5_detail(fail)}"
+    return f"{fail.func.decode()} failed {where}: {failure_detail(fail)}"
 
 
 # ---------------------------------------------------------------------------
@@ -813,7 +771,7 @@ def build_slab_indices_and_offsets(dset, shape, chunks, str raw_data_name not No
         if st.error == MAP_HDF5:
             where = f"virtual mapping {fail.row} of " if fail.row >= 0 else ""
             raise HDF5Error(
-                f"{fail.func.decode()} failed on {where}{dset.name!r}: {_hdf5_detail(&fail)}"
+                f"{fail.func.decode()} failed on {where}{dset.name!r}: {failure_detail(&fail)}"
             )
         raise ValueError(
             f"{dset.name!r} cannot be expressed as raw_data slab offsets: "

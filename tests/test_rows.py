@@ -143,3 +143,20 @@ def test_the_kernel_refuses_a_buffer_of_another_size_and_rows_past_the_end(f):
         with pytest.raises(IndexError, match="cannot write rows"):
             write_rows(ds.id, 2**64 - 1, np.ones((1, 3)))
     np.testing.assert_array_equal(ds[()], np.zeros((4, 3)))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_write_libhdf5_refuses_raises_with_its_error_stack(tmp_path, path):
+    """A row write to a file opened read-only: libhdf5's H5Dwrite fails; the compiled path
+    raises HDF5Error quoting libhdf5's error stack, the reference path h5py's error."""
+    from xarray_vhdf5.errors import HDF5Error
+
+    with h5py.File(tmp_path / "ro.h5", "w") as f:
+        f.create_dataset("k", data=np.zeros((4, 3)))
+    with h5py.File(tmp_path / "ro.h5", "r") as f:
+        ds = f["k"]
+        with kernel_backend(path):
+            expected = (HDF5Error, r"H5Dwrite failed for rows 1 to 2 of shape \(1, 3\): H5Dwrite.*intent") if path == "cython" else (OSError, "intent")
+            with pytest.raises(expected[0], match=expected[1]):
+                write_rows(ds.id, 1, np.ones((1, 3)))
+        np.testing.assert_array_equal(ds[()], np.zeros((4, 3)))
