@@ -86,6 +86,11 @@ ctypedef herr_t (*H5Ewalk2_ft)(hid_t err_stack, int direction, H5E_walk2_t func,
                                void *client_data) noexcept nogil
 ctypedef herr_t (*H5Pset_virtual_ft)(hid_t dcpl_id, hid_t vspace_id, const char *src_file_name,
                                      const char *src_dset_name, hid_t src_space_id) noexcept nogil
+# Creating a virtual dataset in one call (vdstools.create_virtual_dataset).
+ctypedef hid_t (*H5Pcopy_ft)(hid_t plist_id) noexcept nogil
+ctypedef herr_t (*H5Sselect_all_ft)(hid_t space_id) noexcept nogil
+ctypedef hid_t (*H5Dcreate2_ft)(hid_t loc_id, const char *name, hid_t type_id, hid_t space_id,
+                                hid_t lcpl_id, hid_t dcpl_id, hid_t dapl_id) noexcept nogil
 # Attributes (attrtools.pyx). H5S_SCALAR = 0 (H5S_class_t), H5T_INTEGER = 0,
 # H5T_FLOAT = 1, H5T_STRING = 3, H5T_ENUM = 8 (H5T_class_t).
 ctypedef htri_t (*H5Aexists_ft)(hid_t obj_id, const char *attr_name) noexcept nogil
@@ -147,6 +152,9 @@ ctypedef struct HDF5API:
     H5Sget_simple_extent_dims_ft H5Sget_simple_extent_dims
     H5Sget_simple_extent_type_ft H5Sget_simple_extent_type
     H5free_memory_ft H5free_memory
+    H5Pcopy_ft H5Pcopy
+    H5Sselect_all_ft H5Sselect_all
+    H5Dcreate2_ft H5Dcreate2
 
 # Name of the PyCapsule holding a pointer to slicetools' filled HDF5API struct.
 cdef extern from *:

@@ -84,6 +84,9 @@ from hdf5 cimport (
     H5Aread_ft,
     H5Awrite_ft,
     H5free_memory_ft,
+    H5Pcopy_ft,
+    H5Sselect_all_ft,
+    H5Dcreate2_ft,
     H5Screate_ft,
     H5Sget_simple_extent_dims_ft,
     H5Sget_simple_extent_type_ft,
@@ -203,6 +206,9 @@ cdef int _load_hdf5_symbols() except -1:
     H5.H5Sget_simple_extent_dims = <H5Sget_simple_extent_dims_ft>_sym(handle, b"H5Sget_simple_extent_dims")
     H5.H5Sget_simple_extent_type = <H5Sget_simple_extent_type_ft>_sym(handle, b"H5Sget_simple_extent_type")
     H5.H5free_memory = <H5free_memory_ft>_sym(handle, b"H5free_memory")
+    H5.H5Pcopy = <H5Pcopy_ft>_sym(handle, b"H5Pcopy")
+    H5.H5Sselect_all = <H5Sselect_all_ft>_sym(handle, b"H5Sselect_all")
+    H5.H5Dcreate2 = <H5Dcreate2_ft>_sym(handle, b"H5Dcreate2")
     return 0
 
 

@@ -15,14 +15,15 @@ the pure-Python reference path; ``tests/test_virtual_kernel.py`` keeps both equa
 from libc.stdint cimport uint64_t
 from cpython.pycapsule cimport PyCapsule_GetPointer
 
-from hdf5 cimport H5S_SELECT_SET, HDF5API, HDF5_API_CAPSULE_NAME, hid_t, hsize_t
+from h5failure cimport Failure, failure_detail, record_failure
+from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, H5S_SELECT_SET, HDF5API, HDF5_API_CAPSULE_NAME, hid_t, hsize_t
 
 from h5py._objects import phil
 
 from xarray_vhdf5._ext.slicetools import _HDF5_API
 from xarray_vhdf5.errors import HDF5Error
 
-__all__ = ["set_virtual_mappings"]
+__all__ = ["create_virtual_dataset", "set_virtual_mappings"]
 
 cdef HDF5API *H5 = <HDF5API *>PyCapsule_GetPointer(_HDF5_API, HDF5_API_CAPSULE_NAME)
 
@@ -92,3 +93,138 @@ def set_virtual_mappings(
             f"{call} failed on mapping {failed}: virtual start {list(dst_start[failed])}, "
             f"source start {list(src_start[failed])}, count {list(count[failed])}"
         )
+
+
+cdef Py_ssize_t _out_of_bounds(
+    int ndim, const hsize_t *dims, const hsize_t *start, const hsize_t *count, Py_ssize_t n,
+) noexcept nogil:
+    """The first row whose hyperslab leaves ``dims`` (no sum that can wrap), or -1."""
+    cdef Py_ssize_t i, off
+    cdef int a
+    for i in range(n):
+        off = i * ndim
+        for a in range(ndim):
+            if count[off + a] > dims[a] or start[off + a] > dims[a] - count[off + a]:
+                return i
+    return -1
+
+
+cdef hid_t _create_loop(
+    hid_t loc_id, const char *name, hid_t type_id, hid_t dcpl_template, int ndim, const hsize_t *vdims,
+    hid_t raw_id, const char *src_dset_name, const hsize_t *dst_start, const hsize_t *src_start,
+    const hsize_t *count, Py_ssize_t n, Failure *fail, Py_ssize_t *bad, int *bad_side,
+) noexcept nogil:
+    """The new dataset's id; -1 with ``fail`` (a libhdf5 call) or ``bad`` (a mapping out of bounds) set."""
+    cdef hsize_t sdims[H5S_MAX_RANK]
+    cdef hid_t src_space = -1, vspace = -1, dcpl = -1, dset = -1
+    cdef int which = -1
+    cdef Py_ssize_t failed
+    src_space = H5.H5Dget_space(raw_id)
+    if src_space < 0:
+        record_failure(H5, fail, b"H5Dget_space (raw_data)", -1)
+        return -1
+    if H5.H5Sget_simple_extent_dims(src_space, sdims, NULL) != ndim:
+        record_failure(H5, fail, b"raw_data's rank", -1)
+        H5.H5Sclose(src_space)
+        return -1
+    bad[0] = _out_of_bounds(ndim, vdims, dst_start, count, n)
+    bad_side[0] = 0
+    if bad[0] < 0:
+        bad[0] = _out_of_bounds(ndim, sdims, src_start, count, n)
+        bad_side[0] = 1
+    if bad[0] >= 0:
+        H5.H5Sclose(src_space)
+        return -1
+    dcpl = H5.H5Pcopy(dcpl_template)
+    if dcpl < 0:
+        record_failure(H5, fail, b"H5Pcopy", -1)
+    else:
+        vspace = H5.H5Screate_simple(ndim, vdims, NULL)
+        if vspace < 0:
+            record_failure(H5, fail, b"H5Screate_simple", -1)
+        else:
+            failed = _mapping_loop(dcpl, vspace, src_space, src_dset_name, ndim, dst_start, src_start, count, n, &which)
+            if failed >= 0:
+                if which == 0:
+                    record_failure(H5, fail, b"H5Sselect_hyperslab (virtual space)", failed)
+                elif which == 1:
+                    record_failure(H5, fail, b"H5Sselect_hyperslab (source space)", failed)
+                else:
+                    record_failure(H5, fail, b"H5Pset_virtual", failed)
+            elif H5.H5Sselect_all(vspace) < 0:
+                record_failure(H5, fail, b"H5Sselect_all", -1)
+            else:
+                dset = H5.H5Dcreate2(loc_id, name, type_id, vspace, H5P_DEFAULT, dcpl, H5P_DEFAULT)
+                if dset < 0:
+                    record_failure(H5, fail, b"H5Dcreate2", -1)
+            H5.H5Sclose(vspace)
+        H5.H5Pclose(dcpl)
+    H5.H5Sclose(src_space)
+    return dset
+
+
+def create_virtual_dataset(
+    hid_t loc_id,
+    bytes name not None,
+    hid_t type_id,
+    hid_t dcpl_template,
+    tuple shape not None,
+    hid_t raw_id,
+    bytes src_dset_name not None,
+    const uint64_t[:, ::1] dst_start not None,
+    const uint64_t[:, ::1] src_start not None,
+    const uint64_t[:, ::1] count not None,
+):
+    """Private kernel; see ``xarray_vhdf5.backend.virtual.create_virtual_dataset_id``.
+
+    Copies the virtual-layout creation property list ``dcpl_template``, adds one
+    mapping per row (``shape[dst_start : dst_start + count]`` <- ``"."`` /
+    ``src_dset_name`` ``[src_start : src_start + count]``, all in points) and
+    creates the dataset ``name`` of file datatype ``type_id`` and shape
+    ``shape`` in ``loc_id``, in one call under ``phil`` without the GIL.
+
+    Returns
+    -------
+    int
+        The new dataset's HDF5 id (the caller owns it), or, when a hyperslab
+        leaves its dataspace (nothing created), ``-1 - 2 * row - side``
+        (``side`` 0: the virtual dataset's, 1: raw_data's).
+
+    Raises
+    ------
+    HDF5Error
+        A libhdf5 call failed, quoting its error stack; nothing is left created.
+    """
+    cdef Py_ssize_t n = dst_start.shape[0]
+    cdef int ndim = len(shape)
+    cdef hsize_t vdims[H5S_MAX_RANK]
+    cdef int a, bad_side = 0
+    cdef Py_ssize_t bad = -1
+    cdef hid_t dset
+    cdef Failure fail
+    cdef const char *cname = name
+    cdef const char *src = src_dset_name
+    cdef const hsize_t *d0
+    cdef const hsize_t *s0
+    cdef const hsize_t *c0
+    if ndim < 1 or ndim > H5S_MAX_RANK:
+        raise ValueError(f"rank {ndim}: expected 1 to {H5S_MAX_RANK}")
+    if (src_start.shape[0] != n or count.shape[0] != n or dst_start.shape[1] != ndim
+            or src_start.shape[1] != ndim or count.shape[1] != ndim):
+        raise ValueError(f"dst_start, src_start and count must have shape (n, {ndim})")
+    for a in range(ndim):
+        vdims[a] = <hsize_t>shape[a]
+    d0 = &dst_start[0, 0] if n else NULL
+    s0 = &src_start[0, 0] if n else NULL
+    c0 = &count[0, 0] if n else NULL
+    fail.failed = 0
+    with phil:
+        with nogil:
+            dset = _create_loop(loc_id, cname, type_id, dcpl_template, ndim, vdims, raw_id, src, d0, s0, c0, n,
+                                &fail, &bad, &bad_side)
+    if dset >= 0:
+        return dset
+    if bad >= 0:
+        return -1 - 2 * bad - bad_side
+    where = f" on mapping {fail.row}" if fail.row >= 0 else ""
+    raise HDF5Error(f"{fail.func.decode()} failed{where} creating {name.decode()!r}: {failure_detail(&fail)}")

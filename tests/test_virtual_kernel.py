@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xarray_vhdf5.backend.transfer import kernel_backend
-from xarray_vhdf5.backend.virtual import mapping_arrays, set_virtual_mappings
+from xarray_vhdf5.backend.virtual import create_virtual_dataset_id, mapping_arrays, set_virtual_mappings
 from xarray_vhdf5.errors import HDF5Error
 
 
@@ -72,6 +72,16 @@ def test_compiled_equals_reference(tmp_path_factory, shape, chunk_seed):
             src = (slice(start, stop),) + tuple(slice(0, r.stop - r.start) for r in region[1:])
             expected[region] = data[src]
         np.testing.assert_array_equal(f["cython"][()], expected)
+        # The whole creation (kernel: template copy, spaces, mappings, H5Dcreate2 in one call).
+        for backend in ("cython", "python"):
+            with kernel_backend(backend):
+                dsid = create_virtual_dataset_id(f.id, f"whole_{backend}", f["raw"], shape, chunks, rows, fillvalue=0.0)
+            assert isinstance(dsid, h5d.DatasetID) and dsid.shape == shape
+        made = [f[f"whole_{b}"] for b in ("cython", "python")]
+        assert _mappings(made[0].id.get_create_plist()) == _mappings(made[1].id.get_create_plist()) == _mappings(a)
+        for ds in made:
+            np.testing.assert_array_equal(ds[()], expected)
+            assert ds.attrs["raw_data"] == "/raw" and tuple(ds.attrs["chunks"]) == chunks
 
 
 def test_out_of_bounds_rejected_before_any_mapping(tmp_path):
@@ -128,3 +138,33 @@ def test_cached_creation_templates_keep_each_dtype_and_fill_value(tmp_path):
                 got, want = np.asarray(vds.fillvalue), np.asarray(raw.fillvalue)
                 assert got.tobytes() == want.tobytes(), (name, got, want)
                 assert vds[2:].tobytes() == np.full(2, want, dtype=raw.dtype).tobytes()
+
+
+@pytest.mark.parametrize("backend", ["cython", "python"])
+def test_creation_errors_are_the_same_on_both_paths_and_create_nothing(tmp_path, backend):
+    """A mapping beyond raw_data or beyond the dataset: IndexError naming it; an existing name:
+    ValueError (h5py's); nothing is created in either case."""
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        raw = f.create_dataset("raw", shape=(10, 4), maxshape=(None, 4), chunks=(5, 4), dtype="f8")
+        g = f.create_group("v")
+        with kernel_backend(backend):
+            with pytest.raises(IndexError, match=r"mapping 1 reaches beyond the source dataspace \(10, 4\)"):
+                create_virtual_dataset_id(g.id, "x", raw, (10, 4), (5, 4), [((0, 0), 0, 5), ((1, 0), 10, 15)])
+            with pytest.raises(IndexError, match=r"mapping 0 reaches beyond the virtual dataspace \(4, 4\)"):
+                create_virtual_dataset_id(g.id, "y", raw, (4, 4), (5, 4), [((0, 0), 0, 5)])
+            assert list(g) == []
+            create_virtual_dataset_id(g.id, "x", raw, (10, 4), (5, 4), [((0, 0), 0, 5)])
+            with pytest.raises(ValueError, match="already exists"):
+                create_virtual_dataset_id(g.id, "x", raw, (10, 4), (5, 4), [((1, 0), 5, 10)])
+        assert list(g) == ["x"] and g["x"].id.get_create_plist().get_virtual_count() == 1
+
+
+def test_a_creation_libhdf5_refuses_quotes_its_error_stack(tmp_path):
+    """The compiled creation in a file opened read-only: HDF5Error with libhdf5's reason."""
+    with h5py.File(tmp_path / "ro.h5", "w") as f:
+        f.create_dataset("raw", shape=(10,), chunks=(5,), dtype="f8")
+        f.create_group("v")
+    with h5py.File(tmp_path / "ro.h5", "r") as f:
+        with kernel_backend("cython"):
+            with pytest.raises(HDF5Error, match=r"H5Dcreate2 failed creating 'x': .*intent"):
+                create_virtual_dataset_id(f["v"].id, "x", f["raw"], (10,), (5,), [((0,), 0, 5)])

