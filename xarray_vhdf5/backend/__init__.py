@@ -1,5 +1,6 @@
 """The on-disk backend: the format's layout, chunk hashing, raw data, hash tables,
-virtual datasets, and the kernels that move data between HDF5 and numpy.
+virtual datasets, libhdf5's metadata cache, and the kernels that move data between
+HDF5 and numpy.
 
 This is the only layer that writes datasets to HDF5 (seed ``design.txt``, "Backend").
 """
@@ -9,6 +10,7 @@ from .chunks import chunk_grid_shape, guess_chunks_h5py, guess_chunks_record, it
 from .hashing import chunk_hash
 from .hashtable import HashTable
 from .layout import DATA_VERSION, FIRST_VERSION, TIMESTAMP_FORMAT, VERSION_DATA, VERSIONS
+from .mdc import TrimSchedule, trim_metadata_cache
 from .raw_data import ChunkWriter, Filters, WriteStats, create_raw_data, is_fill_chunk
 from .transfer import (
     get_kernel_backend,
@@ -28,6 +30,7 @@ __all__ = [
     "ChunkWriter",
     "Filters",
     "HashTable",
+    "TrimSchedule",
     "WriteStats",
     "build_slab_indices_and_offsets",
     "build_slab_indices_and_offsets_reference",
@@ -46,4 +49,5 @@ __all__ = [
     "read_many_slices",
     "read_many_slices_reference",
     "set_kernel_backend",
+    "trim_metadata_cache",
 ]
