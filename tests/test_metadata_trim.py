@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.backend.mdc import TrimSchedule, trim_metadata_cache
+from xarray_vhdf5.backend.mdc import trim_metadata_cache
 
 CONFIG_FIELDS = ("max_size", "min_size", "incr_mode", "decr_mode", "epoch_length", "evictions_enabled")
 
@@ -18,17 +18,6 @@ def _commit_many(vf, n, start=0):
             if "x" not in g:
                 g.create_dataset("x", data=np.zeros(1000), chunks=(10,))
             g["x"][k * 7 % 1000] = k
-
-
-def test_the_schedule_trims_within_its_budget_and_at_the_latest_after_max_commits():
-    s = TrimSchedule(max_commits=10, budget=0.1, min_commits=3)
-    assert [s.committed(0.001) for _ in range(3)] == [False, False, True]  # no trim measured yet
-    s.trimmed(0.01)  # a trim of 10 ms: due again after 100 ms of commits (budget 0.1)
-    assert [s.committed(0.02) for _ in range(5)] == [False, False, False, False, True]
-    s.trimmed(1.0)  # an expensive trim: only the bound is left
-    assert [s.committed(0.001) for _ in range(10)] == [False] * 9 + [True]
-    with pytest.raises(ValueError, match="budget"):
-        TrimSchedule(budget=1.5)
 
 
 def test_trim_empties_the_cache_and_restores_its_configuration(tmp_path):
@@ -48,13 +37,13 @@ def test_trim_empties_the_cache_and_restores_its_configuration(tmp_path):
 
 def test_versioned_file_trims_every_n_commits_and_not_when_disabled(tmp_path):
     counts = {}
-    for every in (4, None):
+    for every in (4, None, 256):  # 256, the default: not reached in 40 commits
         with h5py.File(tmp_path / f"{every}.h5", "w") as f:
             vf = VersionedHDF5File(f, metadata_trim_every=every)
             _commit_many(vf, 40)
             counts[every] = f.id.get_mdc_size()[3]
             np.testing.assert_array_equal(vf["v39"]["x"][[0, 7 * 39 % 1000]], [0, 39])
-    assert counts[4] < counts[None] / 2, counts
+    assert counts[4] < counts[None] / 2 and counts[256] == counts[None], counts
     with h5py.File(tmp_path / "bad.h5", "w") as f:
         with pytest.raises(ValueError, match="metadata_trim_every"):
             VersionedHDF5File(f, metadata_trim_every=-1)

@@ -10,7 +10,7 @@ from .chunks import chunk_grid_shape, guess_chunks_h5py, guess_chunks_record, it
 from .hashing import chunk_hash
 from .hashtable import HashTable
 from .layout import DATA_VERSION, FIRST_VERSION, TIMESTAMP_FORMAT, VERSION_DATA, VERSIONS
-from .mdc import TrimSchedule, trim_metadata_cache
+from .mdc import trim_metadata_cache
 from .raw_data import ChunkWriter, Filters, WriteStats, create_raw_data, is_fill_chunk
 from .transfer import (
     get_kernel_backend,
@@ -30,7 +30,6 @@ __all__ = [
     "ChunkWriter",
     "Filters",
     "HashTable",
-    "TrimSchedule",
     "WriteStats",
     "build_slab_indices_and_offsets",
     "build_slab_indices_and_offsets_reference",

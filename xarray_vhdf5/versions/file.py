@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 import datetime as _dt
 from collections.abc import Iterable, Iterator
@@ -14,7 +13,7 @@ import numpy as np
 from h5py import h5g
 
 from ..backend.layout import DATA_VERSION, FIRST_VERSION
-from ..backend.mdc import TrimSchedule, trim_metadata_cache
+from ..backend.mdc import trim_metadata_cache
 from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionExistsError
 from ..wrappers.group import InMemoryGroup
 from ..wrappers.readonly import VersionGroup
@@ -41,14 +40,12 @@ class VersionedHDF5File:
         empty one (``_version_data/versions/__first_version__``), as
         versioned-hdf5 does.
     metadata_trim_every : int or None, keyword-only
-        At the latest every this many commits through this object, let
-        libhdf5's metadata cache of ``f`` shrink
-        (:func:`~xarray_vhdf5.backend.mdc.trim_metadata_cache`: a flush of the
-        file). libhdf5 keeps every virtual dataset created there, decoded: a long
-        ingest in one process otherwise grows by about 100-140 KiB a version.
-        Trims also come earlier when they cost at most a twentieth of the time
-        spent committing (:class:`~xarray_vhdf5.backend.mdc.TrimSchedule`).
-        Default 64; None or 0: never.
+        Every this many commits through this object, let libhdf5's metadata
+        cache of ``f`` shrink (:func:`~xarray_vhdf5.backend.mdc.trim_metadata_cache`:
+        a flush of the file). libhdf5 keeps every virtual dataset created there,
+        decoded, 100-140 KiB a version: a long ingest in one process grows
+        without bound otherwise. Default 256; lower bounds the memory tighter
+        at a cost in time and file space (see the module); None or 0: never.
 
     Raises
     ------
@@ -67,13 +64,14 @@ class VersionedHDF5File:
     array([0, 1, 2])
     """
 
-    def __init__(self, f: h5py.File, *, metadata_trim_every: int | None = 64):
+    def __init__(self, f: h5py.File, *, metadata_trim_every: int | None = 256):
         if metadata_trim_every is not None and (
             not isinstance(metadata_trim_every, (int, np.integer)) or metadata_trim_every < 0
         ):
             raise ValueError(f"metadata_trim_every must be a non-negative int or None, got {metadata_trim_every!r}")
         self.f = f
-        self._trims = TrimSchedule(int(metadata_trim_every)) if metadata_trim_every else None
+        self._trim_every = int(metadata_trim_every or 0)
+        self._commits_since_trim = 0
         if not is_versioned(f):
             if f.file.mode == "r":
                 raise NotVersionedError(
@@ -401,7 +399,6 @@ class VersionedHDF5File:
             raise
         # Checked just before the version group is created: the stored version index
         # then gets one row appended (O(1)) instead of being rebuilt.
-        began = time.perf_counter()
         index_was_valid = self._registry.index_valid()
         try:
             self.last_commit = commit_version(
@@ -418,7 +415,7 @@ class VersionedHDF5File:
         self._registry.added(version_name, index_was_valid, prev_version=prev, timestamp=self.last_commit.timestamp)
         self._caches.committed(self._registry.vdata, index_rewritten=not index_was_valid)
         self._caches.slab_maps.note_versions_state(self._registry.tracked_state)
-        if self._trims is not None and self._trims.committed(time.perf_counter() - began):
-            began = time.perf_counter()
+        self._commits_since_trim += 1
+        if self._trim_every and self._commits_since_trim >= self._trim_every:
+            self._commits_since_trim = 0
             trim_metadata_cache(self.f.file.id)
-            self._trims.trimmed(time.perf_counter() - began)
