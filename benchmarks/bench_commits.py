@@ -262,3 +262,25 @@ def test_memory_appends_small_metadata_cache(benchmark, note, tmp_path, impl):
         f"memory appends, 64 KiB metadata cache, {impl:15s} peak RSS growth"
         f" {out['peak_rss_growth'] / 2**20:7.1f} MiB{ratios}"
     )
+
+
+def test_memory_appends_trimmed_every_16_commits(benchmark, note, tmp_path):
+    """Peak RSS growth and file size of the appends workload, ``metadata_trim_every=16``.
+
+    xarray_vhdf5 lets libhdf5's metadata cache shrink every 256 commits by
+    default (never, in this 200-version workload); every 16 commits bounds the
+    cached virtual datasets tighter, at a flush each time. Compare with
+    ``test_memory_and_size``'s appends rows.
+    """
+    benchmark.group = "memory (child process wall time, not a workload measurement)"
+    out = _once(benchmark, lambda: measure("appends", "xarray_vhdf5", tmp_path, trim_every=16))
+    ratios = "".join(
+        f" | {out['peak_rss_growth'] / MEMORY[key]['peak_rss_growth']:.2f}x / {key[1]} peak,"
+        f" {out['file_size'] / MEMORY[key]['file_size']:.4f}x / {key[1]} size"
+        for key in (("appends", "h5py"), ("appends", "versioned_hdf5"), ("appends", "xarray_vhdf5"))
+        if key in MEMORY and MEMORY[key]["peak_rss_growth"] > 0
+    )
+    note(
+        f"memory appends, metadata trims every 16 commits, xarray_vhdf5 peak RSS growth"
+        f" {out['peak_rss_growth'] / 2**20:7.1f} MiB, file {out['file_size']} B{ratios}"
+    )

@@ -74,20 +74,28 @@ def _child(workload: str, impl: str, path: str, metadata_cache_bytes: str | None
     return {"peak_rss_growth": peak - before, "rss_before": before, "file_size": os.path.getsize(path)}
 
 
-def measure(workload: str, impl: str, tmpdir: str | os.PathLike, metadata_cache_bytes: int | None = None) -> dict:
+def measure(
+    workload: str, impl: str, tmpdir: str | os.PathLike, metadata_cache_bytes: int | None = None,
+    trim_every: int | None = None,
+) -> dict:
     """Run ``workload`` (``"appends"``, ``"sparse"`` or ``"bulk"``) for ``impl`` in a child process.
 
     ``metadata_cache_bytes``: a fixed metadata cache for the file (default:
-    libhdf5's adaptive cache).
+    libhdf5's adaptive cache). ``trim_every``: xarray_vhdf5's
+    ``metadata_trim_every`` (default: the package's).
 
     Returns ``{"peak_rss_growth": bytes, "rss_before": bytes, "file_size": bytes}``.
     Raises ``subprocess.CalledProcessError`` if the child fails (its data check included).
     """
-    path = str(Path(tmpdir) / f"mem-{workload}-{impl}-{metadata_cache_bytes or 'default'}.h5")
+    path = str(Path(tmpdir) / f"mem-{workload}-{impl}-{metadata_cache_bytes or 'default'}-{trim_every}.h5")
     extra = [str(metadata_cache_bytes)] if metadata_cache_bytes else []
+    env = dict(os.environ)
+    env.pop("VHDF5_BENCH_TRIM_EVERY", None)
+    if trim_every:
+        env["VHDF5_BENCH_TRIM_EVERY"] = str(trim_every)
     proc = subprocess.run(
         [sys.executable, str(HERE / "memory.py"), workload, impl, path, *extra],
-        cwd=str(tmpdir), capture_output=True, text=True,
+        cwd=str(tmpdir), capture_output=True, text=True, env=env,
     )
     if proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)

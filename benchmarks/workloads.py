@@ -28,6 +28,9 @@ and 6 and are documented in ``benchmarks/README.md``.
 
 from __future__ import annotations
 
+import functools
+import os
+
 import hashlib
 import math
 from collections.abc import Callable
@@ -48,6 +51,9 @@ IMPLEMENTATIONS = ("xarray_vhdf5", "versioned_hdf5", "floor", "h5py")
 #: bounds the peak memory of an ingest: libhdf5 keeps each new virtual dataset's
 #: decoded layout in that cache, which is sized by the layout's bytes on disk.
 METADATA_CACHE_BYTES: int | None = None
+#: Environment variable: when set, xarray_vhdf5's ``VersionedHDF5File`` trims libhdf5's
+#: metadata cache every this many commits (``metadata_trim_every``) instead of its default.
+TRIM_EVERY_ENV = "VHDF5_BENCH_TRIM_EVERY"
 
 
 def _create(path: str) -> h5py.File:
@@ -65,6 +71,10 @@ def _create(path: str) -> h5py.File:
 def _versioned_file_class(impl: str):
     if impl == "xarray_vhdf5":
         from xarray_vhdf5 import VersionedHDF5File
+
+        trim_every = os.environ.get(TRIM_EVERY_ENV)
+        if trim_every:  # memory.py's trimmed runs: metadata-cache trims every N commits
+            return functools.partial(VersionedHDF5File, metadata_trim_every=int(trim_every))
     else:
         from versioned_hdf5 import VersionedHDF5File
     return VersionedHDF5File
