@@ -29,10 +29,9 @@ and 6 and are documented in ``benchmarks/README.md``.
 from __future__ import annotations
 
 import functools
-import os
-
 import hashlib
 import math
+import os
 from collections.abc import Callable
 
 import h5py
