@@ -382,3 +382,32 @@ def test_commit_after_other_commits_keeps_working(tmp_path):
     expected[15] = -2.0
     with xr.open_dataset(path, engine="vhdf5", version="v2") as ds:
         np.testing.assert_array_equal(ds["x"].values, expected)
+
+
+def test_reopening_reads_each_hash_table_once_for_all_copies(tmp_path, monkeypatch):
+    """Copies of a staged variable (``append`` and ``copy`` make them) share raw_data: reopening
+    the stage's file reads that hash table's state once, and a rewrite is still refused for all."""
+    from xarray_vhdf5.xr import engine, staged_array
+
+    path = tmp_path / "copies.h5"
+    src = xr.Dataset({"x": ("i", np.arange(40.0))})
+    src["x"].encoding["chunks"] = (10,)
+    src.vhdf5.commit("v0", path=path)
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        staged = ds.vhdf5.stage()
+    copies = [staged.copy(deep=True) for _ in range(3)]
+    calls = []
+    real = staged_array.table_state
+    monkeypatch.setattr(staged_array, "table_state", lambda table: calls.append(1) or real(table))
+    engine.close_read_handles(str(path))
+    handle = copies[0]["x"].variable._data.handle
+    assert all(c["x"].variable._data.handle is handle for c in copies) and len(handle.arrays) >= 4
+    handle.close()  # reopened by the next read, which checks every array registered
+    np.testing.assert_array_equal(copies[0]["x"].values, np.arange(40.0))
+    assert len(calls) == 1
+    (tmp_path / "r").mkdir()
+    staged2, _ = _rewritten_under_stage(tmp_path / "r")
+    with pytest.raises(StaleVersionError, match="stage again"):
+        staged2.copy(deep=True)  # a copy reads the base: refused too
+    with pytest.raises(StaleVersionError, match="stage again"):
+        staged2["x"].values

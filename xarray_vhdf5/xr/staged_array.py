@@ -215,9 +215,10 @@ class StageFile:
         """
         if self._file is None or not self._file.id.valid:
             f = h5py.File(self.path, "r")
+            states: dict = {}  # each hash table's state read once (arrays share raw_data)
             try:
                 for array in list(self.arrays.values()):
-                    array.check_base(f)
+                    array.check_base(f, states)
             except BaseException:
                 f.close()
                 raise
@@ -342,7 +343,7 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         self.base_table_state = base_table_state
         handle.register(self)
 
-    def check_base(self, f: h5py.File) -> None:
+    def check_base(self, f: h5py.File, states: dict | None = None) -> None:
         """Refuse a file whose raw_data was rewritten since the chunk map was taken.
 
         The staged array reads its unchanged chunks, and a commit maps them, at
@@ -355,6 +356,9 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         ----------
         f : h5py.File
             The file, open.
+        states : dict, optional
+            Hash-table states already read from ``f``, by raw_data path
+            (filled here): arrays staged over the same raw_data read it once.
 
         Raises
         ------
@@ -364,12 +368,18 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         """
         if self.base_table_state is None:
             return
-        try:
-            table = hash_table_id(f[self.raw_path])
-        except KeyError:
-            now = None
+        known = states.get(self.raw_path) if states is not None else None
+        if known is not None:
+            table, now = known
         else:
-            now = table_state(table)
+            try:
+                table = hash_table_id(f[self.raw_path])
+            except KeyError:
+                table, now = None, None
+            else:
+                now = table_state(table)
+            if states is not None:
+                states[self.raw_path] = (table, now)
         if now is None or (now != self.base_table_state and not table_extends(table, self.base_table_state, now)):
             raise StaleVersionError(
                 f"{self.origin.source!r}: the raw_data of {self.origin.path!r} ({self.raw_path}) was rewritten "
