@@ -46,6 +46,9 @@ class VersionedHDF5File:
         decoded, 100-140 KiB a version: a long ingest in one process grows
         without bound otherwise. Default 256; lower bounds the memory tighter
         at a cost in time and file space (see the module); None or 0: never.
+        The trim runs after the commit that reaches the count: if its flush
+        fails (e.g. a full disk), the error propagates from the ``with`` block
+        of a version that is committed.
 
     Raises
     ------
