@@ -356,17 +356,22 @@ def test_reading_a_stage_whose_raw_data_was_rewritten_raises(tmp_path):
         staged["x"].values
 
 
+def _staged_arange(path) -> xr.Dataset:
+    """A stage of version v0 of ``path``: ``x`` = arange(40.0), chunks (10,)."""
+    src = xr.Dataset({"x": ("i", np.arange(40.0))})
+    src["x"].encoding["chunks"] = (10,)
+    src.vhdf5.commit("v0", path=path)
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        return ds.vhdf5.stage()
+
+
 def test_commit_after_other_commits_keeps_working(tmp_path):
     """Commits only append raw_data rows: a stage stays valid across them (and is rebased by its own)."""
     from xarray_vhdf5 import VersionedHDF5File
     from xarray_vhdf5.xr import engine
 
     path = tmp_path / "grown.h5"
-    src = xr.Dataset({"x": ("i", np.arange(40.0))})
-    src["x"].encoding["chunks"] = (10,)
-    src.vhdf5.commit("v0", path=path)
-    with xr.open_dataset(path, engine="vhdf5") as ds:
-        staged = ds.vhdf5.stage()
+    staged = _staged_arange(path)
     staged["x"][5] = -1.0
     engine.close_read_handles(str(path))
     with h5py.File(path, "a") as f:
@@ -390,11 +395,7 @@ def test_reopening_reads_each_hash_table_once_for_all_copies(tmp_path, monkeypat
     from xarray_vhdf5.xr import engine, staged_array
 
     path = tmp_path / "copies.h5"
-    src = xr.Dataset({"x": ("i", np.arange(40.0))})
-    src["x"].encoding["chunks"] = (10,)
-    src.vhdf5.commit("v0", path=path)
-    with xr.open_dataset(path, engine="vhdf5") as ds:
-        staged = ds.vhdf5.stage()
+    staged = _staged_arange(path)
     copies = [staged.copy(deep=True) for _ in range(3)]
     calls = []
     real = staged_array.table_state
