@@ -7,9 +7,11 @@ runs the same three libhdf5 calls per mapping in a C loop without the GIL,
 under h5py's ``phil`` lock, on the symbols resolved once by ``slicetools``
 (shared through the ``slicetools._HDF5_API`` capsule). Every return code is
 checked; a failure raises :class:`xarray_vhdf5.errors.HDF5Error` naming the
-call and the mapping. Inputs are validated by the Python wrapper
-(:func:`xarray_vhdf5.backend.virtual.set_virtual_mappings`), which also holds
-the pure-Python reference path; ``tests/test_virtual_kernel.py`` keeps both equal.
+call and the mapping. The Python wrapper
+(:func:`xarray_vhdf5.backend.virtual.create_virtual_dataset_id`) holds the
+pure-Python reference path (h5py's low-level calls,
+``backend.virtual.set_virtual_mappings``); ``tests/test_virtual_kernel.py``
+keeps both equal.
 """
 
 from libc.stdint cimport uint64_t
@@ -23,7 +25,7 @@ from h5py._objects import phil
 from xarray_vhdf5._ext.slicetools import _HDF5_API
 from xarray_vhdf5.errors import HDF5Error
 
-__all__ = ["create_virtual_dataset", "set_virtual_mappings"]
+__all__ = ["create_virtual_dataset"]
 
 cdef HDF5API *H5 = <HDF5API *>PyCapsule_GetPointer(_HDF5_API, HDF5_API_CAPSULE_NAME)
 
@@ -56,45 +58,6 @@ cdef Py_ssize_t _mapping_loop(
     return -1
 
 
-def set_virtual_mappings(
-    hid_t dcpl_id,
-    hid_t vspace_id,
-    hid_t src_space_id,
-    bytes src_dset_name not None,
-    const uint64_t[:, ::1] dst_start not None,
-    const uint64_t[:, ::1] src_start not None,
-    const uint64_t[:, ::1] count not None,
-):
-    """Private kernel; see ``xarray_vhdf5.backend.virtual.set_virtual_mappings``.
-
-    Adds one mapping per row to the dataset creation property list
-    ``dcpl_id``: ``vspace[dst_start : dst_start + count]`` <- ``"."`` /
-    ``src_dset_name`` ``[src_start : src_start + count]``. Arrays: C-contiguous
-    uint64 (hsize_t) of shape (n, ndim), in points. No bounds checks here.
-    """
-    cdef Py_ssize_t n = dst_start.shape[0]
-    cdef int ndim = dst_start.shape[1]
-    cdef int which = -1
-    cdef Py_ssize_t failed
-    cdef const char *name = src_dset_name
-    if src_start.shape[0] != n or count.shape[0] != n or src_start.shape[1] != ndim or count.shape[1] != ndim:
-        raise ValueError("dst_start, src_start and count must have the same shape (n, ndim)")
-    if n == 0:
-        return
-    with phil:
-        with nogil:
-            failed = _mapping_loop(
-                dcpl_id, vspace_id, src_space_id, name, ndim,
-                &dst_start[0, 0], &src_start[0, 0], &count[0, 0], n, &which,
-            )
-    if failed >= 0:
-        call = ("H5Sselect_hyperslab (virtual space)", "H5Sselect_hyperslab (source space)", "H5Pset_virtual")[which]
-        raise HDF5Error(
-            f"{call} failed on mapping {failed}: virtual start {list(dst_start[failed])}, "
-            f"source start {list(src_start[failed])}, count {list(count[failed])}"
-        )
-
-
 cdef Py_ssize_t _out_of_bounds(
     int ndim, const hsize_t *dims, const hsize_t *start, const hsize_t *count, Py_ssize_t n,
 ) noexcept nogil:
@@ -123,8 +86,12 @@ cdef hid_t _create_loop(
     if src_space < 0:
         record_failure(H5, fail, b"H5Dget_space (raw_data)", -1)
         return -1
-    if H5.H5Sget_simple_extent_dims(src_space, sdims, NULL) != ndim:
-        record_failure(H5, fail, b"raw_data's rank", -1)
+    bad_side[0] = H5.H5Sget_simple_extent_dims(src_space, sdims, NULL)
+    if bad_side[0] != ndim:  # raw_data's rank (or -1: unreadable): bad = -2
+        if bad_side[0] < 0:
+            record_failure(H5, fail, b"H5Sget_simple_extent_dims (raw_data)", -1)
+        else:
+            bad[0] = -2
         H5.H5Sclose(src_space)
         return -1
     bad[0] = _out_of_bounds(ndim, vdims, dst_start, count, n)
@@ -190,8 +157,14 @@ def create_virtual_dataset(
         leaves its dataspace (nothing created), ``-1 - 2 * row - side``
         (``side`` 0: the virtual dataset's, 1: raw_data's).
 
+    ``dst_start``, ``src_start``, ``count``: C-contiguous uint64 (hsize_t)
+    arrays of shape (n, len(shape)), in points.
+
     Raises
     ------
+    ValueError
+        The arrays' shapes differ from (n, len(shape)), a rank outside 1-32,
+        or raw_data of another rank than ``shape``.
     HDF5Error
         A libhdf5 call failed, quoting its error stack; nothing is left created.
     """
@@ -224,6 +197,8 @@ def create_virtual_dataset(
                                 &fail, &bad, &bad_side)
     if dset >= 0:
         return dset
+    if bad == -2:
+        raise ValueError(f"source has {bad_side} axes, the virtual dataset {ndim}")
     if bad >= 0:
         return -1 - 2 * bad - bad_side
     where = f" on mapping {fail.row}" if fail.row >= 0 else ""

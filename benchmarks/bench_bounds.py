@@ -85,23 +85,24 @@ def test_virtual_dataset_cost(benchmark, note, tmp_path):
     chunks = (100, 100)
     created: dict[int, list[float]] = {n: [] for n in MAPPINGS}
     with h5py.File(tmp_path / "vds.h5", "w") as f:
-        raw = f.create_dataset(
-            "raw_data", shape=(100 * max(MAPPINGS), 100), chunks=chunks, maxshape=(None, 100), dtype="f8"
-        )
+        values = np.arange(100 * max(MAPPINGS) * 100, dtype="f8").reshape(-1, 100)  # distinct: a wrong row shows
+        raw = f.create_dataset("raw_data", data=values, chunks=chunks, maxshape=(None, 100))
         groups = {n: f.create_group(f"n{n}") for n in MAPPINGS}
 
         def rounds():
             for r in range(20):
                 for n in MAPPINGS:
                     shape = (100 * n, 100)
-                    rows = [((k, 0), 100 * k, 100 * k + 100) for k in range(n)]
+                    # chunk k reads raw_data's chunk n - 1 - k (reversed: an offset mix-up shows)
+                    rows = [((k, 0), 100 * (n - 1 - k), 100 * (n - k)) for k in range(n)]
                     start = time.perf_counter()
                     create_virtual_dataset_id(groups[n].id, f"v{r}", raw, shape, chunks, rows, fillvalue=0.0)
                     created[n].append(time.perf_counter() - start)
 
         benchmark.group = "bounds rounds (whole benchmark time, not a measurement)"
         benchmark.pedantic(rounds, rounds=1, iterations=1)
-        check = f["n13/v19"][()]
-        np.testing.assert_array_equal(check, raw[: 100 * 13])  # mapping k reads raw_data rows of chunk k
+        for n in MAPPINGS:
+            expected = np.concatenate([values[100 * (n - 1 - k) : 100 * (n - k)] for k in range(n)])
+            np.testing.assert_array_equal(f[f"n{n}/v19"][()], expected)
     costs = " | ".join(f"{n} mappings {np.median(created[n]) * 1e3:.2f} ms" for n in MAPPINGS)
     note(f"bounds virtual dataset creation, median of 20: {costs}")

@@ -164,3 +164,10 @@ def test_datatypes_that_share_a_dtype_str_are_not_confused(f, backend):
         assert _describe(ours, name)[0] == _describe(theirs, name)[0], name
     assert h5py.check_enum_dtype(ours.attrs.get_id("enum").dtype) == {"RED": 0, "GREEN": 1}
     assert h5py.check_string_dtype(ours.attrs.get_id("ascii").dtype).encoding == "ascii"
+
+
+def test_reference_dtypes_get_their_own_datatypes():
+    """h5py's object and region reference dtypes are object dtypes without ``vlen`` metadata:
+    neither may take the other's (or a string's) cached HDF5 type."""
+    for dtype in (h5py.string_dtype(), h5py.ref_dtype, h5py.regionref_dtype, h5py.ref_dtype):
+        assert h5attrs._h5type(dtype, logical=True) == h5py.h5t.py_create(dtype, logical=True), dtype.metadata

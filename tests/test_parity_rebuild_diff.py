@@ -20,6 +20,7 @@ import versioned_hdf5 as vh
 import xarray_vhdf5 as xv
 from xarray_vhdf5.errors import ReadOnlyError, VersionNotFoundError
 from xarray_vhdf5.versions import forget_shared_caches
+from xarray_vhdf5.versions.rebuild import placeholder_digest
 
 LIBS = {"versioned_hdf5": vh, "xarray_vhdf5": xv}
 
@@ -77,21 +78,28 @@ def test_get_diff_equals_versioned_hdf5(tmp_path, writer):
         assert ours.get_diff("x", "c", "c") == {}
 
 
+def _a_then_b(f, n: int = 10, edited: int = 0, also=None) -> xv.VersionedHDF5File:
+    """Versions a (``x`` = arange(n) float64, chunks (5,)) and b (``x[edited] = -1``, then ``also(g)``)."""
+    vf = xv.VersionedHDF5File(f)
+    with vf.stage_version("a") as g:
+        g.create_dataset("x", data=np.arange(float(n)), chunks=(5,))
+    with vf.stage_version("b") as g:
+        g["x"][edited] = -1.0
+        if also is not None:
+            also(g)
+    return vf
+
+
 def test_get_diff_needs_no_reopen_and_says_what_is_missing(tmp_path):
     """versioned-hdf5 asks to reopen the file after committing; the same handle works here."""
     path = tmp_path / "h.h5"
     with h5py.File(path, "w") as f:
-        vf = xv.VersionedHDF5File(f)
-        with vf.stage_version("a") as g:
-            g.create_dataset("x", data=np.arange(20.0), chunks=(5,))
-        with vf.stage_version("b") as g:
-            g["x"][7] = -1.0
-            g.create_dataset("y", data=np.zeros(3), chunks=(3,))
+        vf = _a_then_b(f, 20, 7, also=lambda g: g.create_dataset("y", data=np.zeros(3), chunks=(3,)))
         diff = vf.get_diff("x", "a", "b")
         (region, (old, new)), = diff.items()
         assert region.raw == (slice(5, 10, 1),)
         np.testing.assert_array_equal(old, np.arange(5.0, 10.0))
-        assert new[2] == -1.0
+        np.testing.assert_array_equal(new, [5.0, 6.0, -1.0, 8.0, 9.0])
         _same_diff(vf.get_diff("x", -1, None), diff)  # version keys as vf[...] takes them
         with pytest.raises(KeyError, match="no dataset 'y' in version 'a'"):
             vf.get_diff("y", "a", "b")
@@ -117,13 +125,16 @@ def test_rebuild_hashtables_equals_versioned_hdf5(tmp_path, writer):
     path = tmp_path / "h.h5"
     _history(LIBS[writer], path)
     before = _tables(path)
+    with h5py.File(path, "r+") as f:  # a corrupted row: a rebuild that did nothing would keep it
+        table = f["_version_data/x/hash_table"]
+        table[0] = np.zeros(1, table.dtype)[0]
     for lib in LIBS:
         shutil.copy(path, tmp_path / f"{lib}.h5")
         with h5py.File(tmp_path / f"{lib}.h5", "r+") as f:
             LIBS[lib].VersionedHDF5File(f).rebuild_hashtables()
     ours, ref = _tables(tmp_path / "xarray_vhdf5.h5"), _tables(tmp_path / "versioned_hdf5.h5")
     assert ours == ref
-    assert set(ours) == set(before)
+    assert set(ours) == set(before) and ours["x/hash_table"][0][0] != bytes(32)
     for lib in LIBS:  # both go on with each rebuilt table: a chunk equal to version a's is found in it
         with h5py.File(tmp_path / f"{lib}.h5", "r+") as f:
             table = f["_version_data/x/hash_table"]
@@ -160,14 +171,10 @@ def test_rebuild_replaces_a_wrong_table_and_keeps_the_data(tmp_path):
 def test_a_chunk_stored_twice_is_not_overwritten_by_the_next_commit(tmp_path, committer):
     """The same chunk in two raw_data slots, the higher one mapped by a version: a table listing
     only the first slot would end below it, and the next commit would write over it (versioned-hdf5
-    2.6's own rebuild does). The rebuilt table also lists that slot, with an all-zero digest."""
+    2.6's own rebuild does). The rebuilt table also lists that slot, with a placeholder digest."""
     path = tmp_path / "twice.h5"
     with h5py.File(path, "w") as f:
-        vf = xv.VersionedHDF5File(f)
-        with vf.stage_version("a") as g:
-            g.create_dataset("x", data=np.arange(10.0), chunks=(5,))
-        with vf.stage_version("b") as g:
-            g["x"][0] = -1.0
+        vf = _a_then_b(f)
         table = f["_version_data/x/hash_table"]
         table[0] = np.zeros(1, table.dtype)[0]  # chunk 0 of a forgotten...
     forget_shared_caches()  # (the process's cached table still knows it)
@@ -179,7 +186,7 @@ def test_a_chunk_stored_twice_is_not_overwritten_by_the_next_commit(tmp_path, co
         counts = vf.rebuild_hashtables()
         rows = f["_version_data/x/hash_table"][: counts["x"]]
         assert rows["shape"].tolist() == [[0, 5], [5, 10], [10, 15], [15, 20]]
-        assert not rows["hash"][3].any()  # the slot c maps, named by no digest
+        assert bytes(rows["hash"][3]) == placeholder_digest(3)  # the slot c maps, named by no digest
         expected = vf["c"]["x"][()]
     with h5py.File(path, "a") as f:
         vf = LIBS[committer].VersionedHDF5File(f)
@@ -219,16 +226,12 @@ def test_rebuild_refuses_a_read_only_file(tmp_path):
 
 def test_rebuilt_table_reaches_a_slot_above_an_unmapped_one(tmp_path):
     """A raw_data slot no version maps, below a mapped one: the table still reaches the top slot
-    (versioned-hdf5 appends at largest_index * chunks[0]), naming the free slot with a zero digest."""
+    (versioned-hdf5 appends at largest_index * chunks[0]), naming the free slot with a placeholder digest."""
     from xarray_vhdf5.versions.rebuild import table_rows
 
     with h5py.File(tmp_path / "gap.h5", "w") as f:
-        vf = xv.VersionedHDF5File(f)
-        with vf.stage_version("a") as g:
-            g.create_dataset("x", data=np.arange(10.0), chunks=(5,))  # slots 0 and 1
-        with vf.stage_version("b") as g:
-            g["x"][0] = -1.0  # slot 2
+        _a_then_b(f)  # a: slots 0 and 1; b: slot 2
         del f["_version_data/versions/a"]  # unlinked by hand: slot 0 mapped by no version
         rows = table_rows(f, "x")
         assert rows["shape"].tolist() == [[10, 15], [5, 10], [0, 5]]
-        assert rows["hash"][:2].any(axis=1).all() and not rows["hash"][2].any()
+        assert rows["hash"][:2, :24].any(axis=1).all() and bytes(rows["hash"][2]) == placeholder_digest(0)

@@ -59,9 +59,9 @@ def _h5type(dtype: np.dtype, logical: bool) -> h5t.TypeID:
     if not logical and dtype.kind in "biuf":
         return memory_type(dtype)
     meta = dtype.metadata
-    if dtype.kind == "O":
-        key = ("vlen", meta.get("vlen") if meta else None, logical)
-    elif meta is None and dtype.names is None and dtype.subdtype is None:
+    if dtype.kind == "O" and meta and "vlen" in meta and len(meta) == 1:
+        key = ("vlen", meta["vlen"], logical)
+    elif meta is None and dtype.names is None and dtype.subdtype is None and dtype.kind != "O":
         key = (dtype.str, logical)
     else:
         return h5t.py_create(dtype, logical=logical)

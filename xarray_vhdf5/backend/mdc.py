@@ -48,6 +48,12 @@ def trim_metadata_cache(fid: h5f.FileID, keep_bytes: int = TRIM_BYTES) -> int:
     int
         Entries in the cache after the trim (``H5Fget_mdc_size``'s count).
 
+    Raises
+    ------
+    RuntimeError, OSError
+        h5py's errors when libhdf5 cannot write the file (e.g. a full disk);
+        the cache's configuration is restored first.
+
     Notes
     -----
     The file is flushed (``H5Fflush``, local scope): dirty metadata and raw

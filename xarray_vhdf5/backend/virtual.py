@@ -236,10 +236,10 @@ def set_virtual_mappings(
 ) -> None:
     """Add one mapping per row to ``dcpl``: ``vspace[dst_start:+count] <- "."/src_dset_name[src_start:+count]``.
 
-    Runs the compiled kernel (``_ext/vdstools.pyx``: H5Sselect_hyperslab x2 +
-    H5Pset_virtual per mapping in C) or, with ``kernel_backend("python")``, the
-    reference loop through h5py's low-level API; both give the same property list
-    (``tests/test_virtual_kernel.py``).
+    The reference path of :func:`create_virtual_dataset_id` (h5py's low-level
+    API, one mapping at a time); the compiled path makes the same calls inside
+    ``_ext/vdstools.pyx: create_virtual_dataset``, and both give the same
+    mappings (``tests/test_virtual_kernel.py``).
 
     Parameters
     ----------
@@ -271,15 +271,10 @@ def set_virtual_mappings(
         raise ValueError(f"source has {len(sdims)} axes, the virtual dataset {len(vdims)}")
     dst, src, cnt = arrays
     for name, start, dims in (("virtual", dst, vdims), ("source", src, sdims)):
-        bad = np.nonzero(((start + cnt) > dims).any(axis=1))[0]
+        bad = np.nonzero(((cnt > dims) | (start > dims - np.minimum(cnt, dims))).any(axis=1))[0]  # no wrap
         if bad.size:
             raise _beyond(int(bad[0]), name, start, cnt, dims)
     name = src_dset_name.encode()
-    if get_kernel_backend() == "cython":
-        from .._ext.vdstools import set_virtual_mappings as kernel
-
-        kernel(dcpl.id, vspace.id, src_space.id, name, dst, src, cnt)
-        return
     for d, s, c in zip(dst.tolist(), src.tolist(), cnt.tolist()):
         vspace.select_hyperslab(tuple(d), tuple(c))
         src_space.select_hyperslab(tuple(s), tuple(c))

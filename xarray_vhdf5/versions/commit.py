@@ -255,8 +255,15 @@ def _check_base_unchanged(
 
     Parameters
     ----------
+    path : str
+        The dataset's path in the version (for the message).
+    ds : InMemoryDataset
+        The staged dataset; its ``base_table_state`` is the state its chunk
+        map was taken under (None: nothing to check).
     raw : h5py.Dataset or None
         The raw_data the dataset is committed into (``_existing_raw_data``).
+    caches : CommitCaches
+        The handle's caches: held hash tables and datasets.
 
     Returns
     -------

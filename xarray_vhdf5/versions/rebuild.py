@@ -14,8 +14,10 @@ only the first range of each digest can end below a chunk slot that a version
 still maps (the same chunk stored twice, or a slot no digest names), and the
 next commit of either library would then overwrite that version's data
 (versioned-hdf5 2.6 does). The rebuilt table therefore also lists every mapped
-slot it does not name, with an all-zero digest (no SHA-256 is all zeros), and is
-as long as the highest mapped slot: both libraries append above every mapped
+slot it does not name, with a placeholder digest (24 zero bytes, then the slot
+number as 8 big-endian bytes: distinct, so the last row still tells tables
+apart, and no chunk's SHA-256 in practice), and is as long as the highest
+mapped slot: both libraries append above every mapped
 chunk. Without duplicates or gaps the table is versioned-hdf5's, row for row.
 
 The new tables are written to the scratch group and swapped in through
@@ -58,8 +60,19 @@ from .delete import (
 )
 
 __all__ = [
-    "chunk_diff", "object_dtype_paths", "rebuild_hash_tables", "rebuild_object_dtype_hash_tables", "table_rows",
+    "chunk_diff", "object_dtype_paths", "placeholder_digest", "rebuild_hash_tables",
+    "rebuild_object_dtype_hash_tables", "table_rows",
 ]
+
+
+def placeholder_digest(slot: int) -> bytes:
+    """The 32-byte digest a rebuilt table gives a raw_data slot no chunk digest names.
+
+    24 zero bytes, then ``slot`` (the chunk's row in raw_data divided by
+    ``chunks[0]``) as 8 big-endian bytes: distinct per slot, so a table's last
+    row still tells it apart (``backend.hashtable.table_state``).
+    """
+    return bytes(24) + int(slot).to_bytes(8, "big")
 
 
 def table_rows(h5file: h5py.Group, path: str) -> np.ndarray:
@@ -77,7 +90,8 @@ def table_rows(h5file: h5py.Group, path: str) -> np.ndarray:
     numpy.ndarray of ``HASH_TABLE_DTYPE``, shape (n,)
         First the digest of each distinct mapped chunk with the first raw_data
         row range (points along axis 0) seen for it, in versioned-hdf5's order;
-        then an all-zero digest for every mapped slot no digest names, and for
+        then a placeholder digest (:func:`placeholder_digest`) for every
+        mapped slot no digest names, and for
         slots no version maps, until the table reaches the highest mapped slot
         (see the module docstring).
 
@@ -117,8 +131,9 @@ def table_rows(h5file: h5py.Group, path: str) -> np.ndarray:
     gaps = [(s * c0, s * c0 + c0) for s in range(top) if s not in slots]
     extra += gaps[: max(0, top - len(digests) - len(extra))]
     rows = np.zeros(len(digests) + len(extra), HASH_TABLE_DTYPE)
-    if digests:
-        rows["hash"][: len(digests)] = np.frombuffer(b"".join(digests), np.uint8).reshape(-1, 32)
+    names = list(digests) + [placeholder_digest(start // c0) for start, _ in extra]
+    if names:
+        rows["hash"] = np.frombuffer(b"".join(names), np.uint8).reshape(-1, 32)
     if len(rows):
         rows["shape"] = np.array(list(digests.values()) + extra, dtype=np.int64)
     return rows

@@ -116,6 +116,7 @@ class DatasetAPI:
     """Mixin of :class:`~xarray_vhdf5.wrappers.dataset.StagedDatasetBase`: h5py's Dataset conveniences."""
 
     shape: tuple[int, ...]
+    size: int
     dtype: np.dtype
     chunks: tuple[int, ...]
     parent: Any
@@ -123,7 +124,7 @@ class DatasetAPI:
     @property
     def nbytes(self) -> int:
         """Bytes of the dataset's points in memory (``size * dtype.itemsize``, as h5py)."""
-        return int(np.prod(self.shape)) * self.dtype.itemsize
+        return self.size * self.dtype.itemsize
 
     @property
     def file(self) -> h5py.File | None:
