@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 
 import h5py
+import ndindex
 import numpy as np
 import pytest
 import versioned_hdf5 as vh
@@ -235,3 +236,18 @@ def test_rebuilt_table_reaches_a_slot_above_an_unmapped_one(tmp_path):
         rows = table_rows(f, "x")
         assert rows["shape"].tolist() == [[10, 15], [5, 10], [0, 5]]
         assert rows["hash"][:2, :24].any(axis=1).all() and bytes(rows["hash"][2]) == placeholder_digest(0)
+
+
+def test_chunk_diff_of_datasets_over_two_raw_data_compares_no_rows(tmp_path):
+    """Two datasets whose chunks sit at the same rows of their own raw_data: equal row numbers say
+    nothing, every stored region is reported."""
+    from xarray_vhdf5.versions.rebuild import chunk_diff
+
+    with h5py.File(tmp_path / "two.h5", "w") as f:
+        vf = _a_then_b(f)
+        with vf.stage_version("c") as g:
+            g.create_dataset("y", data=np.arange(10.0) + 100, chunks=(5,))
+        x, y = (f[f"_version_data/versions/c/{n}"] for n in ("x", "y"))
+        diff = chunk_diff(x, y)
+        assert sorted(r.raw for r in diff) == [(slice(0, 5, 1),), (slice(5, 10, 1),)]
+        np.testing.assert_array_equal(diff[ndindex.Tuple(slice(5, 10, 1))][1], np.arange(105.0, 110.0))

@@ -241,13 +241,14 @@ def rebuild_object_dtype_hash_tables(f) -> dict[str, int]:
     return done
 
 
-def _chunk_map(vds: h5py.Dataset) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
-    """``(flat chunk indices, first raw_data rows, chunks)`` of the stored chunks of ``vds``, C order."""
+def _chunk_map(vds: h5py.Dataset) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], str]:
+    """``(flat chunk indices, first raw_data rows, chunks, raw_data path)`` of the stored chunks of ``vds``, C order."""
     if "chunks" not in vds.attrs or "raw_data" not in vds.attrs:
         raise IncompatibleDataError(f"{vds.name!r} is not a versioned dataset (no 'chunks' and 'raw_data' attributes)")
     chunks = tuple(int(c) for c in vds.attrs["chunks"])
-    flat, starts = read_chunk_map(vds, chunks, _str(vds.attrs["raw_data"]))
-    return flat, starts, chunks
+    raw = _str(vds.attrs["raw_data"])
+    flat, starts = read_chunk_map(vds, chunks, raw)
+    return flat, starts, chunks, raw
 
 
 def _region(flat: int, shape: tuple[int, ...], chunks: tuple[int, ...]) -> ndindex.Tuple:
@@ -274,8 +275,8 @@ def chunk_diff(
     -------
     dict
         ``region -> (A's data, B's data)`` for each stored chunk region whose
-        raw_data rows differ, or that only one version stores (the other
-        side is None). ``region`` is an ``ndindex.Tuple`` of ``slice(start,
+        raw_data rows differ (every stored region when A and B map different
+        raw_data), or that only one version stores (the other side is None). ``region`` is an ``ndindex.Tuple`` of ``slice(start,
         stop, 1)``, in points, trimmed at that version's shape; the data are
         numpy arrays of the region.
 
@@ -284,8 +285,9 @@ def chunk_diff(
     IncompatibleDataError
         ``a`` or ``b`` is not a versioned dataset (no ``chunks`` / ``raw_data``).
     """
-    flat_a, rows_a, chunks_a = _chunk_map(a)
-    flat_b, rows_b, chunks_b = _chunk_map(b)
+    flat_a, rows_a, chunks_a, raw_a = _chunk_map(a)
+    flat_b, rows_b, chunks_b, raw_b = _chunk_map(b)
+    comparable = raw_a == raw_b  # rows of two raw_data say nothing: every stored chunk differs
     if chunks_a == chunks_b and a.shape == b.shape:
         # Same grid, same trimming: a chunk's flat index is its region. The maps are
         # compared as arrays and keys made only for the chunks that differ.
@@ -293,7 +295,7 @@ def chunk_diff(
         hit = pos < len(flat_a)
         hit[hit] = flat_a[pos[hit]] == flat_b[hit]
         same = np.zeros(len(flat_b), dtype=bool)
-        same[hit] = rows_a[pos[hit]] == rows_b[hit]
+        same[hit] = (rows_a[pos[hit]] == rows_b[hit]) & comparable
         diff = {}
         for flat, in_a in zip(flat_b[~same].tolist(), hit[~same].tolist()):
             region = _region(flat, b.shape, chunks_b)
@@ -309,7 +311,7 @@ def chunk_diff(
     for region, row in in_b.items():
         if region not in in_a:
             diff[region] = (None, b[region.raw])
-        elif in_a[region] != row:
+        elif in_a[region] != row or not comparable:
             diff[region] = (a[region.raw], b[region.raw])
     for region in in_a:
         if region not in in_b:
