@@ -412,3 +412,43 @@ def test_reopening_reads_each_hash_table_once_for_all_copies(tmp_path, monkeypat
         staged2.copy(deep=True)  # a copy reads the base: refused too
     with pytest.raises(StaleVersionError, match="stage again"):
         staged2["x"].values
+
+
+def test_a_rewritten_raw_data_refuses_only_its_own_variables(tmp_path):
+    """Reopening the stage's file finds ``x``'s raw_data rewritten and ``y``'s untouched:
+    ``y`` stays readable (and so does a copy of it), ``x`` and its copies raise."""
+    from xarray_vhdf5 import VersionedHDF5File, delete_versions
+    from xarray_vhdf5.xr import engine
+
+    path = tmp_path / "two.h5"
+    with h5py.File(path, "w") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v0") as g:
+            g.create_dataset("x", data=np.zeros(40), chunks=(10,))
+            g.create_dataset("y", data=np.arange(40.0), chunks=(10,))
+        with vf.stage_version("v1") as g:
+            g["x"][30:40] = 5
+        with vf.stage_version("v2") as g:
+            g["x"][30:40] = 7
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        staged = ds.vhdf5.stage()
+    staged["y"][3] = -1.0
+    staged["x"][0] = 2.0  # x's commit would map its other chunks to moved rows
+    y_copy = staged["y"].copy(deep=False)
+    engine.close_read_handles(str(path))
+    with h5py.File(path, "a") as f:
+        y_table = f["_version_data/y/hash_table"][()]
+        x_rows = f["_version_data/x/raw_data"].shape[0]
+        delete_versions(f, ["v1"])  # x's v1 chunk goes: x's rows move, y's do not
+        assert f["_version_data/x/raw_data"].shape[0] == x_rows - 10
+        np.testing.assert_array_equal(f["_version_data/y/hash_table"][()], y_table)
+    expected = np.arange(40.0)
+    expected[3] = -1.0
+    np.testing.assert_array_equal(staged["y"].values, expected)
+    np.testing.assert_array_equal(y_copy.values, expected)
+    with pytest.raises(StaleVersionError, match="'x'.*stage again"):
+        staged["x"].values
+    with pytest.raises(StaleVersionError, match="stage again"):
+        staged.vhdf5.commit("v3")  # one stale variable: nothing committed
+    with h5py.File(path, "r") as f:
+        assert "v3" not in f["_version_data/versions"]

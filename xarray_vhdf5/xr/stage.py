@@ -415,7 +415,7 @@ def _rebase(staged: xr.Dataset, plans, name: str, make_current: bool) -> None:
         else:
             indices, offsets, raw_shape, arr.base_table_state = plan
             old = arr.staged
-            base = RawRows(arr.handle, arr.raw_path, raw_shape, old.dtype)
+            base = RawRows(arr.handle, arr.raw_path, raw_shape, old.dtype, arr.base_table_state)
             new = StagedChangesArray(
                 old.shape, old.chunk_size, [base], indices, offsets, fill_value=old.fill_value, dtype=old.dtype
             )

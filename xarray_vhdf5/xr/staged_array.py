@@ -203,26 +203,45 @@ class StageFile:
         self.path = path
         self._file: h5py.File | None = None
         self.arrays: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        #: Bases found stale when the file was last opened: ``base_key`` -> message.
+        self._stale: dict[tuple, str] = {}
 
-    def acquire(self) -> h5py.File:
+    def acquire(self, base: tuple | None = None) -> h5py.File:
         """The open file (opened read-only if needed).
+
+        On reopening, every registered array is checked
+        (:meth:`StagedVariableArray.check_base`); the stale ones are only
+        recorded, so the others stay readable.
+
+        Parameters
+        ----------
+        base : tuple, optional
+            ``(raw_path, base_table_state)`` of the array about to read
+            (:attr:`StagedVariableArray.base_key`); refused if that base was
+            found stale.
 
         Raises
         ------
         StaleVersionError
-            On reopening: another writer rewrote the raw_data of a staged
-            array meanwhile (:meth:`StagedVariableArray.check_base`).
+            ``base`` was rewritten by another writer meanwhile (its raw_data
+            rows moved: versions deleted, or ``modify_metadata``).
         """
         if self._file is None or not self._file.id.valid:
             f = h5py.File(self.path, "r")
             states: dict = {}  # each hash table's state read once (arrays share raw_data)
+            stale: dict[tuple, str] = {}
             try:
                 for array in list(self.arrays.values()):
-                    array.check_base(f, states)
+                    try:
+                        array.check_base(f, states)
+                    except StaleVersionError as err:
+                        stale[array.base_key] = str(err)
             except BaseException:
                 f.close()
                 raise
-            self._file = f
+            self._file, self._stale = f, stale
+        if base is not None and base in self._stale:
+            raise StaleVersionError(self._stale[base])
         return self._file
 
     def register(self, array: StagedVariableArray) -> None:
@@ -248,14 +267,19 @@ class RawRows:
     Read-only array-like (``shape``, ``dtype``, numpy slicing).
     """
 
-    def __init__(self, handle: StageFile, raw_path: str, shape: tuple[int, ...], dtype: np.dtype):
+    def __init__(
+        self, handle: StageFile, raw_path: str, shape: tuple[int, ...], dtype: np.dtype,
+        table_state: tuple[int, bytes] | None = None,
+    ):
         self.handle = handle
         self.raw_path = raw_path
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
+        #: The hash-table state the rows were mapped under (``StagedVariableArray.base_table_state``).
+        self.table_state = table_state
 
     def __getitem__(self, key):
-        return self.handle.acquire()[self.raw_path][key]
+        return self.handle.acquire((self.raw_path, self.table_state))[self.raw_path][key]
 
 
 def _array_key(key: Any) -> tuple:
@@ -342,6 +366,11 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         self.raw_path = raw_path
         self.base_table_state = base_table_state
         handle.register(self)
+
+    @property
+    def base_key(self) -> tuple:
+        """``(raw_path, base_table_state)``: what :meth:`check_base` checks (copies share it)."""
+        return (self.raw_path, self.base_table_state)
 
     def check_base(self, f: h5py.File, states: dict | None = None) -> None:
         """Refuse a file whose raw_data was rewritten since the chunk map was taken.
@@ -432,14 +461,14 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         bases = self.staged.base_slabs
         if bases and isinstance(bases[0], h5py.Dataset) and bases[0].id.valid:
             # the shape libhdf5 sees now: a commit in this process may have grown raw_data
-            rows = RawRows(self.handle, self.raw_path, tuple(bases[0].shape), self.staged.dtype)
+            rows = RawRows(self.handle, self.raw_path, tuple(bases[0].shape), self.staged.dtype, self.base_table_state)
             self.staged = self.staged.astype(self.staged.dtype, base_slabs=[rows])
 
     def _ensure_open(self) -> StagedChangesArray:
         """Read the base slab through an open h5py dataset again (fast compiled reads)."""
         bases = self.staged.base_slabs
         if bases and isinstance(bases[0], RawRows):
-            raw = self.handle.acquire()[self.raw_path]  # acquire() checked the rows did not move
+            raw = self.handle.acquire(self.base_key)[self.raw_path]  # acquire() checked the rows did not move
             old = bases[0].shape
             if raw.shape[1:] == old[1:] and raw.shape[0] >= old[0]:  # the same rows, perhaps more after
                 self.staged = self.staged.astype(self.staged.dtype, base_slabs=[raw])
