@@ -106,6 +106,7 @@ ctypedef hid_t (*H5Aget_space_ft)(hid_t attr_id) noexcept nogil
 ctypedef htri_t (*H5Tequal_ft)(hid_t type1_id, hid_t type2_id) noexcept nogil
 ctypedef herr_t (*H5Tclose_ft)(hid_t type_id) noexcept nogil
 ctypedef int (*H5Tget_class_ft)(hid_t type_id) noexcept nogil
+ctypedef size_t (*H5Tget_size_ft)(hid_t type_id) noexcept nogil
 ctypedef htri_t (*H5Tis_variable_str_ft)(hid_t type_id) noexcept nogil
 ctypedef hid_t (*H5Screate_ft)(int type) noexcept nogil
 ctypedef int (*H5Sget_simple_extent_dims_ft)(hid_t space_id, hsize_t *dims,
@@ -155,6 +156,7 @@ ctypedef struct HDF5API:
     H5Pcopy_ft H5Pcopy
     H5Sselect_all_ft H5Sselect_all
     H5Dcreate2_ft H5Dcreate2
+    H5Tget_size_ft H5Tget_size
 
 # Name of the PyCapsule holding a pointer to slicetools' filled HDF5API struct.
 cdef extern from *:

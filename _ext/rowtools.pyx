@@ -24,6 +24,7 @@ naming the call and quoting libhdf5's error stack (``h5failure.pxd``).
 from cpython.pycapsule cimport PyCapsule_GetPointer
 
 from h5failure cimport Failure, failure_detail, record_failure
+from hyperslab cimport hyperslab_outside
 from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, H5S_SELECT_SET, HDF5API, HDF5_API_CAPSULE_NAME, herr_t, hid_t, hsize_t
 
 from h5py._objects import phil
@@ -57,7 +58,6 @@ cdef int _transfer_nogil(
     cdef hsize_t have[H5S_MAX_RANK]
     cdef hid_t file_space, mem_space
     cdef herr_t status
-    cdef int a
     cdef int outcome = 0
     file_space = H5.H5Dget_space(dset_id)
     if file_space < 0:
@@ -67,10 +67,8 @@ cdef int _transfer_nogil(
     # (asking h5py for ``shape`` costs more than the whole transfer).
     if H5.H5Sget_simple_extent_dims(file_space, have, NULL) != rank:
         outcome = 1
-    else:
-        for a in range(rank):  # written so that no sum can wrap around
-            if count[a] > have[a] or offset[a] > have[a] - count[a]:
-                outcome = 2
+    elif hyperslab_outside(rank, have, offset, count):
+        outcome = 2
     if outcome:
         H5.H5Sclose(file_space)
         return outcome
@@ -118,10 +116,18 @@ cdef int _transfer(hid_t dset_id, hsize_t start, tuple shape, hid_t mem_type, vo
     return outcome
 
 
-cdef void *_buffer(const unsigned char[::1] data, tuple shape, Py_ssize_t itemsize) except NULL:
-    """The address of ``data``, checked to hold exactly ``prod(shape)`` points of ``itemsize`` bytes."""
+cdef void *_buffer(const unsigned char[::1] data, tuple shape, hid_t mem_type, Py_ssize_t itemsize) except NULL:
+    """The address of ``data``, checked to hold exactly ``prod(shape)`` points of
+    ``itemsize`` bytes, the size of ``mem_type`` (``H5Tget_size``)."""
     cdef Py_ssize_t points = 1
+    cdef size_t type_size
     cdef object n
+    with phil:
+        type_size = H5.H5Tget_size(mem_type)
+    if type_size == 0:
+        raise HDF5Error(f"H5Tget_size failed: {mem_type} is not a valid memory type")
+    if <size_t>itemsize != type_size:
+        raise ValueError(f"points of {itemsize} bytes for a memory type of {type_size} bytes")
     for n in shape:
         points *= <Py_ssize_t>n
     if itemsize <= 0 or data.shape[0] != points * itemsize:
@@ -139,18 +145,19 @@ cdef unsigned char _EMPTY = 0
 def write_rows(hid_t dset_id, hsize_t start, tuple shape not None, hid_t mem_type, Py_ssize_t itemsize, buffer):
     """Write the C-contiguous ``buffer`` (shape ``shape``, points of ``mem_type``) at row ``start``.
 
-    ``itemsize``: bytes per point (``mem_type``'s size); the buffer must hold
-    exactly ``prod(shape) * itemsize`` bytes (ValueError otherwise, nothing written).
+    ``itemsize``: bytes per point, which must be ``mem_type``'s size; the buffer
+    must hold exactly ``prod(shape) * itemsize`` bytes (ValueError otherwise,
+    nothing written; HDF5Error for an invalid ``mem_type``).
     Returns 0 when done, 1 (ranks differ) or 2 (beyond the extent) when nothing was written.
     """
     cdef const unsigned char[::1] data = memoryview(buffer).cast("B")
-    return _transfer(dset_id, start, shape, mem_type, _buffer(data, shape, itemsize), True)
+    return _transfer(dset_id, start, shape, mem_type, _buffer(data, shape, mem_type, itemsize), True)
 
 
 def read_rows(hid_t dset_id, hsize_t start, tuple shape not None, hid_t mem_type, Py_ssize_t itemsize, out):
     """Read rows ``start`` on into the writable C-contiguous ``out``; arguments and returns as :func:`write_rows`."""
     cdef unsigned char[::1] data = memoryview(out).cast("B")
-    return _transfer(dset_id, start, shape, mem_type, _buffer(data, shape, itemsize), False)
+    return _transfer(dset_id, start, shape, mem_type, _buffer(data, shape, mem_type, itemsize), False)
 
 
 def extent(hid_t dset_id):

@@ -93,6 +93,7 @@ from hdf5 cimport (
     H5Tclose_ft,
     H5Tequal_ft,
     H5Tget_class_ft,
+    H5Tget_size_ft,
     H5Tis_variable_str_ft,
     HDF5API,
     herr_t,
@@ -209,6 +210,7 @@ cdef int _load_hdf5_symbols() except -1:
     H5.H5Pcopy = <H5Pcopy_ft>_sym(handle, b"H5Pcopy")
     H5.H5Sselect_all = <H5Sselect_all_ft>_sym(handle, b"H5Sselect_all")
     H5.H5Dcreate2 = <H5Dcreate2_ft>_sym(handle, b"H5Dcreate2")
+    H5.H5Tget_size = <H5Tget_size_ft>_sym(handle, b"H5Tget_size")
     return 0
 
 

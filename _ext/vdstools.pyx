@@ -18,6 +18,7 @@ from libc.stdint cimport uint64_t
 from cpython.pycapsule cimport PyCapsule_GetPointer
 
 from h5failure cimport Failure, failure_detail, record_failure
+from hyperslab cimport hyperslab_outside
 from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, H5S_SELECT_SET, HDF5API, HDF5_API_CAPSULE_NAME, hid_t, hsize_t
 
 from h5py._objects import phil
@@ -61,14 +62,11 @@ cdef Py_ssize_t _mapping_loop(
 cdef Py_ssize_t _out_of_bounds(
     int ndim, const hsize_t *dims, const hsize_t *start, const hsize_t *count, Py_ssize_t n,
 ) noexcept nogil:
-    """The first row whose hyperslab leaves ``dims`` (no sum that can wrap), or -1."""
-    cdef Py_ssize_t i, off
-    cdef int a
+    """The first row whose hyperslab leaves ``dims`` (``hyperslab.pxd``), or -1."""
+    cdef Py_ssize_t i
     for i in range(n):
-        off = i * ndim
-        for a in range(ndim):
-            if count[off + a] > dims[a] or start[off + a] > dims[a] - count[off + a]:
-                return i
+        if hyperslab_outside(ndim, dims, start + i * ndim, count + i * ndim):
+            return i
     return -1
 
 

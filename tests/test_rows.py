@@ -10,6 +10,7 @@ from xarray_vhdf5.backend import rows
 from xarray_vhdf5.backend.layout import HASH_TABLE_DTYPE
 from xarray_vhdf5.backend.rows import read_rows, write_rows
 from xarray_vhdf5.backend.transfer import kernel_backend
+from xarray_vhdf5.errors import HDF5Error
 
 try:
     from xarray_vhdf5._ext import rowtools as _rowtools  # noqa: F401
@@ -139,6 +140,12 @@ def test_the_kernel_refuses_a_buffer_of_another_size_and_rows_past_the_end(f):
     with pytest.raises(ValueError, match="buffer of 96 bytes for 6 points"):
         rowtools.read_rows(ds.id.id, 0, (2, 3), mtype, 8, np.empty((4, 3)).reshape(-1).view(np.uint8))
     assert rowtools.write_rows(ds.id.id, 2**64 - 1, (1, 3), mtype, 8, np.ones(3).view(np.uint8)) != 0  # refused
+    # The point size is checked against the memory type itself: 6 float32 points
+    # (24 bytes) said to be 4-byte points of a float64 memory type would read 48 bytes.
+    with pytest.raises(ValueError, match="points of 4 bytes for a memory type of 8 bytes"):
+        rowtools.write_rows(ds.id.id, 0, (2, 3), mtype, 4, np.ones(6, dtype="f4").view(np.uint8))
+    with pytest.raises(HDF5Error, match="H5Tget_size failed"):
+        rowtools.read_rows(ds.id.id, 0, (2, 3), -1, 8, np.empty(6).view(np.uint8))
     with kernel_backend("cython"):
         with pytest.raises(IndexError, match="cannot write rows"):
             write_rows(ds.id, 2**64 - 1, np.ones((1, 3)))
