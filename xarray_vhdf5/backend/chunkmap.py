@@ -38,10 +38,46 @@ from collections.abc import Sequence
 import h5py
 import numpy as np
 
-from ..errors import ClosedFileError, UnsupportedError
+from ..errors import ClosedFileError, IncompatibleDataError, UnsupportedError
 from . import transfer
+from .h5attrs import read_attr
 
-__all__ = ["build_slab_indices_and_offsets", "build_slab_indices_and_offsets_reference"]
+__all__ = ["build_slab_indices_and_offsets", "build_slab_indices_and_offsets_reference", "version_dataset_layout"]
+
+
+def version_dataset_layout(vds: h5py.Dataset) -> tuple[tuple[int, ...], str]:
+    """``(chunks, raw_data path)`` that a version's dataset names in its attributes.
+
+    FORMAT.md: every version's virtual dataset carries ``chunks`` (int64, its
+    chunk shape in points) and ``raw_data`` (the absolute path of the raw_data
+    its chunks map to), as versioned-hdf5 writes them.
+
+    Parameters
+    ----------
+    vds : h5py.Dataset
+        A dataset of a committed version.
+
+    Returns
+    -------
+    chunks : tuple of int
+        Points per chunk along each axis.
+    raw_path : str
+        Absolute path of its raw_data.
+
+    Raises
+    ------
+    IncompatibleDataError
+        ``vds`` lacks either attribute (not a dataset of a version).
+    """
+    try:
+        chunks = read_attr(vds.id, "chunks", expect="int")
+        raw = read_attr(vds.id, "raw_data", expect="str")
+    except KeyError:
+        raise IncompatibleDataError(
+            f"{vds.name!r} is not a versioned dataset (no 'chunks' and 'raw_data' attributes)"
+        ) from None
+    raw = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return tuple(int(c) for c in np.atleast_1d(chunks)), raw
 
 
 def _validate(

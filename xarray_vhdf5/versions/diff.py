@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
-from ..backend.chunkmap import build_slab_indices_and_offsets
+from ..backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from ..backend.chunks import chunk_slices
 from .registry import VersionKey, VersionRegistry
 
@@ -136,16 +136,15 @@ def equal_points(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _chunks_of(dset: h5py.Dataset) -> tuple[int, ...]:
-    return tuple(int(c) for c in dset.attrs["chunks"])
+    return version_dataset_layout(dset)[0]
 
 
 def _raw_name(dset: h5py.Dataset) -> str:
-    name = dset.attrs["raw_data"]
-    return name.decode() if isinstance(name, bytes) else str(name)
+    return version_dataset_layout(dset)[1]
 
 
 def _mapping(dset: h5py.Dataset) -> tuple[np.ndarray, np.ndarray]:
-    return build_slab_indices_and_offsets(dset, dset.shape, _chunks_of(dset), _raw_name(dset))
+    return build_slab_indices_and_offsets(dset, dset.shape, *version_dataset_layout(dset))
 
 
 def compare_datasets(

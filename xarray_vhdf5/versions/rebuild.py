@@ -43,15 +43,14 @@ import h5py
 import ndindex
 import numpy as np
 
+from ..backend.chunkmap import version_dataset_layout
 from ..backend.chunks import chunk_grid_shape
 from ..backend.hashing import chunk_hash, is_vlen_string_dtype
 from ..backend.layout import DATA_VERSION, HASH_TABLE_DTYPE, VERSION_DATA, VERSIONS
-from ..errors import IncompatibleDataError
 from .delete import (
     Scratch,
     _barrier,
     _open,
-    _str,
     chunk_rows,
     dataset_paths,
     read_chunk_map,
@@ -243,10 +242,7 @@ def rebuild_object_dtype_hash_tables(f) -> dict[str, int]:
 
 def _chunk_map(vds: h5py.Dataset) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], str]:
     """``(flat chunk indices, first raw_data rows, chunks, raw_data path)`` of the stored chunks of ``vds``, C order."""
-    if "chunks" not in vds.attrs or "raw_data" not in vds.attrs:
-        raise IncompatibleDataError(f"{vds.name!r} is not a versioned dataset (no 'chunks' and 'raw_data' attributes)")
-    chunks = tuple(int(c) for c in vds.attrs["chunks"])
-    raw = _str(vds.attrs["raw_data"])
+    chunks, raw = version_dataset_layout(vds)
     flat, starts = read_chunk_map(vds, chunks, raw)
     return flat, starts, chunks, raw
 

@@ -31,7 +31,7 @@ import h5py
 import numpy as np
 import xarray as xr
 
-from ..backend.chunkmap import build_slab_indices_and_offsets
+from ..backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from ..backend.hashtable import hash_table_id, table_state
 from ..backend.layout import version_path
 from ..backend.slabmaps import slab_arrays
@@ -69,14 +69,12 @@ def _staged_array(dset: h5py.Dataset) -> tuple[StagedChangesArray, str, tuple[in
     """
     if "raw_data" not in dset.attrs or "chunks" not in dset.attrs or not dset.is_virtual or dset.ndim == 0:
         return None
-    raw_path = dset.attrs["raw_data"]
-    raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
+    chunks, raw_path = version_dataset_layout(dset)
     raw = dset.file[raw_path]
     try:
         state = table_state(hash_table_id(raw))
     except KeyError:
         state = None
-    chunks = tuple(int(c) for c in dset.attrs["chunks"])
     indices, offsets = build_slab_indices_and_offsets(dset, dset.shape, chunks, raw)
     arr = StagedChangesArray(dset.shape, chunks, [raw], indices, offsets, fill_value=raw.fillvalue, dtype=raw.dtype)
     return arr, raw_path, state
