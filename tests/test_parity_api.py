@@ -331,6 +331,22 @@ def test_committed_dataset_reads_like_h5py(vh, tmp_path, mode):
         group = vf["v1"]["grp"]
         assert group.file.filename == f.filename and list(group) == ["x"]
         assert group.parent.name == "/_version_data/versions/v1"
+        if (mode, vh.__name__) != ("a", "versioned_hdf5"):  # its wrappers raise TypeError (no getlink)
+            links = []
+            group.visititems_links(lambda name, link: links.append((name, type(link).__name__)))
+            assert links == [("x", "HardLink")]
+            assert vf["v1"].visit_links(lambda name: name if name.endswith("x") else None) == "grp/x"
+        if (mode, vh.__name__) != ("r", "versioned_hdf5"):  # there h5py's own Group, without these
+            found = vf["v1"].datasets()
+            assert list(found) == ["grp/x"]
+            np.testing.assert_array_equal(found["grp/x"][()], np.arange(24.0).reshape(6, 4))
+            # versioned-hdf5 2.6 answers the group itself for a group read this way (its parent
+            # link is not set); the version's root is what the name promises.
+            assert vf["v1"].versioned_root.name == "/_version_data/versions/v1"
+            if ours(vh):
+                assert group.versioned_root.name == "/_version_data/versions/v1"
+            group.close()  # a committed version: nothing to do, still readable
+            np.testing.assert_array_equal(vf["v1"]["grp/x"][0], np.arange(4.0))
 
 
 def test_iter_chunks_follows_the_versioned_chunks(tmp_path):

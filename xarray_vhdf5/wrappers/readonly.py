@@ -300,6 +300,40 @@ class VersionGroup:
     def visit(self, func):
         return self.group.visit(func)
 
+    def visit_links(self, func):
+        """h5py's ``visit_links``: ``func(path)`` for every link below the group, until it returns non-None."""
+        return self.group.visit_links(func)
+
+    def visititems_links(self, func):
+        """h5py's ``visititems_links``: ``func(path, link)`` for every link below the group (``h5py.HardLink`` etc.)."""
+        return self.group.visititems_links(func)
+
+    def datasets(self) -> dict[str, VersionDataset]:
+        """Every dataset below the group, by path relative to it (versioned-hdf5's ``datasets()``)."""
+        found: dict[str, VersionDataset] = {}
+
+        def collect(path, obj):
+            if isinstance(obj, h5py.Dataset):
+                found[path] = VersionDataset(obj)
+
+        self.group.visititems(collect)
+        return found
+
+    @property
+    def versioned_root(self) -> VersionGroup:
+        """The version's root group (versioned-hdf5's ``versioned_root``)."""
+        root = self
+        while root.parent is not root:
+            root = root.parent
+        return root
+
+    def close(self) -> None:
+        """Does nothing: a committed version is read-only already.
+
+        versioned-hdf5's ``InMemoryGroup.close()`` marks a group committed;
+        kept so that code calling it on a committed version keeps working.
+        """
+
     def _refuse(self, *args, **kwargs):
         raise ReadOnlyError(f"cannot modify version {self.version!r}: {_HINT}")
 
