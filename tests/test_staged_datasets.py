@@ -333,3 +333,36 @@ def test_staged_attrs_count_before_iterating(tmp_path, monkeypatch):
             assert dict(g["tagged"].attrs) == {"units": "K"}
             assert len(iterated) == 1
         assert vf["v2"]["tagged"].attrs["units"] == "K"
+
+
+def test_staged_attrs_look_up_one_name_without_reading_the_others(tmp_path, monkeypatch):
+    """``"CLASS" in attrs`` / ``attrs.get(...)`` on an untouched staged dataset read that
+    attribute alone; once any attribute is set or deleted, the staged values answer."""
+    path = tmp_path / "a.h5"
+    with h5py.File(path, "w") as f:
+        with VersionedHDF5File(f).stage_version("v1") as g:
+            d = g.create_dataset("x", data=np.arange(4.0), chunks=(2,))
+            d.attrs["units"] = "K"
+            d.attrs["long_name"] = "temperature"
+    iterated = []
+    real_iter = h5py.AttributeManager.__iter__
+    monkeypatch.setattr(h5py.AttributeManager, "__iter__", lambda self: iterated.append(self) or real_iter(self))
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            attrs = g["x"].attrs
+            assert "CLASS" not in attrs and attrs.get("CLASS") is None
+            assert "chunks" not in attrs and "raw_data" not in attrs  # the format's own: hidden
+            assert "units" in attrs and attrs["units"] == "K" and attrs.get("long_name") == "temperature"
+            with pytest.raises(KeyError):
+                attrs["CLASS"]
+            assert iterated == []  # nothing loaded wholesale
+            del attrs["units"]
+            attrs["CLASS"] = "set"
+            assert "units" not in attrs and attrs["CLASS"] == "set" and len(iterated) == 1
+            assert dict(attrs) == {"long_name": "temperature", "CLASS": "set"}
+        committed = dict(vf["v2"]["x"].attrs)
+        assert {k: committed.pop(k) for k in ("raw_data", "chunks")}  # the format's, shown as h5py does
+        assert committed == {"long_name": "temperature", "CLASS": "set"}
+        with vf.stage_version("v3") as g:
+            assert g["x"].attrs["CLASS"] == "set" and "units" not in g["x"].attrs

@@ -81,7 +81,27 @@ class StagedAttrs(MutableMapping):
             return False
         return sum(h5a.exists(oid, name.encode()) for name in self._skip) == n
 
+    def _unloaded_lookup(self, key: object) -> bool | None:
+        """Before anything is loaded: whether the source has ``key`` (None: load to tell).
+
+        One ``H5Aexists`` instead of reading every attribute (a netCDF-4
+        dataset's ``DIMENSION_LIST`` of object references among them), for
+        code that asks for one name, such as ``attrs.get("CLASS")``.
+        """
+        if self._values is not None or self._obj_id is None:
+            return None
+        if not isinstance(key, str) or key in self._skip:
+            return False
+        return bool(h5a.exists(self._obj_id, key.encode("utf-8")))
+
     def __getitem__(self, key: str) -> Any:
+        found = self._unloaded_lookup(key)
+        if found is False:
+            raise KeyError(key)
+        if found:  # unchanged since staging: the source's value, the others left unread
+            if callable(self._source):
+                self._source = self._source()
+            return self._source[key]
         return self._load()[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
@@ -103,7 +123,8 @@ class StagedAttrs(MutableMapping):
         return len(self._load())
 
     def __contains__(self, key: object) -> bool:
-        return key in self._load()
+        found = self._unloaded_lookup(key)
+        return found if found is not None else key in self._load()
 
     def __repr__(self) -> str:
         return f"<StagedAttrs {dict(self._load())!r}>"

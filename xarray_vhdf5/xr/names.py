@@ -42,7 +42,7 @@ SCALAR_DIM = "_vhdf5_scalar"
 
 def is_dimension_scale(attrs) -> bool:
     """True if ``attrs`` (an h5py ``AttributeManager``) mark an HDF5 dimension scale."""
-    value = attrs.get("CLASS")
+    value = attrs["CLASS"] if "CLASS" in attrs else None  # no KeyError raised inside h5py
     if isinstance(value, bytes):
         value = value.decode("ascii", "replace")
     return isinstance(value, str) and value == "DIMENSION_SCALE"
@@ -56,7 +56,7 @@ def is_netcdf_dimension_only(ds) -> bool:
     """
     if not is_dimension_scale(ds.attrs):
         return False
-    name = ds.attrs.get("NAME", b"")
+    name = ds.attrs["NAME"] if "NAME" in ds.attrs else b""
     if isinstance(name, str):
         name = name.encode()
     return isinstance(name, bytes) and name.startswith(NETCDF_NOT_A_VARIABLE)
