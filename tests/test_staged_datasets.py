@@ -366,3 +366,33 @@ def test_staged_attrs_look_up_one_name_without_reading_the_others(tmp_path, monk
         assert committed == {"long_name": "temperature", "CLASS": "set"}
         with vf.stage_version("v3") as g:
             assert g["x"].attrs["CLASS"] == "set" and "units" not in g["x"].attrs
+
+
+def test_reference_datatypes_are_told_apart_as_h5py_dtypes_tell_them(tmp_path):
+    """``type_holds_references`` (HDF5 datatype classes) against h5py's dtype view of the same
+    attributes: references alone, in arrays, compounds (netCDF's REFERENCE_LIST) and vlen
+    sequences (DIMENSION_LIST); strings of both kinds, numbers, enums are not."""
+    from xarray_vhdf5.backend.virtual import type_holds_references
+
+    with h5py.File(tmp_path / "t.h5", "w") as f:
+        d = f.create_dataset("d", data=np.arange(3))
+        ref = f["d"].ref
+        a = d.attrs
+        a["obj"] = ref
+        a.create("objs", [ref, ref], dtype=h5py.ref_dtype)
+        a.create("region", d.regionref[0:1], dtype=h5py.regionref_dtype)
+        a.create("ref_list", np.array([(ref, 0)], dtype=[("dataset", h5py.ref_dtype), ("dimension", "<i4")]))
+        dim_list = np.empty(1, dtype=h5py.vlen_dtype(h5py.ref_dtype))
+        dim_list[0] = np.array([ref], dtype=h5py.ref_dtype)
+        a.create("dim_list", dim_list)
+        a["vlen_str"] = "text"
+        a.create("fixed", np.bytes_(b"abc"))
+        a["num"] = np.arange(4.0)
+        a.create("ints", [[1, 2]], dtype=h5py.vlen_dtype("i4"))
+        a.create("enum", np.array(1, dtype="i1"), dtype=h5py.enum_dtype({"a": 0, "b": 1}, basetype="i1"))
+        a.create("pair", np.zeros(1, dtype=[("x", "f8"), ("y", "S3")]))
+        told = {name: type_holds_references(h5py.h5a.open(d.id, name.encode()).get_type()) for name in a}
+    assert told == {
+        "obj": True, "objs": True, "region": True, "ref_list": True, "dim_list": True,
+        "vlen_str": False, "fixed": False, "num": False, "ints": False, "enum": False, "pair": False,
+    }
