@@ -388,7 +388,9 @@ def test_reference_datatypes_are_told_apart_as_h5py_dtypes_tell_them(tmp_path):
         a["vlen_str"] = "text"
         a.create("fixed", np.bytes_(b"abc"))
         a["num"] = np.arange(4.0)
-        a.create("ints", [[1, 2]], dtype=h5py.vlen_dtype("i4"))
+        ints = np.empty(1, dtype=h5py.vlen_dtype("i4"))
+        ints[0] = np.array([1, 2], dtype="i4")
+        a.create("ints", ints)
         a.create("enum", np.array(1, dtype="i1"), dtype=h5py.enum_dtype({"a": 0, "b": 1}, basetype="i1"))
         a.create("pair", np.zeros(1, dtype=[("x", "f8"), ("y", "S3")]))
         told = {name: type_holds_references(h5py.h5a.open(d.id, name.encode()).get_type()) for name in a}
