@@ -15,6 +15,7 @@ from xarray_vhdf5 import (
 )
 from xarray_vhdf5.backend.chunkmap import build_slab_indices_and_offsets
 from xarray_vhdf5.staging import StagedChangesArray
+from xarray_vhdf5.errors import StaleVersionError
 from xarray_vhdf5.versions import forget_shared_caches
 
 SHAPE, CHUNKS = (100, 60), (10, 20)  # 10 x 3 = 30 chunks
@@ -398,3 +399,70 @@ def test_reference_datatypes_are_told_apart_as_h5py_dtypes_tell_them(tmp_path):
         "obj": True, "objs": True, "region": True, "ref_list": True, "dim_list": True,
         "vlen_str": False, "fixed": False, "num": False, "ints": False, "enum": False, "pair": False,
     }
+
+
+def test_untouched_datasets_are_copied_without_being_opened(base, monkeypatch):
+    """Staging opens only the datasets accessed; the others are copied as they are by the commit
+    (same mappings, attributes, data), and keep their cached chunk map for a later stage."""
+    import xarray_vhdf5.wrappers.chunked as chunked
+    import xarray_vhdf5.wrappers.group as group_module
+
+    path, data = base
+    with h5py.File(path, "r+") as f:
+        f["_version_data/versions/v1/s"].attrs["units"] = "letters"
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:  # x committed through this handle: its map is cached
+            g["x"][0, 0] = -1.0
+        opened, maps = [], []
+        real_init, real_build = chunked.InMemoryDataset.__init__, chunked.build_slab_indices_and_offsets
+        monkeypatch.setattr(chunked.InMemoryDataset, "__init__",
+                            lambda self, name, *a: opened.append(name) or real_init(self, name, *a))
+        monkeypatch.setattr(chunked, "build_slab_indices_and_offsets", lambda *a: maps.append(a[0].name) or real_build(*a))
+        with vf.stage_version("v3") as g:
+            assert list(g) == ["x", "s"] and "x" in g and len(g) == 2
+            assert isinstance(g._children["x"], group_module.UnopenedDataset)
+            g["s"][0] = b"z"
+        assert opened == ["s"]  # x was listed, never opened
+        v2x, v3x = f["_version_data/versions/v2/x"], f["_version_data/versions/v3/x"]
+        assert [vs.src_space.get_select_bounds() for vs in v3x.virtual_sources()] == [
+            vs.src_space.get_select_bounds() for vs in v2x.virtual_sources()
+        ]
+        assert dict(v3x.attrs).keys() == dict(v2x.attrs).keys() and vf.last_commit.datasets["x"].new_chunks == 0
+        assert vf["v3"]["s"].attrs["units"] == "letters" and vf["v3"]["s"][0] == b"z"
+        with vf.stage_version("v4") as g:
+            g["x"][1, 1] = -2.0  # on top of v3, whose x was copied: the map cached for v2's x still serves
+        assert maps == [] and opened == ["s", "x"]
+        expected = data.copy()
+        expected[0, 0], expected[1, 1] = -1.0, -2.0
+        np.testing.assert_array_equal(vf["v4"]["x"][()], expected)
+
+
+def test_an_untouched_dataset_replaced_meanwhile_is_refused(base):
+    """Another handle rebuilds a dataset of the previous version while a version that never
+    opened it is staged: the copy would map rows that moved, so the commit raises."""
+    path, data = base
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"][0:10, :] = -1.0  # a chunk of v1 only: deleting v1 compacts x's raw_data
+        with pytest.raises(StaleVersionError, match=r"'x'.*previous version's dataset.*was replaced"):
+            with vf.stage_version("v3") as g:
+                g["s"][0] = b"z"  # x stays unopened
+                VersionedHDF5File(f).delete_versions(["v1"])
+        assert "v3" not in vf.versions
+        expected = data.copy()
+        expected[0:10, :] = -1.0
+        np.testing.assert_array_equal(vf["v2"]["x"][()], expected)
+
+
+def test_moving_a_group_opens_its_datasets_where_they_were(tmp_path):
+    """Datasets under a moved group keep reading (and being stored) from their raw_data."""
+    with h5py.File(tmp_path / "m.h5", "w") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            g.create_dataset("a/b/x", data=np.arange(6.0), chunks=(2,))
+        with vf.stage_version("v2") as g:
+            g.move("a", "c")
+            assert g["c/b/x"].origin_name == "a/b/x" and g["c/b/x"][4] == 4.0
+        np.testing.assert_array_equal(vf["v2"]["c/b/x"][()], np.arange(6.0))
+        np.testing.assert_array_equal(vf["v1"]["a/b/x"][()], np.arange(6.0))

@@ -27,10 +27,11 @@ from h5py import h5g, h5o, h5p, h5t
 
 __all__ = [
     "create_ordered_group", "libhdf5_function", "member_names", "memory_type", "object_address",
-    "object_address_by_name",
+    "object_address_by_name", "object_info_by_name",
 ]
 
 _H5O_INFO_BASIC = 0x0001
+_H5O_INFO_NUM_ATTRS = 0x0004  # H5Opublic.h (HDF5 >= 1.12)
 
 
 class _Info2(ctypes.Structure):  # H5O_info2_t (HDF5 >= 1.12)
@@ -103,6 +104,32 @@ def object_address_by_name(loc_id, path: bytes) -> int:
         return int(h5o.get_info(loc_id, name=path).addr)
     except (KeyError, RuntimeError) as exc:  # h5py raises RuntimeError for a missing name
         raise KeyError(f"no object at {path.decode('utf-8', 'replace')!r}: {exc}") from None
+
+
+def object_info_by_name(loc_id, path: bytes) -> tuple[int, int, int]:
+    """``(address, type, number of attributes)`` of the object at ``path`` from ``loc_id``.
+
+    ``type`` is ``h5py.h5o.TYPE_GROUP``, ``TYPE_DATASET`` or
+    ``TYPE_NAMED_DATATYPE``. Asks libhdf5 for those fields only
+    (``H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS``): h5py's ``h5o.get_info`` asks
+    for all, which makes libhdf5 encode a virtual dataset's layout again.
+
+    Raises
+    ------
+    KeyError
+        Nothing at ``path``.
+    """
+    if _GET_INFO_BY_NAME3 is not None:
+        info = _Info2()
+        with h5py._objects.phil:
+            status = _GET_INFO_BY_NAME3(loc_id.id, path, ctypes.byref(info), _H5O_INFO_BASIC | _H5O_INFO_NUM_ATTRS, 0)
+        if status >= 0:
+            return int.from_bytes(bytes(info.token)[:8], "little"), int(info.type), int(info.num_attrs)
+    try:
+        full = h5o.get_info(loc_id, name=path)
+    except (KeyError, RuntimeError) as exc:
+        raise KeyError(f"no object at {path.decode('utf-8', 'replace')!r}: {exc}") from None
+    return int(full.addr), int(full.type), int(full.num_attrs)
 
 
 _MEMORY_TYPES: dict[tuple[np.dtype, str], h5t.TypeID] = {}

@@ -29,7 +29,7 @@ import numpy as np
 from h5py import h5d, h5i, h5o
 
 from .h5attrs import read_attr
-from .h5objects import object_address
+from .h5objects import object_address, object_address_by_name
 from .hashtable import hash_table_id, table_state
 from .held import HeldDataset
 
@@ -106,6 +106,8 @@ class SlabMapCache:
         self._entries: dict[_Key, tuple[object, tuple, np.ndarray, np.ndarray]] = {}
         self._pending: dict[_Key, tuple[h5py.Dataset, tuple, np.ndarray, np.ndarray]] = {}
         self._versions_state: tuple[int, int] | None = None
+        #: ``(path, object address)`` -> keys of ``_entries`` (for :meth:`carry`).
+        self._by_object: dict[tuple[str, int], list[_Key]] = {}
 
     def get(self, vds: h5py.Dataset, raw_data: h5py.Dataset, shape, chunks, hash_table=None, versions_state=None):
         """The cached ``(slab_indices, slab_offsets, table state)`` of ``vds`` (arrays read-only), or None.
@@ -145,6 +147,25 @@ class SlabMapCache:
         slab_offsets.flags.writeable = False
         self._pending[_key(vds, raw_data, shape, chunks)] = (vds, state, slab_indices, slab_offsets)
 
+    def carry(self, source_path: bytes, source_address: int, group: h5py.Group, name: str) -> None:
+        """Keep the entries of a dataset the commit under way copied unchanged, for its copy.
+
+        ``source_path`` and ``source_address``: the copied virtual dataset's
+        absolute path and object address; the copy is ``group[name]``
+        (``backend.virtual.carry_virtual_dataset``: the same mappings). The
+        entries are not checked here: :meth:`get` checks one against its hash
+        table when it is used.
+        """
+        keys = self._by_object.get((source_path.decode(), source_address))
+        if not keys:
+            return
+        bname = name.encode()
+        new_path = f"{group.name.rstrip('/')}/{name}"
+        new_address = object_address_by_name(group.id, bname)
+        for key in keys:
+            _stamp, state, slab_indices, slab_offsets = self._entries[key]
+            self._pending[(new_path, new_address, *key[2:])] = (group.id, state, slab_indices, slab_offsets)
+
     def commit(self, stamp: str | None = None) -> None:
         """The commit succeeded (its timestamp is final): its datasets replace every older entry.
 
@@ -159,6 +180,9 @@ class SlabMapCache:
                 stamps[version_path] = stamp if stamp is not None else _version_stamp(vds, key)
             entries[key] = (stamps[version_path], state, slab_indices, slab_offsets)
         self._entries, self._pending = entries, {}
+        self._by_object = {}
+        for key in entries:
+            self._by_object.setdefault(key[:2], []).append(key)
         self._versions_state = None
 
     def note_versions_state(self, state: tuple[int, int] | None) -> None:
@@ -175,4 +199,5 @@ class SlabMapCache:
         """Forget everything (a commit failed, or versions were deleted or rewritten)."""
         self._entries = {}
         self._pending = {}
+        self._by_object = {}
         self._versions_state = None

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..backend.chunks import iter_chunks
 from ..backend.h5attrs import read_attr, write_attr
-from ..backend.h5objects import create_ordered_group
+from ..backend.h5objects import create_ordered_group, object_address, object_address_by_name
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.hashtable import HashTable, table_extends, table_state
 from ..backend.layout import VERSION_DATA
@@ -47,7 +47,7 @@ from ..wrappers.chunked import (
     split_unchanged,
 )
 from ..wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
-from ..wrappers.group import InMemoryGroup
+from ..wrappers.group import InMemoryGroup, UnopenedDataset
 from .caches import CommitCaches
 from .timestamps import format_timestamp, now_utc
 
@@ -105,12 +105,15 @@ def commit_version(
         version was staged. Nothing is committed then.
     """
     caches = caches if caches is not None else CommitCaches()
-    datasets = root.datasets()
+    subgroups, datasets = root.members_for_commit()
     # Check every dataset against the metadata fixed by its first version before
     # writing anything, so an incompatible or stale one leaves the file untouched (no
     # version group, no chunks appended for the datasets before it).
     tables: dict[str, HashTable | None] = {}  # opened and checked here, written by _commit_dataset
     for path, ds in datasets.items():
+        if isinstance(ds, UnopenedDataset):  # copied as it is: still the object staged?
+            _check_unopened(path, ds)
+            continue
         if isinstance(ds, InMemoryDataset):
             why = ds.rewritten()
             if why is not None:
@@ -139,13 +142,8 @@ def commit_version(
         write_attr(gid, "committed", False)
         write_attr(gid, "timestamp", stamp)
         root.attrs.write_to(group)
-
-        def make_groups(path, obj):
-            if isinstance(obj, InMemoryGroup):
-                sub = create_ordered_group(group, path)
-                obj.attrs.write_to(sub)
-
-        root.visititems(make_groups)
+        for sub in subgroups:
+            sub.attrs.write_to(create_ordered_group(group, sub.name))
         for path, ds in datasets.items():
             report.datasets[path] = _commit_dataset(
                 f, group, path, ds, caches, root.versions_state, tables.get(path)
@@ -167,17 +165,22 @@ def _commit_dataset(
 ) -> WriteStats:
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
+    if isinstance(ds, UnopenedDataset):  # never accessed: mappings and attributes copied inside libhdf5
+        carry_virtual_dataset(ds.gid, ds.bname, parent, last)
+        caches.slab_maps.carry(ds.source_path, ds.address, parent, last)
+        return WriteStats()
     if _is_carried(path, ds):
         if ds.attrs.changed:
             _drop_object_references(ds.attrs)
             vds = copy_virtual_dataset(ds.source, parent, last, None)
             ds.attrs.write_to(vds)
+            table_id = caches.open_datasets.hash_table_id(ds.raw_data)
+            known = caches.slab_maps.get(ds.source_id, ds.raw_data, ds.shape, ds.chunks, table_id, versions_state)
+            if known is not None:  # checked against the table just now
+                caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known[:2], known[2])
         else:  # mappings and attributes copied inside libhdf5
-            vds = carry_virtual_dataset(ds.source, parent, last)
-        table_id = caches.open_datasets.hash_table_id(ds.raw_data)
-        known = caches.slab_maps.get(ds.source_id, ds.raw_data, ds.shape, ds.chunks, table_id, versions_state)
-        if known is not None:  # checked against the table just now
-            caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known[:2], known[2])
+            carry_virtual_dataset(ds.source_id, b".", parent, last)
+            caches.slab_maps.carry(ds.source_path, object_address(ds.source_id), parent, last)
         return WriteStats()
     _drop_object_references(ds.attrs)
     if isinstance(ds, ChunkedStagedDataset):
@@ -296,6 +299,32 @@ def _check_base_unchanged(
             "modify_metadata through another handle; stage the version again"
         )
     return table
+
+
+def _check_unopened(path: str, ds: UnopenedDataset) -> None:
+    """Refuse to copy a dataset of the previous version that another handle replaced or deleted.
+
+    Deleting versions rebuilds the survivors' virtual datasets over a
+    compacted raw_data, ``modify_metadata`` replaces them: the object staged
+    would map rows that moved (its id, held open, outlives the unlink).
+
+    Raises
+    ------
+    StaleVersionError
+        Another object, or none, is linked at its path now.
+    """
+    try:
+        now = object_address_by_name(ds.gid, ds.source_path)
+    except KeyError:
+        why = "was deleted"
+    else:
+        if now == ds.address:
+            return
+        why = "was replaced"
+    raise StaleVersionError(
+        f"{path!r}: the previous version's dataset ({ds.source_path.decode()}) {why} while this version "
+        "was staged (by another handle: deleting versions or modify_metadata); stage the version again"
+    )
 
 
 def _storable(chunk: np.ndarray) -> np.ndarray:

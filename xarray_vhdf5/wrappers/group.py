@@ -2,6 +2,15 @@
 
 It mirrors the previous version's tree: subgroups, datasets (staged lazily)
 and attrs; everything done to it stays in memory until the ``with`` block exits.
+
+A dataset of the previous version is opened on first access only: until then
+the group holds an :class:`UnopenedDataset` (its name and object address,
+from one ``H5Oget_info_by_name``). Opening a virtual dataset makes libhdf5
+decode its layout, every mapping, and the staged wrapper reads its format
+attributes and finds its raw_data: about 0.3 ms for ten chunks. A commit
+copies a dataset never opened straight from the previous version
+(``versions.commit``), so a version that edits one dataset of many pays for
+that one.
 """
 
 from __future__ import annotations
@@ -12,10 +21,10 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5d, h5g, h5o
+from h5py import h5i, h5o
 
 from ..backend.chunks import guess_chunks_h5py
-from ..backend.h5objects import member_names
+from ..backend.h5objects import member_names, object_info_by_name
 from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS
 from ..backend.raw_data import Filters
 from ..errors import IncompatibleDataError, ReadOnlyError
@@ -25,7 +34,34 @@ from .create import new_array_dataset
 from .dataset import StagedDatasetBase
 from .group_api import GroupAPI
 
-__all__ = ["InMemoryGroup"]
+__all__ = ["InMemoryGroup", "UnopenedDataset"]
+
+
+class UnopenedDataset:
+    """A dataset of the previous version not accessed in this stage (opened on first access).
+
+    Parameters
+    ----------
+    gid : h5py.h5g.GroupID
+        The previous version's group holding it.
+    bname : bytes
+        Its link name in ``gid``.
+    name : str
+        Its path inside the version.
+    source_path : bytes
+        Its absolute path in the file, and ``address`` its object address, when
+        staged: a commit refuses to copy it if another object is linked there
+        since (see ``InMemoryDataset.rewritten``).
+    """
+
+    __slots__ = ("gid", "bname", "name", "source_path", "address")
+
+    def __init__(self, gid, bname: bytes, name: str, source_path: bytes, address: int):
+        self.gid = gid
+        self.bname = bname
+        self.name = name
+        self.source_path = source_path
+        self.address = address
 
 
 class InMemoryGroup(GroupAPI):
@@ -60,14 +96,15 @@ class InMemoryGroup(GroupAPI):
             # Through the low-level API, in h5py's order (``Group.items()`` builds
             # more objects per member: 165 us against 75 for one dataset).
             gid = source.id
+            prefix = h5i.get_name(gid).rstrip(b"/") + b"/"
             for bkey in member_names(gid):
                 key = bkey.decode("utf-8")
                 path = posixpath.join(name, key)
-                oid = h5o.open(gid, bkey)
-                if isinstance(oid, h5g.GroupID):
-                    self._children[key] = InMemoryGroup(path, h5py.Group(oid), root=self._root)
-                elif isinstance(oid, h5d.DatasetID):
-                    self._children[key] = InMemoryDataset(path, self, oid)
+                address, kind, _ = object_info_by_name(gid, bkey)
+                if kind == h5o.TYPE_DATASET:  # opened on first access
+                    self._children[key] = UnopenedDataset(gid, bkey, path, prefix + bkey, address)
+                elif kind == h5o.TYPE_GROUP:
+                    self._children[key] = InMemoryGroup(path, h5py.Group(h5o.open(gid, bkey)), root=self._root)
                 else:  # e.g. a named datatype: as h5py returns it
                     self._children[key] = InMemoryDataset(path, self, source[key])
 
@@ -90,6 +127,13 @@ class InMemoryGroup(GroupAPI):
             group._children = {}
 
     # -- navigation ----------------------------------------------------------
+    def _child(self, key: str):
+        """Member ``key``, a previous version's dataset opened if it was not yet."""
+        child = self._children[key]
+        if type(child) is UnopenedDataset:
+            child = self._children[key] = InMemoryDataset(child.name, self, h5o.open(child.gid, child.bname))
+        return child
+
     def _check_open(self) -> None:
         if self._root._closed:
             raise ReadOnlyError(
@@ -117,7 +161,7 @@ class InMemoryGroup(GroupAPI):
         self._check_open()
         group, last = self._walk(path)
         try:
-            return group._children[last]
+            return group._child(last)
         except KeyError:
             raise KeyError(
                 f"no dataset or group {path!r} in staged group {self.name or '/'!r}"
@@ -146,14 +190,15 @@ class InMemoryGroup(GroupAPI):
         return list(self._children)
 
     def values(self):
-        return list(self._children.values())
+        return [self._child(key) for key in list(self._children)]
 
     def items(self):
-        return list(self._children.items())
+        return [(key, self._child(key)) for key in list(self._children)]
 
     def visititems(self, func: Callable[[str, Any], Any]):
         """Call ``func(relative_path, object)`` on every descendant, as h5py does."""
-        for key, child in self._children.items():
+        for key in list(self._children):
+            child = self._child(key)
             rel = key
             result = func(rel, child)
             if result is not None:
@@ -277,7 +322,7 @@ class InMemoryGroup(GroupAPI):
         if isinstance(value, InMemoryGroup):
             raise TypeError("assigning groups is not supported; use create_group")
         group, last = self._walk(path, create=True)
-        if isinstance(group._children.get(last), StagedDatasetBase):
+        if isinstance(group._children.get(last), (StagedDatasetBase, UnopenedDataset)):
             del group._children[last]
         self._check_name(group, last)
         arr = value[()] if isinstance(value, (StagedDatasetBase, h5py.Dataset)) else value
@@ -319,10 +364,39 @@ class InMemoryGroup(GroupAPI):
         self.visititems(collect)
         return out
 
+    def members_for_commit(self) -> tuple[list[InMemoryGroup], dict[str, StagedDatasetBase | UnopenedDataset]]:
+        """Subgroups and datasets below this group, in :meth:`visititems` order, none opened.
+
+        Returns
+        -------
+        groups : list of InMemoryGroup
+            Every subgroup, parents first.
+        datasets : dict
+            Path inside the version -> staged dataset, or :class:`UnopenedDataset`
+            for one never accessed.
+        """
+        groups: list[InMemoryGroup] = []
+        datasets: dict[str, StagedDatasetBase | UnopenedDataset] = {}
+
+        # Depth first, a group before its members, without a recursive closure (a
+        # closure calling itself is a reference cycle that would keep the tree alive).
+        stack = [iter(self._children.values())]
+        while stack:
+            for child in stack[-1]:
+                if isinstance(child, InMemoryGroup):
+                    groups.append(child)
+                    stack.append(iter(child._children.values()))
+                    break
+                if isinstance(child, (StagedDatasetBase, UnopenedDataset)):
+                    datasets[child.name] = child
+            else:
+                stack.pop()
+        return groups, datasets
+
 
 def _rename(obj, new_name: str) -> None:
     old = obj.name
     obj.name = new_name
     if isinstance(obj, InMemoryGroup):
-        for child in obj._children.values():
+        for child in obj.values():  # opened: an opened dataset keeps where its raw_data lives
             _rename(child, new_name + child.name[len(old):])
