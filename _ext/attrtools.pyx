@@ -30,7 +30,7 @@ from h5py._objects import phil
 from xarray_vhdf5._ext.slicetools import _HDF5_API
 from xarray_vhdf5.errors import HDF5Error
 
-__all__ = ["read_int64", "read_vlen_str", "write_buffer", "write_vlen_str"]
+__all__ = ["read_int64", "read_vlen_str", "reference_attr_names", "write_buffer", "write_vlen_str"]
 
 cdef HDF5API *H5 = <HDF5API *>PyCapsule_GetPointer(_HDF5_API, HDF5_API_CAPSULE_NAME)
 
@@ -39,6 +39,12 @@ cdef enum:
     H5S_SIMPLE = 1
     H5T_INTEGER = 0
     H5T_STRING = 3
+    H5T_COMPOUND = 6
+    H5T_REFERENCE = 7
+    H5T_VLEN = 9
+    H5T_ARRAY = 10
+    H5_INDEX_NAME = 0
+    H5_ITER_INC = 0
 
 
 cdef int _fail(const char *call, bytes name) except -1:
@@ -257,3 +263,72 @@ def read_int64(hid_t obj_id, bytes name not None, hid_t mem_type):
             _fail(b"H5Aread", name)
         H5.H5Aclose(attr)
     return 0, out
+
+
+cdef int _holds_references(hid_t tid) noexcept nogil:
+    """1 if datatype ``tid`` is or holds object/region references (compound members,
+    vlen and array bases), 0 if not, -1 if a libhdf5 call failed."""
+    cdef int cls = H5.H5Tget_class(tid)
+    cdef int n, i
+    cdef int found = 0
+    cdef hid_t sub
+    if cls < 0:
+        return -1
+    if cls == H5T_REFERENCE:
+        return 1
+    if cls == H5T_VLEN or cls == H5T_ARRAY:
+        sub = H5.H5Tget_super(tid)
+        if sub < 0:
+            return -1
+        found = _holds_references(sub)
+        H5.H5Tclose(sub)
+        return found
+    if cls == H5T_COMPOUND:
+        n = H5.H5Tget_nmembers(tid)
+        if n < 0:
+            return -1
+        for i in range(n):
+            sub = H5.H5Tget_member_type(tid, <unsigned>i)
+            if sub < 0:
+                return -1
+            found = _holds_references(sub)
+            H5.H5Tclose(sub)
+            if found != 0:
+                return found
+    return 0
+
+
+def reference_attr_names(hid_t loc_id, bytes obj_name not None, Py_ssize_t count):
+    """Names of the attributes of ``obj_name`` (relative to ``loc_id``) whose datatype holds references.
+
+    ``count``: the object's number of attributes (``H5Oget_info``); each is
+    opened by index (``H5Aopen_by_idx``, name order) and its datatype walked.
+    Returns a list of bytes. Raises HDF5Error when a libhdf5 call fails (e.g.
+    no object ``obj_name``).
+    """
+    cdef list found = []
+    cdef Py_ssize_t i, size
+    cdef hid_t attr, atype
+    cdef int holds
+    cdef bytearray buf
+    with phil:
+        for i in range(count):
+            attr = H5.H5Aopen_by_idx(loc_id, obj_name, H5_INDEX_NAME, H5_ITER_INC, <hsize_t>i, H5P_DEFAULT, H5P_DEFAULT)
+            if attr < 0:
+                raise HDF5Error(f"H5Aopen_by_idx failed: attribute {i} of object {obj_name.decode('utf-8', 'replace')!r}")
+            atype = H5.H5Aget_type(attr)
+            holds = _holds_references(atype) if atype >= 0 else -1
+            if atype >= 0:
+                H5.H5Tclose(atype)
+            size = H5.H5Aget_name(attr, 0, NULL) if holds == 1 else 0
+            if holds == 1 and size >= 0:
+                buf = bytearray(size + 1)
+                size = H5.H5Aget_name(attr, size + 1, buf)
+                found.append(bytes(buf[:size]))
+            H5.H5Aclose(attr)
+            if holds < 0 or size < 0:
+                raise HDF5Error(
+                    f"{'H5Aget_name' if holds == 1 else 'H5Aget_type'} failed: attribute {i} of object "
+                    f"{obj_name.decode('utf-8', 'replace')!r}"
+                )
+    return found

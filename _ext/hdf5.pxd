@@ -107,6 +107,12 @@ ctypedef htri_t (*H5Tequal_ft)(hid_t type1_id, hid_t type2_id) noexcept nogil
 ctypedef herr_t (*H5Tclose_ft)(hid_t type_id) noexcept nogil
 ctypedef int (*H5Tget_class_ft)(hid_t type_id) noexcept nogil
 ctypedef size_t (*H5Tget_size_ft)(hid_t type_id) noexcept nogil
+ctypedef hid_t (*H5Tget_super_ft)(hid_t type_id) noexcept nogil
+ctypedef int (*H5Tget_nmembers_ft)(hid_t type_id) noexcept nogil
+ctypedef hid_t (*H5Tget_member_type_ft)(hid_t type_id, unsigned membno) noexcept nogil
+ctypedef hid_t (*H5Aopen_by_idx_ft)(hid_t loc_id, const char *obj_name, int idx_type, int order,
+                                    hsize_t n, hid_t aapl_id, hid_t lapl_id) noexcept nogil
+ctypedef Py_ssize_t (*H5Aget_name_ft)(hid_t attr_id, size_t buf_size, char *buf) noexcept nogil
 ctypedef htri_t (*H5Tis_variable_str_ft)(hid_t type_id) noexcept nogil
 ctypedef hid_t (*H5Screate_ft)(int type) noexcept nogil
 ctypedef int (*H5Sget_simple_extent_dims_ft)(hid_t space_id, hsize_t *dims,
@@ -157,6 +163,11 @@ ctypedef struct HDF5API:
     H5Sselect_all_ft H5Sselect_all
     H5Dcreate2_ft H5Dcreate2
     H5Tget_size_ft H5Tget_size
+    H5Tget_super_ft H5Tget_super
+    H5Tget_nmembers_ft H5Tget_nmembers
+    H5Tget_member_type_ft H5Tget_member_type
+    H5Aopen_by_idx_ft H5Aopen_by_idx
+    H5Aget_name_ft H5Aget_name
 
 # Name of the PyCapsule holding a pointer to slicetools' filled HDF5API struct.
 cdef extern from *:

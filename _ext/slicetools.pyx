@@ -94,6 +94,11 @@ from hdf5 cimport (
     H5Tequal_ft,
     H5Tget_class_ft,
     H5Tget_size_ft,
+    H5Tget_super_ft,
+    H5Tget_nmembers_ft,
+    H5Tget_member_type_ft,
+    H5Aopen_by_idx_ft,
+    H5Aget_name_ft,
     H5Tis_variable_str_ft,
     HDF5API,
     herr_t,
@@ -211,6 +216,11 @@ cdef int _load_hdf5_symbols() except -1:
     H5.H5Sselect_all = <H5Sselect_all_ft>_sym(handle, b"H5Sselect_all")
     H5.H5Dcreate2 = <H5Dcreate2_ft>_sym(handle, b"H5Dcreate2")
     H5.H5Tget_size = <H5Tget_size_ft>_sym(handle, b"H5Tget_size")
+    H5.H5Tget_super = <H5Tget_super_ft>_sym(handle, b"H5Tget_super")
+    H5.H5Tget_nmembers = <H5Tget_nmembers_ft>_sym(handle, b"H5Tget_nmembers")
+    H5.H5Tget_member_type = <H5Tget_member_type_ft>_sym(handle, b"H5Tget_member_type")
+    H5.H5Aopen_by_idx = <H5Aopen_by_idx_ft>_sym(handle, b"H5Aopen_by_idx")
+    H5.H5Aget_name = <H5Aget_name_ft>_sym(handle, b"H5Aget_name")
     return 0
 
 

@@ -20,6 +20,11 @@ turns, round after round, in one process: each ratio is taken within a round
   ``ONE_POINT_HISTORY`` one-point versions by each implementation (not timed);
   then ``ONE_POINT_ROUNDS`` rounds of ``ONE_POINT_BATCH`` one-point commits per
   implementation, the file and the ``VersionedHDF5File`` kept open.
+- ``one point among datasets``: a file of ``MANY_DATASETS`` such datasets; each
+  version changes one point of one of them (chosen at random), the others are
+  carried unchanged (the floor copies their virtual datasets with ``H5Ocopy``,
+  :class:`workloads.MultiFloor`). ``ONE_POINT_HISTORY`` versions first, then
+  the same rounds as the one-point commits.
 
 Each final state is checked against numpy.
 """
@@ -33,6 +38,7 @@ import numpy as np
 import pytest
 
 from workloads import (
+    MultiFloor,
     _floor,
     _versioned_file_class,
     append_steps,
@@ -52,6 +58,7 @@ ONE_POINT_HISTORY = 300
 ONE_POINT_ROUNDS = 10
 ONE_POINT_BATCH = 50
 SHAPE, CHUNKS = (1000,), (100,)
+MANY_DATASETS = 10
 FLAT_SHORT, FLAT_LONG = 10, 1000
 FLAT_ROUNDS, FLAT_BATCH = 8, 10
 
@@ -146,6 +153,48 @@ class _OnePoint:
         return self.vf[self.vf.current_version]["x"][()]
 
 
+class _OnePointAmong:
+    """One implementation's open file of ``MANY_DATASETS`` datasets like ``_OnePoint``'s; one point of one changes per version."""
+
+    def __init__(self, impl: str, path: str, rng: np.random.Generator, history: int = ONE_POINT_HISTORY):
+        self.impl, self.rng, self.n = impl, rng, 0
+        self.names = [f"d{k}" for k in range(MANY_DATASETS)]
+        self.model = {name: np.full(SHAPE, float(k)) for k, name in enumerate(self.names)}
+        self.f = h5py.File(path, "w")
+        if impl == "floor":
+            self.floor = MultiFloor(self.f, self.names, SHAPE, CHUNKS, "f8")
+            self.floor.commit("v0", {name: {(j,): m[j * 100 : (j + 1) * 100].copy() for j in range(10)}
+                                     for name, m in self.model.items()})
+        else:
+            self.vf = _versioned_file_class(impl)(self.f)
+            with self.vf.stage_version("v0") as g:
+                for name, m in self.model.items():
+                    g.create_dataset(name, data=m, chunks=CHUNKS)
+        for _ in range(history - 1):
+            self.commit()
+
+    def commit(self) -> None:
+        self.n += 1
+        name = self.names[int(self.rng.integers(0, MANY_DATASETS))]
+        i = int(self.rng.integers(0, SHAPE[0]))
+        m = self.model[name]
+        m[i] = float(self.n)
+        if self.impl == "floor":
+            c = i // 100
+            self.floor.commit(f"v{self.n}", {name: {(c,): m[c * 100 : (c + 1) * 100].copy()}})
+        else:
+            with self.vf.stage_version(f"v{self.n}") as g:
+                g[name][i] = float(self.n)
+
+    def check(self) -> None:
+        for name, m in self.model.items():
+            if self.impl == "floor":
+                got = self.floor.read(f"v{self.n}", name)
+            else:
+                got = self.vf[self.vf.current_version][name][()]
+            np.testing.assert_array_equal(got, m)
+
+
 def alternate_commits(benchmark, files: dict, rounds: int, batch: int, group: str) -> dict[object, list[float]]:
     """``batch`` one-point commits on each of ``files`` (``_OnePoint``) in turn, ``rounds`` times.
 
@@ -166,7 +215,10 @@ def alternate_commits(benchmark, files: dict, rounds: int, batch: int, group: st
     try:
         benchmark.pedantic(all_rounds, rounds=1, iterations=1)
         for one in files.values():
-            np.testing.assert_array_equal(one.final(), one.model)
+            if hasattr(one, "check"):
+                one.check()
+            else:
+                np.testing.assert_array_equal(one.final(), one.model)
     finally:
         for one in files.values():
             one.f.close()
@@ -180,6 +232,15 @@ def test_one_point_commit_ratios(benchmark, note, tmp_path):
         benchmark, files, ONE_POINT_ROUNDS, ONE_POINT_BATCH, "alternating rounds (whole benchmark time, not a measurement)"
     )
     _summary(note, f"one-point commit ({ONE_POINT_HISTORY}+ versions)", times, 1e3, "ms")
+
+
+def test_one_point_among_datasets_ratios(benchmark, note, tmp_path):
+    """Medians over rounds of the commit ratios when one point of one of ten datasets changes per version."""
+    files = {impl: _OnePointAmong(impl, str(tmp_path / f"{impl}.h5"), np.random.default_rng(7)) for impl in IMPLS}
+    times = alternate_commits(
+        benchmark, files, ONE_POINT_ROUNDS, ONE_POINT_BATCH, "alternating rounds (whole benchmark time, not a measurement)"
+    )
+    _summary(note, f"one point among {MANY_DATASETS} datasets ({ONE_POINT_HISTORY}+ versions)", times, 1e3, "ms")
 
 
 def test_history_flatness(benchmark, note, tmp_path):

@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 import h5py
 import numpy as np
-from h5py import h5d, h5g, h5p, h5s, h5t
+from h5py import h5d, h5g, h5o, h5p, h5s, h5t
 
 from xarray_vhdf5.backend.h5attrs import write_attr
 from xarray_vhdf5.backend.rows import write_rows
@@ -82,15 +82,17 @@ def _versioned_file_class(impl: str):
 class FormatFloor:
     """Minimal writer of the versioned-hdf5 format for one n-d dataset ``x``."""
 
-    def __init__(self, f: h5py.File, shape, chunks, dtype, fill=0):
+    def __init__(self, f: h5py.File, shape, chunks, dtype, fill=0, *, name: str = "x", versions: h5py.Group | None = None):
         self.f = f
+        self.name = name
         self.chunks = tuple(chunks)
         self.dtype = np.dtype(dtype)
-        grp = f.create_group("_version_data/x")
-        versions = f.create_group("_version_data/versions")
-        versions.create_group("__first_version__").attrs["timestamp"] = "1970-01-01 00:00:00.000000+0000"
-        versions.attrs["current_version"] = "__first_version__"
-        versions.attrs["data_version"] = 4
+        grp = f.create_group(f"_version_data/{name}")
+        if versions is None:  # the file's first dataset
+            versions = f.create_group("_version_data/versions")
+            versions.create_group("__first_version__").attrs["timestamp"] = "1970-01-01 00:00:00.000000+0000"
+            versions.attrs["current_version"] = "__first_version__"
+            versions.attrs["data_version"] = 4
         self.versions = versions
         self.raw = grp.create_dataset(
             "raw_data", shape=(0, *chunks[1:]), chunks=chunks, maxshape=(None, *chunks[1:]), dtype=dtype, fillvalue=fill
@@ -153,12 +155,23 @@ class FormatFloor:
         self.hash_table.attrs["largest_index"] = self.n_rows
 
     def _create_version(self, name: str) -> None:
-        c0 = self.chunks[0]
+        grp = self._new_version_group(name, self.prev)
+        self._create_vds(grp)
+        grp.attrs["committed"] = True
+        self.versions.attrs["current_version"] = name
+
+    def _new_version_group(self, name: str, prev: str) -> h5py.Group:
         grp = self.versions.create_group(name)
         # FORMAT.md: created with committed=False and its timestamp, marked committed last.
-        grp.attrs["prev_version"] = self.prev
+        grp.attrs["prev_version"] = prev
         grp.attrs["committed"] = False
         grp.attrs["timestamp"] = "1970-01-01 00:00:00.000000+0000"
+        return grp
+
+    def _create_vds(self, grp: h5py.Group) -> None:
+        """This dataset's virtual dataset in version group ``grp``, one mapping per stored chunk."""
+        c0 = self.chunks[0]
+        raw_path = f"/_version_data/{self.name}/raw_data"
         dcpl = h5p.create(h5p.DATASET_CREATE)
         dcpl.set_layout(h5d.VIRTUAL)
         vspace = h5s.create_simple(self.shape, self.shape)
@@ -166,17 +179,15 @@ class FormatFloor:
         for index, (row, cshape) in self.mapping.items():
             vspace.select_hyperslab(tuple(i * c for i, c in zip(index, self.chunks)), cshape)
             src.select_hyperslab((row * c0,) + (0,) * (len(cshape) - 1), cshape)
-            dcpl.set_virtual(vspace, b".", b"/_version_data/x/raw_data", src)
+            dcpl.set_virtual(vspace, b".", raw_path.encode(), src)
         vspace.select_all()
-        vds = h5d.create(grp.id, b"x", h5t.py_create(self.dtype), vspace, dcpl=dcpl)
+        vds = h5d.create(grp.id, self.name.encode(), h5t.py_create(self.dtype), vspace, dcpl=dcpl)
         vds_attrs = h5py.AttributeManager(h5py.Dataset(vds))
-        vds_attrs["raw_data"] = "/_version_data/x/raw_data"  # FORMAT.md: the version dataset's attrs
+        vds_attrs["raw_data"] = raw_path  # FORMAT.md: the version dataset's attrs
         vds_attrs["chunks"] = np.asarray(self.chunks, dtype=np.int64)
-        grp.attrs["committed"] = True
-        self.versions.attrs["current_version"] = name
 
     def read(self, name: str) -> np.ndarray:
-        return self.versions[name]["x"][()]
+        return self.versions[name][self.name][()]
 
 
 class LeanFloor(FormatFloor):
@@ -218,9 +229,49 @@ class LeanFloor(FormatFloor):
         write_attr(gid, "committed", False)
         write_attr(gid, "timestamp", "1970-01-01 00:00:00.000000+0000")
         chunk_rows = [(index, row * c0, row * c0 + cshape[0]) for index, (row, cshape) in self.mapping.items()]
-        create_virtual_dataset_id(gid, "x", self.raw, self.shape, self.chunks, chunk_rows, fillvalue=self.fill)
+        create_virtual_dataset_id(gid, self.name, self.raw, self.shape, self.chunks, chunk_rows, fillvalue=self.fill)
         write_attr(gid, "committed", True)
         write_attr(self.versions.id, "current_version", name)
+
+
+class MultiFloor:
+    """The format floor of a file of several datasets, one or some of them changed per version.
+
+    Changed datasets are hashed, stored and mapped as :class:`FormatFloor` does;
+    each unchanged one still needs its virtual dataset in the new version
+    group, made the cheapest way: ``H5Ocopy`` of the previous version's
+    (mappings and attributes copied inside libhdf5).
+    """
+
+    def __init__(self, f: h5py.File, names, shape, chunks, dtype):
+        first = FormatFloor(f, shape, chunks, dtype, name=names[0])
+        self.floors = {names[0]: first}
+        for name in names[1:]:
+            self.floors[name] = FormatFloor(f, shape, chunks, dtype, name=name, versions=first.versions)
+        self.versions = first.versions
+        self.prev = "__first_version__"
+
+    def commit(self, version: str, changed: dict[str, dict[tuple, np.ndarray]]) -> None:
+        """``changed``: dataset name -> (chunk index -> the chunk's data)."""
+        for name, chunks in changed.items():
+            floor = self.floors[name]
+            new = floor._hash(chunks)
+            if new:
+                floor._append_chunks(new)
+                floor._append_hash_rows(new)
+        first = next(iter(self.floors.values()))
+        grp = first._new_version_group(version, self.prev)
+        for name, floor in self.floors.items():
+            if name in changed or self.prev == "__first_version__":
+                floor._create_vds(grp)
+            else:
+                h5o.copy(self.versions[self.prev].id, name.encode(), grp.id, name.encode())
+        grp.attrs["committed"] = True
+        self.versions.attrs["current_version"] = version
+        self.prev = version
+
+    def read(self, version: str, name: str) -> np.ndarray:
+        return self.versions[version][name][()]
 
 
 def _floor(impl: str, f: h5py.File, shape, chunks, dtype) -> FormatFloor:

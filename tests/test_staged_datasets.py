@@ -369,11 +369,14 @@ def test_staged_attrs_look_up_one_name_without_reading_the_others(tmp_path, monk
             assert g["x"].attrs["CLASS"] == "set" and "units" not in g["x"].attrs
 
 
-def test_reference_datatypes_are_told_apart_as_h5py_dtypes_tell_them(tmp_path):
-    """``type_holds_references`` (HDF5 datatype classes) against h5py's dtype view of the same
-    attributes: references alone, in arrays, compounds (netCDF's REFERENCE_LIST) and vlen
-    sequences (DIMENSION_LIST); strings of both kinds, numbers, enums are not."""
-    from xarray_vhdf5.backend.virtual import type_holds_references
+@pytest.mark.parametrize("kernels", ["cython", "python"])
+def test_reference_datatypes_are_told_apart_as_h5py_dtypes_tell_them(tmp_path, kernels):
+    """``reference_attribute_names`` (HDF5 datatype classes; compiled and reference paths)
+    against h5py's dtype view of the same attributes: references alone, in arrays, compounds
+    (netCDF's REFERENCE_LIST) and vlen sequences (DIMENSION_LIST); strings of both kinds,
+    numbers, enums are not. A missing object raises KeyError."""
+    from xarray_vhdf5.backend.h5attrs import reference_attribute_names
+    from xarray_vhdf5.backend.transfer import kernel_backend
 
     with h5py.File(tmp_path / "t.h5", "w") as f:
         d = f.create_dataset("d", data=np.arange(3))
@@ -394,11 +397,13 @@ def test_reference_datatypes_are_told_apart_as_h5py_dtypes_tell_them(tmp_path):
         a.create("ints", ints)
         a.create("enum", np.array(1, dtype="i1"), dtype=h5py.enum_dtype({"a": 0, "b": 1}, basetype="i1"))
         a.create("pair", np.zeros(1, dtype=[("x", "f8"), ("y", "S3")]))
-        told = {name: type_holds_references(h5py.h5a.open(d.id, name.encode()).get_type()) for name in a}
-    assert told == {
-        "obj": True, "objs": True, "region": True, "ref_list": True, "dim_list": True,
-        "vlen_str": False, "fixed": False, "num": False, "ints": False, "enum": False, "pair": False,
-    }
+        with kernel_backend(kernels):
+            found = reference_attribute_names(f.id, b"d")
+            with pytest.raises(KeyError):
+                reference_attribute_names(f.id, b"missing")
+        by_dtype = {name for name in a if h5py.check_ref_dtype(a.get_id(name).dtype) is not None}
+    assert by_dtype == {"obj", "objs", "region"}  # h5py's dtypes tell plain references only
+    assert found == sorted(n.encode() for n in ("obj", "objs", "region", "ref_list", "dim_list"))
 
 
 def test_untouched_datasets_are_copied_without_being_opened(base, monkeypatch):

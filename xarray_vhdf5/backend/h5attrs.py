@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 from h5py import h5a, h5s, h5t
 
-from .h5objects import memory_type
+from .h5objects import memory_type, object_info_by_name
 from .transfer import get_kernel_backend
 
 try:
@@ -33,7 +33,7 @@ try:
 except ImportError:  # no compiled kernels: the h5py path (transfer reports why)
     _attrtools = None
 
-__all__ = ["read_attr", "write_attr"]
+__all__ = ["read_attr", "reference_attribute_names", "type_holds_references", "write_attr"]
 
 _VLEN_STR = h5py.string_dtype()
 _VLEN_STR_TYPE = h5t.py_create(_VLEN_STR)
@@ -205,3 +205,62 @@ def _read_h5py(obj_id, name: str) -> Any:
     out = np.empty(attr.shape, dtype=dtype)
     attr.read(out, mtype=_h5type(dtype, logical=False) if dtype.kind in "biuf" else None)
     return out[()] if out.shape == () else out
+
+
+def reference_attribute_names(loc_id, obj_name: bytes) -> list[bytes]:
+    """Names of the attributes of object ``obj_name`` whose datatype holds references.
+
+    Object and region references, alone or inside compounds (netCDF's
+    ``REFERENCE_LIST``), variable-length sequences (``DIMENSION_LIST``) and
+    arrays. The object is not opened (a virtual dataset's would decode every
+    mapping): its attributes are opened by index (``H5Aopen_by_idx``, name
+    order) and their HDF5 datatypes walked, by the compiled attribute kernel
+    (about 5 us an attribute), or through ``h5py.h5a`` / ``h5t`` on the
+    reference path (:func:`type_holds_references`, 30-40 us).
+
+    Parameters
+    ----------
+    loc_id : h5py ObjectID
+        The group holding the object (or any object, with an absolute ``obj_name``).
+    obj_name : bytes
+        The object's name from ``loc_id``.
+
+    Returns
+    -------
+    list of bytes
+        In name order.
+
+    Raises
+    ------
+    KeyError
+        No object ``obj_name``.
+    HDF5Error
+        The compiled path: a libhdf5 call failed on one of its attributes.
+    """
+    count = object_info_by_name(loc_id, obj_name)[2]
+    kernel = _kernel()
+    if kernel is not None:
+        return kernel.reference_attr_names(loc_id.id, obj_name, count)
+    found = []
+    for i in range(count):
+        attr = h5a.open(loc_id, index=i, obj_name=obj_name)
+        if type_holds_references(attr.get_type()):
+            found.append(attr.name)
+    return found
+
+
+def type_holds_references(tid: h5t.TypeID) -> bool:
+    """True for an HDF5 datatype of object or region references, or one holding them.
+
+    References inside compounds (``REFERENCE_LIST``), variable-length
+    sequences (``DIMENSION_LIST``) and arrays count; variable-length strings
+    are strings (class ``H5T_STRING``), not sequences.
+    """
+    cls = tid.get_class()
+    if cls == h5t.REFERENCE:
+        return True
+    if cls in (h5t.VLEN, h5t.ARRAY):
+        return type_holds_references(tid.get_super())
+    if cls == h5t.COMPOUND:
+        return any(type_holds_references(tid.get_member_type(i)) for i in range(tid.get_nmembers()))
+    return False

@@ -18,8 +18,7 @@ import numpy as np
 from h5py import h5a, h5d, h5o, h5p, h5s, h5t
 
 from ..errors import HDF5Error
-from .h5attrs import write_attr
-from .h5objects import object_info_by_name
+from .h5attrs import reference_attribute_names, write_attr
 from .hashing import is_vlen_string_dtype
 from .transfer import get_kernel_backend
 
@@ -323,7 +322,8 @@ def carry_virtual_dataset(source_loc, source_name: bytes, group: h5py.Group, nam
     version (the xarray writer rebuilds dimension scales after a commit).
     Neither dataset is opened (libhdf5 would decode every mapping): the
     copy's attributes are read by index and told apart by their HDF5 datatype
-    (:func:`type_holds_references`; numpy dtypes cost 40-90 us an attribute).
+    (:func:`~xarray_vhdf5.backend.h5attrs.reference_attribute_names`; numpy
+    dtypes cost 40-90 us an attribute).
 
     Parameters
     ----------
@@ -336,30 +336,8 @@ def carry_virtual_dataset(source_loc, source_name: bytes, group: h5py.Group, nam
     """
     bname = name.encode()
     h5o.copy(source_loc, source_name, group.id, bname)
-    doomed = []
-    for i in range(object_info_by_name(group.id, bname)[2]):
-        attr = h5a.open(group.id, index=i, obj_name=bname)
-        if type_holds_references(attr.get_type()):
-            doomed.append(attr.name)
-    for attr_name in doomed:
+    for attr_name in reference_attribute_names(group.id, bname):
         h5a.delete(group.id, attr_name, obj_name=bname)
-
-
-def type_holds_references(tid: h5t.TypeID) -> bool:
-    """True for an HDF5 datatype of object or region references, or one holding them.
-
-    References inside compounds (``REFERENCE_LIST``), variable-length
-    sequences (``DIMENSION_LIST``) and arrays count; variable-length strings
-    are strings (class ``H5T_STRING``), not sequences.
-    """
-    cls = tid.get_class()
-    if cls == h5t.REFERENCE:
-        return True
-    if cls in (h5t.VLEN, h5t.ARRAY):
-        return type_holds_references(tid.get_super())
-    if cls == h5t.COMPOUND:
-        return any(type_holds_references(tid.get_member_type(i)) for i in range(tid.get_nmembers()))
-    return False
 
 
 def write_attrs(obj: h5py.HLObject, attrs: Mapping[str, Any]) -> None:
