@@ -471,3 +471,40 @@ def test_moving_a_group_opens_its_datasets_where_they_were(tmp_path):
             assert g["c/b/x"].origin_name == "a/b/x" and g["c/b/x"][4] == 4.0
         np.testing.assert_array_equal(vf["v2"]["c/b/x"][()], np.arange(6.0))
         np.testing.assert_array_equal(vf["v1"]["a/b/x"][()], np.arange(6.0))
+
+
+def test_an_edited_dataset_keeps_its_attributes_as_stored(base):
+    """Data edited, attributes untouched: the new version's attributes are the previous ones with
+    the same HDF5 datatypes, dataspaces and values, references dropped; also after one is set."""
+    path, data = base
+    with h5py.File(path, "r+") as f:
+        v1x = f["_version_data/versions/v1/x"]
+        a = v1x.attrs
+        a["units"] = "K"  # vlen UTF-8 string
+        a.create("ascii", np.bytes_(b"abc"))  # fixed-length bytes
+        a.create("names", np.array(["lat", "lon"], dtype=h5py.string_dtype("ascii")))
+        a["scale"] = np.float32(0.5)
+        a["valid_range"] = np.array([-1, 1], dtype="i2")
+        a["flag"] = True  # h5py's enum
+        a["empty"] = h5py.Empty("f8")
+        a["ref"] = f["_version_data/versions/v1"].ref  # points into v1: dropped
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"][0, 0] = -1.0
+        with vf.stage_version("v3") as g:
+            g["x"][0, 1] = -2.0
+            g["x"].attrs["comment"] = "new"  # loaded and written back
+        for version, extra in (("v2", set()), ("v3", {"comment"})):
+            new = f[f"_version_data/versions/{version}/x"]
+            assert set(new.attrs) == set(a) - {"ref"} | extra
+            for name in set(a) - {"ref"}:
+                old_id, new_id = a.get_id(name), new.attrs.get_id(name)
+                assert new_id.get_type().dtype == old_id.get_type().dtype, name
+                assert new_id.get_space().get_simple_extent_type() == old_id.get_space().get_simple_extent_type()
+                if name != "empty":
+                    np.testing.assert_array_equal(np.asarray(new.attrs[name]), np.asarray(a[name]))
+            assert isinstance(new.attrs["empty"], h5py.Empty)
+        assert f["_version_data/versions/v2/x"].attrs.get_id("units").get_type().get_cset() == h5py.h5t.CSET_UTF8
+        expected = data.copy()
+        expected[0, 0], expected[0, 1] = -1.0, -2.0
+        np.testing.assert_array_equal(vf["v3"]["x"][()], expected)
