@@ -23,7 +23,7 @@ turns, round after round, in one process: each ratio is taken within a round
 - ``one point among datasets``: a file of ``MANY_DATASETS`` such datasets; each
   version changes one point of one of them (chosen at random), the others are
   carried unchanged (the floor copies their virtual datasets with ``H5Ocopy``,
-  :class:`workloads.MultiFloor`). ``ONE_POINT_HISTORY`` versions first, then
+  :class:`workloads.MultiFloor`). ``MANY_HISTORY`` versions first, then
   the same rounds as the one-point commits.
 
 Each final state is checked against numpy.
@@ -59,6 +59,7 @@ ONE_POINT_ROUNDS = 10
 ONE_POINT_BATCH = 50
 SHAPE, CHUNKS = (1000,), (100,)
 MANY_DATASETS = 10
+MANY_HISTORY = 100
 FLAT_SHORT, FLAT_LONG = 10, 1000
 FLAT_ROUNDS, FLAT_BATCH = 8, 10
 
@@ -156,7 +157,7 @@ class _OnePoint:
 class _OnePointAmong:
     """One implementation's open file of ``MANY_DATASETS`` datasets like ``_OnePoint``'s; one point of one changes per version."""
 
-    def __init__(self, impl: str, path: str, rng: np.random.Generator, history: int = ONE_POINT_HISTORY):
+    def __init__(self, impl: str, path: str, rng: np.random.Generator, history: int = MANY_HISTORY):
         self.impl, self.rng, self.n = impl, rng, 0
         self.names = [f"d{k}" for k in range(MANY_DATASETS)]
         self.model = {name: np.full(SHAPE, float(k)) for k, name in enumerate(self.names)}
@@ -240,7 +241,7 @@ def test_one_point_among_datasets_ratios(benchmark, note, tmp_path):
     times = alternate_commits(
         benchmark, files, ONE_POINT_ROUNDS, ONE_POINT_BATCH, "alternating rounds (whole benchmark time, not a measurement)"
     )
-    _summary(note, f"one point among {MANY_DATASETS} datasets ({ONE_POINT_HISTORY}+ versions)", times, 1e3, "ms")
+    _summary(note, f"one point among {MANY_DATASETS} datasets ({MANY_HISTORY}+ versions)", times, 1e3, "ms")
 
 
 def test_history_flatness(benchmark, note, tmp_path):
