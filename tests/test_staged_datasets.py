@@ -508,3 +508,42 @@ def test_an_edited_dataset_keeps_its_attributes_as_stored(base):
         expected = data.copy()
         expected[0, 0], expected[0, 1] = -1.0, -2.0
         np.testing.assert_array_equal(vf["v3"]["x"][()], expected)
+
+
+def test_a_dataset_the_last_commit_made_is_not_opened_again(base, monkeypatch):
+    """Staging on top of this handle's last commit takes the virtual dataset's id that commit
+    made (libhdf5 decodes every mapping on open); a dataset replaced since is opened anew."""
+    import xarray_vhdf5.wrappers.group as group_module
+
+    path, data = base
+    opened = []
+    real_open = h5py.h5o.open
+
+    class CountingH5O:
+        TYPE_DATASET, TYPE_GROUP = h5py.h5o.TYPE_DATASET, h5py.h5o.TYPE_GROUP
+
+        @staticmethod
+        def open(*args):
+            opened.append(args[1])
+            return real_open(*args)
+
+    monkeypatch.setattr(group_module, "h5o", CountingH5O)
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"][0, 0] = -1.0  # v1's x: made by another handle, opened
+        assert opened == [b"x"]
+        with vf.stage_version("v3") as g:
+            g["x"][0, 1] = -2.0  # v2's x: this handle's commit made it
+        assert opened == [b"x"]
+        other = VersionedHDF5File(f)
+        with other.stage_version("side", prev_version="v1", make_current=False) as g:
+            g["x"][5, 5] = -5.0
+        other.delete_versions(["side"])  # rebuilds the surviving versions' virtual datasets
+        opened.clear()
+        with vf.stage_version("v4") as g:
+            g["x"][0, 2] = -3.0
+        assert opened == [b"x"]  # another object now: opened
+        expected = data.copy()
+        expected[0, 0], expected[0, 1], expected[0, 2] = -1.0, -2.0, -3.0
+        np.testing.assert_array_equal(vf["v4"]["x"][()], expected)

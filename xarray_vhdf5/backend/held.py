@@ -94,6 +94,24 @@ class OpenDatasets:
     def __init__(self) -> None:
         self._held: dict[bytes, tuple[int, h5d.DatasetID]] = {}
         self._wrappers: dict[bytes, h5py.Dataset] = {}
+        #: ``(path, object address)`` -> id of a virtual dataset this handle's last commit made.
+        self._made: dict[tuple[str, int], h5d.DatasetID] = {}
+
+    def keep_made(self, made: dict[tuple[str, int], h5d.DatasetID]) -> None:
+        """Hold the virtual datasets the last commit made (``SlabMapCache.commit``), in place of the previous ones."""
+        self._made = made
+
+    def made(self, path: bytes, address: int) -> h5d.DatasetID | None:
+        """The id the last commit made the virtual dataset at ``path`` with, if it is still the object there.
+
+        ``address``: the object's address now (``UnopenedDataset.address``).
+        Opening a virtual dataset makes libhdf5 decode every mapping (about
+        8 us each); the id the commit created is still open. While an id is
+        open libhdf5 does not free the object's space, so the same address is
+        the same object.
+        """
+        vid = self._made.get((path.decode(), address))
+        return vid if vid is not None and vid.valid else None
 
     def _get(self, loc, path: bytes, chunk_bytes: int | None = None) -> h5d.DatasetID:
         addr = object_address_by_name(loc, path)
@@ -160,3 +178,4 @@ class OpenDatasets:
         """Let go of every handle (they close when no other reference remains)."""
         self._held = {}
         self._wrappers = {}
+        self._made = {}

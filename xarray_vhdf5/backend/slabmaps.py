@@ -166,24 +166,36 @@ class SlabMapCache:
             _stamp, state, slab_indices, slab_offsets = self._entries[key]
             self._pending[(new_path, new_address, *key[2:])] = (group.id, state, slab_indices, slab_offsets)
 
-    def commit(self, stamp: str | None = None) -> None:
+    def commit(self, stamp: str | None = None) -> dict[tuple[str, int], h5d.DatasetID]:
         """The commit succeeded (its timestamp is final): its datasets replace every older entry.
 
         ``stamp``: the ``timestamp`` attribute the commit wrote on its version
         group (read back from the file when not given).
+
+        Returns
+        -------
+        dict
+            ``(path, object address)`` -> the open id of each virtual dataset
+            the commit created (not kept here: these caches outlive the file
+            handle, and an open id would keep the file open;
+            ``backend.held.OpenDatasets.keep_made`` keeps them per handle).
         """
         stamps: dict[str, object] = {}
         entries = {}
+        opened = {}
         for key, (vds, state, slab_indices, slab_offsets) in self._pending.items():
             version_path = _version_path(key)
             if version_path not in stamps:
                 stamps[version_path] = stamp if stamp is not None else _version_stamp(vds, key)
             entries[key] = (stamps[version_path], state, slab_indices, slab_offsets)
+            if isinstance(vds, h5d.DatasetID):
+                opened[key[:2]] = vds
         self._entries, self._pending = entries, {}
         self._by_object = {}
         for key in entries:
             self._by_object.setdefault(key[:2], []).append(key)
         self._versions_state = None
+        return opened
 
     def note_versions_state(self, state: tuple[int, int] | None) -> None:
         """The versions group's state once the commit that filled the cache is registered.

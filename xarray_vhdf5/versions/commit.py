@@ -155,7 +155,7 @@ def commit_version(
         caches.clear()
         del versions[name]
         raise
-    caches.slab_maps.commit(stamp)
+    caches.open_datasets.keep_made(caches.slab_maps.commit(stamp))
     return report
 
 

@@ -131,7 +131,11 @@ class InMemoryGroup(GroupAPI):
         """Member ``key``, a previous version's dataset opened if it was not yet."""
         child = self._children[key]
         if type(child) is UnopenedDataset:
-            child = self._children[key] = InMemoryDataset(child.name, self, h5o.open(child.gid, child.bname))
+            held = self._root.open_datasets
+            oid = held.made(child.source_path, child.address) if held is not None else None
+            if oid is None:
+                oid = h5o.open(child.gid, child.bname)
+            child = self._children[key] = InMemoryDataset(child.name, self, oid)
         return child
 
     def _check_open(self) -> None:
