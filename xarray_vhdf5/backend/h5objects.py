@@ -95,15 +95,7 @@ def object_address_by_name(loc_id, path: bytes) -> int:
     KeyError
         Nothing at ``path``.
     """
-    if _GET_INFO_BY_NAME3 is not None:
-        info = _Info2()
-        with h5py._objects.phil:
-            if _GET_INFO_BY_NAME3(loc_id.id, path, ctypes.byref(info), _H5O_INFO_BASIC, 0) >= 0:
-                return int.from_bytes(bytes(info.token)[:8], "little")
-    try:  # libhdf5's answer through h5py, whose error says why
-        return int(h5o.get_info(loc_id, name=path).addr)
-    except (KeyError, RuntimeError) as exc:  # h5py raises RuntimeError for a missing name
-        raise KeyError(f"no object at {path.decode('utf-8', 'replace')!r}: {exc}") from None
+    return _info_by_name(loc_id, path, _H5O_INFO_BASIC)[0]
 
 
 def object_info_by_name(loc_id, path: bytes) -> tuple[int, int, int]:
@@ -113,21 +105,22 @@ def object_info_by_name(loc_id, path: bytes) -> tuple[int, int, int]:
     ``TYPE_NAMED_DATATYPE``. Asks libhdf5 for those fields only
     (``H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS``): h5py's ``h5o.get_info`` asks
     for all, which makes libhdf5 encode a virtual dataset's layout again.
-
-    Raises
-    ------
-    KeyError
-        Nothing at ``path``.
+    Arguments and errors as :func:`object_address_by_name`.
     """
+    return _info_by_name(loc_id, path, _H5O_INFO_BASIC | _H5O_INFO_NUM_ATTRS)
+
+
+def _info_by_name(loc_id, path: bytes, fields: int) -> tuple[int, int, int]:
+    """``H5Oget_info_by_name3`` asking for ``fields`` (the attribute count is 0 unless asked)."""
     if _GET_INFO_BY_NAME3 is not None:
         info = _Info2()
         with h5py._objects.phil:
-            status = _GET_INFO_BY_NAME3(loc_id.id, path, ctypes.byref(info), _H5O_INFO_BASIC | _H5O_INFO_NUM_ATTRS, 0)
+            status = _GET_INFO_BY_NAME3(loc_id.id, path, ctypes.byref(info), fields, 0)
         if status >= 0:
             return int.from_bytes(bytes(info.token)[:8], "little"), int(info.type), int(info.num_attrs)
-    try:
+    try:  # libhdf5's answer through h5py, whose error says why
         full = h5o.get_info(loc_id, name=path)
-    except (KeyError, RuntimeError) as exc:
+    except (KeyError, RuntimeError) as exc:  # h5py raises RuntimeError for a missing name
         raise KeyError(f"no object at {path.decode('utf-8', 'replace')!r}: {exc}") from None
     return int(full.addr), int(full.type), int(full.num_attrs)
 
