@@ -549,3 +549,17 @@ def test_compound_fields_and_write_direct_are_staged(tmp_path):
                 x.write_direct([1, 2])
         np.testing.assert_array_equal(vf["v2"]["x"][()], plain[()])
         np.testing.assert_array_equal(vf["v1"]["x"][()], data)
+
+
+def test_committed_groups_know_their_version_below_the_file_root(tmp_path):
+    """A versioned file rooted at a subgroup: parents and versioned_root stop at the version."""
+    with h5py.File(tmp_path / "n.h5", "w") as f:
+        vf = xarray_vhdf5.VersionedHDF5File(f.create_group("sub"))
+        with vf.stage_version("v1") as g:
+            g.create_group("grp").create_dataset("x", data=np.arange(4.0), chunks=(2,))
+        root, grp = vf["v1"], vf["v1"]["grp"]
+        assert root.parent.name == root.versioned_root.name == "/sub/_version_data/versions/v1"
+        assert grp.parent.name == grp.versioned_root.name == "/sub/_version_data/versions/v1"
+        x = grp["x"]
+        assert x.parent.name == grp.name and x.parent.version == "v1"
+        assert list(root.datasets()) == ["grp/x"]

@@ -452,3 +452,20 @@ def test_a_rewritten_raw_data_refuses_only_its_own_variables(tmp_path):
         staged.vhdf5.commit("v3")  # one stale variable: nothing committed
     with h5py.File(path, "r") as f:
         assert "v3" not in f["_version_data/versions"]
+
+
+def test_a_shallow_copy_of_a_staged_variable_is_checked_and_shares_no_chunks(tmp_path):
+    """``copy.copy`` of a staged variable's data is copy-on-write like ``copy.deepcopy`` and is
+    checked when the stage's file reopens: after a rewrite of its raw_data it raises."""
+    import copy
+
+    staged, _ = _rewritten_under_stage(tmp_path)  # its file rewritten while closed
+    with pytest.raises(StaleVersionError, match="stage again"):
+        copy.copy(staged["x"].data)  # copying reads the base: refused
+    (tmp_path / "f").mkdir()
+    fresh = _staged_arange(tmp_path / "f" / "a.h5")
+    data = fresh["x"].data
+    clone = copy.copy(data)
+    clone[0] = -1.0
+    assert np.asarray(data)[0] == 0.0 and np.asarray(clone)[0] == -1.0
+    assert any(a is clone for a in data.handle.arrays.values())

@@ -88,11 +88,15 @@ class StagedAttrs(MutableMapping):
         dataset's ``DIMENSION_LIST`` of object references among them), for
         code that asks for one name, such as ``attrs.get("CLASS")``.
         """
-        if self._values is not None or self._obj_id is None:
-            return None
-        if not isinstance(key, str) or key in self._skip:
+        if self._values is not None or self._obj_id is None or not isinstance(key, str) or not key:
+            return None  # loaded, or a key only the loaded names can answer (h5py lists bytes names)
+        if key in self._skip:
             return False
-        return bool(h5a.exists(self._obj_id, key.encode("utf-8")))
+        try:
+            name = key.encode("utf-8")
+        except UnicodeEncodeError:  # e.g. a lone surrogate: no stored name decodes to it
+            return None
+        return bool(h5a.exists(self._obj_id, name))
 
     def __getitem__(self, key: str) -> Any:
         found = self._unloaded_lookup(key)

@@ -14,6 +14,7 @@ import h5py
 import numpy as np
 
 from ..backend.hashing import is_vlen_string_dtype
+from ..backend.layout import VERSION_DATA, VERSIONS
 from ..errors import ReadOnlyError
 from .attrs import ReadOnlyAttrs
 from .dataset_api import chunk_slices
@@ -116,8 +117,9 @@ class VersionDataset:
     @property
     def parent(self) -> VersionGroup:
         """The group holding this dataset, in the same version (read-only)."""
-        version = self.dataset.name.split("/")[3]
-        return VersionGroup(self.dataset.parent, version)
+        parts = self.dataset.name.split("/")  # .../_version_data/versions/<version>/..., at any depth
+        at = next(i for i in range(len(parts) - 2) if parts[i] == VERSION_DATA and parts[i + 1] == VERSIONS)
+        return VersionGroup(self.dataset.parent, parts[at + 2])
 
     @property
     def id(self):
@@ -256,10 +258,16 @@ class VersionGroup:
     def file(self) -> h5py.File:
         return self.group.file
 
+    def _root_name(self) -> str:
+        """Path of the version's own group (``.../_version_data/versions/<version>``, at any depth)."""
+        name = self.name
+        marker = f"/{VERSION_DATA}/{VERSIONS}/{self.version}"
+        return name[: (name + "/").index(marker + "/") + len(marker)]
+
     @property
     def parent(self) -> VersionGroup:
         """The parent group in the same version (the version's root is its own parent)."""
-        if self.group.name.count("/") <= 3:  # /_version_data/versions/<version>
+        if self.name == self._root_name():
             return self
         return VersionGroup(self.group.parent, self.version)
 
@@ -322,10 +330,8 @@ class VersionGroup:
     @property
     def versioned_root(self) -> VersionGroup:
         """The version's root group (versioned-hdf5's ``versioned_root``)."""
-        root = self
-        while root.parent is not root:
-            root = root.parent
-        return root
+        root = self._root_name()
+        return self if self.name == root else VersionGroup(self.group.file[root], self.version)
 
     def close(self) -> None:
         """Does nothing: a committed version is read-only already.

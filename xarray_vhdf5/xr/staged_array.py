@@ -41,7 +41,6 @@ survive and reads stay on the compiled path.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import operator
 import os
@@ -551,10 +550,15 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         return out[0] if isinstance(out, tuple) and len(out) == 1 else out
 
     def _like(self, staged: StagedChangesArray) -> StagedVariableArray:
-        new = copy.copy(self)
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
         new.staged = staged
-        self.handle.register(new)
+        self.handle.register(new)  # checked with the others when the stage's file reopens
         return new
+
+    def __copy__(self) -> StagedVariableArray:
+        """As :meth:`__deepcopy__`: a copy never shares staged chunks (a numpy array's copy does not share data)."""
+        return self._like(self._ensure_open().copy())
 
     def __deepcopy__(self, memo) -> StagedVariableArray:
         """A copy-on-write copy (no chunk copied until either side writes), same origin."""
