@@ -564,3 +564,22 @@ def test_staged_attrs_answer_odd_keys_as_after_loading(base):
             attrs["units"] = "K"
             after = ["" in attrs, attrs.get(""), "\udc80" in attrs, b"units" in attrs, attrs.get(b"units"), 1 in attrs]
             assert before == after == [False, None, False, False, None, False]
+
+
+@pytest.mark.parametrize("rewrite", ["delete the previous version", "delete an older version"])
+def test_a_dataset_first_opened_after_another_handle_rewrote_it_is_refused(base, rewrite):
+    """Staged on v2 through a fresh handle, ``x`` not yet accessed; another handle deletes v2
+    itself (the stage's id of v2's group outlives the unlink) or rebuilds v2's datasets: the
+    first access raises instead of reading the old mappings over moved rows."""
+    path, data = base
+    with h5py.File(path, "r+") as f:
+        with VersionedHDF5File(f).stage_version("v2") as g:
+            g["x"][0:10, :] = -1.0  # a chunk of v2 only
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with pytest.raises(StaleVersionError, match=r"'x'.*previous version's dataset"):
+            with vf.stage_version("v3", prev_version="v2") as g:
+                with h5py.File(path, "r+") as other:
+                    VersionedHDF5File(other).delete_versions(["v2" if rewrite.endswith("previous version") else "v1"])
+                g["x"][5, 5]
+        assert "v3" not in vf.versions

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..backend.chunks import iter_chunks
 from ..backend.h5attrs import read_attr, write_attr
-from ..backend.h5objects import create_ordered_group, object_address, object_address_by_name
+from ..backend.h5objects import create_ordered_group, object_address
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.hashtable import HashTable, table_extends, table_state
 from ..backend.layout import VERSION_DATA
@@ -112,7 +112,7 @@ def commit_version(
     tables: dict[str, HashTable | None] = {}  # opened and checked here, written by _commit_dataset
     for path, ds in datasets.items():
         if isinstance(ds, UnopenedDataset):  # copied as it is: still the object staged?
-            _check_unopened(path, ds)
+            ds.check()
             continue
         if isinstance(ds, InMemoryDataset):
             why = ds.rewritten()
@@ -299,32 +299,6 @@ def _check_base_unchanged(
             "modify_metadata through another handle; stage the version again"
         )
     return table
-
-
-def _check_unopened(path: str, ds: UnopenedDataset) -> None:
-    """Refuse to copy a dataset of the previous version that another handle replaced or deleted.
-
-    Deleting versions rebuilds the survivors' virtual datasets over a
-    compacted raw_data, ``modify_metadata`` replaces them: the object staged
-    would map rows that moved (its id, held open, outlives the unlink).
-
-    Raises
-    ------
-    StaleVersionError
-        Another object, or none, is linked at its path now.
-    """
-    try:
-        now = object_address_by_name(ds.gid, ds.source_path)
-    except KeyError:
-        why = "was deleted"
-    else:
-        if now == ds.address:
-            return
-        why = "was replaced"
-    raise StaleVersionError(
-        f"{path!r}: the previous version's dataset ({ds.source_path.decode()}) {why} while this version "
-        "was staged (by another handle: deleting versions or modify_metadata); stage the version again"
-    )
 
 
 def _storable(chunk: np.ndarray) -> np.ndarray:

@@ -24,10 +24,10 @@ import numpy as np
 from h5py import h5i, h5o
 
 from ..backend.chunks import guess_chunks_h5py
-from ..backend.h5objects import member_names, object_info_by_name
+from ..backend.h5objects import member_names, object_address_by_name, object_info_by_name
 from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS
 from ..backend.raw_data import Filters
-from ..errors import IncompatibleDataError, ReadOnlyError
+from ..errors import IncompatibleDataError, ReadOnlyError, StaleVersionError
 from .attrs import StagedAttrs
 from .chunked import InMemoryDataset
 from .create import new_array_dataset
@@ -62,6 +62,34 @@ class UnopenedDataset:
         self.name = name
         self.source_path = source_path
         self.address = address
+
+    def check(self) -> None:
+        """Refuse a dataset of the previous version that another handle replaced or deleted since staging.
+
+        Deleting versions rebuilds the survivors' virtual datasets over a
+        compacted raw_data, ``modify_metadata`` replaces them; deleting the
+        previous version unlinks it. Checked before the dataset is opened and
+        before a commit copies it. An object is told by its address: one
+        replaced by hand (through h5py) by another one that libhdf5 happens to
+        place at the freed address is not told apart.
+
+        Raises
+        ------
+        StaleVersionError
+            Another object, or none, is linked at its path now.
+        """
+        try:
+            now = object_address_by_name(self.gid, self.source_path)
+        except KeyError:
+            why = "was deleted"
+        else:
+            if now == self.address:
+                return
+            why = "was replaced"
+        raise StaleVersionError(
+            f"{self.name!r}: the previous version's dataset ({self.source_path.decode()}) {why} while this "
+            "version was staged (by another handle: deleting versions or modify_metadata); stage the version again"
+        )
 
 
 class InMemoryGroup(GroupAPI):
@@ -131,6 +159,7 @@ class InMemoryGroup(GroupAPI):
         """Member ``key``, a previous version's dataset opened if it was not yet."""
         child = self._children[key]
         if type(child) is UnopenedDataset:
+            child.check()  # opened through its group's id, which outlives an unlink
             held = self._root.open_datasets
             oid = held.made(child.source_path, child.address) if held is not None else None
             if oid is None:
