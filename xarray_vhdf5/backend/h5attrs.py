@@ -207,7 +207,7 @@ def _read_h5py(obj_id, name: str) -> Any:
     return out[()] if out.shape == () else out
 
 
-def reference_attribute_names(loc_id, obj_name: bytes) -> list[bytes]:
+def reference_attribute_names(loc_id, obj_name: bytes, count: int | None = None) -> list[bytes]:
     """Names of the attributes of object ``obj_name`` whose datatype holds references.
 
     Object and region references, alone or inside compounds (netCDF's
@@ -224,6 +224,8 @@ def reference_attribute_names(loc_id, obj_name: bytes) -> list[bytes]:
         The group holding the object (or any object, with an absolute ``obj_name``).
     obj_name : bytes
         The object's name from ``loc_id``.
+    count : int, optional
+        Its number of attributes, when the caller knows it (asked of libhdf5 otherwise).
 
     Returns
     -------
@@ -237,7 +239,8 @@ def reference_attribute_names(loc_id, obj_name: bytes) -> list[bytes]:
     HDF5Error
         The compiled path: a libhdf5 call failed on one of its attributes.
     """
-    count = object_info_by_name(loc_id, obj_name)[2]
+    if count is None:
+        count = object_info_by_name(loc_id, obj_name)[2]
     kernel = _kernel()
     if kernel is not None:
         return kernel.reference_attr_names(loc_id.id, obj_name, count)

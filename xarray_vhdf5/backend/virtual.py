@@ -311,7 +311,9 @@ def copy_virtual_dataset(
     return ds
 
 
-def carry_virtual_dataset(source_loc, source_name: bytes, group: h5py.Group, name: str) -> None:
+def carry_virtual_dataset(
+    source_loc, source_name: bytes, group: h5py.Group, name: str, num_attrs: int | None = None
+) -> None:
     """Copy a version's dataset, unchanged, to ``group[name]`` with its attributes.
 
     One ``H5Ocopy`` in libhdf5: the mappings and every attribute are copied
@@ -333,10 +335,12 @@ def carry_virtual_dataset(source_loc, source_name: bytes, group: h5py.Group, nam
         The source's name relative to ``source_loc``.
     group : h5py.Group
         Where the copy is linked, as ``name``.
+    num_attrs : int, optional
+        The source's number of attributes, when known (the copy's are the same).
     """
     bname = name.encode()
     h5o.copy(source_loc, source_name, group.id, bname)
-    for attr_name in reference_attribute_names(group.id, bname):
+    for attr_name in reference_attribute_names(group.id, bname, num_attrs):
         h5a.delete(group.id, attr_name, obj_name=bname)
 
 

@@ -166,7 +166,7 @@ def _commit_dataset(
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
     if isinstance(ds, UnopenedDataset):  # never accessed: mappings and attributes copied inside libhdf5
-        carry_virtual_dataset(ds.gid, ds.bname, parent, last)
+        carry_virtual_dataset(ds.gid, ds.bname, parent, last, ds.num_attrs)  # checked: the object staged
         caches.slab_maps.carry(ds.source_path, ds.address, parent, last)
         return WriteStats()
     if _is_carried(path, ds):

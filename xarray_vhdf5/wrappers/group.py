@@ -52,16 +52,21 @@ class UnopenedDataset:
         Its absolute path in the file, and ``address`` its object address, when
         staged: a commit refuses to copy it if another object is linked there
         since (see ``InMemoryDataset.rewritten``).
+    num_attrs : int
+        Its number of attributes when staged.
     """
 
-    __slots__ = ("gid", "bname", "name", "source_path", "address")
+    __slots__ = ("gid", "bname", "name", "source_path", "address", "num_attrs")
 
-    def __init__(self, gid, bname: bytes, name: str, source_path: bytes, address: int):
+    def __init__(self, gid, bname: bytes, name: str, source_path: bytes, address: int, num_attrs: int):
         self.gid = gid
         self.bname = bname
         self.name = name
         self.source_path = source_path
         self.address = address
+        #: Its number of attributes when staged: its copy's (``carry_virtual_dataset``), unless
+        #: attributes of the committed version were edited by hand (h5py) meanwhile.
+        self.num_attrs = num_attrs
 
     def check(self) -> None:
         """Refuse a dataset of the previous version that another handle replaced or deleted since staging.
@@ -128,9 +133,9 @@ class InMemoryGroup(GroupAPI):
             for bkey in member_names(gid):
                 key = bkey.decode("utf-8")
                 path = posixpath.join(name, key)
-                address, kind, _ = object_info_by_name(gid, bkey)
+                address, kind, num_attrs = object_info_by_name(gid, bkey)
                 if kind == h5o.TYPE_DATASET:  # opened on first access
-                    self._children[key] = UnopenedDataset(gid, bkey, path, prefix + bkey, address)
+                    self._children[key] = UnopenedDataset(gid, bkey, path, prefix + bkey, address, num_attrs)
                 elif kind == h5o.TYPE_GROUP:
                     self._children[key] = InMemoryGroup(path, h5py.Group(h5o.open(gid, bkey)), root=self._root)
                 else:  # e.g. a named datatype: as h5py returns it
