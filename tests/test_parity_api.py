@@ -512,6 +512,9 @@ def test_staged_dataset_answers_h5py_dataset_conveniences(vh, vf):
             np.testing.assert_array_equal(dest, [0, 0, 0, 5, -1, 2])
         else:  # the previous version's points (v2's: 5, 1, 2), the edit of a[1] unseen
             np.testing.assert_array_equal(dest, [0, 0, 0, 5, 1, 2])
+        for obj in (a, plain):  # points that do not fit: h5py's error for both
+            with pytest.raises(TypeError, match=r"Can't broadcast \(3,\) -> \(4,\)"):
+                obj.read_direct(np.zeros(6, dtype=np.int64), np.s_[0:3], np.s_[0:4])
         like = g.create_dataset_like("b", plain)
         assert (like.shape, like.dtype, like.chunks) == ((10,), np.dtype(np.int64), (4,))
         np.testing.assert_array_equal(like[()], np.zeros(10))

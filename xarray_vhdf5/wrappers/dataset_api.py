@@ -176,14 +176,22 @@ class DatasetAPI:
         Raises
         ------
         TypeError
-            ``dest`` is not a writeable numpy array (h5py's requirement).
+            ``dest`` is not a writeable numpy array (h5py's requirement), or the
+            points selected do not broadcast to ``dest[dest_sel]`` (h5py's
+            "Can't broadcast" error; numpy's assignment says ``ValueError``).
         IndexError, ValueError
-            Where ``ds[source_sel]`` and numpy's assignment raise them.
+            Where ``ds[source_sel]`` and the selections raise them.
         """
         if not isinstance(dest, np.ndarray) or not dest.flags.writeable:
             raise TypeError(f"dest must be a writeable numpy array, got {type(dest).__name__}")
         data = self[() if source_sel is None else source_sel]
-        dest[() if dest_sel is None else dest_sel] = data
+        where = () if dest_sel is None else dest_sel
+        try:
+            dest[where] = data
+        except ValueError as exc:
+            if "broadcast" not in str(exc):
+                raise
+            raise TypeError(f"Can't broadcast {np.shape(data)} -> {dest[where].shape}") from None
 
     def write_direct(self, source: np.ndarray, source_sel=None, dest_sel=None) -> None:
         """``ds[dest_sel] = source[source_sel]``, staged like any edit (h5py's ``write_direct``).
