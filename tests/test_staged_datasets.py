@@ -583,3 +583,33 @@ def test_a_dataset_first_opened_after_another_handle_rewrote_it_is_refused(base,
                     VersionedHDF5File(other).delete_versions(["v2" if rewrite.endswith("previous version") else "v1"])
                 g["x"][5, 5]
         assert "v3" not in vf.versions
+
+
+@pytest.mark.parametrize("touch", ["nothing", "an attribute", "a read"])
+def test_a_carried_dataset_keeps_its_chunk_map_for_the_next_stage(base, monkeypatch, touch):
+    """Copied unchanged (never opened, only read, or with new attributes): the chunk map the
+    handle's last commit kept moves to the copy, and staging on top reads no mapping."""
+    import xarray_vhdf5.wrappers.chunked as chunked
+
+    path, data = base
+    maps = []
+    real = chunked.build_slab_indices_and_offsets
+    monkeypatch.setattr(chunked, "build_slab_indices_and_offsets", lambda *a: maps.append(a[0].name) or real(*a))
+    forget_shared_caches()  # v1's map, kept from the fixture's handle: read it from the file
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"][0, 0] = -1.0  # v1's map read once; v2's kept
+        with vf.stage_version("v3") as g:
+            if touch == "an attribute":
+                g["x"].attrs["units"] = "K"
+            elif touch == "a read":
+                assert g["x"][0, 0] == -1.0
+            g["s"][0] = b"z"
+        with vf.stage_version("v4") as g:
+            g["x"][1, 1] = -2.0
+        assert [m for m in maps if m.endswith("/x")] == ["/_version_data/versions/v1/x"]
+        expected = data.copy()
+        expected[0, 0], expected[1, 1] = -1.0, -2.0
+        np.testing.assert_array_equal(vf["v4"]["x"][()], expected)
+        assert (vf["v4"]["x"].attrs.get("units") == "K") == (touch == "an attribute")

@@ -27,7 +27,7 @@ from h5py import h5g, h5o, h5p, h5t
 
 __all__ = [
     "create_ordered_group", "libhdf5_function", "member_names", "memory_type", "object_address",
-    "object_address_by_name", "object_info_by_name",
+    "object_address_by_name", "object_info_by_name", "relinked",
 ]
 
 _H5O_INFO_BASIC = 0x0001
@@ -108,6 +108,26 @@ def object_info_by_name(loc_id, path: bytes) -> tuple[int, int, int]:
     Arguments and errors as :func:`object_address_by_name`.
     """
     return _info_by_name(loc_id, path, _H5O_INFO_BASIC | _H5O_INFO_NUM_ATTRS)
+
+
+def relinked(loc_id, path: bytes, address: int) -> str | None:
+    """Whether the object at ``path`` is no longer the one at ``address``: None if it still is.
+
+    Used to tell that another handle deleted or rebuilt an object staged from
+    (an object is told by its address: one replaced by another that libhdf5
+    places at the freed address is not told apart).
+
+    Returns
+    -------
+    str or None
+        ``"was deleted"`` (nothing at ``path``), ``"was replaced"`` (another
+        address), or None.
+    """
+    try:
+        now = object_address_by_name(loc_id, path)
+    except KeyError:
+        return "was deleted"
+    return None if now == address else "was replaced"
 
 
 def _info_by_name(loc_id, path: bytes, fields: int) -> tuple[int, int, int]:

@@ -146,7 +146,7 @@ def commit_version(
             sub.attrs.write_to(create_ordered_group(group, sub.name))
         for path, ds in datasets.items():
             report.datasets[path] = _commit_dataset(
-                f, group, path, ds, caches, root.versions_state, tables.get(path)
+                f, group, path, ds, caches, tables.get(path)
             )
         write_attr(gid, "committed", True)
         if make_current:
@@ -161,7 +161,7 @@ def commit_version(
 
 def _commit_dataset(
     f: h5py.File, version_group: h5py.Group, path: str, ds: StagedDatasetBase, caches: CommitCaches,
-    versions_state: tuple[int, int] | None = None, table: HashTable | None = None,
+    table: HashTable | None = None,
 ) -> WriteStats:
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
@@ -172,15 +172,10 @@ def _commit_dataset(
     if _is_carried(path, ds):
         if ds.attrs.changed:
             _drop_object_references(ds.attrs)
-            vds = copy_virtual_dataset(ds.source, parent, last, None)
-            ds.attrs.write_to(vds)
-            table_id = caches.open_datasets.hash_table_id(ds.raw_data)
-            known = caches.slab_maps.get(ds.source_id, ds.raw_data, ds.shape, ds.chunks, table_id, versions_state)
-            if known is not None:  # checked against the table just now
-                caches.slab_maps.stage(vds, ds.raw_data, ds.shape, ds.chunks, known[:2], known[2])
+            ds.attrs.write_to(copy_virtual_dataset(ds.source, parent, last, None))
         else:  # mappings and attributes copied inside libhdf5
             carry_virtual_dataset(ds.source_id, b".", parent, last)
-            caches.slab_maps.carry(ds.source_path, object_address(ds.source_id), parent, last)
+        caches.slab_maps.carry(ds.source_path, object_address(ds.source_id), parent, last)  # the same mappings
         return WriteStats()
     _drop_object_references(ds.attrs)
     if isinstance(ds, ChunkedStagedDataset):

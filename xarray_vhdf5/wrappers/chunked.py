@@ -23,7 +23,7 @@ from h5py import h5d, h5i
 
 from ..backend.chunkmap import build_slab_indices_and_offsets
 from ..backend.h5attrs import read_attr
-from ..backend.h5objects import object_address, object_address_by_name
+from ..backend.h5objects import object_address, relinked
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.hashtable import table_state
 from ..backend.held import HeldDataset
@@ -154,12 +154,9 @@ class InMemoryDataset(ChunkedStagedDataset):
              raw.address if isinstance(raw, HeldDataset) else object_address(raw.id)),
         )
         for what, path, addr in staged:
-            try:
-                now = object_address_by_name(sid, path)
-            except KeyError:
-                return f"{what} ({path.decode()}) was deleted"
-            if now != addr:
-                return f"{what} ({path.decode()}) was replaced"
+            why = relinked(sid, path, addr)
+            if why is not None:
+                return f"{what} ({path.decode()}) {why}"
         return None
 
     @property

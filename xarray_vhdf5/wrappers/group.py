@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import h5py
@@ -24,7 +25,7 @@ import numpy as np
 from h5py import h5i, h5o
 
 from ..backend.chunks import guess_chunks_h5py
-from ..backend.h5objects import member_names, object_address_by_name, object_info_by_name
+from ..backend.h5objects import member_names, object_info_by_name, relinked
 from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS
 from ..backend.raw_data import Filters
 from ..errors import IncompatibleDataError, ReadOnlyError, StaleVersionError
@@ -37,6 +38,7 @@ from .group_api import GroupAPI
 __all__ = ["InMemoryGroup", "UnopenedDataset"]
 
 
+@dataclass(slots=True)
 class UnopenedDataset:
     """A dataset of the previous version not accessed in this stage (opened on first access).
 
@@ -50,23 +52,21 @@ class UnopenedDataset:
         Its path inside the version.
     source_path : bytes
         Its absolute path in the file, and ``address`` its object address, when
-        staged: a commit refuses to copy it if another object is linked there
-        since (see ``InMemoryDataset.rewritten``).
+        staged: :meth:`check` refuses it if another object is linked there since.
+    address : int
+        See ``source_path``.
     num_attrs : int
-        Its number of attributes when staged.
+        Its number of attributes when staged: its copy's too
+        (``carry_virtual_dataset``), unless attributes of the committed version
+        were edited by hand (h5py) meanwhile.
     """
 
-    __slots__ = ("gid", "bname", "name", "source_path", "address", "num_attrs")
-
-    def __init__(self, gid, bname: bytes, name: str, source_path: bytes, address: int, num_attrs: int):
-        self.gid = gid
-        self.bname = bname
-        self.name = name
-        self.source_path = source_path
-        self.address = address
-        #: Its number of attributes when staged: its copy's (``carry_virtual_dataset``), unless
-        #: attributes of the committed version were edited by hand (h5py) meanwhile.
-        self.num_attrs = num_attrs
+    gid: Any
+    bname: bytes
+    name: str
+    source_path: bytes
+    address: int
+    num_attrs: int
 
     def check(self) -> None:
         """Refuse a dataset of the previous version that another handle replaced or deleted since staging.
@@ -74,27 +74,19 @@ class UnopenedDataset:
         Deleting versions rebuilds the survivors' virtual datasets over a
         compacted raw_data, ``modify_metadata`` replaces them; deleting the
         previous version unlinks it. Checked before the dataset is opened and
-        before a commit copies it. An object is told by its address: one
-        replaced by hand (through h5py) by another one that libhdf5 happens to
-        place at the freed address is not told apart.
+        before a commit copies it (``backend.h5objects.relinked``).
 
         Raises
         ------
         StaleVersionError
             Another object, or none, is linked at its path now.
         """
-        try:
-            now = object_address_by_name(self.gid, self.source_path)
-        except KeyError:
-            why = "was deleted"
-        else:
-            if now == self.address:
-                return
-            why = "was replaced"
-        raise StaleVersionError(
-            f"{self.name!r}: the previous version's dataset ({self.source_path.decode()}) {why} while this "
-            "version was staged (by another handle: deleting versions or modify_metadata); stage the version again"
-        )
+        why = relinked(self.gid, self.source_path, self.address)
+        if why is not None:
+            raise StaleVersionError(
+                f"{self.name!r}: the previous version's dataset ({self.source_path.decode()}) {why} while this "
+                "version was staged (by another handle: deleting versions or modify_metadata); stage the version again"
+            )
 
 
 class InMemoryGroup(GroupAPI):
