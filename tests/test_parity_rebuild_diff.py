@@ -135,7 +135,8 @@ def test_rebuild_hashtables_equals_versioned_hdf5(tmp_path, writer):
             LIBS[lib].VersionedHDF5File(f).rebuild_hashtables()
     ours, ref = _tables(tmp_path / "xarray_vhdf5.h5"), _tables(tmp_path / "versioned_hdf5.h5")
     assert ours == ref
-    assert set(ours) == set(before) and ours["x/hash_table"][0][0] != bytes(32)
+    assert set(ours) == set(before)
+    assert all(sorted(ours[k]) == sorted(before[k]) for k in before)  # every row rebuilt as it was
     for lib in LIBS:  # both go on with each rebuilt table: a chunk equal to version a's is found in it
         with h5py.File(tmp_path / f"{lib}.h5", "r+") as f:
             table = f["_version_data/x/hash_table"]

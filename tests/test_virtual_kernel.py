@@ -103,13 +103,13 @@ def test_hdf5_failure_raises_not_crashes(tmp_path):
         raw = f.create_dataset("raw", shape=(10, 4), chunks=(5, 4), dtype="f8")
         one = np.array([[0, 0]], np.uint64)
         cnt = np.array([[5, 4]], np.uint64)
-        tid = h5t.py_create(raw.dtype).id
+        ftype = h5t.py_create(raw.dtype)  # kept alive: its id stays open
+        tid = ftype.id
         # A dataset id where a property list id is expected: H5Pcopy fails.
         with pytest.raises(HDF5Error, match="H5Pcopy failed creating 'x'"):
             kernel(f.id.id, b"x", tid, raw.id.id, (10, 4), raw.id.id, b"/raw", one, one, cnt)
         # A closed dataset id for raw_data: its dataspace cannot be read.
-        closed = f.create_dataset("gone", shape=(10, 4), dtype="f8").id.id
-        f["gone"].id.close()
+        closed = f.create_dataset("gone", shape=(10, 4), dtype="f8").id.id  # its object freed: the id closed
         with pytest.raises(HDF5Error, match=r"H5Dget_space \(raw_data\) failed"):
             kernel(f.id.id, b"x", tid, raw.id.id, (10, 4), closed, b"/raw", one, one, cnt)
         with pytest.raises(ValueError, match="source has 2 axes, the virtual dataset 1"):

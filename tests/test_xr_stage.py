@@ -6,6 +6,8 @@ Every edit is checked against the same edit applied to an in-memory copy
 
 from __future__ import annotations
 
+import copy
+
 import h5py
 import numpy as np
 import pandas as pd
@@ -435,6 +437,7 @@ def test_a_rewritten_raw_data_refuses_only_its_own_variables(tmp_path):
     staged["y"][3] = -1.0
     staged["x"][0] = 2.0  # x's commit would map its other chunks to moved rows
     y_copy = staged["y"].copy(deep=False)
+    x_copies = [staged["x"].copy(deep=True), copy.copy(staged["x"].data)]  # made before the rewrite
     engine.close_read_handles(str(path))
     with h5py.File(path, "a") as f:
         y_table = f["_version_data/y/hash_table"][()]
@@ -448,6 +451,9 @@ def test_a_rewritten_raw_data_refuses_only_its_own_variables(tmp_path):
     np.testing.assert_array_equal(y_copy.values, expected)
     with pytest.raises(StaleVersionError, match="'x'.*stage again"):
         staged["x"].values
+    for x_copy in x_copies:  # refused through the one check of their shared base
+        with pytest.raises(StaleVersionError, match="stage again"):
+            np.asarray(x_copy)
     with pytest.raises(StaleVersionError, match="stage again"):
         staged.vhdf5.commit("v3")  # one stale variable: nothing committed
     with h5py.File(path, "r") as f:
