@@ -536,6 +536,40 @@ def test_interrupted_versioned_hdf5_commit_is_not_a_version(tmp_path):
         assert vf["v2"]["x"][()].tolist() == [0, -1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("mode", ["r", "r+"])
+def test_group_without_timestamp_is_not_a_version(tmp_path, mode):
+    """A group made by hand in the versions group (no ``timestamp``) does not keep the file
+    from opening: it is not a version, the others read, and nothing is changed on disk."""
+    path = tmp_path / "stray.h5"
+    with h5py.File(path, "w") as f:
+        vf = versioned_hdf5.VersionedHDF5File(f)
+        when = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+        with vf.stage_version("v1", timestamp=when) as g:
+            g.create_dataset("x", data=np.arange(5), chunks=(2,))
+        f["_version_data/versions"].create_group("stray").attrs["note"] = "made by hand"
+    with h5py.File(path, mode) as f:
+        vf = xarray_vhdf5.VersionedHDF5File(f)
+        assert vf.versions == ["v1"]
+        assert vf.current_version == "v1"
+        with pytest.raises(xarray_vhdf5.VersionNotFoundError):
+            vf["stray"]
+        assert vf[datetime.datetime(2100, 1, 1)].version == "v1"
+        np.testing.assert_array_equal(vf["v1"]["x"][()], np.arange(5))
+        if mode == "r+":
+            with pytest.raises(xarray_vhdf5.VersionExistsError):
+                with vf.stage_version("stray"):
+                    pass
+            with vf.stage_version("v2") as g:
+                g["x"][0] = 7
+            assert vf.versions == ["v1", "v2"]
+    with h5py.File(path, "r") as f:
+        assert dict(f["_version_data/versions/stray"].attrs) == {"note": "made by hand"}
+        vf = versioned_hdf5.VersionedHDF5File(f)  # still versioned-hdf5's file
+        np.testing.assert_array_equal(vf["v1"]["x"][()], np.arange(5))
+        if mode == "r+":
+            np.testing.assert_array_equal(vf["v2"]["x"][()], [7, 1, 2, 3, 4])
+
+
 @pytest.mark.parametrize("writer", ["ref", "ours"])
 def test_edge_cases_read_alike(tmp_path, writer):
     """Empty datasets, StringDType data, a compound fill value, shrinking to nothing and back."""

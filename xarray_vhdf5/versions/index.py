@@ -107,8 +107,16 @@ def _str(value) -> str:
 
 
 def read_group_entry(grp: h5py.Group) -> tuple[str, int, bool]:
-    """``(prev_version, timestamp in µs, committed)`` read from a version group's attributes."""
+    """``(prev_version, timestamp in µs, committed)`` read from a version group's attributes.
+
+    A group without a ``timestamp`` (not made by a commit: e.g. created by hand
+    in the versions group) is reported as not committed (timestamp 0), so it is
+    not taken for a version, as a group a crashed commit left behind; the
+    other versions stay readable (versioned-hdf5 2.6 opens such a file too).
+    """
     attrs = grp.attrs
+    if "timestamp" not in attrs:
+        return _str(attrs.get("prev_version", FIRST_VERSION)), 0, False
     return (
         _str(attrs.get("prev_version", FIRST_VERSION)),
         to_micros(parse_timestamp(attrs["timestamp"])),
