@@ -109,7 +109,9 @@ def commit_version(
     # Check every dataset against the metadata fixed by its first version before
     # writing anything, so an incompatible or stale one leaves the file untouched (no
     # version group, no chunks appended for the datasets before it).
-    tables: dict[str, HashTable | None] = {}  # opened and checked here, written by _commit_dataset
+    # Per dataset: its path's raw_data (None: the first version creates it) and hash
+    # table, found and checked here, written through by _commit_dataset.
+    targets: dict[str, tuple[h5py.Dataset | None, HashTable | None]] = {}
     for path, ds in datasets.items():
         if isinstance(ds, UnopenedDataset):  # copied as it is: still the object staged?
             ds.check()
@@ -125,8 +127,8 @@ def commit_version(
             raw = _existing_raw_data(f, path, ds)
             if raw is not None:
                 _check_compatible(path, raw, ds, ds.dtype)
-            if isinstance(ds, InMemoryDataset):
-                tables[path] = _check_base_unchanged(path, ds, raw, caches)
+            table = _check_base_unchanged(path, ds, raw, caches) if isinstance(ds, InMemoryDataset) else None
+            targets[path] = (raw, table)
     # track_order: datasets and groups list in creation order (netCDF's variable order).
     group = create_ordered_group(versions, name)
     report = CommitReport(name)
@@ -145,9 +147,7 @@ def commit_version(
         for sub in subgroups:
             sub.attrs.write_to(create_ordered_group(group, sub.name))
         for path, ds in datasets.items():
-            report.datasets[path] = _commit_dataset(
-                f, group, path, ds, caches, tables.get(path)
-            )
+            report.datasets[path] = _commit_dataset(f, group, path, ds, caches, *targets.get(path, (None, None)))
         write_attr(gid, "committed", True)
         if make_current:
             write_attr(versions.id, "current_version", name)
@@ -161,8 +161,13 @@ def commit_version(
 
 def _commit_dataset(
     f: h5py.File, version_group: h5py.Group, path: str, ds: StagedDatasetBase, caches: CommitCaches,
-    table: HashTable | None = None,
+    raw: h5py.Dataset | None, table: HashTable | None,
 ) -> WriteStats:
+    """Write one dataset of the version: copied as it is, or its changed chunks and a new virtual dataset.
+
+    ``raw`` and ``table``: the path's raw_data (None: none yet) and hash table
+    (None: not opened yet), as :func:`commit_version` found and checked them.
+    """
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
     if isinstance(ds, UnopenedDataset):  # never accessed: mappings and attributes copied inside libhdf5
@@ -179,13 +184,15 @@ def _commit_dataset(
         return WriteStats()
     _drop_object_references(ds.attrs)
     if isinstance(ds, ChunkedStagedDataset):
-        writer, shape = _commit_staged_array(f, path, ds, ds.staged_array, caches, table)
+        writer, shape = _commit_staged_array(_writer_for(f, path, ds, ds.staged_array.dtype, caches, raw, table),
+                                             ds, ds.staged_array)
     else:
         data = ds._loaded()
         if hasattr(data, "iter_hashed_chunks"):
-            writer, shape = _commit_streamed(f, path, ds, data, caches)
+            writer, shape = _commit_streamed(_writer_for(f, path, ds, np.dtype(data.dtype), caches, raw, table), data)
         else:
-            writer, shape = _commit_array(f, path, ds, data, caches)
+            data = _storable(data)
+            writer, shape = _commit_array(_writer_for(f, path, ds, data.dtype, caches, raw, table), data)
     writer.flush()
     chunk_rows = sorted(writer.stats.chunk_rows)
     fill = {} if writer.fillvalue is None else {"fillvalue": writer.fillvalue}
@@ -196,26 +203,22 @@ def _commit_dataset(
     return writer.stats
 
 
-def _commit_array(f, path, ds, data: np.ndarray, caches: CommitCaches) -> tuple[ChunkWriter, tuple]:
-    """Queue every chunk of a numpy array (a dataset created from data)."""
-    data = _storable(data)
-    writer = _writer_for(f, path, ds, data.dtype, caches)
+def _commit_array(writer: ChunkWriter, data: np.ndarray) -> tuple[ChunkWriter, tuple]:
+    """Queue every chunk of a numpy array (a dataset created from data, as raw_data stores it)."""
     # New chunks are appended in versioned-hdf5's order; the mappings are made in C order.
     for index, region in iter_chunks(data.shape, writer.chunks, axis0_fastest=True):
         writer.add(index, data[region])
     return writer, data.shape
 
 
-def _commit_staged_array(f, path, ds, array, caches: CommitCaches, table: HashTable | None = None) -> tuple[ChunkWriter, tuple]:
+def _commit_staged_array(writer: ChunkWriter, ds, array) -> tuple[ChunkWriter, tuple]:
     """Queue the chunks of a ``StagedChangesArray``'s changes plan; map the others as they are.
 
     The other chunks lie on its base slab, this path's raw_data, and keep
     their rows. When that cannot hold (the dataset was moved to another path,
     or its chunks differ from those fixed by the path's raw_data), every chunk
-    is read from the array and hashed instead. ``table``: the path's hash
-    table as :func:`_check_base_unchanged` opened it, if it did.
+    is read from the array and hashed instead.
     """
-    writer = _writer_for(f, path, ds, array.dtype, caches, table)
     if tuple(array.chunk_size) != writer.chunks or not is_over(array, writer.raw_data):
         for index, region in iter_chunks(array.shape, writer.chunks, axis0_fastest=True):
             writer.add(index, _storable(array[region]))
@@ -335,9 +338,8 @@ def _drop_object_references(attrs) -> None:
 # computing and hashing chunks on dask workers; only this process writes raw_data.
 
 
-def _commit_streamed(f, path, ds, source, caches: CommitCaches) -> tuple[ChunkWriter, tuple]:
+def _commit_streamed(writer: ChunkWriter, source) -> tuple[ChunkWriter, tuple]:
     """Queue a chunk source: at most a batch of chunks and the write queue in memory."""
-    writer = _writer_for(f, path, ds, np.dtype(source.dtype), caches)
     # Smaller than the default queue: the write slab is a second copy of it.
     writer.max_queued_bytes = 16 * 1024 * 1024
     for index, chunk, digest in source.iter_hashed_chunks(writer.chunks, writer.fillvalue):
@@ -369,16 +371,15 @@ def _existing_raw_data(f: h5py.File, path: str, ds: StagedDatasetBase | None = N
 
 def _writer_for(
     f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype, caches: CommitCaches,
-    table: HashTable | None = None,
+    raw: h5py.Dataset | None, table: HashTable | None = None,
 ) -> ChunkWriter:
-    """A :class:`ChunkWriter` into the raw_data of ``path``, created on its first version.
+    """A :class:`ChunkWriter` into ``raw``, the raw_data of ``path``; created (``raw`` None) on its first version.
 
-    An existing raw_data was checked against ``ds`` by :func:`commit_version`
-    before anything was written; ``table``, its hash table if that check
-    opened it.
+    ``raw`` was found (:func:`_existing_raw_data`) and checked against ``ds``
+    by :func:`commit_version` before anything was written; ``table``, its
+    hash table if that check opened it.
     """
     data_path = f"{VERSION_DATA}/{path}"
-    raw = _existing_raw_data(f, path, ds)
     if raw is not None:
         if table is None:
             table = caches.hash_tables.open(*caches.open_datasets.hash_table(raw))
