@@ -38,6 +38,9 @@ __all__ = ["read_attr", "reference_attribute_names", "type_holds_references", "w
 _VLEN_STR = h5py.string_dtype()
 _VLEN_STR_TYPE = h5t.py_create(_VLEN_STR)
 _I8_TYPE = h5t.py_create(np.dtype("<i8"))
+_VLEN_STR_UTF8 = h5t.py_create(_VLEN_STR, logical=True)  # what _h5type gives a str value
+_BOOL_TYPE = h5t.py_create(np.dtype(bool), logical=True)  # h5py's enum (FALSE, TRUE)
+_BOOL_MEMORY = h5t.py_create(np.dtype(bool))
 
 
 def _kernel():
@@ -104,12 +107,14 @@ def write_attr(obj_id, name: str, value: Any) -> None:
     An existing attribute of the same datatype and shape is overwritten in
     place; another one is deleted and created again (as h5py does).
     """
-    data = _as_array(value)
     bname = name.encode()
+    kernel = _kernel()
+    if kernel is not None and _write_plain(kernel, obj_id, bname, value):
+        return
+    data = _as_array(value)
     if data.dtype.kind == "O" and h5t.check_string_dtype(data.dtype) is None:
         raise TypeError(f"attribute {name!r}: write_attr takes str, numbers and numeric arrays")
     ftype = _h5type(data.dtype, logical=True)
-    kernel = _kernel()
     if kernel is not None and _write_compiled(kernel, obj_id, bname, data, ftype):
         return
     if h5a.exists(obj_id, bname):
@@ -121,6 +126,30 @@ def write_attr(obj_id, name: str, value: Any) -> None:
         h5a.delete(obj_id, bname)
     attr = h5a.create(obj_id, bname, ftype, h5s.create_simple(data.shape))
     attr.write(data, mtype=_h5type(data.dtype, logical=False))
+
+
+_BOOLS = {True: np.array(True), False: np.array(False)}
+
+
+def _write_plain(kernel, obj_id, bname: bytes, value: Any) -> bool:
+    """A ``str`` or ``bool`` value (most of the format's attributes) written without numpy; False for others.
+
+    The same datatypes as :func:`_write_compiled` gives them (a scalar UTF-8
+    variable-length string; h5py's bool enum), without building an array.
+    """
+    if type(value) is str:
+        try:
+            encoded = value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        if b"\0" in encoded:
+            return False
+        kernel.write_vlen_str(obj_id.id, bname, _VLEN_STR_UTF8.id, encoded)
+        return True
+    if type(value) is bool:
+        kernel.write_buffer(obj_id.id, bname, _BOOL_TYPE.id, _BOOL_MEMORY.id, (), _BOOLS[value])
+        return True
+    return False
 
 
 def _write_compiled(kernel, obj_id, bname: bytes, data: np.ndarray, ftype) -> bool:
