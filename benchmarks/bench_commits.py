@@ -223,6 +223,8 @@ def test_memory_and_size(benchmark, note, tmp_path, workload, impl):
     """
     benchmark.group = "memory (child process wall time, not a workload measurement)"
     out = _once(benchmark, lambda: measure(workload, impl, tmp_path))  # the child checks the data
+    if impl == "xarray_vhdf5":  # the default setting: one trim every 256 commits, none in these workloads
+        assert out["metadata_trims"] == 0, out
     MEMORY[workload, impl] = out
     ratios = "".join(
         f" | {out['peak_rss_growth'] / MEMORY[workload, b]['peak_rss_growth']:.2f}x / {b} peak,"
@@ -274,6 +276,7 @@ def test_memory_appends_trimmed_every_16_commits(benchmark, note, tmp_path):
     """
     benchmark.group = "memory (child process wall time, not a workload measurement)"
     out = _once(benchmark, lambda: measure("appends", "xarray_vhdf5", tmp_path, trim_every=16))
+    assert out["metadata_trims"] == 200 // 16, out  # the child ran with the setting (200 commits)
     ratios = "".join(
         f" | {out['peak_rss_growth'] / MEMORY[key]['peak_rss_growth']:.2f}x / {key[1]} peak,"
         f" {out['file_size'] / MEMORY[key]['file_size']:.4f}x / {key[1]} size"

@@ -65,13 +65,30 @@ def _child(workload: str, impl: str, path: str, metadata_cache_bytes: str | None
     w.METADATA_CACHE_BYTES = int(metadata_cache_bytes) if metadata_cache_bytes else None
 
     w._versioned_file_class(impl) if impl in ("xarray_vhdf5", "versioned_hdf5") else None  # import now
+    trims = _count_trims() if impl == "xarray_vhdf5" else None
     func, args, expected = _inputs(workload)
     _reset_peak()
     before = _status()["VmRSS"]
     func(impl, path, *args, read=False)
     peak = _status()["VmHWM"]
     np.testing.assert_array_equal(w.read_final(impl, path), expected)
-    return {"peak_rss_growth": peak - before, "rss_before": before, "file_size": os.path.getsize(path)}
+    return {"peak_rss_growth": peak - before, "rss_before": before, "file_size": os.path.getsize(path),
+            "metadata_trims": trims[0] if trims is not None else None}
+
+
+def _count_trims() -> list[int]:
+    """Count xarray_vhdf5's metadata-cache trims in this process (so a run shows the setting it ran with)."""
+    from xarray_vhdf5.versions import file as vfile
+
+    count = [0]
+    trim = vfile.trim_metadata_cache
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return trim(*args, **kwargs)
+
+    vfile.trim_metadata_cache = counted
+    return count
 
 
 def measure(
@@ -84,7 +101,8 @@ def measure(
     libhdf5's adaptive cache). ``trim_every``: xarray_vhdf5's
     ``metadata_trim_every`` (default: the package's).
 
-    Returns ``{"peak_rss_growth": bytes, "rss_before": bytes, "file_size": bytes}``.
+    Returns ``{"peak_rss_growth": bytes, "rss_before": bytes, "file_size": bytes,
+    "metadata_trims": int or None}`` (the trims xarray_vhdf5 made; None for the others).
     Raises ``subprocess.CalledProcessError`` if the child fails (its data check included).
     """
     path = str(Path(tmpdir) / f"mem-{workload}-{impl}-{metadata_cache_bytes or 'default'}-{trim_every}.h5")
