@@ -504,16 +504,21 @@ def test_interrupted_commit_leftovers_are_overwritten(tmp_path):
         assert f["_version_data/x/hash_table"].attrs["largest_index"] == 4
 
 
+def _reference_v1(f: h5py.File) -> versioned_hdf5.VersionedHDF5File:
+    """versioned-hdf5's version ``v1`` (``x = arange(5)``, chunks (2,), 2020-01-01 UTC) in ``f``."""
+    vf = versioned_hdf5.VersionedHDF5File(f)
+    when = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    with vf.stage_version("v1", timestamp=when) as g:
+        g.create_dataset("x", data=np.arange(5), chunks=(2,))
+    return vf
+
+
 def test_interrupted_versioned_hdf5_commit_is_not_a_version(tmp_path):
     """A crash inside versioned-hdf5's commit leaves a group with committed=False, and
     current_version already pointing at it: that group is not a version for us."""
     path = tmp_path / "crashed.h5"
     with h5py.File(path, "w") as f:
-        vf = versioned_hdf5.VersionedHDF5File(f)
-        when = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
-        with vf.stage_version("v1", timestamp=when) as g:
-            g.create_dataset("x", data=np.arange(5), chunks=(2,))
-        vf.close()
+        _reference_v1(f).close()
         group = versioned_hdf5.versions.create_version_group(f, "crashed")
         group["x"][0] = 100  # staged in memory only; the commit never happens
         f["_version_data/versions"].attrs["current_version"] = "crashed"  # commit_version's first write
@@ -542,10 +547,7 @@ def test_group_without_timestamp_is_not_a_version(tmp_path, mode):
     from opening: it is not a version, the others read, and nothing is changed on disk."""
     path = tmp_path / "stray.h5"
     with h5py.File(path, "w") as f:
-        vf = versioned_hdf5.VersionedHDF5File(f)
-        when = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
-        with vf.stage_version("v1", timestamp=when) as g:
-            g.create_dataset("x", data=np.arange(5), chunks=(2,))
+        _reference_v1(f)
         f["_version_data/versions"].create_group("stray").attrs["note"] = "made by hand"
     with h5py.File(path, mode) as f:
         vf = xarray_vhdf5.VersionedHDF5File(f)
