@@ -467,6 +467,8 @@ def test_failure_inside_commit_removes_the_version(history):
         ("x", dict(data=np.arange(10), chunks=(4,), fillvalue=3), "fill value"),
         ("x", dict(data=np.arange(10), chunks=(4,), compression="gzip"), "filters"),
         ("grp/y", dict(data=np.ones((3, 3)), chunks=(2, 2), fillvalue=0.0), "fill value"),
+        ("x", dict(data=np.zeros((4, 10))), "2 dimensions .* has 1"),  # chunks guessed
+        ("grp/y", dict(data=np.arange(9.0), chunks=(3,)), "1 dimensions .* has 2"),
     ],
 )
 def test_incompatible_redefinition_commits_nothing(history, path, name, kwargs, match):

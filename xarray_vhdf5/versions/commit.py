@@ -400,6 +400,12 @@ def _check_compatible(path: str, raw: h5py.Dataset, ds: StagedDatasetBase, dtype
     if _over_own_raw_data(path, ds, raw):
         return  # chunks, dtype and fill value come from raw itself (a replaced staged_array is checked when set)
     raw_chunks = tuple(int(c) for c in read_attr(raw.id, "chunks", expect="int"))
+    if len(ds.shape) != len(raw_chunks):
+        raise IncompatibleDataError(
+            f"dataset {path!r}: {len(ds.shape)} dimensions (shape {ds.shape}), but its raw_data has "
+            f"{len(raw_chunks)} (chunks {raw_chunks}) fixed by its first version; a dataset keeps its "
+            "number of dimensions across versions (store the new data under another name)"
+        )
     if getattr(ds, "chunks_given", True) and ds.chunks != raw_chunks:
         raise IncompatibleDataError(
             f"dataset {path!r}: chunks {ds.chunks} differ from {raw_chunks} fixed by its first "
