@@ -269,7 +269,31 @@ def scenario_replace_and_move(vh, f):
     return {v: points(vf, v) for v in ("v1", "v2", "v3")}
 
 
+def scenario_revert(vh, f):
+    """``group[name] = vf[old][name]``: a dataset put back as an earlier version had it."""
+    vf = vh.VersionedHDF5File(f)
+    with vf.stage_version("v1", timestamp=ts(1)) as g:
+        x = g.create_dataset("x", data=np.arange(40.0).reshape(4, 10), chunks=(2, 5), fillvalue=-9,
+                             compression="gzip")
+        x.attrs["units"] = "K"
+        g.create_dataset("y", data=np.arange(10), chunks=(5,))
+    with vf.stage_version("v2", timestamp=ts(2)) as g:
+        g["x"][0, :7] = -1
+        g["x"].attrs["units"] = "C"
+        g["y"][9] = 99
+    with vf.stage_version("v3", timestamp=ts(3)) as g:
+        g["x"] = vf["v1"]["x"]  # back to v1's points and attributes; y stays v2's
+    with vf.stage_version("v4", timestamp=ts(4)) as g:
+        g["x"][3, 9] = 1000  # an edit on top of the reverted dataset
+    out = {v: points(vf, v) for v in ("v1", "v2", "v3", "v4")}
+    # User attributes (versioned-hdf5 hides the format's in some reads of its own session).
+    out["attrs"] = {v: {k: a for k, a in vf[v]["x"].attrs.items() if k not in ("chunks", "raw_data")}
+                    for v in ("v1", "v2", "v3", "v4")}
+    return out
+
+
 SCENARIOS = [
+    scenario_revert,
     scenario_edits,
     scenario_resize,
     scenario_groups_and_attrs,

@@ -611,3 +611,120 @@ def test_a_carried_dataset_keeps_its_chunk_map_for_the_next_stage(base, monkeypa
         expected[0, 0], expected[1, 1] = -1.0, -2.0
         np.testing.assert_array_equal(vf["v4"]["x"][()], expected)
         assert (vf["v4"]["x"].attrs.get("units") == "K") == (touch == "an attribute")
+
+
+def _raw_rows(f: h5py.File, name: str) -> tuple[int, int]:
+    return f[f"_version_data/{name}/raw_data"].shape[0], int(f[f"_version_data/{name}/hash_table"].attrs["largest_index"])
+
+
+def _mapping(f: h5py.File, version: str, name: str) -> tuple[np.ndarray, np.ndarray]:
+    vds = f[f"_version_data/versions/{version}/{name}"]
+    raw = f[vds.attrs["raw_data"]]
+    return build_slab_indices_and_offsets(vds, vds.shape, tuple(vds.attrs["chunks"]), raw)
+
+
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_assigning_an_earlier_versions_dataset_reverts_it_without_writing_chunks(base, wrapped):
+    """``g["x"] = vf["v1"]["x"]`` puts back v1's dataset (points and attributes) by copying its
+    virtual dataset: no chunk is read, hashed or written, and the mappings are v1's."""
+    path, data = base
+    with h5py.File(path, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1b") as g:  # v1's x gains an attribute in a version of its own
+            g["x"].attrs["units"] = "K"
+        with vf.stage_version("v2") as g:
+            g["x"][0:25, :] = -1.0
+            g["x"].attrs["units"] = "C"
+        rows_before = _raw_rows(f, "x")
+        with vf.stage_version("v3") as g:
+            g["x"] = vf["v1b"]["x"] if wrapped else f["_version_data/versions/v1b/x"]
+            assert g["x"].attrs["units"] == "K"
+        assert vf.last_commit.new_chunks == 0
+        assert _raw_rows(f, "x") == rows_before
+        for got, want in zip(_mapping(f, "v3", "x"), _mapping(f, "v1b", "x")):
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(vf["v3"]["x"][()], data)
+        assert dict(vf["v3"]["x"].attrs)["units"] == "K"
+        with vf.stage_version("v4") as g:  # and it edits as any dataset
+            g["x"][99, 59] = 7.0
+        want = data.copy()
+        want[99, 59] = 7.0
+        np.testing.assert_array_equal(vf["v4"]["x"][()], want)
+
+
+def test_an_assigned_earlier_dataset_edited_before_the_commit(base):
+    path, data = base
+    with h5py.File(path, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"][:] = 0.0
+        with vf.stage_version("v3") as g:
+            g["x"] = vf["v1"]["x"]
+            g["x"][5, 5] = -5.0
+            assert g["x"][5, 4] == data[5, 4]
+        want = data.copy()
+        want[5, 5] = -5.0
+        np.testing.assert_array_equal(vf["v3"]["x"][()], want)
+        assert vf.last_commit.new_chunks == 1
+
+
+def test_assigning_an_earlier_dataset_under_another_name_stores_it_there(base):
+    """At another path the dataset gets that path's raw_data (the format's layout), its chunks,
+    dtype and attributes kept; versioned-hdf5 reads it."""
+    import versioned_hdf5
+
+    path, data = base
+    with h5py.File(path, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"].attrs["note"] = "n"
+        with vf.stage_version("v3") as g:
+            g["grp/copy"] = vf["v2"]["x"]
+        copy = f["_version_data/versions/v3/grp/copy"]
+        assert copy.attrs["raw_data"] == "/_version_data/grp/copy/raw_data"
+        assert tuple(copy.attrs["chunks"]) == CHUNKS and copy.attrs["note"] == "n"
+        assert vf.last_commit.new_chunks == 30
+    with h5py.File(path, "r") as f:
+        ref = versioned_hdf5.VersionedHDF5File(f)
+        np.testing.assert_array_equal(ref["v3"]["grp/copy"][()], data)
+        np.testing.assert_array_equal(ref["v3"]["x"][()], data)
+
+
+def test_assigning_other_datasets_copies_data_and_attributes(base, tmp_path):
+    """A staged dataset, or a dataset of another file, is read: its points and user attributes."""
+    path, data = base
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as g2:
+        d = g2.create_dataset("d", data=np.arange(6.0))
+        d.attrs["origin"] = "other"
+    with h5py.File(path, "a") as f, h5py.File(other, "r") as g2:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"].attrs["units"] = "K"
+            g["y"] = g["x"]
+            g["o"] = g2["d"]
+        np.testing.assert_array_equal(vf["v2"]["y"][()], data)
+        assert vf["v2"]["y"].attrs["units"] == "K"
+        np.testing.assert_array_equal(vf["v2"]["o"][()], np.arange(6.0))
+        assert vf["v2"]["o"].attrs["origin"] == "other"
+        with pytest.raises(TypeError, match="groups"):
+            with vf.stage_version("v3") as g:
+                g["z"] = f["_version_data/versions/v1"]
+        assert "v3" not in vf
+
+
+def test_an_assigned_earlier_dataset_whose_version_is_deleted_meanwhile_is_refused(base):
+    path, data = base
+    with h5py.File(path, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v2") as g:
+            g["x"][0, 0] = 1.0
+        with vf.stage_version("v3") as g:
+            g["x"][0, 0] = 2.0
+        with pytest.raises(StaleVersionError):
+            with vf.stage_version("v4") as g:
+                g["x"] = vf["v2"]["x"]
+                with h5py.File(path, "a") as f2:  # the same file through another handle
+                    VersionedHDF5File(f2).delete_versions(["v2"])
+        assert "v4" not in vf
+        assert vf["v3"]["x"][0, 0] == 2.0

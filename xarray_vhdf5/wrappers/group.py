@@ -26,14 +26,15 @@ from h5py import h5i, h5o
 
 from ..backend.chunks import guess_chunks_h5py
 from ..backend.h5objects import member_names, object_info_by_name, relinked
-from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS
+from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS, VERSION_DATA, VERSIONS
 from ..backend.raw_data import Filters
 from ..errors import IncompatibleDataError, ReadOnlyError, StaleVersionError
-from .attrs import StagedAttrs
+from .attrs import RESERVED_ATTRS, StagedAttrs
 from .chunked import InMemoryDataset
 from .create import new_array_dataset
 from .dataset import StagedDatasetBase
 from .group_api import GroupAPI
+from .readonly import VersionDataset
 
 __all__ = ["InMemoryGroup", "UnopenedDataset"]
 
@@ -342,24 +343,57 @@ class InMemoryGroup(GroupAPI):
         return self.create_dataset(path, shape=shape, dtype=dtype, **kwargs)
 
     def __setitem__(self, path: str, value) -> None:
-        """``group[name] = array`` creates a dataset with h5py's chunk guess.
+        """``group[name] = value`` creates a dataset; an existing dataset of that name is replaced.
 
-        An existing dataset of that name is replaced (versioned-hdf5's behaviour;
-        h5py would refuse); the new data is deduplicated against the old chunks
-        at commit. A group of that name is not replaced (ValueError).
+        Parameters
+        ----------
+        path : str
+            Name, relative to this group; intermediate groups are created.
+        value : array_like, staged dataset, or a committed version's dataset
+            - An array: a new dataset with h5py's chunk guess, no attributes.
+            - A dataset of a committed version of this file (``vf["v1"]["x"]``,
+              or its ``h5py.Dataset``): the dataset as it is in that version,
+              with its attributes (as versioned-hdf5 copies it). Nothing is
+              read: at the same path (a revert) the commit copies that
+              version's virtual dataset with ``H5Ocopy`` and writes no chunk;
+              at another path its chunks are read and stored in that path's
+              raw_data at commit.
+            - Another dataset (staged, or of another file): its data and attributes.
+
+        Replacing a dataset is versioned-hdf5's behaviour (h5py would refuse);
+        new data is deduplicated against the stored chunks at commit. A group
+        of that name is not replaced.
+
+        Raises
+        ------
+        ValueError
+            A group (or a reserved name) is at ``path``.
+        TypeError
+            ``value`` is a group.
         """
         self._check_open()
-        if isinstance(value, InMemoryGroup):
+        if isinstance(value, (InMemoryGroup, h5py.Group)):
             raise TypeError("assigning groups is not supported; use create_group")
         group, last = self._walk(path, create=True)
         if isinstance(group._children.get(last), (StagedDatasetBase, UnopenedDataset)):
             del group._children[last]
         self._check_name(group, last)
-        arr = value[()] if isinstance(value, (StagedDatasetBase, h5py.Dataset)) else value
-        ds = new_array_dataset(
-            posixpath.join(group.name, last), group, data=arr,
-            default_chunks=lambda shape, dtype: guess_chunks_h5py(shape, dtype.itemsize),
-        )
+        new_path = posixpath.join(group.name, last)
+        committed = _committed_dataset(value, self._root)
+        if committed is not None:
+            dsid, origin = committed
+            ds = InMemoryDataset(new_path, group, dsid)
+            ds.origin_name = origin  # where its raw_data lives: a copy elsewhere stores its chunks anew
+        else:
+            arr = value[()] if isinstance(value, (StagedDatasetBase, h5py.Dataset, VersionDataset)) else value
+            ds = new_array_dataset(
+                new_path, group, data=arr,
+                default_chunks=lambda shape, dtype: guess_chunks_h5py(shape, dtype.itemsize),
+            )
+            if isinstance(value, (StagedDatasetBase, h5py.Dataset, VersionDataset)):
+                for key, val in value.attrs.items():
+                    if key not in RESERVED_ATTRS:
+                        ds.attrs[key] = val
         group._children[last] = ds
 
     def __delitem__(self, path: str) -> None:
@@ -422,6 +456,32 @@ class InMemoryGroup(GroupAPI):
             else:
                 stack.pop()
         return groups, datasets
+
+
+def _committed_dataset(value, root: InMemoryGroup) -> tuple[h5py.h5d.DatasetID, str] | None:
+    """``(id, path of its raw_data's dataset)`` when ``value`` is a committed version's dataset of ``root``'s file.
+
+    A version's virtual dataset (wrapped or not) of the same versioned tree:
+    its ``raw_data`` attribute names ``<root>/_version_data/<path>/raw_data``.
+    None for anything else (arrays, staged datasets, other files).
+    """
+    dset = value.dataset if isinstance(value, VersionDataset) else value
+    where = getattr(root, "h5file", None)
+    if not isinstance(dset, h5py.Dataset) or where is None or not dset.id.valid:
+        return None
+    if dset.id.fileno != where.id.fileno or not dset.is_virtual or dset.name is None:
+        return None
+    try:
+        raw_path = dset.attrs["raw_data"]
+    except KeyError:
+        return None
+    raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
+    prefix = posixpath.join(where.name, VERSION_DATA) + "/"
+    if not raw_path.startswith(prefix) or not raw_path.endswith("/raw_data") or "chunks" not in dset.attrs:
+        return None
+    if not dset.name.startswith(posixpath.join(prefix, VERSIONS) + "/"):
+        return None  # not a version's dataset
+    return dset.id, raw_path[len(prefix) : -len("/raw_data")]
 
 
 def _rename(obj, new_name: str) -> None:
