@@ -566,3 +566,13 @@ def test_committed_groups_know_their_version_below_the_file_root(tmp_path):
         x = grp["x"]
         assert x.parent.name == grp.name and x.parent.version == "v1"
         assert list(root.datasets()) == ["grp/x"]
+
+
+def test_a_string_set_in_a_staged_version_reads_back_as_bytes(vh, vf):
+    """An element written to a variable-length bytes dataset reads back as ``bytes`` while
+    staged, as after the commit (h5py's type), not as ``numpy.bytes_``."""
+    with vf.stage_version("v3") as g:
+        g["s"][0] = b"zz"
+        staged = g["s"][()].tolist()
+        assert staged == [b"zz", b"c"] and all(type(v) is bytes for v in staged)
+    assert vf["v3"]["s"][()].tolist() == [b"zz", b"c"]

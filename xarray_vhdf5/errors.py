@@ -20,6 +20,8 @@ code keeps working::
     │                                             file opened read-only
     ├── IncompatibleDataError  (ValueError)       shape / dtype / chunks / fill value that
     │                                             cannot be stored or do not match
+    │   └── DatasetMismatchError (TypeError)      ``require_dataset`` found one of another
+    │                                             shape or dtype (h5py raises TypeError)
     ├── ClosedFileError        (ValueError)       the file (or version) was closed
     ├── UnsupportedError       (NotImplementedError)
     │                                             valid for numpy but not supported here
@@ -47,6 +49,7 @@ __all__ = [
     "NotVersionedError",
     "ReadOnlyError",
     "IncompatibleDataError",
+    "DatasetMismatchError",
     "ClosedFileError",
     "UnsupportedError",
     "HDF5Error",
@@ -101,6 +104,10 @@ class ReadOnlyError(VHDF5Error, PermissionError, ValueError):
 
 class IncompatibleDataError(VHDF5Error, ValueError):
     """Data whose shape, dtype, chunks or fill value cannot be stored or do not match."""
+
+
+class DatasetMismatchError(IncompatibleDataError, TypeError):
+    """``require_dataset`` found a dataset of another shape or dtype (h5py and versioned-hdf5 raise TypeError)."""
 
 
 class ClosedFileError(VHDF5Error, ValueError):

@@ -220,7 +220,7 @@ class StagedDatasetBase(DatasetAPI):
         """
         self._check_open()
         value = np.asarray(value)
-        if value.dtype.kind == "U" and self.dtype.kind == "O":
+        if value.dtype.kind in "SU" and self.dtype.kind == "O":  # elements as Python bytes / str, as h5py reads them
             value = value.astype(object)
         if value.ndim == 0 and self.dtype.kind == "O":
             # A 0-d array stored into an object array would become the element itself.

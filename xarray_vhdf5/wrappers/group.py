@@ -28,7 +28,7 @@ from ..backend.chunks import guess_chunks_h5py
 from ..backend.h5objects import member_names, object_info_by_name, relinked
 from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS, VERSION_DATA, VERSIONS
 from ..backend.raw_data import Filters
-from ..errors import IncompatibleDataError, ReadOnlyError, StaleVersionError
+from ..errors import DatasetMismatchError, IncompatibleDataError, ReadOnlyError, StaleVersionError
 from .attrs import RESERVED_ATTRS, StagedAttrs
 from .chunked import InMemoryDataset
 from .create import new_array_dataset
@@ -329,16 +329,25 @@ class InMemoryGroup(GroupAPI):
         return ds
 
     def require_dataset(self, path: str, shape, dtype, exact: bool = False, **kwargs):
-        """Return the existing dataset if shape and dtype match, else create it (h5py)."""
+        """Return the existing dataset if shape and dtype match, else create it (h5py).
+
+        Raises
+        ------
+        DatasetMismatchError
+            The existing dataset has another shape, or a dtype ``dtype`` cannot
+            be cast to (``exact``: another dtype); a ``TypeError`` as in h5py.
+        TypeError
+            A group exists at ``path``.
+        """
         if path in self:
             ds = self[path]
             if not isinstance(ds, StagedDatasetBase):
                 raise TypeError(f"{path!r} exists and is a group")
             shape = (shape,) if isinstance(shape, int) else tuple(shape)
             if ds.shape != shape:
-                raise IncompatibleDataError(f"shapes do not match (existing {ds.shape} vs new {shape})")
+                raise DatasetMismatchError(f"shapes do not match (existing {ds.shape} vs new {shape})")
             if (exact and ds.dtype != np.dtype(dtype)) or not np.can_cast(dtype, ds.dtype):
-                raise IncompatibleDataError(f"dtypes do not match (existing {ds.dtype} vs new {dtype})")
+                raise DatasetMismatchError(f"dtypes do not match (existing {ds.dtype} vs new {dtype})")
             return ds
         return self.create_dataset(path, shape=shape, dtype=dtype, **kwargs)
 
