@@ -576,3 +576,14 @@ def test_a_string_set_in_a_staged_version_reads_back_as_bytes(vh, vf):
         staged = g["s"][()].tolist()
         assert staged == [b"zz", b"c"] and all(type(v) is bytes for v in staged)
     assert vf["v3"]["s"][()].tolist() == [b"zz", b"c"]
+
+
+def test_a_dataset_created_from_a_shape_alone_is_float64(vh, tmp_path):
+    """versioned-hdf5 makes float64 (h5py's default is float32): the same code makes the same file."""
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        vf = vh.VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            assert g.create_dataset("a", shape=(5,), chunks=(2,)).dtype == np.float64
+            g.create_dataset("b", shape=(5,), chunks=(2,), fillvalue=0.1)[1] = 0.3
+        assert vf["v1"]["a"].dtype == np.float64
+        assert vf["v1"]["b"][()].tolist() == [0.1, 0.3, 0.1, 0.1, 0.1]

@@ -71,7 +71,8 @@ def new_array_dataset(
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
         if any(n < 0 for n in shape):
             raise IncompatibleDataError(f"shape {shape} has negative lengths")
-        dt = np.dtype(dtype if dtype is not None else "f4")
+        # versioned-hdf5's default (h5py's is float32): the same code makes the same file
+        dt = np.dtype(dtype if dtype is not None else "f8")
         if dt.kind == "U":
             dt = h5py.string_dtype()
         # Only the array's metadata: the sparse dataset allocates no points.

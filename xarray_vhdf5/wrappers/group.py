@@ -294,7 +294,8 @@ class InMemoryGroup(GroupAPI):
             Name, relative to this group; intermediate groups are created.
         shape, dtype, data
             As h5py: ``data`` alone, or ``shape`` (and ``dtype``, default
-            float32) for a dataset of fill values.
+            float64 as in versioned-hdf5; h5py's is float32) for a dataset of
+            fill values.
         chunks : tuple of int, optional
             Chunk shape, in points: the unit of deduplication. Default
             ``(4096,)`` for 1-d, h5py's guess otherwise.
