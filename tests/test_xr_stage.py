@@ -475,3 +475,25 @@ def test_a_shallow_copy_of_a_staged_variable_is_checked_and_shares_no_chunks(tmp
     clone[0] = -1.0
     assert np.asarray(data)[0] == 0.0 and np.asarray(clone)[0] == -1.0
     assert any(a is clone for a in data.handle.arrays.values())
+
+
+def test_a_bad_assignment_raises_numpys_error_and_changes_nothing(tmp_path):
+    """A value that does not broadcast, or cannot be cast, raises numpy's ValueError through
+    xarray (which asks the array for numpy's ``flags`` then); the staged data stays as it was."""
+    ds = xr.Dataset({"t": (("time", "x"), np.arange(20.0).reshape(4, 5))}, coords={"time": np.arange(4.0)})
+    ds["t"].encoding["chunks"] = (2, 5)
+    path = tmp_path / "f.h5"
+    ds.vhdf5.commit("v1", path=path)
+    with xr.open_dataset(path, engine="vhdf5") as opened:
+        staged = opened.vhdf5.stage()
+        with pytest.raises(ValueError, match="broadcast"):
+            staged["t"][0:2, :] = np.zeros((3, 5))
+        with pytest.raises(ValueError, match="could not convert"):
+            staged["t"].variable[0, 0] = "abc"
+        assert staged["t"].variable._data.flags.writeable
+        np.testing.assert_array_equal(staged["t"].values, ds["t"].values)
+        staged["t"][0, 0] = -1.0
+        staged.vhdf5.commit("v2")
+        staged.close()
+    with xr.open_dataset(path, engine="vhdf5") as v2:
+        assert v2["t"].values[0, 0] == -1.0 and v2["t"].values[0, 1] == 1.0

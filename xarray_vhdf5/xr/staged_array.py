@@ -45,7 +45,7 @@ import dataclasses
 import operator
 import os
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import h5py
 import numpy as np
@@ -324,6 +324,14 @@ def _bounding_box(key: tuple, shape: tuple[int, ...]) -> tuple[tuple, tuple] | N
     return tuple(box), tuple(rel)
 
 
+class _Flags(NamedTuple):
+    writeable: bool
+    owndata: bool
+
+
+_WRITEABLE = _Flags(True, True)
+
+
 class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
     """A staged variable's data: CF-decoded view of a :class:`~xarray_vhdf5.staging.StagedChangesArray`.
 
@@ -438,6 +446,16 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     def __len__(self) -> int:
         return self.shape[0]
+
+    @property
+    def flags(self) -> _Flags:
+        """numpy's ``writeable`` and ``owndata`` flags, both True: an editable array of its own.
+
+        xarray reads them when an assignment raises ``ValueError`` (to tell a
+        read-only numpy view apart); the original error (e.g. numpy's "could
+        not broadcast") then reaches the caller.
+        """
+        return _WRITEABLE
 
     @property
     def has_changes(self) -> bool:
