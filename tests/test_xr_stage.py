@@ -497,3 +497,54 @@ def test_a_bad_assignment_raises_numpys_error_and_changes_nothing(tmp_path):
         staged.close()
     with xr.open_dataset(path, engine="vhdf5") as v2:
         assert v2["t"].values[0, 0] == -1.0 and v2["t"].values[0, 1] == 1.0
+
+
+NEWAXIS_KEYS = [
+    (None,), (None, Ellipsis), (slice(1, 3), None), (0, None, slice(None)), (Ellipsis, None),
+    (None, 1, None), (None, slice(None, None, 2), np.int64(4)), (-1, None),
+]
+
+
+@pytest.mark.parametrize("key", NEWAXIS_KEYS, ids=repr)
+def test_staged_variable_takes_newaxis_as_numpy_does(tmp_path, key):
+    data = np.arange(20.0).reshape(4, 5)
+    ds = xr.Dataset({"t": (("time", "x"), data)})
+    ds["t"].encoding["chunks"] = (2, 5)
+    ds.vhdf5.commit("v1", path=tmp_path / "f.h5")
+    with xr.open_dataset(tmp_path / "f.h5", engine="vhdf5") as opened:
+        staged = opened.vhdf5.stage()
+        arr = staged["t"].variable._data
+        assert isinstance(arr, StagedVariableArray)
+        got = arr[key]
+        np.testing.assert_array_equal(got, data[key])
+        assert got.shape == data[key].shape
+        staged.close()
+
+
+def test_concat_of_a_staged_dataset_broadcasts_its_other_variables(tmp_path):
+    """``xr.concat(data_vars="all")`` gives a variable without the concatenated dimension that
+    dimension by indexing it with ``None`` (``Variable.set_dims``): it reads as xarray computes
+    it. Committing it under its name is refused (a dataset keeps its number of dimensions);
+    with ``data_vars="minimal"`` it stays as it was and the result commits."""
+    ds = xr.Dataset({"t": (("time", "x"), np.arange(20.0).reshape(4, 5)), "m": (("x",), np.arange(5.0))},
+                    coords={"time": np.arange(4.0)})
+    ds["t"].encoding["chunks"] = (2, 5)
+    path = tmp_path / "f.h5"
+    ds.vhdf5.commit("v1", path=path)
+    ext = ds.isel(time=[0]).assign_coords(time=[10.0])
+    with xr.open_dataset(path, engine="vhdf5") as opened:
+        staged = opened.vhdf5.stage()
+        more = staged.isel(time=[0]).assign_coords(time=[10.0])
+        combined = xr.concat([staged, more], dim="time", data_vars="all")
+        want = xr.concat([ds, ext], dim="time", data_vars="all")
+        assert combined["m"].dims == ("time", "x")
+        np.testing.assert_array_equal(combined["m"].values, want["m"].values)
+        with pytest.raises(IncompatibleDataError):
+            combined.vhdf5.commit("v2")
+        xr.concat([staged, more], dim="time", data_vars="minimal").vhdf5.commit("v2")  # nothing was committed
+        staged.close()
+    want = xr.concat([ds, ext], dim="time", data_vars="minimal")
+    with xr.open_dataset(path, engine="vhdf5", version="v2") as v2:
+        np.testing.assert_array_equal(v2["t"].values, want["t"].values)
+        np.testing.assert_array_equal(v2["m"].values, want["m"].values)
+        assert "v2" == v2.encoding["vhdf5_version"]

@@ -520,7 +520,23 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         return np.asarray(staged[box[0]])[box[1]]
 
     def __getitem__(self, key) -> np.ndarray:
+        """The decoded points of ``key`` (numpy's indexing; ``None`` axes with a basic index).
+
+        xarray inserts axes with ``None`` (``Variable.set_dims``, e.g. in
+        ``xr.concat`` of a variable lacking the concatenated dimension); the
+        staging engine, like h5py, takes no ``None``: the points are read
+        without, and the axes added to the result.
+        """
         key = _array_key(key)
+        if any(k is None for k in key) and all(
+            k is None or k is Ellipsis or isinstance(k, (slice, int, np.integer)) for k in key
+        ):
+            inner = tuple(k for k in key if k is not None)
+            outer = tuple(
+                np.newaxis if k is None else (Ellipsis if k is Ellipsis else slice(None))
+                for k in key if k is None or not isinstance(k, (int, np.integer))
+            )
+            return self.codec.decode(self._read_raw(inner))[outer]
         return self.codec.decode(self._read_raw(key))
 
     def __setitem__(self, key, value) -> None:
