@@ -732,3 +732,32 @@ def test_an_assigned_earlier_dataset_whose_version_is_deleted_meanwhile_is_refus
                     VersionedHDF5File(f2).delete_versions(["v2"])
         assert "v4" not in vf
         assert vf["v3"]["x"][0, 0] == 2.0
+
+
+def test_staged_attrs_modify_keeps_the_dtype_and_shape_as_h5py(base, tmp_path):
+    """``attrs.modify`` behaves as h5py's on a plain file: dtype and shape kept, a new name
+    created, another shape refused."""
+    path, _ = base
+    plain = h5py.File(tmp_path / "plain.h5", "w").create_group("g")
+    with h5py.File(path, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1b") as g:
+            g["x"].attrs.create("scale", data=[1, 2], dtype="i2")
+        with vf.stage_version("v2") as g:
+            staged = g["x"].attrs
+            plain.attrs.create("scale", data=[1, 2], dtype="i2")
+            for attrs in (staged, plain.attrs):
+                attrs.modify("scale", [3.7, 4.2])  # cast to int16, as h5py does
+                attrs.modify("fresh", 2.5)
+                with pytest.raises(TypeError, match="Shape"):
+                    attrs.modify("scale", [1, 2, 3])
+            for name in ("scale", "fresh"):
+                np.testing.assert_array_equal(staged[name], plain.attrs[name])
+                assert np.asarray(staged[name]).dtype == plain.attrs[name].dtype
+        got = f["_version_data/versions/v2/x"].attrs
+        assert got["scale"].dtype == np.int16 and got["scale"].tolist() == [3, 4] and got["fresh"] == 2.5
+        for write in (lambda a: a.modify("scale", [0, 0]), lambda a: a.create("other", 1)):
+            with pytest.raises(ReadOnlyError):
+                write(vf["v2"]["x"].attrs)
+        assert vf["v2"]["x"].attrs["scale"].tolist() == [3, 4] and "other" not in vf["v2"]["x"].attrs
+    plain.file.close()

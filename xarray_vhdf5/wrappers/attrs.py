@@ -142,6 +142,31 @@ class StagedAttrs(MutableMapping):
         if dtype is not None:
             self._dtypes[name] = np.dtype(dtype)
 
+    def modify(self, name: str, value: Any) -> None:
+        """h5py's ``attrs.modify``: change an attribute's value keeping its dtype and shape.
+
+        A new name is created as ``attrs[name] = value`` would create it.
+
+        Raises
+        ------
+        TypeError
+            ``value`` has another shape than the attribute (a single point may
+            replace a single point of any shape), as h5py raises.
+        ValueError
+            ``value`` cannot be cast to the attribute's dtype, or ``name`` is
+            reserved by the format.
+        """
+        if name not in self:
+            self[name] = value
+            return
+        old = np.asarray(self._load()[name])
+        dtype = self._dtypes.get(name, old.dtype)
+        new = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=dtype)
+        if new.shape != old.shape and not (new.size == 1 and old.size == 1):
+            raise TypeError("Shape of data is incompatible with existing attribute")
+        self[name] = np.asarray(new, dtype=dtype).reshape(old.shape)
+        self._dtypes[name] = np.dtype(dtype)
+
     def write_to(self, obj) -> None:
         """Write every attribute on ``obj`` (a freshly created HDF5 object, or its dataset id)."""
         items = self._load()
@@ -183,6 +208,14 @@ class ReadOnlyAttrs(Mapping):
         raise ReadOnlyError(
             f"cannot delete attribute {key!r}: committed versions are read-only"
         )
+
+    def modify(self, key, value):
+        """Refused as ``attrs[key] = value`` is: committed versions are read-only."""
+        self[key] = value
+
+    def create(self, key, data, shape=None, dtype=None):
+        """Refused as ``attrs[key] = value`` is: committed versions are read-only."""
+        self[key] = data
 
     def __repr__(self) -> str:
         return f"<ReadOnlyAttrs {dict(self)!r}>"
