@@ -565,3 +565,20 @@ def test_all_fill_edge_chunk(tmp_path):
             ref = versioned_hdf5.VersionedHDF5File(f)
             np.testing.assert_array_equal(ref["v1"]["x"][()], data)
             ref.close()
+
+
+@pytest.mark.parametrize(
+    "path,expected",
+    [
+        ("/_version_data/versions/v1", ("/_version_data/versions/v1", "v1")),
+        ("/_version_data/versions/v1/grp/x", ("/_version_data/versions/v1", "v1")),
+        ("/sub/_version_data/versions/r 2/x", ("/sub/_version_data/versions/r 2", "r 2")),
+        ("/_version_data/versions/", None),
+        ("/_version_data/x/raw_data", None),
+        ("/x", None),
+    ],
+)
+def test_split_version_path(path, expected):
+    from xarray_vhdf5.backend.layout import split_version_path
+
+    assert split_version_path(path) == expected

@@ -707,10 +707,14 @@ def test_assigning_other_datasets_copies_data_and_attributes(base, tmp_path):
             g["x"].attrs["units"] = "K"
             g["y"] = g["x"]
             g["o"] = g2["d"]
+            g["raw"] = f["_version_data/x/raw_data"]  # in the file, but not a version's dataset: read
+            raw_points = f["_version_data/x/raw_data"][()]
         np.testing.assert_array_equal(vf["v2"]["y"][()], data)
         assert vf["v2"]["y"].attrs["units"] == "K"
         np.testing.assert_array_equal(vf["v2"]["o"][()], np.arange(6.0))
         assert vf["v2"]["o"].attrs["origin"] == "other"
+        np.testing.assert_array_equal(vf["v2"]["raw"][()], raw_points)
+        assert f["_version_data/versions/v2/raw"].attrs["raw_data"] == "/_version_data/raw/raw_data"
         with pytest.raises(TypeError, match="groups"):
             with vf.stage_version("v3") as g:
                 g["z"] = f["_version_data/versions/v1"]

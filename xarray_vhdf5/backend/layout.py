@@ -33,6 +33,7 @@ __all__ = [
     "versions_path",
     "version_path",
     "dataset_data_path",
+    "split_version_path",
 ]
 
 #: Group holding everything the format stores.
@@ -80,3 +81,21 @@ def dataset_data_path(name: str) -> str:
     ``name`` is the dataset's path inside a version (``"a"``, ``"grp/b"``).
     """
     return f"/{VERSION_DATA}/{name.strip('/')}"
+
+
+def split_version_path(path: str) -> tuple[str, str] | None:
+    """``(path of the version's group, version name)`` for an object inside a version, else None.
+
+    ``path`` is an absolute HDF5 path such as ``/_version_data/versions/v1/grp/x``
+    (``("/_version_data/versions/v1", "v1")``); the versioned root may be a
+    subgroup of the file (``/sub/_version_data/versions/v1/x``). The first
+    ``_version_data/versions`` on the path is the versioned root's.
+    """
+    marker = f"/{VERSION_DATA}/{VERSIONS}/"
+    at = path.find(marker)
+    if at < 0:
+        return None
+    version = path[at + len(marker):].split("/", 1)[0]
+    if not version:
+        return None
+    return path[: at + len(marker)] + version, version

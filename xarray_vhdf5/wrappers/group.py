@@ -26,7 +26,8 @@ from h5py import h5i, h5o
 
 from ..backend.chunks import guess_chunks_h5py
 from ..backend.h5objects import member_names, object_info_by_name, relinked
-from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS, VERSION_DATA, VERSIONS
+from ..backend.chunkmap import version_dataset_layout
+from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS, VERSION_DATA, split_version_path
 from ..backend.raw_data import Filters
 from ..errors import DatasetMismatchError, IncompatibleDataError, ReadOnlyError, StaleVersionError
 from .attrs import RESERVED_ATTRS, StagedAttrs
@@ -395,12 +396,12 @@ class InMemoryGroup(GroupAPI):
             ds = InMemoryDataset(new_path, group, dsid)
             ds.origin_name = origin  # where its raw_data lives: a copy elsewhere stores its chunks anew
         else:
-            arr = value[()] if isinstance(value, (StagedDatasetBase, h5py.Dataset, VersionDataset)) else value
+            is_dataset = isinstance(value, (StagedDatasetBase, h5py.Dataset, VersionDataset))
             ds = new_array_dataset(
-                new_path, group, data=arr,
+                new_path, group, data=value[()] if is_dataset else value,
                 default_chunks=lambda shape, dtype: guess_chunks_h5py(shape, dtype.itemsize),
             )
-            if isinstance(value, (StagedDatasetBase, h5py.Dataset, VersionDataset)):
+            if is_dataset:
                 for key, val in value.attrs.items():
                     if key not in RESERVED_ATTRS:
                         ds.attrs[key] = val
@@ -471,26 +472,25 @@ class InMemoryGroup(GroupAPI):
 def _committed_dataset(value, root: InMemoryGroup) -> tuple[h5py.h5d.DatasetID, str] | None:
     """``(id, path of its raw_data's dataset)`` when ``value`` is a committed version's dataset of ``root``'s file.
 
-    A version's virtual dataset (wrapped or not) of the same versioned tree:
-    its ``raw_data`` attribute names ``<root>/_version_data/<path>/raw_data``.
-    None for anything else (arrays, staged datasets, other files).
+    A dataset inside a version group of the same versioned tree whose format
+    attributes (``backend.chunkmap.version_dataset_layout``) name a raw_data
+    ``<root>/_version_data/<path>/raw_data``; ``<path>`` is returned. None for
+    anything else (arrays, staged datasets, other files or trees).
     """
     dset = value.dataset if isinstance(value, VersionDataset) else value
     where = getattr(root, "h5file", None)
-    if not isinstance(dset, h5py.Dataset) or where is None or not dset.id.valid:
+    if not isinstance(dset, h5py.Dataset) or where is None or not dset.id.valid or dset.id.fileno != where.id.fileno:
         return None
-    if dset.id.fileno != where.id.fileno or not dset.is_virtual or dset.name is None:
+    prefix = posixpath.join(where.name, VERSION_DATA) + "/"
+    inside = split_version_path(dset.name or "")
+    if inside is None or not inside[0].startswith(prefix):
         return None
     try:
-        raw_path = dset.attrs["raw_data"]
-    except KeyError:
+        _chunks, raw_path = version_dataset_layout(dset)
+    except IncompatibleDataError:
         return None
-    raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
-    prefix = posixpath.join(where.name, VERSION_DATA) + "/"
-    if not raw_path.startswith(prefix) or not raw_path.endswith("/raw_data") or "chunks" not in dset.attrs:
+    if not raw_path.startswith(prefix) or not raw_path.endswith("/raw_data"):
         return None
-    if not dset.name.startswith(posixpath.join(prefix, VERSIONS) + "/"):
-        return None  # not a version's dataset
     return dset.id, raw_path[len(prefix) : -len("/raw_data")]
 
 

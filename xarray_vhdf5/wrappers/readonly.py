@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 
 from ..backend.hashing import is_vlen_string_dtype
-from ..backend.layout import VERSION_DATA, VERSIONS
+from ..backend.layout import split_version_path
 from ..errors import ReadOnlyError
 from .attrs import ReadOnlyAttrs
 from .dataset_api import chunk_slices
@@ -117,9 +117,8 @@ class VersionDataset:
     @property
     def parent(self) -> VersionGroup:
         """The group holding this dataset, in the same version (read-only)."""
-        parts = self.dataset.name.split("/")  # .../_version_data/versions/<version>/..., at any depth
-        at = next(i for i in range(len(parts) - 2) if parts[i] == VERSION_DATA and parts[i + 1] == VERSIONS)
-        return VersionGroup(self.dataset.parent, parts[at + 2])
+        _root, version = split_version_path(self.dataset.name)
+        return VersionGroup(self.dataset.parent, version)
 
     @property
     def id(self):
@@ -260,9 +259,7 @@ class VersionGroup:
 
     def _root_name(self) -> str:
         """Path of the version's own group (``.../_version_data/versions/<version>``, at any depth)."""
-        name = self.name
-        marker = f"/{VERSION_DATA}/{VERSIONS}/{self.version}"
-        return name[: (name + "/").index(marker + "/") + len(marker)]
+        return split_version_path(self.name)[0]
 
     @property
     def parent(self) -> VersionGroup:
