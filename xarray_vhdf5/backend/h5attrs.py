@@ -138,33 +138,35 @@ def _write_plain(kernel, obj_id, bname: bytes, value: Any) -> bool:
     variable-length string; h5py's bool enum), without building an array.
     """
     if type(value) is str:
-        try:
-            encoded = value.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        if b"\0" in encoded:
-            return False
-        kernel.write_vlen_str(obj_id.id, bname, _VLEN_STR_UTF8.id, encoded)
-        return True
+        return _write_vlen_str(kernel, obj_id, bname, value, _VLEN_STR_UTF8)
     if type(value) is bool:
         kernel.write_buffer(obj_id.id, bname, _BOOL_TYPE.id, _BOOL_MEMORY.id, (), _BOOLS[value])
         return True
     return False
 
 
+def _write_vlen_str(kernel, obj_id, bname: bytes, value: Any, ftype) -> bool:
+    """A scalar ``str`` (as UTF-8) or ``bytes`` written as variable-length string type ``ftype``.
+
+    False, nothing written, for another value, a ``str`` that does not encode
+    (lone surrogates) or one holding a NUL byte (C strings end there; h5py
+    refuses them too): the caller's slower path then decides.
+    """
+    if isinstance(value, str):
+        try:
+            value = value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    if not isinstance(value, bytes) or b"\0" in value:
+        return False
+    kernel.write_vlen_str(obj_id.id, bname, ftype.id, value)
+    return True
+
+
 def _write_compiled(kernel, obj_id, bname: bytes, data: np.ndarray, ftype) -> bool:
     """Write through the compiled kernel; False for a value it does not take."""
     if data.dtype.kind == "O":  # a variable-length string (checked by the caller)
-        value = data[()] if data.shape == () else None
-        if isinstance(value, str):
-            try:
-                value = value.encode("utf-8")
-            except UnicodeEncodeError:
-                return False
-        if not isinstance(value, bytes) or b"\0" in value:
-            return False
-        kernel.write_vlen_str(obj_id.id, bname, ftype.id, value)
-        return True
+        return _write_vlen_str(kernel, obj_id, bname, data[()] if data.shape == () else None, ftype)
     if data.dtype.kind not in "biuf":
         return False
     mtype = _h5type(data.dtype, logical=False)
