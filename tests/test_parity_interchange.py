@@ -301,3 +301,69 @@ def test_staging_after_a_deletion_through_another_object(tmp_path, deleter):
             other = LIBS[lib].VersionedHDF5File(f)
             for v, want in expected.items():
                 np.testing.assert_array_equal(other[v]["a"][()], want, err_msg=f"{v} read by {lib}")
+
+
+# -- why every stored chunk keeps its own mapping -----------------------------------------
+
+
+def _merge_axis0_runs(f: h5py.File, version: str, name: str, runs) -> np.ndarray:
+    """Rebuild ``version``'s ``name`` with one mapping per ``(start, stop, raw_start)`` run of rows.
+
+    Returns the points the version read before; the rebuilt dataset must read them too.
+    """
+    old = f[f"_version_data/versions/{version}/{name}"]
+    points, attrs, raw = old[()], dict(old.attrs), f[f"_version_data/{name}/raw_data"]
+    layout = h5py.VirtualLayout(shape=old.shape, dtype=old.dtype)
+    source = h5py.VirtualSource(".", raw.name, shape=raw.shape, dtype=raw.dtype)
+    for start, stop, raw_start in runs:
+        layout[start:stop] = source[raw_start : raw_start + stop - start]
+    group = old.parent
+    del group[name]
+    new = group.create_virtual_dataset(name, layout, fillvalue=0.0)
+    new.attrs.update(attrs)
+    assert len(new.virtual_sources()) == len(runs)
+    np.testing.assert_array_equal(new[()], points)
+    return points
+
+
+def test_merged_mappings_break_versioned_hdf5_not_us(tmp_path):
+    """Why a commit writes one mapping per stored chunk (FORMAT.md, "What the format costs").
+
+    libhdf5 charges per mapping when it creates a virtual dataset, so covering a run
+    of chunks along axis 0 whose raw_data rows are consecutive with one mapping
+    would make commits cheaper (and reads the same points). xarray_vhdf5 reads,
+    stages on and deletes around such a version correctly, but versioned-hdf5 2.6
+    commits wrong points when it stages on top of it and its ``delete_versions``
+    fails, so writing them would break interchange. Should versioned-hdf5 learn to
+    read them, this test fails: the per-mapping bound of a commit has moved.
+    """
+    path = tmp_path / "merged.h5"
+    with h5py.File(path, "w") as f:
+        vf = LIBS["versioned_hdf5"].VersionedHDF5File(f)
+        with vf.stage_version("v0") as g:
+            g.create_dataset("x", data=np.arange(400.0).reshape(40, 10), chunks=(10, 10))
+        with vf.stage_version("v1") as g:
+            g["x"][0, 0] = -1.0
+        with vf.stage_version("v2") as g:
+            g["x"][35, 0] = -2.0
+        # v2's rows: chunk 0 at 40 (v1's edit), chunks 1-2 at 10-29 (v0's), chunk 3 at 50.
+        points = _merge_axis0_runs(f, "v2", "x", [(0, 10, 40), (10, 30, 10), (30, 40, 50)])
+    expected = points.copy()
+    expected[39, 9] = -3.0
+    results = {}
+    for lib in ("xarray_vhdf5", "versioned_hdf5"):
+        copy = tmp_path / f"{lib}.h5"
+        copy.write_bytes(path.read_bytes())
+        with h5py.File(copy, "r+") as f:
+            vf = LIBS[lib].VersionedHDF5File(f)
+            with vf.stage_version("v3") as g:
+                g["x"][39, 9] = -3.0
+            staged_right = np.array_equal(vf["v3"]["x"][()], expected)
+        with h5py.File(copy, "r+") as f:
+            try:
+                LIBS[lib].delete_versions(f, ["v1"])
+                deleted_right = np.array_equal(LIBS[lib].VersionedHDF5File(f)["v2"]["x"][()], points)
+            except Exception:  # versioned-hdf5: TypeError("Can't broadcast (10, 10) -> (0, 10)")
+                deleted_right = False
+        results[lib] = (staged_right, deleted_right)
+    assert results == {"xarray_vhdf5": (True, True), "versioned_hdf5": (False, False)}
