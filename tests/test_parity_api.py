@@ -587,3 +587,31 @@ def test_a_dataset_created_from_a_shape_alone_is_float64(vh, tmp_path):
             g.create_dataset("b", shape=(5,), chunks=(2,), fillvalue=0.1)[1] = 0.3
         assert vf["v1"]["a"].dtype == np.float64
         assert vf["v1"]["b"][()].tolist() == [0.1, 0.3, 0.1, 0.1, 0.1]
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "utf-8"])
+def test_string_datasets_report_h5pys_fill_value(vh, tmp_path, encoding):
+    """Variable-length string datasets say ``fillvalue == b""`` staged and committed, as h5py does.
+
+    Their raw_data stores no fill value (FORMAT.md); versioned-hdf5 2.6 and h5py
+    both report ``b""``, which we reported as None before. Chunks of nothing but
+    empty strings are still not stored.
+    """
+    dt = h5py.string_dtype(encoding)
+    with h5py.File(tmp_path / "plain.h5", "w") as f:
+        h5py_fill = f.create_dataset("s", shape=(2,), dtype=dt).fillvalue
+    assert h5py_fill == b""
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        vfile = vh.VersionedHDF5File(f)
+        with vfile.stage_version("v1") as g:
+            made = g.create_dataset("s", data=np.array([b"a", b"b", b"", b""], dtype=object), dtype=dt, chunks=(2,))
+            sparse = g.create_dataset("t", shape=(4,), dtype=dt, chunks=(2,))
+            assert (made.fillvalue, sparse.fillvalue) == (h5py_fill, h5py_fill)
+        with vfile.stage_version("v2") as g:
+            assert g["s"].fillvalue == h5py_fill
+            g["s"][3] = b"d"
+        assert vfile["v2"]["s"].fillvalue == h5py_fill
+        assert vfile["v2"]["s"][()].tolist() == [b"a", b"b", b"", b"d"]
+        assert f["_version_data/s/raw_data"].shape[0] == 4  # v1's [a, b] and v2's ["", d]
+        assert len(f["_version_data/versions/v1/s"].virtual_sources()) == 1  # ["", ""] not stored
+        assert len(f["_version_data/versions/v1/t"].virtual_sources()) == 0

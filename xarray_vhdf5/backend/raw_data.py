@@ -22,9 +22,33 @@ from .hashing import chunk_hash, is_vlen_string_dtype
 from .hashtable import HashTable
 from .rows import dataset_shape, write_rows
 
-__all__ = ["Filters", "create_raw_data", "is_fill_chunk", "ChunkWriter", "WriteStats"]
+__all__ = ["Filters", "create_raw_data", "is_fill_chunk", "reported_fillvalue", "ChunkWriter", "WriteStats"]
 
 _READ = object()  # ChunkWriter: read the fill value from raw_data
+
+
+def reported_fillvalue(dtype: np.dtype, storage_fill: Any) -> Any:
+    """The fill value a dataset reports, h5py's ``Dataset.fillvalue``, from the one raw_data stores.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        The dataset's dtype.
+    storage_fill : scalar or None
+        Its raw_data's fill value; None for variable-length strings, which are
+        stored without one (FORMAT.md, "raw_data").
+
+    Returns
+    -------
+    scalar
+        ``storage_fill``, or ``b""`` for variable-length strings: what h5py
+        reports for any variable-length string dataset, and versioned-hdf5 2.6
+        for its staged and committed ones. Chunks of nothing but empty strings
+        are not stored (the commit's fill-chunk rule, both libraries).
+    """
+    if storage_fill is None and is_vlen_string_dtype(dtype):
+        return b""
+    return storage_fill
 
 
 @dataclass(frozen=True)

@@ -384,10 +384,10 @@ def _writer_for(
         if table is None:
             table = caches.hash_tables.open(*caches.open_datasets.hash_table(raw))
         if _over_own_raw_data(path, ds, raw):  # its chunks and fill value are raw_data's
-            return ChunkWriter(raw, table, chunks=ds.chunks, fillvalue=ds.fillvalue)
+            return ChunkWriter(raw, table, chunks=ds.chunks, fillvalue=ds.storage_fill)
         return ChunkWriter(raw, table)
     grp = f.require_group(data_path)
-    raw = create_raw_data(grp, dtype, ds.chunks, ds.fillvalue, ds.filters)
+    raw = create_raw_data(grp, dtype, ds.chunks, ds.storage_fill, ds.filters)
     return ChunkWriter(raw, caches.hash_tables.put(HashTable.create(grp)))
 
 
@@ -418,12 +418,12 @@ def _check_compatible(path: str, raw: h5py.Dataset, ds: StagedDatasetBase, dtype
             f"dataset {path!r}: dtype {dtype} differs from {raw.dtype} fixed by its first version"
         )
     if not getattr(ds, "fillvalue_given", True) and not both_strings:
-        ds.fillvalue = raw.fillvalue
-    if not both_strings and ds.fillvalue is not None:
-        same = np.asarray(ds.fillvalue, raw.dtype).tobytes() == np.asarray(raw.fillvalue, raw.dtype).tobytes()
+        ds.storage_fill = raw.fillvalue
+    if not both_strings and ds.storage_fill is not None:
+        same = np.asarray(ds.storage_fill, raw.dtype).tobytes() == np.asarray(raw.fillvalue, raw.dtype).tobytes()
         if not same:
             raise IncompatibleDataError(
-                f"dataset {path!r}: fill value {ds.fillvalue!r} differs from {raw.fillvalue!r} "
+                f"dataset {path!r}: fill value {ds.storage_fill!r} differs from {raw.fillvalue!r} "
                 "fixed by its first version"
             )
     if isinstance(ds, InMemoryArrayDataset) and ds.filters != Filters() and ds.filters != Filters.of(raw):

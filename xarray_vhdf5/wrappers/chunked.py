@@ -165,14 +165,14 @@ class InMemoryDataset(ChunkedStagedDataset):
         return self._source.id if isinstance(self._source, h5py.Dataset) else self._source
 
     @property
-    def fillvalue(self):
-        """The fill value of its raw_data (None for variable-length strings)."""
+    def storage_fill(self):
+        """The fill value of its raw_data (None for variable-length strings); ``fillvalue`` reports it."""
         if self._fillvalue is _UNSET:
             self._fillvalue = None if is_vlen_string_dtype(self.dtype) else self.raw_data.fillvalue
         return self._fillvalue
 
-    @fillvalue.setter
-    def fillvalue(self, value) -> None:
+    @storage_fill.setter
+    def storage_fill(self, value) -> None:
         self._fillvalue = value
 
     @property
@@ -206,7 +206,7 @@ class InMemoryDataset(ChunkedStagedDataset):
             )
         return StagedChangesArray._over_dataset(
             self.source_shape, self.chunks, self.raw_data, slab_indices, slab_offsets,
-            self.fillvalue, self.dtype,
+            self.storage_fill, self.dtype,
         )
 
     @property

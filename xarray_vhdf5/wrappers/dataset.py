@@ -16,7 +16,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..backend.raw_data import Filters
+from ..backend.raw_data import Filters, reported_fillvalue
 from ..errors import IncompatibleDataError
 from .attrs import StagedAttrs
 from .dataset_api import DatasetAPI
@@ -110,7 +110,7 @@ class StagedDatasetBase(DatasetAPI):
         self.parent = parent
         self._dtype = np.dtype(dtype)
         self.chunks = tuple(int(c) for c in chunks)
-        self.fillvalue = fillvalue
+        self.storage_fill = fillvalue
         self.filters = filters
         self.maxshape = tuple(maxshape)
         self.attrs: StagedAttrs = StagedAttrs()
@@ -125,6 +125,18 @@ class StagedDatasetBase(DatasetAPI):
         reaching for ``.dataset`` gets the same object back.
         """
         return self
+
+    @property
+    def fillvalue(self) -> Any:
+        """The fill value, as h5py's ``Dataset.fillvalue`` reports it.
+
+        Points never written read as it. ``b""`` for variable-length strings,
+        as h5py and versioned-hdf5 2.6 say, though their raw_data stores no
+        fill value (``storage_fill`` is None then; FORMAT.md, "raw_data").
+        Read-only, as in h5py: a dataset's fill value is fixed by its first
+        version (``modify_metadata`` changes it).
+        """
+        return reported_fillvalue(self.dtype, self.storage_fill)
 
     # numpy / h5py protocol -------------------------------------------------
     @property
@@ -293,7 +305,7 @@ class InMemoryArrayDataset(StagedDatasetBase):
         self._data[index] = value
 
     def _resize_to(self, new_shape: tuple[int, ...]) -> None:
-        self._data = _resized(self._data, new_shape, self.fillvalue)
+        self._data = _resized(self._data, new_shape, self.storage_fill)
 
     @property
     def data(self) -> np.ndarray:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.layout import split_version_path
+from ..backend.raw_data import reported_fillvalue
 from ..errors import ReadOnlyError
 from .attrs import ReadOnlyAttrs
 from .dataset_api import chunk_slices
@@ -79,7 +80,8 @@ class VersionDataset:
 
     @property
     def fillvalue(self):
-        return None if is_vlen_string_dtype(self.dtype) else self.raw_data.fillvalue
+        """As h5py reports it: raw_data's, ``b""`` for variable-length strings (:func:`~xarray_vhdf5.backend.raw_data.reported_fillvalue`)."""
+        return reported_fillvalue(self.dtype, None if is_vlen_string_dtype(self.dtype) else self.raw_data.fillvalue)
 
     @property
     def compression(self):
