@@ -203,9 +203,40 @@ def test_append_rejects_mismatched_data(coads):
     with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
         staged = ds.vhdf5.stage()
         with pytest.raises(IncompatibleDataError, match="missing from the appended"):
-            staged.vhdf5.append(src.isel(TIME=[0]).drop_vars("SST"), dim="TIME")
+            staged.vhdf5.append(src.isel(TIME=[0]).assign_coords(TIME=[99999.0]).drop_vars("SST"), dim="TIME")
         with pytest.raises(IncompatibleDataError, match="not a dimension"):
             staged.vhdf5.append(src, dim="depth")
+
+
+def test_append_aligns_other_coordinates_exactly(coads):
+    """A step on another grid, with an extra variable or a label already there is refused; nothing is staged.
+
+    Before, the points of a step whose latitudes ran north to south (or were
+    shifted by half a degree) were stored under the file's own latitudes, an
+    extra variable was dropped and a day ingested twice was stored twice.
+    """
+    src, path = coads
+    step = src.isel(TIME=[-1])
+    step = step.assign_coords(TIME=step.TIME.copy(data=[99999.0]))  # a new label, attrs kept
+    refused = {
+        "flipped": (step.isel(COADSY=slice(None, None, -1)), r"coordinate 'COADSY' differs.* at position 0 "),
+        "shifted": (step.assign_coords(COADSY=step.COADSY + 0.5), r"coordinate 'COADSY' differs.* at position 0 "),
+        "narrower": (step.isel(COADSX=slice(1, None)), r"coordinate 'COADSX' differs .*179 labels against 180"),
+        "again": (src.isel(TIME=[0, 1]), r"2 of the appended 'TIME' labels are already in the staged"),
+        "extra": (step.assign(EXTRA=step.SST * 2), r"data variables the staged one lacks: \['EXTRA'\]"),
+    }
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        before = staged.copy(deep=True).load()
+        for other, message in refused.values():
+            with pytest.raises(IncompatibleDataError, match=message):
+                staged.vhdf5.append(other, dim="TIME")
+        xr.testing.assert_identical(staged, before)
+        grown = staged.vhdf5.append(refused["flipped"][0].sortby("COADSY"), dim="TIME")
+        name = grown.vhdf5.commit()
+    with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as got:
+        xr.testing.assert_identical(got.isel(TIME=[-1]), step)
+        assert got.sizes["TIME"] == src.sizes["TIME"] + 1
 
 
 def test_cf_codecs_packed_and_times(tmp_path):

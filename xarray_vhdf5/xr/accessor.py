@@ -159,7 +159,12 @@ class VHDF5DatasetAccessor:
         ValueError
             The Dataset does not come from :meth:`stage`.
         IncompatibleDataError
-            ``other`` lacks a variable along ``dim`` or its sizes differ.
+            ``other`` lacks a variable along ``dim`` or its sizes differ; it
+            has a data variable the Dataset lacks; an indexed coordinate of
+            another dimension differs in values or order (as
+            ``xr.concat(..., join="exact")``); or a label it adds along
+            ``dim`` is already there. Nothing is staged then
+            (:func:`~xarray_vhdf5.xr.stage.append_staged`).
         """
         from .stage import append_staged, is_staged
 

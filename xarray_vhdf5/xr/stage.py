@@ -159,7 +159,11 @@ def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str) -> xr.Dataset
         From ``ds.vhdf5.stage()``.
     other : xarray.Dataset
         Holds every variable of ``staged`` that has ``dim``, with the same
-        other dimensions and sizes.
+        other dimensions and sizes, and no data variable ``staged`` lacks.
+        Its coordinates are aligned as ``xr.concat(..., join="exact")``
+        aligns them: each other dimension indexed in both must have the
+        same labels in the same order, and the labels it adds along ``dim``
+        must be new.
     dim : str
         The dimension to grow (need not be the first axis).
 
@@ -172,12 +176,18 @@ def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str) -> xr.Dataset
     ------
     IncompatibleDataError
         ``dim`` is not a dimension of ``staged``; a variable along ``dim`` is
-        missing from ``other``, or its other dimensions or sizes differ.
+        missing from ``other``, or its other dimensions or sizes differ;
+        ``other`` has a data variable ``staged`` lacks (it would be dropped);
+        an indexed coordinate of another dimension differs (values or order:
+        the appended points would be stored under ``staged``'s labels); a label
+        along ``dim`` is already in ``staged`` (an ingest run twice). Nothing
+        is staged then.
     """
     if dim not in staged.dims:
         raise IncompatibleDataError(
             f"append(dim={dim!r}): not a dimension of the Dataset; its dims: {list(staged.dims)}"
         )
+    _check_appendable(staged, other, dim)
     n_new = other.sizes.get(dim, 0) if dim in other.dims else 0
     variables = {}
     for name, var in staged.variables.items():
@@ -212,6 +222,40 @@ def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str) -> xr.Dataset
     out = xr.Dataset(variables, attrs=staged.attrs).set_coords([n for n in staged.coords if n in variables])
     out.encoding = dict(staged.encoding)
     return out
+
+
+def _check_appendable(staged: xr.Dataset, other: xr.Dataset, dim: str) -> None:
+    """Refuse an ``other`` whose points would be stored under the wrong labels, or dropped."""
+    extra = sorted(str(name) for name in other.data_vars if name not in staged.variables)
+    if extra:
+        raise IncompatibleDataError(
+            f"append(dim={dim!r}): the appended Dataset has data variables the staged one lacks: {extra}; "
+            "add them to the staged Dataset first (staged[name] = ...) or drop them from the appended one"
+        )
+    for d in staged.dims:
+        if d == dim or d not in staged.indexes or d not in other.indexes:
+            continue
+        have, got = staged.indexes[d], other.indexes[d]
+        if not have.equals(got):
+            where = next((i for i, (a, b) in enumerate(zip(have, got)) if a != b), min(len(have), len(got)))
+            raise IncompatibleDataError(
+                f"append(dim={dim!r}): coordinate {d!r} differs from the staged one (as xr.concat(join='exact') "
+                f"would refuse): {len(got)} labels against {len(have)}, first difference at position {where} "
+                f"({_label(got, where)} against {_label(have, where)}); its points would be stored under the "
+                f"staged labels. Align it first, e.g. other.reindex({d}=staged[{d!r}]) or other.sortby({d!r})"
+            )
+    if dim in staged.indexes and dim in other.indexes:
+        again = other.indexes[dim].intersection(staged.indexes[dim])
+        if len(again):
+            raise IncompatibleDataError(
+                f"append(dim={dim!r}): {len(again)} of the appended {dim!r} labels are already in the staged "
+                f"Dataset (first: {again[0]!r}); appending would store them twice. Drop them first, e.g. "
+                f"other.drop_sel({dim}=staged.indexes[{dim!r}].intersection(other.indexes[{dim!r}]))"
+            )
+
+
+def _label(index, i: int) -> str:
+    return repr(index[i]) if i < len(index) else "nothing"
 
 
 def _encoded_attrs(name: str, var: xr.Variable) -> tuple[dict, np.dtype] | None:
