@@ -140,3 +140,19 @@ def test_closed_file_errors(tmp_path):
         vf["v1"]
     with pytest.raises(xv.ClosedFileError):
         vf.versions
+
+
+def test_replacing_a_variable_by_path_keeps_its_stored_encoding(tmp_path):
+    """``ds.vhdf5.commit(path=)`` of a Dataset whose variable lost its encoding (arithmetic) stores it as before."""
+    path = tmp_path / "a.h5"
+    v = xr.Variable("i", np.array([1.0, np.nan, 3.0], "f4"))
+    v.encoding = {"_FillValue": np.float32(-1e34)}
+    xr.Dataset({"v": v}).vhdf5.commit("v1", path=path)
+    with xr.open_dataset(path, engine="vhdf5") as opened:
+        new = opened.load()
+    new["v"] = new["v"] + 1
+    assert "_FillValue" not in new["v"].encoding
+    new.vhdf5.commit("v2", path=path)
+    with xr.open_dataset(path, engine="vhdf5", version="v2", mask_and_scale=False) as raw:
+        np.testing.assert_array_equal(raw["v"].values, np.array([2.0, -1e34, 4.0], "f4"))
+        assert raw["v"].attrs["_FillValue"] == np.float32(-1e34)

@@ -578,3 +578,67 @@ def test_concat_of_a_staged_dataset_broadcasts_its_other_variables(tmp_path):
         np.testing.assert_array_equal(v2["t"].values, want["t"].values)
         np.testing.assert_array_equal(v2["m"].values, want["m"].values)
         assert "v2" == v2.encoding["vhdf5_version"]
+
+
+def test_replacing_a_variable_keeps_its_stored_encoding(coads, tmp_path):
+    """``staged[v] = <arithmetic on it>`` is stored as v was: fill value, dtype, packing (xarray drops encoding).
+
+    Before, xarray's CF encoder chose a NaN ``_FillValue`` and no packing, which the
+    commit refused against the first version's (NOAA's -1e34; a packed int16).
+    """
+    src, path = coads
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        staged = ds.vhdf5.stage()
+        staged["SST"] = staged["SST"] + 1
+        staged["AIRT"] = staged["AIRT"] * np.float64(1.5)  # float64 values for a float32 dataset
+        name = staged.vhdf5.commit()
+    with xr.open_dataset(path, engine="vhdf5", version=name, decode_times=False) as got:
+        np.testing.assert_array_equal(got["SST"].values, src["SST"].values + np.float32(1))
+        np.testing.assert_array_equal(got["AIRT"].values, (src["AIRT"].values * 1.5).astype("f4"))
+    raw = _raw(path, name)
+    assert raw["SST"].dtype == raw["AIRT"].dtype == np.float32
+    assert (raw["SST"] == np.float32(-1e34)).sum() == np.isnan(src["SST"].values).sum() > 0
+
+    times = pd.date_range("2000-01-01", periods=6, freq="D")
+    packed = xr.Variable(("t", "x"), np.linspace(0, 10, 24).reshape(6, 4))
+    packed.encoding = {"dtype": "int16", "scale_factor": 0.01, "_FillValue": -999, "chunks": (2, 4)}
+    counts = xr.Variable(("t", "x"), np.arange(24).reshape(6, 4))
+    path = tmp_path / "packed.h5"
+    xr.Dataset({"packed": packed, "counts": counts}, coords={"t": times}).vhdf5.commit("v1", path=path)
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        staged = ds.vhdf5.stage()
+        expected = ds["packed"].values / 2
+        staged["packed"] = staged["packed"] / 2
+        conflicting = staged["packed"] + 0
+        conflicting.encoding = {"_FillValue": -1}  # said explicitly: still refused
+        for name, value, message in (("counts", staged["counts"] / 2, "dtype float64 differs from int64"),
+                                     ("packed", conflicting, r"fill value np.int16\(-1\) differs from np.int16\(-999\)")):
+            attempt = staged.copy()
+            attempt[name] = value
+            with pytest.raises(IncompatibleDataError, match=message):
+                attempt.vhdf5.commit()
+        name = staged.vhdf5.commit()
+    with xr.open_dataset(path, engine="vhdf5", version=name) as got:
+        np.testing.assert_allclose(got["packed"].values, expected, atol=0.005)
+    raw = _raw(path, name)
+    assert raw["packed"].dtype == np.int16 and raw["packed"][5, 3] == 500  # 10 / 2 / 0.01
+    with h5py.File(path) as f:
+        assert sorted(f["_version_data/versions"]) == ["__first_version__", "r2", "v1"]  # refusals committed nothing
+
+
+def test_replacing_a_variable_of_a_versioned_hdf5_file(tmp_path):
+    """A dataset versioned-hdf5 wrote (no CF attributes, fill value 0) replaced by arithmetic on it."""
+    versioned_hdf5 = pytest.importorskip("versioned_hdf5")
+    path = tmp_path / "vh.h5"
+    with h5py.File(path, "w") as f:
+        with versioned_hdf5.VersionedHDF5File(f).stage_version("v1") as g:
+            g.create_dataset("temp", data=np.arange(20.0).reshape(4, 5), chunks=(2, 5))
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        staged = ds.vhdf5.stage()
+        staged["temp"] = staged["temp"] + 1
+        staged.vhdf5.commit("v2")
+    with h5py.File(path) as f:
+        vf = versioned_hdf5.VersionedHDF5File(f)
+        np.testing.assert_array_equal(vf["v2"]["temp"][()], np.arange(20.0).reshape(4, 5) + 1)
+        assert f["_version_data/temp/raw_data"].fillvalue == 0.0
+        assert "_FillValue" not in vf["v2"]["temp"].attrs

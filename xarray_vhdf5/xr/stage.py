@@ -45,7 +45,7 @@ from .dimscales import attach_dimension_scales
 from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, visible_attrs
 from .staged_array import CFCodec, RawRows, StagedVariableArray, StageFile, StageOrigin, same_file
 from .streaming import DEFAULT_MAX_BYTES
-from .writer import next_version_name, write_variable
+from .writer import inherit_stored_encoding, next_version_name, write_variable
 
 __all__ = ["append_staged", "commit_staged", "is_staged", "stage_dataset"]
 
@@ -411,7 +411,7 @@ def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, m
             rebased.append((arr, path, name in committed))
         else:
             rest[var_name] = var
-    encoded, enc_attrs = xr.conventions.cf_encoder(rest, attrs)
+    encoded, enc_attrs = xr.conventions.cf_encoder(inherit_stored_encoding(target, rest), attrs)
     for key, value in enc_attrs.items():
         target.attrs[key] = value
     for var_name, var in encoded.items():

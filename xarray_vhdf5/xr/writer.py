@@ -51,6 +51,7 @@ from .streaming import DEFAULT_MAX_BYTES, is_dask_array, stage_lazy_dataset
 __all__ = [
     "commit_dataset",
     "commit_datatree",
+    "inherit_stored_encoding",
     "next_version_name",
     "variable_chunks",
     "write_variable",
@@ -58,6 +59,11 @@ __all__ = [
 ]
 
 _COMPRESSION_KEYS = ("compression", "compression_opts", "zlib", "complevel", "shuffle", "fletcher32")
+
+#: The attributes that say how a dataset's stored numbers map to values (xarray's
+#: CFMaskCoder and CFScaleOffsetCoder); with ``dtype``, the encoding a replacing
+#: variable takes from the dataset when its own is silent.
+_STORAGE_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned")
 
 
 def next_version_name(vf: VersionedHDF5File) -> str:
@@ -127,6 +133,73 @@ def _stored_values(name: str, var: xr.Variable) -> np.ndarray:
     return values if var.ndim else values.reshape(1)
 
 
+def inherit_stored_encoding(group: InMemoryGroup, variables: dict) -> dict:
+    """``variables``, each replacing a dataset of ``group`` encoded as that dataset is stored where it is silent.
+
+    xarray drops a variable's encoding through arithmetic
+    (``staged["SST"] = staged["SST"] + 1``), so the CF encoder would choose
+    defaults (a NaN ``_FillValue`` for floats, no packing) where the dataset's
+    first version fixed another dtype and fill value (FORMAT.md: the commit
+    then refuses with :class:`~xarray_vhdf5.errors.IncompatibleDataError`),
+    or give its stored numbers another meaning. As xarray's own zarr backend
+    encodes variables written into an existing store as the store holds them,
+    a variable replacing a numeric dataset of ``group`` takes, of ``dtype`` and
+    the attributes in ``_STORAGE_ATTRS``, those it sets neither in its
+    ``encoding`` nor its ``attrs``, decoded from the dataset by xarray
+    (:func:`xarray.conventions.decode_cf_variable`). A dataset stored without
+    ``_FillValue`` gives ``_FillValue=None`` (none). ``dtype`` is taken only
+    where it cannot change what a number means: the dataset is packed
+    (``scale_factor``/``add_offset``: the decoded values are quantized into
+    it by design), or both dtypes are of one kind (float64 arithmetic on a
+    float32 dataset); float values for an integer dataset keep their dtype,
+    and the commit refuses them instead of truncating (nothing is inherited
+    then: the stored fill value need not fit their dtype). What the variable sets
+    itself wins: a choice that conflicts with the first version is still
+    refused at commit.
+
+    Parameters
+    ----------
+    group : InMemoryGroup
+        The staged version's group, still holding the parent version's datasets.
+    variables : dict of name to xarray.Variable
+        Not yet CF-encoded (:func:`xarray.conventions.encode_dataset_coordinates`'s output).
+
+    Returns
+    -------
+    dict
+        The same variables; those that inherit something are shallow copies
+        with the extended encoding (``variables`` is not changed).
+    """
+    out = dict(variables)
+    for key, var in variables.items():
+        name = str(key)
+        if "/" in name or name not in group or isinstance(group[name], InMemoryGroup):
+            continue
+        stored = _stored_encoding(name, group[name])
+        packed = "scale_factor" in stored or "add_offset" in stored
+        if "dtype" in stored and not packed and np.dtype(stored["dtype"]).kind != var.dtype.kind:
+            continue  # int <-> float: refused at commit, not cast
+        inherited = {k: v for k, v in stored.items() if k not in var.encoding and k not in var.attrs}
+        if inherited:
+            var = var.copy(deep=False)
+            var.encoding = {**inherited, **var.encoding}
+            out[key] = var
+    return out
+
+
+def _stored_encoding(name: str, dataset) -> dict[str, Any]:
+    """``dtype`` and the mask/scale encoding of a numeric staged dataset, as xarray decodes them."""
+    dtype = np.dtype(dataset.dtype)
+    if dtype.kind not in "biuf":
+        return {}
+    attrs = {k: dataset.attrs[k] for k in _STORAGE_ATTRS if k in dataset.attrs}
+    stand_in = xr.Variable((), np.zeros((), dtype), attrs)
+    decoded = xr.conventions.decode_cf_variable(name, stand_in, decode_times=False, decode_timedelta=False)
+    encoding = {k: v for k, v in decoded.encoding.items() if k == "dtype" or k in _STORAGE_ATTRS}
+    encoding.setdefault("_FillValue", None)
+    return encoding
+
+
 def _streamable(var: xr.Variable) -> bool:
     """True for a dask-backed variable the commit can stream (fixed-size dtype, not scalar)."""
     return is_dask_array(var.data) and var.ndim > 0 and var.size > 0 and var.dtype.kind in "biufcSV"
@@ -159,7 +232,7 @@ def write_variables(
         A variable name with ``/``, objects other than str/bytes, or a dtype HDF5 cannot store.
     """
     variables, attrs = xr.conventions.encode_dataset_coordinates(dataset)
-    variables, attrs = xr.conventions.cf_encoder(variables, attrs)
+    variables, attrs = xr.conventions.cf_encoder(inherit_stored_encoding(group, variables), attrs)
     for name in list(group):
         if name not in variables and not isinstance(group[name], InMemoryGroup):
             del group[name]
