@@ -87,6 +87,11 @@ def test_diff_values_and_counts(history):
     # integers become float differences, NaN where unchanged
     assert d["flag_diff"].dtype == np.float64 and float(d["flag_diff"][0, 0]) == 9 - v1["flag"].values[0, 0]
     assert int(d["flag_diff"].notnull().sum()) == 1 and int(d["flag_changes"].sum()) == 1
+    # the mask of changed points, over B's grid
+    np.testing.assert_array_equal(d["sst_changed"].values, (v2["sst"] != v1["sst"]).values)
+    assert d["sst_changed"].dims == ("time", "lat", "lon") and d["sst_changed"].dtype == bool
+    assert d["flag_changed"].values.sum() == 1 and bool(d["flag_changed"][0, 0])
+    assert "name_changed" not in d  # unchanged variables have none
 
 
 def test_diff_reads_only_the_chunks_that_differ(history):
@@ -130,8 +135,17 @@ def test_diff_of_appended_and_added_removed(tmp_path):
     assert d["sst_changes"].attrs["chunks_read"] == 4  # only the new steps' chunks
     assert int(d["extra_changes"].sum()) == 30 and "extra_diff" not in d
     assert "flag_changes" not in d
+    changed = d["sst_changed"]  # the appended steps, and nothing else
+    assert changed.shape == (6, 20, 30) and changed.values[4:].all() and not changed.values[:4].any()
+    assert int(changed.sum()) == changed.attrs["points_changed"] == 2 * 20 * 30
+    extra = d["extra_changed"]  # an added variable: every point is new
+    assert extra.dims == ("lon",) and extra.values.all() and int(extra.sum()) == extra.attrs["points_changed"] == 30
+    assert extra.attrs["status"] == "added" and "shape_a" not in extra.attrs and extra.attrs["shape_b"] == [30]
+    assert "flag_changed" not in d
     back = xv.xr.diff_versions(path, "v2", "v1")
     assert back["sst_diff"].attrs["points_removed"] == 2 * 20 * 30
+    assert back["sst_changed"].shape == (4, 20, 30) and not back["sst_changed"].values.any()
+    assert back["sst_changed"].attrs["points_removed"] == 2 * 20 * 30
 
 
 def test_time_coordinate_diff_is_a_timedelta(tmp_path):
@@ -234,3 +248,146 @@ def test_noaa_qc_patch_diff(noaa_dir, tmp_path):
     np.testing.assert_allclose(sst.values[5, 40:50, 60:70][valid], 0.5, rtol=1e-5)
     assert d["SST_changes"].attrs["chunks_read"] == 1
     assert float(d["SST_changes"].sum()) == valid.sum()
+    assert int(d["SST_changed"].sum()) == valid.sum() and d["SST_changed"].values[5, 40:50, 60:70][valid].all()
+
+
+def test_noaa_fill_and_append_diff(noaa_dir, tmp_path):
+    # the user's report: 9 missing points filled and a step appended; SST_diff showed none of them
+    src = xr.open_dataset(noaa_dir / "coads_climatology.cdf", decode_times=False)[["SST"]].load()
+    path = tmp_path / "coads.h5"
+    src.isel(TIME=slice(0, 11)).vhdf5.commit("v1", path=path)
+    fixed = src.copy(deep=True)
+    missing = np.argwhere(np.isnan(fixed["SST"].values[5]))[:9]
+    for j, i in missing:
+        fixed["SST"].values[5, j, i] = 20.0
+    fixed.vhdf5.commit("v2", path=path)
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        d = ds.vhdf5.diff("v1", decode_times=False)
+    want = np.zeros(src["SST"].shape, dtype=bool)
+    want[5][tuple(missing.T)] = True
+    want[11] = True
+    changed = d["SST_changed"]
+    np.testing.assert_array_equal(changed.values, want)
+    assert int(changed.sum()) == changed.attrs["points_changed"] == 9 + 90 * 180
+    assert int(d["SST_diff"].notnull().sum()) == 0
+
+
+def test_diff_changed_marks_a_filled_and_a_masked_point(tmp_path):
+    # the user's report: both changes are NaN <-> value, so sst_diff is all NaN
+    path = tmp_path / "nd.h5"
+    ds = xr.Dataset({"sst": (("y", "x"), np.array([[1.0, np.nan], [3.0, 4.0]], "f4"))},
+                    coords={"y": [0, 1], "x": [0, 1]})
+    ds.vhdf5.commit("a", path=path)
+    with xr.open_dataset(path, engine="vhdf5") as opened:
+        st = opened.vhdf5.stage()
+        st["sst"][0, 1] = 2.0  # filled: NaN -> value
+        st["sst"][1, 0] = np.nan  # masked: value -> NaN
+        st.vhdf5.commit("b")
+    with xr.open_dataset(path, engine="vhdf5") as got:
+        d = got.vhdf5.diff("a")
+    assert d["sst_diff"].isnull().all()  # B - A is NaN at both changed points
+    changed = d["sst_changed"]
+    assert changed.dims == ("y", "x") and changed.dtype == bool
+    assert changed.values.tolist() == [[False, True], [True, False]]
+    assert changed.attrs["points_changed"] == d["sst_diff"].attrs["points_changed"] == 2
+    assert changed.attrs["status"] == "modified" and changed.attrs["points_removed"] == 0
+    assert changed.attrs["shape_a"] == [2, 2] and changed.attrs["shape_b"] == [2, 2]
+    assert changed["y"].values.tolist() == [0, 1] and changed["x"].values.tolist() == [0, 1]
+
+
+def test_diff_changed_is_nan_aware(tmp_path):
+    path = tmp_path / "nan.h5"
+    a = xr.Dataset(
+        {
+            "v": ("x", np.array([1.0, np.nan, np.nan, 3.0, 4.0, 5.0])),
+            "q": ("x", np.array([1, -999, -999, 3, 4, 5], "i2"), {"_FillValue": np.int16(-999)}),
+        },
+        coords={"x": np.arange(6)},
+    )
+    a["v"].encoding["chunks"] = (3,)
+    b = a.copy(deep=True)
+    # x=0 unchanged, x=1 NaN -> 2 (filled), x=2 NaN stays NaN, x=3 3 -> NaN (masked),
+    # x=4 unchanged, x=5 5 -> 7 (a value change)
+    b["v"].values[:] = [1.0, 2.0, np.nan, np.nan, 4.0, 7.0]
+    b["q"].values[:] = [1, 2, -999, -999, 4, 7]
+    a.vhdf5.commit("a", path=path)
+    b.vhdf5.commit("b", path=path)
+    d = xv.xr.diff_versions(path, "a", "b")
+    assert d.attrs["modified"] == ["v", "q"]
+    want = [False, True, False, True, False, True]
+    for name in ("v", "q"):  # q: NaN is its CF _FillValue, compared decoded
+        assert d[f"{name}_changed"].values.tolist() == want, name
+        assert d[f"{name}_changed"].attrs["points_changed"] == 3
+        diff = d[f"{name}_diff"].values
+        assert np.isnan(diff[:5]).all() and diff[5] == 2.0, name  # only where both are numbers
+    assert d["v_changes"].values.tolist() == [1, 2]
+
+
+def test_diff_changed_marks_appended_steps_and_filled_points(tmp_path):
+    # the NOAA report in small: fill missing points of the last step and append a step
+    path = tmp_path / "app.h5"
+    sst = np.arange(3 * 4 * 5, dtype="f4").reshape(3, 4, 5)
+    sst[1, 0, :3] = np.nan  # missing in A, filled in B
+    sst[1, 3, 4] = np.nan  # missing in both
+    v1 = xr.Dataset({"sst": (("time", "lat", "lon"), sst[:2].copy())},
+                    coords={"time": [0.0, 1.0], "lat": np.arange(4.0), "lon": np.arange(5.0)})
+    v1.vhdf5.commit("v1", path=path)
+    full = sst.copy()
+    full[1, 0, :3] = [7.0, 8.0, 9.0]
+    full[2, 2, 2] = np.nan  # a missing point in the appended step is still new
+    v2 = xr.Dataset({"sst": (("time", "lat", "lon"), full)},
+                    coords={"time": [0.0, 1.0, 2.0], "lat": np.arange(4.0), "lon": np.arange(5.0)})
+    v2.vhdf5.commit("v2", path=path)
+    with xr.open_dataset(path, engine="vhdf5") as got:
+        d = got.vhdf5.diff("v1")
+    want = np.zeros((3, 4, 5), dtype=bool)
+    want[1, 0, :3] = True
+    want[2] = True
+    changed = d["sst_changed"]
+    np.testing.assert_array_equal(changed.values, want)
+    assert changed.attrs["points_changed"] == int(changed.sum()) == 3 + 4 * 5
+    assert changed.attrs["shape_a"] == [2, 4, 5] and changed.attrs["shape_b"] == [3, 4, 5]
+    assert changed["time"].values.tolist() == [0.0, 1.0, 2.0]
+    assert int(d["sst_diff"].notnull().sum()) == 0  # no point is a number in both
+    assert d["time_changed"].values.tolist() == [False, False, True]
+
+
+def _kinds(path):
+    t = np.array(["2000-01-01", "NaT", "2000-01-03"], "M8[ns]")
+    a = xr.Dataset(
+        {"s": ((), 1.0), "name": ("x", np.array(["a", "b", "c"], dtype=object)), "t": ("x", t)},
+        coords={"x": [0, 1, 2]},
+    )
+    a.vhdf5.commit("a", path=path)
+    b = a.copy(deep=True)
+    b["s"] = ((), 3.5)
+    b["name"].values[1] = "z"
+    b["t"].values[0] = np.datetime64("2000-01-05")  # moves the units' reference date: all chunks read
+    b.vhdf5.commit("b", path=path)
+    d = xv.xr.diff_versions(path, "a", "b")
+    assert d.attrs["modified"] == ["s", "name", "t"]
+    return d
+
+
+def test_diff_changed_of_strings(tmp_path):
+    d = _kinds(tmp_path / "kinds.h5")
+    assert "name_diff" not in d  # no difference of strings, but the points that changed
+    assert d["name_changed"].dims == ("x",) and d["name_changed"].values.tolist() == [False, True, False]
+    assert d["name_changed"].attrs["points_changed"] == int(d["name_changes"].sum()) == 1
+
+
+def test_diff_nat_in_both_versions_is_unchanged(tmp_path):
+    d = _kinds(tmp_path / "kinds.h5")
+    # every point is read and decoded (the units differ): NaT against NaT is no change, as NaN
+    assert d["t_diff"].attrs["points_changed"] == 1
+    assert d["t_diff"].values[0] == np.timedelta64(4, "D") and np.isnat(d["t_diff"].values[1:]).all()
+    assert d["t_changed"].values.tolist() == [True, False, False]
+    assert d["t_changed"].attrs["points_changed"] == 1
+
+
+def test_diff_of_a_scalar_is_a_scalar(tmp_path):
+    d = _kinds(tmp_path / "kinds.h5")
+    assert d["s_diff"].dims == () and float(d["s_diff"]) == 2.5
+    assert d["s_changes"].dims == () and int(d["s_changes"]) == 1
+    assert d["s_changed"].dims == () and bool(d["s_changed"]) is True
+    assert d["s_changed"].attrs["points_changed"] == 1

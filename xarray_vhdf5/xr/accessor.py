@@ -117,9 +117,12 @@ class VHDF5DatasetAccessor:
         Returns
         -------
         xarray.Dataset
-            ``<var>_diff`` (B - A at changed points, NaN elsewhere) and
-            ``<var>_changes`` (changed points per chunk) per added or modified
-            variable; see :mod:`xarray_vhdf5.xr.diff`.
+            Per modified numeric or time variable, ``<var>_diff`` (B - A
+            where both values are numbers and differ, NaN elsewhere); per
+            added, replaced or modified variable, ``<var>_changed`` (bool,
+            True at every changed point of B, NaN <-> value and appended
+            points included) and ``<var>_changes`` (changed points per
+            chunk); see :mod:`xarray_vhdf5.xr.diff`.
 
         Raises
         ------

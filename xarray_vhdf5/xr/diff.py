@@ -6,16 +6,30 @@ base, ``other``) with version B (the Dataset's own version), like
 unchanged chunks are recognised from the virtual dataset mappings and never
 read; only chunks whose mappings differ are read, from both versions.
 
-Structure of the returned Dataset (``V`` a variable of the group, added or
-modified; coordinates are B's index coordinates):
+Structure of the returned Dataset (``V`` a variable of the group, added,
+replaced or modified; coordinates are B's index coordinates; a scalar ``V``
+gives scalar ``V_diff``, ``V_changed`` and ``V_changes``):
 
 ``V_diff`` : dims of ``V`` in B
-    ``B - A`` (CF-decoded values) where the point changed, NaN (NaT for times)
-    elsewhere, including at points that do not exist in A (B grew). float64
-    for integer and bool variables, ``timedelta64`` for times; only for
-    numeric, bool and time variables of a modified dataset.
+    ``B - A`` (CF-decoded values) where the point changed and both values are
+    numbers (not NaN/NaT); NaN (NaT for times) elsewhere: at unchanged points,
+    at points that became or stopped being NaN (a fill, a mask), and at points
+    that do not exist in A (B grew). ``V_changed`` shows all of those changes.
+    float64 for integer and bool variables, ``timedelta64`` for times; only
+    for numeric, bool and time variables of a modified dataset.
     Attributes: ``status``, ``points_changed``, ``points_removed``,
     ``shape_a``, ``shape_b``, ``long_name``, ``units`` (B's).
+``V_changed`` : dims of ``V`` in B, bool
+    True where the point of B differs from A's, or does not exist in A
+    (appended); False where it is unchanged. NaN-aware: NaN (NaT) in both
+    versions is unchanged, NaN on one side only is a change. For every added,
+    replaced or modified variable, strings and other non-numeric ones
+    included; all True for an added or replaced one (then a read-only
+    broadcast of ``True``, no memory per point).
+    ``int(V_changed.sum()) == V_changed.attrs["points_changed"]``; A's points
+    beyond B's shape are not in B's grid, they are counted in ``points_removed``.
+    Attributes: ``long_name``, ``status``, ``points_changed``,
+    ``points_removed``, ``shape_a`` (absent for an added variable), ``shape_b``.
 ``V_changes`` : dims ``V_chunk_<dim>`` per dimension of ``V``
     Changed points per HDF5 chunk of B (a plot of where the changes are).
     The ``V_chunk_<dim>`` coordinates hold, per chunk, B's ``<dim>``
@@ -59,6 +73,24 @@ def _dims(ds: h5py.Dataset) -> tuple[str, ...] | None:
     if DIMENSIONS_ATTR not in ds.attrs:
         return None
     return tuple(d.decode() if isinstance(d, bytes) else str(d) for d in np.atleast_1d(ds.attrs[DIMENSIONS_ATTR]))
+
+
+def _out_dims(name: str, b: h5py.Dataset) -> tuple[tuple[str, ...], bool]:
+    """Dimension names of ``name`` in B, and whether it is a scalar (stored as one point)."""
+    dims = _dims(b)
+    if dims == () and b.shape == (1,):
+        return (), True
+    if dims is None or len(dims) != b.ndim:
+        return tuple(f"{name}_dim_{i}" for i in range(b.ndim)), False
+    return dims, False
+
+
+def _same_points(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`equal_points`, where NaT also equals NaT (decoded times)."""
+    same = equal_points(a, b)
+    if a.dtype.kind in "mM" and b.dtype.kind in "mM":
+        same = same | (np.isnat(a) & np.isnat(b))
+    return same
 
 
 def _decode(name: str, ds: h5py.Dataset, values: np.ndarray, decode_times: bool) -> np.ndarray:
@@ -113,7 +145,11 @@ def diff_versions(
     Returns
     -------
     xarray.Dataset
-        See the module docstring for its structure.
+        ``<var>_diff`` (B - A where both values are numbers and differ) per
+        modified numeric or time variable; ``<var>_changed`` (bool, True at
+        every changed point of B: NaN <-> value and appended points included)
+        and ``<var>_changes`` (changed points per chunk) per added, replaced
+        or modified variable. See the module docstring for its structure.
 
     Raises
     ------
@@ -146,10 +182,12 @@ def diff_versions(
                 every = not _same_decoding(da_, db)
             diff = compare_datasets(name, da_, db, every_chunk=every)
             changes = {}
+            changed = None
             if diff.status == "modified":
-                changes = _assemble(name, da_, db, diff, out, decode_times)
+                changes, changed = _assemble(name, da_, db, diff, out, decode_times)
             by_status[diff.status].append(name)
             if diff.status in ("added", "modified", "replaced"):
+                _add_changed(name, db, diff, changed, out)
                 _add_counts(name, db, diff, changes, out)
     out.attrs.update(version_a=name_a, version_b=name_b, group=group or "/", **by_status,
                      attrs_changed=attrs_changed)
@@ -194,17 +232,25 @@ def _same_decoding(a: h5py.Dataset, b: h5py.Dataset) -> bool:
 
 
 def _assemble(name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDiff, out: xr.Dataset,
-              decode_times: bool) -> dict:
-    """Read the candidate chunks; add ``name_diff`` to ``out``; return changed points per chunk.
+              decode_times: bool) -> tuple[dict, np.ndarray]:
+    """Read the candidate chunks; add ``name_diff`` to ``out``.
 
     Points are compared CF-decoded (each version with its own attributes), so
     a change of ``units`` or ``scale_factor`` is a change of value; strings
-    and other non-numeric data are compared as stored.
+    and other non-numeric data are compared as stored. NaN (NaT) in both
+    versions is an unchanged point.
+
+    Returns
+    -------
+    counts : dict
+        Changed points per changed chunk (index in B's chunk grid).
+    changed : numpy.ndarray of bool
+        B's shape: True at the changed points (appended ones included).
     """
-    dims = _dims(b) or tuple(f"{name}_dim_{i}" for i in range(b.ndim))
-    scalar = dims == () and b.shape == (1,)
+    dims, scalar = _out_dims(name, b)
     numeric = b.dtype.kind not in "OSUV" and a.dtype.kind not in "OSUV"
     values = None
+    changed_points = np.zeros(b.shape, dtype=bool)  # pages untouched by unchanged chunks stay unallocated
     counts: dict[tuple[int, ...], int] = {}
     points = 0
     for index, region, raw_a, raw_b in iter_candidates(a, b, diff):
@@ -215,16 +261,17 @@ def _assemble(name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDiff, ou
             if numeric:
                 dec_b = _decode(name, b, raw_b, decode_times)[common]
                 dec_a = _decode(name, a, raw_a, decode_times)
-                changed[common] = ~equal_points(dec_a, dec_b)
+                changed[common] = ~_same_points(dec_a, dec_b)
                 if _diff_dtype(dec_b.dtype.kind, dec_b.dtype) is not None and dec_a.dtype.kind == dec_b.dtype.kind:
                     delta = dec_b - dec_a
             else:
-                changed[common] = ~equal_points(raw_a, raw_b[common])
+                changed[common] = ~_same_points(raw_a, raw_b[common])
         n = int(changed.sum())
         if not n:
             continue
         counts[index] = n
         points += n
+        changed_points[region] = changed
         if delta is not None:
             if values is None:
                 values = _empty_diff(delta.dtype, b.shape)
@@ -233,7 +280,7 @@ def _assemble(name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDiff, ou
             view[mask] = delta.astype(values.dtype)[mask]
     finish(diff, points, len(counts))
     if diff.status != "modified":
-        return counts
+        return counts, changed_points
     if values is None and numeric:
         sample = _decode(name, b, b[tuple(slice(0, min(1, n)) for n in b.shape)], decode_times)
         if _diff_dtype(sample.dtype.kind, sample.dtype) is not None:
@@ -251,7 +298,25 @@ def _assemble(name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDiff, ou
         if units is not None and values.dtype.kind != "m":
             attrs["units"] = units
         out[f"{name}_diff"] = xr.Variable((), values.reshape(()), attrs) if scalar else xr.Variable(dims, values, attrs)
-    return counts
+    return counts, changed_points
+
+
+def _add_changed(name: str, b: h5py.Dataset, diff: DatasetDiff, changed: np.ndarray | None,
+                 out: xr.Dataset) -> None:
+    """Add ``name_changed``: True at the points of B that changed (all of them when ``changed`` is None)."""
+    dims, scalar = _out_dims(name, b)
+    if changed is None:  # added or replaced: every point of B is new
+        changed = np.broadcast_to(np.True_, b.shape)
+    attrs = {
+        "long_name": f"{name}: changed points",
+        "status": diff.status,
+        "points_changed": diff.points_changed,
+        "points_removed": diff.points_removed,
+    }
+    if diff.shape_a is not None:
+        attrs["shape_a"] = list(diff.shape_a)
+    attrs["shape_b"] = list(diff.shape_b)
+    out[f"{name}_changed"] = xr.Variable((), changed.reshape(()), attrs) if scalar else xr.Variable(dims, changed, attrs)
 
 
 def _empty_diff(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -262,7 +327,7 @@ def _empty_diff(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
 
 def _add_counts(name: str, b: h5py.Dataset, diff: DatasetDiff, counts: dict, out: xr.Dataset) -> None:
     """Add ``name_changes``: changed points per chunk of B."""
-    dims = _dims(b) or tuple(f"{name}_dim_{i}" for i in range(b.ndim))
+    dims, scalar = _out_dims(name, b)
     chunks = diff.chunks
     grid = chunk_grid_shape(b.shape, chunks)
     if diff.status in ("added", "replaced"):  # every point of B is new
@@ -283,7 +348,7 @@ def _add_counts(name: str, b: h5py.Dataset, diff: DatasetDiff, counts: dict, out
         "chunks_read": len(diff.candidates) if diff.status == "modified" else 0,
         "chunks_changed": int(np.count_nonzero(per_chunk)),
     }
-    if dims == () and b.shape == (1,):
+    if scalar:
         out[f"{name}_changes"] = xr.Variable((), per_chunk.reshape(()), attrs)
         return
     chunk_dims = tuple(f"{name}_chunk_{d}" for d in dims)
