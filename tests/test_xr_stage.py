@@ -642,3 +642,35 @@ def test_replacing_a_variable_of_a_versioned_hdf5_file(tmp_path):
         np.testing.assert_array_equal(vf["v2"]["temp"][()], np.arange(20.0).reshape(4, 5) + 1)
         assert f["_version_data/temp/raw_data"].fillvalue == 0.0
         assert "_FillValue" not in vf["v2"]["temp"].attrs
+
+
+def test_an_xarray_edit_keeps_a_versioned_hdf5_files_layout(tmp_path):
+    """A one-point edit from xarray on datasets versioned-hdf5 wrote adds nothing else to the version.
+
+    Before, the commit added netCDF-4 scales ``phony_dim_0``/``phony_dim_1`` (new
+    datasets a versioned-hdf5 user iterating the version sees) and
+    ``DIMENSION_LIST``, ``_ARRAY_DIMENSIONS`` and a NaN ``_FillValue`` to both datasets,
+    though only one point of one of them changed.
+    """
+    versioned_hdf5 = pytest.importorskip("versioned_hdf5")
+    path = tmp_path / "vh.h5"
+    with h5py.File(path, "w") as f:
+        with versioned_hdf5.VersionedHDF5File(f).stage_version("v1") as g:
+            g.create_dataset("temp", data=np.arange(20.0).reshape(4, 5), chunks=(2, 5))
+            g["temp"].attrs["units"] = "K"
+            g.create_dataset("count", data=np.arange(4), chunks=(4,))
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        expected = ds.load().copy(deep=True)
+        expected["temp"][0, 0] = -1.0
+        staged = ds.vhdf5.stage()
+        staged["temp"][0, 0] = -1.0
+        staged.vhdf5.commit("v2")
+    with h5py.File(path) as f:
+        vf = versioned_hdf5.VersionedHDF5File(f)
+        v1, v2 = vf["v1"], vf["v2"]
+        assert sorted(v2) == sorted(v1) == ["count", "temp"]
+        for name in v1:
+            assert sorted(v2[name].attrs) == sorted(v1[name].attrs), name
+        np.testing.assert_array_equal(v2["temp"][()], expected["temp"].values)
+    with xr.open_dataset(path, engine="vhdf5", version="v2") as got:
+        xr.testing.assert_identical(got, expected)

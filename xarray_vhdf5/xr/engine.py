@@ -145,6 +145,10 @@ def group_dataset(
 
     Parameters
     ----------
+    if ds.dtype.kind in "fc" and "_FillValue" not in attrs:
+        # Stored without one (e.g. by versioned-hdf5): so written back, not with the
+        # NaN that xarray's encoder adds to floats whose encoding is silent.
+        encoding["_FillValue"] = None
     manager : xarray.backends.CachingFileManager
         Opens the file; the variables keep it (they pickle with it).
     version : str

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 __all__ = [
     "DIMENSIONS_ATTR",
     "HIDDEN_GROUP_ATTRS",
@@ -12,6 +15,7 @@ __all__ = [
     "SCALAR_DIM",
     "is_dimension_scale",
     "is_netcdf_dimension_only",
+    "names_dimensions",
     "phony_dims",
     "visible_attrs",
 ]
@@ -74,6 +78,30 @@ def visible_attrs(attrs) -> dict:
     if scale:
         hidden = hidden | {"CLASS", "NAME"}
     return {key: attrs[key] for key in attrs.keys() if key not in hidden}
+
+
+_PHONY = re.compile(r"phony_dim_\d+")
+
+
+def names_dimensions(dims: Iterable, stored_with_names: bool) -> bool:
+    """Whether a variable's dimension names are written (``_ARRAY_DIMENSIONS``) on its dataset.
+
+    Names a reader invents for a dataset stored without any (``phony_dim_<n>``:
+    :func:`phony_dims`, h5netcdf's phony dimensions) are not written for a
+    dataset that had none, or for a new one: the version keeps the layout
+    versioned-hdf5 gave it (no ``_ARRAY_DIMENSIONS``, no netCDF-4 dimension
+    scales added to it), and readers invent them again. Any other name, a
+    dataset stored with names, and a scalar (an empty list marks it) are written.
+
+    Parameters
+    ----------
+    dims : iterable of str
+        The variable's dimension names.
+    stored_with_names : bool
+        The dataset it replaces or edits had ``_ARRAY_DIMENSIONS``.
+    """
+    dims = [str(d) for d in dims]
+    return stored_with_names or not dims or not all(_PHONY.fullmatch(d) for d in dims)
 
 
 def phony_dims(shape: tuple[int, ...], dims_by_size: dict) -> tuple[str, ...]:

@@ -42,7 +42,7 @@ from ..versions.registry import VersionRegistry
 from ..wrappers.group import InMemoryGroup
 from . import engine
 from .dimscales import attach_dimension_scales
-from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, visible_attrs
+from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions, visible_attrs
 from .staged_array import CFCodec, RawRows, StagedVariableArray, StageFile, StageOrigin, same_file
 from .streaming import DEFAULT_MAX_BYTES
 from .writer import inherit_stored_encoding, next_version_name, write_variable
@@ -289,13 +289,14 @@ def _write_staged(
         target.base_table_state = arr.base_table_state  # checked again by the commit
         committed.add(name)
     attrs, _ = encoded
+    named = names_dimensions(var.dims, DIMENSIONS_ATTR in target.attrs)
     for key in list(target.attrs):
         if key not in attrs:
             del target.attrs[key]
     for key, value in attrs.items():
         target.attrs[key] = value
-    dims = [str(d) for d in var.dims]
-    target.attrs[DIMENSIONS_ATTR] = np.array(dims, dtype=h5py.string_dtype())
+    if named:
+        target.attrs[DIMENSIONS_ATTR] = np.array([str(d) for d in var.dims], dtype=h5py.string_dtype())
     return True
 
 

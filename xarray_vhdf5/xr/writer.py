@@ -45,7 +45,7 @@ from ..versions.registry import is_versioned
 from ..wrappers.group import InMemoryGroup
 from .dimscales import attach_dimension_scales
 from .engine import close_read_handles
-from .names import DIMENSIONS_ATTR, MESSAGE_ATTR
+from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, names_dimensions
 from .streaming import DEFAULT_MAX_BYTES, is_dask_array, stage_lazy_dataset
 
 __all__ = [
@@ -275,6 +275,7 @@ def write_variable(
         raise IncompatibleDataError(f"variable name {name!r} contains '/'")
     var_attrs = dict(var.attrs)
     fill = var_attrs.get("_FillValue")
+    named = names_dimensions(var.dims, name in group and DIMENSIONS_ATTR in group[name].attrs)
     if name in group:
         del group[name]
     if _streamable(var):
@@ -300,8 +301,8 @@ def write_variable(
         ds._dtype = h5py.string_dtype("utf-8")
     for key, value in var_attrs.items():
         ds.attrs[key] = value
-    dims = list(map(str, var.dims))
-    ds.attrs[DIMENSIONS_ATTR] = np.array(dims, dtype=h5py.string_dtype()) if dims else np.array([], dtype=h5py.string_dtype())
+    if named:
+        ds.attrs[DIMENSIONS_ATTR] = np.array(list(map(str, var.dims)), dtype=h5py.string_dtype())
 
 
 def commit_dataset(
