@@ -197,6 +197,84 @@ def test_not_versioned_file(tmp_path):
         xr.open_dataset(plain, engine="vhdf5")
 
 
+def _assert_not_hdf5(info, shown: str, what: str) -> None:
+    err = info.value
+    assert isinstance(err, xv.NotVersionedError) and isinstance(err, OSError) and isinstance(err, ValueError)
+    assert str(err).startswith(f"{shown} is not an HDF5 file ({what}): engine='vhdf5' reads versioned HDF5 files")
+    assert "engine='scipy'" in str(err) and "ds.vhdf5.commit(version, path=...)" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "what"),
+    [("NETCDF3_CLASSIC", "a netCDF-3 classic file"), ("NETCDF3_64BIT", "a netCDF-3 64-bit offset file")],
+)
+def test_netcdf3_file_is_not_hdf5(tmp_path, fmt, what):
+    """A netCDF-3 file: NotHDF5Error (a NotVersionedError and the OSError h5py raises)
+    naming the file and its format, not libhdf5's "file signature not found"."""
+    path = tmp_path / "classic.nc"
+    xr.Dataset({"v": ("i", np.arange(3.0))}).to_netcdf(path, engine="scipy", format=fmt)
+    with pytest.raises(xv.NotHDF5Error) as info:
+        xr.open_dataset(path, engine="vhdf5")
+    _assert_not_hdf5(info, repr(str(path)), what)
+    with pytest.raises(xv.NotHDF5Error) as info:
+        xr.open_datatree(path, engine="vhdf5")
+    _assert_not_hdf5(info, repr(str(path)), what)
+    with open(path, "rb") as fh, pytest.raises(xv.NotHDF5Error) as info:
+        xr.open_dataset(fh, engine="vhdf5")
+    _assert_not_hdf5(info, repr(str(path)), what)
+    with pytest.raises(xv.NotHDF5Error) as info:
+        xr.open_dataset(io.BytesIO(b"plain text, not HDF5"), engine="vhdf5")
+    _assert_not_hdf5(info, "the BytesIO object", "it starts with b'plain te', not the HDF5 signature")
+
+
+def test_noaa_netcdf3_file_is_not_hdf5(noaa_dir):
+    path = noaa_dir / "etopo20.cdf"
+    with pytest.raises(OSError) as info:
+        xr.open_dataset(path, engine="vhdf5")
+    _assert_not_hdf5(info, repr(str(path)), "a netCDF-3 classic file")
+
+
+def test_other_files_that_are_not_hdf5(tmp_path):
+    empty = tmp_path / "empty.h5"
+    empty.write_bytes(b"")
+    with pytest.raises(xv.NotHDF5Error) as info:
+        xr.open_dataset(empty, engine="vhdf5")
+    _assert_not_hdf5(info, repr(str(empty)), "an empty file")
+    text = tmp_path / "notes.h5"
+    text.write_text("x" * 5000)
+    with pytest.raises(xv.NotHDF5Error) as info:
+        xr.open_dataset(text, engine="vhdf5")
+    _assert_not_hdf5(info, repr(str(text)), "it starts with b'xxxxxxxx', not the HDF5 signature")
+
+
+def test_damaged_or_missing_hdf5_file_keeps_h5pys_error(tmp_path):
+    """libhdf5's own error when the file is HDF5 (signature found) but damaged, or missing."""
+    damaged = tmp_path / "damaged.h5"
+    with h5py.File(damaged, "w") as f:
+        f["x"] = np.arange(100)
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    with pytest.raises(OSError) as info:
+        xr.open_dataset(damaged, engine="vhdf5")
+    assert not isinstance(info.value, xv.VHDF5Error)
+    with pytest.raises(FileNotFoundError):
+        xr.open_dataset(tmp_path / "missing.h5", engine="vhdf5")
+
+
+def test_hdf5_signature_after_a_user_block(tmp_path):
+    from xarray_vhdf5.backend.signature import has_hdf5_signature
+
+    path = tmp_path / "userblock.h5"
+    with h5py.File(path, "w", userblock_size=1024) as f:
+        f["x"] = np.arange(3)
+    with open(path, "rb") as fh:
+        fh.seek(7)
+        assert has_hdf5_signature(fh) == (True, b"\0" * 8)
+        assert fh.tell() == 7  # position restored
+    with pytest.raises(xv.NotVersionedError, match="not a versioned HDF5 file") as info:
+        xr.open_dataset(path, engine="vhdf5")
+    assert not isinstance(info.value, xv.NotHDF5Error)
+
+
 def test_groups(tmp_path):
     path = tmp_path / "groups.h5"
     ds = _sample()

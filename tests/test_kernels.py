@@ -550,3 +550,54 @@ def test_symbols_come_from_h5py():
     import h5py.defs
 
     assert slicetools.HDF5_LIBRARY_SOURCE == h5py.defs.__file__
+
+
+def _import_copy_of_package(root, cwd):
+    """Run ``import xarray_vhdf5`` from ``cwd`` on a copy of the package's sources in ``root``.
+
+    The copy holds no compiled kernels, as a checkout does before it is built;
+    the editable-install finders of this environment are removed first, so the
+    import finds the copy as it finds a checkout that shadows a non-editable install.
+    """
+    import shutil
+
+    package = os.path.dirname(os.path.dirname(transfer.__file__))
+    shutil.copytree(package, root / "xarray_vhdf5",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__]
+        try:
+            import xarray_vhdf5
+        except ImportError as exc:
+            print(exc)
+        else:
+            print("imported", xarray_vhdf5.__file__)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XARRAY_VHDF5_KERNELS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=cwd)
+    return out.stdout.strip()
+
+
+def test_import_from_source_checkout_says_so(tmp_path):
+    """A checkout (build files beside the package) imported without its kernels, as
+    ``python`` run inside it after a non-editable install does: the message names the
+    checkout and the fixes instead of asking to rebuild."""
+    for name in ("meson.build", "pyproject.toml"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "_ext").mkdir()
+    message = _import_copy_of_package(tmp_path, tmp_path)
+    assert "compiled kernels" in message and "are unavailable" in message
+    assert f"imported from the source checkout {tmp_path.resolve()}" in message
+    assert "Run Python from another directory" in message
+    assert f"pip install --no-build-isolation -e {tmp_path.resolve()}" in message
+    assert "Rebuild the package" not in message
+
+
+def test_missing_kernels_outside_a_checkout_asks_to_rebuild(tmp_path):
+    """Kernels missing from a copy that is not a checkout (no build files): a broken install."""
+    message = _import_copy_of_package(tmp_path, tmp_path)
+    assert "are unavailable" in message and "Rebuild the package" in message
+    assert "XARRAY_VHDF5_KERNELS=python" in message and "source checkout" not in message

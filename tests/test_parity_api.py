@@ -292,6 +292,91 @@ def test_delete_and_modify_errors(vh, vf):
     assert_same(before, snapshot(vf.f))
 
 
+@pytest.mark.parametrize("call", ["delete_versions", "delete_version", "modify_metadata"])
+def test_a_path_instead_of_a_file_is_a_type_error(vh, vf, call):
+    """Neither library takes a path where it takes a file. versioned-hdf5 2.6's
+    TypeError comes from indexing the str ("string indices must be integers");
+    xarray_vhdf5's says what it takes and how to open the file. Nothing changes."""
+    path = vf.f.filename
+    args, kwargs = {"delete_versions": ((["v1"],), {}), "delete_version": (("v1",), {}),
+                    "modify_metadata": (("a",), {"chunks": (2,)})}[call]
+    before = snapshot(vf.f)
+    with pytest.raises(TypeError) as info:
+        getattr(vh, call)(path, *args, **kwargs)
+    if ours(vh):
+        assert str(info.value) == (
+            f"{call}() takes an open h5py.File or VersionedHDF5File, not a path ({path!r}): "
+            f"open the file first, {call}(h5py.File(path, 'a'), ...)"
+        )
+    assert_same(before, snapshot(vf.f))
+
+
+def test_versioned_file_of_a_path(vh, tmp_path):
+    """versioned-hdf5 2.6 raises AttributeError ('str' object has no attribute
+    'create_group'); xarray_vhdf5 a TypeError saying what it takes, as its other
+    functions given a path."""
+    path = tmp_path / "new.h5"
+    with pytest.raises(TypeError if ours(vh) else AttributeError) as info:
+        vh.VersionedHDF5File(str(path))
+    if ours(vh):
+        assert "VersionedHDF5File() takes an open h5py.File, not a path" in str(info.value)
+        assert "VersionedHDF5File(h5py.File(path, 'a'))" in str(info.value)
+    with pytest.raises(TypeError) as info:  # both (versioned-hdf5: "argument of type 'NoneType' ...")
+        vh.VersionedHDF5File(None)
+    if ours(vh):
+        assert str(info.value) == "VersionedHDF5File() takes an open h5py.File, got NoneType"
+    assert not path.exists()
+
+
+def test_a_closed_h5py_file_given(vh, tmp_path):
+    """A closed h5py.File: libhdf5's error in versioned-hdf5 2.6 (ValueError from
+    VersionedHDF5File, KeyError from delete_versions and modify_metadata);
+    ClosedFileError (a ValueError) in xarray_vhdf5, naming the function."""
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        with vh.VersionedHDF5File(f).stage_version("v1") as g:
+            g.create_dataset("a", data=np.arange(10), chunks=(4,))
+    calls = {"VersionedHDF5File": (lambda: vh.VersionedHDF5File(f), ValueError),
+             "delete_versions": (lambda: vh.delete_versions(f, ["v1"]), KeyError),
+             "modify_metadata": (lambda: vh.modify_metadata(f, "a", chunks=(2,)), KeyError)}
+    for name, (call, theirs) in calls.items():
+        with pytest.raises(errors.ClosedFileError if ours(vh) else theirs) as info:
+            call()
+        if ours(vh):
+            assert f"{name}() was given a closed h5py file" in str(info.value)
+
+
+def test_a_timestamp_before_the_previous_versions_is_accepted(vh, vf):
+    """versioned-hdf5 2.6 makes no check that timestamps increase (its stage_version
+    docstring says so) and neither does xarray_vhdf5: v3, stamped before v1 and v2,
+    is committed on v2 and found at its own time; the others at theirs."""
+    with vf.stage_version("v3", timestamp=ts(0)) as g:
+        g["a"][1] = 7
+    assert vf.current_version == "v3"
+    assert vf[-1]["a"][:2].tolist() == [5, 1]
+    assert vf[ts(0)]["a"][:2].tolist() == [5, 7]
+    assert vf.get_version_by_timestamp(ts(0), exact=True)["a"][1] == 7
+    assert vf[ts(1)]["a"][:2].tolist() == [0, 1]
+    assert vf[ts(3)]["a"][:2].tolist() == [5, 1]  # the latest timestamp at or before: v2's
+
+
+def test_naive_timestamp(vh, vf):
+    """versioned-hdf5 2.6 refuses a naive datetime ("timestamp must be in UTC", a
+    ValueError, in stage_version and lookups); xarray_vhdf5 takes it as UTC, as it
+    documents (it accepts more: code written for versioned-hdf5 passes aware UTC ones)."""
+    naive = ts(3).replace(tzinfo=None)
+    if not ours(vh):
+        with pytest.raises(ValueError, match="timestamp must be in UTC"):
+            with vf.stage_version("v3", timestamp=naive) as g:
+                g["a"][1] = 7
+        with pytest.raises(ValueError, match="timestamp must be in UTC"):
+            vf[naive]
+        return
+    with vf.stage_version("v3", timestamp=naive) as g:
+        g["a"][1] = 7
+    assert vf.version_info("v3").timestamp == ts(3)
+    assert vf[naive]["a"][1] == 7
+
+
 def test_staged_index_errors(vh, vf):
     with pytest.raises(IndexError):
         with stage(vf) as g:

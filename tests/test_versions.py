@@ -107,7 +107,7 @@ def test_lookup_current_and_ancestors(history):
     assert history[np.int64(0)].version == "v3"
     assert history[-1].version == "v2"
     assert history[-2].version == "v1"
-    with pytest.raises(VersionNotFoundError, match="ancestors"):
+    with pytest.raises(VersionNotFoundError, match="'v3' has only 2 ancestors, cannot go back 3 versions"):
         history[-3]
     with pytest.raises(IndexError):
         history[1]
@@ -204,8 +204,17 @@ def test_empty_prev_version(history):
     assert history.version_info("fresh").prev_version == "__first_version__"
     assert history["fresh"].keys() == ["z"]
     assert history.current_version == "fresh"
-    with pytest.raises(VersionNotFoundError, match="ancestors"):
+    with pytest.raises(VersionNotFoundError, match="'fresh' has no ancestor, cannot go back 1 version$"):
         history[-1]
+
+
+def test_ancestor_count_in_the_message_is_singular_for_one(history):
+    """``vf[-n]`` past the first version: "1 ancestor", not "1 ancestors"."""
+    with history.stage_version("c2", prev_version="v1") as g:
+        g["x"][0] = 7
+    assert history[-1].version == "v1"
+    with pytest.raises(VersionNotFoundError, match="'c2' has only 1 ancestor, cannot go back 2 versions$"):
+        history[-2]
 
 
 def test_prev_version_by_name_starts_from_it(history):
@@ -568,6 +577,81 @@ def test_closed_file(history, path):
     assert history.closed
     with pytest.raises(ClosedFileError):
         history["v1"]
+
+
+CLOSED_MESSAGE = "its h5py file was closed; reopen the file and get the version again"
+
+
+def test_committed_objects_after_the_file_closed(history):
+    """Reads of a version's datasets, groups and attributes once the h5py file was
+    closed: ClosedFileError (a ValueError) as ``vf[...]`` raises, not libhdf5's
+    RuntimeError / KeyError ("identifier is not of specified type")."""
+    version, lazy = history["v2"], history["v3"]
+    grp, x = version["grp"], version["x"]
+    attrs = x.attrs
+    assert x[0] == 100 and attrs["chunks"].tolist() == [4]  # open handles, as before
+    history.f.close()
+    reads = {
+        "x[0]": lambda: x[0], "x[:]": lambda: x[:], "np.asarray": lambda: np.asarray(x), "shape": lambda: x.shape,
+        "dtype": lambda: x.dtype, "len": lambda: len(x), "iter": lambda: list(x), "chunks": lambda: x.chunks,
+        "fillvalue": lambda: x.fillvalue, "compression": lambda: x.compression, "read_direct":
+        lambda: x.read_direct(np.empty(10, "i8")), "astype": lambda: x.astype("f4"), "parent": lambda: x.parent,
+        "x.attrs[...]": lambda: x.attrs["chunks"], "held attrs": lambda: attrs["chunks"],
+        "attrs iteration": lambda: list(attrs), "attrs in": lambda: "chunks" in attrs,
+        "attrs.get": lambda: attrs.get("nope"), "group member": lambda: version["x"],
+        "subgroup member": lambda: grp["y"], "group attrs": lambda: grp.attrs["title"], "keys": lambda: version.keys(),
+        "iteration": lambda: list(version), "in": lambda: "x" in version, "len(group)": lambda: len(version),
+        "name": lambda: version.name, "get": lambda: version.get("x"), "datasets": lambda: version.datasets(),
+        "visititems": lambda: version.visititems(lambda *a: None),
+        "unopened version member": lambda: lazy["x"], "unopened version attrs": lambda: lazy.attrs,
+    }
+    for what, read in reads.items():
+        with pytest.raises(ClosedFileError, match=CLOSED_MESSAGE) as info:
+            read()
+        assert isinstance(info.value, ValueError), what
+    with pytest.raises(ClosedFileError, match="cannot access a dataset of version 'v2'"):
+        x[0]
+    with pytest.raises(ClosedFileError, match="cannot access version 'v3'"):
+        lazy["x"]
+    with pytest.raises(ClosedFileError, match="cannot access the attributes of a committed version"):
+        attrs["chunks"]
+    assert repr(x) == "<Closed VersionDataset>"
+    assert repr(version) == "<Closed VersionGroup of version 'v2'>"
+    assert "closed" in repr(attrs)
+
+
+def test_staged_objects_after_the_file_closed(path):
+    """The h5py file closed inside a stage_version block: staged reads that need the
+    file raise ClosedFileError, and the block's end commits nothing."""
+    with h5py.File(path, "w") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            g.create_dataset("x", data=np.arange(10), chunks=(4,))
+            g.create_dataset("y", data=np.arange(10), chunks=(4,))
+            g["x"].attrs["units"] = "m"
+            g.attrs["title"] = "t"
+    f = h5py.File(path, "r+")
+    vf = VersionedHDF5File(f)
+    with pytest.raises(ClosedFileError, match=r"closed inside the stage_version\('v2'\) block: nothing was committed"):
+        with vf.stage_version("v2") as g:
+            x, y = g["x"], g["y"]
+            f.close()
+            uses = {"read": lambda: x[0], "write": lambda: x.__setitem__(0, 5), "resize": lambda: y.resize((20,)),
+                    "fillvalue": lambda: x.fillvalue, "dataset attrs": lambda: x.attrs["units"],
+                    "group attrs": lambda: g.attrs["title"]}
+            for what, use in uses.items():
+                with pytest.raises(ClosedFileError, match="closed inside the stage_version.. block") as info:
+                    use()
+                assert isinstance(info.value, ValueError), what
+    with h5py.File(path, "r") as f:
+        assert VersionedHDF5File(f).versions == ["v1"]
+
+
+def test_closed_h5py_file_given(path):
+    f = h5py.File(path, "w")
+    f.close()
+    with pytest.raises(ClosedFileError, match=r"VersionedHDF5File\(\) was given a closed h5py file"):
+        VersionedHDF5File(f)
 
 
 # -- staged groups -------------------------------------------------------------

@@ -15,6 +15,7 @@ code keeps working::
     ├── StaleVersionError      (ValueError)       committing staged edits whose parent is no
     │                                             longer the file's current version
     ├── NotVersionedError      (ValueError)       the HDF5 file has no ``_version_data``
+    │   └── NotHDF5Error       (OSError)          the file is not HDF5 at all (e.g. netCDF-3)
     ├── ReadOnlyError          (PermissionError, ValueError)
     │                                             writing to a committed version or a
     │                                             file opened read-only
@@ -22,7 +23,8 @@ code keeps working::
     │                                             cannot be stored or do not match
     │   └── DatasetMismatchError (TypeError)      ``require_dataset`` found one of another
     │                                             shape or dtype (h5py raises TypeError)
-    ├── ClosedFileError        (ValueError)       the file (or version) was closed
+    ├── ClosedFileError        (ValueError)       the file (or version) was closed, also
+    │                                             under an object read from it
     ├── UnsupportedError       (NotImplementedError)
     │                                             valid for numpy but not supported here
     │                                             (scalar datasets, ``h5py.Empty``, ...)
@@ -31,7 +33,14 @@ code keeps working::
 The builtin bases cover what versioned-hdf5 2.6 raises in the same situation (a missing
 version: ``KeyError`` from ``vf[name]``, ``ValueError`` from ``stage_version(prev_version=)``
 and ``delete_versions``, ``IndexError`` from ``vf[-n]`` past the first version; a key of
-another type: ``KeyError``), so code written for it catches ours.
+another type: ``KeyError``), so code written for it catches ours. A file that is
+not HDF5 at all raises :class:`NotHDF5Error`: the ``OSError`` h5py, versioned-hdf5
+and xarray's h5netcdf engine raise for it, and a :class:`NotVersionedError`, since
+such a file holds no versions either.
+
+Arguments of the wrong type (a path where an open file is expected, a list where a
+str is) raise a plain ``TypeError``, as Python's own functions do: they are bugs of
+the calling code, not conditions to handle, and the message says what is accepted.
 
 Messages say what happened, what was received and, where there is one, what
 to do instead.
@@ -47,6 +56,7 @@ __all__ = [
     "VersionExistsError",
     "StaleVersionError",
     "NotVersionedError",
+    "NotHDF5Error",
     "ReadOnlyError",
     "IncompatibleDataError",
     "DatasetMismatchError",
@@ -98,6 +108,14 @@ class NotVersionedError(VHDF5Error, ValueError):
     """The HDF5 file (or group) is not a versioned file: it has no ``_version_data``."""
 
 
+class NotHDF5Error(NotVersionedError, OSError):
+    """The file is not an HDF5 file at all (no HDF5 signature), e.g. a netCDF-3 classic file.
+
+    An ``OSError`` as h5py's "file signature not found" is, so ``except OSError``
+    written for h5py, versioned-hdf5 or another xarray engine still catches it.
+    """
+
+
 class ReadOnlyError(VHDF5Error, PermissionError, ValueError):
     """Writing to a committed version, or to a file opened read-only."""
 
@@ -111,7 +129,13 @@ class DatasetMismatchError(IncompatibleDataError, TypeError):
 
 
 class ClosedFileError(VHDF5Error, ValueError):
-    """The file, or the version object, was closed."""
+    """The file, or the version object, was closed.
+
+    Also raised by a committed version's groups, datasets and attributes, and by
+    staged objects that read from the file, once their h5py file was closed (h5py
+    raises libhdf5's ``RuntimeError`` / ``KeyError`` / ``ValueError`` there), and
+    when a ``stage_version`` block ends after its h5py file was closed inside it.
+    """
 
 
 class UnsupportedError(VHDF5Error, NotImplementedError):

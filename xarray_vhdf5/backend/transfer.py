@@ -36,8 +36,11 @@ vectorised numpy operations *before* any kernel runs.
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import h5py
@@ -75,14 +78,53 @@ else:
     _slicetools_error = None
 
 
+def _source_checkout() -> Path | None:
+    """The source checkout this package was imported from, if it was (None: an installed copy).
+
+    Imported from the checkout, the package has no compiled kernels unless the
+    checkout is installed editable (meson-python's loader then imports them from
+    its build directory). The checkout is told by the build files beside the
+    package directory.
+    """
+    package = Path(__file__).resolve().parent.parent
+    root = package.parent
+    if not ((root / "meson.build").is_file() and (root / "pyproject.toml").is_file() and (root / "_ext").is_dir()):
+        return None
+    spec = getattr(sys.modules.get(package.name), "__spec__", None)
+    if spec is not None and "editable" in type(spec.loader).__module__:
+        return None  # an editable install: its build failed, the generic message applies
+    return root
+
+
+def _installed_copy(root: Path) -> str | None:
+    """Where an installed copy of the package is, on sys.path after ``root`` (which shadows it)."""
+    here = root.resolve()
+    others = [p for p in sys.path if Path(p or os.curdir).resolve() != here]
+    spec = importlib.machinery.PathFinder.find_spec(Path(__file__).resolve().parents[1].name, others)
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+
+
+def _missing_kernels_message() -> str:
+    message = f"the compiled kernels (xarray_vhdf5._ext.slicetools) are unavailable: {_slicetools_error}. "
+    root = _source_checkout()
+    if root is None:
+        return message + (
+            f"Rebuild the package, or select the pure-Python reference kernels with "
+            f"{KERNELS_ENV_VAR}=python or set_kernel_backend('python')."
+        )
+    installed = _installed_copy(root)
+    shadows = f"shadows the installed copy in {installed} and " if installed else ""
+    return message + (
+        f"xarray_vhdf5 was imported from the source checkout {root}, which {shadows}holds no "
+        "compiled kernels (they are built when the package is installed). Run Python from "
+        f"another directory, or install the checkout editable: pip install meson-python meson "
+        f"ninja cython numpy && pip install --no-build-isolation -e {root}"
+    )
+
+
 def _require_compiled() -> None:
     if _slicetools is None:
-        raise ImportError(
-            "the compiled kernels (xarray_vhdf5._ext.slicetools) are unavailable: "
-            f"{_slicetools_error}. Rebuild the package, or select the pure-Python "
-            f"reference kernels with {KERNELS_ENV_VAR}=python or "
-            "set_kernel_backend('python')."
-        ) from _slicetools_error
+        raise ImportError(_missing_kernels_message()) from _slicetools_error
 
 
 def _check_backend_name(name: object, source: str) -> KernelBackend:

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,7 +70,7 @@ from ..backend.chunks import chunk_grid_shape
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.layout import FIRST_VERSION, HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE, VERSION_DATA, VERSIONS
 from ..backend.virtual import create_virtual_dataset
-from ..errors import NotVersionedError, ReadOnlyError, UnsupportedError, VersionNotFoundError
+from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionNotFoundError
 from . import index as version_index
 
 __all__ = ["delete_versions", "delete_version", "DeleteReport", "DatasetCompaction", "MAP_CACHE_BYTES"]
@@ -85,11 +86,24 @@ _barrier_hook: Callable[[str], None] | None = None
 # -- shared with metadata.py ----------------------------------------------------------
 
 
-def _open(f) -> tuple[h5py.Group, Any]:
-    """The h5py group holding ``_version_data`` and the VersionRegistry to keep in sync."""
+def _open(f, caller: str = "delete_versions") -> tuple[h5py.Group, Any]:
+    """The h5py group holding ``_version_data`` and the VersionRegistry to keep in sync.
+
+    Raises
+    ------
+    TypeError
+        ``f`` is neither an h5py.File (or Group) nor a VersionedHDF5File (e.g. a path).
+    ClosedFileError
+        ``f`` is closed.
+    ReadOnlyError, NotVersionedError
+        ``f`` is open read-only, or holds no version history.
+    """
     if isinstance(f, (h5py.File, h5py.Group)):
+        if not f.id.valid:
+            raise ClosedFileError(f"{caller}() was given a closed h5py file; reopen it with mode 'a'")
         h5file, registry = f, None
-    else:  # a VersionedHDF5File (not imported: file.py imports this module)
+    else:
+        check_file_argument(caller, f)
         f._check_open()
         h5file, registry = f.f, f._registry
         # Deleting or rewriting versions frees objects whose addresses key its caches.
@@ -99,6 +113,24 @@ def _open(f) -> tuple[h5py.Group, Any]:
     if f"{VERSION_DATA}/{VERSIONS}" not in h5file:
         raise NotVersionedError(f"{h5file.file.filename!r} has no /{VERSION_DATA}/{VERSIONS} group")
     return h5file, registry
+
+
+def check_file_argument(caller: str, f: object) -> None:
+    """Raise ``TypeError`` unless ``f`` is an h5py.File (or Group) or a VersionedHDF5File."""
+    from .file import VersionedHDF5File  # here: file.py imports this module
+
+    if not isinstance(f, (h5py.File, h5py.Group, VersionedHDF5File)):
+        raise TypeError(file_argument_message(caller, f))
+
+
+def file_argument_message(caller: str, f: object) -> str:
+    """The ``TypeError`` message for ``caller`` given ``f`` instead of an open file."""
+    takes = "an open h5py.File" if caller == "VersionedHDF5File" else "an open h5py.File or VersionedHDF5File"
+    if isinstance(f, (str, bytes, os.PathLike)):
+        call = "VersionedHDF5File(h5py.File(path, 'a'))" if caller == "VersionedHDF5File" else \
+            f"{caller}(h5py.File(path, 'a'), ...)"
+        return f"{caller}() takes {takes}, not a path ({f!r}): open the file first, {call}"
+    return f"{caller}() takes {takes}, got {type(f).__name__}"
 
 
 def _barrier(h5file: h5py.Group, stage: str) -> None:
@@ -462,6 +494,11 @@ def delete_versions(f, versions_to_delete: str | Iterable[str]) -> DeleteReport:
     ValueError
         A version's mappings do not read whole chunks of its dataset's raw_data
         (e.g. left by an interrupted ``modify_metadata``: run it again first).
+    TypeError
+        ``f`` is not an h5py.File or VersionedHDF5File (e.g. a path: open it
+        first; versioned-hdf5 2.6 takes no path either).
+    ClosedFileError
+        ``f`` is closed.
 
     Notes
     -----
@@ -602,7 +639,8 @@ def delete_version(f, versions_to_delete: str | Iterable[str]) -> DeleteReport:
 
     Raises
     ------
-    VersionNotFoundError, ReadOnlyError
+    VersionNotFoundError, ReadOnlyError, TypeError, ClosedFileError
         As :func:`delete_versions`.
     """
+    check_file_argument("delete_version", f)
     return delete_versions(f, versions_to_delete)

@@ -19,7 +19,7 @@ from ..wrappers.group import InMemoryGroup
 from ..wrappers.readonly import VersionGroup
 from .caches import caches_for
 from .commit import CommitReport, commit_version
-from .delete import DeleteReport, delete_versions
+from .delete import DeleteReport, delete_versions, file_argument_message
 from .index import touch as touch_index
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
@@ -56,6 +56,12 @@ class VersionedHDF5File:
         ``f`` is opened read-only and has no version history.
     IncompatibleDataError
         The file was written by a newer format (``data_version`` > 4).
+    TypeError
+        ``f`` is not an h5py file, e.g. a path (open it first:
+        ``VersionedHDF5File(h5py.File(path, "a"))``; versioned-hdf5 2.6 takes
+        no path either).
+    ClosedFileError
+        ``f`` is closed.
 
     Examples
     --------
@@ -68,6 +74,10 @@ class VersionedHDF5File:
     """
 
     def __init__(self, f: h5py.File, *, metadata_trim_every: int | None = 256):
+        if not isinstance(f, (h5py.File, h5py.Group)):
+            raise TypeError(file_argument_message("VersionedHDF5File", f))
+        if not f.id.valid:
+            raise ClosedFileError("VersionedHDF5File() was given a closed h5py file; reopen it first")
         if metadata_trim_every is not None and (
             not isinstance(metadata_trim_every, (int, np.integer)) or metadata_trim_every < 0
         ):
@@ -365,6 +375,10 @@ class VersionedHDF5File:
             When the block ends: another handle rewrote a staged dataset's
             raw_data or the previous version's datasets meanwhile (deleting
             versions, ``modify_metadata``); nothing is committed.
+        ClosedFileError
+            The file is closed; or, when the block ends, the h5py file was
+            closed inside it (nothing is committed). Staged objects read from
+            the file raise it too once it was closed.
 
         Notes
         -----
@@ -400,6 +414,12 @@ class VersionedHDF5File:
         except BaseException:
             root._close()  # discarded: later edits raise instead of being lost
             raise
+        if not self.f.id.valid:
+            root._close()
+            raise ClosedFileError(
+                f"the h5py file was closed inside the stage_version({version_name!r}) block: "
+                "nothing was committed; reopen the file and stage the version again"
+            )
         # Checked just before the version group is created: the stored version index
         # then gets one row appended (O(1)) instead of being rebuilt.
         index_was_valid = self._registry.index_valid()

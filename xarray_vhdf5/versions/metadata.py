@@ -375,8 +375,13 @@ def modify_metadata(
         ``chunks=False``.
     ReadOnlyError
         The file is open read-only.
+    TypeError
+        ``f`` is not an h5py.File or VersionedHDF5File (e.g. a path: open it
+        first; versioned-hdf5 2.6 takes no path either).
+    ClosedFileError
+        ``f`` is closed.
     """
-    h5file, _ = _open(f)
+    h5file, _ = _open(f, "modify_metadata")
     Scratch.recover(h5file)
     name = str(dataset_name).strip("/")
     paths = dataset_paths(h5file)

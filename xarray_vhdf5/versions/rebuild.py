@@ -195,7 +195,7 @@ def rebuild_hash_tables(f, paths: Iterable[str] | None = None) -> dict[str, int]
     ValueError
         A version maps rows that are not whole chunks of raw_data.
     """
-    h5file, _ = _open(f)
+    h5file, _ = _open(f, "rebuild_hashtables")
     Scratch.recover(h5file)
     known = dataset_paths(h5file)
     chosen = known if paths is None else list(paths)
@@ -234,7 +234,7 @@ def rebuild_object_dtype_hash_tables(f) -> dict[str, int]:
     version 4 hashed string chunks differently. ``f``, the returned row counts and
     the errors are those of :func:`rebuild_hash_tables`.
     """
-    h5file, _ = _open(f)  # checks the file and drops a VersionedHDF5File's caches
+    h5file, _ = _open(f, "rebuild_object_dtype_hashtables")  # checks the file and drops a VersionedHDF5File's caches
     done = rebuild_hash_tables(h5file, object_dtype_paths(h5file))
     h5file[VERSION_DATA][VERSIONS].attrs["data_version"] = DATA_VERSION
     return done

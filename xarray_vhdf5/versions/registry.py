@@ -339,8 +339,11 @@ class VersionRegistry:
         """The version ``n`` steps back from ``name`` along ``prev_version``."""
         chain = self._ancestry(name)
         if n >= len(chain):
+            count = len(chain) - 1
+            has = "no ancestor" if count == 0 else f"only {count} ancestor{'s' if count > 1 else ''}"
             raise VersionNotFoundError(
-                f"version {name!r} has only {len(chain) - 1} ancestors, cannot go back {n}"
+                f"version {name!r} has {has}, cannot go back {n} "
+                f"{'version' if n == 1 else 'versions'}"
             )
         return chain[n]
 

@@ -10,6 +10,7 @@ import numpy as np
 from h5py import h5a
 
 from ..errors import ReadOnlyError
+from .closed import RESTAGE, closed_file_error, reads_file
 
 __all__ = ["StagedAttrs", "ReadOnlyAttrs", "RESERVED_ATTRS"]
 
@@ -48,6 +49,12 @@ class StagedAttrs(MutableMapping):
         #: True once an attribute was set, created or deleted on this staged object.
         self.changed = False
 
+    def _raise_if_closed(self) -> None:
+        oid = self._obj_id
+        if oid is not None and not oid.valid:
+            raise closed_file_error("the attributes of a staged object", RESTAGE) from None
+
+    @reads_file
     def _load(self) -> dict[str, Any]:
         if self._values is None:
             values: dict[str, Any] = {}
@@ -81,6 +88,7 @@ class StagedAttrs(MutableMapping):
             return False
         return sum(h5a.exists(oid, name.encode()) for name in self._skip) == n
 
+    @reads_file
     def _unloaded_lookup(self, key: object) -> bool | None:
         """Before anything is loaded: whether the source has ``key`` (None: load to tell).
 
@@ -103,10 +111,14 @@ class StagedAttrs(MutableMapping):
         if found is False:
             raise KeyError(key)
         if found:  # unchanged since staging: the source's value, the others left unread
-            if callable(self._source):
-                self._source = self._source()
-            return self._source[key]
+            return self._read_one(key)
         return self._load()[key]
+
+    @reads_file
+    def _read_one(self, key: str) -> Any:
+        if callable(self._source):
+            self._source = self._source()
+        return self._source[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
         if key in RESERVED_ATTRS:
@@ -181,22 +193,48 @@ class StagedAttrs(MutableMapping):
 
 
 class ReadOnlyAttrs(Mapping):
-    """Attributes of a committed version's object: readable, never writable."""
+    """Attributes of a committed version's object: readable, never writable.
+
+    Raises
+    ------
+    ClosedFileError
+        From every read once the h5py file was closed.
+    ReadOnlyError
+        From every write.
+    """
 
     def __init__(self, source: h5py.AttributeManager, skip: frozenset = frozenset()):
         self._source = source
         self._skip = skip
 
+    def _raise_if_closed(self) -> None:
+        if not self._source._id.valid:
+            raise closed_file_error("the attributes of a committed version") from None
+
+    @reads_file
     def __getitem__(self, key: str) -> Any:
         if key in self._skip:
             raise KeyError(key)
         return self._source[key]
 
+    @reads_file
+    def __contains__(self, key: object) -> bool:
+        if key in self._skip:
+            return False
+        found = key in self._source
+        if not found:
+            self._raise_if_closed()  # h5py answers False for a closed object
+        return found
+
+    @reads_file
+    def _names(self) -> list[str]:
+        return [k for k in self._source if k not in self._skip]
+
     def __iter__(self) -> Iterator[str]:
-        return (k for k in self._source if k not in self._skip)
+        return iter(self._names())
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self._names())
 
     def __setitem__(self, key, value):
         raise ReadOnlyError(
@@ -218,4 +256,6 @@ class ReadOnlyAttrs(Mapping):
         self[key] = data
 
     def __repr__(self) -> str:
+        if not self._source._id.valid:
+            return "<ReadOnlyAttrs of a closed HDF5 object>"
         return f"<ReadOnlyAttrs {dict(self)!r}>"

@@ -32,6 +32,7 @@ from ..backend.rows import dataset_shape
 from ..errors import IncompatibleDataError
 from ..staging import StagedChangesArray
 from .attrs import RESERVED_ATTRS, StagedAttrs
+from .closed import RESTAGE, closed_file_error, reads_file
 from .dataset import StagedDatasetBase
 
 __all__ = ["ChunkedStagedDataset", "InMemoryDataset", "InMemorySparseDataset"]
@@ -159,12 +160,17 @@ class InMemoryDataset(ChunkedStagedDataset):
                 return f"{what} ({path.decode()}) {why}"
         return None
 
+    def _raise_if_closed(self) -> None:
+        if not self.source_id.valid:
+            raise closed_file_error(f"staged dataset {self.name!r}", RESTAGE) from None
+
     @property
     def source_id(self) -> h5d.DatasetID:
         """Its low-level id (no h5py object made)."""
         return self._source.id if isinstance(self._source, h5py.Dataset) else self._source
 
     @property
+    @reads_file
     def storage_fill(self):
         """The fill value of its raw_data (None for variable-length strings); ``fillvalue`` reports it."""
         if self._fillvalue is _UNSET:
@@ -176,6 +182,7 @@ class InMemoryDataset(ChunkedStagedDataset):
         self._fillvalue = value
 
     @property
+    @reads_file
     def filters(self) -> Filters:
         """The HDF5 filters of its raw_data."""
         if self._filters is _UNSET:
@@ -186,6 +193,7 @@ class InMemoryDataset(ChunkedStagedDataset):
     def filters(self, value: Filters) -> None:
         self._filters = value
 
+    @reads_file
     def _build_array(self) -> StagedChangesArray:
         source = self.source_id
         root = self.parent._root if self.parent is not None else None
@@ -214,8 +222,12 @@ class InMemoryDataset(ChunkedStagedDataset):
         return self.source_shape if self._array is None else self._array.shape
 
     def __getitem__(self, index):
-        if self._array is None:
-            return self.source[index]  # nothing staged: h5py reads the virtual dataset
+        if self._array is None:  # nothing staged: h5py reads the virtual dataset
+            try:
+                return self.source[index]
+            except Exception:  # nothing asked before h5py fails
+                self._raise_if_closed()
+                raise
         return self._array[index]
 
     @ChunkedStagedDataset.staged_array.setter

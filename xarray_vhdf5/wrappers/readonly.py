@@ -18,6 +18,7 @@ from ..backend.layout import split_version_path
 from ..backend.raw_data import reported_fillvalue
 from ..errors import ReadOnlyError
 from .attrs import ReadOnlyAttrs
+from .closed import closed_file_error, reads_file as _reads_file
 from .dataset_api import chunk_slices
 
 __all__ = ["VersionGroup", "VersionDataset"]
@@ -30,13 +31,35 @@ class VersionDataset:
 
     Indexing reads through HDF5's virtual dataset: only the chunks the
     selection touches are read from raw_data.
+
+    Parameters
+    ----------
+    dataset : h5py.Dataset
+        The version's virtual dataset.
+    version : str, optional
+        The version's name (for error messages).
+
+    Raises
+    ------
+    ClosedFileError
+        From every read (points, attributes, shape, ...) once the h5py file was
+        closed (h5py raises its own ``RuntimeError``, ``ValueError`` or
+        ``KeyError`` then).
+    ReadOnlyError
+        From every write.
     """
 
-    __slots__ = ("dataset", "_attrs")
+    __slots__ = ("dataset", "_attrs", "_version")
 
-    def __init__(self, dataset: h5py.Dataset):
+    def __init__(self, dataset: h5py.Dataset, version: str | None = None):
         self.dataset = dataset
         self._attrs = None
+        self._version = version
+
+    def _raise_if_closed(self) -> None:
+        if not self.dataset.id.valid:
+            where = f" of version {self._version!r}" if self._version is not None else ""
+            raise closed_file_error(f"a dataset{where}") from None
 
     @property
     def attrs(self) -> ReadOnlyAttrs:
@@ -50,73 +73,90 @@ class VersionDataset:
         return self.dataset.name
 
     @property
+    @_reads_file
     def shape(self) -> tuple[int, ...]:
         return self.dataset.shape
 
     @property
+    @_reads_file
     def dtype(self) -> np.dtype:
         return self.dataset.dtype
 
     @property
+    @_reads_file
     def ndim(self) -> int:
         return self.dataset.ndim
 
     @property
+    @_reads_file
     def size(self) -> int:
         return self.dataset.size
 
+    @_reads_file
     def __len__(self) -> int:
         return len(self.dataset)
 
     @property
+    @_reads_file
     def chunks(self) -> tuple[int, ...]:
         """Chunk shape in points (the unit of deduplication)."""
         return tuple(int(c) for c in self.dataset.attrs["chunks"])
 
     @property
+    @_reads_file
     def raw_data(self) -> h5py.Dataset:
         """The dataset's raw_data (shared by all versions)."""
         return self.dataset.file[self.dataset.attrs["raw_data"]]
 
     @property
+    @_reads_file
     def fillvalue(self):
         """As h5py reports it: raw_data's, ``b""`` for variable-length strings (:func:`~xarray_vhdf5.backend.raw_data.reported_fillvalue`)."""
         return reported_fillvalue(self.dtype, None if is_vlen_string_dtype(self.dtype) else self.raw_data.fillvalue)
 
     @property
+    @_reads_file
     def compression(self):
         return self.raw_data.compression
 
     @property
+    @_reads_file
     def compression_opts(self):
         return self.raw_data.compression_opts
 
     @property
+    @_reads_file
     def maxshape(self) -> tuple[int, ...]:
         return self.dataset.maxshape
 
     @property
+    @_reads_file
     def shuffle(self) -> bool:
         return self.raw_data.shuffle
 
     @property
+    @_reads_file
     def fletcher32(self) -> bool:
         return self.raw_data.fletcher32
 
     @property
+    @_reads_file
     def scaleoffset(self):
         return self.raw_data.scaleoffset
 
     @property
+    @_reads_file
     def nbytes(self) -> int:
         """Size of the points in memory, in bytes (h5py's ``nbytes``)."""
         return self.dataset.nbytes
 
     @property
+    @_reads_file
     def file(self) -> h5py.File:
         return self.dataset.file
 
     @property
+    @_reads_file
     def parent(self) -> VersionGroup:
         """The group holding this dataset, in the same version (read-only)."""
         _root, version = split_version_path(self.dataset.name)
@@ -128,45 +168,58 @@ class VersionDataset:
         return self.dataset.id
 
     @property
+    @_reads_file
     def ref(self) -> h5py.Reference:
         """An HDF5 object reference to the version's virtual dataset (h5py's ``ref``)."""
         return self.dataset.ref
 
     @property
+    @_reads_file
     def is_virtual(self) -> bool:
         return self.dataset.is_virtual
 
+    @_reads_file
     def virtual_sources(self):
         """The virtual dataset's mappings (h5py's ``virtual_sources()``)."""
         return self.dataset.virtual_sources()
 
+    @_reads_file
     def len(self) -> int:
         """Length of the first axis (h5py's ``len()``)."""
         return self.dataset.len()
 
     def __iter__(self):
         """Iterate over the first axis, as h5py datasets do."""
-        return iter(self.dataset)
+        for i in range(len(self)):
+            yield self[i]
 
     def __getitem__(self, index):
-        return self.dataset[index]
+        try:
+            return self.dataset[index]
+        except Exception:  # the hot path: nothing asked before h5py fails
+            self._raise_if_closed()
+            raise
 
     def __array__(self, dtype=None, copy=None):
-        arr = self.dataset[()]
+        arr = self[()]
         return arr if dtype is None else arr.astype(dtype)
 
+    @_reads_file
     def asstr(self, *args, **kwargs):
         """h5py's ``asstr()`` view for variable-length string datasets."""
         return self.dataset.asstr(*args, **kwargs)
 
+    @_reads_file
     def astype(self, dtype):
         """h5py's ``astype()`` view: ``ds.astype("f4")[sel]`` reads converted points."""
         return self.dataset.astype(dtype)
 
+    @_reads_file
     def fields(self, names):
         """h5py's ``fields()`` view of a compound dataset."""
         return self.dataset.fields(names)
 
+    @_reads_file
     def read_direct(self, dest, source_sel=None, dest_sel=None) -> None:
         """Read into an existing numpy array (h5py's ``read_direct``)."""
         self.dataset.read_direct(dest, source_sel, dest_sel)
@@ -189,6 +242,8 @@ class VersionDataset:
         raise ReadOnlyError(f"cannot write to {self.name!r}: {_HINT}")
 
     def __repr__(self) -> str:
+        if not self.dataset.id.valid:
+            return "<Closed VersionDataset>"
         return f"<VersionDataset {self.name!r}: shape {self.shape}, type {self.dtype.str!r} (read-only)>"
 
 
@@ -204,6 +259,14 @@ class VersionGroup:
         object open per read instead of two.
     version : str
         The version's name.
+
+    Raises
+    ------
+    ClosedFileError
+        From every read (members, attributes, names, ...) once the h5py file
+        was closed.
+    ReadOnlyError
+        From every write.
     """
 
     __slots__ = ("_group", "version", "_attrs", "_parent", "_path")
@@ -218,7 +281,12 @@ class VersionGroup:
         self._parent = parent
         self._path = path
 
+    def _raise_if_closed(self) -> None:
+        if not (self._group if self._group is not None else self._parent).id.valid:
+            raise closed_file_error(f"version {self.version!r}") from None
+
     @property
+    @_reads_file
     def group(self) -> h5py.Group:
         """The h5py group (opened on first use)."""
         if self._group is None:
@@ -233,6 +301,7 @@ class VersionGroup:
         return self._attrs
 
     @property
+    @_reads_file
     def name(self) -> str:
         if self._group is None:
             return f"{self._parent.name.rstrip('/')}/{self._path}"
@@ -244,16 +313,19 @@ class VersionGroup:
                 item = self._parent[f"{self._path}/{path}"]
             else:
                 item = self._group[path]
-        except KeyError:
+        except Exception as exc:  # nothing asked before h5py fails
+            self._raise_if_closed()
+            if not isinstance(exc, KeyError):
+                raise
             raise KeyError(
                 f"no dataset or group {path!r} in version {self.version!r} ({self.name})"
             ) from None
         if isinstance(item, h5py.Group):
             return VersionGroup(item, self.version)
-        return VersionDataset(item)
+        return VersionDataset(item, self.version)
 
     def get(self, path: str, default=None):
-        return self[path] if path in self.group else default
+        return self[path] if path in self else default
 
     @property
     def file(self) -> h5py.File:
@@ -276,52 +348,66 @@ class VersionGroup:
         return self.group.id
 
     @property
+    @_reads_file
     def ref(self) -> h5py.Reference:
         """An HDF5 object reference to the version's group (h5py's ``ref``)."""
         return self.group.ref
 
+    @_reads_file
     def __contains__(self, path: object) -> bool:
-        return path in self.group
+        found = path in self.group
+        if not found:
+            self._raise_if_closed()  # h5py answers False for a closed group
+        return found
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.group)
+        return iter(self.keys())
 
+    @_reads_file
     def __len__(self) -> int:
         return len(self.group)
 
+    @_reads_file
     def keys(self):
         return list(self.group.keys())
 
     def values(self):
-        return [self[k] for k in self.group]
+        return [self[k] for k in self.keys()]
 
     def items(self):
-        return [(k, self[k]) for k in self.group]
+        return [(k, self[k]) for k in self.keys()]
 
+    @_reads_file
     def visititems(self, func):
         def wrapped(path, obj):
-            return func(path, VersionGroup(obj, self.version) if isinstance(obj, h5py.Group) else VersionDataset(obj))
+            if isinstance(obj, h5py.Group):
+                return func(path, VersionGroup(obj, self.version))
+            return func(path, VersionDataset(obj, self.version))
 
         return self.group.visititems(wrapped)
 
+    @_reads_file
     def visit(self, func):
         return self.group.visit(func)
 
+    @_reads_file
     def visit_links(self, func):
         """h5py's ``visit_links``: ``func(path)`` for every link below the group, until it returns non-None."""
         return self.group.visit_links(func)
 
+    @_reads_file
     def visititems_links(self, func):
         """h5py's ``visititems_links``: ``func(path, link)`` for every link below the group (``h5py.HardLink`` etc.)."""
         return self.group.visititems_links(func)
 
+    @_reads_file
     def datasets(self) -> dict[str, VersionDataset]:
         """Every dataset below the group, by path relative to it (versioned-hdf5's ``datasets()``)."""
         found: dict[str, VersionDataset] = {}
 
         def collect(path, obj):
             if isinstance(obj, h5py.Dataset):
-                found[path] = VersionDataset(obj)
+                found[path] = VersionDataset(obj, self.version)
 
         self.group.visititems(collect)
         return found
@@ -347,4 +433,6 @@ class VersionGroup:
     create_dataset_like = create_virtual_dataset = build_virtual_dataset = _refuse
 
     def __repr__(self) -> str:
+        if not (self._group if self._group is not None else self._parent).id.valid:
+            return f"<Closed VersionGroup of version {self.version!r}>"
         return f"<VersionGroup {self.name!r} of version {self.version!r} (read-only)>"

@@ -20,7 +20,7 @@ import h5py
 import xarray as xr
 
 from ..versions.registry import VersionKey
-from .engine import _open_file, _source, group_dataset, open_version_group
+from .engine import _open_file, _source, acquire_file, group_dataset, open_version_group
 
 __all__ = ["open_datatree", "open_groups_as_dict"]
 
@@ -66,13 +66,13 @@ def open_groups_as_dict(
 
     Raises
     ------
-    NotVersionedError, VersionNotFoundError, KeyError
+    NotVersionedError, NotHDF5Error, VersionNotFoundError, KeyError
         As ``xr.open_dataset(..., engine="vhdf5")``.
     """
     manager = _open_file(filename_or_obj)
     source = _source(filename_or_obj)
     try:
-        f = manager.acquire()
+        f = acquire_file(manager, filename_or_obj)
         name, root = open_version_group(f, version, group)
         groups = {
             path: group_dataset(manager, name, grp, source, drop_variables, decoders)
@@ -109,7 +109,7 @@ def open_datatree(
 
     Raises
     ------
-    NotVersionedError, VersionNotFoundError, KeyError
+    NotVersionedError, NotHDF5Error, VersionNotFoundError, KeyError
         As ``xr.open_dataset(..., engine="vhdf5")``.
     ValueError
         The groups do not form a valid DataTree (a child's variables do not

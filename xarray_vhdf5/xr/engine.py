@@ -20,12 +20,14 @@ from xarray.backends import BackendEntrypoint, CachingFileManager
 from xarray.core import indexing
 
 from ..backend.layout import version_path as root_path
+from ..backend.signature import not_hdf5_error
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
 from .array import VersionedBackendArray
 from .names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 
 __all__ = [
     "VHDF5BackendEntrypoint",
+    "acquire_file",
     "close_read_handles",
     "group_dataset",
     "open_version_group",
@@ -51,6 +53,32 @@ def _open_file(filename_or_obj) -> CachingFileManager:
     raise TypeError(
         f"engine='vhdf5' opens a path or a binary file object, got {type(filename_or_obj).__name__}"
     )
+
+
+def acquire_file(manager: CachingFileManager, filename_or_obj) -> h5py.File:
+    """Open the file of ``manager`` (made by ``_open_file(filename_or_obj)``).
+
+    Raises
+    ------
+    NotHDF5Error
+        ``filename_or_obj`` is not an HDF5 file (e.g. netCDF-3): an ``OSError``
+        that names the file and what it is, instead of libhdf5's "file
+        signature not found".
+    OSError
+        libhdf5's, for any other failure (a missing, unreadable or damaged file).
+    """
+    try:
+        return manager.acquire()
+    except OSError as exc:
+        error = not_hdf5_error(
+            filename_or_obj,
+            hint="engine='vhdf5' reads versioned HDF5 files; open this file with another engine "
+            "(engine='scipy' or 'netcdf4' for netCDF-3), and commit it as a version with "
+            "ds.vhdf5.commit(version, path=...) to start a version history",
+        )
+        if error is None:
+            raise
+        raise error from exc
 
 
 def register_read_handle(path: str | os.PathLike, handle) -> None:
@@ -117,6 +145,10 @@ def _variable(manager, ds: h5py.Dataset, dims_by_size: dict) -> xr.Variable:
     data = indexing.LazilyIndexedArray(array)
     chunks = tuple(int(c) for c in ds.attrs["chunks"]) if "chunks" in ds.attrs else None
     encoding: dict[str, Any] = {"dtype": ds.dtype if ds.dtype.kind != "O" else str}
+    if ds.dtype.kind in "fc" and "_FillValue" not in attrs:
+        # Stored without one (e.g. by versioned-hdf5): so written back, not with the
+        # NaN that xarray's encoder adds to floats whose encoding is silent.
+        encoding["_FillValue"] = None
     if chunks is not None and shape:
         encoding["chunks"] = chunks
         encoding["preferred_chunks"] = dict(zip(dims, chunks))
@@ -145,10 +177,6 @@ def group_dataset(
 
     Parameters
     ----------
-    if ds.dtype.kind in "fc" and "_FillValue" not in attrs:
-        # Stored without one (e.g. by versioned-hdf5): so written back, not with the
-        # NaN that xarray's encoder adds to floats whose encoding is silent.
-        encoding["_FillValue"] = None
     manager : xarray.backends.CachingFileManager
         Opens the file; the variables keep it (they pickle with it).
     version : str
@@ -252,10 +280,15 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
         ------
         NotVersionedError
             The file has no version history.
+        NotHDF5Error
+            The file is not an HDF5 file (e.g. netCDF-3): a ``NotVersionedError``
+            and an ``OSError``.
         VersionNotFoundError
             No such version (a KeyError; lists the existing versions).
         KeyError
             No such group in that version.
+        TypeError
+            ``filename_or_obj`` is neither a path nor a binary file object.
         """
         manager = _open_file(filename_or_obj)
         decoders = dict(
@@ -267,7 +300,7 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             decode_timedelta=decode_timedelta,
         )
         try:
-            f = manager.acquire()
+            f = acquire_file(manager, filename_or_obj)
             name, grp = open_version_group(f, version, group)
             ds = group_dataset(manager, name, grp, _source(filename_or_obj), drop_variables, decoders)
         except BaseException:

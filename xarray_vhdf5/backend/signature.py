@@ -1,0 +1,100 @@
+"""Tell an HDF5 file from another file, for error messages.
+
+libhdf5 refuses a file that is not HDF5 with ``OSError: Unable to synchronously
+open file (file signature not found)``, which names neither the file nor what
+it is. :func:`not_hdf5_error` looks for the HDF5 signature where the format
+puts it and, when it is absent, builds a :class:`~xarray_vhdf5.errors.NotHDF5Error`
+that names the file and, for the formats recognised here (netCDF-3), what it is.
+Only called once libhdf5 has refused a file: the open path of a valid file
+reads nothing more.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import NotHDF5Error
+
+__all__ = ["has_hdf5_signature", "not_hdf5_error"]
+
+#: The 8 bytes that start an HDF5 superblock (HDF5 File Format Specification, "Superblock").
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+#: The first bytes of other formats users hand to an HDF5 reader, and what they are.
+_OTHER_FORMATS = {
+    b"CDF\x01": "a netCDF-3 classic file",
+    b"CDF\x02": "a netCDF-3 64-bit offset file",
+    b"CDF\x05": "a netCDF-3 64-bit data (CDF-5) file",
+}
+
+
+def _superblock_offsets(size: int):
+    """0, 512, 1024, 2048, ... below ``size``: where libhdf5 searches for the signature."""
+    yield 0
+    offset = 512
+    while offset + len(HDF5_SIGNATURE) <= size:
+        yield offset
+        offset *= 2
+
+
+def has_hdf5_signature(fh) -> tuple[bool, bytes]:
+    """Whether the binary file object ``fh`` holds the HDF5 signature; also its first 8 bytes.
+
+    The signature is at offset 0, or after a user block at 512, 1024, 2048, ...
+    bytes. ``fh``'s position is restored.
+    """
+    start = fh.tell()
+    try:
+        size = fh.seek(0, os.SEEK_END)
+        head = b""
+        for offset in _superblock_offsets(size):
+            fh.seek(offset)
+            found = fh.read(len(HDF5_SIGNATURE))
+            if offset == 0:
+                head = found
+            if found == HDF5_SIGNATURE:
+                return True, head
+        return False, head
+    finally:
+        fh.seek(start)
+
+
+def not_hdf5_error(filename_or_obj, *, hint: str = "") -> NotHDF5Error | None:
+    """A :class:`NotHDF5Error` if ``filename_or_obj`` is a readable file without the HDF5 signature.
+
+    Parameters
+    ----------
+    filename_or_obj : str, os.PathLike or binary file object
+        What libhdf5 refused to open.
+    hint : str
+        What to do instead, appended to the message.
+
+    Returns
+    -------
+    NotHDF5Error or None
+        None when the file holds the signature (libhdf5's error is then about
+        something else: a truncated or damaged file), cannot be read, or is not
+        a regular file: the caller re-raises libhdf5's error.
+    """
+    try:
+        if isinstance(filename_or_obj, (str, os.PathLike)):
+            path = os.fspath(filename_or_obj)
+            if not os.path.isfile(path):
+                return None
+            with open(path, "rb") as fh:
+                found, head = has_hdf5_signature(fh)
+            shown = repr(path)
+        else:
+            found, head = has_hdf5_signature(filename_or_obj)
+            name = getattr(filename_or_obj, "name", None)
+            shown = repr(name) if isinstance(name, str) else f"the {type(filename_or_obj).__name__} object"
+    except (OSError, ValueError, AttributeError, TypeError):  # unreadable, closed, not seekable
+        return None
+    if found:
+        return None
+    if not head:
+        what = "an empty file"
+    else:
+        what = _OTHER_FORMATS.get(head[:4], f"it starts with {head[:8]!r}, not the HDF5 signature")
+    message = f"{shown} is not an HDF5 file ({what})"
+    return NotHDF5Error(f"{message}: {hint}" if hint else message)
