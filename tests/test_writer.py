@@ -156,3 +156,21 @@ def test_replacing_a_variable_by_path_keeps_its_stored_encoding(tmp_path):
     with xr.open_dataset(path, engine="vhdf5", version="v2", mask_and_scale=False) as raw:
         np.testing.assert_array_equal(raw["v"].values, np.array([2.0, -1e34, 4.0], "f4"))
         assert raw["v"].attrs["_FillValue"] == np.float32(-1e34)
+
+
+def test_a_file_that_is_not_hdf5_is_named_and_left_alone(noaa_dir, tmp_path):
+    """Committing into, logging or diffing a netCDF-3 file says what it is (libhdf5: 'file signature not found')."""
+    path = tmp_path / "coads.cdf"
+    path.write_bytes((noaa_dir / "coads_climatology.cdf").read_bytes())
+    before = path.read_bytes()
+    ds = xr.Dataset({"v": ("i", np.arange(3.0))})
+    attempts = {
+        "commit": lambda: ds.vhdf5.commit("v1", path=path),
+        "log": lambda: xv.xr.accessor.version_log_frame(path),
+        "diff": lambda: xv.xr.diff.diff_versions(path, "a", "b"),
+    }
+    for what, attempt in attempts.items():
+        with pytest.raises(xv.NotHDF5Error, match=r"coads.cdf' is not an HDF5 file \(a netCDF-3 classic file\)") as info:
+            attempt()
+        assert isinstance(info.value, OSError) and isinstance(info.value, xv.NotVersionedError), what
+    assert path.read_bytes() == before

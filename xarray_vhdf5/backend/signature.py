@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 
+import h5py
+
 from ..errors import NotHDF5Error
 
-__all__ = ["has_hdf5_signature", "not_hdf5_error"]
+__all__ = ["has_hdf5_signature", "not_hdf5_error", "open_h5file"]
 
 #: The 8 bytes that start an HDF5 superblock (HDF5 File Format Specification, "Superblock").
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -98,3 +100,31 @@ def not_hdf5_error(filename_or_obj, *, hint: str = "") -> NotHDF5Error | None:
         what = _OTHER_FORMATS.get(head[:4], f"it starts with {head[:8]!r}, not the HDF5 signature")
     message = f"{shown} is not an HDF5 file ({what})"
     return NotHDF5Error(f"{message}: {hint}" if hint else message)
+
+
+def open_h5file(path: str | os.PathLike, mode: str, *, hint: str = "") -> h5py.File:
+    """``h5py.File(path, mode)``, with a :class:`NotHDF5Error` for a file that is not HDF5.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mode : str
+        h5py's mode (``"r"``, ``"a"``, ...).
+    hint : str
+        What to do instead, appended to the message (see :func:`not_hdf5_error`).
+
+    Raises
+    ------
+    NotHDF5Error
+        ``path`` exists and is not an HDF5 file (e.g. netCDF-3); nothing was written.
+    OSError
+        h5py's, for any other failure (missing with mode ``"r"``, unreadable, damaged).
+    """
+    try:
+        return h5py.File(os.fspath(path), mode)
+    except OSError as exc:
+        error = not_hdf5_error(path, hint=hint)
+        if error is None:
+            raise
+        raise error from exc

@@ -37,13 +37,15 @@ def version_log_frame(path: str | os.PathLike) -> pd.DataFrame:
     Raises
     ------
     NotVersionedError
-        The file has no version history.
+        The file has no version history (:class:`~xarray_vhdf5.errors.NotHDF5Error`:
+        it is not an HDF5 file).
     """
+    from ..backend.signature import open_h5file
     from ..versions.history import version_log
     from ..versions.registry import VersionRegistry
     from .names import is_netcdf_dimension_only
 
-    with h5py.File(os.fspath(path), "r") as f:
+    with open_h5file(path, "r", hint="a version log needs a versioned HDF5 file") as f:
         entries = version_log(f)
         groups = VersionRegistry(f).group
         rows = []

@@ -57,6 +57,7 @@ import numpy as np
 import xarray as xr
 
 from ..backend.chunks import chunk_grid_shape
+from ..backend.signature import open_h5file
 from ..versions.diff import DatasetDiff, compare_datasets, equal_points, finish, iter_candidates
 from ..versions.registry import VersionKey, VersionRegistry
 from .names import DIMENSIONS_ATTR, is_netcdf_dimension_only, visible_attrs
@@ -154,11 +155,12 @@ def diff_versions(
     Raises
     ------
     NotVersionedError, VersionNotFoundError
-        No history, or no such version.
+        No history (:class:`~xarray_vhdf5.errors.NotHDF5Error`: not an HDF5
+        file), or no such version.
     KeyError
         ``group`` is in neither version.
     """
-    with h5py.File(os.fspath(path), "r") as f:
+    with open_h5file(path, "r", hint="a diff needs a versioned HDF5 file") as f:
         registry = VersionRegistry(f)
         name_a, name_b = registry.resolve(a), registry.resolve(b)
         ga = _group(registry.group[name_a], group)

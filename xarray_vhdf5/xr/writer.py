@@ -39,6 +39,7 @@ import xarray as xr
 
 from ..backend.chunks import guess_chunks_record
 from ..backend.layout import version_path
+from ..backend.signature import open_h5file
 from ..errors import IncompatibleDataError, NotVersionedError
 from ..versions.file import VersionedHDF5File
 from ..versions.registry import is_versioned
@@ -356,7 +357,9 @@ def commit_dataset(
     Raises
     ------
     NotVersionedError
-        ``path`` is an HDF5 file without version history that holds other data.
+        ``path`` is an HDF5 file without version history that holds other data;
+        :class:`~xarray_vhdf5.errors.NotHDF5Error` (also an ``OSError``): it is
+        not an HDF5 file (e.g. netCDF-3). Nothing is written to it.
     VersionExistsError
         ``version`` exists.
     IncompatibleDataError
@@ -439,7 +442,8 @@ def _commit(path, version, group, write, *, prev_version, message, timestamp, ma
     # Lazily opened Datasets of this file (the data being committed, maybe) hold it
     # read-only, which would keep libhdf5 from opening it for writing; they reopen it.
     close_read_handles(path)
-    with h5py.File(path, "a") as f:
+    hint = "commit into a new file (or an HDF5 file holding versions) instead; nothing was written"
+    with open_h5file(path, "a", hint=hint) as f:
         if len(f) and not is_versioned(f):
             raise NotVersionedError(
                 f"{path!r} is an HDF5 file without version history; commit into a new file instead"
