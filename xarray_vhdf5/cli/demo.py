@@ -21,7 +21,7 @@ import xarray as xr
 from ..versions.history import version_log
 from .log import format_log, human_bytes
 
-__all__ = ["DemoResult", "run_demo", "record_dimension", "embedded_source", "qc_correction"]
+__all__ = ["DemoResult", "embedded_source", "qc_correction", "record_dimension", "run_demo"]
 
 
 def embedded_source() -> str:
@@ -138,7 +138,11 @@ def run_demo(source: str | None, out: str, echo=print, progress: bool = False) -
     file_bytes = os.path.getsize(out)
     netcdf_bytes = _netcdf_total(expected)
     echo("")
-    echo(f"versioned file: {human_bytes(file_bytes)} for {len(expected)} versions")
+    chunk_bytes = sum(e.new_bytes_on_disk for e in log)
+    echo(
+        f"versioned file: {human_bytes(file_bytes)} for {len(expected)} versions "
+        f"({human_bytes(chunk_bytes)} of it chunk data, the log's total on disk)"
+    )
     echo(f"one netCDF file per version: {human_bytes(netcdf_bytes)} ({netcdf_bytes / file_bytes:.1f}x larger)")
 
     for name, want in expected.items():

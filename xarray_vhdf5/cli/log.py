@@ -6,11 +6,28 @@ from collections.abc import Sequence
 
 from ..versions.history import LogEntry
 
-__all__ = ["format_log", "human_bytes"]
+__all__ = ["LOG_HELP", "format_log", "format_totals", "human_bytes"]
+
+#: What the log's columns mean (the ``vhdf5 log`` help text).
+LOG_HELP = """Print the version history of FILE, oldest first: name, timestamp, parent,
+the chunks each version stored and their bytes, the datasets it changed.
+
+\b
+new chunks      raw_data chunks the version maps that no earlier version
+                maps: the chunks its commit stored (chunks it shares with
+                earlier versions, deduplicated, are not counted again)
+on disk         their bytes in the file, after compression (HDF5's chunk index)
+uncompressed    their bytes in memory (whole chunks: edge chunks are padded)
+changed         datasets that differ from the parent: added, removed, or
+                another shape, dtype, chunk mapping or attributes
+
+Reads no chunk data: only the versions' mappings and attributes and the
+chunk indexes.
+"""
 
 
 def human_bytes(n: float) -> str:
-    """``1536`` -> ``"1.5 KiB"``."""
+    """A number of bytes for people: ``1536`` -> ``"1.5 KiB"`` (binary units)."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -19,8 +36,24 @@ def human_bytes(n: float) -> str:
 
 
 def format_log(entries: Sequence[LogEntry]) -> str:
-    """The log as an aligned text table (name, timestamp, parent, new chunks, new bytes, message)."""
-    header = ("version", "timestamp (UTC)", "parent", "new chunks", "new bytes", "changed", "message")
+    """The log as an aligned text table, one row per version, then a totals line.
+
+    Columns: version, timestamp (UTC), parent, new chunks (chunks the version
+    stored), on disk (their bytes in the file, compressed), uncompressed (their
+    bytes in memory), changed (datasets that differ from the parent; their
+    number when more than three), message. See :mod:`xarray_vhdf5.versions.history`.
+
+    Parameters
+    ----------
+    entries : sequence of LogEntry
+        :func:`xarray_vhdf5.versions.history.version_log`.
+
+    Returns
+    -------
+    str
+        The table (header, rule, rows) and :func:`format_totals`, without a final newline.
+    """
+    header = ("version", "timestamp (UTC)", "parent", "new chunks", "on disk", "uncompressed", "changed", "message")
     rows = [header]
     for e in entries:
         rows.append((
@@ -28,6 +61,7 @@ def format_log(entries: Sequence[LogEntry]) -> str:
             e.timestamp.strftime("%Y-%m-%d %H:%M:%S"),
             e.parent,
             str(e.new_chunks),
+            human_bytes(e.new_bytes_on_disk),
             human_bytes(e.new_bytes),
             ",".join(e.changed) if len(e.changed) <= 3 else f"{len(e.changed)} datasets",
             e.message or "",
@@ -35,4 +69,20 @@ def format_log(entries: Sequence[LogEntry]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append(format_totals(entries))
     return "\n".join(lines)
+
+
+def format_totals(entries: Sequence[LogEntry]) -> str:
+    """One line: the chunks all versions stored, their bytes on disk (compressed) and uncompressed."""
+    chunks = sum(e.new_chunks for e in entries)
+    disk = sum(e.new_bytes_on_disk for e in entries)
+    raw = sum(e.new_bytes for e in entries)
+    return (
+        f"{_count(len(entries), 'version')} stored {_count(chunks, 'chunk')}: {human_bytes(disk)} on disk, "
+        f"{human_bytes(raw)} uncompressed"
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -1,13 +1,17 @@
-"""The ``vhdf5`` command line (click): ``demo``, ``log``, ``diff``."""
+"""The ``vhdf5`` command line (click): ``demo``, ``log``, ``diff``.
+
+Tables are formatted in :mod:`.log` and :mod:`.diff`; FILE is opened by :mod:`.files`."""
 
 from __future__ import annotations
 
 import sys
 
 import click
-import h5py
 
 from ..errors import VHDF5Error
+from .diff import format_diff
+from .files import open_read_only
+from .log import LOG_HELP
 
 __all__ = ["cli", "format_diff", "main"]
 
@@ -38,15 +42,15 @@ def demo(source: str | None, out: str, force: bool) -> None:
         raise click.ClickException(str(err)) from None
 
 
-@cli.command()
+@cli.command(help=LOG_HELP)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 def log(file: str) -> None:
-    """Print the version history of FILE: name, timestamp, parent, new chunks and bytes."""
+    """``vhdf5 log FILE`` (its help text is :data:`xarray_vhdf5.cli.log.LOG_HELP`)."""
     from ..versions.history import version_log
     from .log import format_log
 
     try:
-        with h5py.File(file, "r") as f:
+        with open_read_only(file) as f:
             click.echo(format_log(version_log(f)))
     except (VHDF5Error, OSError) as err:
         raise click.ClickException(str(err)) from None
@@ -58,50 +62,33 @@ def log(file: str) -> None:
 @click.argument("b")
 @click.option("--group", default=None, help="Compare only this group of both versions (and its subgroups).")
 @click.option("--mappings-only", is_flag=True,
-              help="Compare the chunk mappings only: read no data (no changed-point counts).")
+              help="Compare the chunk mappings and attributes only: read no chunk data "
+                   "(chunks and points changed are not counted: '?').")
 def diff(file: str, a: str, b: str, group: str | None, mappings_only: bool) -> None:
-    """Show what changed from version A to version B of FILE: datasets, chunks and points.
+    """Show what changed from version A to version B of FILE: datasets, attributes, chunks and points.
+
+    \b
+    points added        points of B beyond A's shape (B grew)
+    points changed      points in both shapes whose stored value differs
+    points removed      points of A beyond B's shape
+    attributes changed  the dataset's attributes that differ (old -> new below)
 
     Chunks with the same mapping in both versions are not read; only the others
-    are, and compared point by point (NaN equals NaN).
+    are, and compared point by point as stored (NaN equals NaN). A dataset
+    differs if it was added, removed, changed shape, points or attributes.
     """
     from ..versions.diff import diff_versions
     from ..xr.names import is_netcdf_dimension_only
+    from .diff import attribute_changes
 
     try:
-        with h5py.File(file, "r") as f:
+        with open_read_only(file) as f:
             diffs = diff_versions(f, a, b, group=group, values=not mappings_only, skip=is_netcdf_dimension_only)
+            attrs = attribute_changes(f, a, b, diffs, group=group)
     except (VHDF5Error, OSError, KeyError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
         raise click.ClickException(str(message)) from None
-    click.echo(format_diff(diffs.values(), a, b))
-
-
-def format_diff(diffs, a: str, b: str) -> str:
-    """The per-dataset diff as an aligned text table (see ``vhdf5 diff``)."""
-
-    def shape(s):
-        return "-" if s is None else str(tuple(int(n) for n in s))
-
-    def count(n):
-        return "?" if n is None else str(n)
-
-    header = ("dataset", "status", f"shape {a}", f"shape {b}", "chunks read/total", "chunks changed",
-              "points changed", "points removed")
-    rows = [header]
-    changed = 0
-    for d in diffs:
-        changed += d.status != "unchanged"
-        rows.append((
-            d.path, d.status, shape(d.shape_a), shape(d.shape_b),
-            f"{len(d.candidates) if d.status == 'modified' else 0}/{d.chunks_total}",
-            count(d.chunks_changed), count(d.points_changed), str(d.points_removed),
-        ))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append(f"{changed} of {len(rows) - 1} datasets differ from {a} to {b}")
-    return "\n".join(lines)
+    click.echo(format_diff(diffs.values(), a, b, attrs, values=not mappings_only))
 
 
 def main() -> None:

@@ -1,28 +1,89 @@
-"""The version log: for each version, its parent, time, message and what it added.
+"""The version log: each version's parent, time, message, changed datasets and stored chunks.
 
-"New chunks" of a version are the raw_data chunks its virtual datasets map
-that its parent's do not; "new bytes" are their uncompressed size (chunk rows
-times the chunk's other axes times the itemsize). Both come from the virtual
-datasets' mappings alone: no chunk data is read.
+Changed datasets
+    A dataset changed in a version when, compared with the version's parent
+    (``prev_version``), it was added or removed, or its shape, dtype, chunk
+    mapping (which raw_data row each chunk maps to, or none: all fill value)
+    or attributes (:func:`compared_attrs`) differ. ``vhdf5 diff PARENT
+    VERSION --mappings-only`` reports the same datasets as differing; without
+    ``--mappings-only`` it also reads the remapped chunks, and a chunk
+    rewritten with equal values (``-0.0`` for ``0.0``, another NaN payload)
+    then counts as unchanged there.
+
+New chunks
+    The raw_data chunks a version maps that no earlier version maps (earlier:
+    its ancestors, then the others by timestamp): the chunks its commit
+    stored. A chunk is stored once and every later version holding the same
+    data maps it again (deduplication), so each is counted once, by the first
+    version that maps it; a version that only reverts to or reuses earlier
+    data stored nothing. Their size is
+    given on disk (the bytes HDF5's chunk index records for each chunk, after
+    compression) and uncompressed (points per chunk times the itemsize; edge
+    chunks are stored padded to a whole chunk). For variable-length strings
+    both count the chunk only, which holds references to the strings: the
+    strings themselves live in HDF5's global heap and are not counted.
+
+Nothing is read but the versions' mappings and attributes and raw_data's chunk
+index: no chunk data.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import h5py
 import numpy as np
 
+from ..backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from ..backend.layout import FIRST_VERSION
+from ..xr.names import (
+    DIMENSIONS_ATTR,
+    MESSAGE_ATTR,
+    is_netcdf_dimension_only,
+    visible_attrs,
+)
 from .registry import VersionRegistry
 
-__all__ = ["LogEntry", "version_log", "chunk_set"]
+__all__ = [
+    "DatasetState",
+    "LogEntry",
+    "changed_attrs",
+    "compared_attrs",
+    "dataset_state",
+    "same_attr_value",
+    "version_log",
+    "version_states",
+]
 
 
 @dataclass(frozen=True)
 class LogEntry:
-    """One row of the version log."""
+    """One row of the version log.
+
+    Attributes
+    ----------
+    name, parent : str
+        The version and its ``prev_version``.
+    timestamp : datetime.datetime
+        Commit time (UTC).
+    message : str or None
+        The commit message.
+    changed : tuple of str
+        Paths of the datasets that differ from the parent (see the module
+        docstring), sorted.
+    new_chunks : int
+        raw_data chunks first mapped by this version: the chunks it stored.
+    new_bytes : int
+        Their uncompressed size in bytes (whole chunks: edge chunks padded).
+    new_bytes_on_disk : int
+        Their size in the file in bytes, after compression (HDF5's chunk index).
+    datasets : tuple of str
+        Paths of the version's datasets, sorted.
+    """
 
     name: str
     timestamp: _dt.datetime
@@ -31,33 +92,194 @@ class LogEntry:
     changed: tuple[str, ...]
     new_chunks: int
     new_bytes: int
+    new_bytes_on_disk: int = 0
     datasets: tuple[str, ...] = field(default=())
 
 
-def chunk_set(group: h5py.Group) -> dict[str, set[tuple[str, int]]]:
-    """For each dataset below ``group``: the set of (raw_data path, first row) it maps."""
-    found: dict[str, set[tuple[str, int]]] = {}
+def compared_attrs(dset: h5py.Dataset) -> dict[str, Any]:
+    """The attributes that belong to a version's dataset, by name: the ones compared.
 
-    def visit(path, obj):
-        if isinstance(obj, h5py.Dataset) and obj.is_virtual:
-            dcpl = obj.id.get_create_plist()
-            rows = set()
-            for i in range(dcpl.get_virtual_count()):
-                start, _ = dcpl.get_virtual_srcspace(i).get_select_bounds()
-                rows.add((dcpl.get_virtual_dsetname(i), int(start[0])))
-            found[path] = rows
+    All attributes but the format's own (``raw_data``, ``chunks``) and
+    netCDF-4's dimension bookkeeping (``DIMENSION_LIST``, ``REFERENCE_LIST``:
+    object references into the version's own group, rewritten by every
+    commit; ``_Netcdf4Dimid``, ``_Netcdf4Coordinates``, and ``CLASS``/``NAME``
+    of a dimension scale), as :func:`xarray_vhdf5.xr.names.visible_attrs`
+    leaves out. The dimension names themselves are compared through
+    ``_ARRAY_DIMENSIONS``, which is kept.
+
+    Parameters
+    ----------
+    dset : h5py.Dataset
+        A dataset of a committed version.
+
+    Returns
+    -------
+    dict
+        Attribute values as h5py reads them.
+    """
+    attrs = visible_attrs(dset.attrs)
+    if DIMENSIONS_ATTR in dset.attrs:
+        attrs[DIMENSIONS_ATTR] = dset.attrs[DIMENSIONS_ATTR]
+    return attrs
+
+
+def same_attr_value(x: Any, y: Any) -> bool:
+    """True when two attribute values are equal: same shape and values, NaN equal to NaN.
+
+    Values of another kind (a string against a number) are unequal.
+    """
+    x, y = np.asarray(x), np.asarray(y)
+    nan_ok = x.dtype.kind in "fc" and y.dtype.kind in "fc"
+    try:
+        return bool(np.array_equal(x, y, equal_nan=nan_ok))
+    except (TypeError, ValueError):
+        return False
+
+
+def changed_attrs(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """Names of the attributes added, removed or changed from ``a`` to ``b``, sorted."""
+    return sorted(k for k in {*a, *b} if k not in a or k not in b or not same_attr_value(a[k], b[k]))
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetState:
+    """What defines one version of a dataset, for comparing it with another version.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        Shape in points.
+    dtype : numpy.dtype
+    chunks : tuple of int
+        Chunk shape in points.
+    raw_path : str
+        Path of the raw_data its chunks map to.
+    mapping : bytes
+        Digest of the chunk mapping (per chunk: mapped or not, and its first
+        raw_data row).
+    attrs : dict
+        :func:`compared_attrs`.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    chunks: tuple[int, ...]
+    raw_path: str
+    mapping: bytes
+    attrs: dict[str, Any]
+
+    def differs(self, other: DatasetState) -> bool:
+        """True when shape, dtype, chunks, raw_data, mapping or attributes differ."""
+        return (
+            (self.shape, self.dtype, self.chunks, self.raw_path, self.mapping)
+            != (other.shape, other.dtype, other.chunks, other.raw_path, other.mapping)
+            or bool(changed_attrs(self.attrs, other.attrs))
+        )
+
+
+def dataset_state(dset: h5py.Dataset) -> tuple[DatasetState, np.ndarray]:
+    """The state of a version's dataset and the raw_data rows it maps.
+
+    Reads the virtual mappings and attributes only (no chunk data).
+
+    Parameters
+    ----------
+    dset : h5py.Dataset
+        A dataset of a committed version (a virtual dataset with ``raw_data``
+        and ``chunks`` attributes).
+
+    Returns
+    -------
+    state : DatasetState
+    rows : numpy.ndarray of uint64
+        The first raw_data row (along axis 0) of each chunk it maps, unique
+        and sorted: one per stored chunk it uses.
+    """
+    chunks, raw_path = version_dataset_layout(dset)
+    indices, offsets = build_slab_indices_and_offsets(dset, dset.shape, chunks, raw_path)
+    mapped = indices != 0
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(np.packbits(mapped).tobytes())
+    digest.update(np.ascontiguousarray(offsets[mapped], dtype=np.uint64).tobytes())
+    state = DatasetState(tuple(dset.shape), dset.dtype, chunks, raw_path, digest.digest(), compared_attrs(dset))
+    return state, np.unique(offsets[mapped]).astype(np.uint64)
+
+
+def version_states(
+    group: h5py.Group, skip: Callable[[h5py.Dataset], bool] = is_netcdf_dimension_only
+) -> dict[str, tuple[DatasetState, np.ndarray]]:
+    """:func:`dataset_state` of every versioned dataset below a version's group.
+
+    Parameters
+    ----------
+    group : h5py.Group
+        A committed version's group (``_version_data/versions/<name>``).
+    skip : callable
+        ``skip(dataset) -> bool``: datasets to leave out (default netCDF-4
+        dimension scales that are not variables, as ``vhdf5 diff`` does).
+
+    Returns
+    -------
+    dict
+        Path relative to ``group`` -> (state, mapped rows).
+    """
+    found: dict[str, tuple[DatasetState, np.ndarray]] = {}
+
+    def visit(path: str, obj) -> None:
+        if isinstance(obj, h5py.Dataset) and "raw_data" in obj.attrs and obj.is_virtual and not skip(obj):
+            found[path] = dataset_state(obj)
 
     group.visititems(visit)
     return found
 
 
-def _chunk_nbytes(f: h5py.File, raw_path: str) -> int:
-    raw = f[raw_path]
-    return int(np.prod(raw.attrs["chunks"])) * raw.dtype.itemsize
+class _ChunkSizes:
+    """Bytes on disk of raw_data chunks, from each raw_data's chunk index (read once, lazily)."""
+
+    def __init__(self, f: h5py.File):
+        self._f = f
+        self._sizes: dict[str, dict[int, int]] = {}
+        self._padded: dict[str, int] = {}
+
+    def uncompressed(self, raw_path: str) -> int:
+        """Bytes of one whole chunk of ``raw_path`` in memory."""
+        if raw_path not in self._padded:
+            raw = self._f[raw_path]
+            self._padded[raw_path] = int(np.prod(raw.chunks)) * raw.dtype.itemsize
+        return self._padded[raw_path]
+
+    def on_disk(self, raw_path: str, rows: np.ndarray) -> int:
+        """Bytes in the file of the chunks of ``raw_path`` starting at ``rows`` (0 if unallocated)."""
+        if raw_path not in self._sizes:
+            sizes: dict[int, int] = {}
+
+            def record(info) -> None:
+                sizes[int(info.chunk_offset[0])] = int(info.size)
+
+            self._f[raw_path].id.chunk_iter(record)
+            self._sizes[raw_path] = sizes
+        sizes = self._sizes[raw_path]
+        return sum(sizes.get(int(r), 0) for r in rows)
 
 
-def version_log(f: h5py.File, message_attr: str = "_vhdf5_message") -> list[LogEntry]:
+def version_log(f: h5py.File, message_attr: str = MESSAGE_ATTR) -> list[LogEntry]:
     """The log of every committed version of ``f``, oldest first.
+
+    See the module docstring for what counts as changed and as new chunks.
+
+    Parameters
+    ----------
+    f : h5py.File
+        A versioned file.
+    message_attr : str
+        Attribute of a version's group holding its commit message.
+
+    Returns
+    -------
+    list of LogEntry
+        One per committed version, by timestamp. New chunks are counted
+        parents first: a version's own chunks are those no version committed
+        before it maps (its ancestors, and the others by timestamp).
 
     Raises
     ------
@@ -65,38 +287,51 @@ def version_log(f: h5py.File, message_attr: str = "_vhdf5_message") -> list[LogE
         ``f`` has no version history.
     """
     registry = VersionRegistry(f)
-    cache: dict[str, dict[str, set[tuple[str, int]]]] = {}
-
-    def chunks_of(name: str):
-        if name == FIRST_VERSION or name not in registry:
-            return {}
-        if name not in cache:
-            cache[name] = chunk_set(registry.group[name])
-        return cache[name]
-
-    sizes: dict[str, int] = {}
-    entries = []
-    for name in registry.names():
+    states: dict[str, dict[str, DatasetState]] = {FIRST_VERSION: {}}
+    seen: dict[str, set[int]] = {}  # raw_data path -> rows mapped by an earlier version
+    sizes = _ChunkSizes(f)
+    entries: dict[str, LogEntry] = {}
+    names = registry.names()
+    for name in _parents_first(registry, names):
         info = registry.info(name)
-        mine, theirs = chunks_of(name), chunks_of(info.prev_version)
-        changed, new_chunks, new_bytes = [], 0, 0
-        for path, rows in mine.items():
-            new = rows - theirs.get(path, set())
-            if new or path not in theirs or len(rows) != len(theirs[path]):
-                changed.append(path)
-            for raw_path, _ in new:
-                if raw_path not in sizes:
-                    sizes[raw_path] = _chunk_nbytes(f, raw_path)
-                new_chunks += 1
-                new_bytes += sizes[raw_path]
+        found = version_states(registry.group[name])
+        mine = {path: state for path, (state, _) in found.items()}
+        theirs = states.get(info.prev_version, {})
+        changed = [p for p, s in mine.items() if p not in theirs or s.differs(theirs[p])]
         changed += [p for p in theirs if p not in mine]
+        new_chunks = new_bytes = on_disk = 0
+        for state, rows in found.values():
+            earlier = seen.setdefault(state.raw_path, set())
+            new = np.array([r for r in rows.tolist() if r not in earlier], dtype=np.uint64)
+            earlier.update(new.tolist())
+            new_chunks += len(new)
+            if len(new):
+                new_bytes += len(new) * sizes.uncompressed(state.raw_path)
+                on_disk += sizes.on_disk(state.raw_path, new)
+        states[name] = mine
         message = registry.group[name].attrs.get(message_attr)
-        entries.append(
-            LogEntry(
-                name=name, timestamp=info.timestamp, parent=info.prev_version,
-                message=None if message is None else str(message),
-                changed=tuple(sorted(changed)), new_chunks=new_chunks, new_bytes=new_bytes,
-                datasets=tuple(sorted(mine)),
-            )
+        entries[name] = LogEntry(
+            name=name, timestamp=info.timestamp, parent=info.prev_version,
+            message=None if message is None else str(message),
+            changed=tuple(sorted(changed)), new_chunks=new_chunks, new_bytes=new_bytes,
+            new_bytes_on_disk=on_disk, datasets=tuple(sorted(mine)),
         )
-    return entries
+    return [entries[name] for name in names]
+
+
+def _parents_first(registry: VersionRegistry, names: list[str]) -> list[str]:
+    """``names`` reordered so that every version comes after its parent (else in the given order).
+
+    A parent was committed before its children even where timestamps given to
+    ``stage_version`` say otherwise.
+    """
+    order: list[str] = []
+    done = {FIRST_VERSION}
+    for name in names:
+        chain = []
+        while name not in done and name in registry:
+            chain.append(name)
+            name = registry.parent(name)
+        done.update(chain)
+        order.extend(reversed(chain))
+    return order
