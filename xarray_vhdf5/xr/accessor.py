@@ -29,10 +29,12 @@ def version_log_frame(path: str | os.PathLike) -> pd.DataFrame:
     pandas.DataFrame
         Index ``name`` (the version); columns ``timestamp`` (UTC,
         ``datetime64[ns, UTC]``), ``parent`` (str), ``message`` (str or None),
-        ``changed`` (tuple of dataset paths whose mapping changed from the
-        parent; netCDF-4 phony dimension scales left out), ``new_chunks``
-        (int, chunks appended to raw_data) and ``new_bytes`` (int,
-        uncompressed bytes of those chunks).
+        ``changed`` (tuple of dataset paths added, removed, or whose shape,
+        dtype, chunk mapping or attributes differ from the parent's; netCDF-4
+        phony dimension scales left out), ``new_chunks`` (int, chunks the
+        version stored: mapped by no earlier version) and ``new_bytes`` (int,
+        uncompressed bytes of those chunks; ``vhdf5 log`` also shows them on
+        disk). See :mod:`xarray_vhdf5.versions.history`.
 
     Raises
     ------
