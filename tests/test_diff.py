@@ -391,3 +391,24 @@ def test_diff_of_a_scalar_is_a_scalar(tmp_path):
     assert d["s_changes"].dims == () and int(d["s_changes"]) == 1
     assert d["s_changed"].dims == () and bool(d["s_changed"]) is True
     assert d["s_changed"].attrs["points_changed"] == 1
+
+
+def test_diff_decodes_times_as_the_dataset_was_opened(noaa_dir, tmp_path):
+    """``ds.vhdf5.diff(-1)`` of a Dataset opened with ``decode_times=False`` does not decode times either.
+
+    COADS's times are hours since year 0000, which xarray cannot decode without
+    cftime: before, the diff decoded them anyway and raised unless told again.
+    """
+    src = xr.open_dataset(noaa_dir / "coads_climatology.cdf", decode_times=False).load()
+    path = tmp_path / "coads.h5"
+    src.vhdf5.commit("v1", path=path)
+    fixed = src.copy(deep=True)
+    fixed["SST"][0, 0, 0] = 1.0
+    fixed.vhdf5.commit("v2", path=path)
+    with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
+        d = ds.vhdf5.diff(-1)
+        assert ds.encoding["vhdf5_decode_times"] is False
+        assert d.attrs["modified"] == ["SST"] and int(d["SST_changed"].sum()) == 1
+        assert d["TIME"].dtype == np.float64  # B's time coordinate, as stored
+        with pytest.raises(ValueError, match="unable to decode time units"):
+            ds.vhdf5.diff(-1, decode_times=True)

@@ -104,7 +104,7 @@ class VHDF5DatasetAccessor:
         """
         return version_log_frame(self._opened("versions"))
 
-    def diff(self, other, *, decode_times: bool = True) -> xr.Dataset:
+    def diff(self, other, *, decode_times=None) -> xr.Dataset:
         """What changed from version ``other`` to this Dataset's version, in its group.
 
         Like ``git diff other``: ``other`` is the base (A), this Dataset's
@@ -115,8 +115,10 @@ class VHDF5DatasetAccessor:
         ----------
         other : str, int, datetime or None
             The base version (a name, ``-n``, a timestamp...).
-        decode_times : bool
-            Decode CF times before subtracting (default True).
+        decode_times : bool or xarray's CFDatetimeCoder, optional
+            Decode CF times before subtracting; default: as this Dataset was
+            opened (``open_dataset(..., decode_times=False)`` gives False:
+            ``encoding["vhdf5_decode_times"]``).
 
         Returns
         -------
@@ -139,6 +141,8 @@ class VHDF5DatasetAccessor:
 
         source = self._opened("diff")
         group = self._ds.encoding.get("vhdf5_group")
+        if decode_times is None:
+            decode_times = self._ds.encoding.get("vhdf5_decode_times", True)
         return diff_versions(source, other, self.version, group=group, decode_times=decode_times)
 
     def stage(self) -> xr.Dataset:

@@ -214,6 +214,8 @@ def group_dataset(
         source=source,
         vhdf5_version=version,
         vhdf5_group=grp.name[len(root_path(version)) :] or "/",
+        # how its times were decoded: ds.vhdf5.diff decodes the other version alike
+        vhdf5_decode_times=decoders.get("decode_times", True),
     )
     return ds
 
