@@ -26,6 +26,11 @@ def test_demo_on_embedded_data(tmp_path):
     assert result.exit_code == 0, result.output
     assert "verified: all 13 versions read back identical" in result.output
     assert "one netCDF file per version" in result.output
+    # The last line says how to open it, and that call works (COADS's year-0000 times need decode_times=False).
+    hint = result.output.strip().splitlines()[-1]
+    assert hint.startswith("open a version: xr.open_dataset(") and "decode_times=False" in hint
+    with eval(hint.removeprefix("open a version: ").split("  #")[0], {"xr": xr}) as opened:
+        assert opened.sizes["TIME"] == 12 and opened.encoding["vhdf5_version"] == "qc-1"
     with h5py.File(out) as f:
         vf = xv.VersionedHDF5File(f)
         assert vf.versions[-1] == "qc-1" and len(vf) == 13

@@ -153,7 +153,24 @@ def run_demo(source: str | None, out: str, echo=print, progress: bool = False) -
             except AssertionError as err:
                 raise AssertionError(f"version {name!r} does not read back identical: {err}") from None
     echo(f"verified: all {len(expected)} versions read back identical to the source")
+    echo(f"open a version: {_open_hint(out, 'qc-1')}")
     return DemoResult(out, list(expected), file_bytes, netcdf_bytes, len(expected))
+
+
+def _open_hint(out: str, version: str) -> str:
+    """The ``xr.open_dataset`` call that opens ``version`` of ``out``, with ``decode_times=False`` if needed.
+
+    Times in units xarray cannot decode without cftime (COADS's hours since year
+    0000) make a plain ``open_dataset`` raise; the hint then says how to open it.
+    """
+    call = f"xr.open_dataset({out!r}, engine='vhdf5', version={version!r}"
+    try:
+        xr.open_dataset(out, engine="vhdf5", version=version).close()
+    except ValueError as err:  # xarray: "unable to decode time units ..."
+        if "decode" not in str(err):
+            raise
+        return call + ", decode_times=False)  # its time units need cftime to decode"
+    return call + ")"
 
 
 def _comparable(ds: xr.Dataset) -> xr.Dataset:
