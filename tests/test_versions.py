@@ -692,8 +692,8 @@ def test_staged_create_group_and_datasets(history):
         assert isinstance(ds, InMemorySparseDataset)  # no data: only written chunks are kept
         assert ds[()].tolist() == [4] * 5
         assert ds.staged_array.slab_indices.tolist() == [0, 0, 0]
-        with pytest.raises(ValueError, match="exists"):
-            g.create_dataset("x", data=[1])
+        with pytest.raises(ValueError, match="exists"):  # made in this version (the previous version's are replaced)
+            g.create_dataset("made/by/path", data=[1])
         with pytest.raises(ValueError, match="reserved"):
             g.create_dataset("versions", data=[1])
         with pytest.raises(ValueError, match="reserved"):

@@ -16,6 +16,7 @@ that one.
 from __future__ import annotations
 
 import posixpath
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -306,22 +307,43 @@ class InMemoryGroup(GroupAPI):
             Fill value; chunks entirely of it are not stored.
         maxshape : tuple, optional
             Largest shape ``resize`` accepts; default unlimited.
+        **kwargs
+            h5py's other ``create_dataset`` keywords (``track_order``,
+            ``track_times``, ``dcpl``, ...) have no meaning for a versioned
+            dataset: given (not None), each warns "The <name> parameter is
+            currently ignored for versioned datasets." (a ``UserWarning``, as
+            versioned-hdf5 2.6 says) and is ignored.
+
+        A dataset of the previous version of that name is replaced (as
+        versioned-hdf5 does; the new one must still fit its raw_data at commit:
+        dtype, chunks, fill value). The previous version keeps it.
 
         Raises
         ------
         ValueError
-            The name exists or is reserved.
+            A dataset or group created in this staged version, or a reserved
+            name, is at ``path``.
         UnsupportedError
             Scalar datasets or ``h5py.Empty``.
         IncompatibleDataError
             Shapes, chunks or maxshape that do not fit.
         TypeError
-            An unknown keyword argument.
+            A keyword argument that is not h5py's.
         """
-        if kwargs:
-            raise TypeError(f"create_dataset got unsupported arguments: {sorted(kwargs)}")
+        unknown = sorted(set(kwargs) - _IGNORED_H5PY_KEYWORDS)
+        if unknown:
+            raise TypeError(
+                f"create_dataset got unsupported arguments: {unknown} (h5py's own {sorted(_IGNORED_H5PY_KEYWORDS)} "
+                "are accepted and ignored)"
+            )
+        for key, value in kwargs.items():
+            if value is not None:
+                warnings.warn(f"The {key} parameter is currently ignored for versioned datasets.", UserWarning,
+                              stacklevel=2)
         group, last = self._walk(path, create=True)
-        self._check_name(group, last)
+        if not isinstance(group._children.get(last), (InMemoryDataset, UnopenedDataset)):
+            self._check_name(group, last)  # else: the previous version's, replaced below
+        self._check_open()
         filters = Filters(compression, compression_opts, bool(shuffle), bool(fletcher32), scaleoffset)
         ds = new_array_dataset(
             posixpath.join(group.name, last), group, shape=shape, dtype=dtype, data=data,
@@ -361,7 +383,13 @@ class InMemoryGroup(GroupAPI):
         path : str
             Name, relative to this group; intermediate groups are created.
         value : array_like, staged dataset, or a committed version's dataset
-            - An array: a new dataset with h5py's chunk guess, no attributes.
+            - An array over an existing dataset: its new points, of any shape;
+              the dataset keeps its chunks, fill value, filters and attributes
+              (as versioned-hdf5 2.6 does; a ``resize`` then pads with its
+              fill value). Another dtype is refused at commit, as by the
+              dataset's first version.
+            - An array of a new name: a new dataset with h5py's chunk guess, no
+              attributes.
             - A dataset of a committed version of this file (``vf["v1"]["x"]``,
               or its ``h5py.Dataset``): the dataset as it is in that version,
               with its attributes (as versioned-hdf5 copies it). Nothing is
@@ -379,32 +407,43 @@ class InMemoryGroup(GroupAPI):
         ------
         ValueError
             A group (or a reserved name) is at ``path``.
+        IncompatibleDataError
+            An array of another number of dimensions than the dataset it would
+            replace; the dataset is kept.
         TypeError
             ``value`` is a group.
+
+        Whatever raises, the dataset at ``path`` is left as it was.
         """
         self._check_open()
         if isinstance(value, (InMemoryGroup, h5py.Group)):
             raise TypeError("assigning groups is not supported; use create_group")
         group, last = self._walk(path, create=True)
-        if isinstance(group._children.get(last), (StagedDatasetBase, UnopenedDataset)):
-            del group._children[last]
-        self._check_name(group, last)
+        replaced = group._children.get(last)
+        if not isinstance(replaced, (StagedDatasetBase, UnopenedDataset)):
+            self._check_name(group, last)
+            replaced = None
         new_path = posixpath.join(group.name, last)
         committed = _committed_dataset(value, self._root)
         if committed is not None:
             dsid, origin = committed
             ds = InMemoryDataset(new_path, group, dsid)
             ds.origin_name = origin  # where its raw_data lives: a copy elsewhere stores its chunks anew
-        else:
-            is_dataset = isinstance(value, (StagedDatasetBase, h5py.Dataset, VersionDataset))
+        elif isinstance(value, (StagedDatasetBase, h5py.Dataset, VersionDataset)):
             ds = new_array_dataset(
-                new_path, group, data=value[()] if is_dataset else value,
+                new_path, group, data=value[()],
                 default_chunks=lambda shape, dtype: guess_chunks_h5py(shape, dtype.itemsize),
             )
-            if is_dataset:
-                for key, val in value.attrs.items():
-                    if key not in RESERVED_ATTRS:
-                        ds.attrs[key] = val
+            for key, val in value.attrs.items():
+                if key not in RESERVED_ATTRS:
+                    ds.attrs[key] = val
+        elif replaced is not None:
+            ds = _new_points(group, last, new_path, value)
+        else:
+            ds = new_array_dataset(
+                new_path, group, data=value,
+                default_chunks=lambda shape, dtype: guess_chunks_h5py(shape, dtype.itemsize),
+            )
         group._children[last] = ds
 
     def __delitem__(self, path: str) -> None:
@@ -467,6 +506,33 @@ class InMemoryGroup(GroupAPI):
             else:
                 stack.pop()
         return groups, datasets
+
+
+#: h5py's ``create_dataset`` keywords that mean nothing for a versioned dataset: ignored
+#: with versioned-hdf5's warning (any other unknown keyword is a TypeError).
+_IGNORED_H5PY_KEYWORDS = frozenset({
+    "track_times", "track_order", "external", "allow_unknown_filter", "dcpl", "dapl",
+    "efile_prefix", "virtual_prefix", "rdcc_nbytes", "rdcc_nslots", "rdcc_w0",
+})
+
+
+def _new_points(group: InMemoryGroup, last: str, path: str, value) -> StagedDatasetBase:
+    """New points for the dataset ``group[last]``: its chunks, fill value, filters and attributes kept."""
+    old = group[last]
+    data = np.asarray(value)
+    if data.ndim and data.ndim != len(old.shape):  # 0-d: new_array_dataset's UnsupportedError
+        raise IncompatibleDataError(
+            f"{path!r}: the new points have {data.ndim} dimensions (shape {data.shape}), the dataset they "
+            f"replace {len(old.shape)} (shape {old.shape}); a dataset keeps its number of dimensions "
+            "(delete it first to store another)"
+        )
+    ds = new_array_dataset(
+        path, group, data=data, chunks=old.chunks, fillvalue=old.storage_fill, filters=old.filters,
+    )
+    for key, val in old.attrs.items():
+        if key not in RESERVED_ATTRS:
+            ds.attrs[key] = val
+    return ds
 
 
 def _committed_dataset(value, root: InMemoryGroup) -> tuple[h5py.h5d.DatasetID, str] | None:
