@@ -20,7 +20,7 @@ import pytest
 import versioned_hdf5
 
 import xarray_vhdf5
-from xarray_vhdf5 import IncompatibleDataError, ReadOnlyError, UnsupportedError
+from xarray_vhdf5 import IncompatibleDataError, ReadOnlyError
 from xarray_vhdf5.versions import delete as delete_mod
 from xarray_vhdf5.versions import delete_versions, metadata, modify_metadata
 from xarray_vhdf5.errors import DatasetNotFoundError
@@ -198,12 +198,10 @@ def test_errors_change_nothing(history, tmp_path):
             ("x", dict(dtype="S3")), ("x", dict(dtype=bool)), ("z", dict(dtype="f8")),
             ("x", dict(dtype="c16")), ("s", dict(dtype="i4")), ("x", dict(dtype="U3")),
             ("x", dict(dtype=STR)), ("x", dict(dtype="M8[s]")), ("grp/m", dict(chunks=(3,))),
-            ("grp/m", dict(chunks=(0, 2))), ("s", dict(fillvalue="x")),
+            ("grp/m", dict(chunks=(0, 2))), ("s", dict(fillvalue="x")), ("x", dict(chunks=False)),
         ]:
             with pytest.raises(IncompatibleDataError):
                 modify_metadata(f, name, **kwargs)
-        with pytest.raises(UnsupportedError):
-            modify_metadata(f, "x", chunks=False)
     with h5py.File(path, "r") as f, pytest.raises(ReadOnlyError):
         modify_metadata(f, "x", chunks=(3,))
     assert (snapshot(path), {n: metadata_of(path, n) for n in ("x", "grp/m", "s", "z")}) == before

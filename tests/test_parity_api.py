@@ -699,3 +699,202 @@ def test_string_datasets_report_h5pys_fill_value(vh, tmp_path, encoding):
         assert f["_version_data/s/raw_data"].shape[0] == 4  # v1's [a, b] and v2's ["", d]
         assert len(f["_version_data/versions/v1/s"].virtual_sources()) == 1  # ["", ""] not stored
         assert len(f["_version_data/versions/v1/t"].virtual_sources()) == 0
+
+
+# -- staged views, resize arguments, committed identity, modify_metadata chunks ---------------
+
+def staged_kinds(vh, tmp_path, dtype="i1"):
+    """A file with "existing" (v1) and, staged in v2, "new" and "sparse": the three kinds
+    of staged dataset, each (3, 2) holding ``[[0, 1], [2, 3], [4, 5]]`` (sparse: all but its
+    first point written; that one reads as the fill value, 0). Yields ``(group, datasets
+    by kind)`` inside v2's block."""
+    data = np.arange(6, dtype=dtype).reshape(3, 2)
+    with h5py.File(tmp_path / "kinds.h5", "w") as f:
+        vfile = vh.VersionedHDF5File(f)
+        with vfile.stage_version("v1") as g:
+            g.create_dataset("existing", data=data, chunks=(2, 2))
+        with vfile.stage_version("v2") as g:
+            g.create_dataset("new", data=data, chunks=(2, 2))
+            sparse = g.create_dataset("sparse", shape=(3, 2), dtype=dtype, chunks=(2, 2))
+            sparse[0, 1] = 1
+            sparse[1:] = data[1:]
+            yield g, {kind: g[kind] for kind in ("existing", "new", "sparse")}
+
+
+@pytest.mark.parametrize("kind", ["existing", "new", "sparse"])
+@pytest.mark.parametrize("dtype", ["i1", "i2"])  # the same dtype, and a conversion
+def test_staged_astype_view_is_array_like(vh, tmp_path, kind, dtype):
+    """``ds.astype(dtype)`` of every kind of staged dataset answers what versioned-hdf5 2.6's
+    (a read-only numpy array or StagedChangesArray; h5py's AsTypeView) answers: dtype,
+    shape, ndim, size, len, iteration over rows, numpy scalars for one point, np.asarray,
+    and a refused write (ValueError "read-only"; ours: ReadOnlyError)."""
+    expected = np.arange(6, dtype=dtype).reshape(3, 2)
+    for g, datasets in staged_kinds(vh, tmp_path):
+        ds = datasets[kind]
+        view = ds.astype(dtype)
+        assert view.dtype == np.dtype(dtype) and ds.dtype == np.dtype("i1")
+        assert (view.shape, view.ndim, view.size, len(view)) == ((3, 2), 2, 6, 3)
+        rows = list(view)
+        assert len(rows) == 3
+        for row, want in zip(rows, expected):
+            np.testing.assert_array_equal(row, want, strict=True)
+        point = view[2, 1]
+        assert type(point) is np.dtype(dtype).type and point == 5
+        np.testing.assert_array_equal(view[1:], expected[1:], strict=True)
+        np.testing.assert_array_equal(np.asarray(view), expected, strict=True)
+        np.testing.assert_array_equal(np.asarray(view, dtype="f8"), expected.astype("f8"), strict=True)
+        with pytest.raises(ValueError, match="read-only") as info:
+            view[0, 0] = 100
+        if ours(vh):
+            assert type(info.value) is errors.ReadOnlyError
+        assert ds[0, 0] == 0  # nothing written through the view
+        ds[0, 1] = 7  # the dataset itself stays writable
+        assert ds[0, 1] == 7
+
+
+def test_staged_asstr_view_has_the_datasets_shape(vh, tmp_path):
+    """h5py's ``asstr()`` view (versioned-hdf5 2.6 on an existing staged dataset) has the
+    dataset's shape, ndim, size and len, and iterates over its decoded elements."""
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        vfile = vh.VersionedHDF5File(f)
+        with vfile.stage_version("v1") as g:
+            g.create_dataset("s", data=np.array(["a", "\u00e9", "c"], dtype=object), dtype=h5py.string_dtype(), chunks=(2,))
+        with vfile.stage_version("v2") as g:
+            view = g["s"].asstr()
+            assert (view.shape, view.ndim, view.size, len(view)) == ((3,), 1, 3, 3)
+            assert list(view) == ["a", "\u00e9", "c"]
+
+
+@pytest.mark.parametrize("kind", ["existing", "new", "sparse"])
+def test_staged_resize_axis(vh, tmp_path, kind):
+    """``resize(n, axis=a)`` as versioned-hdf5 2.6 (and numpy) take it: a negative axis counts
+    from the last; an axis the dataset does not have raises numpy's AxisError (a ValueError
+    and an IndexError; ours: AxisOutOfBoundsError, an IncompatibleDataError); with an axis,
+    ``size`` must be one number (TypeError). New lengths are Python ints."""
+    for g, datasets in staged_kinds(vh, tmp_path):
+        ds = datasets[kind]
+        ds.resize(5, axis=0)
+        assert ds.shape == (5, 2)
+        ds.resize(np.int32(3), axis=-1)
+        assert ds.shape == (5, 3) and all(type(n) is int for n in ds.shape)
+        ds.resize(4.0, axis=-2)
+        assert ds.shape == (4, 3) and type(ds.shape[0]) is int
+        for axis in (2, -3):
+            with pytest.raises(np.exceptions.AxisError) as info:
+                ds.resize(8, axis=axis)
+            assert isinstance(info.value, ValueError) and isinstance(info.value, IndexError)
+            if ours(vh):
+                assert type(info.value) is errors.AxisOutOfBoundsError
+                assert isinstance(info.value, errors.IncompatibleDataError)
+                assert (info.value.axis, info.value.ndim) == (axis, 2)
+                assert str(info.value) == f"resize: axis {axis} is out of bounds for array of dimension 2"
+        with pytest.raises(TypeError, match="must be an integer"):
+            ds.resize((2, 2), axis=0)
+        assert ds.shape == (4, 3)
+        np.testing.assert_array_equal(ds[:3, :2], np.array([[0, 1], [2, 3], [4, 5]], dtype="i1"))
+
+
+@pytest.mark.parametrize(
+    "size", [(6,), [6], 6, (np.int8(6),), np.int8(6), np.asarray([6]), np.asarray(6)],
+    ids=["tuple", "list", "int", "tuple-np.int8", "np.int8", "1-d array", "0-d array"],
+)
+def test_staged_resize_takes_a_size_of_any_integer_kind(vh, tmp_path, size):
+    """A 1-d staged dataset of every kind resizes to ``size`` given as an int, a numpy integer,
+    a sequence of them, a 1-d or a 0-d array (versioned-hdf5 2.6 takes them all); the
+    shape holds Python ints."""
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        vfile = vh.VersionedHDF5File(f)
+        with vfile.stage_version("v1") as g:
+            g.create_dataset("existing", data=np.arange(5), chunks=(3,))
+        with vfile.stage_version("v2") as g:
+            g.create_dataset("new", data=np.arange(5), chunks=(3,))
+            g.create_dataset("sparse", shape=(5,), dtype="i8", chunks=(3,))
+            for kind in ("existing", "new", "sparse"):
+                ds = g[kind]
+                ds.resize(size)
+                assert ds.shape == (6,) and type(ds.shape[0]) is int, kind
+        assert vfile["v2"]["existing"][()].tolist() == [0, 1, 2, 3, 4, 0]
+        assert vfile["v2"]["new"][()].tolist() == [0, 1, 2, 3, 4, 0]
+        assert vfile["v2"]["sparse"][()].tolist() == [0] * 6
+
+
+@pytest.mark.parametrize("mode", ["r+", "r"])
+def test_committed_versions_compare_by_hdf5_object(vh, tmp_path, mode):
+    """Committed groups and datasets compare (and hash) as h5py's objects do: equal when they
+    are, or wrap, the same HDF5 object, whichever way they were looked up, and equal to
+    h5py's own object for it. Not to anything without an ``id``: ``ds == array`` stays
+    numpy's elementwise comparison. Deliberate difference: ours are not h5py.Group /
+    h5py.Dataset instances (versioned-hdf5 2.6 returns h5py subclasses)."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        vfile = vh.VersionedHDF5File(f)
+        with vfile.stage_version("v1", timestamp=ts(1)) as g:
+            g.create_dataset("grp/x", data=np.arange(3), chunks=(2,))
+        with vfile.stage_version("v2", timestamp=ts(2)):
+            pass
+    with h5py.File(path, mode) as f:
+        vfile = vh.VersionedHDF5File(f)
+        v1, raw = vfile["v1"], f["_version_data/versions/v1"]
+        assert v1 == vfile["v1"] and vfile[ts(1)] == v1 and vfile.get_version_by_name("v1") == v1
+        assert (vfile["v1"] != v1) is False
+        assert v1 != vfile["v2"] and vfile["v2"] != v1
+        assert v1 == raw and raw == v1
+        assert hash(v1) == hash(vfile[ts(1)]) == hash(raw)
+        assert len({v1, vfile["v1"], vfile[ts(1)], vfile["v2"]}) == 2
+        assert (v1 == "v1") is False and (v1 != "v1") is True
+        assert v1["grp"] == vfile["v1"]["grp"] == raw["grp"] and v1["grp"] != v1
+        x = v1["grp/x"]
+        assert x == vfile["v1"]["grp"]["x"] == raw["grp/x"] and raw["grp/x"] == x
+        assert x != vfile["v2"]["grp/x"] and x != v1["grp"]
+        assert x.parent == v1["grp"] and v1["grp"].parent == v1
+        assert (x == np.arange(3)).tolist() == [True, True, True]
+        if ours(vh) or mode == "r":  # versioned-hdf5's wrapper of a writable file hashes otherwise
+            assert hash(x) == hash(raw["grp/x"]) == hash(vfile["v1"]["grp/x"])
+        assert isinstance(v1, h5py.Group) is not ours(vh)
+
+
+def test_modify_metadata_chunks_false(vh, tmp_path):
+    """``chunks=False`` asks for an unchunked dataset, which the versioned format cannot store:
+    ours raises IncompatibleDataError (a ValueError) and changes nothing. versioned-hdf5
+    2.6 raises ValueError for a never-written dataset it still holds as staged, and
+    otherwise takes False for True (the documented difference; see versions/metadata.py)."""
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        vfile = vh.VersionedHDF5File(f)
+        with vfile.stage_version("r0") as g:
+            g.create_dataset("sparse", shape=(5,), dtype="f4", chunks=(2,))
+            g.create_dataset("d", data=np.arange(3.0), chunks=(2,))
+        before = snapshot(f)
+        with pytest.raises(ValueError) as info:
+            vh.modify_metadata(vfile, "sparse", chunks=False)
+        if ours(vh):
+            assert type(info.value) is errors.IncompatibleDataError
+            assert str(info.value).startswith("chunks=False: versioned datasets are always chunked;")
+        assert_same(before, snapshot(f))
+        if ours(vh):
+            with pytest.raises(errors.IncompatibleDataError, match="always chunked"):
+                vh.modify_metadata(vfile, "d", chunks=False)
+            assert_same(before, snapshot(f))
+        else:
+            vh.modify_metadata(vfile, "d", chunks=False)
+            assert tuple(int(c) for c in vfile["r0"]["d"].chunks) == (1024,)
+
+
+def test_modify_metadata_chunks_true_guesses_as_versioned_hdf5(vh, tmp_path):
+    """``chunks=True`` on a 1-d dataset picks what versioned-hdf5 2.6 picks: h5py's guess for
+    an empty dataset (1024 points), so it depends on the point size, not on the data:
+    (1024,) for 8-byte floats, (512,) for complex128, (256,) for 40-byte strings."""
+    path = tmp_path / "f.h5"
+    data = {"f8": np.arange(10000.0), "c16": np.arange(3, dtype="c16"), "S40": np.array([b"a", b"bc", b"d"], dtype="S40")}
+    with h5py.File(path, "w") as f:
+        vfile = vh.VersionedHDF5File(f)
+        with vfile.stage_version("r0") as g:
+            for name, values in data.items():
+                g.create_dataset(name, data=values, chunks=(2,))
+    with h5py.File(path, "r+") as f:
+        vfile = vh.VersionedHDF5File(f)
+        for name in data:
+            vh.modify_metadata(vfile, name, chunks=True)
+        chunks = {name: tuple(int(c) for c in vfile["r0"][name].chunks) for name in data}
+        assert chunks == {"f8": (1024,), "c16": (512,), "S40": (256,)}
+        for name, values in data.items():
+            np.testing.assert_array_equal(vfile["r0"][name][()], values, strict=True)

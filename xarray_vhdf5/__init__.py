@@ -10,6 +10,7 @@ The on-disk format is versioned-hdf5's, so files are interchangeable with the
 
 from . import errors
 from .errors import (
+    AxisOutOfBoundsError,
     ClosedFileError,
     DatasetNotFoundError,
     HDF5Error,
@@ -40,6 +41,7 @@ from .wrappers import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AxisOutOfBoundsError",
     "ClosedFileError",
     "DatasetNotFoundError",
     "DatasetWrapper",

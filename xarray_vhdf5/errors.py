@@ -21,8 +21,11 @@ code keeps working::
     │                                             file opened read-only
     ├── IncompatibleDataError  (ValueError)       shape / dtype / chunks / fill value that
     │                                             cannot be stored or do not match
-    │   └── DatasetMismatchError (TypeError)      ``require_dataset`` found one of another
-    │                                             shape or dtype (h5py raises TypeError)
+    │   ├── DatasetMismatchError (TypeError)      ``require_dataset`` found one of another
+    │   │                                         shape or dtype (h5py raises TypeError)
+    │   └── AxisOutOfBoundsError (numpy.exceptions.AxisError: ValueError, IndexError)
+    │                                             ``ds.resize(n, axis=a)`` with an axis the
+    │                                             dataset does not have
     ├── ClosedFileError        (ValueError)       the file (or version) was closed, also
     │                                             under an object read from it
     ├── UnsupportedError       (NotImplementedError)
@@ -48,6 +51,8 @@ to do instead.
 
 from __future__ import annotations
 
+from numpy.exceptions import AxisError
+
 __all__ = [
     "VHDF5Error",
     "VersionNotFoundError",
@@ -60,6 +65,7 @@ __all__ = [
     "ReadOnlyError",
     "IncompatibleDataError",
     "DatasetMismatchError",
+    "AxisOutOfBoundsError",
     "ClosedFileError",
     "UnsupportedError",
     "HDF5Error",
@@ -126,6 +132,18 @@ class IncompatibleDataError(VHDF5Error, ValueError):
 
 class DatasetMismatchError(IncompatibleDataError, TypeError):
     """``require_dataset`` found a dataset of another shape or dtype (h5py and versioned-hdf5 raise TypeError)."""
+
+
+class AxisOutOfBoundsError(IncompatibleDataError, AxisError):
+    """An ``axis`` argument beyond the dataset's axes (``ds.resize(n, axis=2)`` in 2-d).
+
+    numpy's ``AxisError`` (a ``ValueError`` and an ``IndexError``), as versioned-hdf5
+    2.6 raises; ``axis`` and ``ndim`` hold the axis given and the dataset's number of
+    axes.
+    """
+
+    def __init__(self, axis: int, ndim: int, msg_prefix: str | None = None):
+        AxisError.__init__(self, axis, ndim, msg_prefix)  # "<msg_prefix>: axis 2 is out of bounds ..."
 
 
 class ClosedFileError(VHDF5Error, ValueError):

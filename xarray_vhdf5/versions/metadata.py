@@ -17,8 +17,14 @@ Semantics of versioned-hdf5 2.6 ``replay.modify_metadata``, checked against it b
   versioned-hdf5 (which raises "LZF compression filter accepts no options" for
   gzip -> lzf), changing ``compression`` without ``compression_opts`` takes the new
   filter's default options;
-- ``chunks=True`` picks chunks as for a new dataset (``(4096,)`` in 1-d; h5py's guess
-  from the largest version in n-d, where versioned-hdf5 raises).
+- ``chunks=True`` picks chunks as versioned-hdf5 2.6 does in 1-d: h5py's guess for an
+  empty dataset (``guess_chunk((0,), ...)``, i.e. for 1024 points: ``(1024,)`` up to 8
+  bytes a point, ``(512,)`` for 16, ``(256,)`` for 40), whatever the data; in n-d h5py's
+  guess from the largest version, where versioned-hdf5 raises ``NotImplementedError``.
+- ``chunks=False`` raises :class:`~xarray_vhdf5.errors.IncompatibleDataError` (a
+  ``ValueError``): versioned datasets are always chunked. versioned-hdf5 2.6 takes it
+  as ``chunks=True``, except for a never-written dataset it still holds as staged in
+  the same session, where it raises ``ValueError`` (and ``chunks=True`` gives ``(4096,)``).
 
 How. Every stored chunk of the new layout is built once: a new chunk's content is
 fixed by its position, its edge-trimmed shape and the raw_data rows (or fill) of the
@@ -67,7 +73,12 @@ import h5py
 import numpy as np
 from h5py import h5t
 
-from ..backend.chunks import chunk_grid_shape, chunk_slices, normalize_chunks
+from ..backend.chunks import (
+    chunk_grid_shape,
+    chunk_slices,
+    guess_chunks_h5py,
+    normalize_chunks,
+)
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.hashtable import HashTable
 from ..backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
@@ -179,8 +190,16 @@ def _target(base: h5py.Dataset, interrupted: bool, shapes: list, chunks, dtype, 
         if new_dtype.kind == "O" and h5py.check_string_dtype(new_dtype) is None:
             new_dtype = h5py.string_dtype()
     ndim = len(base.attrs["chunks"])
+    if chunks is False:
+        raise IncompatibleDataError(
+            "chunks=False: versioned datasets are always chunked; give a chunk shape "
+            "(a tuple of int, one per axis), True to choose one, or None to keep the current one"
+        )
     if chunks is None:
         new_chunks = tuple(int(c) for c in base.attrs["chunks"])
+    elif chunks is True and ndim == 1:
+        # versioned-hdf5 2.6 guesses for an empty 1-d dataset, i.e. for 1024 points.
+        new_chunks = guess_chunks_h5py((0,), new_dtype.itemsize)
     else:
         largest = tuple(max([s[d] for s in shapes] or [1]) for d in range(ndim))
         new_chunks = normalize_chunks(chunks, largest, new_dtype)
@@ -348,7 +367,10 @@ def modify_metadata(
     dataset_name : str
         The dataset's path in the versions (``"x"``, ``"grp/y"``).
     chunks : tuple of int, int or True, optional
-        New chunk shape, in points (one int per axis; an int for 1-d).
+        New chunk shape, in points (one int per axis; an int for 1-d). True:
+        chosen as versioned-hdf5 2.6 chooses in 1-d (h5py's guess for 1024
+        points: ``(1024,)`` up to 8 bytes a point), h5py's guess for the largest
+        version in n-d. Omitted: unchanged.
     compression, compression_opts, shuffle, fletcher32, scaleoffset : optional
         HDF5 filters as for ``h5py.Group.create_dataset``. Omitted: unchanged;
         ``compression=None``: uncompressed (versioned-hdf5's convention).
@@ -369,10 +391,9 @@ def modify_metadata(
         No versioned dataset ``dataset_name`` (a ``KeyError``, as versioned-hdf5).
     IncompatibleDataError
         A cast HDF5 cannot do (numbers <-> strings, float -> bool, complex <-> real),
-        chunks of the wrong number of axes or not positive, a fill value for
-        variable-length strings. Raised before anything is written.
-    UnsupportedError
-        ``chunks=False``.
+        chunks of the wrong number of axes or not positive, ``chunks=False``
+        (versioned datasets are always chunked), a fill value for variable-length
+        strings. Raised before anything is written.
     ReadOnlyError
         The file is open read-only.
     TypeError

@@ -11,20 +11,91 @@ dataset, a sparse one) are in :mod:`.chunked`.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterator
 from typing import Any
 
 import h5py
 import numpy as np
 
 from ..backend.raw_data import Filters, reported_fillvalue
-from ..errors import IncompatibleDataError
+from ..errors import AxisOutOfBoundsError, IncompatibleDataError, ReadOnlyError
 from .attrs import StagedAttrs
 from .dataset_api import DatasetAPI
 
-__all__ = ["AsStrView", "AstypeView", "InMemoryArrayDataset", "StagedDatasetBase", "check_resize"]
+__all__ = ["AsStrView", "AstypeView", "InMemoryArrayDataset", "StagedDatasetBase", "check_resize", "resize_shape"]
+
+
+def _length(n, size) -> int:
+    """One axis length of a ``resize`` argument, as ``int()`` takes it (versioned-hdf5 2.6)."""
+    if isinstance(n, (str, bytes)) or (isinstance(n, np.ndarray) and n.ndim > 0):
+        raise TypeError(f"resize: lengths must be integers, got {n!r} in {size!r}")
+    try:
+        return int(n)
+    except TypeError:
+        raise TypeError(f"resize: lengths must be integers, got {n!r} in {size!r}") from None
+
+
+def resize_shape(shape: tuple[int, ...], size, axis=None) -> tuple[int, ...]:
+    """The shape ``ds.resize(size, axis)`` asks for, from h5py's and versioned-hdf5's arguments.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The dataset's current shape.
+    size : int, sequence of int or numpy array
+        The new shape (a sequence or a 1-d array), or the new length of the first
+        axis of a 1-d dataset, or with ``axis`` the new length of that axis. A
+        length is anything ``int()`` takes but a string: a numpy integer, a 0-d
+        array, a float (truncated, as versioned-hdf5 2.6 does).
+    axis : int, optional
+        The axis to resize; negative counts from the last.
+
+    Returns
+    -------
+    tuple of int
+        The new shape, Python ints. Not checked against the number of axes,
+        ``maxshape`` or negative lengths: :func:`check_resize` does.
+
+    Raises
+    ------
+    AxisOutOfBoundsError
+        ``axis`` is not in ``[-ndim, ndim)`` (numpy's ``AxisError``: a ``ValueError``
+        and an ``IndexError``, as versioned-hdf5 2.6 raises).
+    TypeError
+        ``axis`` is not an integer; with ``axis``, ``size`` is not one length;
+        a length is not a number.
+    """
+    if axis is not None:
+        try:
+            axis = operator.index(axis)
+        except TypeError:
+            raise TypeError(f"resize: axis must be an integer, got {axis!r}") from None
+        if not -len(shape) <= axis < len(shape):
+            raise AxisOutOfBoundsError(axis, len(shape), "resize")
+        if not (np.isscalar(size) or (isinstance(size, np.ndarray) and size.ndim == 0)):
+            raise TypeError(f"resize: size must be an integer when axis is given, got {size!r}")
+        new_shape = list(shape)
+        new_shape[axis] = _length(size, size)
+        return tuple(new_shape)
+    if np.isscalar(size) or (isinstance(size, np.ndarray) and size.ndim == 0):
+        return (_length(size, size),)
+    try:
+        lengths = list(size)
+    except TypeError:
+        raise TypeError(f"resize: size must be an integer or a sequence of integers, got {size!r}") from None
+    return tuple(_length(n, size) for n in lengths)
 
 
 def check_resize(shape, maxshape, new_shape) -> tuple[int, ...]:
+    """``new_shape`` (from :func:`resize_shape`) as Python ints, checked against the dataset.
+
+    Raises
+    ------
+    IncompatibleDataError
+        Another number of axes than ``shape``, a negative length, or a length
+        beyond ``maxshape``.
+    """
     new_shape = (new_shape,) if isinstance(new_shape, (int, np.integer)) else tuple(new_shape)
     if len(new_shape) != len(shape):
         raise IncompatibleDataError(
@@ -51,30 +122,89 @@ def _resized(data: np.ndarray, new_shape: tuple[int, ...], fillvalue: Any) -> np
     return out
 
 
-class AstypeView:
+class _ReadView:
+    """What h5py's views of a dataset (``AbstractView``) share: the dataset's shape, read-only.
+
+    ``shape``, ``ndim``, ``size`` and ``len()`` are the dataset's at the time
+    they are asked (views read the dataset lazily, as h5py's do); iterating
+    reads the rows of the first axis one at a time. Writing raises
+    :class:`~xarray_vhdf5.errors.ReadOnlyError`.
+    """
+
+    dataset: StagedDatasetBase
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.dataset.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.dataset.ndim
+
+    @property
+    def size(self) -> int:
+        return self.dataset.size
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __iter__(self) -> Iterator:
+        """The rows of the first axis, read one at a time, as iterating over a numpy array."""
+        for i in range(len(self)):
+            yield self[i]
+
+    def __getitem__(self, index):
+        raise NotImplementedError  # pragma: no cover - defined by subclasses
+
+    def __setitem__(self, index, value) -> None:
+        """Refused: the view is read-only (versioned-hdf5 2.6's views too).
+
+        Raises
+        ------
+        ReadOnlyError
+            Always (a ``ValueError`` and a ``PermissionError``); write to the dataset.
+        """
+        raise ReadOnlyError(
+            f"{type(self).__name__} of {self.dataset.name!r} is read-only; write to the dataset itself"
+        )
+
+
+class AstypeView(_ReadView):
     """Reads of a staged dataset converted to another dtype (h5py's ``Dataset.astype``).
 
     ``view[index]`` reads ``dataset[index]`` and converts with numpy's unsafe
-    casting, as h5py's ``AstypeWrapper`` converts through libhdf5.
+    casting, as h5py's ``AstypeWrapper`` converts through libhdf5: an array,
+    or a numpy scalar where the selection is one point. ``dtype`` is the
+    target dtype; ``shape``, ``ndim``, ``size``, ``len()`` and iteration are
+    the dataset's (see :class:`_ReadView`); ``np.asarray(view)`` reads it all.
+    The view is read-only: ``view[i] = x`` raises
+    :class:`~xarray_vhdf5.errors.ReadOnlyError` (a ``ValueError``).
     """
 
     def __init__(self, dataset: StagedDatasetBase, dtype: Any):
         self.dataset = dataset
         self.dtype = np.dtype(dtype)
 
-    def __getitem__(self, index) -> np.ndarray:
-        return np.asarray(self.dataset[index]).astype(self.dtype)
+    def __getitem__(self, index):
+        out = np.asarray(self.dataset[index]).astype(self.dtype)  # a copy, never a view of staged points
+        return out[()] if out.ndim == 0 else out
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        out = self[()]
+        out = np.asarray(self[()])
         return out if dtype is None else out.astype(dtype)
 
-    def __len__(self) -> int:
-        return len(self.dataset)
+    def __repr__(self) -> str:
+        return f"<AstypeView of {self.dataset!r} as {self.dtype.str!r}>"
 
 
-class AsStrView:
-    """Reads of a staged string dataset decoded to ``str`` (h5py's ``Dataset.asstr``)."""
+class AsStrView(_ReadView):
+    """Reads of a staged string dataset decoded to ``str`` (h5py's ``Dataset.asstr``).
+
+    ``shape``, ``ndim``, ``size``, ``len()`` and iteration are the dataset's
+    (see :class:`_ReadView`); the view is read-only.
+    """
+
+    dtype = np.dtype(object)
 
     def __init__(self, dataset: StagedDatasetBase, encoding: str = "utf-8", errors: str = "strict"):
         self.dataset = dataset
@@ -91,9 +221,6 @@ class AsStrView:
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = np.asarray(self[()], dtype=object)
         return out if dtype is None else out.astype(dtype)
-
-    def __len__(self) -> int:
-        return len(self.dataset)
 
 
 class StagedDatasetBase(DatasetAPI):
@@ -244,23 +371,27 @@ class StagedDatasetBase(DatasetAPI):
 
         Parameters
         ----------
-        size : int or tuple of int
-            The new shape, or with ``axis`` the new length of that axis, in points.
+        size : int, sequence of int or numpy array
+            The new shape, or with ``axis`` the new length of that axis, in points
+            (numpy integers, 0-d and 1-d arrays too; see :func:`resize_shape`).
         axis : int, optional
+            The axis to resize; negative counts from the last.
 
         Raises
         ------
+        AxisOutOfBoundsError
+            ``axis`` is not one of the dataset's axes (numpy's ``AxisError``, a
+            ``ValueError`` and an ``IndexError``, as in versioned-hdf5 2.6).
         IncompatibleDataError
             Wrong number of axes, a negative length, or beyond ``maxshape``.
         ReadOnlyError
             The staged version was already committed.
+        TypeError
+            ``size`` is not one or more numbers (one with ``axis``); ``axis`` is not
+            an integer.
         """
         self._check_open()
-        if axis is not None:
-            shape = list(self.shape)
-            shape[axis] = int(size)
-            size = tuple(shape)
-        self._resize_to(check_resize(self.shape, self.maxshape, size))
+        self._resize_to(check_resize(self.shape, self.maxshape, resize_shape(self.shape, size, axis)))
 
 
 class InMemoryArrayDataset(StagedDatasetBase):

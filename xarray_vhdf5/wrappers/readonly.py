@@ -26,6 +26,13 @@ __all__ = ["VersionGroup", "VersionDataset"]
 _HINT = "committed versions are read-only; stage a new version with VersionedHDF5File.stage_version()"
 
 
+def _same_hdf5_object(wrapper, other) -> bool:
+    """h5py's ``HLObject.__eq__``: objects with an ``id`` are equal when their HDF5 objects are."""
+    if not hasattr(other, "id"):
+        return NotImplemented
+    return wrapper.id == other.id
+
+
 class VersionDataset:
     """A dataset of a committed version (wraps its virtual dataset, read-only).
 
@@ -166,6 +173,26 @@ class VersionDataset:
     def id(self):
         """The h5py low-level id of the version's virtual dataset."""
         return self.dataset.id
+
+    def __eq__(self, other) -> bool:
+        """Equal to what wraps, or is, the same HDF5 object (h5py's rule).
+
+        ``vf["v1"]["x"] == vf["v1"]["x"]``, and equal to the h5py dataset it
+        wraps (``.dataset``), as h5py's objects and versioned-hdf5 2.6's are:
+        ``self.id == other.id`` for anything with an ``id``, else
+        ``NotImplemented`` (so ``ds == array`` is numpy's elementwise comparison).
+        """
+        return _same_hdf5_object(self, other)
+
+    def __hash__(self) -> int:
+        """The h5py object's hash (``hash(self) == hash(self.dataset)``).
+
+        Raises
+        ------
+        TypeError
+            The file was closed before the dataset was first hashed (h5py's rule).
+        """
+        return hash(self.id)
 
     @property
     @_reads_file
@@ -346,6 +373,34 @@ class VersionGroup:
     def id(self):
         """The h5py low-level id of the group."""
         return self.group.id
+
+    def __eq__(self, other) -> bool:
+        """Equal to what wraps, or is, the same HDF5 group (h5py's rule).
+
+        ``vf["v1"] == vf["v1"]``, ``vf[timestamp] == vf["v1"]`` and
+        ``vf["v1"] == f["_version_data/versions/v1"]``, as h5py's objects and
+        versioned-hdf5 2.6's are: ``self.id == other.id`` for anything with an
+        ``id``, else ``NotImplemented``.
+
+        Raises
+        ------
+        ClosedFileError
+            The file was closed before this group was first read (it is opened
+            on first use; see the class docstring).
+        """
+        return _same_hdf5_object(self, other)
+
+    def __hash__(self) -> int:
+        """The h5py group's hash (``hash(vf["v1"]) == hash(vf["v1"].group)``).
+
+        Raises
+        ------
+        ClosedFileError
+            The file was closed before this group was first read.
+        TypeError
+            The file was closed before the group was first hashed (h5py's rule).
+        """
+        return hash(self.id)
 
     @property
     @_reads_file
