@@ -898,3 +898,13 @@ def test_modify_metadata_chunks_true_guesses_as_versioned_hdf5(vh, tmp_path):
         assert chunks == {"f8": (1024,), "c16": (512,), "S40": (256,)}
         for name, values in data.items():
             np.testing.assert_array_equal(vfile["r0"][name][()], values, strict=True)
+
+
+def test_an_empty_committed_version_is_truthy(vh, tmp_path):
+    """``if vf[name]:`` is True for a version holding nothing, as for any open h5py group (not ``len``)."""
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        vfile = vh.VersionedHDF5File(f)
+        with vfile.stage_version("empty"):
+            pass
+        assert len(vfile["empty"]) == 0
+        assert bool(vfile["empty"]) is True

@@ -422,6 +422,10 @@ class VersionGroup:
     def __len__(self) -> int:
         return len(self.group)
 
+    def __bool__(self) -> bool:
+        """True while its file is open, even for an empty version (h5py's rule, not ``len``)."""
+        return bool((self._group if self._group is not None else self._parent).id.valid)
+
     @_reads_file
     def keys(self):
         return list(self.group.keys())
