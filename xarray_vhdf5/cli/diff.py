@@ -19,6 +19,7 @@ import numpy as np
 from ..versions.diff import DatasetDiff
 from ..versions.history import changed_attrs, compared_attrs
 from ..versions.registry import VersionKey, VersionRegistry
+from .log import format_table
 
 __all__ = ["AttrChange", "attribute_changes", "format_diff"]
 
@@ -179,9 +180,7 @@ def format_diff(
             str(d.points_removed),
             ",".join(c.name for c in attrs.get(d.path, ())),
         ))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = format_table(rows)
     if attrs:
         lines.append("attributes changed:")
         for path, changes in attrs.items():

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ..versions.history import LogEntry
 
-__all__ = ["LOG_HELP", "format_log", "format_totals", "human_bytes"]
+__all__ = ["LOG_HELP", "format_log", "format_table", "format_totals", "human_bytes"]
 
 #: What the log's columns mean (the ``vhdf5 log`` help text).
 LOG_HELP = """Print the version history of FILE, oldest first: name, timestamp, parent,
@@ -66,11 +66,17 @@ def format_log(entries: Sequence[LogEntry]) -> str:
             ",".join(e.changed) if len(e.changed) <= 3 else f"{len(e.changed)} datasets",
             e.message or "",
         ))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = format_table(rows)
     lines.append(format_totals(entries))
     return "\n".join(lines)
+
+
+def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows of cells as left-aligned columns two spaces apart, a rule of dashes under the first (the header)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
 
 
 def format_totals(entries: Sequence[LogEntry]) -> str:

@@ -1,6 +1,7 @@
 """The ``vhdf5`` command line (click): ``demo``, ``log``, ``diff``.
 
-Tables are formatted in :mod:`.log` and :mod:`.diff`; FILE is opened by :mod:`.files`."""
+Tables are formatted in :mod:`.log` and :mod:`.diff`; FILE is opened by
+:func:`xarray_vhdf5.backend.signature.open_h5file` (a clear error for a file that is not HDF5)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import sys
 
 import click
 
+from ..backend.signature import open_h5file
 from ..errors import VHDF5Error
 from .diff import format_diff
-from .files import open_read_only
 from .log import LOG_HELP
 
 __all__ = ["cli", "format_diff", "main"]
+
+#: Appended to the message for a FILE that is not HDF5.
+_NOT_VERSIONED_HINT = (
+    "hence not a versioned HDF5 file; to version its data, open it with xarray and commit it "
+    "(ds.vhdf5.commit(version, path=...))"
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,7 +57,7 @@ def log(file: str) -> None:
     from .log import format_log
 
     try:
-        with open_read_only(file) as f:
+        with open_h5file(file, "r", hint=_NOT_VERSIONED_HINT) as f:
             click.echo(format_log(version_log(f)))
     except (VHDF5Error, OSError) as err:
         raise click.ClickException(str(err)) from None
@@ -82,7 +89,7 @@ def diff(file: str, a: str, b: str, group: str | None, mappings_only: bool) -> N
     from .diff import attribute_changes
 
     try:
-        with open_read_only(file) as f:
+        with open_h5file(file, "r", hint=_NOT_VERSIONED_HINT) as f:
             diffs = diff_versions(f, a, b, group=group, values=not mappings_only, skip=is_netcdf_dimension_only)
             attrs = attribute_changes(f, a, b, diffs, group=group)
     except (VHDF5Error, OSError, KeyError) as err:
