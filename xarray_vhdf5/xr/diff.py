@@ -59,6 +59,7 @@ import xarray as xr
 from ..backend.chunks import chunk_grid_shape
 from ..backend.signature import open_h5file
 from ..versions.diff import DatasetDiff, compare_datasets, equal_points, finish, iter_candidates
+from ..versions.history import changed_attrs
 from ..versions.registry import VersionKey, VersionRegistry
 from .names import DIMENSIONS_ATTR, is_netcdf_dimension_only, visible_attrs
 
@@ -177,9 +178,7 @@ def diff_versions(
             da_, db = in_a.get(name), in_b.get(name)
             every = False
             if da_ is not None and db is not None:
-                if visible_attrs(da_.attrs).keys() != visible_attrs(db.attrs).keys() or any(
-                    not _same_attr(x, y) for x, y in _zip_attrs(da_, db)
-                ):
+                if changed_attrs(visible_attrs(da_.attrs), visible_attrs(db.attrs)):
                     attrs_changed.append(name)
                 every = not _same_decoding(da_, db)
             diff = compare_datasets(name, da_, db, every_chunk=every)
@@ -194,21 +193,6 @@ def diff_versions(
     out.attrs.update(version_a=name_a, version_b=name_b, group=group or "/", **by_status,
                      attrs_changed=attrs_changed)
     return out
-
-
-def _zip_attrs(a: h5py.Dataset, b: h5py.Dataset):
-    """Pairs of values of the visible attributes both versions of a dataset have."""
-    va, vb = visible_attrs(a.attrs), visible_attrs(b.attrs)
-    return [(va[k], vb[k]) for k in va if k in vb]
-
-
-def _same_attr(x, y) -> bool:
-    """Attribute values equal (NaN equals NaN)."""
-    x, y = np.asarray(x), np.asarray(y)
-    try:
-        return bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc" and y.dtype.kind in "fc"))
-    except (TypeError, ValueError):
-        return False
 
 
 def _variables(group: h5py.Group | None) -> dict[str, h5py.Dataset]:
@@ -229,8 +213,7 @@ def _index_coords(path, version: str, group: str | None, decode_times: bool) -> 
 def _same_decoding(a: h5py.Dataset, b: h5py.Dataset) -> bool:
     """True when both versions decode their stored values the same way (:data:`DECODING_ATTRS`)."""
     va, vb = visible_attrs(a.attrs), visible_attrs(b.attrs)
-    keys = [k for k in DECODING_ATTRS if k in va or k in vb]
-    return all(k in va and k in vb and _same_attr(va[k], vb[k]) for k in keys)
+    return not changed_attrs({k: va[k] for k in DECODING_ATTRS if k in va}, {k: vb[k] for k in DECODING_ATTRS if k in vb})
 
 
 def _assemble(name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDiff, out: xr.Dataset,
