@@ -98,12 +98,10 @@ def _open(f, caller: str = "delete_versions") -> tuple[h5py.Group, Any]:
     ReadOnlyError, NotVersionedError
         ``f`` is open read-only, or holds no version history.
     """
+    check_file_argument(caller, f)
     if isinstance(f, (h5py.File, h5py.Group)):
-        if not f.id.valid:
-            raise ClosedFileError(f"{caller}() was given a closed h5py file; reopen it with mode 'a'")
         h5file, registry = f, None
     else:
-        check_file_argument(caller, f)
         f._check_open()
         h5file, registry = f.f, f._registry
         # Deleting or rewriting versions frees objects whose addresses key its caches.
@@ -115,22 +113,38 @@ def _open(f, caller: str = "delete_versions") -> tuple[h5py.Group, Any]:
     return h5file, registry
 
 
-def check_file_argument(caller: str, f: object) -> None:
-    """Raise ``TypeError`` unless ``f`` is an h5py.File (or Group) or a VersionedHDF5File."""
+def check_file_argument(caller: str, f: object, *, versioned_file: bool = True) -> None:
+    """Check the file argument of ``caller``: an open h5py.File (or Group), or a VersionedHDF5File.
+
+    Parameters
+    ----------
+    caller : str
+        The public function or class checking it (for the message).
+    f : object
+        What it was given.
+    versioned_file : bool
+        Whether a VersionedHDF5File is taken too (False for ``VersionedHDF5File`` itself).
+
+    Raises
+    ------
+    TypeError
+        ``f`` is none of these, e.g. a path (the message says to open it first;
+        versioned-hdf5 2.6 takes no path either).
+    ClosedFileError
+        ``f`` is an h5py object whose file is closed (a VersionedHDF5File checks
+        itself: ``_check_open``).
+    """
     from .file import VersionedHDF5File  # here: file.py imports this module
 
-    if not isinstance(f, (h5py.File, h5py.Group, VersionedHDF5File)):
-        raise TypeError(file_argument_message(caller, f))
-
-
-def file_argument_message(caller: str, f: object) -> str:
-    """The ``TypeError`` message for ``caller`` given ``f`` instead of an open file."""
-    takes = "an open h5py.File" if caller == "VersionedHDF5File" else "an open h5py.File or VersionedHDF5File"
-    if isinstance(f, (str, bytes, os.PathLike)):
-        call = "VersionedHDF5File(h5py.File(path, 'a'))" if caller == "VersionedHDF5File" else \
-            f"{caller}(h5py.File(path, 'a'), ...)"
-        return f"{caller}() takes {takes}, not a path ({f!r}): open the file first, {call}"
-    return f"{caller}() takes {takes}, got {type(f).__name__}"
+    kinds = (h5py.File, h5py.Group, VersionedHDF5File) if versioned_file else (h5py.File, h5py.Group)
+    if not isinstance(f, kinds):
+        takes = "an open h5py.File or VersionedHDF5File" if versioned_file else "an open h5py.File"
+        if isinstance(f, (str, bytes, os.PathLike)):
+            call = f"{caller}(h5py.File(path, 'a'){', ...' if versioned_file else ''})"
+            raise TypeError(f"{caller}() takes {takes}, not a path ({f!r}): open the file first, {call}")
+        raise TypeError(f"{caller}() takes {takes}, got {type(f).__name__}")
+    if isinstance(f, (h5py.File, h5py.Group)) and not f.id.valid:
+        raise ClosedFileError(f"{caller}() was given a closed h5py file; reopen it first")
 
 
 def _barrier(h5file: h5py.Group, stage: str) -> None:

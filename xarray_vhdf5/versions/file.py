@@ -19,7 +19,7 @@ from ..wrappers.group import InMemoryGroup
 from ..wrappers.readonly import VersionGroup
 from .caches import caches_for
 from .commit import CommitReport, commit_version
-from .delete import DeleteReport, delete_versions, file_argument_message
+from .delete import DeleteReport, check_file_argument, delete_versions
 from .index import touch as touch_index
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
@@ -74,10 +74,7 @@ class VersionedHDF5File:
     """
 
     def __init__(self, f: h5py.File, *, metadata_trim_every: int | None = 256):
-        if not isinstance(f, (h5py.File, h5py.Group)):
-            raise TypeError(file_argument_message("VersionedHDF5File", f))
-        if not f.id.valid:
-            raise ClosedFileError("VersionedHDF5File() was given a closed h5py file; reopen it first")
+        check_file_argument("VersionedHDF5File", f, versioned_file=False)
         if metadata_trim_every is not None and (
             not isinstance(metadata_trim_every, (int, np.integer)) or metadata_trim_every < 0
         ):
