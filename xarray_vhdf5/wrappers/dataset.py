@@ -153,9 +153,6 @@ class _ReadView:
         for i in range(len(self)):
             yield self[i]
 
-    def __getitem__(self, index):
-        raise NotImplementedError  # pragma: no cover - defined by subclasses
-
     def __setitem__(self, index, value) -> None:
         """Refused: the view is read-only (versioned-hdf5 2.6's views too).
 

@@ -341,9 +341,10 @@ class InMemoryGroup(GroupAPI):
                 warnings.warn(f"The {key} parameter is currently ignored for versioned datasets.", UserWarning,
                               stacklevel=2)
         group, last = self._walk(path, create=True)
-        if not isinstance(group._children.get(last), (InMemoryDataset, UnopenedDataset)):
-            self._check_name(group, last)  # else: the previous version's, replaced below
-        self._check_open()
+        if isinstance(group._children.get(last), (InMemoryDataset, UnopenedDataset)):
+            self._check_open()  # the previous version's dataset: replaced below
+        else:
+            self._check_name(group, last)
         filters = Filters(compression, compression_opts, bool(shuffle), bool(fletcher32), scaleoffset)
         ds = new_array_dataset(
             posixpath.join(group.name, last), group, shape=shape, dtype=dtype, data=data,

@@ -308,8 +308,13 @@ class VersionGroup:
         self._parent = parent
         self._path = path
 
+    @property
+    def _held(self) -> h5py.Group:
+        """The h5py group it holds: its own once opened, else its parent (see ``group``)."""
+        return self._group if self._group is not None else self._parent
+
     def _raise_if_closed(self) -> None:
-        if not (self._group if self._group is not None else self._parent).id.valid:
+        if not self._held.id.valid:
             raise closed_file_error(f"version {self.version!r}") from None
 
     @property
@@ -424,7 +429,7 @@ class VersionGroup:
 
     def __bool__(self) -> bool:
         """True while its file is open, even for an empty version (h5py's rule, not ``len``)."""
-        return bool((self._group if self._group is not None else self._parent).id.valid)
+        return bool(self._held.id.valid)
 
     @_reads_file
     def keys(self):
@@ -492,6 +497,6 @@ class VersionGroup:
     create_dataset_like = create_virtual_dataset = build_virtual_dataset = _refuse
 
     def __repr__(self) -> str:
-        if not (self._group if self._group is not None else self._parent).id.valid:
+        if not self._held.id.valid:
             return f"<Closed VersionGroup of version {self.version!r}>"
         return f"<VersionGroup {self.name!r} of version {self.version!r} (read-only)>"

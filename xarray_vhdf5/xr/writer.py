@@ -174,9 +174,12 @@ def inherit_stored_encoding(group: InMemoryGroup, variables: dict) -> dict:
     out = dict(variables)
     for key, var in variables.items():
         name = str(key)
-        if "/" in name or name not in group or isinstance(group[name], InMemoryGroup):
+        if "/" in name or name not in group:
             continue
-        stored = _stored_encoding(name, group[name])
+        dataset = group[name]
+        if isinstance(dataset, InMemoryGroup):
+            continue
+        stored = _stored_encoding(name, dataset)
         packed = "scale_factor" in stored or "add_offset" in stored
         if "dtype" in stored and not packed and np.dtype(stored["dtype"]).kind != var.dtype.kind:
             continue  # int <-> float: refused at commit, not cast
