@@ -12,7 +12,10 @@ from . import errors
 from .errors import (
     AxisOutOfBoundsError,
     ClosedFileError,
+    ConflictError,
+    CorruptFileError,
     DatasetNotFoundError,
+    FileBusyError,
     HDF5Error,
     IncompatibleDataError,
     DatasetMismatchError,
@@ -43,6 +46,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AxisOutOfBoundsError",
     "ClosedFileError",
+    "ConflictError",
+    "CorruptFileError",
+    "FileBusyError",
     "DatasetNotFoundError",
     "DatasetWrapper",
     "HDF5Error",

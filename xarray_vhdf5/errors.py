@@ -14,6 +14,11 @@ code keeps working::
     ├── VersionExistsError     (ValueError)       a version of that name already exists
     ├── StaleVersionError      (ValueError)       committing staged edits whose parent is no
     │                                             longer the file's current version
+    │   └── ConflictError      (ValueError)       a rebase or merge where both sides changed
+    │                                             the same points (``points`` lists them)
+    ├── FileBusyError          (BlockingIOError: OSError)
+    │                                             another writer held the file's lock for
+    │                                             longer than the timeout
     ├── NotVersionedError      (ValueError)       the HDF5 file has no ``_version_data``
     │   └── NotHDF5Error       (OSError)          the file is not HDF5 at all (e.g. netCDF-3)
     ├── ReadOnlyError          (PermissionError, ValueError)
@@ -31,7 +36,10 @@ code keeps working::
     ├── UnsupportedError       (NotImplementedError)
     │                                             valid for numpy but not supported here
     │                                             (scalar datasets, ``h5py.Empty``, ...)
-    └── HDF5Error              (OSError)          libhdf5 reported a failure in a kernel
+    ├── HDF5Error              (OSError)          libhdf5 reported a failure in a kernel
+    └── CorruptFileError       (OSError)          the file is damaged: truncated, a chunk that
+                                                  does not decompress or whose hash differs,
+                                                  a mapping past raw_data
 
 The builtin bases cover what versioned-hdf5 2.6 raises in the same situation (a missing
 version: ``KeyError`` from ``vf[name]``, ``ValueError`` from ``stage_version(prev_version=)``
@@ -69,6 +77,9 @@ __all__ = [
     "ClosedFileError",
     "UnsupportedError",
     "HDF5Error",
+    "FileBusyError",
+    "ConflictError",
+    "CorruptFileError",
 ]
 
 
@@ -162,3 +173,55 @@ class UnsupportedError(VHDF5Error, NotImplementedError):
 
 class HDF5Error(VHDF5Error, OSError):
     """libhdf5 returned an error code inside one of the compiled kernels."""
+
+
+class FileBusyError(VHDF5Error, BlockingIOError):
+    """Another process (or thread) held the file's lock for longer than the timeout.
+
+    A writer (a commit, ``delete_versions``, ``modify_metadata``) waits for the
+    writer before it; a reader opening a version waits for a commit to finish
+    writing the file's metadata. Both wait ``timeout`` seconds (see
+    :mod:`xarray_vhdf5.versions.locking`), then raise this: a
+    ``BlockingIOError`` (an ``OSError``), as libhdf5's own lock refusal is in
+    h5py. ``holder_pid`` is the process holding the lock when it is known,
+    else None; ``path`` the file.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, holder_pid: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.holder_pid = holder_pid
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ConflictError(StaleVersionError):
+    """Both sides of a rebase or merge changed the same points of a variable.
+
+    ``points`` maps each dataset path to an ``(n, ndim)`` int64 array of the
+    conflicting points' indices (in points, not chunks), in C order; nothing is
+    committed when it is raised.
+    """
+
+    def __init__(self, message: str, *, points: dict | None = None):
+        super().__init__(message)
+        self.points = dict(points or {})
+
+
+class CorruptFileError(VHDF5Error, OSError):
+    """The file is damaged: what was read does not match what the format promises.
+
+    Raised for a truncated file, a chunk that does not decompress or whose
+    SHA-256 differs from its hash-table digest (``verify=True``), a mapping
+    that points past raw_data, or metadata libhdf5 cannot decode. An
+    ``OSError``, as h5py's errors for unreadable files are. The message names
+    the file and what failed; ``vhdf5 check FILE`` lists every problem.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
