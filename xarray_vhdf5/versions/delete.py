@@ -72,6 +72,7 @@ from ..backend.layout import FIRST_VERSION, HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE,
 from ..backend.virtual import create_virtual_dataset
 from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionNotFoundError
 from . import index as version_index
+from .mutation import mutating
 
 __all__ = ["delete_versions", "delete_version", "DeleteReport", "DatasetCompaction", "MAP_CACHE_BYTES"]
 
@@ -524,6 +525,11 @@ def delete_versions(f, versions_to_delete: str | Iterable[str]) -> DeleteReport:
     its surviving chunks but not their order (versioned-hdf5 keeps the order).
     """
     h5file, registry = _open(f)
+    with mutating(h5file, moves=True, what="deletion"):
+        return _delete_versions(h5file, registry, versions_to_delete)
+
+
+def _delete_versions(h5file: h5py.Group, registry, versions_to_delete: str | Iterable[str]) -> DeleteReport:
     names = [versions_to_delete] if isinstance(versions_to_delete, str) else list(versions_to_delete)
     versions = h5file[VERSION_DATA][VERSIONS]
     if FIRST_VERSION in names:

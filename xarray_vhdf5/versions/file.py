@@ -21,6 +21,7 @@ from .caches import caches_for
 from .commit import CommitReport, commit_version
 from .delete import DeleteReport, check_file_argument, delete_versions
 from .index import touch as touch_index
+from .mutation import mutating, note_opened
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
 from .timestamps import to_utc_datetime
@@ -102,6 +103,7 @@ class VersionedHDF5File:
         self.last_commit: CommitReport | None = None
         # Shared with earlier handles to the same file in this process (versions.caches).
         self._caches = caches_for(f.file, self._registry.vdata)
+        note_opened(f)  # its view of the file, for the check of other processes' writes
 
     # -- state ---------------------------------------------------------------
     @property
@@ -417,25 +419,33 @@ class VersionedHDF5File:
                 f"the h5py file was closed inside the stage_version({version_name!r}) block: "
                 "nothing was committed; reopen the file and stage the version again"
             )
-        # Checked just before the version group is created: the stored version index
-        # then gets one row appended (O(1)) instead of being rebuilt.
-        index_was_valid = self._registry.index_valid()
-        try:
-            self.last_commit = commit_version(
-                self.f, self._registry.group, version_name, prev, root, make_current=make_current,
-                timestamp=ts, caches=self._caches,
-            )
-        except BaseException:
-            if index_was_valid:  # the failed commit made and removed a group: same versions
-                touch_index(self._registry.vdata, self._registry.group)
-            raise
-        finally:
-            root._close()
-        # The registry first (a stale index is written again there), then the token on it.
-        self._registry.added(version_name, index_was_valid, prev_version=prev, timestamp=self.last_commit.timestamp)
-        self._caches.committed(self._registry.vdata, index_rewritten=not index_was_valid)
-        self._caches.slab_maps.note_versions_state(self._registry.tracked_state)
-        self._commits_since_trim += 1
-        if self._trim_every and self._commits_since_trim >= self._trim_every:
-            self._commits_since_trim = 0
-            trim_metadata_cache(self.f.file.id)
+        # Locked, checked against other processes' writes, counted and flushed: the
+        # commit is on disk when the block ends (versions.mutation).
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(mutating(self.f, what="commit"))
+            except BaseException:  # busy, or stale: nothing committed, the edits discarded
+                root._close()
+                raise
+            # Checked just before the version group is created: the stored version index
+            # then gets one row appended (O(1)) instead of being rebuilt.
+            index_was_valid = self._registry.index_valid()
+            try:
+                self.last_commit = commit_version(
+                    self.f, self._registry.group, version_name, prev, root, make_current=make_current,
+                    timestamp=ts, caches=self._caches,
+                )
+            except BaseException:
+                if index_was_valid:  # the failed commit made and removed a group: same versions
+                    touch_index(self._registry.vdata, self._registry.group)
+                raise
+            finally:
+                root._close()
+            # The registry first (a stale index is written again there), then the token on it.
+            self._registry.added(version_name, index_was_valid, prev_version=prev, timestamp=self.last_commit.timestamp)
+            self._caches.committed(self._registry.vdata, index_rewritten=not index_was_valid)
+            self._caches.slab_maps.note_versions_state(self._registry.tracked_state)
+            self._commits_since_trim += 1
+            if self._trim_every and self._commits_since_trim >= self._trim_every:
+                self._commits_since_trim = 0
+                trim_metadata_cache(self.f.file.id)

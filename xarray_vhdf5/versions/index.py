@@ -252,7 +252,7 @@ def _stored(vdata: h5py.Group) -> StoredIndex | None:
     try:
         rows_id = h5d.open(vdata.id, _ROWS)
         fp = read_attr(rows_id, "fingerprint", expect="int")
-    except (KeyError, ValueError, RuntimeError):
+    except (KeyError, ValueError, RuntimeError, OSError):  # absent, or damaged: scan instead
         return None
     if not isinstance(fp, np.ndarray) or fp.shape != (_FP_LEN,) or fp.dtype != np.dtype("<i8"):
         return None
@@ -307,11 +307,16 @@ def load(vdata: h5py.Group, versions: h5py.Group) -> IndexEntries | None:
     try:
         rows = _read(rows_id, n_rows, np.int64, (2,))
         blob = _read(h5d.open(vdata.id, _NAMES), n_bytes, np.uint8)
-    except (KeyError, ValueError, RuntimeError):
+    except (KeyError, ValueError, RuntimeError, OSError):
+        # Absent, or damaged (a chunk that no longer decompresses after a crash): the
+        # index is a cache, never the only copy, so the version groups are scanned.
         return None
     if rows is None or blob is None:
         return None
-    parts = blob.tobytes().decode("utf-8").split("\0")[:-1] if n_bytes else []
+    try:
+        parts = blob.tobytes().decode("utf-8").split("\0")[:-1] if n_bytes else []
+    except UnicodeDecodeError:
+        return None
     if len(parts) != 2 * n_rows:
         return None
     entries = IndexEntries(parts[0::2], parts[1::2], rows[:, 0], rows[:, 1] != 0)
@@ -335,10 +340,15 @@ def _write_fingerprint(rows_ds: h5py.Dataset, versions: h5py.Group, n_rows: int,
 
 
 def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None:
-    """Write the whole index (replacing any stored one) for the versions group as it is."""
-    if INDEX_NAME in vdata:
-        del vdata[INDEX_NAME]
-    grp = vdata.create_group(INDEX_NAME)
+    """Write the whole index (replacing any stored one) for the versions group as it is.
+
+    The index group itself is kept (it also holds the file's write counters,
+    :mod:`~xarray_vhdf5.versions.generation`); its two datasets are replaced.
+    """
+    grp = vdata.require_group(INDEX_NAME)
+    for member in ("rows", "names"):
+        if member in grp:
+            del grp[member]
     rows = np.stack([entries.timestamps, entries.committed.astype(np.int64)], axis=1).reshape(-1, 2)
     blob = _blob(entries.names, entries.parents)
     names_ds = grp.create_dataset("names", shape=(max(len(blob), 1),), dtype=np.uint8, chunks=(4096,),

@@ -86,6 +86,7 @@ from ..backend.raw_data import ChunkWriter, Filters, create_raw_data
 from ..backend.transfer import read_many_slices
 from ..backend.virtual import create_virtual_dataset
 from ..errors import DatasetNotFoundError, IncompatibleDataError
+from .mutation import mutating
 from .delete import (
     MAP_CACHE_BYTES,
     Scratch,
@@ -403,6 +404,16 @@ def modify_metadata(
         ``f`` is closed.
     """
     h5file, _ = _open(f, "modify_metadata")
+    with mutating(h5file, moves=True, what="modify_metadata"):
+        return _modify_metadata(
+            h5file, dataset_name, chunks=chunks, compression=compression, compression_opts=compression_opts,
+            dtype=dtype, fillvalue=fillvalue, shuffle=shuffle, fletcher32=fletcher32, scaleoffset=scaleoffset,
+        )
+
+
+def _modify_metadata(
+    h5file, dataset_name, *, chunks, compression, compression_opts, dtype, fillvalue, shuffle, fletcher32, scaleoffset
+) -> ModifyReport:
     Scratch.recover(h5file)
     name = str(dataset_name).strip("/")
     paths = dataset_paths(h5file)

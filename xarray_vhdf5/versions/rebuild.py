@@ -47,6 +47,7 @@ from ..backend.chunkmap import version_dataset_layout
 from ..backend.chunks import chunk_grid_shape
 from ..backend.hashing import chunk_hash, is_vlen_string_dtype
 from ..backend.layout import DATA_VERSION, HASH_TABLE_DTYPE, VERSION_DATA, VERSIONS
+from .mutation import mutating
 from .delete import (
     Scratch,
     _barrier,
@@ -196,6 +197,11 @@ def rebuild_hash_tables(f, paths: Iterable[str] | None = None) -> dict[str, int]
         A version maps rows that are not whole chunks of raw_data.
     """
     h5file, _ = _open(f, "rebuild_hashtables")
+    with mutating(h5file, what="hash-table rebuild"):
+        return _rebuild_hash_tables(h5file, paths)
+
+
+def _rebuild_hash_tables(h5file, paths: Iterable[str] | None) -> dict[str, int]:
     Scratch.recover(h5file)
     known = dataset_paths(h5file)
     chosen = known if paths is None else list(paths)
@@ -235,8 +241,9 @@ def rebuild_object_dtype_hash_tables(f) -> dict[str, int]:
     the errors are those of :func:`rebuild_hash_tables`.
     """
     h5file, _ = _open(f, "rebuild_object_dtype_hashtables")  # checks the file and drops a VersionedHDF5File's caches
-    done = rebuild_hash_tables(h5file, object_dtype_paths(h5file))
-    h5file[VERSION_DATA][VERSIONS].attrs["data_version"] = DATA_VERSION
+    with mutating(h5file, what="hash-table rebuild"):
+        done = rebuild_hash_tables(h5file, object_dtype_paths(h5file))
+        h5file[VERSION_DATA][VERSIONS].attrs["data_version"] = DATA_VERSION
     return done
 
 
