@@ -102,7 +102,7 @@ def not_hdf5_error(filename_or_obj, *, hint: str = "") -> NotHDF5Error | None:
     return NotHDF5Error(f"{message}: {hint}" if hint else message)
 
 
-def open_h5file(path: str | os.PathLike, mode: str, *, hint: str = "") -> h5py.File:
+def open_h5file(path: str | os.PathLike, mode: str, *, hint: str = "", locking: bool | None = None) -> h5py.File:
     """``h5py.File(path, mode)``, with a :class:`NotHDF5Error` for a file that is not HDF5.
 
     Parameters
@@ -113,6 +113,8 @@ def open_h5file(path: str | os.PathLike, mode: str, *, hint: str = "") -> h5py.F
         h5py's mode (``"r"``, ``"a"``, ...).
     hint : str
         What to do instead, appended to the message (see :func:`not_hdf5_error`).
+    locking : bool or None
+        h5py's ``locking``: libhdf5's whole-file lock (None: h5py's default, on).
 
     Raises
     ------
@@ -122,7 +124,9 @@ def open_h5file(path: str | os.PathLike, mode: str, *, hint: str = "") -> h5py.F
         h5py's, for any other failure (missing with mode ``"r"``, unreadable, damaged).
     """
     try:
-        return h5py.File(os.fspath(path), mode)
+        return h5py.File(os.fspath(path), mode, locking=locking)
+    except BlockingIOError:  # libhdf5's lock: the file is HDF5, and busy
+        raise
     except OSError as exc:
         error = not_hdf5_error(path, hint=hint)
         if error is None:

@@ -23,15 +23,18 @@ through libhdf5 (see :func:`~xarray_vhdf5.versions.generation.create`).
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 from collections.abc import Iterator
 
 import h5py
 
-from ..errors import StaleVersionError
+from ..backend.signature import open_h5file
+from ..errors import FileBusyError, StaleVersionError
 from . import generation
-from .locking import locks_of
+from .locking import WRITE_TIMEOUT, file_locks, lock_timeout, locks_of
 
-__all__ = ["mutating", "note_opened"]
+__all__ = ["flock_holder", "mutating", "note_opened", "open_for_writing"]
 
 #: Counters last seen or written through each libhdf5 file of this process, by ``FileID.fileno``.
 _SEEN: dict[int, generation.Counters] = {}
@@ -137,3 +140,69 @@ def mutating(h5file: h5py.File, *, moves: bool = False, what: str = "commit") ->
             raise
         f.flush()  # the mutation on disk before the counter says so
         _SEEN[key] = _bump(f, locks, now, moved=False)
+
+
+def flock_holder(path: str | os.PathLike) -> int | None:
+    """The pid of a process holding libhdf5's lock (``flock``) on ``path``, from ``/proc/locks``, or None."""
+    try:
+        inode = os.stat(path).st_ino
+        with open("/proc/locks") as fh:
+            lines = fh.readlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 00:2e:5678 0 EOF" (a blocked waiter adds "->")
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        if fields[5].rsplit(":", 1)[-1] == str(inode):
+            return int(fields[4])
+    return None
+
+
+@contextlib.contextmanager
+def open_for_writing(path: str | os.PathLike, *, hint: str = "", timeout: float | None = None) -> Iterator[h5py.File]:
+    """Open ``path`` for writing (created if missing) under its ``WRITE`` lock; close it at the end.
+
+    The lock is taken first, so writers of this package queue there. The file is
+    then opened with libhdf5's own lock on, which other programs hold while they
+    have the file open (plain h5py, versioned-hdf5, netCDF tools): the open is
+    retried until ``timeout`` (readers of this package never hold it).
+
+    Raises
+    ------
+    FileBusyError
+        Another writer held the ``WRITE`` lock, or another program libhdf5's
+        lock, past ``timeout`` seconds (default :data:`~xarray_vhdf5.versions.locking.WRITE_TIMEOUT`).
+    NotHDF5Error
+        ``path`` exists and is not an HDF5 file.
+    """
+    path = os.fspath(path)
+    timeout = lock_timeout(WRITE_TIMEOUT) if timeout is None else timeout
+    deadline = time.monotonic() + timeout
+    if not os.path.exists(path):
+        with contextlib.suppress(BlockingIOError):
+            open_h5file(path, "a", hint=hint).close()  # a new file (another writer may race us)
+    with file_locks(path).writing(timeout=timeout):
+        delay = 0.001
+        while True:
+            try:
+                f = open_h5file(path, "a", hint=hint)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    pid = flock_holder(path)
+                    holder = f"process {pid}" if pid is not None else "another program"
+                    raise FileBusyError(
+                        f"{path!r} is busy: {holder} has it open with libhdf5's file lock (plain h5py, "
+                        f"versioned-hdf5 or a netCDF tool) and kept it for more than {timeout:g} s; close "
+                        "it there, or open it there with h5py.File(..., locking=False) for reading",
+                        path=path, holder_pid=pid,
+                    ) from None
+                time.sleep(delay)
+                delay = min(2 * delay, 0.05)
+        try:
+            note_opened(f)
+            yield f
+        finally:
+            f.close()

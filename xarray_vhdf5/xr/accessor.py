@@ -214,8 +214,11 @@ class VHDF5DatasetAccessor:
             See :func:`~xarray_vhdf5.xr.writer.commit_dataset` (``group`` and
             ``prev_version`` do not apply to a staged Dataset).
         force : bool
-            Staged Dataset only: commit even if another version was committed
-            since :meth:`stage` (default False: :class:`~xarray_vhdf5.errors.StaleVersionError`).
+            Commit even if another version was committed since :meth:`stage`, or,
+            for a Dataset opened from a version of the same file
+            (``encoding["vhdf5_version"]``), since that version (default False:
+            :class:`~xarray_vhdf5.errors.StaleVersionError`). The new version's
+            parent is then the staged-from or opened-from version (a branch).
 
         Returns
         -------
@@ -227,7 +230,12 @@ class VHDF5DatasetAccessor:
         TypeError
             No ``path`` given and the Dataset is not staged.
         StaleVersionError
-            Staged Dataset whose file got another version since :meth:`stage`.
+            Staged Dataset whose file got another version since :meth:`stage`; a
+            Dataset opened from version A of ``path`` committed without
+            ``prev_version`` while A is no longer the current version (committing
+            it would undo the versions since). Nothing is written.
+        FileBusyError
+            Another writer kept the file past the lock timeout; nothing is written.
         VersionExistsError, IncompatibleDataError, NotVersionedError
             See :func:`~xarray_vhdf5.xr.writer.commit_dataset`.
         """
@@ -243,10 +251,18 @@ class VHDF5DatasetAccessor:
             )
         if path is None:
             raise TypeError("commit() needs path=: the versioned HDF5 file to commit into")
+        # A Dataset opened from a version of this very file commits on top of that version,
+        # and only while it is still the current one (else it would undo the versions since).
+        opened_from = self._ds.encoding.get("vhdf5_version")
+        expected_current = None
+        if opened_from is not None and same_file(path, self._ds.encoding.get("source")):
+            if prev_version is None:
+                prev_version = opened_from
+                expected_current = None if force else opened_from
         return commit_dataset(
             self._ds, path, version, group=group, prev_version=prev_version,
             message=message, timestamp=timestamp, make_current=make_current, progress=progress,
-            **({} if max_bytes is None else {"max_bytes": max_bytes}),
+            expected_current=expected_current, **({} if max_bytes is None else {"max_bytes": max_bytes}),
         )
 
 

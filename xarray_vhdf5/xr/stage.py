@@ -38,6 +38,7 @@ from ..backend.slabmaps import slab_arrays
 from ..errors import IncompatibleDataError, StaleVersionError
 from ..staging import StagedChangesArray
 from ..versions.file import VersionedHDF5File
+from ..versions.mutation import open_for_writing
 from ..versions.registry import VersionRegistry
 from ..wrappers.group import InMemoryGroup
 from . import engine
@@ -360,7 +361,7 @@ def commit_staged(
     variables, attrs = xr.conventions.encode_dataset_coordinates(staged)
     engine.close_read_handles(source)
     rebased: list[tuple[StagedVariableArray, str, bool]] = []
-    with h5py.File(source, "a") as f:
+    with open_for_writing(source) as f:
         vf = VersionedHDF5File(f)
         current = vf.current_version
         if current != head and not force:

@@ -39,9 +39,9 @@ import xarray as xr
 
 from ..backend.chunks import guess_chunks_record
 from ..backend.layout import version_path
-from ..backend.signature import open_h5file
-from ..errors import IncompatibleDataError, NotVersionedError
+from ..errors import IncompatibleDataError, NotVersionedError, StaleVersionError
 from ..versions.file import VersionedHDF5File
+from ..versions.mutation import open_for_writing
 from ..versions.registry import is_versioned
 from ..wrappers.group import InMemoryGroup
 from .dimscales import attach_dimension_scales
@@ -321,6 +321,7 @@ def commit_dataset(
     make_current: bool = True,
     progress: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    expected_current: str | None = None,
 ) -> str:
     """Commit ``dataset`` as a new version of the file at ``path`` (created if missing).
 
@@ -351,6 +352,11 @@ def commit_dataset(
         stderr is a terminal.
     max_bytes : int
         Bytes of dask data computed per batch (default 64 MiB).
+    expected_current : str, optional
+        Refuse to commit unless the file's current version is this one (checked
+        under the file's write lock). ``ds.vhdf5.commit(path=...)`` passes the
+        version a Dataset was opened from, so that committing it does not undo
+        versions committed since.
 
     Returns
     -------
@@ -359,6 +365,11 @@ def commit_dataset(
 
     Raises
     ------
+    StaleVersionError
+        ``expected_current`` is not the file's current version; nothing is written.
+    FileBusyError
+        Another writer kept the file past the lock timeout
+        (:mod:`~xarray_vhdf5.versions.locking`); nothing is written.
     NotVersionedError
         ``path`` is an HDF5 file without version history that holds other data;
         :class:`~xarray_vhdf5.errors.NotHDF5Error` (also an ``OSError``): it is
@@ -374,7 +385,7 @@ def commit_dataset(
         write_variables(target, dataset, progress=progress, max_bytes=max_bytes)
 
     return _commit(path, version, group, write, prev_version=prev_version, message=message,
-                   timestamp=timestamp, make_current=make_current)
+                   timestamp=timestamp, make_current=make_current, expected_current=expected_current)
 
 
 def commit_datatree(
@@ -439,19 +450,27 @@ def commit_datatree(
                    timestamp=timestamp, make_current=make_current)
 
 
-def _commit(path, version, group, write, *, prev_version, message, timestamp, make_current) -> str:
+def _commit(path, version, group, write, *, prev_version, message, timestamp, make_current,
+            expected_current=None) -> str:
     """Stage a version, let ``write(target group)`` fill it, commit, then attach dimension scales."""
     path = os.fspath(path)
     # Lazily opened Datasets of this file (the data being committed, maybe) hold it
     # read-only, which would keep libhdf5 from opening it for writing; they reopen it.
     close_read_handles(path)
     hint = "commit into a new file (or an HDF5 file holding versions) instead; nothing was written"
-    with open_h5file(path, "a", hint=hint) as f:
+    with open_for_writing(path, hint=hint) as f:
         if len(f) and not is_versioned(f):
             raise NotVersionedError(
                 f"{path!r} is an HDF5 file without version history; commit into a new file instead"
             )
         vf = VersionedHDF5File(f)
+        if expected_current is not None and vf.current_version != expected_current:
+            raise StaleVersionError(
+                f"{path!r}: the Dataset was opened from version {expected_current!r}, but the current "
+                f"version is now {vf.current_version!r}: committing it would undo the versions since. "
+                f"Open the current version and redo the change, or commit(force=True) to commit on top "
+                f"of {expected_current!r} anyway (a branch); nothing was written"
+            )
         name = version if version is not None else next_version_name(vf)
         with vf.stage_version(name, prev_version=prev_version, make_current=make_current, timestamp=timestamp) as root:
             target = root if group in (None, "", "/") else root.require_group(group.strip("/"))

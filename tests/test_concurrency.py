@@ -1,0 +1,247 @@
+"""Several processes on one file: locks, stale handles, path-commit staleness, kills.
+
+See :mod:`xarray_vhdf5.versions.locking` and :mod:`xarray_vhdf5.versions.mutation`.
+The long stress runs (a writer with four readers for a minute, racing writers,
+random SIGKILLs) are in ``tests/test_concurrency_slow.py`` (marker ``slow``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5.errors import FileBusyError, StaleVersionError
+from xarray_vhdf5.versions import generation
+from xarray_vhdf5.versions.locking import file_locks
+from xarray_vhdf5.versions.mutation import open_for_writing
+
+def _make(path, n=3):
+    with h5py.File(path, "w") as f:
+        vf = VersionedHDF5File(f)
+        for i in range(n):
+            with vf.stage_version(f"v{i}") as g:
+                if i == 0:
+                    g.create_dataset("x", data=np.arange(100.0), chunks=(10,))
+                else:
+                    g["x"][i] = -i
+
+
+_HOLD = """
+import sys
+from xarray_vhdf5.versions.locking import file_locks
+with file_locks(sys.argv[1]).writing():
+    print("locked", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def _hold_write_lock(path):
+    """A child process holding the file's WRITE lock until a line is written to its stdin."""
+    child = subprocess.Popen([sys.executable, "-c", _HOLD, path], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "locked"
+    return child
+
+
+def _release(child):
+    child.communicate("\n", timeout=30)
+
+
+def test_second_writer_waits_then_names_the_holder(tmp_path):
+    p = str(tmp_path / "f.h5")
+    _make(p)
+    child = _hold_write_lock(p)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(FileBusyError) as info:
+            with h5py.File(p, "a") as f:
+                with VersionedHDF5File(f).stage_version("blocked") as g:
+                    g["x"][0] = 42
+        waited = time.monotonic() - t0
+        assert isinstance(info.value, BlockingIOError)
+        assert info.value.holder_pid == child.pid
+        assert f"process {child.pid}" in str(info.value)
+        assert waited >= 0.2  # it waited for the holder (VHDF5_LOCK_TIMEOUT below)
+    finally:
+        _release(child)
+    with h5py.File(p, "r") as f:
+        vf = VersionedHDF5File(f)
+        assert "blocked" not in vf.versions and vf["v2"]["x"][0] == 0
+
+
+@pytest.fixture(autouse=True)
+def _short_timeout(monkeypatch):
+    monkeypatch.setenv("VHDF5_LOCK_TIMEOUT", "0.3")
+
+
+def test_a_writer_proceeds_once_the_holder_releases(tmp_path, monkeypatch):
+    monkeypatch.setenv("VHDF5_LOCK_TIMEOUT", "20")
+    p = str(tmp_path / "f.h5")
+    _make(p)
+    child = _hold_write_lock(p)
+    threading.Timer(0.3, _release, (child,)).start()
+    t0 = time.monotonic()
+    with h5py.File(p, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("after") as g:
+            g["x"][0] = 42
+    assert time.monotonic() - t0 >= 0.25
+    with h5py.File(p, "r") as f:
+        assert VersionedHDF5File(f)["after"]["x"][0] == 42
+
+
+def test_locks_are_reentrant_and_shared_inside_one_thread(tmp_path):
+    p = str(tmp_path / "f.h5")
+    _make(p)
+    locks = file_locks(p)
+    with locks.writing():
+        with locks.writing(), locks.resolving(), locks.moving(), locks.reading_bytes():
+            pass
+    # Released: another thread may now take it exclusively at once.
+    done = []
+    t = threading.Thread(target=lambda: done.append(locks.writing(timeout=1).__enter__() is None))
+    t.start()
+    t.join(5)
+    assert done == [True]
+
+
+def test_a_stale_handle_is_refused_not_written(tmp_path):
+    """Two handles of different processes, libhdf5's locking off: the second commit is refused."""
+    p = str(tmp_path / "f.h5")
+    _make(p)
+    f = h5py.File(p, "a", locking=False)
+    vf = VersionedHDF5File(f)
+    with vf.stage_version("mine") as g:
+        g["x"][5] = 5.5
+    script = textwrap.dedent(f"""
+        import h5py
+        from xarray_vhdf5 import VersionedHDF5File
+        with h5py.File({p!r}, "a", locking=False) as f:
+            with VersionedHDF5File(f).stage_version("theirs") as g:
+                g["x"][6] = 6.5
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True)
+    with pytest.raises(StaleVersionError, match="changed by another process"):
+        with vf.stage_version("mine2") as g:
+            g["x"][7] = 7.5
+    # Checked from another process while the stale handle is still open: closing it lets
+    # libhdf5 write its stale superblock (its end-of-file address), which is why writable
+    # handles must keep libhdf5's locking on (docs: "Sharing a file").
+    check = textwrap.dedent(f"""
+        import h5py
+        from xarray_vhdf5 import VersionedHDF5File
+        with h5py.File({p!r}, "r", locking=False) as f:
+            vf = VersionedHDF5File(f)
+            assert vf.versions == ["v0", "v1", "v2", "mine", "theirs"], vf.versions
+            assert vf["theirs"]["x"][6] == 6.5 and vf["theirs"]["x"][5] == 5.5
+    """)
+    subprocess.run([sys.executable, "-c", check], check=True)
+    f.close()
+
+
+def test_counters_count_commits_and_moves(tmp_path):
+    p = str(tmp_path / "f.h5")
+    _make(p, 4)
+    with h5py.File(p, "r") as f:
+        offset = generation.locate(f)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert generation.read_at(fd, offset) == (4, 0)
+        with h5py.File(p, "a") as f:
+            VersionedHDF5File(f).delete_versions(["v1"])
+        # A mutation that moves chunks counts twice: when it starts (moves) and when it ends.
+        assert generation.read_at(fd, offset) == (6, 1)
+    finally:
+        os.close(fd)
+
+
+def test_open_for_writing_waits_for_libhdf5_lock_then_names_holder(tmp_path):
+    p = str(tmp_path / "f.h5")
+    _make(p)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import h5py, time, sys; f = h5py.File({p!r}, 'r'); print('open', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(FileBusyError) as info:
+            with open_for_writing(p, timeout=0.3):
+                pass
+        assert info.value.holder_pid == holder.pid
+        assert "libhdf5's file lock" in str(info.value)
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
+def test_path_commit_of_an_old_version_is_refused(tmp_path):
+    """ds.vhdf5.commit(path=) of a Dataset opened from A, after B was committed on A: refused."""
+    p = str(tmp_path / "f.h5")
+    ds = xr.Dataset({"t": ("x", np.arange(10.0))})
+    ds.vhdf5.commit("A", path=p)
+    a = xr.open_dataset(p, engine="vhdf5").load()
+    a.close()
+    b = a.copy(deep=True)
+    b["t"][0] = 100.0
+    b.vhdf5.commit("B", path=p)
+    a2 = a.copy(deep=True)
+    a2["t"][1] = 7.0
+    with pytest.raises(StaleVersionError, match="undo the versions since"):
+        a2.vhdf5.commit("C", path=p)
+    with h5py.File(p, "r") as f:
+        assert VersionedHDF5File(f).versions == ["A", "B"]
+    # force=True commits it as a branch from A, which becomes the current version
+    a2.vhdf5.commit("C", path=p, force=True)
+    with h5py.File(p, "r") as f:
+        vf = VersionedHDF5File(f)
+        assert vf.version_info("C").prev_version == "A" and vf.current_version == "C"
+    latest = xr.open_dataset(p, engine="vhdf5").load()
+    assert latest["t"].values[0] == 0.0 and latest["t"].values[1] == 7.0
+    # opened from the current version: commits on top of it, as before
+    c = latest.copy(deep=True)
+    c["t"][2] = 9.0
+    c.vhdf5.commit("D", path=p)
+    with h5py.File(p, "r") as f:
+        assert VersionedHDF5File(f).version_info("D").prev_version == "C"
+
+
+_HELD_OPEN_KILL = """
+import os, signal, sys, h5py, numpy as np
+from xarray_vhdf5 import VersionedHDF5File
+f = h5py.File(sys.argv[1], "a")
+vf = VersionedHDF5File(f)
+for name, i in (("a", 1), ("b", 2)):
+    with vf.stage_version(name) as g:
+        g["x"][i] = 1000 + i
+print("committed", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_killed_with_the_file_held_open_keeps_every_returned_commit(tmp_path):
+    """Issue 17's repro: two commits on a file held open, then SIGKILL; a new process opens it."""
+    p = str(tmp_path / "f.h5")
+    _make(p, 1)
+    run = subprocess.run([sys.executable, "-c", _HELD_OPEN_KILL, p], capture_output=True, text=True)
+    assert run.returncode == -signal.SIGKILL and "committed" in run.stdout
+    with h5py.File(p, "r") as f:
+        vf = VersionedHDF5File(f)
+        assert vf.versions == ["v0", "a", "b"]
+        assert vf["b"]["x"][1] == 1001 and vf["b"]["x"][2] == 1002 and vf["a"]["x"][2] == 2
+    ds = xr.open_dataset(p, engine="vhdf5")
+    assert ds["x"].values[2] == 1002
+    ds.close()
+    with h5py.File(p, "a") as f:  # and the next commit works
+        with VersionedHDF5File(f).stage_version("c") as g:
+            g["x"][3] = 3.5
