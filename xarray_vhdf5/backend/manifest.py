@@ -1,0 +1,519 @@
+"""A committed version's dataset as a manifest of immutable byte ranges, read without libhdf5.
+
+Committed chunks never change in place: raw_data only grows, and each of its
+chunks is written once, whole (FORMAT.md, "raw_data"). So once a version's
+virtual dataset is resolved, each of its chunks named by the file offset,
+stored size and filter mask of the raw_data chunk it maps, its points can be
+read with ``os.pread`` and decoded here, with no libhdf5 call, while another
+process updates the file's HDF5 metadata in place::
+
+    virtual dataset (one version)         manifest                      file
+    chunk (0, 0) -> raw_data rows 0:10    slot 0: bytes 4016:5216   ->  [..chunk..]
+    chunk (0, 1)    unmapped              slot -1: the fill value
+    chunk (1, 0) -> raw_data rows 0:10    slot 0 (deduplicated)
+
+Only rewriting raw_data invalidates a manifest: deleting versions (which
+compacts it) and ``modify_metadata``; resolve again after those.
+
+:func:`resolve_manifest` is the one libhdf5 step: the mappings, through
+:func:`~xarray_vhdf5.backend.chunkmap.build_slab_indices_and_offsets`; the
+chunks' addresses, through ``H5Dchunk_iter`` (every chunk of raw_data) or, when
+the version maps few of them, ``H5Dget_chunk_info_by_coord`` per chunk; raw_data's
+filter pipeline (``H5Pget_filter2``), dtype, chunks and fill value.
+:meth:`ChunkManifest.read` then reads and decodes only the chunks a selection
+touches. A dataset whose chunks cannot be decoded here (variable-length
+strings, which point into HDF5's global heap; a filter without a decoder) gets
+a manifest with ``supported`` False and the reason: read it through h5py.
+
+Decoders (HDF5 User Guide, "HDF5 Datasets", filters; bit ``i`` of a chunk's
+filter mask is set when filter ``i`` of the pipeline was skipped for it, as an
+optional filter is when it cannot shrink the chunk). All are applied in
+reverse pipeline order:
+
+- deflate (1, a zlib stream): libdeflate, ``imagecodecs.deflate_decode``;
+- shuffle (2): ``numcodecs.Shuffle`` (HDF5's byte shuffle, checked against it);
+- fletcher32 (3): HDF5's own ``H5_checksum_fletcher32`` in
+  ``imagecodecs.h5checksum_fletcher32``, accepting what H5Zfletcher32.c
+  accepts (the sum, or the sum with the bytes of each 16-bit half swapped);
+- h5py's LZF (32000, raw LZF without header): ``imagecodecs.lzf_decode``;
+- hdf5plugin's Blosc (32001), LZ4 (32004, HDF5's block framing) and Zstandard
+  (32015): ``imagecodecs.blosc_decode``, ``lz4h5_decode``, ``zstd_decode``.
+
+szip, nbit, scaleoffset and other plugins (bitshuffle, ...) are unsupported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from typing import Any
+
+import h5py
+import imagecodecs
+import numcodecs
+import numpy as np
+from h5py import h5d
+
+from ..errors import CorruptFileError, UnsupportedError
+from .chunkmap import build_slab_indices_and_offsets, version_dataset_layout
+from .hashing import chunk_hash
+from .hashtable import hash_table_path
+
+__all__ = ["ChunkManifest", "resolve_manifest", "DECODED_FILTERS"]
+
+
+def _fletcher32(data: memoryview, cd: tuple, size: int) -> memoryview:
+    """Check and strip HDF5's Fletcher-32 checksum (H5Zfletcher32.c: 4 bytes, little-endian, at the end).
+
+    Raises
+    ------
+    ValueError
+        Fewer than 4 bytes, or neither the sum nor its half-swapped form (HDF5 < 1.6.3) matches.
+    """
+    if len(data) < 4:
+        raise ValueError("shorter than its 4-byte Fletcher-32 checksum")
+    stored = int.from_bytes(data[-4:], "little")
+    computed = imagecodecs.h5checksum_fletcher32(data[:-4])
+    swapped = ((computed & 0x00FF00FF) << 8) | ((computed >> 8) & 0x00FF00FF)
+    if stored not in (computed, swapped):
+        raise ValueError(f"Fletcher-32 checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")
+    return data[:-4]
+
+
+#: HDF5 filter id -> ``decode(data, cd_values, size)``; ``size``: the bytes it decodes to,
+#: exact when only fletcher32 precedes a compressor in the pipeline (as h5py orders them).
+DECODED_FILTERS = {
+    h5py.h5z.FILTER_DEFLATE: lambda data, cd, size: imagecodecs.deflate_decode(data, out=size),
+    h5py.h5z.FILTER_SHUFFLE: lambda data, cd, size: numcodecs.Shuffle(cd[0] if cd else 1).decode(data),
+    h5py.h5z.FILTER_FLETCHER32: _fletcher32,
+    32000: lambda data, cd, size: imagecodecs.lzf_decode(data, out=size),  # h5py's LZF
+    32001: lambda data, cd, size: imagecodecs.blosc_decode(data),  # hdf5plugin's Blosc
+    32004: lambda data, cd, size: imagecodecs.lz4h5_decode(data),  # hdf5plugin's LZ4
+    32015: lambda data, cd, size: imagecodecs.zstd_decode(data),  # hdf5plugin's Zstandard
+}
+
+# Finding chunk addresses, in units of one chunk of raw_data walked (HDF5 2.0 through h5py):
+# H5Dget_chunk_info_by_coord walks the chunk index up to the chunk asked for, costing
+# _LOOKUP_START plus its position; H5Dchunk_iter visits every chunk of raw_data (every
+# version's) at _ITER_COST each.
+_LOOKUP_START, _ITER_COST = 90, 58
+
+
+def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False) -> ChunkManifest:
+    """Resolve one versioned dataset of one version into a :class:`ChunkManifest`.
+
+    Parameters
+    ----------
+    vds : h5py.Dataset
+        A version's virtual dataset (``_version_data/versions/<v>/<name>``,
+        with the format's ``chunks`` and ``raw_data`` attributes) in a file
+        opened freshly, with the default ``sec2`` or the ``stdio`` driver, so
+        that every chunk it maps is on disk.
+    verify : bool
+        Also record each stored chunk's SHA-256 digest from the hash table,
+        and make :meth:`ChunkManifest.read` check every chunk it reads by
+        default.
+
+    Returns
+    -------
+    ChunkManifest
+        With ``supported`` False (and ``reason``) when the chunks cannot be
+        decoded without libhdf5: read ``vds`` through h5py then.
+
+    Raises
+    ------
+    TypeError
+        ``vds`` is not an h5py dataset.
+    xarray_vhdf5.errors.IncompatibleDataError
+        ``vds`` lacks the format's ``chunks``/``raw_data`` attributes.
+    xarray_vhdf5.errors.CorruptFileError
+        The raw_data ``vds`` names is missing, a mapping reads points past
+        its end, or (``verify``) a mapped raw_data chunk has no row in the
+        hash table.
+    """
+    if not isinstance(vds, h5py.Dataset):
+        raise TypeError(f"vds must be an h5py.Dataset, got {type(vds).__name__}")
+    path = os.path.abspath(vds.file.filename)
+    chunks, raw_path = version_dataset_layout(vds)
+    raw = vds.file.get(raw_path)
+    if not isinstance(raw, h5py.Dataset):
+        raise CorruptFileError(f"{path}: dataset {vds.name} names raw_data {raw_path}, which is missing",
+                               path=path)
+    shape, dtype = vds.shape, vds.dtype
+    grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
+    dcpl = raw.id.get_create_plist()
+    pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
+    filters = tuple(tuple(f[:3]) for f in pipeline)
+    names = tuple(f[3].decode(errors="replace").split(";")[0].strip() or str(f[0]) for f in pipeline)
+    reasons = _unsupported(vds, raw, dcpl, chunks, filters, names)
+    fills = [np.zeros((), dtype) if dtype.hasobject else np.asarray(d.fillvalue, dtype) for d in (vds, raw)]
+    try:
+        indices, offsets = build_slab_indices_and_offsets(vds, shape, chunks, raw)
+    except ValueError as exc:  # mappings libhdf5 reads but raw_data's chunks cannot express
+        reasons.append(str(exc))
+        indices, offsets = np.zeros(grid, np.intp), np.zeros(grid, np.uint64)
+    mapped = np.flatnonzero(indices)
+    starts = offsets.reshape(-1)[mapped].astype(np.int64)
+    rows, inverse = np.unique(starts, return_inverse=True)
+    slots = np.full(grid, -1, np.int32)
+    slots.reshape(-1)[mapped] = inverse
+    if np.any(rows % chunks[0]):
+        reasons.append("a mapping starts inside a raw_data chunk")
+    coords = np.unravel_index(mapped, grid)
+    ends = [np.minimum(c, n - k * c) for k, c, n in zip(coords, chunks, shape)]  # points mapped, per axis
+    ends[0] = ends[0] + starts
+    for axis, (end, size) in enumerate(zip(ends, raw.shape)):
+        if end.size and int(end.max()) > size:
+            j = int(np.argmax(end))
+            raise CorruptFileError(
+                f"{path}: dataset {vds.name} maps chunk {tuple(int(k[j]) for k in coords)} to raw_data up "
+                f"to point {int(end[j])} along axis {axis}, past the end of {raw_path} (shape {raw.shape})",
+                path=path)
+    addr, nbytes, masks = _chunk_addresses(raw, rows, chunks[0])
+    if not reasons and vds.file.userblock_size and rows.size and nbytes[0]:
+        # chunk addresses count the user block (HDF5 2.0); check one against libhdf5
+        with open(path, "rb") as fh:
+            fh.seek(int(addr[0]))
+            stored = raw.id.read_direct_chunk((int(rows[0]),) + (0,) * (len(chunks) - 1))[1]
+            if fh.read(int(nbytes[0])) != stored:
+                reasons.append("chunk addresses do not count the file's user block")
+    return ChunkManifest(
+        path=path, name=vds.name, raw_data=raw_path, shape=shape, chunks=chunks, dtype=dtype,
+        fillvalue=fills[0], raw_fillvalue=fills[1], filters=filters, filter_names=names, slots=slots,
+        rows=rows.astype(np.uint64), offsets=addr, nbytes=nbytes, filter_masks=masks,
+        digests=_digests(raw, rows, path, vds.name) if verify else None,
+        verify=verify, reason="; ".join(reasons) or None,
+    )
+
+
+def _unsupported(
+    vds: h5py.Dataset, raw: h5py.Dataset, dcpl, chunks: tuple, filters: tuple, names: tuple
+) -> list[str]:
+    """Why the chunks of ``vds`` cannot be read without libhdf5 (empty: they can)."""
+    reasons = []
+    if vds.file.driver not in ("sec2", "stdio"):
+        reasons.append(f"the file is opened with the {vds.file.driver!r} driver, not read from its path")
+    if vds.dtype.hasobject:
+        reasons.append(f"dtype {vds.dtype} holds variable-length data (references into HDF5's global heap)")
+    elif vds.dtype.subdtype is not None or raw.dtype != vds.dtype:
+        reasons.append(f"the virtual dataset's dtype {vds.dtype} is converted from raw_data's {raw.dtype}")
+    if raw.chunks != chunks:
+        reasons.append(f"raw_data's HDF5 chunks {raw.chunks} are not the dataset's chunks")
+    reasons += [f"filter {name} (id {f[0]}) has no decoder here"
+                for f, name in zip(filters, names) if f[0] not in DECODED_FILTERS]
+    # h5py keeps the virtual dataset's creation property list (a new copy holds every mapping)
+    vds_dcpl = getattr(vds, "_dcpl", None) or vds.id.get_create_plist()
+    for which, plist in (("virtual dataset", vds_dcpl), ("raw_data", dcpl)):
+        if plist.fill_value_defined() == h5d.FILL_VALUE_UNDEFINED:
+            reasons.append(f"the {which} has no fill value (libhdf5 leaves unwritten points unset)")
+    return reasons
+
+
+def _chunk_addresses(raw: h5py.Dataset, rows: np.ndarray, rows_per_chunk: int) -> tuple[np.ndarray, ...]:
+    """``(file offset, size, filter mask)`` of the raw_data chunks starting at ``rows`` (points).
+
+    Three arrays of shape ``rows.shape``: uint64 offset and size in bytes
+    (size 0: the chunk was never allocated), uint32 HDF5 filter mask.
+    """
+    n = rows.size
+    addr, nbytes, masks = np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.uint32)
+    ndim = len(raw.shape)
+    total = -(-raw.shape[0] // rows_per_chunk)
+    if int(np.sum(rows // rows_per_chunk + _LOOKUP_START)) < _ITER_COST * total:
+        for i, row in enumerate(rows.tolist()):
+            info = raw.id.get_chunk_info_by_coord((row,) + (0,) * (ndim - 1))
+            if info.byte_offset is not None:
+                addr[i], nbytes[i], masks[i] = info.byte_offset, info.size, info.filter_mask
+        return addr, nbytes, masks
+    where = np.full(total, -1, np.intp)
+    where[rows // rows_per_chunk] = np.arange(n)
+
+    def visit(info):
+        offset = info.chunk_offset
+        if not any(offset[1:]) and offset[0] // rows_per_chunk < total:
+            i = where[offset[0] // rows_per_chunk]
+            if i >= 0:
+                addr[i], nbytes[i], masks[i] = info.byte_offset, info.size, info.filter_mask
+
+    raw.id.chunk_iter(visit)
+    return addr, nbytes, masks
+
+
+def _digests(raw: h5py.Dataset, rows: np.ndarray, path: str, name: str) -> np.ndarray:
+    """The hash table's SHA-256 digest of each raw_data chunk starting at ``rows``: uint8, ``(n, 32)``."""
+    table = raw.file[hash_table_path(raw).decode()]
+    entries = table[: int(table.attrs.get("largest_index", 0))]
+    starts = entries["shape"][:, 0]
+    order = np.argsort(starts, kind="stable")
+    at = np.minimum(np.searchsorted(starts, rows, sorter=order), max(len(order) - 1, 0))
+    found = order[at] if len(order) else np.zeros(0, np.intp)
+    missing = np.flatnonzero(starts[found] != rows) if len(order) else np.arange(rows.size)
+    if missing.size:
+        raise CorruptFileError(
+            f"{path}: dataset {name} maps raw_data rows {int(rows[missing[0]])}.. which have no entry in "
+            f"{table.name}: their chunks cannot be verified", path=path)
+    return np.ascontiguousarray(entries["hash"][found], dtype=np.uint8)
+
+
+def _normalize(key: Any, shape: tuple[int, ...]) -> list[tuple[np.ndarray, bool]]:
+    """Per axis, the points selected (intp, in output order) and whether the axis is kept."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    at = next((i for i, k in enumerate(key) if k is Ellipsis), None)
+    if at is not None:
+        key = key[:at] + (slice(None),) * (len(shape) - len(key) + 1) + key[at + 1:]
+    if len(key) > len(shape):
+        raise IndexError(f"too many indices: {len(key)} for {len(shape)} dimensions")
+    key = key + (slice(None),) * (len(shape) - len(key))
+    out, arrays = [], 0
+    for axis, (k, n) in enumerate(zip(key, shape)):
+        if isinstance(k, slice):
+            out.append((np.arange(*k.indices(n), dtype=np.intp), True))
+            continue
+        arr = np.asarray(k)
+        if arr.dtype == bool and arr.ndim == 1:
+            if arr.size != n:
+                raise IndexError(f"boolean index of length {arr.size} for axis {axis} of length {n}")
+            arr = np.flatnonzero(arr)
+        if arr.dtype.kind not in "iu" or arr.ndim > 1:
+            raise IndexError(
+                f"axis {axis}: only integers, slices, '...' and 1-d integer arrays are valid, got {k!r}")
+        if arr.ndim == 1:
+            arrays += 1
+        if arrays > 1:
+            raise IndexError("at most one axis may be indexed by an array (outer indexing, one vector)")
+        if arr.size and (arr.min() < -n or arr.max() >= n):
+            raise IndexError(f"index out of bounds for axis {axis} of size {n}")
+        out.append((np.where(arr < 0, arr + n, arr).astype(np.intp).reshape(-1), arr.ndim == 1))
+    return out
+
+
+def _as_slice(idx: np.ndarray) -> slice | np.ndarray:
+    """``idx`` as an equivalent slice when it is an arithmetic progression of nonzero step, else itself."""
+    if idx.size == 1:
+        return slice(int(idx[0]), int(idx[0]) + 1)
+    step = int(idx[1] - idx[0])
+    if step == 0 or np.any(np.diff(idx) != step):
+        return idx
+    stop = int(idx[-1]) + step
+    return slice(int(idx[0]), stop if stop >= 0 else None, step)
+
+
+def _axis_groups(idx: np.ndarray, chunk: int) -> list[tuple[int, Any, Any]]:
+    """``(chunk number, output positions, points within the chunk)`` per chunk the points touch."""
+    number = idx // chunk
+    order = np.argsort(number, kind="stable")
+    cuts = np.flatnonzero(np.diff(number[order])) + 1
+    groups = []
+    for pos in np.split(order, cuts) if idx.size else []:
+        k = int(number[pos[0]])
+        groups.append((k, _as_slice(pos), _as_slice(idx[pos] - k * chunk)))
+    return groups
+
+
+class ChunkManifest:
+    """Where every chunk of one version's dataset lies in its file, as immutable byte ranges.
+
+    Made by :func:`resolve_manifest`; not meant to be constructed directly.
+    Holds no HDF5 object and no open file while pickled: the file descriptor
+    :meth:`read` needs is opened lazily from ``path`` (again after unpickling
+    or in a forked process).
+
+    Attributes
+    ----------
+    path : str
+        Absolute path of the HDF5 file.
+    name, raw_data : str
+        Absolute HDF5 paths of the virtual dataset and of its raw_data.
+    shape, chunks : tuple of int
+        The dataset's shape and chunk shape, in points.
+    dtype : numpy.dtype
+        The dataset's dtype.
+    fillvalue, raw_fillvalue : numpy.ndarray, 0-d
+        What unmapped chunks read as (the virtual dataset's fill value) and
+        what mapped but unallocated raw_data chunks read as (raw_data's), as
+        libhdf5 reads them.
+    filters : tuple of (int, int, tuple)
+        raw_data's filter pipeline in HDF5 order: ``(filter id, flags, cd_values)``.
+    slots : numpy.ndarray of int32, shape ``ceil(shape / chunks)``
+        Per virtual chunk, its stored chunk (index into the arrays below), -1 unmapped.
+    rows, offsets, nbytes : numpy.ndarray of uint64, shape ``(n,)``
+        Per stored chunk: its first row of raw_data (points), its file offset
+        and its stored size (bytes; 0: never allocated, reads as ``raw_fillvalue``).
+    filter_masks : numpy.ndarray of uint32, shape ``(n,)``
+        Per stored chunk, HDF5's filter mask (bit ``i``: filter ``i`` skipped).
+    digests : numpy.ndarray of uint8, shape ``(n, 32)``, or None
+        Per stored chunk, its SHA-256 digest from the hash table (``verify``).
+    supported : bool
+        Whether :meth:`read` can decode the chunks; ``reason`` says why not.
+    """
+
+    def __init__(self, *, path, name, raw_data, shape, chunks, dtype, fillvalue, raw_fillvalue, filters,
+                 filter_names, slots, rows, offsets, nbytes, filter_masks, digests, verify, reason):
+        self.path, self.name, self.raw_data = path, name, raw_data
+        self.shape, self.chunks, self.dtype = tuple(shape), tuple(chunks), np.dtype(dtype)
+        self.fillvalue, self.raw_fillvalue = fillvalue, raw_fillvalue
+        self.filters, self.filter_names = filters, filter_names
+        self.slots, self.rows, self.offsets, self.nbytes = slots, rows, offsets, nbytes
+        self.filter_masks, self.digests, self.verify, self.reason = filter_masks, digests, verify, reason
+        self._fd, self._pid, self._lock = None, None, threading.Lock()
+
+    supported = property(lambda self: self.reason is None, doc="Whether :meth:`read` can decode the chunks.")
+    ndim = property(lambda self: len(self.shape), doc="Number of axes.")
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_fd", "_pid", "_lock")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._fd, self._pid, self._lock = None, None, threading.Lock()
+
+    def _descriptor(self) -> int:
+        with self._lock:
+            if self._fd is None or self._pid != os.getpid():
+                if self._fd is not None:  # inherited through fork: the child's own copy
+                    os.close(self._fd)
+                self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                self._pid = os.getpid()
+            return self._fd
+
+    def close(self) -> None:
+        """Close the file descriptor, if open (a later :meth:`read` reopens it)."""
+        with self._lock:
+            if self._fd is not None and self._pid == os.getpid():
+                os.close(self._fd)
+            self._fd = None
+
+    def __del__(self):
+        if getattr(self, "_lock", None) is not None:
+            try:
+                self.close()
+            except OSError:  # already closed by someone else; nothing left to release
+                pass
+
+    def __repr__(self) -> str:
+        filters = "+".join(self.filter_names) or "none"
+        status = "supported" if self.supported else f"unsupported: {self.reason}"
+        mapped = int(np.count_nonzero(self.slots >= 0))
+        return (f"<ChunkManifest {self.name} in {self.path}: shape {self.shape} {self.dtype}, "
+                f"chunks {self.chunks}, {mapped} of {self.slots.size} chunks mapped ({self.rows.size} "
+                f"stored, {int(self.nbytes.sum())} bytes on disk), filters {filters}, {status}>")
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        """``self.read(key)``, so a manifest can back ``dask.array.from_array``."""
+        return self.read(key)
+
+    def _fail(self, slot: int, where: tuple, what: str) -> CorruptFileError:
+        row, off, n = int(self.rows[slot]), int(self.offsets[slot]), int(self.nbytes[slot])
+        return CorruptFileError(
+            f"{self.path}: dataset {self.name}, chunk {where} (raw_data {self.raw_data} rows "
+            f"{row}:{row + self.chunks[0]}, bytes {off}:{off + n} of the file): {what}", path=self.path)
+
+    def _chunk(self, slot: int, where: tuple) -> np.ndarray:
+        """Stored chunk ``slot`` (mapped at virtual chunk ``where``), decoded, of shape ``chunks``."""
+        n = int(self.nbytes[slot])
+        if n == 0:
+            return np.broadcast_to(self.raw_fillvalue, self.chunks)
+        data = os.pread(self._descriptor(), n, int(self.offsets[slot]))
+        if len(data) < n:
+            raise self._fail(slot, where, f"the file ends {len(data)} bytes into the chunk (truncated)")
+        size = self.dtype.itemsize * int(np.prod(self.chunks))
+        sizes = [size]  # sizes[i]: bytes out of decoding filter i (into filter i at write time)
+        for i, (fid, _, _) in enumerate(self.filters[:-1]):
+            applied = not (int(self.filter_masks[slot]) >> i) & 1
+            sizes.append(sizes[-1] + (4 if applied and fid == h5py.h5z.FILTER_FLETCHER32 else 0))
+        data = memoryview(data)
+        for i in reversed(range(len(self.filters))):
+            if (int(self.filter_masks[slot]) >> i) & 1:
+                continue
+            fid, _, cd = self.filters[i]
+            try:
+                data = memoryview(DECODED_FILTERS[fid](data, cd, sizes[i])).cast("B")
+            except Exception as exc:  # every codec library raises its own class
+                raise self._fail(slot, where, f"filter {self.filter_names[i]} failed: {exc}") from exc
+        if data.nbytes != size:
+            raise self._fail(slot, where, f"decoded to {data.nbytes} bytes, expected {size}")
+        return np.frombuffer(data, self.dtype).reshape(self.chunks)
+
+    def read(self, key: Any = (), verify: bool | None = None) -> np.ndarray:
+        """Read the points ``key`` selects, decoding only the chunks it touches.
+
+        Parameters
+        ----------
+        key : tuple
+            Per axis an int (the axis is dropped), a slice of any step, or a
+            1-d integer (or boolean) array; at most one array (xarray's
+            ``OUTER_1VECTOR``: each axis indexed on its own, as h5py does);
+            ``...`` stands for the axes not given, missing trailing axes are
+            whole. Negative ints count from the end.
+        verify : bool, optional
+            Re-hash every chunk read (:func:`~xarray_vhdf5.backend.hashing.chunk_hash`
+            of the chunk trimmed to the dataset's shape, the format's rule) and
+            compare with the hash table's digest. Default: ``self.verify``.
+
+        Returns
+        -------
+        numpy.ndarray
+            Of ``dtype``, a new array; one axis per entry of ``key`` that is
+            not an int, as long as its selection (possibly 0); 0-d when every
+            axis is an int (h5py returns a numpy scalar there).
+
+        Raises
+        ------
+        IndexError
+            An index out of bounds, more than one array, or an unsupported kind of index.
+        ValueError
+            ``verify`` without digests (resolved with ``verify=False``).
+        xarray_vhdf5.errors.UnsupportedError
+            ``supported`` is False: read through h5py instead.
+        xarray_vhdf5.errors.CorruptFileError
+            A chunk past the end of the file, failing to decode (including a
+            Fletcher-32 mismatch), of the wrong size, or (``verify``) whose
+            digest differs from the hash table's.
+        OSError
+            The file cannot be opened or read.
+        """
+        if not self.supported:
+            raise UnsupportedError(
+                f"{self.name} in {self.path} cannot be read without libhdf5 (read it through h5py): "
+                f"{self.reason}")
+        verify = self.verify if verify is None else verify
+        if verify and self.digests is None:
+            raise ValueError("verify needs the hash table's digests: resolve the manifest with verify=True")
+        axes = _normalize(key, self.shape)
+        final = tuple(idx.size for idx, kept in axes if kept)
+        out = np.empty(tuple(idx.size for idx, _ in axes), self.dtype)
+        if out.size == 0:
+            return out.reshape(final)
+        groups = [_axis_groups(idx, c) for (idx, _), c in zip(axes, self.chunks)]
+        touched = list(itertools.product(*groups))
+        slots = [int(self.slots[tuple(k for k, _, _ in parts)]) for parts in touched]
+        remaining: dict[int, int] = {}
+        for s in slots:
+            remaining[s] = remaining.get(s, 0) + 1
+        decoded: dict[int, np.ndarray] = {}
+        verified: set[tuple] = set()
+        for parts, slot in zip(touched, slots):
+            target = tuple(o for _, o, _ in parts)
+            if slot < 0:
+                out[target] = self.fillvalue
+                continue
+            where = tuple(k for k, _, _ in parts)
+            data = decoded.get(slot)
+            if data is None:
+                data = self._chunk(slot, where)
+            extent = tuple(min(c, n - k * c) for k, c, n in zip(where, self.chunks, self.shape))
+            if verify and (slot, extent) not in verified:  # the format hashes chunks trimmed to the dataset
+                trimmed = np.ascontiguousarray(data[tuple(map(slice, extent))])
+                if chunk_hash(trimmed) != self.digests[slot].tobytes():
+                    raise self._fail(slot, where, "its SHA-256 differs from the hash table's digest")
+                verified.add((slot, extent))
+            remaining[slot] -= 1
+            if remaining[slot]:
+                decoded[slot] = data
+            else:
+                decoded.pop(slot, None)
+            out[target] = data[tuple(i for _, _, i in parts)]
+        return out.reshape(final)
