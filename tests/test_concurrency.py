@@ -21,7 +21,7 @@ import pytest
 import xarray as xr
 
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.errors import FileBusyError, StaleVersionError
+from xarray_vhdf5.errors import CorruptFileError, FileBusyError, StaleVersionError
 from xarray_vhdf5.versions import generation
 from xarray_vhdf5.versions.locking import file_locks
 from xarray_vhdf5.versions.mutation import open_for_writing
@@ -245,3 +245,65 @@ def test_killed_with_the_file_held_open_keeps_every_returned_commit(tmp_path):
     with h5py.File(p, "a") as f:  # and the next commit works
         with VersionedHDF5File(f).stage_version("c") as g:
             g["x"][3] = 3.5
+
+
+_COMMIT_LOOP = """
+import sys, h5py, numpy as np
+from xarray_vhdf5 import VersionedHDF5File
+path, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    with h5py.File(path, "a") as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version(f"w{i}") as g:
+            g["x"][i % 100] = 1000.0 + i
+print("done", flush=True)
+"""
+
+
+def test_an_open_dataset_never_blocks_a_writer_and_keeps_its_version(tmp_path):
+    """Issue 17: a notebook holding xr.open_dataset(engine='vhdf5') made every commit fail."""
+    p = str(tmp_path / "f.h5")
+    _make(p)
+    ds = xr.open_dataset(p, engine="vhdf5", chunks={})  # lazy, dask
+    before = ds["x"].values.copy()
+    run = subprocess.run([sys.executable, "-c", _COMMIT_LOOP, p, "5"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_array_equal(ds["x"].values, before)  # still its version
+    latest = xr.open_dataset(p, engine="vhdf5")
+    assert latest["x"].values[4] == 1004.0
+    ds.close()
+    latest.close()
+
+
+def test_a_dataset_survives_a_deletion_and_a_deleted_version_says_so(tmp_path):
+    p = str(tmp_path / "f.h5")
+    _make(p, 6)
+    keep = xr.open_dataset(p, engine="vhdf5", version="v5")
+    gone = xr.open_dataset(p, engine="vhdf5", version="v3")
+    expected = keep["x"].values.copy()
+    with h5py.File(p, "a") as f:
+        VersionedHDF5File(f).delete_versions(["v1", "v3", "v4"])  # chunks move
+    np.testing.assert_array_equal(keep["x"].values, expected)
+    with pytest.raises(KeyError, match="was deleted while a Dataset read from it was open"):
+        gone["x"].values
+    keep.close()
+    gone.close()
+
+
+def test_verify_detects_a_chunk_changed_on_disk(tmp_path):
+    p = str(tmp_path / "f.h5")
+    with h5py.File(p, "w") as f:
+        with VersionedHDF5File(f).stage_version("v0") as g:
+            g.create_dataset("x", data=np.arange(100.0), chunks=(10,))
+        raw = f["_version_data/x/raw_data"]
+        offset = raw.id.get_chunk_info(0).byte_offset
+    with open(p, "r+b") as fh:  # one float of the first chunk, still a valid float
+        fh.seek(offset + 8)
+        fh.write(np.float64(7.0).tobytes())
+    plain = xr.open_dataset(p, engine="vhdf5")
+    assert plain["x"].values[1] == 7.0  # read as stored: only the hash can tell
+    plain.close()
+    checked = xr.open_dataset(p, engine="vhdf5", verify=True)
+    with pytest.raises(CorruptFileError, match="x"):
+        checked["x"].values
+    checked.close()

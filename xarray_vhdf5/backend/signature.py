@@ -102,6 +102,20 @@ def not_hdf5_error(filename_or_obj, *, hint: str = "") -> NotHDF5Error | None:
     return NotHDF5Error(f"{message}: {hint}" if hint else message)
 
 
+def _open_matching_locking(path: str, mode: str, locking) -> h5py.File:
+    # libhdf5 opens a file once per process and refuses a second open whose locking
+    # settings differ from the first's: then take the settings of the handle this
+    # process already holds (its lock, if any, is already taken).
+    *others, last = [locking] + [c for c in (False, None, True, "best-effort") if c != locking]
+    for choice in others:
+        try:
+            return h5py.File(path, mode, locking=choice)
+        except OSError as exc:
+            if "flag values don't match" not in str(exc):
+                raise
+    return h5py.File(path, mode, locking=last)
+
+
 def open_h5file(path: str | os.PathLike, mode: str, *, hint: str = "", locking: bool | None = None) -> h5py.File:
     """``h5py.File(path, mode)``, with a :class:`NotHDF5Error` for a file that is not HDF5.
 
@@ -115,6 +129,8 @@ def open_h5file(path: str | os.PathLike, mode: str, *, hint: str = "", locking: 
         What to do instead, appended to the message (see :func:`not_hdf5_error`).
     locking : bool or None
         h5py's ``locking``: libhdf5's whole-file lock (None: h5py's default, on).
+        When this process already has the file open with the other setting,
+        libhdf5 refuses a second value: the file is then opened with that one.
 
     Raises
     ------
@@ -124,7 +140,7 @@ def open_h5file(path: str | os.PathLike, mode: str, *, hint: str = "", locking: 
         h5py's, for any other failure (missing with mode ``"r"``, unreadable, damaged).
     """
     try:
-        return h5py.File(os.fspath(path), mode, locking=locking)
+        return _open_matching_locking(os.fspath(path), mode, locking)
     except BlockingIOError:  # libhdf5's lock: the file is HDF5, and busy
         raise
     except OSError as exc:

@@ -20,7 +20,7 @@ import h5py
 import xarray as xr
 
 from ..versions.registry import VersionKey
-from .engine import _open_file, _source, acquire_file, group_dataset, open_version_group
+from .engine import _open_file, _source, group_dataset, open_version_group, opened
 
 __all__ = ["open_datatree", "open_groups_as_dict"]
 
@@ -72,12 +72,12 @@ def open_groups_as_dict(
     manager = _open_file(filename_or_obj)
     source = _source(filename_or_obj)
     try:
-        f = acquire_file(manager, filename_or_obj)
-        name, root = open_version_group(f, version, group)
-        groups = {
-            path: group_dataset(manager, name, grp, source, drop_variables, decoders)
-            for path, grp in _walk_groups(root)
-        }
+        with opened(manager, filename_or_obj) as f:
+            name, root = open_version_group(f, version, group)
+            groups = {
+                path: group_dataset(manager, name, grp, source, drop_variables, decoders)
+                for path, grp in _walk_groups(root)
+            }
     except BaseException:
         manager.close()
         raise

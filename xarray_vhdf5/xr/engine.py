@@ -8,21 +8,23 @@ CF decoding to :func:`xarray.conventions.decode_cf_variables`, so
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import h5py
 import numpy as np
 import xarray as xr
-from xarray.backends import BackendEntrypoint, CachingFileManager
+from xarray.backends import BackendArray, BackendEntrypoint, CachingFileManager
 from xarray.core import indexing
 
 from ..backend.layout import version_path as root_path
+from ..backend.manifest import resolve_manifest
 from ..backend.signature import not_hdf5_error
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
-from .array import VersionedBackendArray
+from .array import HandleBackendArray, ManifestBackendArray, PathSource, VersionedBackendArray
 from .names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "acquire_file",
     "close_read_handles",
     "group_dataset",
+    "opened",
     "open_version_group",
     "register_read_handle",
 ]
@@ -41,12 +44,17 @@ _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _MANAGERS: dict[str, weakref.WeakSet] = {}
 
 
-def _open_file(filename_or_obj) -> CachingFileManager:
+_NOT_HDF5_HINT = (
+    "engine='vhdf5' reads versioned HDF5 files; open this file with another engine "
+    "(engine='scipy' or 'netcdf4' for netCDF-3), and commit it as a version with "
+    "ds.vhdf5.commit(version, path=...) to start a version history"
+)
+
+
+def _open_file(filename_or_obj, verify: bool = False) -> PathSource | CachingFileManager:
+    """A :class:`PathSource` for a path (nothing held open), a ``CachingFileManager`` for a file object."""
     if isinstance(filename_or_obj, (str, os.PathLike)):
-        path = os.fspath(filename_or_obj)
-        manager = CachingFileManager(h5py.File, path, mode="r")
-        register_read_handle(path, manager)
-        return manager
+        return PathSource(os.path.abspath(os.fspath(filename_or_obj)), verify=verify)
     if hasattr(filename_or_obj, "read") and hasattr(filename_or_obj, "seek"):
         # File-like objects (h5py's fileobj driver); not picklable for dask workers.
         return CachingFileManager(h5py.File, filename_or_obj, mode="r")
@@ -70,15 +78,27 @@ def acquire_file(manager: CachingFileManager, filename_or_obj) -> h5py.File:
     try:
         return manager.acquire()
     except OSError as exc:
-        error = not_hdf5_error(
-            filename_or_obj,
-            hint="engine='vhdf5' reads versioned HDF5 files; open this file with another engine "
-            "(engine='scipy' or 'netcdf4' for netCDF-3), and commit it as a version with "
-            "ds.vhdf5.commit(version, path=...) to start a version history",
-        )
+        error = not_hdf5_error(filename_or_obj, hint=_NOT_HDF5_HINT)
         if error is None:
             raise
         raise error from exc
+
+
+@contextlib.contextmanager
+def opened(source: PathSource | CachingFileManager, filename_or_obj) -> Iterator[h5py.File]:
+    """The file of ``source`` while a version is resolved (see :func:`_open_file`).
+
+    A :class:`PathSource` gives a fresh read-only handle under the file's lock,
+    closed at the end; a ``CachingFileManager`` its cached handle, left open
+    for the arrays (closed with the Dataset). Raises as :func:`acquire_file`,
+    and :class:`~xarray_vhdf5.errors.FileBusyError` when a writer held the file
+    past the reader's timeout.
+    """
+    if isinstance(source, PathSource):
+        with source.open(hint=_NOT_HDF5_HINT) as f:
+            yield f
+    else:
+        yield acquire_file(source, filename_or_obj)
 
 
 def register_read_handle(path: str | os.PathLike, handle) -> None:
@@ -130,7 +150,17 @@ def _groups(root: h5py.Group) -> list[str]:
     return found
 
 
-def _variable(manager, ds: h5py.Dataset, dims_by_size: dict) -> xr.Variable:
+def _backend_array(manager, version: str, ds: h5py.Dataset, shape, dtype, as_str: bool) -> BackendArray:
+    if not isinstance(manager, PathSource):
+        return VersionedBackendArray(manager, ds.name, shape, dtype, as_str)
+    if ds.dtype.kind != "O" and ds.is_virtual:
+        manifest = resolve_manifest(ds, verify=manager.verify)
+        if manifest.supported:
+            return ManifestBackendArray(manager, version, ds.name, manifest, shape)
+    return HandleBackendArray(manager, version, ds.name, shape, dtype, as_str)
+
+
+def _variable(manager, version: str, ds: h5py.Dataset, dims_by_size: dict) -> xr.Variable:
     attrs = visible_attrs(ds.attrs)
     dims = ds.attrs.get(DIMENSIONS_ATTR)
     if dims is None:
@@ -141,7 +171,7 @@ def _variable(manager, ds: h5py.Dataset, dims_by_size: dict) -> xr.Variable:
     as_str = string_info is not None and string_info.encoding == "utf-8" and ds.dtype.kind == "O"
     dtype = np.dtype(object) if ds.dtype.kind == "O" else ds.dtype
     shape = ds.shape if dims or ds.shape != (1,) else ()  # scalars are stored as one point
-    array = VersionedBackendArray(manager, ds.name, shape, dtype, as_str)
+    array = _backend_array(manager, version, ds, shape, dtype, as_str)
     data = indexing.LazilyIndexedArray(array)
     chunks = tuple(int(c) for c in ds.attrs["chunks"]) if "chunks" in ds.attrs else None
     encoding: dict[str, Any] = {"dtype": ds.dtype if ds.dtype.kind != "O" else str}
@@ -177,7 +207,7 @@ def group_dataset(
 
     Parameters
     ----------
-    manager : xarray.backends.CachingFileManager
+    manager : PathSource or xarray.backends.CachingFileManager
         Opens the file; the variables keep it (they pickle with it).
     version : str
         The resolved version name.
@@ -198,7 +228,7 @@ def group_dataset(
     """
     dims_by_size: dict = {}
     variables = {
-        key: _variable(manager, item, dims_by_size)
+        key: _variable(manager, version, item, dims_by_size)
         for key, item in grp.items()
         if isinstance(item, h5py.Dataset) and not is_netcdf_dimension_only(item)
     }
@@ -241,6 +271,7 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
         "decode_timedelta",
         "version",
         "group",
+        "verify",
     )
 
     def open_dataset(
@@ -256,6 +287,7 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
         decode_timedelta=None,
         version: VersionKey = None,
         group: str | None = None,
+        verify: bool = False,
     ) -> xr.Dataset:
         """Open ``version`` (default: the current one) of ``filename_or_obj`` lazily.
 
@@ -269,6 +301,12 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             latest before it.
         group : str, optional
             A group inside the version (default its root).
+        verify : bool
+            Re-hash every chunk as it is read (SHA-256, the format's rule) and
+            compare it with the hash table's digest: a chunk changed on disk
+            raises :class:`~xarray_vhdf5.errors.CorruptFileError` instead of
+            giving wrong values. Applies to variables read from their chunk
+            bytes (not to variable-length strings). Default False.
         drop_variables, mask_and_scale, decode_times, concat_characters, decode_coords, use_cftime, decode_timedelta
             As for every xarray engine (CF decoding by xarray).
 
@@ -291,8 +329,18 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             No such group in that version.
         TypeError
             ``filename_or_obj`` is neither a path nor a binary file object.
+        FileBusyError
+            A commit kept the file's metadata locked past the reader's timeout
+            (:mod:`~xarray_vhdf5.versions.locking`).
+
+        Notes
+        -----
+        Opened by path, the file is read through libhdf5 only while the version
+        is resolved, under the file's lock; variables then read their chunks'
+        bytes directly (:mod:`~xarray_vhdf5.backend.manifest`). A writer may
+        commit meanwhile: this Dataset keeps reading its version.
         """
-        manager = _open_file(filename_or_obj)
+        manager = _open_file(filename_or_obj, verify=verify)
         decoders = dict(
             mask_and_scale=mask_and_scale,
             decode_times=decode_times,
@@ -302,9 +350,9 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             decode_timedelta=decode_timedelta,
         )
         try:
-            f = acquire_file(manager, filename_or_obj)
-            name, grp = open_version_group(f, version, group)
-            ds = group_dataset(manager, name, grp, _source(filename_or_obj), drop_variables, decoders)
+            with opened(manager, filename_or_obj) as f:
+                name, grp = open_version_group(f, version, group)
+                ds = group_dataset(manager, name, grp, _source(filename_or_obj), drop_variables, decoders)
         except BaseException:
             manager.close()
             raise
@@ -375,7 +423,7 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             with open(filename_or_obj, "rb") as fh:
                 if fh.read(8) != _HDF5_MAGIC:
                     return False
-            with h5py.File(filename_or_obj, "r") as f:
+            with h5py.File(filename_or_obj, "r", locking=False) as f:
                 return is_versioned(f)
         except (OSError, ValueError):
             return False
