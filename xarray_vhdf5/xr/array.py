@@ -16,24 +16,15 @@ selection touches.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
-from collections.abc import Iterator
 
-import h5py
 import numpy as np
 from xarray.backends import BackendArray
 from xarray.core import indexing
 
-from ..backend.layout import versions_path
-from ..backend.manifest import resolve_manifest
-from ..backend.signature import open_h5file
-from ..errors import VersionNotFoundError
-from ..versions import generation
-from ..versions.locking import file_locks
+from ..versions.sharing import SharedFile, version_dataset
 
-__all__ = ["HandleBackendArray", "ManifestBackendArray", "PathSource", "VersionedBackendArray", "version_dataset"]
+__all__ = ["HandleBackendArray", "ManifestBackendArray", "VersionedBackendArray"]
 
 
 class VersionedBackendArray(BackendArray):
@@ -122,81 +113,12 @@ def _read_outer(source, key: tuple, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-class PathSource:
-    """A versioned file read by path: fresh read-only handles under the ``WRITE`` lock, shared.
-
-    The engine holds no HDF5 handle between reads. It resolves a version once,
-    under the file's lock (:meth:`open`), into one
-    :class:`~xarray_vhdf5.backend.manifest.ChunkManifest` per variable, and reads
-    chunk bytes afterwards without libhdf5, so a writer updating the file's
-    metadata in place never breaks a reader and a reader never blocks a
-    commit (:mod:`~xarray_vhdf5.versions.locking`). Pickles by value: dask
-    workers read the same way.
-
-    Parameters
-    ----------
-    path : str
-        The file.
-    verify : bool
-        Re-hash every chunk read and compare with the hash table (``open_dataset(verify=True)``).
-    """
-
-    def __init__(self, path: str, verify: bool = False):
-        self.path = path
-        self.verify = verify
-        self.offset: int | None = None  # of the file's counters (versions.generation)
-        self.moves = 0  # the moves counter when the version was resolved
-        self.stat: tuple[int, int] | None = None  # (mtime_ns, size) when resolved without counters
-
-    @contextlib.contextmanager
-    def open(self, hint: str = "") -> Iterator[h5py.File]:
-        """A fresh read-only handle (libhdf5's locking off) while the ``WRITE`` lock is held shared.
-
-        Raises
-        ------
-        FileBusyError
-            A writer held the file past the reader's timeout.
-        NotHDF5Error, OSError
-            As :func:`~xarray_vhdf5.backend.signature.open_h5file`.
-        """
-        locks = file_locks(self.path)
-        with locks.resolving():
-            f = open_h5file(self.path, "r", hint=hint, locking=False)
-            try:
-                self.offset = generation.locate(f)
-                self.moves = self._moves(locks)
-                if self.offset is None:
-                    st = os.stat(self.path)
-                    self.stat = (st.st_mtime_ns, st.st_size)
-                yield f
-            finally:
-                f.close()
-
-    def _moves(self, locks) -> int:
-        if self.offset is None:
-            return 0
-        return generation.read_at_bytes(locks.pread(16, self.offset).ljust(16, b"\0")).moves
-
-    def current(self, locks) -> bool:
-        """True while chunk addresses resolved by :meth:`open` are still valid (no chunk moved since)."""
-        if self.offset is None:
-            st = os.stat(self.path)  # counters created since? (a file we never wrote)
-            return (st.st_mtime_ns, st.st_size) == self.stat
-        return self._moves(locks) == self.moves
-
-    def close(self) -> None:
-        """Nothing is held between reads: nothing to close."""
-
-    def __getstate__(self) -> dict:
-        return dict(self.__dict__)
-
-
 class ManifestBackendArray(BackendArray):
     """A variable of one version, read from its chunk manifest without libhdf5.
 
     Parameters
     ----------
-    source : PathSource
+    source : SharedFile
         The file; resolves the version again when chunks moved (a deletion or
         ``modify_metadata`` since), under the file's lock.
     version : str
@@ -217,7 +139,7 @@ class ManifestBackendArray(BackendArray):
     :class:`~xarray_vhdf5.errors.VersionNotFoundError`.
     """
 
-    def __init__(self, source: PathSource, version: str, path: str, manifest, shape: tuple[int, ...]):
+    def __init__(self, source: SharedFile, version: str, path: str, manifest, shape: tuple[int, ...]):
         self.source = source
         self.version = version
         self.path = path
@@ -241,21 +163,7 @@ class ManifestBackendArray(BackendArray):
         )
 
     def _getitem(self, key: tuple) -> np.ndarray:
-        locks = file_locks(self.source.path)
-        while True:
-            manifest = self.manifest
-            with locks.reading_bytes():
-                if self.source.current(locks):
-                    if self.shape == ():
-                        return manifest.read((0,))
-                    return manifest.read(key)
-            self._resolve_again()
-
-    def _resolve_again(self) -> None:
-        with self._lock:
-            with self.source.open() as f:
-                vds = version_dataset(f, self.version, self.path)
-                self.manifest = resolve_manifest(vds, verify=self.source.verify)
+        return self.source.read(self, (0,) if self.shape == () else key)
 
 
 class HandleBackendArray(BackendArray):
@@ -264,11 +172,11 @@ class HandleBackendArray(BackendArray):
     For variable-length strings (their chunks hold global-heap references) and
     filters no codec library here decodes
     (:attr:`~xarray_vhdf5.backend.manifest.ChunkManifest.supported`). Each read
-    opens the file under the ``WRITE`` lock shared (:meth:`PathSource.open`), so
+    opens the file under the ``WRITE`` lock shared (:meth:`SharedFile.open`), so
     it never sees a commit half written; a commit waits for it.
     """
 
-    def __init__(self, source: PathSource, version: str, path: str, shape, dtype, as_str: bool):
+    def __init__(self, source: SharedFile, version: str, path: str, shape, dtype, as_str: bool):
         self.source = source
         self.version = version
         self.path = path
@@ -288,20 +196,3 @@ class HandleBackendArray(BackendArray):
             if self.shape == ():
                 return np.asarray(source[()]).reshape(())
             return _read_outer(source, key, self.shape)
-
-
-def version_dataset(f: h5py.File, version: str, path: str) -> h5py.Dataset:
-    """The dataset at ``path`` of ``f``, which must still be in ``version``.
-
-    Raises
-    ------
-    VersionNotFoundError
-        The version was deleted since the Dataset was opened.
-    """
-    versions = f.get(versions_path())
-    if versions is None or version not in versions or path not in f:
-        raise VersionNotFoundError(
-            f"{f.filename!r}: version {version!r} was deleted while a Dataset read from it was open; "
-            "open another version"
-        )
-    return f[path]

@@ -24,7 +24,8 @@ from ..backend.layout import version_path as root_path
 from ..backend.manifest import resolve_manifest
 from ..backend.signature import not_hdf5_error
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
-from .array import HandleBackendArray, ManifestBackendArray, PathSource, VersionedBackendArray
+from ..versions.sharing import SharedFile
+from .array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
 from .names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 
 __all__ = [
@@ -51,10 +52,10 @@ _NOT_HDF5_HINT = (
 )
 
 
-def _open_file(filename_or_obj, verify: bool = False) -> PathSource | CachingFileManager:
-    """A :class:`PathSource` for a path (nothing held open), a ``CachingFileManager`` for a file object."""
+def _open_file(filename_or_obj, verify: bool = False) -> SharedFile | CachingFileManager:
+    """A :class:`SharedFile` for a path (nothing held open), a ``CachingFileManager`` for a file object."""
     if isinstance(filename_or_obj, (str, os.PathLike)):
-        return PathSource(os.path.abspath(os.fspath(filename_or_obj)), verify=verify)
+        return SharedFile(os.path.abspath(os.fspath(filename_or_obj)), verify=verify)
     if hasattr(filename_or_obj, "read") and hasattr(filename_or_obj, "seek"):
         # File-like objects (h5py's fileobj driver); not picklable for dask workers.
         return CachingFileManager(h5py.File, filename_or_obj, mode="r")
@@ -85,16 +86,16 @@ def acquire_file(manager: CachingFileManager, filename_or_obj) -> h5py.File:
 
 
 @contextlib.contextmanager
-def opened(source: PathSource | CachingFileManager, filename_or_obj) -> Iterator[h5py.File]:
+def opened(source: SharedFile | CachingFileManager, filename_or_obj) -> Iterator[h5py.File]:
     """The file of ``source`` while a version is resolved (see :func:`_open_file`).
 
-    A :class:`PathSource` gives a fresh read-only handle under the file's lock,
+    A :class:`SharedFile` gives a fresh read-only handle under the file's lock,
     closed at the end; a ``CachingFileManager`` its cached handle, left open
     for the arrays (closed with the Dataset). Raises as :func:`acquire_file`,
     and :class:`~xarray_vhdf5.errors.FileBusyError` when a writer held the file
     past the reader's timeout.
     """
-    if isinstance(source, PathSource):
+    if isinstance(source, SharedFile):
         with source.open(hint=_NOT_HDF5_HINT) as f:
             yield f
     else:
@@ -151,7 +152,7 @@ def _groups(root: h5py.Group) -> list[str]:
 
 
 def _backend_array(manager, version: str, ds: h5py.Dataset, shape, dtype, as_str: bool) -> BackendArray:
-    if not isinstance(manager, PathSource):
+    if not isinstance(manager, SharedFile):
         return VersionedBackendArray(manager, ds.name, shape, dtype, as_str)
     if ds.dtype.kind != "O" and ds.is_virtual:
         manifest = resolve_manifest(ds, verify=manager.verify)
@@ -207,7 +208,7 @@ def group_dataset(
 
     Parameters
     ----------
-    manager : PathSource or xarray.backends.CachingFileManager
+    manager : SharedFile or xarray.backends.CachingFileManager
         Opens the file; the variables keep it (they pickle with it).
     version : str
         The resolved version name.

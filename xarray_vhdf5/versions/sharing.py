@@ -1,0 +1,150 @@
+"""Reading a versioned file that other processes write: :class:`SharedFile`.
+
+A reader resolves a version once under the file's ``WRITE`` lock, held
+shared, through a fresh read-only handle (libhdf5's locking off), then reads
+chunk bytes with no HDF5 handle open (:mod:`~xarray_vhdf5.backend.manifest`),
+checking the file's moves counter (:mod:`~xarray_vhdf5.versions.generation`)
+under the ``MOVE`` lock before each read and resolving again when chunks
+moved. See :mod:`~xarray_vhdf5.versions.locking` for the locks.
+
+Caveat (libhdf5): a process opens a file once; a second ``h5py.File`` of a
+file the process already holds open shares the first's metadata cache. A
+handle this process holds elsewhere that went stale (opened read-only with
+locking off before another process committed) makes the "fresh" handle stale
+too; the engine and :class:`SharedFile` hold none between reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import h5py
+import numpy as np
+
+from ..backend.layout import versions_path
+from ..backend.manifest import resolve_manifest
+from ..backend.signature import open_h5file
+from ..errors import VersionNotFoundError
+from . import generation
+from .locking import file_locks
+
+__all__ = ["SharedFile", "version_dataset"]
+
+
+class SharedFile:
+    """A versioned file read by path: fresh read-only handles under the ``WRITE`` lock, shared.
+
+    The engine holds no HDF5 handle between reads. It resolves a version once,
+    under the file's lock (:meth:`open`), into one
+    :class:`~xarray_vhdf5.backend.manifest.ChunkManifest` per variable, and reads
+    chunk bytes afterwards without libhdf5, so a writer updating the file's
+    metadata in place never breaks a reader and a reader never blocks a
+    commit (:mod:`~xarray_vhdf5.versions.locking`). Pickles by value: dask
+    workers read the same way.
+
+    Parameters
+    ----------
+    path : str
+        The file.
+    verify : bool
+        Re-hash every chunk read and compare with the hash table (``open_dataset(verify=True)``).
+    """
+
+    def __init__(self, path: str, verify: bool = False):
+        self.path = path
+        self.verify = verify
+        self.offset: int | None = None  # of the file's counters (versions.generation)
+        self.moves = 0  # the moves counter when the version was resolved
+        self.stat: tuple[int, int] | None = None  # (mtime_ns, size) when resolved without counters
+
+    @contextlib.contextmanager
+    def open(self, hint: str = "") -> Iterator[h5py.File]:
+        """A fresh read-only handle (libhdf5's locking off) while the ``WRITE`` lock is held shared.
+
+        Raises
+        ------
+        FileBusyError
+            A writer held the file past the reader's timeout.
+        NotHDF5Error, OSError
+            As :func:`~xarray_vhdf5.backend.signature.open_h5file`.
+        """
+        locks = file_locks(self.path)
+        with locks.resolving():
+            f = open_h5file(self.path, "r", hint=hint, locking=False)
+            try:
+                self.offset = generation.locate(f)
+                self.moves = self._moves(locks)
+                if self.offset is None:
+                    st = os.stat(self.path)
+                    self.stat = (st.st_mtime_ns, st.st_size)
+                yield f
+            finally:
+                f.close()
+
+    def _moves(self, locks) -> int:
+        if self.offset is None:
+            return 0
+        return generation.read_at_bytes(locks.pread(16, self.offset).ljust(16, b"\0")).moves
+
+    def current(self, locks) -> bool:
+        """True while chunk addresses resolved by :meth:`open` are still valid (no chunk moved since)."""
+        if self.offset is None:
+            st = os.stat(self.path)  # counters created since? (a file we never wrote)
+            return (st.st_mtime_ns, st.st_size) == self.stat
+        return self._moves(locks) == self.moves
+
+    def close(self) -> None:
+        """Nothing is held between reads: nothing to close."""
+
+    def read(self, holder, key: tuple) -> np.ndarray:
+        """``holder.manifest.read(key)``, resolved again first if chunks moved since.
+
+        ``holder`` has ``manifest`` (a :class:`~xarray_vhdf5.backend.manifest.ChunkManifest`),
+        ``version`` and ``path`` (of its virtual dataset) and ``_lock`` (a
+        ``threading.Lock``); its manifest is replaced when resolved again. The
+        ``MOVE`` lock is held shared while bytes are read and released before
+        resolving (which takes ``WRITE`` shared: a mover holds ``WRITE`` then
+        takes ``MOVE``, so a reader never holds ``MOVE`` while it waits for
+        ``WRITE``).
+
+        Raises
+        ------
+        VersionNotFoundError
+            The version was deleted since ``holder`` was made.
+        CorruptFileError
+            A chunk does not decode (or, verifying, its hash differs).
+        FileBusyError
+            A writer held the file past the reader's timeout.
+        """
+        locks = file_locks(self.path)
+        while True:
+            manifest = holder.manifest
+            with locks.reading_bytes():
+                if self.current(locks):
+                    return manifest.read(key)
+            with holder._lock:
+                with self.open() as f:
+                    holder.manifest = resolve_manifest(version_dataset(f, holder.version, holder.path),
+                                                       verify=self.verify)
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__)
+
+
+def version_dataset(f: h5py.File, version: str, path: str) -> h5py.Dataset:
+    """The dataset at ``path`` of ``f``, which must still be in ``version``.
+
+    Raises
+    ------
+    VersionNotFoundError
+        The version was deleted since the Dataset was opened.
+    """
+    versions = f.get(versions_path())
+    if versions is None or version not in versions or path not in f:
+        raise VersionNotFoundError(
+            f"{f.filename!r}: version {version!r} was deleted while a Dataset read from it was open; "
+            "open another version"
+        )
+    return f[path]
