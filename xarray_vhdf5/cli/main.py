@@ -11,6 +11,7 @@ import click
 
 from ..backend.signature import open_h5file
 from ..errors import VHDF5Error
+from .check import check
 from .diff import format_diff
 from .log import LOG_HELP
 
@@ -96,6 +97,9 @@ def diff(file: str, a: str, b: str, group: str | None, mappings_only: bool) -> N
         message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
         raise click.ClickException(str(message)) from None
     click.echo(format_diff(diffs.values(), a, b, attrs, values=not mappings_only))
+
+
+cli.add_command(check)
 
 
 def main() -> None:
