@@ -11,13 +11,16 @@ reads nothing more.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 
 import h5py
+from h5py import h5f
 
 from ..errors import NotHDF5Error
 
-__all__ = ["has_hdf5_signature", "not_hdf5_error", "open_h5file"]
+__all__ = ["has_hdf5_signature", "not_hdf5_error", "open_for_reading", "open_h5file"]
 
 #: The 8 bytes that start an HDF5 superblock (HDF5 File Format Specification, "Superblock").
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -148,3 +151,30 @@ def open_h5file(path: str | os.PathLike, mode: str, *, hint: str = "", locking: 
         if error is None:
             raise
         raise error from exc
+
+
+def open_for_reading(path: str | os.PathLike, *, hint: str = "") -> h5py.File:
+    """Open ``path`` read-only without keeping libhdf5's file lock, so that no writer waits for it.
+
+    The file is opened as ``h5py.File(path, "r")`` opens it (libhdf5's default
+    locking), so that a plain ``h5py.File(path)`` opened later in the same
+    process shares it (libhdf5 refuses a second open whose locking settings
+    differ); then, when this is the process's only handle of the file, the
+    ``flock`` libhdf5 took is released: a writer of another process is not
+    refused while this handle is open. When another program holds libhdf5's
+    lock exclusively (a writer that has the file open), the file is opened with
+    libhdf5's locking off instead.
+
+    Raises
+    ------
+    NotHDF5Error, OSError
+        As :func:`open_h5file`.
+    """
+    try:
+        f = open_h5file(path, "r", hint=hint)
+    except BlockingIOError:
+        return open_h5file(path, "r", hint=hint, locking=False)
+    if f.driver == "sec2" and h5f.get_obj_count(f.id, h5f.OBJ_FILE) == 1:
+        with contextlib.suppress(OSError):
+            fcntl.flock(f.id.get_vfd_handle(), fcntl.LOCK_UN)
+    return f

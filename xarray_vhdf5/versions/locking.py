@@ -64,7 +64,6 @@ __all__ = [
     "READ_TIMEOUT",
     "WRITE_TIMEOUT",
     "file_locks",
-    "locks_of",
     "holder_pid",
     "lock_timeout",
 ]
@@ -389,22 +388,6 @@ def file_locks(path: str | os.PathLike) -> FileLocks:
                 if locks._idle():
                     locks.path = real
         return locks
-
-
-def locks_of(h5file) -> FileLocks | None:
-    """The :class:`FileLocks` of an open h5py file, or None when it is not a file on disk.
-
-    Files opened with libhdf5's ``core`` driver without a backing store, or
-    through h5py's ``fileobj`` driver, have no path to lock: they are not
-    shared between processes through this package.
-    """
-    f = h5file.file
-    if f.driver not in ("sec2", "stdio", "direct", "core"):
-        return None
-    try:
-        return file_locks(f.filename)
-    except (OSError, ValueError):
-        return None
 
 
 def _after_fork_in_child() -> None:

@@ -23,21 +23,32 @@ through libhdf5 (see :func:`~xarray_vhdf5.versions.generation.create`).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import time
+import weakref
 from collections.abc import Iterator
 
 import h5py
 
-from ..backend.signature import open_h5file
+from ..backend.signature import not_hdf5_error, open_h5file
 from ..errors import FileBusyError, StaleVersionError
 from . import generation
-from .locking import WRITE_TIMEOUT, file_locks, lock_timeout, locks_of
+from .journal import JournaledFile, recover
+from .locking import WRITE_TIMEOUT, file_locks, lock_timeout
 
-__all__ = ["flock_holder", "mutating", "note_opened", "open_for_writing"]
+__all__ = ["flock_holder", "mutating", "note_opened", "open_file", "open_for_writing"]
 
 #: Counters last seen or written through each libhdf5 file of this process, by ``FileID.fileno``.
 _SEEN: dict[int, generation.Counters] = {}
+
+
+#: The journaled file object under each libhdf5 file opened by :func:`open_for_writing` / :func:`open_file`.
+_JOURNALED: weakref.WeakValueDictionary[int, JournaledFile] = weakref.WeakValueDictionary()
+
+
+def _disk_path(f: h5py.File) -> str | None:
+    return f.filename if f.driver in ("sec2", "stdio", "direct") else None
 
 
 #: The byte offset of the counters in each libhdf5 file (it never changes once allocated).
@@ -59,8 +70,12 @@ def _on_disk(h5file: h5py.File, locks) -> generation.Counters:
     return generation.read_at_bytes(raw)
 
 
-def _bump(h5file: h5py.File, locks, now: generation.Counters, *, moved: bool) -> generation.Counters:
-    """Write ``now`` + 1 (``moves`` + 1 too when ``moved``) as bytes; create the counters first if absent."""
+def _bump(h5file: h5py.File, locks, jf, now: generation.Counters, *, moved: bool) -> generation.Counters:
+    """Write ``now`` + 1 (``moves`` + 1 too when ``moved``) as bytes; create the counters first if absent.
+
+    Through the journaled file when there is one (the old bytes are journaled
+    with the rest of the mutation), else with the lock's descriptor.
+    """
     key = h5file.file.id.fileno
     offset = _OFFSETS.get(key)
     if offset is None:
@@ -69,18 +84,26 @@ def _bump(h5file: h5py.File, locks, now: generation.Counters, *, moved: bool) ->
             offset = generation.create(h5file)
         _OFFSETS[key] = offset
     new = generation.Counters(now.writes + 1, now.moves + int(moved))
-    locks.pwrite(generation.encode(new), offset)
+    if jf is not None:
+        jf.seek(offset)
+        jf.write(generation.encode(new))
+        jf.counters_offset = offset
+    else:
+        locks.pwrite(generation.encode(new), offset)
     return new
 
 
 def note_opened(h5file: h5py.File) -> None:
     """Record the counters of a newly opened (or newly adopted) handle, if not yet known."""
-    locks = locks_of(h5file)
-    if locks is None:
-        return
     key = h5file.file.id.fileno
-    if key not in _SEEN:
-        _SEEN[key] = _on_disk(h5file, locks)
+    jf = _JOURNALED.get(key)
+    path = jf.path if jf is not None else _disk_path(h5file.file)
+    if path is None or key in _SEEN:
+        return
+    _SEEN[key] = _on_disk(h5file, file_locks(path))
+    if jf is not None:
+        jf.seen = _SEEN[key]
+        jf.counters_offset = _OFFSETS.get(key)
 
 
 @contextlib.contextmanager
@@ -104,28 +127,34 @@ def mutating(h5file: h5py.File, *, moves: bool = False, what: str = "commit") ->
         Another process wrote the file since this process last saw it through
         this h5py file: close the file and open it again; nothing was done.
     """
-    locks = locks_of(h5file)
-    if locks is None:  # an in-memory or file-object file: nobody else can see it
-        yield
-        h5file.file.flush()
-        return
     f = h5file.file
     key = f.id.fileno
+    jf = _JOURNALED.get(key)
+    path = jf.path if jf is not None else _disk_path(f)
+    if path is None:  # an in-memory or file-object file: nobody else can see it
+        yield
+        f.flush()
+        return
+    locks = file_locks(path)
     with locks.writing():
         seen = _SEEN.get(key)
         now = _on_disk(f, locks)
         if seen is not None and now != seen:
+            if jf is not None:
+                jf.stale = True  # and it may not write when it closes either
             raise StaleVersionError(
                 f"{f.filename!r} was changed by another process since this h5py file last read it "
                 f"(write counter {now.writes}, this handle saw {seen.writes}): its cached metadata is "
                 f"stale and a {what} through it could damage the file. Close the file and open it "
-                "again (xarray_vhdf5 opens files with libhdf5's locking off; a file opened with "
-                "h5py's default locking cannot be written by two processes at once)"
+                "again (xarray_vhdf5.open_file, or h5py.File with libhdf5's locking on, which lets "
+                "one process at a time open a file for writing)"
             )
+        if jf is not None:
+            jf.begin()
         try:
             if moves:
                 with locks.moving():
-                    _SEEN[key] = now = _bump(f, locks, now, moved=True)
+                    _SEEN[key] = now = _bump(f, locks, jf, now, moved=True)
                     f.flush()
                     yield
             else:
@@ -134,12 +163,33 @@ def mutating(h5file: h5py.File, *, moves: bool = False, what: str = "commit") ->
             # What a failed mutation wrote (a half-made version it removed) must not stay in
             # libhdf5's cache, to be flushed later over another process's writes. No
             # version changed: the counters stay (a refused commit leaves the file as it was).
-            if f.id.valid:
-                with contextlib.suppress(Exception):
-                    f.flush()
+            _end_after_failure(f, jf)
             raise
-        f.flush()  # the mutation on disk before the counter says so
-        _SEEN[key] = _bump(f, locks, now, moved=False)
+        try:
+            f.flush()  # the mutation on disk before the counter says so
+            _SEEN[key] = _bump(f, locks, jf, now, moved=False)
+        except BaseException:
+            if jf is not None:
+                jf.stale = True  # the journal stays: the next opener rolls the mutation back
+            raise
+        if jf is not None:
+            jf.end()  # the commit point
+            jf.seen = _SEEN[key]
+
+
+def _end_after_failure(f: h5py.File, jf: JournaledFile | None) -> None:
+    if not f.id.valid:
+        if jf is not None:
+            jf.abandon()
+        return
+    try:
+        f.flush()
+    except Exception:
+        if jf is not None:
+            jf.stale = True  # cache and file disagree: leave the journal for the next opener
+        return
+    if jf is not None:
+        jf.end()  # a consistent state with the same versions (the half-made one removed)
 
 
 def flock_holder(path: str | os.PathLike) -> int | None:
@@ -160,14 +210,77 @@ def flock_holder(path: str | os.PathLike) -> int | None:
     return None
 
 
+def _open_journaled(path: str, hint: str, durable: bool, deadline: float, timeout: float) -> h5py.File:
+    """``h5py.File(JournaledFile(path), "a")``, with libhdf5's whole-file lock taken on it.
+
+    The caller holds the ``WRITE`` lock and has rolled back any journal. The
+    ``fileobj`` driver takes no lock of libhdf5's, so the same ``flock`` is taken
+    here: programs that rely on libhdf5's locking (plain h5py, versioned-hdf5,
+    netCDF tools) keep the file to themselves while they have it open.
+    """
+    jf = JournaledFile(path, durable=durable)
+    try:
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(jf.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    pid = flock_holder(path)
+                    holder = f"process {pid}" if pid is not None else "another program"
+                    raise FileBusyError(
+                        f"{path!r} is busy: {holder} has it open with libhdf5's file lock (plain h5py, "
+                        f"versioned-hdf5 or a netCDF tool) and kept it for more than {timeout:g} s; close "
+                        "it there, or open it there with h5py.File(..., locking=False) for reading",
+                        path=path, holder_pid=pid,
+                    ) from None
+                time.sleep(delay)
+                delay = min(2 * delay, 0.05)
+        try:
+            f = h5py.File(jf, "a")
+        except OSError as exc:
+            error = not_hdf5_error(path, hint=hint)
+            if error is None:
+                raise
+            raise error from exc
+    except BaseException:
+        jf.close()
+        raise
+    _JOURNALED[f.id.fileno] = jf
+    note_opened(f)
+    return f
+
+
+def _close_journaled(f: h5py.File) -> None:
+    jf = _JOURNALED.pop(f.id.fileno, None) if f.id.valid else None
+    try:
+        f.close()
+    finally:
+        if jf is not None:
+            jf.close()
+
+
 @contextlib.contextmanager
-def open_for_writing(path: str | os.PathLike, *, hint: str = "", timeout: float | None = None) -> Iterator[h5py.File]:
+def open_for_writing(
+    path: str | os.PathLike, *, hint: str = "", timeout: float | None = None, durable: bool = False
+) -> Iterator[h5py.File]:
     """Open ``path`` for writing (created if missing) under its ``WRITE`` lock; close it at the end.
 
-    The lock is taken first, so writers of this package queue there. The file is
-    then opened with libhdf5's own lock on, which other programs hold while they
-    have the file open (plain h5py, versioned-hdf5, netCDF tools): the open is
+    The lock is taken first, so writers of this package queue there; a commit
+    interrupted by a crash is rolled back (:func:`~xarray_vhdf5.versions.journal.recover`);
+    then the file is opened through a :class:`~xarray_vhdf5.versions.journal.JournaledFile`,
+    so every mutation through it is whole or absent after a crash, and with
+    libhdf5's lock (``flock``) on it, which other programs hold while they
+    have the file open (plain h5py, versioned-hdf5, netCDF tools): it is
     retried until ``timeout`` (readers of this package never hold it).
+
+    Parameters
+    ----------
+    durable : bool
+        ``fsync`` so that a committed mutation survives a power cut (see
+        :mod:`~xarray_vhdf5.versions.journal`). Default False: safe against a
+        killed process, not against a power cut.
 
     Raises
     ------
@@ -184,25 +297,71 @@ def open_for_writing(path: str | os.PathLike, *, hint: str = "", timeout: float 
         with contextlib.suppress(BlockingIOError):
             open_h5file(path, "a", hint=hint).close()  # a new file (another writer may race us)
     with file_locks(path).writing(timeout=timeout):
-        delay = 0.001
-        while True:
-            try:
-                f = open_h5file(path, "a", hint=hint)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    pid = flock_holder(path)
-                    holder = f"process {pid}" if pid is not None else "another program"
-                    raise FileBusyError(
-                        f"{path!r} is busy: {holder} has it open with libhdf5's file lock (plain h5py, "
-                        f"versioned-hdf5 or a netCDF tool) and kept it for more than {timeout:g} s; close "
-                        "it there, or open it there with h5py.File(..., locking=False) for reading",
-                        path=path, holder_pid=pid,
-                    ) from None
-                time.sleep(delay)
-                delay = min(2 * delay, 0.05)
+        recover(path)
+        f = _open_journaled(path, hint, durable, deadline, timeout)
         try:
-            note_opened(f)
             yield f
         finally:
-            f.close()
+            _close_journaled(f)
+
+
+def open_file(path: str | os.PathLike, mode: str = "a", *, durable: bool = False,
+              timeout: float | None = None) -> h5py.File:
+    """Open a versioned file for writing, so that every commit through it survives a crash.
+
+    ``VersionedHDF5File(open_file(path))`` commits, deletes and modifies as
+    through ``h5py.File(path, "a")``, and in addition:
+
+    - each mutation is journaled (:mod:`~xarray_vhdf5.versions.journal`): a
+      process killed at any instant leaves the file with every earlier version
+      unchanged and the interrupted one absent, rolled back by the next opener
+      of this package; with ``durable=True``, a power cut too;
+    - other processes may hold the file open with this function too; each
+      commit waits for the others' (:mod:`~xarray_vhdf5.versions.locking`), and
+      a handle another process's commit made stale refuses to commit
+      (:class:`~xarray_vhdf5.errors.StaleVersionError`) and writes nothing,
+      not even when it is closed.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file; created if missing.
+    mode : {"a", "r+"}
+        ``"a"``: create if missing; ``"r+"``: it must exist. For reading, use
+        :meth:`~xarray_vhdf5.VersionedHDF5File.open` or ``xr.open_dataset``.
+    durable : bool
+        ``fsync`` in the journal's order (costs a few syncs a commit).
+    timeout : float, optional
+        Seconds to wait for libhdf5's lock held by another program.
+
+    Returns
+    -------
+    h5py.File
+        Close it as any h5py file.
+
+    Raises
+    ------
+    FileBusyError
+        Another program kept libhdf5's lock on the file past ``timeout``.
+    FileNotFoundError
+        ``mode="r+"`` and the file does not exist.
+    NotHDF5Error
+        The file is not HDF5.
+    ValueError
+        Another ``mode``.
+    """
+    if mode not in ("a", "r+"):
+        raise ValueError(f"open_file opens for writing (mode 'a' or 'r+'), got {mode!r}")
+    path = os.fspath(path)
+    if mode == "r+" and not os.path.exists(path):
+        raise FileNotFoundError(f"{path!r} does not exist (mode 'r+'; 'a' creates it)")
+    timeout = lock_timeout(WRITE_TIMEOUT) if timeout is None else timeout
+    deadline = time.monotonic() + timeout
+    if not os.path.exists(path):
+        with contextlib.suppress(BlockingIOError):
+            open_h5file(path, "a").close()
+    with file_locks(path).writing(timeout=timeout):
+        recover(path)
+        f = _open_journaled(path, "", durable, deadline, timeout)
+    weakref.finalize(f, _JOURNALED.pop, f.id.fileno, None)
+    return f

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..backend.layout import versions_path
 from ..backend.manifest import resolve_manifest
-from ..backend.signature import open_h5file
+from ..backend.signature import open_for_reading
 from ..errors import VersionNotFoundError
 from . import generation
 from .locking import file_locks
@@ -58,10 +58,13 @@ class SharedFile:
         self.offset: int | None = None  # of the file's counters (versions.generation)
         self.moves = 0  # the moves counter when the version was resolved
         self.stat: tuple[int, int] | None = None  # (mtime_ns, size) when resolved without counters
+        #: :meth:`stamp` of the first :meth:`open`: what holders made then, without a
+        #: ``resolved`` stamp of their own, were resolved at (see :meth:`read`).
+        self.resolved: tuple | None = None
 
     @contextlib.contextmanager
     def open(self, hint: str = "") -> Iterator[h5py.File]:
-        """A fresh read-only handle (libhdf5's locking off) while the ``WRITE`` lock is held shared.
+        """A fresh read-only handle (holding no ``flock``) while the ``WRITE`` lock is held shared.
 
         Raises
         ------
@@ -72,13 +75,15 @@ class SharedFile:
         """
         locks = file_locks(self.path)
         with locks.resolving():
-            f = open_h5file(self.path, "r", hint=hint, locking=False)
+            f = open_for_reading(self.path, hint=hint)
             try:
                 self.offset = generation.locate(f)
                 self.moves = self._moves(locks)
                 if self.offset is None:
                     st = os.stat(self.path)
                     self.stat = (st.st_mtime_ns, st.st_size)
+                if self.resolved is None:
+                    self.resolved = self.stamp()
                 yield f
             finally:
                 f.close()
@@ -88,12 +93,24 @@ class SharedFile:
             return 0
         return generation.read_at_bytes(locks.pread(16, self.offset).ljust(16, b"\0")).moves
 
-    def current(self, locks) -> bool:
-        """True while chunk addresses resolved by :meth:`open` are still valid (no chunk moved since)."""
-        if self.offset is None:
+    def stamp(self) -> tuple:
+        """What chunk addresses resolved through the last :meth:`open` depend on.
+
+        ``(offset of the counters or None, moves, (mtime_ns, size) or None)``: pass it to
+        :meth:`current` later. Call it inside the :meth:`open` block that resolved them.
+        """
+        return (self.offset, self.moves, self.stat)
+
+    def current(self, locks, stamp: tuple | None = None) -> bool:
+        """True while chunk addresses resolved at ``stamp`` are still valid (no chunk moved since).
+
+        ``stamp``: from :meth:`stamp`; default that of the last :meth:`open`.
+        """
+        offset, moves, stat = self.stamp() if stamp is None else stamp
+        if offset is None:
             st = os.stat(self.path)  # counters created since? (a file we never wrote)
-            return (st.st_mtime_ns, st.st_size) == self.stat
-        return self._moves(locks) == self.moves
+            return (st.st_mtime_ns, st.st_size) == stat
+        return generation.read_at_bytes(locks.pread(16, offset).ljust(16, b"\0")).moves == moves
 
     def close(self) -> None:
         """Nothing is held between reads: nothing to close."""
@@ -103,7 +120,11 @@ class SharedFile:
 
         ``holder`` has ``manifest`` (a :class:`~xarray_vhdf5.backend.manifest.ChunkManifest`),
         ``version`` and ``path`` (of its virtual dataset) and ``_lock`` (a
-        ``threading.Lock``); its manifest is replaced when resolved again. The
+        ``threading.Lock``); its manifest is replaced when resolved again, and
+        ``holder.resolved`` set to the :meth:`stamp` it was resolved at (a holder
+        without one was resolved in the first :meth:`open`: each holder is
+        checked against its own resolution, so that one resolved again does
+        not make the others look current). The
         ``MOVE`` lock is held shared while bytes are read and released before
         resolving (which takes ``WRITE`` shared: a mover holds ``WRITE`` then
         takes ``MOVE``, so a reader never holds ``MOVE`` while it waits for
@@ -120,14 +141,16 @@ class SharedFile:
         """
         locks = file_locks(self.path)
         while True:
-            manifest = holder.manifest
+            with holder._lock:
+                manifest, stamp = holder.manifest, getattr(holder, "resolved", None) or self.resolved
             with locks.reading_bytes():
-                if self.current(locks):
+                if self.current(locks, stamp):
                     return manifest.read(key)
             with holder._lock:
                 with self.open() as f:
                     holder.manifest = resolve_manifest(version_dataset(f, holder.version, holder.path),
                                                        verify=self.verify)
+                    holder.resolved = self.stamp()
 
     def __getstate__(self) -> dict:
         return dict(self.__dict__)

@@ -22,7 +22,7 @@ from xarray.core import indexing
 
 from ..backend.layout import version_path as root_path
 from ..backend.manifest import resolve_manifest
-from ..backend.signature import not_hdf5_error
+from ..backend.signature import not_hdf5_error, open_for_reading
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
 from ..versions.sharing import SharedFile
 from .array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
@@ -424,7 +424,7 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             with open(filename_or_obj, "rb") as fh:
                 if fh.read(8) != _HDF5_MAGIC:
                     return False
-            with h5py.File(filename_or_obj, "r", locking=False) as f:
+            with open_for_reading(filename_or_obj) as f:
                 return is_versioned(f)
         except (OSError, ValueError):
             return False

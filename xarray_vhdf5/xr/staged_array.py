@@ -52,6 +52,7 @@ import numpy as np
 import xarray as xr
 
 from ..backend.hashtable import hash_table_id, table_extends, table_state
+from ..backend.signature import open_for_reading
 from ..errors import StaleVersionError
 from ..staging import StagedChangesArray
 
@@ -226,7 +227,9 @@ class StageFile:
             rows moved: versions deleted, or ``modify_metadata``).
         """
         if self._file is None or not self._file.id.valid:
-            f = h5py.File(self.path, "r")
+            # Holding no flock: the stage never blocks a writer (a commit of this
+            # process holds libhdf5's lock on its own handle while it reads the stage).
+            f = open_for_reading(self.path)
             states: dict = {}  # each hash table's state read once (arrays share raw_data)
             stale: dict[tuple, str] = {}
             try:
