@@ -21,7 +21,7 @@ from .caches import caches_for
 from .commit import CommitReport, commit_version
 from .delete import DeleteReport, check_file_argument, delete_versions
 from .index import touch as touch_index
-from .mutation import mutating, note_opened
+from .mutation import check_fresh, mutating, note_opened
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
 from .timestamps import to_utc_datetime
@@ -114,6 +114,7 @@ class VersionedHDF5File:
     def _check_open(self) -> None:
         if self.closed:
             raise ClosedFileError("the VersionedHDF5File (or its h5py file) is closed")
+        check_fresh(self.f)  # another process's writes would make every answer below stale
         # Versions added or deleted by another object on this file (versioned-hdf5 reads
         # the versions group on every call, so its users expect this). A deletion may
         # have moved chunks and rewritten surviving versions: forget the commit caches.

@@ -50,7 +50,7 @@ import zlib
 
 from ..errors import CorruptFileError
 
-__all__ = ["JOURNAL_SUFFIX", "JournaledFile", "OsIO", "journal_path", "recover"]
+__all__ = ["JOURNAL_SUFFIX", "JournaledFile", "OsIO", "journal_path", "recover", "roll_back_interrupted"]
 
 #: Suffix of the journal beside the file.
 JOURNAL_SUFFIX = "-journal"
@@ -355,3 +355,27 @@ def recover(path: str | os.PathLike, *, io: OsIO | None = None, fd: int | None =
     io.unlink(jpath)
     io.fsync_dir(jpath)
     return True
+
+
+def roll_back_interrupted(path: str, locks) -> bool:
+    """Roll back a journal left by a writer that died, if any (takes the ``WRITE`` lock).
+
+    For readers, which find the journal before resolving a version: the
+    ``WRITE`` lock is taken exclusively (waiting for a live writer, whose
+    journal disappears when it commits), then :func:`recover` runs.
+
+    Raises
+    ------
+    CorruptFileError
+        The journal must be rolled back but this process cannot write the file.
+    FileBusyError
+        A writer held the file past the timeout.
+    """
+    try:
+        with locks.writing():
+            return recover(path)
+    except PermissionError as exc:
+        raise CorruptFileError(
+            f"{path!r}: a commit was interrupted (its journal {journal_path(path)!r} is there) and this "
+            "process may not write the file to roll it back; open it once with write permission "
+            "(any xarray_vhdf5 reader or writer does it)", path=path) from exc

@@ -200,6 +200,11 @@ class FileLocks:
         finally:
             os.close(fd)
 
+    def holds_write(self) -> bool:
+        """True when this thread holds the ``WRITE`` lock exclusively."""
+        with self._cond:
+            return self._states[_WRITE].owner == threading.get_ident()
+
     def pwrite(self, data: bytes, offset: int) -> None:
         """Write ``data`` at ``offset`` through the descriptor of the held ``WRITE`` lock.
 

@@ -32,12 +32,12 @@ from collections.abc import Iterator
 import h5py
 
 from ..backend.signature import not_hdf5_error, open_h5file
-from ..errors import FileBusyError, StaleVersionError
+from ..errors import CorruptFileError, FileBusyError, StaleVersionError
 from . import generation
-from .journal import JournaledFile, recover
+from .journal import JournaledFile, OsIO, journal_path, recover
 from .locking import WRITE_TIMEOUT, file_locks, lock_timeout
 
-__all__ = ["flock_holder", "mutating", "note_opened", "open_file", "open_for_writing"]
+__all__ = ["check_fresh", "flock_holder", "mutating", "note_opened", "open_file", "open_for_writing"]
 
 #: Counters last seen or written through each libhdf5 file of this process, by ``FileID.fileno``.
 _SEEN: dict[int, generation.Counters] = {}
@@ -70,6 +70,47 @@ def _on_disk(h5file: h5py.File, locks) -> generation.Counters:
     return generation.read_at_bytes(raw)
 
 
+def check_fresh(h5file: h5py.File) -> None:
+    """Raise if another process wrote the file since this process last saw it through ``h5file``.
+
+    One ``pread`` of the file's counters (nothing when this process never saw
+    them, e.g. a file opened read-only that no writer of this package touched).
+
+    Raises
+    ------
+    StaleVersionError
+        The handle's cached metadata is stale: reading through it may give
+        wrong values, committing through it would damage the file.
+    """
+    f = h5file.file
+    key = f.id.fileno
+    seen = _SEEN.get(key)
+    if seen is None or key not in _OFFSETS:
+        return
+    jf = _JOURNALED.get(key)
+    path = jf.path if jf is not None else _disk_path(f)
+    if path is None:
+        return
+    now = _on_disk(f, file_locks(path))
+    if now != seen and not file_locks(path).holds_write():
+        if jf is not None:
+            jf.stale = True
+        raise StaleVersionError(
+            f"{f.filename!r} was changed by another process since this h5py file last read it "
+            f"(write counter {now.writes}, this handle saw {seen.writes}): its cached metadata is "
+            "stale; close the file and open it again"
+        )
+
+
+def _no_live_writer(locks) -> bool:
+    """True when no process holds the file's ``WRITE`` lock (a journal there is then a dead writer's)."""
+    try:
+        with locks.resolving(timeout=0):
+            return True
+    except FileBusyError:
+        return False
+
+
 def _bump(h5file: h5py.File, locks, jf, now: generation.Counters, *, moved: bool) -> generation.Counters:
     """Write ``now`` + 1 (``moves`` + 1 too when ``moved``) as bytes; create the counters first if absent.
 
@@ -100,7 +141,15 @@ def note_opened(h5file: h5py.File) -> None:
     path = jf.path if jf is not None else _disk_path(h5file.file)
     if path is None or key in _SEEN:
         return
-    _SEEN[key] = _on_disk(h5file, file_locks(path))
+    locks = file_locks(path)
+    if jf is None and os.path.exists(journal_path(path)) and _no_live_writer(locks):
+        raise CorruptFileError(
+            f"{path!r}: a commit was interrupted and left its journal {journal_path(path)!r}: this h5py "
+            "file may show it half written. Close it and open the file through xarray_vhdf5 "
+            "(xr.open_dataset(..., engine='vhdf5'), VersionedHDF5File.open, or "
+            "VersionedHDF5File(xarray_vhdf5.open_file(path))), which rolls the commit back",
+            path=path)
+    _SEEN[key] = _on_disk(h5file, locks)
     if jf is not None:
         jf.seen = _SEEN[key]
         jf.counters_offset = _OFFSETS.get(key)
@@ -210,7 +259,7 @@ def flock_holder(path: str | os.PathLike) -> int | None:
     return None
 
 
-def _open_journaled(path: str, hint: str, durable: bool, deadline: float, timeout: float) -> h5py.File:
+def _open_journaled(path: str, hint: str, durable: bool, deadline: float, timeout: float, io=None) -> h5py.File:
     """``h5py.File(JournaledFile(path), "a")``, with libhdf5's whole-file lock taken on it.
 
     The caller holds the ``WRITE`` lock and has rolled back any journal. The
@@ -218,7 +267,7 @@ def _open_journaled(path: str, hint: str, durable: bool, deadline: float, timeou
     here: programs that rely on libhdf5's locking (plain h5py, versioned-hdf5,
     netCDF tools) keep the file to themselves while they have it open.
     """
-    jf = JournaledFile(path, durable=durable)
+    jf = JournaledFile(path, durable=durable, io=io)
     try:
         delay = 0.001
         while True:
@@ -306,7 +355,7 @@ def open_for_writing(
 
 
 def open_file(path: str | os.PathLike, mode: str = "a", *, durable: bool = False,
-              timeout: float | None = None) -> h5py.File:
+              timeout: float | None = None, io: OsIO | None = None) -> h5py.File:
     """Open a versioned file for writing, so that every commit through it survives a crash.
 
     ``VersionedHDF5File(open_file(path))`` commits, deletes and modifies as
@@ -316,9 +365,12 @@ def open_file(path: str | os.PathLike, mode: str = "a", *, durable: bool = False
       process killed at any instant leaves the file with every earlier version
       unchanged and the interrupted one absent, rolled back by the next opener
       of this package; with ``durable=True``, a power cut too;
-    - other processes may hold the file open with this function too; each
-      commit waits for the others' (:mod:`~xarray_vhdf5.versions.locking`), and
-      a handle another process's commit made stale refuses to commit
+    - it holds libhdf5's lock (``flock``) while it is open, as
+      ``h5py.File(path, "a")`` does: another writer waits for it (the
+      timeout, then :class:`~xarray_vhdf5.errors.FileBusyError` naming this
+      process), readers of this package do not;
+    - should a writer that bypasses that lock (``locking=False``) commit
+      meanwhile, this handle refuses to commit
       (:class:`~xarray_vhdf5.errors.StaleVersionError`) and writes nothing,
       not even when it is closed.
 
@@ -333,6 +385,10 @@ def open_file(path: str | os.PathLike, mode: str = "a", *, durable: bool = False
         ``fsync`` in the journal's order (costs a few syncs a commit).
     timeout : float, optional
         Seconds to wait for libhdf5's lock held by another program.
+    io : OsIO, optional
+        The system calls the journal makes (:class:`~xarray_vhdf5.versions.journal.OsIO`);
+        the crash tests pass one that kills the process or drops writes not
+        yet synced (:mod:`xarray_vhdf5.testing.powercut`).
 
     Returns
     -------
@@ -362,6 +418,6 @@ def open_file(path: str | os.PathLike, mode: str = "a", *, durable: bool = False
             open_h5file(path, "a").close()
     with file_locks(path).writing(timeout=timeout):
         recover(path)
-        f = _open_journaled(path, "", durable, deadline, timeout)
+        f = _open_journaled(path, "", durable, deadline, timeout, io)
     weakref.finalize(f, _JOURNALED.pop, f.id.fileno, None)
     return f

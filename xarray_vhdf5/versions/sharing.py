@@ -28,6 +28,7 @@ from ..backend.manifest import resolve_manifest
 from ..backend.signature import open_for_reading
 from ..errors import VersionNotFoundError
 from . import generation
+from .journal import journal_path, roll_back_interrupted
 from .locking import file_locks
 
 __all__ = ["SharedFile", "version_dataset"]
@@ -74,6 +75,8 @@ class SharedFile:
             As :func:`~xarray_vhdf5.backend.signature.open_h5file`.
         """
         locks = file_locks(self.path)
+        if os.path.exists(journal_path(self.path)):
+            roll_back_interrupted(self.path, locks)
         with locks.resolving():
             f = open_for_reading(self.path, hint=hint)
             try:
