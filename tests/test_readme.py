@@ -37,7 +37,7 @@ def _source() -> xr.Dataset:
 
 def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     blocks = _blocks()
-    assert len(blocks) == 5, "README examples changed: update this test"
+    assert len(blocks) == 6, "README examples changed: update this test"
     monkeypatch.chdir(tmp_path)
     src = _source()
     src.to_netcdf("sst.nc", engine="h5netcdf")
@@ -65,6 +65,8 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch):
         vf = xarray_vhdf5.VersionedHDF5File(f)
         assert vf.versions == ["v1", "v2"]
         assert vf["v1"]["x"][0] == 0 and vf["v2"]["x"][0] == -1
+    # Reading while others write: a reader, closed at the end of its block.
+    assert ns["reader"].closed and ns["x"].name == "/_version_data/versions/v1/x" and ns["x"].shape == (10_000,)
     # Stage, edit, append, commit: a third version with the edits and one more day.
     with xr.open_dataset("sst.h5", engine="vhdf5", version=ns["name"]) as third:
         assert third.sizes["time"] == 5 and "old" not in third and "anomaly" in third

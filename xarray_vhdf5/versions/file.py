@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 import datetime as _dt
 from collections.abc import Iterable, Iterator
@@ -22,6 +23,7 @@ from .commit import CommitReport, commit_version
 from .delete import DeleteReport, check_file_argument, delete_versions
 from .index import touch as touch_index
 from .mutation import check_fresh, mutating, note_opened
+from .reader import SharedVersionedFile
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
 from .timestamps import to_utc_datetime
@@ -104,6 +106,62 @@ class VersionedHDF5File:
         # Shared with earlier handles to the same file in this process (versions.caches).
         self._caches = caches_for(f.file, self._registry.vdata)
         note_opened(f)  # its view of the file, for the check of other processes' writes
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, verify: bool = False) -> SharedVersionedFile:
+        """Open the file at ``path`` for reading while other processes commit to it.
+
+        Unlike ``VersionedHDF5File(h5py.File(path, "r"))``, the returned reader
+        holds no HDF5 handle between calls, so it never reads through a
+        metadata cache another process's commit made stale, and never blocks a
+        writer: each call that needs the version list reads the file's write
+        counter (16 bytes) and, when another process wrote since, lists the
+        versions again through a fresh handle under the file's lock, closed
+        afterwards. Versions and their datasets are snapshots of their
+        metadata; points are read from the chunks' byte ranges, resolved again
+        when a deletion or ``modify_metadata`` moved them. See
+        :mod:`xarray_vhdf5.versions.reader`.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A versioned HDF5 file (this package's or versioned-hdf5's).
+        verify : bool, keyword-only
+            Check every chunk read against the hash table's SHA-256 digest
+            (not for variable-length strings, read through libhdf5).
+
+        Returns
+        -------
+        SharedVersionedFile
+            Read-only: ``versions``, ``current_version``, ``reader[key]``
+            (:class:`~xarray_vhdf5.versions.reader.SharedVersionGroup`),
+            ``get_version_by_name``, ``get_version_by_timestamp``,
+            ``version_info``, ``get_diff``, ``len``, ``in``, iteration;
+            ``stage_version`` and deletions raise ``ReadOnlyError``. A context
+            manager; ``close()`` ends reads through it and its objects.
+
+        Raises
+        ------
+        FileNotFoundError
+            ``path`` does not exist.
+        NotHDF5Error
+            ``path`` is not an HDF5 file.
+        NotVersionedError
+            The file has no version history.
+        IncompatibleDataError
+            The file was written by a newer format (``data_version`` > 4).
+        FileBusyError
+            A writer held the file past the reader's timeout (``VHDF5_LOCK_TIMEOUT``).
+
+        Examples
+        --------
+        >>> with VersionedHDF5File.open("data.h5") as vf:   # doctest: +SKIP
+        ...     vf.versions                      # read again after another process commits
+        ...     vf[vf.current_version]["x"][:3]
+        ['v1', 'v2']
+        array([0, 1, 2])
+        """
+        return SharedVersionedFile(path, verify=verify)
 
     # -- state ---------------------------------------------------------------
     @property
