@@ -5,7 +5,8 @@ The on-disk format is versioned-hdf5's, so files are interchangeable with the
 
 - ``xr.open_dataset(path, engine="vhdf5", version=...)`` reads any version lazily.
 - ``ds.vhdf5.commit(version, path=...)`` commits an xarray Dataset as a version.
-- :class:`VersionedHDF5File` is the h5py-level API (versioned-hdf5's).
+- :class:`VersionedHDF5File` is the h5py-level API (versioned-hdf5's);
+  :func:`open_file` opens a file for it with every commit journaled.
 """
 
 from . import errors
@@ -30,6 +31,7 @@ from .errors import (
     VHDF5Error,
 )
 from .versions import VersionedHDF5File, delete_version, delete_versions, modify_metadata
+from .versions.mutation import open_file
 from .xr import VHDF5BackendEntrypoint, commit_dataset
 from .wrappers import (
     DatasetWrapper,
@@ -75,6 +77,7 @@ __all__ = [
     "delete_version",
     "delete_versions",
     "modify_metadata",
+    "open_file",
     "errors",
     "__version__",
 ]

@@ -322,6 +322,7 @@ def commit_dataset(
     progress: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     expected_current: str | None = None,
+    durable: bool = False,
 ) -> str:
     """Commit ``dataset`` as a new version of the file at ``path`` (created if missing).
 
@@ -352,6 +353,10 @@ def commit_dataset(
         stderr is a terminal.
     max_bytes : int
         Bytes of dask data computed per batch (default 64 MiB).
+    durable : bool
+        Make the commit survive a power cut, not only a killed process: the
+        journal is ``fsync``'d in order (:mod:`~xarray_vhdf5.versions.journal`).
+        Default False.
     expected_current : str, optional
         Refuse to commit unless the file's current version is this one (checked
         under the file's write lock). ``ds.vhdf5.commit(path=...)`` passes the
@@ -385,7 +390,8 @@ def commit_dataset(
         write_variables(target, dataset, progress=progress, max_bytes=max_bytes)
 
     return _commit(path, version, group, write, prev_version=prev_version, message=message,
-                   timestamp=timestamp, make_current=make_current, expected_current=expected_current)
+                   timestamp=timestamp, make_current=make_current, expected_current=expected_current,
+                   durable=durable)
 
 
 def commit_datatree(
@@ -451,14 +457,14 @@ def commit_datatree(
 
 
 def _commit(path, version, group, write, *, prev_version, message, timestamp, make_current,
-            expected_current=None) -> str:
+            expected_current=None, durable=False) -> str:
     """Stage a version, let ``write(target group)`` fill it, commit, then attach dimension scales."""
     path = os.fspath(path)
     # Lazily opened Datasets of this file (the data being committed, maybe) hold it
     # read-only, which would keep libhdf5 from opening it for writing; they reopen it.
     close_read_handles(path)
     hint = "commit into a new file (or an HDF5 file holding versions) instead; nothing was written"
-    with open_for_writing(path, hint=hint) as f:
+    with open_for_writing(path, hint=hint, durable=durable) as f:
         if len(f) and not is_versioned(f):
             raise NotVersionedError(
                 f"{path!r} is an HDF5 file without version history; commit into a new file instead"
