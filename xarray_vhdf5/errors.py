@@ -114,7 +114,8 @@ class StaleVersionError(VHDF5Error, ValueError):
 
     Raised by ``staged.vhdf5.commit()`` when another version was committed to
     the file since ``ds.vhdf5.stage()``; ``commit(force=True)`` commits anyway
-    (the new version's parent stays the staged-from version). Raised when a
+    (the new version's parent stays the staged-from version), ``commit(rebase=True)``
+    merges onto the current version (:class:`ConflictError` if it cannot). Raised when a
     ``VersionedHDF5File.stage_version`` block ends if another handle rewrote
     a staged dataset's raw_data or the previous version's datasets meanwhile
     (deleting versions, ``modify_metadata``): nothing is committed then.
@@ -200,13 +201,16 @@ class ConflictError(StaleVersionError):
     """Both sides of a rebase or merge changed the same points of a variable.
 
     ``points`` maps each dataset path to an ``(n, ndim)`` int64 array of the
-    conflicting points' indices (in points, not chunks), in C order; nothing is
+    conflicting points' indices (in points, not chunks), in C order;
+    ``attributes`` maps each object path (``"/"``: the root group) to the
+    sorted names of the attributes both sides changed differently. Nothing is
     committed when it is raised.
     """
 
-    def __init__(self, message: str, *, points: dict | None = None):
+    def __init__(self, message: str, *, points: dict | None = None, attributes: dict | None = None):
         super().__init__(message)
         self.points = dict(points or {})
+        self.attributes = dict(attributes or {})
 
 
 class CorruptFileError(VHDF5Error, OSError):

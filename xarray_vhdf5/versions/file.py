@@ -24,6 +24,7 @@ from .delete import DeleteReport, check_file_argument, delete_versions
 from .index import touch as touch_index
 from .mutation import check_fresh, mutating, note_opened
 from .reader import SharedVersionedFile
+from .rebase import RebaseReport, rebase_staged
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
 from .timestamps import to_utc_datetime
@@ -103,6 +104,8 @@ class VersionedHDF5File:
         self._closed = False
         self._read_only = f.file.mode == "r"  # fixed for the life of the handle
         self.last_commit: CommitReport | None = None
+        #: The merge of the last ``stage_version(..., rebase=True)`` commit (None: no merge).
+        self.last_rebase: RebaseReport | None = None
         # Shared with earlier handles to the same file in this process (versions.caches).
         self._caches = caches_for(f.file, self._registry.vdata)
         note_opened(f)  # its view of the file, for the check of other processes' writes
@@ -398,6 +401,8 @@ class VersionedHDF5File:
         prev_version: str | None = None,
         make_current: bool = True,
         timestamp: _dt.datetime | np.datetime64 | None = None,
+        *,
+        rebase: bool = False,
     ) -> Iterator[InMemoryGroup]:
         """Stage a new version; it is committed when the ``with`` block exits cleanly.
 
@@ -415,6 +420,16 @@ class VersionedHDF5File:
         timestamp : datetime or numpy.datetime64, optional
             Its timestamp (UTC; naive values are taken as UTC); default the time
             of commit.
+        rebase : bool, keyword-only
+            When the block ends, if the file's current version is no longer the
+            version staged from (another handle or process committed meanwhile),
+            merge the staged changes with those committed since and commit onto
+            the current version, which becomes the parent
+            (:func:`~xarray_vhdf5.versions.rebase.rebase_staged`; rules in
+            :mod:`~xarray_vhdf5.versions.merge`). Default False: commit onto the
+            version staged from, as versioned-hdf5 does. ``last_rebase`` holds
+            the merge's :class:`~xarray_vhdf5.versions.rebase.RebaseReport`
+            (None when there was nothing to merge).
 
         Yields
         ------
@@ -429,6 +444,10 @@ class VersionedHDF5File:
             ``prev_version`` does not exist.
         ReadOnlyError
             The file is open read-only.
+        ConflictError
+            When the block ends with ``rebase=True``: both sides changed the same
+            points or attributes differently (``points`` lists them by dataset);
+            nothing is committed.
         StaleVersionError
             When the block ends: another handle rewrote a staged dataset's
             raw_data or the previous version's datasets meanwhile (deleting
@@ -462,11 +481,8 @@ class VersionedHDF5File:
         else:
             prev = self._registry.resolve(prev_version)
         ts = to_utc_datetime(timestamp) if timestamp is not None else None
-        source = h5py.Group(h5g.open(self._registry.group.id, prev.encode())) if prev != FIRST_VERSION else None
-        root = InMemoryGroup("", source, open_datasets=self._caches.open_datasets)
-        root.slab_maps = self._caches.slab_maps
-        root.h5file = self.f  # its .file on demand (h5py makes a new File object per call)
-        root.versions_state = self._registry.tracked_state  # just synced by _check_open
+        root = self._staged_root(prev)
+        self.last_rebase = None
         try:
             yield root
         except BaseException:
@@ -483,7 +499,9 @@ class VersionedHDF5File:
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(mutating(self.f, what="commit"))
-            except BaseException:  # busy, or stale: nothing committed, the edits discarded
+                if rebase:
+                    root, prev = self._rebased(root, prev)
+            except BaseException:  # busy, stale or in conflict: nothing committed, the edits discarded
                 root._close()
                 raise
             # Checked just before the version group is created: the stored version index
@@ -508,3 +526,32 @@ class VersionedHDF5File:
             if self._trim_every and self._commits_since_trim >= self._trim_every:
                 self._commits_since_trim = 0
                 trim_metadata_cache(self.f.file.id)
+
+    def _staged_root(self, prev: str) -> InMemoryGroup:
+        """The editable tree of a new version staged from version ``prev`` (a copy of it)."""
+        source = h5py.Group(h5g.open(self._registry.group.id, prev.encode())) if prev != FIRST_VERSION else None
+        root = InMemoryGroup("", source, open_datasets=self._caches.open_datasets)
+        root.slab_maps = self._caches.slab_maps
+        root.h5file = self.f  # its .file on demand (h5py makes a new File object per call)
+        root.versions_state = self._registry.tracked_state  # just synced by _check_open
+        return root
+
+    def _rebased(self, root: InMemoryGroup, prev: str) -> tuple[InMemoryGroup, str]:
+        """``(tree, parent)`` to commit: ``root`` merged onto the current version if it moved since ``prev``.
+
+        Called under the write lock. Raises ``ConflictError`` (the merged tree
+        discarded; the caller discards ``root``).
+        """
+        if self._registry.sync():
+            self._caches.clear()
+        current = self._registry.current_version
+        if current == prev or current == FIRST_VERSION or current not in self._registry:
+            return root, prev
+        into = self._staged_root(current)
+        try:
+            self.last_rebase = rebase_staged(self._registry.group, prev, current, root, into)
+        except BaseException:
+            into._close()
+            raise
+        root._close()
+        return into, current

@@ -196,6 +196,7 @@ class VHDF5DatasetAccessor:
         progress: bool | None = None,
         max_bytes: int | None = None,
         force: bool = False,
+        rebase: bool = False,
     ) -> str:
         """Commit this Dataset as a new version of the file at ``path``.
 
@@ -219,6 +220,15 @@ class VHDF5DatasetAccessor:
             (``encoding["vhdf5_version"]``), since that version (default False:
             :class:`~xarray_vhdf5.errors.StaleVersionError`). The new version's
             parent is then the staged-from or opened-from version (a branch).
+        rebase : bool
+            For a staged Dataset: if another version was committed since
+            :meth:`stage`, merge the staged changes with the changes committed
+            since and commit onto the file's current version, which becomes the
+            parent (:func:`~xarray_vhdf5.xr.stage.commit_staged`; rules in
+            :mod:`~xarray_vhdf5.versions.merge`: chunks one side changed are
+            mapped, points one side changed merge, points both sides changed
+            to different values conflict). The Dataset is then staged again
+            from the new version. Not with ``force``.
 
         Returns
         -------
@@ -230,10 +240,18 @@ class VHDF5DatasetAccessor:
         TypeError
             No ``path`` given and the Dataset is not staged.
         StaleVersionError
-            Staged Dataset whose file got another version since :meth:`stage`; a
-            Dataset opened from version A of ``path`` committed without
-            ``prev_version`` while A is no longer the current version (committing
-            it would undo the versions since). Nothing is written.
+            Staged Dataset whose file got another version since :meth:`stage`
+            (without ``force`` or ``rebase``); a Dataset opened from version A of
+            ``path`` committed without ``prev_version`` while A is no longer the
+            current version (committing it would undo the versions since).
+            Nothing is written.
+        ConflictError
+            ``rebase=True`` and both sides changed the same points or attributes
+            to different values; ``points`` maps each variable's dataset path to
+            an ``(n, ndim)`` int64 array of the conflicting points. Nothing is
+            written.
+        ValueError
+            ``rebase=True`` for a Dataset that is not staged, or with ``force``.
         FileBusyError
             Another writer kept the file past the lock timeout; nothing is written.
         VersionExistsError, IncompatibleDataError, NotVersionedError
@@ -245,9 +263,14 @@ class VHDF5DatasetAccessor:
         staged = is_staged(self._ds) and (path is None or same_file(path, self._ds.encoding.get("source")))
         if staged and group is None and prev_version is None:
             return commit_staged(
-                self._ds, version, message=message, timestamp=timestamp, force=force,
+                self._ds, version, message=message, timestamp=timestamp, force=force, rebase=rebase,
                 make_current=make_current, progress=progress,
                 **({} if max_bytes is None else {"max_bytes": max_bytes}),
+            )
+        if rebase:
+            raise ValueError(
+                "commit(rebase=True) merges a Dataset from ds.vhdf5.stage() onto the file's current version; "
+                "this Dataset is not staged (stage it first), or group=/prev_version= were given"
             )
         if path is None:
             raise TypeError("commit() needs path=: the versioned HDF5 file to commit into")

@@ -19,6 +19,18 @@ are hashed and written; every other variable (added, replaced, rebuilt by
 which dedupes by chunk hash. Afterwards the staged Dataset is rebased on the
 new version (its arrays have no changes and the new version as parent), so
 edit-commit loops need not reopen the file.
+
+``commit(rebase=True)``, when another version was committed since ``stage()``,
+merges the staged changes with the changes committed since and commits onto
+the file's current version (``stage_version(..., rebase=True)``,
+:mod:`~xarray_vhdf5.versions.rebase`; the rules are
+:mod:`~xarray_vhdf5.versions.merge`'s): chunks only one side changed are
+mapped, chunks both changed are merged point by point, and points both changed
+to different values raise :class:`~xarray_vhdf5.errors.ConflictError` with
+nothing written. The merge compares stored (CF-encoded) values. The staged
+Dataset is then staged again from the new version (its variables replaced in
+place by those of a fresh stage, which shows the other writer's changes too;
+times decoded as when staged, other CF options xarray's defaults).
 """
 
 from __future__ import annotations
@@ -135,6 +147,46 @@ def stage_dataset(ds: xr.Dataset) -> xr.Dataset:
     staged.encoding = {**ds.encoding, "source": source, HEAD_KEY: head}
     staged.set_close(handle.close)
     return staged
+
+
+def _restage(staged: xr.Dataset, version: str) -> None:
+    """Replace, in place, the variables, attrs and encoding of ``staged`` by a fresh stage of ``version``.
+
+    After a rebased commit the new version holds the other writer's changes
+    too, which the staged arrays, in-memory variables and attrs do not: it is
+    opened again (times decoded as ``staged`` was, other CF options xarray's
+    defaults) and staged, and its content moved into ``staged`` (public
+    Dataset mutations: ``del``, ``update``), so the caller's object shows the
+    committed version. Arrays taken from ``staged`` before keep their old
+    content.
+    """
+    enc = staged.encoding
+    group = (enc.get("vhdf5_group") or "/").strip("/")
+    handles = {id(v.data.handle): v.data.handle for v in staged.variables.values()
+               if isinstance(v.data, StagedVariableArray)}
+    opened = xr.open_dataset(
+        enc["source"], engine="vhdf5", version=version, group=group or None,
+        decode_times=enc.get("vhdf5_decode_times", True),
+    )
+    fresh = stage_dataset(opened)
+    for v in fresh.variables.values():
+        if isinstance(v.data, StagedVariableArray):
+            handles[id(v.data.handle)] = v.data.handle
+    for name in list(staged.variables):
+        del staged[name]
+    staged.update(fresh)
+    staged.attrs = dict(fresh.attrs)
+    staged.encoding = dict(fresh.encoding)
+    staged.set_close(_closer(list(handles.values()), opened))
+
+
+def _closer(handles: list[StageFile], opened: xr.Dataset):
+    def close() -> None:
+        for handle in handles:
+            handle.close()
+        opened.close()
+
+    return close
 
 
 def is_staged(ds: xr.Dataset) -> bool:
@@ -308,6 +360,7 @@ def commit_staged(
     message: str | None = None,
     timestamp=None,
     force: bool = False,
+    rebase: bool = False,
     make_current: bool = True,
     progress: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
@@ -329,6 +382,12 @@ def commit_staged(
     force : bool
         Commit even if another version was committed since ``stage()``
         (the parent stays the staged-from version; the result is a branch).
+    rebase : bool
+        If another version was committed since ``stage()``, merge the staged
+        changes with the changes from the staged-from version to the file's
+        current version and commit onto the current version, its parent (see
+        the module docstring; rules in :mod:`~xarray_vhdf5.versions.merge`).
+        The merge runs under the file's write lock. Not with ``force``.
     make_current : bool
         Make the new version current (default True).
     progress, max_bytes
@@ -338,15 +397,22 @@ def commit_staged(
     -------
     str
         The new version's name. ``staged`` is rebased on it: its staged
-        variables have no changes left and the new version as parent.
+        variables have no changes left and the new version as parent (after a
+        merge, ``staged`` is staged again from the new version, in place).
 
     Raises
     ------
     ValueError
-        ``staged`` does not come from :func:`stage_dataset`.
+        ``staged`` does not come from :func:`stage_dataset`; ``force`` and
+        ``rebase`` both given.
     StaleVersionError
         The file's current version is no longer the one it was at ``stage()``
-        and ``force`` is False; nothing is written.
+        and neither ``force`` nor ``rebase`` is given; nothing is written.
+    ConflictError
+        ``rebase=True`` and both sides changed the same points (or attributes)
+        to different values: ``points`` maps each dataset path to the
+        conflicting points' indices (stored order of axes); nothing is
+        written and ``staged`` is unchanged.
     VersionExistsError, IncompatibleDataError
         As :func:`~xarray_vhdf5.xr.writer.commit_dataset`; nothing is committed.
     """
@@ -357,6 +423,8 @@ def commit_staged(
             "commit() without path= needs a Dataset from ds.vhdf5.stage() (its encoding names the file "
             f"and the staged-from version); got source={source!r}, vhdf5_version={parent!r}"
         )
+    if force and rebase:
+        raise ValueError("commit(force=True, rebase=True): choose one (force branches, rebase merges)")
     group = (staged.encoding.get("vhdf5_group") or "/").strip("/")
     variables, attrs = xr.conventions.encode_dataset_coordinates(staged)
     engine.close_read_handles(source)
@@ -364,23 +432,30 @@ def commit_staged(
     with open_for_writing(source) as f:
         vf = VersionedHDF5File(f)
         current = vf.current_version
-        if current != head and not force:
+        moved = current != head
+        if moved and not (force or rebase):
             raise StaleVersionError(
                 f"{source!r}: staged from version {parent!r} when the current version was {head!r}, "
-                f"but the current version is now {current!r}; stage again from it, or commit(force=True) "
-                f"to commit on top of {parent!r} anyway"
+                f"but the current version is now {current!r}; stage again from it, commit(rebase=True) to "
+                f"merge onto {current!r}, or commit(force=True) to commit on top of {parent!r} anyway"
             )
         name = version if version is not None else next_version_name(vf)
-        with vf.stage_version(name, prev_version=parent, make_current=make_current, timestamp=timestamp) as root:
+        with vf.stage_version(
+            name, prev_version=parent, make_current=make_current, timestamp=timestamp, rebase=rebase and moved,
+        ) as root:
             target = root.require_group(group) if group else root
             _fill_group(target, group, staged, variables, attrs, f, rebased, progress, max_bytes)
             root.attrs.pop(MESSAGE_ATTR, None)
             if message is not None:
                 root.attrs[MESSAGE_ATTR] = message
+        merged = vf.last_rebase is not None
         attach_dimension_scales(f[version_path(name)])
-        plans = _rebase_plans(f, vf.last_commit, rebased)
+        plans = None if merged else _rebase_plans(f, vf.last_commit, rebased)
     engine.close_read_handles(source)
-    _rebase(staged, plans, name, make_current)
+    if merged:
+        _restage(staged, name)
+    else:
+        _rebase(staged, plans, name, make_current)
     return name
 
 
