@@ -37,7 +37,7 @@ def _source() -> xr.Dataset:
 
 def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     blocks = _blocks()
-    assert len(blocks) == 6, "README examples changed: update this test"
+    assert len(blocks) == 7, "README examples changed: update this test"
     monkeypatch.chdir(tmp_path)
     src = _source()
     src.to_netcdf("sst.nc", engine="h5netcdf")
@@ -63,8 +63,11 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     # h5py level: v1 kept, v2 edited.
     with h5py.File("data.h5", "r") as f:
         vf = xarray_vhdf5.VersionedHDF5File(f)
-        assert vf.versions == ["v1", "v2"]
+        assert vf.versions == ["v1", "v2", "v3"]
         assert vf["v1"]["x"][0] == 0 and vf["v2"]["x"][0] == -1
+        # Sharing a file: v3 committed through open_file (journaled), its journal gone.
+        assert vf["v3"]["x"][0] == 3 and vf["v3"]["x"][1] == 1
+    assert not Path("data.h5-journal").exists()
     # Reading while others write: a reader, closed at the end of its block.
     assert ns["reader"].closed and ns["x"].name == "/_version_data/versions/v1/x" and ns["x"].shape == (10_000,)
     # Stage, edit, append, commit: a third version with the edits and one more day.
