@@ -14,6 +14,8 @@ import datetime
 import os
 import subprocess
 import sys
+import threading
+import time
 import warnings
 
 import h5py
@@ -26,10 +28,12 @@ from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5.errors import (
     ClosedFileError,
     CorruptFileError,
+    FileBusyError,
     NotVersionedError,
     ReadOnlyError,
     VersionNotFoundError,
 )
+from xarray_vhdf5.versions.locking import file_locks
 from xarray_vhdf5.versions.reader import SharedVersionDataset, SharedVersionGroup, SharedVersionedFile
 from xarray_vhdf5.versions.sharing import SharedFile
 
@@ -328,6 +332,98 @@ def test_a_writer_with_a_short_timeout_is_never_refused_by_an_open_reader(tmp_pa
     with h5py.File(p, "r"):
         run = _run(_COMMIT, p, 7, 1, VHDF5_LOCK_TIMEOUT="0.5")
     assert run.returncode != 0 and "unable to lock file" in run.stderr
+
+
+def test_a_reader_resolving_in_a_loop_does_not_starve_a_writer(tmp_path):
+    """A thread gets versions and reads all along (each get holds the WRITE lock shared for
+    a moment); a writer in another process, lock timeout 0.5 s, commits 15 versions. The
+    writer opens the file with open_file, which waits for libhdf5's lock: a reader's fresh
+    handle holds it for an instant while it opens (backend.signature.open_for_reading)."""
+    p = str(tmp_path / "f.h5")
+    _make(p, 2)
+    errors, seen, stop = [], set(), threading.Event()
+
+    def read(vf):
+        while not stop.is_set():
+            try:
+                for name in vf.versions[2:]:
+                    if name not in seen:
+                        i = int(name[1:])
+                        assert vf[name]["x"][i] == 1000.0 + i
+                        seen.add(name)
+                assert vf["v1"]["x"][1] == -1.0
+            except Exception as exc:  # reported below
+                errors.append(exc)
+                return
+
+    with VersionedHDF5File.open(p) as vf:
+        reader = threading.Thread(target=read, args=(vf,))
+        reader.start()
+        try:
+            run = _run(_COMMIT.replace('h5py.File(path, "a")', "open_file(path)").replace(
+                "import VersionedHDF5File", "import VersionedHDF5File, open_file"), p, 2, 15, VHDF5_LOCK_TIMEOUT="0.5")
+        finally:
+            stop.set()
+            reader.join()
+        assert run.returncode == 0, run.stderr
+        assert not errors, errors
+        assert vf.versions[-1] == "v16" and vf["v16"]["x"][16] == 1016.0 and len(seen) > 0
+
+
+def test_a_waiting_writer_thread_goes_before_new_reader_threads(tmp_path):
+    """Three threads hold the WRITE lock shared in turn, overlapping (each also takes it again
+    inside: never behind the waiting writer); a writer thread with a 0.5 s timeout gets in."""
+    p = str(tmp_path / "f.bin")
+    open(p, "wb").close()
+    locks = file_locks(p)
+    stop = threading.Event()
+
+    def read():
+        while not stop.is_set():
+            with locks.resolving():
+                with locks.resolving():
+                    time.sleep(0.002)
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for t in readers:
+        t.start()
+    try:
+        time.sleep(0.02)
+        for _ in range(5):
+            with locks.writing(timeout=0.5):
+                assert locks.holds_write()
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+
+
+_HOLD_SHARED = """
+import sys
+from xarray_vhdf5.versions.locking import file_locks
+with file_locks(sys.argv[1]).resolving():
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_writer_that_timed_out_opens_the_gate_again(tmp_path):
+    """A writer waiting for a reader of another process shuts new readers out (the gate); once
+    it gives up, readers of other processes get in again."""
+    p = str(tmp_path / "f.bin")
+    open(p, "wb").close()
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_SHARED, p], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(FileBusyError):
+            with file_locks(p).writing(timeout=0.3):
+                pass
+        run = _run("import sys\nfrom xarray_vhdf5.versions.locking import file_locks\n"
+                   "with file_locks(sys.argv[1]).resolving(timeout=0.5): print('in')", p)
+        assert run.returncode == 0 and run.stdout.strip() == "in", run.stderr
+    finally:
+        holder.communicate("\n", timeout=30)
 
 
 _DELETE_THEN_COMMIT = """

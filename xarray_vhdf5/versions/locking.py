@@ -3,7 +3,7 @@
 libhdf5's own file lock (``flock`` on the whole file, taken at open) lets one
 process write only while no other process has the file open: a notebook
 reading the file made every daily commit fail. This module replaces it for the
-handles this package opens (``h5py.File(..., locking=False)``) with three
+handles this package opens (``h5py.File(..., locking=False)``) with
 advisory byte-range locks, as SQLite locks bytes of its database file:
 
 ``WRITE`` (one byte)
@@ -19,6 +19,15 @@ advisory byte-range locks, as SQLite locks bytes of its database file:
     ``modify_metadata``); held shared by a reader for each read of chunk
     bytes. Committed chunks never change in place otherwise, so reads need no
     other lock: a commit never waits for them.
+``WRITE gate``, ``MOVE gate`` (one byte each)
+    Writers first: a writer waiting for ``WRITE`` (or a mover for ``MOVE``)
+    holds the byte's gate exclusively, and a reader takes the gate shared,
+    for an instant, before it takes the byte shared (SQLite's ``PENDING``
+    lock). Readers arriving while a writer waits wait for it instead of
+    holding the byte in turn, so a reader resolving in a loop does not keep a
+    writer out until its timeout; the readers already in finish first.
+    Inside the process, reader threads wait while a writer thread waits, and
+    a thread already holding a lock shared takes it again at once.
 ``PIDS`` (one byte per process id)
     A writer also locks the byte ``PIDS + pid``, so that a process that waited
     too long can say which process holds the file (:class:`FileBusyError`).
@@ -76,6 +85,7 @@ READ_TIMEOUT = 60.0
 _BASE = 1 << 62
 _WRITE = _BASE
 _MOVE = _BASE + 1
+_GATE = {_WRITE: _BASE + 2, _MOVE: _BASE + 3}  # held by a writer waiting for the byte
 _PIDS = _BASE + 4096
 _PID_SPAN = 1 << 23  # Linux pid_max is at most 2**22
 
@@ -139,6 +149,9 @@ class _RWState:
         self.owner: int | None = None  # thread id holding it exclusively
         self.depth = 0  # re-entrant exclusive (and shared-under-exclusive) acquisitions
         self.os_kind = fcntl.F_UNLCK
+        self.readers: dict[int, int] = {}  # thread id -> shared acquisitions it holds
+        self.waiting = 0  # threads waiting to hold it exclusively
+        self.gate = False  # this process holds the byte's gate (a writer of it waits)
 
 
 class FileLocks:
@@ -188,6 +201,7 @@ class FileLocks:
         self._pid_locked = False
         for state in self._states.values():
             state.shared, state.owner, state.depth, state.os_kind = 0, None, 0, fcntl.F_UNLCK
+            state.readers, state.waiting, state.gate = {}, 0, False
 
     def pread(self, size: int, offset: int) -> bytes:
         """``size`` bytes of the file at ``offset`` (fewer at its end)."""
@@ -222,7 +236,7 @@ class FileLocks:
                 raise OSError(f"short write into {self.path!r} at byte {offset}")
 
     def _idle(self) -> bool:
-        return all(state.owner is None and state.shared == 0 for state in self._states.values())
+        return all(state.owner is None and state.shared == 0 and not state.gate for state in self._states.values())
 
     def _close_if_idle(self) -> None:
         # No lock held: the descriptor is closed, so that a process touching many files
@@ -241,31 +255,69 @@ class FileLocks:
             if state.owner == me:  # re-entrant, or shared under one's own exclusive lock
                 state.depth += 1
                 return
-            while True:
-                # Inside the process: wait for other threads.
-                free = state.owner is None and (not exclusive or state.shared == 0)
-                if free:
-                    kind = fcntl.F_WRLCK if exclusive else fcntl.F_RDLCK
-                    if not _HAVE_OFD or state.os_kind == kind or (not exclusive and state.os_kind == fcntl.F_RDLCK):
+            if not exclusive and me in state.readers:  # shared again: never behind a waiting writer
+                state.readers[me] += 1
+                state.shared += 1
+                return
+            state.waiting += exclusive
+            try:
+                while True:
+                    # Inside the process: wait for other threads (readers also for waiting writers).
+                    if exclusive:
+                        free = state.owner is None and state.shared == 0
+                    else:
+                        free = state.owner is None and not state.waiting
+                    if free and (not _HAVE_OFD or self._os_lock(state, byte, exclusive)):
                         break
-                    fd = self._descriptor(need_write=exclusive)
-                    if _try(fd, kind, byte):
-                        state.os_kind = kind
-                        break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    error = self._busy(what, timeout)
-                    self._close_if_idle()
-                    raise error
-                if free:  # another process: poll
-                    self._cond.wait(min(delay, remaining))
-                    delay = min(delay * 2, 0.05)
-                else:
-                    self._cond.wait(min(0.05, remaining))
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise self._busy(what, timeout)
+                    if free:  # another process: poll
+                        self._cond.wait(min(delay, remaining))
+                        delay = min(delay * 2, 0.05)
+                    else:
+                        self._cond.wait(min(0.05, remaining))
+            except BaseException:  # timed out (or interrupted): open the gate unless another writer here waits
+                state.waiting -= exclusive
+                if state.gate and not state.waiting:
+                    _try(self._fd, fcntl.F_UNLCK, _GATE[byte])
+                    state.gate = False
+                self._close_if_idle()
+                raise
+            state.waiting -= exclusive
             if exclusive:
                 state.owner, state.depth = me, 1
             else:
                 state.shared += 1
+                state.readers[me] = 1
+
+    def _os_lock(self, state: _RWState, byte: int, exclusive: bool) -> bool:
+        """Take ``byte`` from other processes (under ``self._cond``); False while one holds it.
+
+        A writer takes the byte's gate first and keeps it until it has the byte;
+        a reader passes only through a free gate (see the module).
+        """
+        gate = _GATE[byte]
+        if exclusive:
+            fd = self._descriptor(need_write=True)
+            if not state.gate:
+                state.gate = _try(fd, fcntl.F_WRLCK, gate)
+            if not state.gate or not _try(fd, fcntl.F_WRLCK, byte):
+                return False
+            _try(fd, fcntl.F_UNLCK, gate)
+            state.gate = False
+            state.os_kind = fcntl.F_WRLCK
+            return True
+        fd = self._descriptor(need_write=False)
+        if not _try(fd, fcntl.F_RDLCK, gate):  # a writer of another process waits
+            return False
+        try:
+            if state.os_kind != fcntl.F_RDLCK and not _try(fd, fcntl.F_RDLCK, byte):
+                return False
+        finally:
+            _try(fd, fcntl.F_UNLCK, gate)
+        state.os_kind = fcntl.F_RDLCK
+        return True
 
     def _release(self, byte: int, exclusive: bool) -> None:
         me = threading.get_ident()
@@ -278,6 +330,11 @@ class FileLocks:
                 state.owner = None
             else:
                 state.shared -= 1
+                depth = state.readers.get(me, 0)
+                if depth > 1:
+                    state.readers[me] = depth - 1
+                else:
+                    state.readers.pop(me, None)
             if state.owner is None and state.shared == 0 and _HAVE_OFD and self._fd is not None:
                 _try(self._fd, fcntl.F_UNLCK, byte)
                 state.os_kind = fcntl.F_UNLCK
