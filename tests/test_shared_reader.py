@@ -279,9 +279,12 @@ def _make(path: str, n: int, owned: bool = False) -> None:
                 if i == 0:
                     g.create_dataset("x", data=np.arange(100.0), chunks=(10,))
                     g.create_dataset("y", data=np.arange(100.0) + 1000, chunks=(10,))
+                    g.create_dataset("s", data=np.array(["a", "b", "c"] * 4, dtype=object), dtype=STR,
+                                     chunks=(5,))
                 elif owned:
                     g["x"][0:10] = -i
                     g["y"][0:10] = -100 - i
+                    g["s"][0] = f"s{i}"
                 else:
                     g["x"][i] = -i
 
@@ -436,6 +439,9 @@ with h5py.File(sys.argv[1], "a") as f:
         with vf.stage_version(f"w{i}") as g:
             g["x"][0:10] = 500.0 + i
             g["y"][0:10] = 900.0 + i
+    with vf.stage_version("v4") as g:  # a deleted version's name, used again
+        g["x"][0:10] = 444.0
+        g["s"][0] = "new"
 """
 
 
@@ -443,21 +449,22 @@ def test_objects_survive_another_process_deleting_versions(tmp_path):
     p = str(tmp_path / "f.h5")
     _make(p, 8, owned=True)
     with VersionedHDF5File.open(p) as vf:
-        objects = {v: (vf[v]["x"], vf[v]["y"]) for v in vf.versions}
-        expected = {v: (x[:], y[:]) for v, (x, y) in objects.items()}
-        manifests = {v: x.manifest for v, (x, _) in objects.items()}
+        objects = {v: (vf[v]["x"], vf[v]["y"], vf[v]["s"]) for v in vf.versions}
+        expected = {v: tuple(ds[:] for ds in row) for v, row in objects.items()}
+        manifests = {v: x.manifest for v, (x, _, _) in objects.items()}
+        assert objects["v7"][2].manifest is None  # vlen strings: read through libhdf5
         run = _run(_DELETE_THEN_COMMIT, p)
         assert run.returncode == 0, run.stderr
-        assert vf.versions == ["v0", "v2", "v5", "v7", "w0", "w1", "w2"]
+        assert vf.versions == ["v0", "v2", "v5", "v7", "w0", "w1", "w2", "v4"]
         for v in ("v0", "v2", "v5", "v7"):
-            x, y = objects[v]
-            np.testing.assert_array_equal(x[:], expected[v][0])
-            np.testing.assert_array_equal(y[:], expected[v][1])  # its own resolution, not x's
+            for ds, want in zip(objects[v], expected[v]):  # y: its own resolution, not x's
+                np.testing.assert_array_equal(ds[:], want)
         assert objects["v7"][0].manifest is not manifests["v7"]  # chunks moved: resolved again
-        for v in ("v1", "v3", "v4", "v6"):
-            with pytest.raises(VersionNotFoundError, match=f"version '{v}' was deleted"):
-                objects[v][1][0:10]
-        assert vf["w2"]["y"][0] == 902.0
+        for v in ("v1", "v3", "v4", "v6"):  # v4: deleted, then made again
+            for ds in objects[v]:
+                with pytest.raises(VersionNotFoundError, match=f"version '{v}' was deleted"):
+                    ds[0:10]
+        assert vf["w2"]["y"][0] == 902.0 and vf["v4"]["x"][0] == 444.0 and vf["v4"]["s"][0] == b"new"
 
 
 _MODIFY = """

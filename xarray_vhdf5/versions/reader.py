@@ -25,7 +25,10 @@ locking the handle blocks every writer. :class:`SharedVersionedFile`
   read, under the same lock.
 
 A commit waits for a reader only while the reader resolves something
-(milliseconds), never while it holds objects. Caveat (libhdf5): a process
+(milliseconds), never while it holds objects; a reader arriving while a
+writer waits waits for it (:mod:`~xarray_vhdf5.versions.locking`, the
+gates). A dataset whose version was deleted, or deleted and committed again
+under the same name, raises ``VersionNotFoundError``. Caveat (libhdf5): a process
 opens a file once, so an ``h5py.File`` of the same file kept open elsewhere in
 the process shares its (possibly stale) metadata cache with the "fresh"
 handles; close it first.
@@ -61,7 +64,7 @@ __all__ = ["SharedAttrs", "SharedVersionDataset", "SharedVersionGroup", "SharedV
 
 _HINT = "VersionedHDF5File.open() reads versioned HDF5 files only"
 _READ_ONLY = ("opened for reading with VersionedHDF5File.open(); stage, commit and delete through "
-              "VersionedHDF5File(h5py.File(path, 'a')) in a process of its own")
+              "VersionedHDF5File(xarray_vhdf5.open_file(path))")
 
 
 class _Registry(VersionRegistry):
@@ -755,16 +758,37 @@ class SharedVersionDataset:
         return tuple(key)
 
     def _read(self, key: tuple) -> np.ndarray:
+        manifest = self.manifest
         try:
-            return self._reader._shared.read(self, key)
+            out = self._reader._shared.read(self, key)
         except UnsupportedError:  # resolved again after modify_metadata gave it an undecodable filter
             self.manifest = None
             return np.asarray(self._read_through_hdf5(key))
+        if self.manifest is not manifest:  # resolved again: chunks moved (versions deleted)
+            with self._reader._shared.open(hint=_HINT) as f:
+                self._same_version(f)
+        return out
 
     def _read_through_hdf5(self, args: tuple):
         """``args`` read by h5py from the version's dataset, through a fresh handle under the lock."""
         with self._reader._shared.open(hint=_HINT) as f:
-            return version_dataset(f, self.version, self.name)[args]
+            return self._same_version(f)[args]
+
+    def _same_version(self, f: h5py.File) -> h5py.Dataset:
+        """The dataset in ``f``, if its version is the one it was got from (not deleted, not made again).
+
+        Raises
+        ------
+        VersionNotFoundError
+            The version was deleted, or deleted and a version of the same name
+            committed since (another timestamp).
+        """
+        vds = version_dataset(f, self.version, self.name)
+        if f[version_path(self.version)].attrs.get("timestamp") != self._tree.attrs[""].get("timestamp"):
+            raise VersionNotFoundError(
+                f"{self._reader.path!r}: version {self.version!r} was deleted while this dataset of it was "
+                "held (a new version of that name was committed since); get it again")
+        return vds
 
     def read_direct(self, dest: np.ndarray, source_sel=None, dest_sel=None) -> None:
         """Read ``self[source_sel]`` into ``dest[dest_sel]`` (h5py's ``read_direct``)."""
