@@ -307,3 +307,18 @@ def test_verify_detects_a_chunk_changed_on_disk(tmp_path):
     with pytest.raises(CorruptFileError, match="x"):
         checked["x"].values
     checked.close()
+
+
+def test_a_dataset_of_a_version_deleted_and_committed_again_says_so(tmp_path):
+    """Not the new version's points under the old name (after the deletion moved chunks)."""
+    p = str(tmp_path / "f.h5")
+    _make(p, 4)
+    old = xr.open_dataset(p, engine="vhdf5", version="v2")
+    with h5py.File(p, "a") as f:
+        vf = VersionedHDF5File(f)
+        vf.delete_versions(["v1", "v2"])
+        with vf.stage_version("v2") as g:
+            g["x"][:] = -7.0
+    with pytest.raises(KeyError, match="was deleted while a Dataset read from it was open"):
+        old["x"].values
+    old.close()

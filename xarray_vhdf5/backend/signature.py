@@ -153,10 +153,13 @@ def open_h5file(path: str | os.PathLike, mode: str, *, hint: str = "", locking: 
         raise error from exc
 
 
-def open_for_reading(path: str | os.PathLike, *, hint: str = "") -> h5py.File:
+def open_for_reading(path: str | os.PathLike, *, hint: str = "", held: bool = False) -> h5py.File:
     """Open ``path`` read-only without keeping libhdf5's file lock, so that no writer waits for it.
 
-    The file is opened as ``h5py.File(path, "r")`` opens it (libhdf5's default
+    A handle closed again at once (``held=False``) is opened with libhdf5's
+    locking off (or, when this process already has the file open, with that
+    handle's settings). A handle kept open (``held=True``) is opened as
+    ``h5py.File(path, "r")`` opens it (libhdf5's default
     locking), so that a plain ``h5py.File(path)`` opened later in the same
     process shares it (libhdf5 refuses a second open whose locking settings
     differ); then, when this is the process's only handle of the file, the
@@ -170,6 +173,10 @@ def open_for_reading(path: str | os.PathLike, *, hint: str = "") -> h5py.File:
     NotHDF5Error, OSError
         As :func:`open_h5file`.
     """
+    if not held:
+        # A handle closed again at once: libhdf5's locking off, so that not even for an
+        # instant does a writer relying on libhdf5's lock (plain h5py) find it taken.
+        return open_h5file(path, "r", hint=hint, locking=False)
     try:
         f = open_h5file(path, "r", hint=hint)
     except BlockingIOError:

@@ -31,7 +31,7 @@ from . import generation
 from .journal import journal_path, roll_back_interrupted
 from .locking import file_locks
 
-__all__ = ["SharedFile", "version_dataset"]
+__all__ = ["SharedFile", "version_dataset", "version_timestamp"]
 
 
 class SharedFile:
@@ -151,24 +151,35 @@ class SharedFile:
                     return manifest.read(key)
             with holder._lock:
                 with self.open() as f:
-                    holder.manifest = resolve_manifest(version_dataset(f, holder.version, holder.path),
-                                                       verify=self.verify)
+                    vds = version_dataset(f, holder.version, holder.path, getattr(holder, "timestamp", None))
+                    holder.manifest = resolve_manifest(vds, verify=self.verify)
                     holder.resolved = self.stamp()
 
     def __getstate__(self) -> dict:
         return dict(self.__dict__)
 
 
-def version_dataset(f: h5py.File, version: str, path: str) -> h5py.Dataset:
+def version_timestamp(f: h5py.File, version: str):
+    """The ``timestamp`` attribute of ``version``'s group: what tells a version from a later one of the same name."""
+    return f[f"{versions_path()}/{version}"].attrs.get("timestamp")
+
+
+def version_dataset(f: h5py.File, version: str, path: str, timestamp=None) -> h5py.Dataset:
     """The dataset at ``path`` of ``f``, which must still be in ``version``.
+
+    ``timestamp``: the version's ``timestamp`` attribute when it was opened
+    (:func:`version_timestamp`); a version of the same name with another one
+    was committed after the first was deleted.
 
     Raises
     ------
     VersionNotFoundError
-        The version was deleted since the Dataset was opened.
+        The version was deleted since the Dataset was opened (and perhaps
+        committed again under the same name).
     """
     versions = f.get(versions_path())
-    if versions is None or version not in versions or path not in f:
+    if (versions is None or version not in versions or path not in f
+            or (timestamp is not None and version_timestamp(f, version) != timestamp)):
         raise VersionNotFoundError(
             f"{f.filename!r}: version {version!r} was deleted while a Dataset read from it was open; "
             "open another version"

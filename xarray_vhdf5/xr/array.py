@@ -139,9 +139,11 @@ class ManifestBackendArray(BackendArray):
     :class:`~xarray_vhdf5.errors.VersionNotFoundError`.
     """
 
-    def __init__(self, source: SharedFile, version: str, path: str, manifest, shape: tuple[int, ...]):
+    def __init__(self, source: SharedFile, version: str, path: str, manifest, shape: tuple[int, ...],
+                 timestamp=None):
         self.source = source
         self.version = version
+        self.timestamp = timestamp  # of the version, to tell it from a later one of the same name
         self.path = path
         self.manifest = manifest
         self.shape = shape
@@ -176,9 +178,11 @@ class HandleBackendArray(BackendArray):
     it never sees a commit half written; a commit waits for it.
     """
 
-    def __init__(self, source: SharedFile, version: str, path: str, shape, dtype, as_str: bool):
+    def __init__(self, source: SharedFile, version: str, path: str, shape, dtype, as_str: bool,
+                 timestamp=None):
         self.source = source
         self.version = version
+        self.timestamp = timestamp
         self.path = path
         self.shape = shape
         self.dtype = dtype
@@ -191,7 +195,7 @@ class HandleBackendArray(BackendArray):
 
     def _getitem(self, key: tuple) -> np.ndarray:
         with self.source.open() as f:
-            ds = version_dataset(f, self.version, self.path)
+            ds = version_dataset(f, self.version, self.path, self.timestamp)
             source = ds.asstr() if self.as_str else ds
             if self.shape == ():
                 return np.asarray(source[()]).reshape(())

@@ -24,7 +24,7 @@ from ..backend.layout import version_path as root_path
 from ..backend.manifest import resolve_manifest
 from ..backend.signature import not_hdf5_error, open_for_reading
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
-from ..versions.sharing import SharedFile
+from ..versions.sharing import SharedFile, version_timestamp
 from .array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
 from .names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 
@@ -154,11 +154,12 @@ def _groups(root: h5py.Group) -> list[str]:
 def _backend_array(manager, version: str, ds: h5py.Dataset, shape, dtype, as_str: bool) -> BackendArray:
     if not isinstance(manager, SharedFile):
         return VersionedBackendArray(manager, ds.name, shape, dtype, as_str)
+    timestamp = version_timestamp(ds.file, version)
     if ds.dtype.kind != "O" and ds.is_virtual:
         manifest = resolve_manifest(ds, verify=manager.verify)
         if manifest.supported:
-            return ManifestBackendArray(manager, version, ds.name, manifest, shape)
-    return HandleBackendArray(manager, version, ds.name, shape, dtype, as_str)
+            return ManifestBackendArray(manager, version, ds.name, manifest, shape, timestamp)
+    return HandleBackendArray(manager, version, ds.name, shape, dtype, as_str, timestamp)
 
 
 def _variable(manager, version: str, ds: h5py.Dataset, dims_by_size: dict) -> xr.Variable:

@@ -229,7 +229,7 @@ class StageFile:
         if self._file is None or not self._file.id.valid:
             # Holding no flock: the stage never blocks a writer (a commit of this
             # process holds libhdf5's lock on its own handle while it reads the stage).
-            f = open_for_reading(self.path)
+            f = open_for_reading(self.path, held=True)
             states: dict = {}  # each hash table's state read once (arrays share raw_data)
             stale: dict[tuple, str] = {}
             try:
