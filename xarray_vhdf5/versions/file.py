@@ -208,7 +208,8 @@ class VersionedHDF5File:
     def current_version(self, name: str) -> None:
         self._check_open()
         self._registry.info(name)
-        self._registry.group.attrs["current_version"] = name
+        with mutating(self.f, what="current_version change"):  # locked, counted: readers see it
+            self._registry.group.attrs["current_version"] = name
 
     @property
     def data_version_identifier(self) -> int:
@@ -223,7 +224,8 @@ class VersionedHDF5File:
     @data_version_identifier.setter
     def data_version_identifier(self, version: int) -> None:
         self._check_open()
-        self._registry.group.attrs["data_version"] = np.int64(version)
+        with mutating(self.f, what="data_version change"):
+            self._registry.group.attrs["data_version"] = np.int64(version)
 
     @property
     def versions(self) -> list[str]:
