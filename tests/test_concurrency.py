@@ -322,3 +322,18 @@ def test_a_dataset_of_a_version_deleted_and_committed_again_says_so(tmp_path):
     with pytest.raises(KeyError, match="was deleted while a Dataset read from it was open"):
         old["x"].values
     old.close()
+
+
+def test_a_truncated_file_is_a_corrupt_file_error_naming_it(tmp_path):
+    from xarray_vhdf5 import VersionedHDF5File as VF
+
+    p = str(tmp_path / "f.h5")
+    _make(p, 3)
+    size = os.path.getsize(p)
+    with open(p, "r+b") as fh:
+        fh.truncate(size // 2)
+    with pytest.raises(CorruptFileError, match="f.h5") as info:
+        xr.open_dataset(p, engine="vhdf5")
+    assert isinstance(info.value, OSError) and "truncated" in str(info.value)
+    with pytest.raises(CorruptFileError):
+        VF.open(p).versions

@@ -71,13 +71,16 @@ class SharedFile:
         ------
         FileBusyError
             A writer held the file past the reader's timeout.
+        CorruptFileError
+            libhdf5 found the file damaged (truncated, a failed checksum, ...),
+            opening it or inside the ``with`` block.
         NotHDF5Error, OSError
             As :func:`~xarray_vhdf5.backend.signature.open_h5file`.
         """
         locks = file_locks(self.path)
         if os.path.exists(journal_path(self.path)):
             roll_back_interrupted(self.path, locks)
-        with locks.resolving():
+        with locks.resolving(), _damage_as_corrupt_file(self.path):
             f = open_for_reading(self.path, hint=hint)
             try:
                 self.offset = generation.locate(f)
@@ -157,6 +160,20 @@ class SharedFile:
 
     def __getstate__(self) -> dict:
         return dict(self.__dict__)
+
+
+@contextlib.contextmanager
+def _damage_as_corrupt_file(path: str) -> Iterator[None]:
+    """libhdf5's errors that say the file is damaged (truncated, bad checksum, ...) as CorruptFileError."""
+    try:
+        yield
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        from .check import corrupt_file_error
+
+        error = corrupt_file_error(path, exc)
+        if error is None or error is exc:
+            raise
+        raise error from exc
 
 
 def version_timestamp(f: h5py.File, version: str):
