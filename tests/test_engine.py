@@ -247,15 +247,15 @@ def test_other_files_that_are_not_hdf5(tmp_path):
     _assert_not_hdf5(info, repr(str(text)), "it starts with b'xxxxxxxx', not the HDF5 signature")
 
 
-def test_damaged_or_missing_hdf5_file_keeps_h5pys_error(tmp_path):
-    """libhdf5's own error when the file is HDF5 (signature found) but damaged, or missing."""
+def test_damaged_or_missing_hdf5_file(tmp_path):
+    """A damaged HDF5 file (signature found): CorruptFileError, an OSError naming it; missing: h5py's."""
     damaged = tmp_path / "damaged.h5"
     with h5py.File(damaged, "w") as f:
         f["x"] = np.arange(100)
     damaged.write_bytes(damaged.read_bytes()[:100])
-    with pytest.raises(OSError) as info:
+    with pytest.raises(xv.CorruptFileError, match="damaged.h5") as info:
         xr.open_dataset(damaged, engine="vhdf5")
-    assert not isinstance(info.value, xv.VHDF5Error)
+    assert isinstance(info.value, OSError) and "vhdf5 check" in str(info.value)
     with pytest.raises(FileNotFoundError):
         xr.open_dataset(tmp_path / "missing.h5", engine="vhdf5")
 
