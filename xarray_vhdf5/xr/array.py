@@ -65,11 +65,15 @@ class VersionedBackendArray(BackendArray):
 
     def _getitem(self, key: tuple) -> np.ndarray:
         with self.manager.acquire_context() as f:
-            ds = f[self.path]
-            source = ds.asstr() if self.as_str else ds
-            if self.shape == ():  # a scalar variable, stored as one point (see writer)
-                return np.asarray(source[()]).reshape(())
-            return _read_outer(source, key, self.shape)
+            return _read_dataset(f[self.path], key, self.shape, self.as_str)
+
+
+def _read_dataset(ds, key: tuple, shape: tuple[int, ...], as_str: bool) -> np.ndarray:
+    """``ds[key]`` through libhdf5: strings decoded when ``as_str``; a scalar stored as one point (see writer)."""
+    source = ds.asstr() if as_str else ds
+    if shape == ():
+        return np.asarray(source[()]).reshape(())
+    return _read_outer(source, key, shape)
 
 
 def _read_outer(source, key: tuple, shape: tuple[int, ...]) -> np.ndarray:
@@ -196,7 +200,4 @@ class HandleBackendArray(BackendArray):
     def _getitem(self, key: tuple) -> np.ndarray:
         with self.source.open() as f:
             ds = version_dataset(f, self.version, self.path, self.timestamp)
-            source = ds.asstr() if self.as_str else ds
-            if self.shape == ():
-                return np.asarray(source[()]).reshape(())
-            return _read_outer(source, key, self.shape)
+            return _read_dataset(ds, key, self.shape, self.as_str)
