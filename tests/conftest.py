@@ -20,6 +20,11 @@ settings.register_profile(
 settings.register_profile("explore", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+# Child processes the tests start (``python -c ...``: writers and readers of another
+# process) import the installed package, not the source checkout in the working
+# folder, whose kernels are not compiled there (Python 3.11's safe path).
+os.environ["PYTHONSAFEPATH"] = "1"
+
 NOAA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "noaa"
 
 

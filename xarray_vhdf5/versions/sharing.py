@@ -26,7 +26,7 @@ import numpy as np
 from ..backend.layout import versions_path
 from ..backend.manifest import resolve_manifest
 from ..backend.signature import open_for_reading
-from ..errors import VersionNotFoundError
+from ..errors import VersionNotFoundError, VHDF5Error
 from . import generation
 from .journal import journal_path, roll_back_interrupted
 from .locking import file_locks
@@ -167,7 +167,9 @@ def _damage_as_corrupt_file(path: str) -> Iterator[None]:
     """libhdf5's errors that say the file is damaged (truncated, bad checksum, ...) as CorruptFileError."""
     try:
         yield
-    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+    except VHDF5Error:
+        raise
+    except (OSError, RuntimeError, KeyError) as exc:  # h5py's (not xarray's ValueErrors)
         from .check import corrupt_file_error
 
         error = corrupt_file_error(path, exc)
