@@ -576,7 +576,8 @@ def _import_copy_of_package(root, cwd):
             print("imported", xarray_vhdf5.__file__)
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != "XARRAY_VHDF5_KERNELS"}
+    # PYTHONSAFEPATH (conftest) dropped: here the copy in cwd is what must be imported.
+    env = {k: v for k, v in os.environ.items() if k not in ("XARRAY_VHDF5_KERNELS", "PYTHONSAFEPATH")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=cwd)
     return out.stdout.strip()
 
