@@ -259,13 +259,15 @@ def flock_holder(path: str | os.PathLike) -> int | None:
     return None
 
 
-def _open_journaled(path: str, hint: str, durable: bool, deadline: float, timeout: float, io=None) -> h5py.File:
-    """``h5py.File(JournaledFile(path), "a")``, with libhdf5's whole-file lock taken on it.
+def _flocked_file(path: str, durable: bool, deadline: float, timeout: float, io=None) -> JournaledFile:
+    """A :class:`JournaledFile` of ``path`` holding libhdf5's whole-file lock (``flock``).
 
-    The caller holds the ``WRITE`` lock and has rolled back any journal. The
-    ``fileobj`` driver takes no lock of libhdf5's, so the same ``flock`` is taken
-    here: programs that rely on libhdf5's locking (plain h5py, versioned-hdf5,
-    netCDF tools) keep the file to themselves while they have it open.
+    The ``fileobj`` driver takes no lock of libhdf5's, so the same ``flock`` is
+    taken here: programs that rely on libhdf5's locking (plain h5py,
+    versioned-hdf5, netCDF tools) keep the file to themselves while they have
+    it open. Taken *before* the ``WRITE`` lock, in the order a plain
+    ``h5py.File(path, "a")`` writer takes them (its ``flock`` at open, ``WRITE``
+    at each commit), so that the two never wait for each other in a circle.
     """
     jf = JournaledFile(path, durable=durable, io=io)
     try:
@@ -273,7 +275,7 @@ def _open_journaled(path: str, hint: str, durable: bool, deadline: float, timeou
         while True:
             try:
                 fcntl.flock(jf.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                return jf
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     pid = flock_holder(path)
@@ -286,13 +288,21 @@ def _open_journaled(path: str, hint: str, durable: bool, deadline: float, timeou
                     ) from None
                 time.sleep(delay)
                 delay = min(2 * delay, 0.05)
-        try:
-            f = h5py.File(jf, "a")
-        except OSError as exc:
-            error = not_hdf5_error(path, hint=hint)
-            if error is None:
-                raise
-            raise error from exc
+    except BaseException:
+        jf.close()
+        raise
+
+
+def _open_journaled(jf: JournaledFile, path: str, hint: str) -> h5py.File:
+    """``h5py.File(jf, "a")``, registered for :func:`mutating`; the caller holds ``WRITE``, journal rolled back."""
+    try:
+        f = h5py.File(jf, "a")
+    except OSError as exc:
+        jf.close()
+        error = not_hdf5_error(path, hint=hint)
+        if error is None:
+            raise
+        raise error from exc
     except BaseException:
         jf.close()
         raise
@@ -345,13 +355,17 @@ def open_for_writing(
     if not os.path.exists(path):
         with contextlib.suppress(BlockingIOError):
             open_h5file(path, "a", hint=hint).close()  # a new file (another writer may race us)
-    with file_locks(path).writing(timeout=timeout):
-        recover(path)
-        f = _open_journaled(path, hint, durable, deadline, timeout)
-        try:
-            yield f
-        finally:
-            _close_journaled(f)
+    jf = _flocked_file(path, durable, deadline, timeout)
+    try:
+        with file_locks(path).writing(timeout=max(0.0, deadline - time.monotonic())):
+            recover(path)
+            f = _open_journaled(jf, path, hint)
+            try:
+                yield f
+            finally:
+                _close_journaled(f)
+    finally:
+        jf.close()
 
 
 def open_file(path: str | os.PathLike, mode: str = "a", *, durable: bool = False,
@@ -416,8 +430,13 @@ def open_file(path: str | os.PathLike, mode: str = "a", *, durable: bool = False
     if not os.path.exists(path):
         with contextlib.suppress(BlockingIOError):
             open_h5file(path, "a").close()
-    with file_locks(path).writing(timeout=timeout):
-        recover(path)
-        f = _open_journaled(path, "", durable, deadline, timeout, io)
+    jf = _flocked_file(path, durable, deadline, timeout, io)
+    try:
+        with file_locks(path).writing(timeout=max(0.0, deadline - time.monotonic())):
+            recover(path)
+            f = _open_journaled(jf, path, "")
+    except BaseException:
+        jf.close()
+        raise
     weakref.finalize(f, _JOURNALED.pop, f.id.fileno, None)
     return f

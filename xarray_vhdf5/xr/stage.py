@@ -124,6 +124,11 @@ def stage_dataset(ds: xr.Dataset) -> xr.Dataset:
     source = os.path.realpath(source)
     group = (ds.encoding.get("vhdf5_group") or "/").strip("/")
     handle = _open_handle(source)
+    with handle.reading():  # no commit of another process half written while staging reads
+        return _stage_locked(ds, handle, source, version, group)
+
+
+def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group: str) -> xr.Dataset:
     f = handle.acquire()
     registry = VersionRegistry(f)
     head = registry.current_version

@@ -41,10 +41,12 @@ survive and reads stay on the compiled path.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import operator
 import os
 import weakref
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import h5py
@@ -53,6 +55,8 @@ import xarray as xr
 
 from ..backend.hashtable import hash_table_id, table_extends, table_state
 from ..backend.signature import open_for_reading
+from ..versions import generation
+from ..versions.locking import file_locks
 from ..errors import StaleVersionError
 from ..staging import StagedChangesArray
 
@@ -205,6 +209,37 @@ class StageFile:
         self.arrays: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         #: Bases found stale when the file was last opened: ``base_key`` -> message.
         self._stale: dict[tuple, str] = {}
+        #: What the handle's libhdf5 caches reflect: the file's counters (or stat) at its opening.
+        self._opened_at: tuple | None = None
+
+    def _state(self, f: h5py.File | None = None) -> tuple:
+        """The file's write counters (read as bytes), or its (mtime, size) when it has none."""
+        if f is not None:
+            self._offset = generation.locate(f)
+        if getattr(self, "_offset", None) is None:
+            st = os.stat(self.path)
+            return ("stat", st.st_mtime_ns, st.st_size)
+        return tuple(generation.read_at_bytes(file_locks(self.path).pread(16, self._offset).ljust(16, b"\0")))
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Hold the file's ``WRITE`` lock shared while the stage reads through its handle.
+
+        A commit of another process rewrites libhdf5's metadata in place: a
+        read meanwhile, or through a cache that predates it, is torn. So reads
+        wait for a running commit, and a handle opened before a commit is
+        closed first (the arrays keep their rows: :meth:`StagedVariableArray.detach`)
+        and opened again, checked, by :meth:`acquire`.
+
+        Raises
+        ------
+        FileBusyError
+            A writer held the file past the reader's timeout.
+        """
+        with file_locks(self.path).resolving():
+            if self._file is not None and self._file.id.valid and self._state() != self._opened_at:
+                self.close()
+            yield
 
     def acquire(self, base: tuple | None = None) -> h5py.File:
         """The open file (opened read-only if needed).
@@ -242,6 +277,7 @@ class StageFile:
                 f.close()
                 raise
             self._file, self._stale = f, stale
+            self._opened_at = self._state(f)
         if base is not None and base in self._stale:
             raise StaleVersionError(self._stale[base])
         return self._file
@@ -514,13 +550,14 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     # -- indexing ----------------------------------------------------------------------
     def _read_raw(self, key: tuple) -> np.ndarray:
-        staged = self._ensure_open()
-        if _n_arrays(key) <= 1:
-            return np.asarray(staged[key])
-        box = _bounding_box(key, self.shape)
-        if box is None:
-            return np.asarray(staged[...])[key]
-        return np.asarray(staged[box[0]])[box[1]]
+        with self.handle.reading():
+            staged = self._ensure_open()
+            if _n_arrays(key) <= 1:
+                return np.asarray(staged[key])
+            box = _bounding_box(key, self.shape)
+            if box is None:
+                return np.asarray(staged[...])[key]
+            return np.asarray(staged[box[0]])[box[1]]
 
     def __getitem__(self, key) -> np.ndarray:
         """The decoded points of ``key`` (numpy's indexing; ``None`` axes with a basic index).
@@ -545,22 +582,24 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
     def __setitem__(self, key, value) -> None:
         key = _array_key(key)
         raw = self.codec.encode(value)
-        staged = self._ensure_open()
-        if _n_arrays(key) <= 1:
-            staged[key] = raw
-            return
-        box = _bounding_box(key, self.shape)
-        if box is None:
-            block_key, rel = (Ellipsis,), key
-        else:
-            block_key, rel = box
-        block = np.array(staged[block_key])
-        block[rel] = raw
-        staged[block_key] = block
+        with self.handle.reading():
+            staged = self._ensure_open()
+            if _n_arrays(key) <= 1:
+                staged[key] = raw
+                return
+            box = _bounding_box(key, self.shape)
+            if box is None:
+                block_key, rel = (Ellipsis,), key
+            else:
+                block_key, rel = box
+            block = np.array(staged[block_key])
+            block[rel] = raw
+            staged[block_key] = block
 
     def resize(self, shape) -> None:
         """Change the shape in place (new points: the fill value); see ``StagedChangesArray.resize``."""
-        self._ensure_open().resize(shape)
+        with self.handle.reading():
+            self._ensure_open().resize(shape)
 
     # -- numpy protocols -------------------------------------------------------------------
     def __array__(self, dtype=None, copy=None):
@@ -595,11 +634,13 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     def __copy__(self) -> StagedVariableArray:
         """As :meth:`__deepcopy__`: a copy never shares staged chunks (a numpy array's copy does not share data)."""
-        return self._like(self._ensure_open().copy())
+        with self.handle.reading():
+            return self._like(self._ensure_open().copy())
 
     def __deepcopy__(self, memo) -> StagedVariableArray:
         """A copy-on-write copy (no chunk copied until either side writes), same origin."""
-        return self._like(self._ensure_open().copy())
+        with self.handle.reading():
+            return self._like(self._ensure_open().copy())
 
 
 def _as_numpy(obj):
