@@ -129,11 +129,18 @@ _SHARED: OrderedDict[tuple[int, int], _Kept] = OrderedDict()
 
 
 def _file_key(f: h5py.File) -> tuple[int, int] | None:
-    """``(st_dev, st_ino)`` of the file on disk, or None (in-memory file, file object)."""
-    if f.driver not in ("sec2", "stdio", "direct"):  # not a plain file on disk
+    """``(st_dev, st_ino)`` of the file on disk, or None (in-memory file, file object).
+
+    A file opened through a journaled file object (:func:`~xarray_vhdf5.versions.mutation.open_file`)
+    is the file on disk it journals.
+    """
+    from .mutation import disk_path
+
+    path = disk_path(f)
+    if path is None:  # not a plain file on disk
         return None
     try:
-        st = os.stat(f.filename)
+        st = os.stat(path)
     except (OSError, TypeError, ValueError):
         return None
     return st.st_dev, st.st_ino

@@ -68,7 +68,9 @@ import numpy as np
 from ..backend.chunkmap import build_slab_indices_and_offsets
 from ..backend.chunks import chunk_grid_shape
 from ..backend.hashing import is_vlen_string_dtype
-from ..backend.layout import FIRST_VERSION, HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE, VERSION_DATA, VERSIONS
+from ..backend.layout import (
+    FIRST_VERSION, HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE, NETCDF_DIMENSIONS, VERSION_DATA, VERSIONS,
+)
 from ..backend.virtual import create_virtual_dataset
 from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionNotFoundError
 from . import index as version_index
@@ -559,7 +561,9 @@ def _delete_versions(h5file: h5py.Group, registry, versions_to_delete: str | Ite
     report = DeleteReport(sorted(doomed), current, reparent)
     # Only datasets a deleted version holds can lose chunks (versioned-hdf5 skips the others
     # too); with nothing to delete, every dataset is compacted.
-    paths = dataset_paths(h5file)
+    # The raw_data of netCDF-4 dimension scales is shared by scales at other paths (none is
+    # named after it): it is never compacted, else deleting nothing emptied it.
+    paths = [d for d in dataset_paths(h5file) if d != NETCDF_DIMENSIONS]
     if doomed:
         paths = [d for d in paths if any(d in versions[v] for v in doomed)]
     budget = [MAP_CACHE_BYTES]

@@ -22,7 +22,7 @@ from .caches import caches_for
 from .commit import CommitReport, commit_version
 from .delete import DeleteReport, check_file_argument, delete_versions
 from .index import touch as touch_index
-from .mutation import check_fresh, mutating, note_opened
+from .mutation import check_fresh, mutating, note_opened, refuse_interrupted
 from .reader import SharedVersionedFile
 from .rebase import RebaseReport, rebase_staged
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
@@ -79,6 +79,7 @@ class VersionedHDF5File:
 
     def __init__(self, f: h5py.File, *, metadata_trim_every: int | None = 256):
         check_file_argument("VersionedHDF5File", f, versioned_file=False)
+        refuse_interrupted(f)  # before anything is read: a dead writer's half-written commit
         if metadata_trim_every is not None and (
             not isinstance(metadata_trim_every, (int, np.integer)) or metadata_trim_every < 0
         ):
@@ -509,6 +510,10 @@ class VersionedHDF5File:
             # Checked just before the version group is created: the stored version index
             # then gets one row appended (O(1)) instead of being rebuilt.
             index_was_valid = self._registry.index_valid()
+            if index_was_valid and self._registry.sync():
+                # Another handle of ours committed while this one was staged (the index
+                # says so): the list this commit appends to must be the file's list.
+                index_was_valid = self._registry.index_valid()
             try:
                 self.last_commit = commit_version(
                     self.f, self._registry.group, version_name, prev, root, make_current=make_current,

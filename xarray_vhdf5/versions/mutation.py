@@ -37,7 +37,10 @@ from . import generation
 from .journal import JournaledFile, OsIO, journal_path, recover
 from .locking import WRITE_TIMEOUT, file_locks, lock_timeout
 
-__all__ = ["check_fresh", "flock_holder", "mutating", "note_opened", "open_file", "open_for_writing"]
+__all__ = [
+    "check_fresh", "disk_path", "flock_holder", "mutating", "note_opened", "open_file", "open_for_writing",
+    "refuse_interrupted",
+]
 
 #: Counters last seen or written through each libhdf5 file of this process, by ``FileID.fileno``.
 _SEEN: dict[int, generation.Counters] = {}
@@ -49,6 +52,12 @@ _JOURNALED: weakref.WeakValueDictionary[int, JournaledFile] = weakref.WeakValueD
 
 def _disk_path(f: h5py.File) -> str | None:
     return f.filename if f.driver in ("sec2", "stdio", "direct") else None
+
+
+def disk_path(f: h5py.File) -> str | None:
+    """The path of the file on disk under ``f``: opened by path, or through a :class:`JournaledFile`; else None."""
+    jf = _JOURNALED.get(f.file.id.fileno)
+    return jf.path if jf is not None else _disk_path(f.file)
 
 
 #: The byte offset of the counters in each libhdf5 file (it never changes once allocated).
@@ -102,6 +111,33 @@ def check_fresh(h5file: h5py.File) -> None:
         )
 
 
+def refuse_interrupted(h5file: h5py.File) -> None:
+    """Raise if a dead writer left a journal beside the file (an h5py handle may show its commit half written).
+
+    Called before anything is read through the handle. A journal of a live
+    writer (one holding the ``WRITE`` lock) is not a reason: it goes with its
+    commit. Handles of this package's openers roll journals back themselves.
+
+    Raises
+    ------
+    CorruptFileError
+        The journal of an interrupted commit is there.
+    """
+    f = h5file.file
+    if _JOURNALED.get(f.id.fileno) is not None:
+        return
+    path = _disk_path(f)
+    if path is None or not os.path.exists(journal_path(path)):
+        return
+    if _no_live_writer(file_locks(path)):
+        raise CorruptFileError(
+            f"{path!r}: a commit was interrupted and left its journal {journal_path(path)!r}: this h5py "
+            "file may show it half written. Close it and open the file through xarray_vhdf5 "
+            "(xr.open_dataset(..., engine='vhdf5'), VersionedHDF5File.open, or "
+            "VersionedHDF5File(xarray_vhdf5.open_file(path))), which rolls the commit back",
+            path=path)
+
+
 def _no_live_writer(locks) -> bool:
     """True when no process holds the file's ``WRITE`` lock (a journal there is then a dead writer's)."""
     try:
@@ -142,13 +178,7 @@ def note_opened(h5file: h5py.File) -> None:
     if path is None or key in _SEEN:
         return
     locks = file_locks(path)
-    if jf is None and os.path.exists(journal_path(path)) and _no_live_writer(locks):
-        raise CorruptFileError(
-            f"{path!r}: a commit was interrupted and left its journal {journal_path(path)!r}: this h5py "
-            "file may show it half written. Close it and open the file through xarray_vhdf5 "
-            "(xr.open_dataset(..., engine='vhdf5'), VersionedHDF5File.open, or "
-            "VersionedHDF5File(xarray_vhdf5.open_file(path))), which rolls the commit back",
-            path=path)
+    refuse_interrupted(h5file)
     _SEEN[key] = _on_disk(h5file, locks)
     if jf is not None:
         jf.seen = _SEEN[key]

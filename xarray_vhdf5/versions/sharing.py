@@ -124,7 +124,9 @@ class SharedFile:
     def read(self, holder, key: tuple) -> np.ndarray:
         """``holder.manifest.read(key)``, resolved again first if chunks moved since.
 
-        ``holder`` has ``manifest`` (a :class:`~xarray_vhdf5.backend.manifest.ChunkManifest`),
+        ``holder`` has ``manifest`` (a :class:`~xarray_vhdf5.backend.manifest.ChunkManifest`,
+        or None: resolved on the first read; when it cannot be read without
+        libhdf5, ``holder.read_through(vds, key)`` reads it through the handle),
         ``version`` and ``path`` (of its virtual dataset) and ``_lock`` (a
         ``threading.Lock``); its manifest is replaced when resolved again, and
         ``holder.resolved`` set to the :meth:`stamp` it was resolved at (a holder
@@ -149,13 +151,17 @@ class SharedFile:
         while True:
             with holder._lock:
                 manifest, stamp = holder.manifest, getattr(holder, "resolved", None) or self.resolved
-            with locks.reading_bytes():
-                if self.current(locks, stamp):
-                    return manifest.read(key)
+            if manifest is not None:
+                with locks.reading_bytes():
+                    if self.current(locks, stamp):
+                        return manifest.read(key)
             with holder._lock:
                 with self.open() as f:
                     vds = version_dataset(f, holder.version, holder.path, getattr(holder, "timestamp", None))
-                    holder.manifest = resolve_manifest(vds, verify=self.verify)
+                    manifest = resolve_manifest(vds, verify=self.verify)
+                    if not manifest.supported and hasattr(holder, "read_through"):
+                        return holder.read_through(vds, key)  # no decoder here: libhdf5, this handle
+                    holder.manifest = manifest
                     holder.resolved = self.stamp()
 
     def __getstate__(self) -> dict:

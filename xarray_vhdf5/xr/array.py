@@ -123,35 +123,43 @@ class ManifestBackendArray(BackendArray):
     Parameters
     ----------
     source : SharedFile
-        The file; resolves the version again when chunks moved (a deletion or
-        ``modify_metadata`` since), under the file's lock.
+        The file; resolves the version (on the first read, and again when
+        chunks moved: a deletion or ``modify_metadata`` since) under the
+        file's lock.
     version : str
         The version's name.
     path : str
         Absolute HDF5 path of the variable's virtual dataset.
-    manifest : ChunkManifest
-        The chunk addresses and filters of the variable in that version.
     shape : tuple of int
         Shape, in points (``()`` for a scalar, stored as one point).
+    dtype : numpy.dtype
+        dtype of the points.
+    timestamp : optional
+        The version's ``timestamp`` attribute (tells it from a later version
+        of the same name).
+    manifest : ChunkManifest, optional
+        Resolved when the Dataset was opened (the engine does: a read while
+        this process commits then needs no lock); None: on the first read.
 
     Notes
     -----
-    ``IndexingSupport.OUTER_1VECTOR``, as :class:`VersionedBackendArray`. A
-    read takes the ``MOVE`` lock shared, checks the file's moves counter and
-    reads bytes; when chunks have moved it releases the lock, resolves the
-    version again and retries. A version deleted meanwhile raises
-    :class:`~xarray_vhdf5.errors.VersionNotFoundError`.
+    ``IndexingSupport.OUTER_1VECTOR``, as :class:`VersionedBackendArray`. A read takes the ``MOVE`` lock shared, checks the file's
+    moves counter and reads bytes; when chunks have moved it releases the
+    lock, resolves the version again and retries. A version deleted
+    meanwhile raises :class:`~xarray_vhdf5.errors.VersionNotFoundError`. A
+    dataset whose chunks no decoder here reads (a filter such as scaleoffset)
+    is read through libhdf5 under the lock instead.
     """
 
-    def __init__(self, source: SharedFile, version: str, path: str, manifest, shape: tuple[int, ...],
-                 timestamp=None):
+    def __init__(self, source: SharedFile, version: str, path: str, shape: tuple[int, ...], dtype,
+                 timestamp=None, manifest=None):
         self.source = source
         self.version = version
         self.timestamp = timestamp  # of the version, to tell it from a later one of the same name
         self.path = path
         self.manifest = manifest
         self.shape = shape
-        self.dtype = manifest.dtype
+        self.dtype = np.dtype(dtype)
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -170,6 +178,10 @@ class ManifestBackendArray(BackendArray):
 
     def _getitem(self, key: tuple) -> np.ndarray:
         return self.source.read(self, (0,) if self.shape == () else key)
+
+    def read_through(self, vds, key: tuple) -> np.ndarray:
+        """Read ``key`` through libhdf5 (``vds`` open under the lock): chunks without a decoder here."""
+        return _read_dataset(vds, () if self.shape == () else key, self.shape, False)
 
 
 class HandleBackendArray(BackendArray):

@@ -155,10 +155,12 @@ def _backend_array(manager, version: str, ds: h5py.Dataset, shape, dtype, as_str
     if not isinstance(manager, SharedFile):
         return VersionedBackendArray(manager, ds.name, shape, dtype, as_str)
     timestamp = version_timestamp(ds.file, version)
-    if ds.dtype.kind != "O" and ds.is_virtual:
+    if ds.dtype.kind != "O" and "raw_data" in ds.attrs:  # a versioned dataset: its chunks as bytes
+        # Resolved now, under the lock the open holds: a read while this process
+        # commits (a dask variable of this file streamed into it) needs no lock then.
         manifest = resolve_manifest(ds, verify=manager.verify)
         if manifest.supported:
-            return ManifestBackendArray(manager, version, ds.name, manifest, shape, timestamp)
+            return ManifestBackendArray(manager, version, ds.name, shape, dtype, timestamp, manifest)
     return HandleBackendArray(manager, version, ds.name, shape, dtype, as_str, timestamp)
 
 
