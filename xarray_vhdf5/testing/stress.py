@@ -1,0 +1,1375 @@
+"""Several processes on one versioned file, measured: a writer with readers, racing writers.
+
+The workloads of issue 17's stress runs (``tests/test_concurrency_slow.py``,
+``benchmarks/bench_concurrency.py``); each checks every value it reads
+against a model, so a wrong value is counted, never missed.
+
+Writer with readers (:func:`run_writer_and_readers`)
+    One writer process appends a day of a ``(t, 90, 180)`` float32 variable
+    ``sst`` per version through the xarray path (``ds.vhdf5.stage()``,
+    ``.vhdf5.append(day, dim="time")``, ``.vhdf5.commit()``), edits a small
+    box of an earlier day every :data:`EDIT_EVERY` commits, and deletes an
+    old version every :data:`DELETE_EVERY` commits at the h5py level
+    (``VersionedHDF5File(h5py.File(p, "a")).delete_versions([...])``). After
+    each commit returns it appends to a :class:`Ledger` what the version holds
+    (its length in days and its edit): the values of any version are then a
+    function of the ledger (:meth:`DayModel.expected`). Reader processes
+    (``xr.open_dataset(p, engine="vhdf5", version=v)``, with and without
+    ``chunks={}``, and the h5py-level reader) pick versions from the ledger and
+    compare every value they read; a dask ``LocalCluster`` reads from the
+    driving process. A read of a version the writer deleted (or was deleting)
+    may raise ``KeyError`` (``VersionNotFoundError``); any other exception, and
+    any version not pending deletion that cannot be read, is an error.
+Racing writers (:func:`run_racing_writers`)
+    Two processes each try ``commits`` commits of a small box edit of one 2-d
+    variable, through the xarray path, through
+    :func:`~xarray_vhdf5.versions.mutation.open_for_writing` or through a plain
+    ``h5py.File(p, "a")``. Each attempt lands or is refused
+    (:class:`~xarray_vhdf5.errors.FileBusyError`,
+    :class:`~xarray_vhdf5.errors.StaleVersionError`,
+    :class:`~xarray_vhdf5.errors.ConflictError`, or h5py's ``BlockingIOError``
+    at the open of a file the other writer holds with libhdf5's lock).
+    :func:`check_race` then replays the landed edits along the file's version
+    chain with numpy and compares every version.
+
+Lock waits are measured inside each process by :func:`instrument_locks`,
+which times how long each of the :class:`~xarray_vhdf5.versions.locking.FileLocks`
+context managers takes to enter.
+
+Processes are started from a ``forkserver`` (:func:`process_context`) so that
+they inherit no HDF5 handle of the driving process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import random
+import time
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DELETE_EVERY",
+    "EDIT_EVERY",
+    "DayModel",
+    "Ledger",
+    "LockWaits",
+    "RaceReport",
+    "StressReport",
+    "check_race",
+    "commit_loop",
+    "day_block",
+    "h5py_reader_available",
+    "instrument_locks",
+    "open_loop",
+    "process_context",
+    "race_writer",
+    "reader_process",
+    "resolve_loop",
+    "stage_loop",
+    "staged_commit_loop",
+    "run_racing_writers",
+    "run_writer_and_readers",
+    "writer_process",
+]
+
+#: Grid of the daily variable (lat, lon) and its chunks along (time, lat, lon).
+GRID = (90, 180)
+CHUNKS = (8, 90, 180)
+#: The writer edits a box of an earlier day every this many commits.
+EDIT_EVERY = 7
+#: The writer deletes an old version every this many commits.
+DELETE_EVERY = 50
+#: ... the version committed this many commits before.
+DELETE_LAG = 40
+#: Readers read at most this many days per read, and the whole variable every ``FULL_READ_EVERY`` reads.
+SLAB_DAYS = 16
+FULL_READ_EVERY = 25
+
+# ---------------------------------------------------------------------------------------
+# processes, ledgers, lock timing
+
+
+def process_context(preload: tuple[str, ...] = ("h5py", "xarray", "xarray_vhdf5", "xarray_vhdf5.xr.engine")):
+    """A ``forkserver`` multiprocessing context whose server has imported ``preload``.
+
+    Children fork from a process that imported the libraries but opened no
+    file, so they start in tens of milliseconds and share no HDF5 state with
+    the caller. Falls back to ``spawn`` where ``forkserver`` is unavailable.
+
+    Parameters
+    ----------
+    preload : tuple of str
+        Modules the server imports (its children inherit them).
+
+    Returns
+    -------
+    multiprocessing.context.BaseContext
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(preload))
+    return ctx
+
+
+class Ledger:
+    """An append-only JSON-lines file: one record per line, readable while it is written.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (created on the first :meth:`append`).
+
+    Notes
+    -----
+    Each record is written with one ``write`` of a whole line on an
+    ``O_APPEND`` descriptor; :meth:`read` returns only whole lines, so a reader
+    never sees half a record, and a process killed while appending leaves at
+    most one partial last line, which is ignored.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self._fd: int | None = None
+        self._offset = 0
+        self._buffer = b""
+        self._records: list[dict] = []
+
+    def append(self, record: dict, fsync: bool = True) -> None:
+        """Append ``record`` (JSON-serialisable) as one line; ``fsync`` it before returning."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(self._fd, (json.dumps(record) + "\n").encode())
+        if fsync:
+            os.fsync(self._fd)
+
+    def read(self) -> list[dict]:
+        """Every whole record written so far (read incrementally; the list is shared, do not modify)."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return self._records
+        self._offset += len(data)
+        data = self._buffer + data
+        *lines, self._buffer = data.split(b"\n")
+        self._records.extend(json.loads(line) for line in lines if line)
+        return self._records
+
+    def close(self) -> None:
+        """Close the descriptor used by :meth:`append`."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass
+class LockWaits:
+    """Time each lock took to enter in this process, by lock (``writing``, ``moving``, ...).
+
+    Attributes
+    ----------
+    waits : dict of str to list of float
+        Seconds each acquisition waited.
+    holds : dict of str to list of float
+        Seconds each acquisition held the lock (from entering to leaving).
+    """
+
+    waits: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    holds: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def max_ms(self, *names: str) -> float:
+        """Longest wait among the locks ``names`` (all when none given), in ms; 0 without any."""
+        names = names or tuple(self.waits)
+        values = [w for n in names for w in self.waits.get(n, ())]
+        return 1e3 * max(values, default=0.0)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per lock: ``count``; the waits' ``max_ms``, ``p99_ms``, ``median_ms``, ``over_100ms`` (a count);
+        the holdings' ``held_max_ms`` and ``held_median_ms``."""
+        out = {}
+        for name, values in self.waits.items():
+            arr = np.asarray(values)
+            held = np.asarray(self.holds.get(name, ()))
+            out[name] = {
+                "count": int(arr.size),
+                "max_ms": float(1e3 * arr.max()) if arr.size else 0.0,
+                "p99_ms": float(1e3 * np.quantile(arr, 0.99)) if arr.size else 0.0,
+                "median_ms": float(1e3 * np.median(arr)) if arr.size else 0.0,
+                "over_100ms": int((arr > 0.1).sum()),
+                "held_max_ms": float(1e3 * held.max()) if held.size else 0.0,
+                "held_median_ms": float(1e3 * np.median(held)) if held.size else 0.0,
+            }
+        return out
+
+
+class _TimedLock:
+    def __init__(self, manager, waits: list[float], holds: list[float]):
+        self._manager = manager
+        self._waits = waits
+        self._holds = holds
+        self._entered = 0.0
+
+    def __enter__(self):
+        start = time.perf_counter()
+        try:
+            value = self._manager.__enter__()
+        except BaseException:  # a timeout (FileBusyError): the wait counts too
+            self._waits.append(time.perf_counter() - start)
+            raise
+        self._entered = time.perf_counter()
+        self._waits.append(self._entered - start)
+        return value
+
+    def __exit__(self, *exc):
+        try:
+            return self._manager.__exit__(*exc)
+        finally:
+            self._holds.append(time.perf_counter() - self._entered)
+
+
+def instrument_locks() -> LockWaits:
+    """Time every lock acquisition of this process from now on (patches ``FileLocks``' methods).
+
+    Each of ``FileLocks.writing``, ``resolving``, ``moving`` and
+    ``reading_bytes`` is wrapped so that the time its context manager takes to
+    enter (the wait for other processes and threads, plus the system calls) is
+    recorded, also when it gives up (``FileBusyError``), and how long the lock
+    was held. Re-entrant acquisitions are recorded too (they take microseconds).
+    Meant for child processes of a stress run; calling it twice in one
+    process records each acquisition once per call.
+
+    Returns
+    -------
+    LockWaits
+        Filled in as locks are taken.
+    """
+    from ..versions.locking import FileLocks
+
+    timing = LockWaits()
+    for name in ("writing", "resolving", "moving", "reading_bytes"):
+        original = getattr(FileLocks, name)
+
+        def wrapper(self, *args, _original=original, _name=name, **kwargs):
+            return _TimedLock(_original(self, *args, **kwargs), timing.waits[_name], timing.holds[_name])
+
+        wrapper.__doc__ = original.__doc__
+        setattr(FileLocks, name, wrapper)
+    return timing
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _write_json(path: str, value: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(value, fh)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------
+# the daily variable and its model
+
+
+def day_block(first: int, stop: int) -> np.ndarray:
+    """The values of days ``first`` to ``stop - 1`` as appended, before any edit: float32 ``(n, 90, 180)``.
+
+    Day ``d`` holds ``d + 0.25 * lat_index + 0.001 * lon_index`` (in float32),
+    so every day and point differs.
+    """
+    days = np.arange(first, stop, dtype=np.float32)[:, None, None]
+    lat = (np.arange(GRID[0], dtype=np.float32) * np.float32(0.25))[None, :, None]
+    lon = (np.arange(GRID[1], dtype=np.float32) * np.float32(0.001))[None, None, :]
+    return (days + lat + lon).astype(np.float32)
+
+
+def day_dataset(day: int):
+    """The one-day ``xarray.Dataset`` the writer appends (``time`` = ``day``, sst chunks :data:`CHUNKS`)."""
+    import xarray as xr
+
+    sst = xr.Variable(("time", "lat", "lon"), day_block(day, day + 1))
+    sst.encoding["chunks"] = CHUNKS
+    return xr.Dataset({"sst": sst}, coords={"time": np.array([float(day)])})
+
+
+class DayModel:
+    """What each version of the writer's file holds, from its :class:`Ledger`.
+
+    Ledger records of the writer (:func:`writer_process`):
+
+    - ``{"op": "commit", "version": name, "ntime": n, "edit": [t, i0, i1, j0, j1, value] or None}``
+      after a commit returned: the version holds days ``0 .. n-1``, with the
+      edits of every commit up to this one applied in order;
+    - ``{"op": "deleting", "versions": [...]}`` before a deletion and
+      ``{"op": "deleted", "versions": [...]}`` after it returned.
+
+    Parameters
+    ----------
+    ledger : Ledger
+        The writer's ledger (read again by :meth:`refresh`).
+    """
+
+    def __init__(self, ledger: Ledger):
+        self.ledger = ledger
+        self.order: dict[str, int] = {}  # version -> index in self.commits
+        self.commits: list[dict] = []
+        self.edits: list[tuple[int, list]] = []  # (commit index, edit)
+        self.deleting: set[str] = set()
+        self.deleted: set[str] = set()
+        self._seen = 0
+
+    def refresh(self) -> DayModel:
+        """Read the records appended since the last call."""
+        records = self.ledger.read()
+        for record in records[self._seen:]:
+            if record["op"] == "commit":
+                self.order[record["version"]] = len(self.commits)
+                self.commits.append(record)
+                if record["edit"] is not None:
+                    self.edits.append((len(self.commits) - 1, record["edit"]))
+            elif record["op"] == "deleting":
+                self.deleting.update(record["versions"])
+            elif record["op"] == "deleted":
+                self.deleted.update(record["versions"])
+        self._seen = len(records)
+        return self
+
+    def live(self) -> list[str]:
+        """Committed versions not deleted nor being deleted, oldest first."""
+        gone = self.deleting | self.deleted
+        return [c["version"] for c in self.commits if c["version"] not in gone]
+
+    def ntime(self, version: str) -> int:
+        """Days held by ``version``."""
+        return self.commits[self.order[version]]["ntime"]
+
+    def expected(self, version: str, first: int = 0, stop: int | None = None) -> np.ndarray:
+        """``sst[first:stop]`` of ``version`` as the writer committed it.
+
+        Raises
+        ------
+        KeyError
+            ``version`` is not in the ledger.
+        """
+        index = self.order[version]
+        n = self.commits[index]["ntime"]
+        stop = n if stop is None else min(stop, n)
+        out = day_block(first, stop)
+        for commit_index, (t, i0, i1, j0, j1, value) in self.edits:
+            if commit_index > index:
+                break
+            if first <= t < stop:
+                out[t - first, i0:i1, j0:j1] = np.float32(value)
+        return out
+
+
+def count_wrong(got: np.ndarray, expected: np.ndarray) -> int:
+    """Points of ``got`` not bit-for-bit equal to ``expected`` (all of them if the shapes differ)."""
+    got = np.asarray(got)
+    if got.shape != expected.shape or got.dtype != expected.dtype:
+        return int(max(got.size, expected.size, 1))
+    return int(np.count_nonzero(got.view(np.uint32) != expected.view(np.uint32)))
+
+
+# ---------------------------------------------------------------------------------------
+# the writer
+
+
+def create_daily_file(path: str) -> str:
+    """Create ``path`` with day 0 as version ``d00000`` (through ``ds.vhdf5.commit(path=)``); return the name."""
+    day_dataset(0).vhdf5.commit("d00000", path=path)
+    return "d00000"
+
+
+def writer_process(path: str, ledger_path: str, result_path: str, stop, seed: int = 0,
+                   delete_every: int = DELETE_EVERY, edit_every: int = EDIT_EVERY) -> None:
+    """Append a day per commit until ``stop`` is set; write a summary to ``result_path`` (JSON).
+
+    The file must hold version ``d00000`` (:func:`create_daily_file`), which
+    the ledger must list. Commits go through ``ds.vhdf5.stage()`` (once, and
+    again after each deletion: a deletion moves chunks, which makes a staged
+    Dataset stale), ``.vhdf5.append`` and ``.vhdf5.commit``. A failed commit or
+    deletion is counted and the writer stages again.
+
+    Parameters
+    ----------
+    path, ledger_path, result_path : str
+        The versioned file, the writer's :class:`Ledger` and where the summary goes.
+    stop : multiprocessing.Event
+        Set by the driver to end the run.
+    seed : int
+        Seeds the edits' boxes.
+    delete_every, edit_every : int
+        Commits between deletions and between edits.
+
+    Notes
+    -----
+    The summary holds ``commits``, ``deletes``, ``failures`` (with the first
+    messages), the commit and deletion times (``commit_ms`` quantiles) and the
+    lock waits (:func:`instrument_locks`).
+    """
+    import h5py
+    import xarray as xr
+
+    import xarray_vhdf5  # noqa: F401  (the accessor)
+    from xarray_vhdf5 import VersionedHDF5File
+
+    timing = instrument_locks()
+    ledger = Ledger(ledger_path)
+    rng = random.Random(seed)
+    commit_s: list[float] = []
+    delete_s: list[float] = []
+    failures: list[str] = []
+    history = ["d00000"]  # versions committed, by commit number
+    deletes = 0
+
+    def stage():
+        return xr.open_dataset(path, engine="vhdf5").vhdf5.stage()
+
+    staged = stage()
+    ntime = staged.sizes["time"]
+    day = ntime
+    while not stop.is_set():
+        name = f"d{day:05d}"
+        edit = None
+        try:
+            grown = staged.vhdf5.append(day_dataset(day), dim="time")
+            if day % edit_every == 0:
+                t = rng.randrange(max(day - 20, 0), day + 1)
+                i0, j0 = rng.randrange(GRID[0] - 4), rng.randrange(GRID[1] - 4)
+                edit = [t, i0, i0 + rng.randint(1, 4), j0, j0 + rng.randint(1, 4), -(day + 0.5)]
+                grown["sst"][edit[0], edit[1]:edit[2], edit[3]:edit[4]] = np.float32(edit[5])
+            start = time.perf_counter()
+            committed = grown.vhdf5.commit(name)
+            commit_s.append(time.perf_counter() - start)
+            staged = grown
+        except Exception as exc:  # noqa: BLE001 - counted and reported
+            failures.append(f"commit {name}: {_describe(exc)}")
+            with contextlib.suppress(Exception):
+                staged.close()
+            try:
+                staged = stage()
+            except Exception as exc2:  # noqa: BLE001
+                failures.append(f"stage after failed commit: {_describe(exc2)}")
+                time.sleep(0.05)
+            day = staged.sizes["time"]
+            continue
+        ledger.append({"op": "commit", "version": committed, "ntime": day + 1, "edit": edit}, fsync=False)
+        history.append(committed)
+        day += 1
+        if len(history) % delete_every == 0 and len(history) > DELETE_LAG:
+            victim = history[-DELETE_LAG]
+            ledger.append({"op": "deleting", "versions": [victim]}, fsync=False)
+            start = time.perf_counter()
+            try:
+                staged.close()
+                with h5py.File(path, "a") as f:
+                    VersionedHDF5File(f).delete_versions([victim])
+                delete_s.append(time.perf_counter() - start)
+                deletes += 1
+                ledger.append({"op": "deleted", "versions": [victim]}, fsync=False)
+            except Exception as exc:  # noqa: BLE001
+                failures.append(f"delete {victim}: {_describe(exc)}")
+            try:
+                staged = stage()
+            except Exception as exc:  # noqa: BLE001
+                failures.append(f"stage after delete: {_describe(exc)}")
+    staged.close()
+    ledger.close()
+    commits = np.asarray(commit_s) * 1e3
+    _write_json(result_path, {
+        "role": "writer",
+        "commits": len(commit_s),
+        "deletes": deletes,
+        "failures": len(failures),
+        "failure_messages": failures[:10],
+        "commit_ms_median": float(np.median(commits)) if commits.size else 0.0,
+        "commit_ms_p99": float(np.quantile(commits, 0.99)) if commits.size else 0.0,
+        "commit_ms_max": float(commits.max()) if commits.size else 0.0,
+        "delete_ms_max": 1e3 * max(delete_s, default=0.0),
+        "max_lock_wait_ms": timing.max_ms("writing", "moving"),
+        "locks": timing.summary(),
+    })
+
+
+# ---------------------------------------------------------------------------------------
+# readers
+
+
+def h5py_reader_available() -> bool:
+    """Whether ``VersionedHDF5File.open(path)`` (the h5py-level reader mode) exists in this package."""
+    from ..versions.file import VersionedHDF5File
+
+    return callable(getattr(VersionedHDF5File, "open", None))
+
+
+class _ReaderStats:
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.reads = 0
+        self.points = 0
+        self.wrong_points = 0
+        self.wrong_reads = 0
+        self.deleted_errors = 0  # allowed: the version was being deleted
+        self.errors: list[str] = []  # unexpected exceptions
+        self.wrong_messages: list[str] = []
+        self.open_s: list[float] = []
+        self.read_s: list[float] = []
+
+    def result(self, timing: LockWaits) -> dict:
+        return {
+            "role": "reader",
+            "kind": self.kind,
+            "reads": self.reads,
+            "points_checked": self.points,
+            "wrong_points": self.wrong_points,
+            "wrong_reads": self.wrong_reads,
+            "deleted_version_errors": self.deleted_errors,
+            "errors": len(self.errors),
+            "error_messages": self.errors[:10],
+            "wrong_messages": self.wrong_messages[:10],
+            "open_ms_max": 1e3 * max(self.open_s, default=0.0),
+            "open_ms_median": 1e3 * float(np.median(self.open_s)) if self.open_s else 0.0,
+            "read_ms_max": 1e3 * max(self.read_s, default=0.0),
+            "max_lock_wait_ms": timing.max_ms(),
+            "locks": timing.summary(),
+        }
+
+
+def _pick(model: DayModel, rng: random.Random, count: int) -> tuple[str, int, int | None] | None:
+    """A version (the newest half the time) and a slab of its days, or None before any commit."""
+    live = model.live()
+    if not live:
+        return None
+    version = live[-1] if rng.random() < 0.5 else rng.choice(live)
+    n = model.ntime(version)
+    if count % FULL_READ_EVERY == 0:
+        return version, 0, None
+    first = rng.randrange(n)
+    return version, first, min(n, first + rng.randint(1, SLAB_DAYS))
+
+
+def _read_xarray(path: str, version: str, first: int, stop: int | None, chunks, stats: _ReaderStats):
+    import xarray as xr
+
+    start = time.perf_counter()
+    ds = xr.open_dataset(path, engine="vhdf5", version=version, chunks=chunks)
+    stats.open_s.append(time.perf_counter() - start)
+    try:
+        start = time.perf_counter()
+        sst = ds["sst"].isel(time=slice(first, stop)).values
+        times = ds["time"].values
+        stats.read_s.append(time.perf_counter() - start)
+        return sst, times
+    finally:
+        ds.close()
+
+
+def _read_h5py(path: str, version: str, first: int, stop: int | None, stats: _ReaderStats):
+    from ..versions.file import VersionedHDF5File
+
+    start = time.perf_counter()
+    vf = VersionedHDF5File.open(path)
+    try:
+        dset = vf[version]["sst"]
+        stats.open_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        sst = np.asarray(dset[first:stop])
+        times = np.asarray(vf[version]["time"][:])
+        stats.read_s.append(time.perf_counter() - start)
+        return sst, times
+    finally:
+        vf.close()
+        h5 = getattr(vf, "f", None)
+        if h5 is not None and getattr(h5, "id", None) is not None and h5.id.valid:
+            h5.file.close()
+
+
+def check_read(model: DayModel, version: str, first: int, stop: int | None, sst: np.ndarray,
+               times: np.ndarray, stats: _ReaderStats) -> None:
+    """Compare a read of ``sst[first:stop]`` and ``time`` of ``version`` with the model; count into ``stats``."""
+    expected = model.expected(version, first, stop)
+    n = model.ntime(version)
+    wrong = count_wrong(sst, expected)
+    if times.shape != (n,) or not np.array_equal(times, np.arange(n, dtype=times.dtype)):
+        wrong += n
+    stats.reads += 1
+    stats.points += expected.size + n
+    stats.wrong_points += wrong
+    if wrong:
+        stats.wrong_reads += 1
+        if len(stats.wrong_messages) < 10:
+            stats.wrong_messages.append(f"wrong values: {version} sst[{first}:{stop}]: {wrong} points differ")
+
+
+def _classify(exc: BaseException, version: str, model: DayModel, stats: _ReaderStats) -> None:
+    if isinstance(exc, KeyError):
+        for _ in range(100):  # the ledger records a deletion before it starts; wait for the write
+            model.refresh()
+            if version in model.deleting or version in model.deleted:
+                stats.deleted_errors += 1
+                return
+            time.sleep(0.01)
+    stats.errors.append(f"{version}: {_describe(exc)}")
+
+
+def reader_process(kind: str, path: str, ledger_path: str, result_path: str, stop, seed: int = 0,
+                   pause: float = 0.0) -> None:
+    """Read versions listed in the writer's ledger until ``stop`` is set; check every value read.
+
+    Parameters
+    ----------
+    kind : str
+        ``"xarray"`` (``xr.open_dataset(engine="vhdf5", version=v)``),
+        ``"xarray-dask"`` (the same with ``chunks={}``, dask's threaded
+        scheduler) or ``"h5py"`` (``VersionedHDF5File.open(path)``; when the
+        package does not have it yet, ``xr.open_dataset`` stands in and the
+        summary's ``kind`` says ``"h5py (xarray stand-in)"``).
+    path, ledger_path, result_path : str
+        The file, the writer's ledger, where the summary goes (JSON).
+    stop : multiprocessing.Event
+        Set by the driver to end the run.
+    seed : int
+        Seeds the choice of versions and slabs.
+    pause : float
+        Seconds to sleep after each read (0: read in a tight loop).
+    """
+    import xarray_vhdf5  # noqa: F401
+
+    timing = instrument_locks()
+    if kind == "h5py" and not h5py_reader_available():
+        kind = "h5py (xarray stand-in)"
+    stats = _ReaderStats(kind)
+    model = DayModel(Ledger(ledger_path))
+    rng = random.Random(seed)
+    count = 0
+    while not stop.is_set():
+        picked = _pick(model.refresh(), rng, count)
+        if picked is None:
+            time.sleep(0.01)
+            continue
+        count += 1
+        version, first, stop_day = picked
+        try:
+            if kind == "h5py":
+                sst, times = _read_h5py(path, version, first, stop_day, stats)
+            else:
+                sst, times = _read_xarray(path, version, first, stop_day,
+                                          {} if kind == "xarray-dask" else None, stats)
+        except Exception as exc:  # noqa: BLE001 - classified and counted
+            _classify(exc, version, model, stats)
+        else:
+            check_read(model, version, first, stop_day, sst, times, stats)
+        if pause:
+            time.sleep(pause)
+    _write_json(result_path, stats.result(timing))
+
+
+def open_loop(path: str, stop, pause: float = 0.0) -> None:
+    """Open and close ``xr.open_dataset(path, engine="vhdf5")`` until ``stop`` is set (a busy reader).
+
+    Parameters
+    ----------
+    path : str
+        The file.
+    stop : multiprocessing.Event
+        Ends the loop.
+    pause : float
+        Seconds to sleep after each open.
+    """
+    import xarray as xr
+
+    import xarray_vhdf5  # noqa: F401
+
+    while not stop.is_set():
+        xr.open_dataset(path, engine="vhdf5").close()
+        if pause:
+            time.sleep(pause)
+
+
+def resolve_loop(path: str, stop, hold: float = 0.01) -> None:
+    """Hold the file's ``WRITE`` lock shared for ``hold`` seconds, again and again, until ``stop`` is set.
+
+    What a reader resolving versions back to back does to the lock (each
+    ``xr.open_dataset`` or ``VersionedHDF5File.open`` call holds it shared for
+    milliseconds), without the work in between.
+
+    Parameters
+    ----------
+    path : str
+        The file.
+    stop : multiprocessing.Event
+        Ends the loop.
+    hold : float
+        Seconds per holding.
+    """
+    from ..versions.locking import file_locks
+
+    locks = file_locks(path)
+    while not stop.is_set():
+        with locks.resolving():
+            time.sleep(hold)
+
+
+def commit_loop(path: str, stop, pause: float = 0.0, timeout: float = 60.0) -> None:
+    """Commit one point of ``x`` per version through ``open_for_writing``, back to back, until ``stop`` is set.
+
+    Parameters
+    ----------
+    path : str
+        A file whose versions hold a 1-d ``x`` of at least 1000 points.
+    stop : multiprocessing.Event
+        Ends the loop.
+    pause : float
+        Seconds to sleep between commits.
+    timeout : float
+        ``open_for_writing``'s timeout (this writer waits that long for others).
+    """
+    from ..versions.file import VersionedHDF5File
+    from ..versions.mutation import open_for_writing
+
+    i = 0
+    while not stop.is_set():
+        with open_for_writing(path, timeout=timeout) as f, VersionedHDF5File(f).stage_version(f"loop{i}") as g:
+            g["x"][i % 1000] = float(i)
+        i += 1
+        if pause:
+            time.sleep(pause)
+
+
+def stage_loop(path: str, seconds: float, result_path: str) -> None:
+    """Open, stage and edit one point of ``x``, again and again, until a failure or ``seconds`` passed.
+
+    ``xr.open_dataset(path, engine="vhdf5")``, ``.vhdf5.stage()``,
+    ``staged["x"][1] = 5.0``; nothing is committed. Meant to run beside
+    :func:`commit_loop`, in its own process (a failure may crash it). Writes
+    ``{"tries": n, "failures": [message, ...]}`` (JSON) to ``result_path``;
+    ``FileBusyError`` (a writer held the file past the timeout) is not a failure.
+
+    Parameters
+    ----------
+    path : str
+        A file whose versions hold a 1-d ``x``.
+    seconds : float
+        The longest the loop runs.
+    result_path : str
+        Where the result goes.
+    """
+    import xarray as xr
+
+    import xarray_vhdf5  # noqa: F401
+    from xarray_vhdf5.errors import FileBusyError
+
+    failures: list[str] = []
+    tries = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not failures:
+        tries += 1
+        try:
+            with xr.open_dataset(path, engine="vhdf5") as ds:
+                staged = ds.vhdf5.stage()
+                staged["x"][1] = 5.0
+                staged.close()
+        except FileBusyError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - what the caller looks for
+            where = [f"{os.path.basename(f.filename)}:{f.name}" for f in traceback.extract_tb(exc.__traceback__)
+                     if "xarray_vhdf5" in f.filename and "testing" not in f.filename]
+            failures.append(f"try {tries}: {type(exc).__name__}: {exc} (in {' -> '.join(where)})")
+    _write_json(result_path, {"tries": tries, "failures": failures})
+
+
+def staged_commit_loop(path: str, seconds: float, result_path: str) -> None:
+    """Open, stage, edit the last point of ``x`` and commit, again and again, for ``seconds``.
+
+    Meant to run beside :func:`commit_loop`, in its own process: each commit
+    must land on the file's current version or raise ``StaleVersionError``.
+    Writes ``{"landed": [names], "stale": n, "failures": [messages]}`` (JSON)
+    to ``result_path``.
+
+    Parameters
+    ----------
+    path : str
+        A file whose versions hold a 1-d ``x`` of 1000 points.
+    seconds : float
+        How long the loop runs.
+    result_path : str
+        Where the result goes.
+    """
+    import xarray as xr
+
+    import xarray_vhdf5  # noqa: F401
+    from xarray_vhdf5.errors import StaleVersionError
+
+    landed: list[str] = []
+    stale = 0
+    failures: list[str] = []
+    deadline = time.monotonic() + seconds
+    i = 0
+    while time.monotonic() < deadline:
+        name = f"staged{i}"
+        i += 1
+        try:
+            with xr.open_dataset(path, engine="vhdf5") as ds:
+                staged = ds.vhdf5.stage()
+                staged["x"][999] = float(i)
+                try:
+                    staged.vhdf5.commit(name)
+                    landed.append(name)
+                except StaleVersionError:
+                    stale += 1
+                staged.close()
+        except Exception as exc:  # noqa: BLE001 - reported
+            failures.append(f"{name}: {_describe(exc)}")
+    _write_json(result_path, {"landed": landed, "stale": stale, "failures": failures[:10]})
+
+
+def _dask_reader(path: str, ledger_path: str, stop_at: float, seed: int, pause: float = 0.0) -> dict:
+    """Read versions through a dask ``LocalCluster`` (2 worker processes) until ``stop_at``."""
+    import xarray as xr
+    from distributed import Client, LocalCluster
+
+    stats = _ReaderStats("dask LocalCluster (2 processes)")
+    model = DayModel(Ledger(ledger_path))
+    rng = random.Random(seed)
+    count = 0
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        while time.monotonic() < stop_at:
+            picked = _pick(model.refresh(), rng, count)
+            if picked is None:
+                time.sleep(0.01)
+                continue
+            count += 1
+            version, first, stop_day = picked
+            try:
+                start = time.perf_counter()
+                ds = xr.open_dataset(path, engine="vhdf5", version=version, chunks={})
+                stats.open_s.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                sst = client.compute(ds["sst"].isel(time=slice(first, stop_day)).data).result()
+                times = ds["time"].values
+                stats.read_s.append(time.perf_counter() - start)
+                ds.close()
+            except Exception as exc:  # noqa: BLE001
+                _classify(exc, version, model, stats)
+            else:
+                check_read(model, version, first, stop_day, sst, times, stats)
+            if pause:
+                time.sleep(pause)
+    return stats.result(LockWaits())
+
+
+# ---------------------------------------------------------------------------------------
+# the driver of (a)
+
+
+@dataclass
+class StressReport:
+    """What :func:`run_writer_and_readers` measured.
+
+    Attributes
+    ----------
+    seconds : float
+        The writer's run time (wall).
+    writer : dict
+        The writer's summary (:func:`writer_process`).
+    readers : list of dict
+        Each reader's summary (:func:`reader_process`), the dask reader's last.
+    final_wrong_points : int
+        Points of the final check (every ``check_every``-th surviving version read
+        whole at the h5py level, and the last one) that differ from the model.
+    final_versions_checked : int
+        Versions read whole by the final check.
+    final_missing : list of str
+        Versions the ledger lists as committed and not deleted that the file lacks.
+    wall_seconds : float
+        Everything, process starts and the final check included.
+    """
+
+    seconds: float
+    writer: dict
+    readers: list[dict]
+    final_wrong_points: int = 0
+    final_versions_checked: int = 0
+    final_missing: list[str] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+    @property
+    def reader_errors(self) -> int:
+        """Unexpected reader exceptions (not counting reads of deleted versions), over all readers."""
+        return sum(r["errors"] for r in self.readers)
+
+    @property
+    def wrong_values(self) -> int:
+        """Points read wrong by any reader, plus those of the final check."""
+        return sum(r["wrong_points"] for r in self.readers) + self.final_wrong_points
+
+    def frame(self):
+        """One row per process (``pandas.DataFrame``): reads or commits, errors, wrong values, waits (ms)."""
+        import pandas as pd
+
+        w = self.writer
+        rows = [{
+            "process": "writer", "ops": w["commits"], "deletes": w["deletes"], "errors": w["failures"],
+            "wrong points": self.final_wrong_points, "deleted-version errors": 0,
+            "max lock wait ms": round(w["max_lock_wait_ms"], 1), "max open ms": None,
+            "max commit ms": round(w["commit_ms_max"], 1), "median commit ms": round(w["commit_ms_median"], 1),
+        }]
+        for r in self.readers:
+            rows.append({
+                "process": r["kind"], "ops": r["reads"], "deletes": None,
+                "errors": r["errors"],
+                "wrong points": r["wrong_points"], "deleted-version errors": r["deleted_version_errors"],
+                "max lock wait ms": round(r["max_lock_wait_ms"], 1), "max open ms": round(r["open_ms_max"], 1),
+                "max commit ms": None, "median commit ms": None,
+            })
+        return pd.DataFrame(rows).set_index("process")
+
+
+def _final_check(path: str, model: DayModel, check_every: int) -> tuple[int, int, list[str]]:
+    import h5py
+
+    from ..versions.file import VersionedHDF5File
+
+    live = model.live()
+    wrong = checked = 0
+    missing = []
+    with h5py.File(path, "r", locking=False) as f:
+        vf = VersionedHDF5File(f)
+        present = set(vf.versions)
+        missing = [v for v in live if v not in present]
+        for i, version in enumerate(live):
+            if version in present and (i % check_every == 0 or i == len(live) - 1):
+                wrong += count_wrong(vf[version]["sst"][()], model.expected(version))
+                checked += 1
+    return wrong, checked, missing
+
+
+def run_writer_and_readers(workdir: str, seconds: float, *, xarray_readers: int = 2, h5py_readers: int = 2,
+                           dask_reader: bool = True, seed: int = 0, check_every: int = 20,
+                           reader_pause: float = 0.0) -> StressReport:
+    """One writer and readers on one new file for ``seconds``; return what they measured.
+
+    Parameters
+    ----------
+    workdir : str
+        A directory for the file (``daily.h5``), the ledger and the summaries.
+    seconds : float
+        How long the writer runs (the readers run as long).
+    xarray_readers : int
+        Reader processes through ``xr.open_dataset``; they alternate between
+        without and with ``chunks={}``.
+    h5py_readers : int
+        Reader processes through ``VersionedHDF5File.open`` (xarray stand-ins
+        while the package lacks it).
+    dask_reader : bool
+        Also read through a dask ``LocalCluster`` of 2 worker processes, from
+        this process.
+    seed : int
+        Seeds every process.
+    check_every : int
+        The final check reads every ``check_every``-th surviving version whole.
+    reader_pause : float
+        Seconds each reader sleeps after each read (0: tight loops, the harshest load).
+
+    Returns
+    -------
+    StressReport
+    """
+    wall = time.monotonic()
+    path = os.path.join(workdir, "daily.h5")
+    ledger_path = os.path.join(workdir, "daily.ledger")
+    first = create_daily_file(path)
+    Ledger(ledger_path).append({"op": "commit", "version": first, "ntime": 1, "edit": None})
+    ctx = process_context()
+    stop = ctx.Event()
+    jobs = []
+    kinds = [("xarray" if i % 2 == 0 else "xarray-dask") for i in range(xarray_readers)] + ["h5py"] * h5py_readers
+    for i, kind in enumerate(kinds):
+        out = os.path.join(workdir, f"reader{i}.json")
+        process = ctx.Process(target=reader_process,
+                              args=(kind, path, ledger_path, out, stop, seed + 1 + i, reader_pause))
+        jobs.append((process, out))
+    writer_out = os.path.join(workdir, "writer.json")
+    writer = ctx.Process(target=writer_process, args=(path, ledger_path, writer_out, stop, seed))
+    if dask_reader:
+        import distributed  # noqa: F401  (imported before the clock starts: it takes seconds)
+    for process, _ in jobs:
+        process.start()
+    writer.start()
+    start = time.monotonic()
+    dask_result = None
+    if dask_reader:
+        dask_result = _dask_reader(path, ledger_path, start + seconds, seed + 100, reader_pause)
+    remaining = start + seconds - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)
+    stop.set()
+    writer.join(600)
+    elapsed = time.monotonic() - start
+    for process, _ in jobs:
+        process.join(600)
+    readers = []
+    for (process, out), kind in zip(jobs, kinds):
+        if os.path.exists(out):
+            with open(out) as fh:
+                readers.append(json.load(fh))
+        else:
+            readers.append({**_ReaderStats(kind).result(LockWaits()), "errors": 1,
+                            "error_messages": [f"reader died (exit code {process.exitcode})"]})
+    if dask_result is not None:
+        readers.append(dask_result)
+    if os.path.exists(writer_out):
+        with open(writer_out) as fh:
+            writer_result = json.load(fh)
+    else:
+        writer_result = {"role": "writer", "commits": 0, "deletes": 0, "failures": 1,
+                         "failure_messages": [f"writer died (exit code {writer.exitcode})"],
+                         "commit_ms_median": 0.0, "commit_ms_p99": 0.0, "commit_ms_max": 0.0,
+                         "delete_ms_max": 0.0, "max_lock_wait_ms": 0.0, "locks": {}}
+    model = DayModel(Ledger(ledger_path)).refresh()
+    wrong, checked, missing = _final_check(path, model, check_every)
+    return StressReport(elapsed, writer_result, readers, wrong, checked, missing, time.monotonic() - wall)
+
+
+# ---------------------------------------------------------------------------------------
+# (b) racing writers
+
+#: Shape and chunks of the raced variable ``x`` (float64).
+RACE_SHAPE = (100, 100)
+RACE_CHUNKS = (10, 10)
+#: Rows each writer edits alone (writer w: ``OWN_ROWS * w`` to ``OWN_ROWS * (w + 1)``), and the shared rows after them.
+OWN_ROWS = 40
+RACE_MODES = ("xarray", "open_for_writing", "h5py")
+
+
+def create_race_file(path: str) -> str:
+    """Create ``path`` with ``x`` = zeros :data:`RACE_SHAPE` as version ``base`` (xarray path); return the name."""
+    import xarray as xr
+
+    import xarray_vhdf5  # noqa: F401
+
+    x = xr.Variable(("row", "col"), np.zeros(RACE_SHAPE))
+    x.encoding["chunks"] = RACE_CHUNKS
+    xr.Dataset({"x": x}).vhdf5.commit("base", path=path)
+    return "base"
+
+
+def _race_edit(writer: int, attempt: int, rng: random.Random) -> dict:
+    shared = rng.random() < 0.5
+    h, w = rng.randint(1, 4), rng.randint(1, 4)
+    if shared:
+        rows = (2 * OWN_ROWS, RACE_SHAPE[0])
+    else:
+        rows = (OWN_ROWS * writer, OWN_ROWS * (writer + 1))
+    r0 = rng.randrange(rows[0], rows[1] - h + 1)
+    c0 = rng.randrange(0, RACE_SHAPE[1] - w + 1)
+    return {"box": [r0, r0 + h, c0, c0 + w], "value": float((writer + 1) * 1000 + attempt + 1), "shared": shared}
+
+
+def race_writer(path: str, writer: int, commits: int, ledger_path: str, result_path: str, start_at: float,
+                seed: int = 0, modes: tuple[str, ...] = RACE_MODES) -> None:
+    """Attempt ``commits`` commits of a box edit of ``x``; record each outcome in a ledger.
+
+    Each attempt picks a mode from ``modes``:
+
+    - ``"xarray"``: ``xr.open_dataset(engine="vhdf5")``, ``.vhdf5.stage()``,
+      edit, ``.vhdf5.commit(name)`` (parent: the version opened);
+    - ``"open_for_writing"``: :func:`~xarray_vhdf5.versions.mutation.open_for_writing`
+      + ``VersionedHDF5File`` + ``stage_version(name)``;
+    - ``"h5py"``: ``h5py.File(path, "a")`` + ``VersionedHDF5File`` + ``stage_version(name)``.
+
+    The ledger record (fsync'd) of an attempt: ``name``, ``mode``, ``box``
+    (``[r0, r1, c0, c1]``), ``value``, ``parent`` (the version staged from, when
+    known) and ``outcome``: ``"landed"``, ``"FileBusyError"``,
+    ``"StaleVersionError"``, ``"ConflictError"``, ``"open refused"`` (h5py's
+    ``BlockingIOError`` opening a file another process holds with libhdf5's
+    lock) or ``"failed"`` (anything else, with the message).
+
+    Parameters
+    ----------
+    path : str
+        The file (made by :func:`create_race_file`).
+    writer : int
+        0 or 1: which rows are the writer's own, and the edits' values.
+    commits : int
+        Attempts.
+    ledger_path, result_path : str
+        The writer's ledger, and where its lock waits go (JSON).
+    start_at : float
+        ``time.time()`` at which to start (both writers start together).
+    seed : int
+        Seeds modes and boxes.
+    modes : tuple of str
+        The modes to draw from.
+    """
+    import h5py
+    import xarray as xr
+
+    import xarray_vhdf5  # noqa: F401
+    from xarray_vhdf5 import VersionedHDF5File
+    from xarray_vhdf5.errors import ConflictError, FileBusyError, StaleVersionError
+    from xarray_vhdf5.versions.mutation import open_for_writing
+
+    timing = instrument_locks()
+    ledger = Ledger(ledger_path)
+    rng = random.Random(seed * 1000 + writer)
+    commit_s = []
+    time.sleep(max(0.0, start_at - time.time()))
+    for attempt in range(commits):
+        mode = rng.choice(modes)
+        edit = _race_edit(writer, attempt, rng)
+        r0, r1, c0, c1 = edit["box"]
+        name = f"w{writer}_{attempt:03d}"
+        record = {"name": name, "mode": mode, **edit, "parent": None}
+        start = time.perf_counter()
+        try:
+            if mode == "xarray":
+                ds = xr.open_dataset(path, engine="vhdf5")
+                try:
+                    staged = ds.vhdf5.stage()
+                    record["parent"] = staged.encoding.get("vhdf5_version")
+                    staged["x"][r0:r1, c0:c1] = edit["value"]
+                    staged.vhdf5.commit(name)
+                finally:
+                    ds.close()
+                    with contextlib.suppress(NameError):
+                        staged.close()
+            else:
+                opener = open_for_writing(path) if mode == "open_for_writing" else h5py.File(path, "a")
+                with opener as f:
+                    vf = VersionedHDF5File(f)
+                    record["parent"] = vf.current_version
+                    with vf.stage_version(name) as g:
+                        g["x"][r0:r1, c0:c1] = edit["value"]
+            record["outcome"] = "landed"
+            commit_s.append(time.perf_counter() - start)
+        except ConflictError as exc:
+            record["outcome"], record["message"] = "ConflictError", str(exc)[:200]
+        except StaleVersionError as exc:
+            record["outcome"], record["message"] = "StaleVersionError", str(exc)[:200]
+        except FileBusyError as exc:
+            record["outcome"], record["message"] = "FileBusyError", str(exc)[:200]
+        except BlockingIOError as exc:  # h5py.File(path, "a"): libhdf5's lock, held by the other writer
+            record["outcome"], record["message"] = "open refused", str(exc)[:200]
+        except Exception as exc:  # noqa: BLE001
+            record["outcome"], record["message"] = "failed", _describe(exc) + "\n" + traceback.format_exc()[-3000:]
+        ledger.append(record)
+    ledger.close()
+    commits_ms = np.asarray(commit_s) * 1e3
+    _write_json(result_path, {
+        "writer": writer,
+        "max_lock_wait_ms": timing.max_ms("writing", "moving"),
+        "commit_ms_max": float(commits_ms.max()) if commits_ms.size else 0.0,
+        "commit_ms_median": float(np.median(commits_ms)) if commits_ms.size else 0.0,
+        "locks": timing.summary(),
+    })
+
+
+@dataclass
+class RaceReport:
+    """What :func:`check_race` found after :func:`run_racing_writers`.
+
+    Attributes
+    ----------
+    outcomes : dict of int to dict of str to int
+        Per writer, attempts by outcome (``landed``, ``StaleVersionError``, ...).
+    by_mode : dict of str to dict of str to int
+        The same by mode.
+    missing : list of str
+        Landed versions (by their writer's ledger) the file lacks.
+    ghosts : list of str
+        Versions in the file whose attempt was reported refused or failed.
+    off_chain : list of str
+        Landed versions not on the current version's ancestry: their edits were
+        dropped from the history (a branch left behind).
+    lost_edits : list of str
+        Versions whose data is not their parent's with their own edit applied
+        (an edit lost, or an earlier edit silently reverted).
+    wrong_points : int
+        Points of all versions (and the final one) that differ from the numpy model.
+    final_wrong_points : int
+        Of those, in the current version.
+    failures : list of str
+        Messages of attempts that failed with an unexpected exception.
+    max_lock_wait_ms : float
+        The longest either writer waited for a lock.
+    commit_ms_max : float
+        The longest landed attempt (open, stage, commit), ms.
+    wall_seconds : float
+        From the start of both writers to the end of the check.
+    versions : int
+        Versions in the file at the end (``base`` included).
+    """
+
+    outcomes: dict[int, dict[str, int]]
+    by_mode: dict[str, dict[str, int]]
+    missing: list[str] = field(default_factory=list)
+    ghosts: list[str] = field(default_factory=list)
+    off_chain: list[str] = field(default_factory=list)
+    lost_edits: list[str] = field(default_factory=list)
+    wrong_points: int = 0
+    final_wrong_points: int = 0
+    failures: list[str] = field(default_factory=list)
+    max_lock_wait_ms: float = 0.0
+    commit_ms_max: float = 0.0
+    wall_seconds: float = 0.0
+    versions: int = 0
+
+    @property
+    def landed(self) -> int:
+        """Attempts that landed, both writers."""
+        return sum(o.get("landed", 0) for o in self.outcomes.values())
+
+    def frame(self):
+        """Attempts by writer and outcome, and the checks, as a ``pandas.DataFrame``."""
+        import pandas as pd
+
+        rows = []
+        for writer, outcome in sorted(self.outcomes.items()):
+            rows.append({"writer": f"writer {writer}", **outcome})
+        for mode, outcome in sorted(self.by_mode.items()):
+            rows.append({"writer": f"mode {mode}", **outcome})
+        frame = pd.DataFrame(rows).set_index("writer").fillna(0).astype(int)
+        frame.attrs.update(self.checks())
+        return frame
+
+    def checks(self) -> dict[str, Any]:
+        """The checks' counts: missing, ghosts, off-chain, lost edits, wrong points, waits."""
+        return {
+            "landed": self.landed, "missing": len(self.missing), "ghosts": len(self.ghosts),
+            "off_chain": len(self.off_chain), "lost_edits": len(self.lost_edits),
+            "wrong_points": self.wrong_points, "final_wrong_points": self.final_wrong_points,
+            "unexpected_failures": len(self.failures), "max_lock_wait_ms": round(self.max_lock_wait_ms, 1),
+            "commit_ms_max": round(self.commit_ms_max, 1), "wall_seconds": round(self.wall_seconds, 1),
+            "versions": self.versions,
+        }
+
+
+def check_race(path: str, ledger_paths: list[str]) -> RaceReport:
+    """Replay the landed edits along the file's chain with numpy and compare every version.
+
+    Parameters
+    ----------
+    path : str
+        The raced file.
+    ledger_paths : list of str
+        The writers' ledgers, writer 0 first.
+
+    Returns
+    -------
+    RaceReport
+        (``max_lock_wait_ms``, ``commit_ms_max`` and ``wall_seconds`` are left
+        to the caller.)
+    """
+    import h5py
+
+    from ..versions.file import VersionedHDF5File
+
+    records = {}
+    outcomes: dict[int, dict[str, int]] = {}
+    by_mode: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    failures = []
+    for writer, ledger_path in enumerate(ledger_paths):
+        counts: dict[str, int] = defaultdict(int)
+        for record in Ledger(ledger_path).read():
+            records[record["name"]] = record
+            counts[record["outcome"]] += 1
+            by_mode[record["mode"]][record["outcome"]] += 1
+            if record["outcome"] == "failed":
+                failures.append(f"{record['name']} ({record['mode']}): {record['message']}")
+        outcomes[writer] = dict(counts)
+    landed = {n for n, r in records.items() if r["outcome"] == "landed"}
+    report = RaceReport(outcomes, {m: dict(c) for m, c in by_mode.items()}, failures=failures)
+    with h5py.File(path, "r", locking=False) as f:
+        vf = VersionedHDF5File(f)
+        present = list(vf.versions)
+        report.versions = len(present)
+        report.missing = sorted(landed - set(present))
+        report.ghosts = sorted(v for v in present if v in records and records[v]["outcome"] != "landed")
+        parents = {v: vf.version_info(v).prev_version for v in present}
+        chain = []
+        v = vf.current_version
+        while v in parents:
+            chain.append(v)
+            v = parents[v]
+        chain.reverse()
+        report.off_chain = sorted(landed - set(chain))
+        data = {v: vf[v]["x"][()] for v in present}
+    model = {"base": np.zeros(RACE_SHAPE)}
+    for v in present:  # oldest first: a parent is always before its children
+        parent = parents[v]
+        if v == "base" or parent not in model:
+            continue
+        expected = model[parent].copy()
+        record = records.get(v)
+        if record is not None:
+            r0, r1, c0, c1 = record["box"]
+            expected[r0:r1, c0:c1] = record["value"]
+        model[v] = expected
+        wrong = int(np.count_nonzero(data[v] != expected))
+        if wrong:
+            report.lost_edits.append(v)
+            report.wrong_points += wrong
+    current = chain[-1] if chain else None
+    if current is not None and current in model:
+        report.final_wrong_points = int(np.count_nonzero(data[current] != model[current]))
+    return report
+
+
+def run_racing_writers(workdir: str, commits: int, *, seed: int = 0,
+                       modes: tuple[str, ...] = RACE_MODES) -> RaceReport:
+    """Two writer processes race ``commits`` attempts each on one new file; check the result.
+
+    Parameters
+    ----------
+    workdir : str
+        A directory for the file (``race.h5``), the ledgers and the summaries.
+    commits : int
+        Attempts per writer.
+    seed : int
+        Seeds both writers.
+    modes : tuple of str
+        The modes the writers draw from (:func:`race_writer`).
+
+    Returns
+    -------
+    RaceReport
+    """
+    path = os.path.join(workdir, "race.h5")
+    create_race_file(path)
+    ctx = process_context()
+    start_at = time.time() + 0.5
+    ledgers = [os.path.join(workdir, f"race{w}.ledger") for w in (0, 1)]
+    outs = [os.path.join(workdir, f"race{w}.json") for w in (0, 1)]
+    procs = [ctx.Process(target=race_writer, args=(path, w, commits, ledgers[w], outs[w], start_at, seed, modes))
+             for w in (0, 1)]
+    wall = time.monotonic()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(1800)
+    report = check_race(path, ledgers)
+    for w, p in enumerate(procs):
+        if p.exitcode != 0:
+            report.failures.append(f"writer {w} exited with code {p.exitcode}")
+        if os.path.exists(outs[w]):
+            with open(outs[w]) as fh:
+                summary = json.load(fh)
+            report.max_lock_wait_ms = max(report.max_lock_wait_ms, summary["max_lock_wait_ms"])
+            report.commit_ms_max = max(report.commit_ms_max, summary["commit_ms_max"])
+    report.wall_seconds = time.monotonic() - wall
+    return report
+
