@@ -16,7 +16,7 @@ Rules:
   B is committed through another handle (``open_file``, plain h5py, another xarray stage, or
   another process), then A is committed. The model is precise about who
   raises: the xarray staged commit raises ``StaleVersionError`` when the
-  current version moved since ``stage()`` (``force=True`` then branches from
+  current version is not the staged-from one (``force=True`` then branches from
   the staged-from version); ``stage_version`` without ``rebase`` commits on
   its ``prev_version`` whatever happened (versioned-hdf5's semantics); with
   ``rebase=True`` both merge three-way (:func:`merge3`) onto the current
@@ -569,7 +569,7 @@ class VersionDagMachine(RuleBasedStateMachine):
             self._stale_h5py(data, rebase, source, name, what)
             return
         self._close_main()  # the xarray commits open the file for writing themselves
-        head = self.current
+        head = source  # a staged commit must land on the version it was staged from
         with xr.open_dataset(self.path, engine="vhdf5", version=source) as ds:
             staged = ds.vhdf5.stage()
         edits = draw_edits(data, self.versions[source].arrays, resize=False)
@@ -583,7 +583,7 @@ class VersionDagMachine(RuleBasedStateMachine):
         def commit(**kwargs):
             return staged.vhdf5.commit(name, make_current=make_current, **kwargs)
 
-        # The staged commit compares the current version with the one current at stage().
+        # The staged commit compares the current version with the staged-from one.
         if self.current != head and not rebase:
             with pytest.raises(StaleVersionError) as info:
                 commit()

@@ -131,8 +131,11 @@ def stage_dataset(ds: xr.Dataset) -> xr.Dataset:
 def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group: str) -> xr.Dataset:
     f = handle.acquire()
     registry = VersionRegistry(f)
-    head = registry.current_version
-    root = registry.group[registry.resolve(version)]
+    # The version the data is: a commit must land on it while it is still current (a
+    # Dataset opened from an older version, or before another commit, would undo the
+    # versions since; force=True branches, rebase=True merges).
+    head = registry.resolve(version)
+    root = registry.group[head]
     grp = root[group] if group else root
     variables = {}
     for name, var in ds.variables.items():
@@ -440,9 +443,10 @@ def commit_staged(
         moved = current != head
         if moved and not (force or rebase):
             raise StaleVersionError(
-                f"{source!r}: staged from version {parent!r} when the current version was {head!r}, "
-                f"but the current version is now {current!r}; stage again from it, commit(rebase=True) to "
-                f"merge onto {current!r}, or commit(force=True) to commit on top of {parent!r} anyway"
+                f"{source!r}: staged from version {parent!r}, but the current version is now {current!r}: "
+                f"committing would undo the versions since. Stage again from {current!r}, "
+                f"commit(rebase=True) to merge onto it, or commit(force=True) to commit on top of "
+                f"{parent!r} anyway (a branch)"
             )
         name = version if version is not None else next_version_name(vf)
         with vf.stage_version(
