@@ -152,14 +152,9 @@ class JournaledFile(io.RawIOBase):
         return self._journal is not None
 
     def begin(self) -> None:
-        """Start journaling: the file's current size is the size a rollback restores.
-
-        A journal already running (one :meth:`write` began outside a mutation,
-        e.g. libhdf5 writing dimension scales after a commit) goes on: the
-        mutation is committed with those writes by :meth:`end`.
-        """
+        """Start journaling: the file's current size is the size a rollback restores."""
         if self._journal is not None:
-            return
+            raise RuntimeError(f"{self.path!r}: a mutation is already being journaled")
         self._old_size = self.io.size(self._fd)
         jpath = journal_path(self.path)
         fd = self.io.open(jpath, create=True)
@@ -260,17 +255,13 @@ class JournaledFile(io.RawIOBase):
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
         n, start = len(view), self._pos
-        if self._journal is None and not self._is_stale():
-            # A write outside a mutation (objects added after a commit, libhdf5 closing
-            # the file): journaled too, committed by the next end() or the close.
-            self.begin()
         if self._journal is not None:
             if start < self._old_size:
                 self._save(start, min(start + n, self._old_size))
                 if self.durable and not self._synced:
                     self.io.fsync(self._journal)
                     self._synced = True
-        else:
+        elif self._is_stale():
             self._pos += n
             return n  # a stale handle's write would damage what another process wrote
         done = 0
@@ -281,8 +272,6 @@ class JournaledFile(io.RawIOBase):
 
     def truncate(self, size: int | None = None) -> int:
         size = self._pos if size is None else size
-        if self._journal is None and not self._is_stale():
-            self.begin()
         if self._journal is not None:
             size = max(size, self._old_size)  # never cut bytes a rollback needs
         elif self._is_stale():
@@ -301,9 +290,7 @@ class JournaledFile(io.RawIOBase):
             return
         try:
             if self._journal is not None:
-                # The process is alive and libhdf5 wrote what it meant to (a close after
-                # h5py's): commit it. Only a dead writer leaves a journal to roll back.
-                self.end()
+                self.abandon()
             self.io.close(self._fd)
         finally:
             super().close()

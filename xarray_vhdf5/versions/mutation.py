@@ -345,8 +345,6 @@ def _close_journaled(f: h5py.File) -> None:
     jf = _JOURNALED.pop(f.id.fileno, None) if f.id.valid else None
     try:
         f.close()
-        if jf is not None:
-            jf.end()  # what libhdf5 wrote since the last mutation, and closing: whole or absent
     finally:
         if jf is not None:
             jf.close()
