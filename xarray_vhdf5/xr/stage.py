@@ -50,7 +50,7 @@ from ..backend.slabmaps import slab_arrays
 from ..errors import IncompatibleDataError, StaleVersionError
 from ..staging import StagedChangesArray
 from ..versions.file import VersionedHDF5File
-from ..versions.mutation import open_for_writing
+from ..versions.mutation import mutating, open_for_writing
 from ..versions.registry import VersionRegistry
 from ..wrappers.group import InMemoryGroup
 from . import engine
@@ -458,7 +458,11 @@ def commit_staged(
             if message is not None:
                 root.attrs[MESSAGE_ATTR] = message
         merged = vf.last_rebase is not None
-        attach_dimension_scales(f[version_path(name)])
+        # The scales hold object references to the version's own datasets, so they are
+        # attached after its commit: as a mutation of their own (locked, journaled, flushed),
+        # so that a kill while they are written leaves the version as committed.
+        with mutating(f, what="dimension scales"):
+            attach_dimension_scales(f[version_path(name)])
         plans = None if merged else _rebase_plans(f, vf.last_commit, rebased)
     engine.close_read_handles(source)
     if merged:

@@ -41,7 +41,7 @@ from ..backend.chunks import guess_chunks_record
 from ..backend.layout import version_path
 from ..errors import IncompatibleDataError, NotVersionedError, StaleVersionError
 from ..versions.file import VersionedHDF5File
-from ..versions.mutation import open_for_writing
+from ..versions.mutation import mutating, open_for_writing
 from ..versions.registry import is_versioned
 from ..wrappers.group import InMemoryGroup
 from .dimscales import attach_dimension_scales
@@ -486,6 +486,10 @@ def _commit(path, version, group, write, *, prev_version, message, timestamp, ma
                 root.attrs[MESSAGE_ATTR] = message
         # netCDF-4 dimension scales hold object references to the version's own
         # datasets, which exist only now (see dimscales).
-        attach_dimension_scales(f[version_path(name)])
+        # The scales hold object references to the version's own datasets, so they are
+        # attached after its commit: as a mutation of their own (locked, journaled, flushed),
+        # so that a kill while they are written leaves the version as committed.
+        with mutating(f, what="dimension scales"):
+            attach_dimension_scales(f[version_path(name)])
         close_read_handles(path)  # opened during the commit, they would not survive its close
     return name
