@@ -35,7 +35,7 @@ import os
 import pandas as pd
 import pytest
 
-from xarray_vhdf5.testing import stress
+from xarray_vhdf5.testing import race, stress
 
 SECONDS = float(os.environ.get("BENCH_CONCURRENCY_SECONDS", "60"))
 COMMITS = int(os.environ.get("BENCH_RACE_COMMITS", "100"))
@@ -67,7 +67,7 @@ def test_writer_with_readers(benchmark, tmp_path, record_value, note, pause):
 
 
 def test_racing_writers(benchmark, tmp_path, record_value, note):
-    report = benchmark.pedantic(stress.run_racing_writers, args=(str(tmp_path), COMMITS), rounds=1, iterations=1)
+    report = benchmark.pedantic(race.run_racing_writers, args=(str(tmp_path), COMMITS), rounds=1, iterations=1)
     record_value("concurrency: racing writers' longest lock wait", "2 writers", report.max_lock_wait_ms / 1e3)
     record_value("concurrency: racing writers' longest landed commit", "2 writers", report.commit_ms_max / 1e3)
     table = _table(report.frame())

@@ -49,7 +49,7 @@ import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (the engine and accessor)
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.testing import crash, stress
+from xarray_vhdf5.testing import crash, race, stress
 
 pytestmark = pytest.mark.slow
 
@@ -261,11 +261,10 @@ def test_staged_commits_racing_another_writer_never_drop_its_commits(tmp_path):
     """Staged xarray commits (one process) racing open_for_writing commits (another), 20 s: no branch.
 
     Each staged commit must land on the current version or raise
-    StaleVersionError. Fails at commit 016d747 (before it, staging failed or
-    crashed the process first): a staged commit lands with its staged-from
-    version as parent although another process committed since, and becomes
-    current, so the other process's commit drops out of the history (206
-    versions off the chain in 15 s).
+    StaleVersionError. Failed before 1bced95: a staged commit landed with its
+    staged-from version as parent although another process had committed
+    since, and became current, so the other process's commit dropped out of
+    the history (206 versions off the chain in 15 s).
     """
     import json
 
@@ -274,7 +273,9 @@ def test_staged_commits_racing_another_writer_never_drop_its_commits(tmp_path):
     xr.Dataset({"x": ("i", np.zeros(1000))}).vhdf5.commit("base", path=path)
     ctx = stress.process_context()
     stop = ctx.Event()
-    writer = ctx.Process(target=stress.commit_loop, args=(path, stop, 0.005))
+    # The other writer pauses 50 ms between commits, so that some staged commits find
+    # their staged-from version still current and land (the rest are refused).
+    writer = ctx.Process(target=stress.commit_loop, args=(path, stop, 0.05))
     writer.start()
     stager = ctx.Process(target=stress.staged_commit_loop, args=(path, 20.0, out))
     stager.start()
@@ -304,9 +305,9 @@ def test_staged_commits_racing_another_writer_never_drop_its_commits(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def race_run(tmp_path_factory) -> stress.RaceReport:
+def race_run(tmp_path_factory) -> race.RaceReport:
     """Both writers' attempts, through xarray, open_for_writing and plain h5py, checked."""
-    report = stress.run_racing_writers(str(tmp_path_factory.mktemp("race")), RACE_COMMITS)
+    report = race.run_racing_writers(str(tmp_path_factory.mktemp("race")), RACE_COMMITS)
     _show(f"(b) 2 writers x {RACE_COMMITS} commit attempts", report.frame(),
           f"checks: {report.checks()}\nfailures: {report.failures[:3]}")
     return report
