@@ -49,7 +49,7 @@ import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (the engine and accessor)
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.testing import crash, race, stress
+from xarray_vhdf5.testing import crash, loops, race, stress
 
 pytestmark = pytest.mark.slow
 
@@ -147,7 +147,7 @@ def test_readers_resolving_back_to_back_do_not_starve_a_writer(tmp_path):
     _small_file(path)
     ctx = stress.process_context()
     stop = ctx.Event()
-    readers = [ctx.Process(target=stress.resolve_loop, args=(path, stop, 0.01)) for _ in range(3)]
+    readers = [ctx.Process(target=loops.resolve_loop, args=(path, stop, 0.01)) for _ in range(3)]
     for r in readers:
         r.start()
     time.sleep(1)
@@ -176,7 +176,7 @@ def test_readers_never_refuse_a_plain_h5py_writer(tmp_path):
     _small_file(path)
     ctx = stress.process_context()
     stop = ctx.Event()
-    readers = [ctx.Process(target=stress.open_loop, args=(path, stop)) for _ in range(4)]
+    readers = [ctx.Process(target=loops.open_loop, args=(path, stop)) for _ in range(4)]
     for r in readers:
         r.start()
     time.sleep(2)
@@ -204,7 +204,7 @@ def test_a_writer_committing_back_to_back_does_not_starve_a_reader(tmp_path, mon
     _small_file(path)
     ctx = stress.process_context()
     stop = ctx.Event()
-    writer = ctx.Process(target=stress.commit_loop, args=(path, stop))
+    writer = ctx.Process(target=loops.commit_loop, args=(path, stop))
     writer.start()
     time.sleep(1)
     monkeypatch.setenv("VHDF5_LOCK_TIMEOUT", "2")  # this process's readers
@@ -240,9 +240,9 @@ def test_stage_while_another_process_commits_never_fails(tmp_path):
     _small_file(path)
     ctx = stress.process_context()
     stop = ctx.Event()
-    writer = ctx.Process(target=stress.commit_loop, args=(path, stop, 0.01))
+    writer = ctx.Process(target=loops.commit_loop, args=(path, stop, 0.01))
     writer.start()
-    stager = ctx.Process(target=stress.stage_loop, args=(path, 60.0, out))
+    stager = ctx.Process(target=loops.stage_loop, args=(path, 60.0, out))
     stager.start()
     try:
         stager.join(120)
@@ -275,9 +275,9 @@ def test_staged_commits_racing_another_writer_never_drop_its_commits(tmp_path):
     stop = ctx.Event()
     # The other writer pauses 50 ms between commits, so that some staged commits find
     # their staged-from version still current and land (the rest are refused).
-    writer = ctx.Process(target=stress.commit_loop, args=(path, stop, 0.05))
+    writer = ctx.Process(target=loops.commit_loop, args=(path, stop, 0.05))
     writer.start()
-    stager = ctx.Process(target=stress.staged_commit_loop, args=(path, 20.0, out))
+    stager = ctx.Process(target=loops.staged_commit_loop, args=(path, 20.0, out))
     stager.start()
     try:
         stager.join(120)
