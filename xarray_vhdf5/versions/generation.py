@@ -25,6 +25,7 @@ the first writer creates them.
 from __future__ import annotations
 
 import os
+import struct
 
 import h5py
 import numpy as np
@@ -37,6 +38,7 @@ __all__ = ["COUNTERS_PATH", "Counters", "create", "encode", "locate", "open_coun
 #: Path of the counters dataset.
 COUNTERS_PATH = f"{VERSION_DATA}/{VERSION_INDEX}/generation"
 _DTYPE = np.dtype("<i8")
+_STRUCT = struct.Struct("<qq")  # the same two int64, packed without numpy (a commit's hot path)
 
 
 class Counters(tuple):
@@ -89,8 +91,7 @@ def read_at(fd: int, offset: int | None) -> Counters:
 
 def read_at_bytes(raw: bytes) -> Counters:
     """The counters held by the 16 bytes ``raw`` read at their offset."""
-    writes, moves = np.frombuffer(raw, dtype=_DTYPE, count=2)
-    return Counters(writes, moves)
+    return Counters(*_STRUCT.unpack(raw))
 
 
 def _create(f: h5py.File) -> h5py.Dataset:
@@ -119,4 +120,4 @@ def create(f: h5py.File) -> int:
 
 def encode(counters: Counters) -> bytes:
     """The 16 bytes that hold ``counters`` in the file."""
-    return np.array(counters, dtype=_DTYPE).tobytes()
+    return _STRUCT.pack(*counters)

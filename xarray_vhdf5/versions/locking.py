@@ -427,6 +427,8 @@ class FileLocks:
 
 _REGISTRY: dict[tuple[int, int], FileLocks] = {}
 _REGISTRY_LOCK = threading.Lock()
+#: The last answer of :func:`file_locks` for each path string, with the file's (device, inode).
+_LAST: dict[str, tuple[tuple[int, int], FileLocks]] = {}
 
 
 def file_locks(path: str | os.PathLike) -> FileLocks:
@@ -440,6 +442,9 @@ def file_locks(path: str | os.PathLike) -> FileLocks:
     path = os.fspath(path)
     st = os.stat(path)
     key = (st.st_dev, st.st_ino)
+    known = _LAST.get(path)
+    if known is not None and known[0] == key:
+        return known[1]  # the same file at the same path as last time (one stat, no realpath)
     real = os.path.realpath(path)
     with _REGISTRY_LOCK:
         locks = _REGISTRY.get(key)
@@ -449,12 +454,15 @@ def file_locks(path: str | os.PathLike) -> FileLocks:
             with locks._cond:
                 if locks._idle():
                     locks.path = real
+        if locks.path == real:
+            _LAST[path] = (key, locks)
         return locks
 
 
 def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK
     _REGISTRY_LOCK = threading.Lock()
+    _LAST.clear()
     for locks in _REGISTRY.values():
         locks._cond = threading.Condition()
         locks._fork_reset()

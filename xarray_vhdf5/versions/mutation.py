@@ -50,14 +50,31 @@ _SEEN: dict[int, generation.Counters] = {}
 _JOURNALED: weakref.WeakValueDictionary[int, JournaledFile] = weakref.WeakValueDictionary()
 
 
-def _disk_path(f: h5py.File) -> str | None:
-    return f.filename if f.driver in ("sec2", "stdio", "direct") else None
+#: The path on disk of each libhdf5 file (None for in-memory and file-object files), by
+#: ``fileno``: libhdf5 numbers the files it opens serially and never reuses a number.
+_PATHS: dict[int, str | None] = {}
+
+
+def _disk_path(f: h5py.File | h5py.Group) -> str | None:
+    """The path of a file opened by path (``sec2``, ``stdio``, ``direct`` drivers), else None; cached."""
+    key = f.id.fileno
+    try:
+        return _PATHS[key]
+    except KeyError:
+        pass
+    jf = _JOURNALED.get(key)
+    if jf is not None:
+        path = jf.path
+    else:
+        f = f.file
+        path = f.filename if f.driver in ("sec2", "stdio", "direct") else None
+    _PATHS[key] = path
+    return path
 
 
 def disk_path(f: h5py.File) -> str | None:
     """The path of the file on disk under ``f``: opened by path, or through a :class:`JournaledFile`; else None."""
-    jf = _JOURNALED.get(f.file.id.fileno)
-    return jf.path if jf is not None else _disk_path(f.file)
+    return _disk_path(f)
 
 
 #: The byte offset of the counters in each libhdf5 file (it never changes once allocated).
@@ -65,7 +82,7 @@ _OFFSETS: dict[int, int] = {}
 
 
 def _on_disk(h5file: h5py.File, locks) -> generation.Counters:
-    key = h5file.file.id.fileno
+    key = h5file.id.fileno
     offset = _OFFSETS.get(key)
     if offset is None:
         offset = generation.locate(h5file)
@@ -91,21 +108,21 @@ def check_fresh(h5file: h5py.File) -> None:
         The handle's cached metadata is stale: reading through it may give
         wrong values, committing through it would damage the file.
     """
-    f = h5file.file
-    key = f.id.fileno
+    key = h5file.id.fileno
     seen = _SEEN.get(key)
     if seen is None or key not in _OFFSETS:
         return
-    jf = _JOURNALED.get(key)
-    path = jf.path if jf is not None else _disk_path(f)
+    path = _disk_path(h5file)
     if path is None:
         return
-    now = _on_disk(f, file_locks(path))
-    if now != seen and not file_locks(path).holds_write():
+    locks = file_locks(path)
+    now = _on_disk(h5file, locks)
+    if now != seen and not locks.holds_write():
+        jf = _JOURNALED.get(key)
         if jf is not None:
             jf.stale = True
         raise StaleVersionError(
-            f"{f.filename!r} was changed by another process since this h5py file last read it "
+            f"{h5file.file.filename!r} was changed by another process since this h5py file last read it "
             f"(write counter {now.writes}, this handle saw {seen.writes}): its cached metadata is "
             "stale; close the file and open it again"
         )
@@ -153,7 +170,7 @@ def _bump(h5file: h5py.File, locks, jf, now: generation.Counters, *, moved: bool
     Through the journaled file when there is one (the old bytes are journaled
     with the rest of the mutation), else with the lock's descriptor.
     """
-    key = h5file.file.id.fileno
+    key = h5file.id.fileno
     offset = _OFFSETS.get(key)
     if offset is None:
         offset = generation.locate(h5file)
@@ -172,9 +189,9 @@ def _bump(h5file: h5py.File, locks, jf, now: generation.Counters, *, moved: bool
 
 def note_opened(h5file: h5py.File) -> None:
     """Record the counters of a newly opened (or newly adopted) handle, if not yet known."""
-    key = h5file.file.id.fileno
+    key = h5file.id.fileno
     jf = _JOURNALED.get(key)
-    path = jf.path if jf is not None else _disk_path(h5file.file)
+    path = _disk_path(h5file)
     if path is None or key in _SEEN:
         return
     locks = file_locks(path)
@@ -206,10 +223,10 @@ def mutating(h5file: h5py.File, *, moves: bool = False, what: str = "commit") ->
         Another process wrote the file since this process last saw it through
         this h5py file: close the file and open it again; nothing was done.
     """
-    f = h5file.file
-    key = f.id.fileno
+    key = h5file.id.fileno
     jf = _JOURNALED.get(key)
-    path = jf.path if jf is not None else _disk_path(f)
+    path = _disk_path(h5file)
+    f = h5file.file
     if path is None:  # an in-memory or file-object file: nobody else can see it
         yield
         f.flush()
@@ -337,6 +354,7 @@ def _open_journaled(jf: JournaledFile, path: str, hint: str) -> h5py.File:
         jf.close()
         raise
     _JOURNALED[f.id.fileno] = jf
+    _PATHS[f.id.fileno] = jf.path
     note_opened(f)
     return f
 
