@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import h5py
@@ -88,11 +89,16 @@ def commit_version(
     make_current: bool = True,
     timestamp: _dt.datetime | None = None,
     caches: CommitCaches | None = None,
+    finish: Callable[[h5py.Group], None] | None = None,
 ) -> CommitReport:
     """Write the staged tree ``root`` as version ``name`` on top of ``prev_version``.
 
     ``caches`` (optional) carries hash tables and chunk maps from the
     previous commit through the same file handle, and receives this one's.
+    ``finish`` (optional) is called with the new version's group once its
+    datasets are written and before it is marked committed: what it writes
+    (the xarray layer's netCDF-4 dimension scales, which reference the
+    version's own datasets) is part of the commit, whole or absent with it.
 
     Raises
     ------
@@ -148,6 +154,8 @@ def commit_version(
             sub.attrs.write_to(create_ordered_group(group, sub.name))
         for path, ds in datasets.items():
             report.datasets[path] = _commit_dataset(f, group, path, ds, caches, *targets.get(path, (None, None)))
+        if finish is not None:
+            finish(group)
         write_attr(gid, "committed", True)
         if make_current:
             write_attr(versions.id, "current_version", name)

@@ -6,7 +6,7 @@ import contextlib
 import os
 import uuid
 import datetime as _dt
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import h5py
 import ndindex
@@ -406,6 +406,7 @@ class VersionedHDF5File:
         timestamp: _dt.datetime | np.datetime64 | None = None,
         *,
         rebase: bool = False,
+        finish: Callable[[h5py.Group], None] | None = None,
     ) -> Iterator[InMemoryGroup]:
         """Stage a new version; it is committed when the ``with`` block exits cleanly.
 
@@ -433,6 +434,12 @@ class VersionedHDF5File:
             version staged from, as versioned-hdf5 does. ``last_rebase`` holds
             the merge's :class:`~xarray_vhdf5.versions.rebase.RebaseReport`
             (None when there was nothing to merge).
+        finish : callable, keyword-only, optional
+            ``finish(group)`` with the new version's h5py group, after its
+            datasets are written and before it is marked committed, inside the
+            commit's mutation (locked, journaled): what it writes is part of the
+            commit. This package's xarray layer attaches netCDF-4 dimension
+            scales with it. An exception from it commits nothing.
 
         Yields
         ------
@@ -517,7 +524,7 @@ class VersionedHDF5File:
             try:
                 self.last_commit = commit_version(
                     self.f, self._registry.group, version_name, prev, root, make_current=make_current,
-                    timestamp=ts, caches=self._caches,
+                    timestamp=ts, caches=self._caches, finish=finish,
                 )
             except BaseException:
                 if index_was_valid:  # the failed commit made and removed a group: same versions

@@ -45,12 +45,11 @@ import xarray as xr
 
 from ..backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from ..backend.hashtable import hash_table_id, table_state
-from ..backend.layout import version_path
 from ..backend.slabmaps import slab_arrays
 from ..errors import IncompatibleDataError, StaleVersionError
 from ..staging import StagedChangesArray
 from ..versions.file import VersionedHDF5File
-from ..versions.mutation import mutating, open_for_writing
+from ..versions.mutation import open_for_writing
 from ..versions.registry import VersionRegistry
 from ..wrappers.group import InMemoryGroup
 from . import engine
@@ -451,6 +450,8 @@ def commit_staged(
         name = version if version is not None else next_version_name(vf)
         with vf.stage_version(
             name, prev_version=parent, make_current=make_current, timestamp=timestamp, rebase=rebase and moved,
+            # the scales reference the version's own datasets: attached inside its commit
+            finish=attach_dimension_scales,
         ) as root:
             target = root.require_group(group) if group else root
             _fill_group(target, group, staged, variables, attrs, f, rebased, progress, max_bytes)
@@ -458,11 +459,6 @@ def commit_staged(
             if message is not None:
                 root.attrs[MESSAGE_ATTR] = message
         merged = vf.last_rebase is not None
-        # The scales hold object references to the version's own datasets, so they are
-        # attached after its commit: as a mutation of their own (locked, journaled, flushed),
-        # so that a kill while they are written leaves the version as committed.
-        with mutating(f, what="dimension scales"):
-            attach_dimension_scales(f[version_path(name)])
         plans = None if merged else _rebase_plans(f, vf.last_commit, rebased)
     engine.close_read_handles(source)
     if merged:

@@ -38,10 +38,9 @@ import numpy as np
 import xarray as xr
 
 from ..backend.chunks import guess_chunks_record
-from ..backend.layout import version_path
 from ..errors import IncompatibleDataError, NotVersionedError, StaleVersionError
 from ..versions.file import VersionedHDF5File
-from ..versions.mutation import mutating, open_for_writing
+from ..versions.mutation import open_for_writing
 from ..versions.registry import is_versioned
 from ..wrappers.group import InMemoryGroup
 from .dimscales import attach_dimension_scales
@@ -478,7 +477,9 @@ def _commit(path, version, group, write, *, prev_version, message, timestamp, ma
                 f"of {expected_current!r} anyway (a branch); nothing was written"
             )
         name = version if version is not None else next_version_name(vf)
-        with vf.stage_version(name, prev_version=prev_version, make_current=make_current, timestamp=timestamp) as root:
+        # The scales reference the version's own datasets: attached inside its commit.
+        with vf.stage_version(name, prev_version=prev_version, make_current=make_current, timestamp=timestamp,
+                              finish=attach_dimension_scales) as root:
             target = root if group in (None, "", "/") else root.require_group(group.strip("/"))
             write(target)
             root.attrs.pop(MESSAGE_ATTR, None)
@@ -486,10 +487,5 @@ def _commit(path, version, group, write, *, prev_version, message, timestamp, ma
                 root.attrs[MESSAGE_ATTR] = message
         # netCDF-4 dimension scales hold object references to the version's own
         # datasets, which exist only now (see dimscales).
-        # The scales hold object references to the version's own datasets, so they are
-        # attached after its commit: as a mutation of their own (locked, journaled, flushed),
-        # so that a kill while they are written leaves the version as committed.
-        with mutating(f, what="dimension scales"):
-            attach_dimension_scales(f[version_path(name)])
         close_read_handles(path)  # opened during the commit, they would not survive its close
     return name
