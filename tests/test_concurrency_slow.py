@@ -195,9 +195,6 @@ def test_readers_never_refuse_a_plain_h5py_writer(tmp_path):
     assert refused == 0, f"{refused} of 500 opens refused"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a reader that finds a live writer's journal takes the WRITE lock exclusively (journal."
-    "roll_back_interrupted) and, against a writer committing back to back, waits out its timeout"))
 def test_a_writer_committing_back_to_back_does_not_starve_a_reader(tmp_path, monkeypatch):
     """Ten xr.open_dataset calls while another process commits in a loop: each opens within 2 s."""
     path = str(tmp_path / "f.h5")

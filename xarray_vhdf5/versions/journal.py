@@ -360,9 +360,10 @@ def recover(path: str | os.PathLike, *, io: OsIO | None = None, fd: int | None =
 def roll_back_interrupted(path: str, locks) -> bool:
     """Roll back a journal left by a writer that died, if any (takes the ``WRITE`` lock).
 
-    For readers, which find the journal before resolving a version: the
-    ``WRITE`` lock is taken exclusively (waiting for a live writer, whose
-    journal disappears when it commits), then :func:`recover` runs.
+    For readers that found the journal while holding ``WRITE`` shared (so its
+    writer is dead: a live one holds ``WRITE`` exclusively while its journal
+    exists): ``WRITE`` is taken exclusively, then :func:`recover` runs (a
+    writer that came first has rolled it back already).
 
     Raises
     ------

@@ -26,6 +26,10 @@ advisory byte-range locks, as SQLite locks bytes of its database file:
     lock). Readers arriving while a writer waits wait for it instead of
     holding the byte in turn, so a reader resolving in a loop does not keep a
     writer out until its timeout; the readers already in finish first.
+    Readers are not starved either: a reader that has waited
+    :data:`QUEUE_AFTER` seconds queues as a writer does (holds the gate
+    exclusively until it has the byte shared), so that a writer committing
+    back to back lets it in after its current mutation.
     Inside the process, reader threads wait while a writer thread waits, and
     a thread already holding a lock shared takes it again at once.
 ``PIDS`` (one byte per process id)
@@ -70,6 +74,7 @@ from ..errors import FileBusyError
 
 __all__ = [
     "FileLocks",
+    "QUEUE_AFTER",
     "READ_TIMEOUT",
     "WRITE_TIMEOUT",
     "file_locks",
@@ -81,6 +86,8 @@ __all__ = [
 WRITE_TIMEOUT = 10.0
 #: Seconds a reader waits for a commit's metadata writes or a deletion to finish.
 READ_TIMEOUT = 60.0
+#: Seconds a reader waits before it queues at a lock's gate as writers do (see the module).
+QUEUE_AFTER = 0.05
 
 _BASE = 1 << 62
 _WRITE = _BASE
@@ -248,7 +255,8 @@ class FileLocks:
     # -- acquiring ----------------------------------------------------------------------
     def _acquire(self, byte: int, exclusive: bool, timeout: float, what: str) -> None:
         me = threading.get_ident()
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         delay = 0.001
         with self._cond:
             state = self._states[byte]
@@ -267,7 +275,8 @@ class FileLocks:
                         free = state.owner is None and state.shared == 0
                     else:
                         free = state.owner is None and not state.waiting
-                    if free and (not _HAVE_OFD or self._os_lock(state, byte, exclusive)):
+                    queue = not exclusive and time.monotonic() - started >= QUEUE_AFTER
+                    if free and (not _HAVE_OFD or self._os_lock(state, byte, exclusive, queue)):
                         break
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
@@ -279,7 +288,7 @@ class FileLocks:
                         self._cond.wait(min(0.05, remaining))
             except BaseException:  # timed out (or interrupted): open the gate unless another writer here waits
                 state.waiting -= exclusive
-                if state.gate and not state.waiting:
+                if state.gate and not state.waiting and self._fd is not None:
                     _try(self._fd, fcntl.F_UNLCK, _GATE[byte])
                     state.gate = False
                 self._close_if_idle()
@@ -291,11 +300,12 @@ class FileLocks:
                 state.shared += 1
                 state.readers[me] = 1
 
-    def _os_lock(self, state: _RWState, byte: int, exclusive: bool) -> bool:
+    def _os_lock(self, state: _RWState, byte: int, exclusive: bool, queue: bool = False) -> bool:
         """Take ``byte`` from other processes (under ``self._cond``); False while one holds it.
 
         A writer takes the byte's gate first and keeps it until it has the byte;
-        a reader passes only through a free gate (see the module).
+        a reader passes only through a free gate (see the module), or, with
+        ``queue`` (it waited long), takes the gate as a writer does.
         """
         gate = _GATE[byte]
         if exclusive:
@@ -309,6 +319,16 @@ class FileLocks:
             state.os_kind = fcntl.F_WRLCK
             return True
         fd = self._descriptor(need_write=False)
+        if queue and self._writable and state.os_kind != fcntl.F_RDLCK:
+            # Hold the gate (the next writer waits for this reader) until the byte is ours.
+            if not state.gate:
+                state.gate = _try(fd, fcntl.F_WRLCK, gate)
+            if not state.gate or not _try(fd, fcntl.F_RDLCK, byte):
+                return False
+            _try(fd, fcntl.F_UNLCK, gate)  # (no writer thread of this process waits: see free)
+            state.gate = False
+            state.os_kind = fcntl.F_RDLCK
+            return True
         if not _try(fd, fcntl.F_RDLCK, gate):  # a writer of another process waits
             return False
         try:

@@ -78,21 +78,33 @@ class SharedFile:
             As :func:`~xarray_vhdf5.backend.signature.open_h5file`.
         """
         locks = file_locks(self.path)
-        if os.path.exists(journal_path(self.path)):
-            roll_back_interrupted(self.path, locks)
-        with locks.resolving(), _damage_as_corrupt_file(self.path):
-            f = open_for_reading(self.path, hint=hint)
-            try:
-                self.offset = generation.locate(f)
-                self.moves = self._moves(locks)
-                if self.offset is None:
-                    st = os.stat(self.path)
-                    self.stat = (st.st_mtime_ns, st.st_size)
-                if self.resolved is None:
-                    self.resolved = self.stamp()
-                yield f
-            finally:
-                f.close()
+        jpath = journal_path(self.path)
+        while True:
+            # A journal exists only while a writer holds WRITE exclusively, or after it died.
+            # The shared lock waits for a live one (its journal goes with its commit); a
+            # journal still there under it is a dead writer's, rolled back under WRITE held
+            # exclusively. So a reader never competes as a writer with a live one.
+            if os.path.exists(jpath):
+                with locks.resolving():
+                    dead = os.path.exists(jpath)
+                if dead:
+                    roll_back_interrupted(self.path, locks)
+            with locks.resolving(), _damage_as_corrupt_file(self.path):
+                if os.path.exists(jpath):
+                    continue  # a writer died since the check above: roll it back first
+                f = open_for_reading(self.path, hint=hint)
+                try:
+                    self.offset = generation.locate(f)
+                    self.moves = self._moves(locks)
+                    if self.offset is None:
+                        st = os.stat(self.path)
+                        self.stat = (st.st_mtime_ns, st.st_size)
+                    if self.resolved is None:
+                        self.resolved = self.stamp()
+                    yield f
+                finally:
+                    f.close()
+                return
 
     def _moves(self, locks) -> int:
         if self.offset is None:
