@@ -28,9 +28,17 @@ code keeps working::
     │                                             cannot be stored or do not match
     │   ├── DatasetMismatchError (TypeError)      ``require_dataset`` found one of another
     │   │                                         shape or dtype (h5py raises TypeError)
-    │   └── AxisOutOfBoundsError (numpy.exceptions.AxisError: ValueError, IndexError)
-    │                                             ``ds.resize(n, axis=a)`` with an axis the
-    │                                             dataset does not have
+    │   ├── AxisOutOfBoundsError (numpy.exceptions.AxisError: ValueError, IndexError)
+    │   │                                         ``ds.resize(n, axis=a)`` with an axis the
+    │   │                                         dataset does not have
+    │   └── ValueCastError     (ValueError)       a written value the dataset's dtype cannot
+    │       │                                     hold (NaN into integers, as numpy refuses)
+    │       ├── ValueOverflowError (OverflowError) out of the dtype's range (2**40 into
+    │       │                                     int32, inf into integers, 1e300 into float32)
+    │       ├── ValueTypeError (TypeError)        a kind numpy does not cast to it implicitly
+    │       │                                     (complex into a real dtype)
+    │       └── StringTooLongError (ValueError)   a string longer than a fixed-width string
+    │                                             dtype (``S6``) holds: never truncated
     ├── ClosedFileError        (ValueError)       the file (or version) was closed, also
     │                                             under an object read from it
     ├── UnsupportedError       (NotImplementedError)
@@ -80,6 +88,10 @@ __all__ = [
     "FileBusyError",
     "ConflictError",
     "CorruptFileError",
+    "ValueCastError",
+    "ValueOverflowError",
+    "ValueTypeError",
+    "StringTooLongError",
 ]
 
 
@@ -229,3 +241,64 @@ class CorruptFileError(VHDF5Error, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+class ValueCastError(IncompatibleDataError):
+    """A value written to a dataset that its dtype cannot hold; nothing is written.
+
+    Raised where numpy refuses the same value (``np.asarray(value, dtype)``,
+    ``arr[i] = value``): NaN into an integer dtype is a ``ValueError`` there
+    too. numpy casts *arrays* of another dtype without a check (``int64`` to
+    ``int32`` wraps around); a versioned dataset refuses those values as well,
+    so a stored number is always the one written. Fractions into integers are
+    truncated, as numpy does.
+
+    Attributes
+    ----------
+    name : str or None
+        The dataset or variable written to.
+    dtype : numpy.dtype
+        Its dtype (the stored one).
+    value : object
+        The first value that does not fit (None when not known).
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, dtype=None, value=None):
+        super().__init__(message)
+        self.name = name
+        self.dtype = dtype
+        self.value = value
+
+
+class ValueOverflowError(ValueCastError, OverflowError):
+    """A value out of the dtype's range: ``2**40`` or ``inf`` into ``int32``, ``-1`` into ``uint8``.
+
+    An ``OverflowError``, as numpy raises for a Python int out of bounds and for
+    a float infinity into integers (also a ``ValueError``). A finite float that
+    overflows a narrower float dtype (``1e300`` into ``float32``; numpy only
+    warns and stores ``inf``) is refused too.
+    """
+
+
+class ValueTypeError(ValueCastError, TypeError):
+    """A value of a kind the dtype does not take: a complex number into a real dtype.
+
+    A ``TypeError``, as numpy raises for ``np.asarray(1+2j, dtype="i4")``
+    (numpy casts complex *arrays* by dropping the imaginary part, with a
+    ``ComplexWarning``; a versioned dataset refuses them).
+    """
+
+
+class StringTooLongError(ValueCastError):
+    """A string longer than a fixed-width string dataset (``S6``, ``<U6``) holds.
+
+    numpy and h5py truncate it silently (``"CHANGED"`` becomes ``"CHANGE"``);
+    here nothing is written. A dataset's dtype is fixed by its first version
+    (FORMAT.md), so it cannot widen: store the variable as variable-length
+    strings (``h5py.string_dtype()``, or xarray's ``str``/object dtype) from its
+    first version, or write a shorter value. ``width`` is the dtype's width in
+    characters (bytes for ``S``).
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, dtype=None, value=None, width: int = 0):
+        super().__init__(message, name=name, dtype=dtype, value=value)
+        self.width = width

@@ -7,6 +7,7 @@ changes in memory"); a version's dataset is opened as one with
 
 Layers, bottom up::
 
+    casting.py            cast_for_storage: a written value in the dataset's dtype, or refused
     reference_kernels.py  pure-Python plan-building kernels (the oracle) and their constants
     read_basic.py         reference of the fused __getitem__ fast path (compiled read_basic)
     kernels.py            plan-building kernels: dispatch compiled _ext/plantools vs references
@@ -24,6 +25,7 @@ Layers, bottom up::
 """
 
 from .array import StagedChangesArray
+from .casting import cast_for_storage
 from .changes import ChangedChunk, ChangesPlan
 from .index_mapper import IndexChunkMapper, IndexMapping, map_index
 from .plans import (
@@ -49,6 +51,7 @@ __all__ = [
     "StagedChangesArray",
     "Transfer",
     "TransferPlan",
+    "cast_for_storage",
     "map_index",
     "slab_shape",
 ]

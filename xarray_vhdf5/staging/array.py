@@ -40,6 +40,7 @@ import numpy as np
 from ..errors import IncompatibleDataError
 from . import kernels
 from .attributes import ArrayAttributes
+from .casting import cast_for_storage
 from .changes import ChangedChunk, ChangesPlan
 from .cow import CopyOnWriteSlabs
 from .index_mapper import IndexMapping, map_index
@@ -438,12 +439,10 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         return mapping.to_result(out)
 
     def _normalised_value(self, value: Any, mapping: Any) -> np.ndarray:
-        try:
+        if self._dtype.kind == "O":
             arr = np.asarray(value, dtype=self._dtype)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise type(exc)(
-                f"cannot store {type(value).__name__} as {self._dtype}: {exc}"
-            ) from None
+        else:  # refuses what the dtype cannot hold (numpy would cast arrays silently)
+            arr = cast_for_storage(value, self._dtype)
         target = mapping.shape
         if arr.shape != target:
             original = arr.shape
@@ -469,9 +468,15 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
 
         Raises
         ------
-        IndexError, TypeError, ValueError, OverflowError
-            Where numpy raises them (bad index; value that cannot be cast or
+        IndexError, ValueError
+            Where numpy raises them (bad index; value that cannot be
             broadcast to the selection).
+        xarray_vhdf5.errors.ValueOverflowError, xarray_vhdf5.errors.ValueTypeError, xarray_vhdf5.errors.ValueCastError, xarray_vhdf5.errors.StringTooLongError
+            A value the dtype cannot hold (numpy's ``OverflowError`` /
+            ``TypeError`` / ``ValueError`` for such a scalar; also for arrays
+            of another dtype, which numpy casts silently):
+            :func:`~xarray_vhdf5.staging.casting.cast_for_storage`. Nothing is
+            written.
         xarray_vhdf5.errors.UnsupportedError
             See :meth:`__getitem__`.
         xarray_vhdf5.errors.ClosedFileError, xarray_vhdf5.errors.HDF5Error

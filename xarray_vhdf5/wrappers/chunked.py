@@ -34,6 +34,7 @@ from ..staging import StagedChangesArray
 from .attrs import RESERVED_ATTRS, StagedAttrs
 from .closed import RESTAGE, closed_file_error, reads_file
 from .dataset import StagedDatasetBase
+from .dataset_api import empty_selection
 
 __all__ = ["ChunkedStagedDataset", "InMemoryDataset", "InMemorySparseDataset"]
 
@@ -227,7 +228,10 @@ class InMemoryDataset(ChunkedStagedDataset):
                 return self.source[index]
             except Exception:  # nothing asked before h5py fails
                 self._raise_if_closed()
-                raise
+                empty = empty_selection(self.source_shape, self.dtype, index)
+                if empty is None:
+                    raise
+                return empty  # libhdf5 fails empty reads of many-mapping virtual datasets
         return self._array[index]
 
     @ChunkedStagedDataset.staged_array.setter

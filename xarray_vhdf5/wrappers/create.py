@@ -9,6 +9,7 @@ from ..backend.chunks import normalize_chunks
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.raw_data import Filters
 from ..errors import IncompatibleDataError, UnsupportedError
+from ..staging import cast_for_storage
 from .chunked import InMemorySparseDataset
 from .dataset import InMemoryArrayDataset, StagedDatasetBase
 
@@ -43,6 +44,9 @@ def new_array_dataset(
         Scalar datasets, ``h5py.Empty``.
     IncompatibleDataError
         ``shape`` does not match ``data``; bad chunks or maxshape.
+    ValueOverflowError, ValueTypeError, ValueCastError, StringTooLongError
+        ``data`` holds a value ``dtype`` cannot hold (see
+        :func:`~xarray_vhdf5.staging.cast_for_storage`).
     """
     if isinstance(data, h5py.Empty) or (data is None and shape is None and dtype is not None):
         raise UnsupportedError("empty (h5py.Empty) datasets are not supported by the versioned format")
@@ -56,7 +60,7 @@ def new_array_dataset(
             if is_vlen_string_dtype(np.dtype(dtype)):
                 arr = arr.astype(object)
             else:
-                arr = arr.astype(dtype)
+                arr = cast_for_storage(arr, dtype, name)  # numpy's astype would wrap / truncate silently
         elif arr.dtype.kind == "U":
             arr = arr.astype(object)
         if shape is not None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..backend.raw_data import Filters, reported_fillvalue
 from ..errors import AxisOutOfBoundsError, IncompatibleDataError, ReadOnlyError
+from ..staging import cast_for_storage
 from .attrs import StagedAttrs
 from .dataset_api import DatasetAPI
 
@@ -348,14 +349,27 @@ class StagedDatasetBase(DatasetAPI):
         ReadOnlyError
             The staged version was already committed.
         IndexError, TypeError, ValueError
-            Where numpy raises them: a bad index, a value that cannot be cast
-            to :attr:`dtype` or broadcast to the selection.
+            Where numpy raises them: a bad index, a value that cannot be
+            broadcast to the selection.
+        ValueOverflowError, ValueTypeError, ValueCastError
+            A value :attr:`dtype` cannot hold, where numpy raises
+            ``OverflowError`` / ``TypeError`` / ``ValueError`` for such a scalar
+            (``2**40`` or ``inf`` into int32, complex into a real dtype, NaN into
+            integers), also given as an array of another dtype (which numpy
+            would cast silently); see :func:`~xarray_vhdf5.staging.casting.cast_for_storage`.
+            Nothing is written.
+        StringTooLongError
+            A string longer than a fixed-width string dtype holds (numpy
+            truncates it); nothing is written.
         UnsupportedError
             Valid numpy indices the staging engine does not map (more than
             one array index, ``np.newaxis``).
         """
         self._check_open()
-        value = np.asarray(value)
+        if self.dtype.kind != "O":
+            value = cast_for_storage(value, self.dtype, self.name)  # one check per assignment
+        else:
+            value = np.asarray(value)
         if value.dtype.kind in "SU" and self.dtype.kind == "O":  # elements as Python bytes / str, as h5py reads them
             value = value.astype(object)
         if value.ndim == 0 and self.dtype.kind == "O":

@@ -20,7 +20,44 @@ from typing import Any
 import h5py
 import numpy as np
 
-__all__ = ["DatasetAPI", "FieldsView", "chunk_slices"]
+__all__ = ["DatasetAPI", "FieldsView", "chunk_slices", "empty_selection"]
+
+
+def empty_selection(shape: tuple[int, ...], dtype: np.dtype, index: Any) -> np.ndarray | None:
+    """What h5py returns for ``ds[index]`` when ``index`` selects no point, else None.
+
+    libhdf5 2.0 fails reading an empty selection from a virtual dataset with
+    many mappings (``OSError: unable to get selection bounds``; a version's
+    dataset has one mapping per chunk), though h5py answers an empty array
+    for any other dataset. Called only after such a read failed, so reads
+    that work pay nothing: the selection's shape is numpy's, taken on a
+    zero-strided stand-in of ``shape`` (no points allocated).
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The dataset's shape, in points.
+    dtype : numpy.dtype
+        The dataset's dtype (of the array returned).
+    index : object
+        The index given to ``__getitem__``.
+
+    Returns
+    -------
+    numpy.ndarray or None
+        A new empty array of the selection's shape and ``dtype``, or None when
+        ``index`` selects points or is not a numpy index (the caller raises
+        the read's own error then).
+    """
+    if isinstance(index, str) or (isinstance(index, tuple) and any(isinstance(k, str) for k in index)):
+        return None  # field names: h5py's own business
+    try:
+        probe = np.broadcast_to(np.zeros((), dtype=np.uint8), shape)[index]
+    except (IndexError, TypeError, ValueError):
+        return None
+    if probe.size:
+        return None
+    return np.zeros(probe.shape, dtype=dtype)
 
 
 class FieldsView:

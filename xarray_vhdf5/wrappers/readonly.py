@@ -19,7 +19,7 @@ from ..backend.raw_data import reported_fillvalue
 from ..errors import ReadOnlyError
 from .attrs import ReadOnlyAttrs
 from .closed import closed_file_error, reads_file as _reads_file
-from .dataset_api import chunk_slices
+from .dataset_api import chunk_slices, empty_selection
 
 __all__ = ["VersionGroup", "VersionDataset"]
 
@@ -221,11 +221,27 @@ class VersionDataset:
             yield self[i]
 
     def __getitem__(self, index):
+        """``ds[index]``: h5py's read of the version's virtual dataset.
+
+        A selection of no point (``ds[3:3]``, ``ds[[]]``) returns an empty
+        array of its shape, as h5py does for other datasets (libhdf5 fails
+        such reads of a virtual dataset with many mappings).
+
+        Raises
+        ------
+        ClosedFileError
+            The file was closed.
+        IndexError, TypeError, ValueError
+            Where h5py raises them (a bad index).
+        """
         try:
             return self.dataset[index]
         except Exception:  # the hot path: nothing asked before h5py fails
             self._raise_if_closed()
-            raise
+            empty = empty_selection(self.shape, self.dtype, index)
+            if empty is None:
+                raise
+            return empty
 
     def __array__(self, dtype=None, copy=None):
         arr = self[()]

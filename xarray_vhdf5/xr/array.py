@@ -76,9 +76,27 @@ def _read_dataset(ds, key: tuple, shape: tuple[int, ...], as_str: bool) -> np.nd
     return _read_outer(source, key, shape)
 
 
+def _selected_shape(key: tuple, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of ``array[key]`` for an outer ``key`` (slices, ints, 1-d int arrays), in points."""
+    out = []
+    for k, n in zip(key, shape):
+        if isinstance(k, slice):
+            out.append(len(range(*k.indices(n))))
+        elif isinstance(k, np.ndarray):
+            out.append(k.size)
+    return tuple(out)
+
+
 def _read_outer(source, key: tuple, shape: tuple[int, ...]) -> np.ndarray:
-    """Read ``source[key]`` where ``key`` holds slices, ints and at most one int array."""
+    """Read ``source[key]`` where ``key`` holds slices, ints and at most one int array.
+
+    A key selecting no point reads nothing: libhdf5 2.0 fails such a read of
+    a virtual dataset with many mappings (``unable to get selection bounds``).
+    """
     key = tuple(key) + (slice(None),) * (len(shape) - len(key))
+    selected = _selected_shape(key, shape)
+    if 0 in selected:
+        return np.zeros(selected, dtype=source.dtype)
     hdf5_key = []
     reorder = None
     for axis, k in enumerate(key):

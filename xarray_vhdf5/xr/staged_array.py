@@ -58,9 +58,9 @@ from ..backend.signature import open_for_reading
 from ..versions import generation
 from ..versions.locking import file_locks
 from ..errors import StaleVersionError
-from ..staging import StagedChangesArray
+from ..staging import StagedChangesArray, cast_for_storage
 
-__all__ = ["CFCodec", "RawRows", "StageFile", "StageOrigin", "StagedVariableArray"]
+__all__ = ["CFCodec", "RawRows", "StageFile", "StageOrigin", "StagedVariableArray", "checked_string_encoding"]
 
 #: Attributes CF decoding moves from ``attrs`` into ``encoding``.
 CF_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned", "units", "calendar")
@@ -132,12 +132,29 @@ class CFCodec:
         self.encoding = dict(encoding)
         self.identity = not self.decoded and self.stored_dtype == self.dtype
 
+    @property
+    def vlen_strings(self) -> bool:
+        """True for ``str`` values shown fixed-width (``<U6``) and stored as variable-length strings."""
+        return self.dtype.kind == "U" and self.stored_dtype.kind == "O"
+
     @classmethod
     def for_variable(cls, var: xr.Variable, stored: h5py.Dataset, stored_attrs: dict) -> CFCodec | None:
-        """The codec of ``var`` (decoded, as opened) over ``stored``; None if it cannot be staged."""
-        if var.dtype.kind in "OSUV" or stored.dtype.kind in "OV" or var.ndim == 0:
+        """The codec of ``var`` (decoded, as opened) over ``stored``; None if it cannot be staged.
+
+        Strings are staged (so that a staged assignment never truncates them,
+        as a fixed-width numpy array would) when shown as ``bytes`` and stored
+        fixed-width (``S6``: a longer value is refused), or shown as ``str``
+        and stored variable-length (any length is stored).
+        """
+        if var.ndim == 0 or tuple(var.shape) != tuple(stored.shape):
             return None
-        if tuple(var.shape) != tuple(stored.shape):
+        if var.dtype.kind in "SU" and not any(k in stored_attrs for k in ("_Encoding", "_FillValue")):
+            vlen = h5py.check_string_dtype(stored.dtype) is not None and stored.dtype.kind == "O"
+            if (var.dtype.kind == "S" and stored.dtype.kind == "S") or (var.dtype.kind == "U" and vlen):
+                encoding = {k: var.encoding[k] for k in CF_ENCODING if k in var.encoding}
+                return cls(var.dims, stored.dtype, var.dtype, {}, encoding)
+            return None
+        if var.dtype.kind in "OSUV" or stored.dtype.kind in "OV":
             return None
         decoded = {k: stored_attrs[k] for k in CF_ATTRS if k in stored_attrs and k not in var.attrs}
         encoding = {k: var.encoding[k] for k in CF_ENCODING if k in var.encoding}
@@ -161,10 +178,21 @@ class CFCodec:
             return False
         return all(_same_value(now[k], self.encoding[k]) for k in now)
 
+    def widened(self, value: np.ndarray) -> CFCodec:
+        """This codec, or a copy showing a ``str`` width that holds ``value`` (variable-length strings)."""
+        if not self.vlen_strings or value.dtype.kind not in "SU" or value.dtype.itemsize <= self.dtype.itemsize:
+            return self
+        width = value.dtype.itemsize // (4 if value.dtype.kind == "U" else 1)
+        return type(self)(self.dims, self.stored_dtype, np.dtype(f"<U{width}"), self.decoded, self.encoding)
+
     def decode(self, raw: np.ndarray) -> np.ndarray:
         """Stored values -> shown values (a block of any shape)."""
         if self.identity:
             return raw
+        if self.vlen_strings:  # bytes or str objects -> str, never narrower than shown, never truncated
+            items = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in np.asarray(raw).flat]
+            out = np.array(items, dtype=str).reshape(np.shape(raw)) if items else np.zeros(np.shape(raw), self.dtype)
+            return out if out.dtype.itemsize >= self.dtype.itemsize else out.astype(self.dtype)
         kind = self.dtype.kind
         var = xr.Variable(tuple(f"_d{i}" for i in range(raw.ndim)), raw, attrs=dict(self.decoded))
         unit = np.datetime_data(self.dtype)[0] if kind in "Mm" else None
@@ -179,14 +207,83 @@ class CFCodec:
         )
         return np.asarray(out.values)
 
-    def encode(self, value: Any) -> np.ndarray:
-        """Shown values -> stored values, cast to the stored dtype."""
+    def encode(self, value: Any, name: str | None = None) -> np.ndarray:
+        """Shown values -> stored values, cast to the stored dtype without changing any.
+
+        Parameters
+        ----------
+        value : array_like
+            Shown (decoded) values.
+        name : str, optional
+            The variable's name, for messages.
+
+        Raises
+        ------
+        ValueOverflowError, ValueTypeError, ValueCastError, StringTooLongError
+            A value the shown dtype, or once CF-encoded (packed, masked) the
+            stored dtype, cannot hold (see
+            :func:`~xarray_vhdf5.staging.cast_for_storage`): ``2**40`` into an
+            ``int32`` variable, NaN into one without ``_FillValue``, a value
+            beyond a packed ``int16``'s range, ``b"CHANGED"`` into ``S6``.
+        """
         if self.identity:
-            return np.asarray(value)
-        value = np.asarray(value, dtype=self.dtype)
-        var = xr.Variable(tuple(f"_d{i}" for i in range(value.ndim)), value, encoding=dict(self.encoding))
-        out = np.asarray(xr.conventions.encode_cf_variable(var, name="_staged").values)
-        return out if out.dtype == self.stored_dtype else out.astype(self.stored_dtype)
+            return cast_for_storage(value, self.stored_dtype, name)
+        if self.vlen_strings:
+            return np.asarray(value, dtype=object)  # any length: the storage has no width
+        value = cast_for_storage(value, self.dtype, name)
+        # xarray's encoder would cast to encoding["dtype"] unchecked (wrapping packed
+        # values out of range): encode without it, round as it does, cast checked.
+        encoding = {k: v for k, v in self.encoding.items() if k != "dtype" or self.dtype.kind in "Mm"}
+        var = xr.Variable(tuple(f"_d{i}" for i in range(value.ndim)), value, encoding=encoding)
+        out = np.asarray(xr.conventions.encode_cf_variable(var, name=name or "_staged").values)
+        if self.stored_dtype.kind in "iu" and out.dtype.kind == "f":
+            out = np.around(out)
+        return cast_for_storage(out, self.stored_dtype, name)
+
+
+def checked_string_encoding(name: str, var: xr.Variable) -> xr.Variable:
+    """``var``, or a shallow copy, whose ``encoding["dtype"]`` truncates none of its strings.
+
+    xarray decodes variable-length strings as fixed-width ``str`` and records
+    that width in ``encoding["dtype"]`` (``<U6``); its encoder then casts to it,
+    so a longer string written later is silently cut (``"CHANGED"`` stored as
+    ``"CHANGE"``, with xarray's netCDF engines too). A ``str`` width is not
+    stored here (``str`` values are stored as variable-length strings): a
+    narrower one is dropped. A fixed-width ``bytes`` dtype (``S6``) is what
+    the dataset stores: values longer than it are refused.
+
+    Parameters
+    ----------
+    name : str
+        The variable's name, for messages.
+    var : xarray.Variable
+        Not yet CF-encoded.
+
+    Returns
+    -------
+    xarray.Variable
+
+    Raises
+    ------
+    StringTooLongError
+        ``encoding["dtype"]`` is ``S<n>`` and a value is longer than ``n`` bytes.
+    """
+    dtype = var.encoding.get("dtype")
+    if dtype is None or var.dtype.kind not in "SUO":
+        return var
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        return var
+    if var.dtype.kind != "O" and var.dtype.itemsize <= dtype.itemsize and var.dtype.kind == dtype.kind:
+        return var  # cannot be longer than the width
+    if dtype.kind == "U":
+        narrower = var.copy(deep=False)
+        narrower.encoding = {k: v for k, v in var.encoding.items() if k != "dtype"}
+        return narrower
+    if dtype.kind == "S" and not hasattr(var.data, "dask"):
+        cast_for_storage(var.values, dtype, name)
+    return var
 
 
 class StageFile:
@@ -580,12 +677,26 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
         return self.codec.decode(self._read_raw(key))
 
     def __setitem__(self, key, value) -> None:
+        """Stage ``value`` (shown values) at ``key`` (numpy's indexing).
+
+        Raises
+        ------
+        ValueOverflowError, ValueTypeError, ValueCastError
+            A value the variable's dtype cannot hold, where numpy raises
+            ``OverflowError`` / ``TypeError`` / ``ValueError`` for such a
+            scalar (:meth:`CFCodec.encode`); nothing is staged.
+        StringTooLongError
+            A string longer than a fixed-width (``S6``) variable holds (numpy
+            would truncate it); nothing is staged. A ``str`` variable stored
+            as variable-length strings takes any length (its dtype widens).
+        """
         key = _array_key(key)
-        raw = self.codec.encode(value)
+        raw = self.codec.encode(value, self.origin.path)
         with self.handle.reading():
             staged = self._ensure_open()
             if _n_arrays(key) <= 1:
                 staged[key] = raw
+                self.codec = self.codec.widened(np.asarray(value))
                 return
             box = _bounding_box(key, self.shape)
             if box is None:
@@ -595,6 +706,7 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
             block = np.array(staged[block_key])
             block[rel] = raw
             staged[block_key] = block
+            self.codec = self.codec.widened(np.asarray(value))
 
     def resize(self, shape) -> None:
         """Change the shape in place (new points: the fill value); see ``StagedChangesArray.resize``."""

@@ -39,6 +39,7 @@ import xarray as xr
 
 from ..backend.chunks import guess_chunks_record
 from ..errors import IncompatibleDataError, NotVersionedError, StaleVersionError
+from ..staging import cast_for_storage
 from ..versions.file import VersionedHDF5File
 from ..versions.mutation import open_for_writing
 from ..versions.registry import is_versioned
@@ -47,6 +48,7 @@ from .dimscales import attach_dimension_scales
 from .engine import close_read_handles
 from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, names_dimensions
 from .streaming import DEFAULT_MAX_BYTES, is_dask_array, stage_lazy_dataset
+from .staged_array import checked_string_encoding
 
 __all__ = [
     "commit_dataset",
@@ -173,6 +175,7 @@ def inherit_stored_encoding(group: InMemoryGroup, variables: dict) -> dict:
     out = dict(variables)
     for key, var in variables.items():
         name = str(key)
+        var = out[key] = checked_string_encoding(name, var)  # no silently truncated strings
         if "/" in name or name not in group:
             continue
         dataset = group[name]
@@ -183,6 +186,8 @@ def inherit_stored_encoding(group: InMemoryGroup, variables: dict) -> dict:
         if "dtype" in stored and not packed and np.dtype(stored["dtype"]).kind != var.dtype.kind:
             continue  # int <-> float: refused at commit, not cast
         inherited = {k: v for k, v in stored.items() if k not in var.encoding and k not in var.attrs}
+        if "dtype" in inherited and not packed and not is_dask_array(var.data):
+            cast_for_storage(var.values, inherited["dtype"], name)  # xarray's encoder would cast it unchecked
         if inherited:
             var = var.copy(deep=False)
             var.encoding = {**inherited, **var.encoding}
