@@ -174,9 +174,11 @@ def test_hash_table_layout(two_versions):
     with h5py.File(two_versions, "r") as f:
         ht = f["_version_data/a/hash_table"]
         assert ht.dtype == HASH_TABLE_DTYPE
+        # this package's tables are deflated (every HDF5 tool has it); versioned-hdf5's
+        # are lzf: both read the same (tests/test_netcdf_tools.py)
         assert ht.chunks == (4096,)
         assert ht.maxshape == (None,)
-        assert ht.compression == "lzf"
+        assert ht.compression == "gzip"
         assert ht.attrs["largest_index"] == 4
         assert attr_dtype(ht, "largest_index") == np.dtype("int64")
         rows = hash_rows(f, "a")
@@ -455,9 +457,12 @@ def test_same_objects_and_attrs(side_by_side):
             assert (r.shape, r.dtype, r.maxshape, r.chunks, r.is_virtual) == (
                 o.shape, o.dtype, o.maxshape, o.chunks, o.is_virtual
             ), name
-            assert (r.compression, r.compression_opts, r.shuffle, r.fletcher32) == (
-                o.compression, o.compression_opts, o.shuffle, o.fletcher32
-            ), name
+            if name.endswith("hash_table"):  # ours deflated for every HDF5 tool, versioned-hdf5's lzf
+                assert (r.compression, o.compression) == ("lzf", "gzip"), name
+            else:
+                assert (r.compression, r.compression_opts, r.shuffle, r.fletcher32) == (
+                    o.compression, o.compression_opts, o.shuffle, o.fletcher32
+                ), name
             if r.dtype.kind != "O":
                 assert np.asarray(r.fillvalue).tobytes() == np.asarray(o.fillvalue).tobytes(), name
 

@@ -1,9 +1,15 @@
 """The ``hash_table`` of one versioned dataset: SHA-256 digest -> rows of raw_data.
 
-On disk (FORMAT.md, "hash_table"): a chunked, lzf-compressed 1-d dataset of
+On disk (FORMAT.md, "hash_table"): a chunked, compressed 1-d dataset of
 :data:`~xarray_vhdf5.backend.layout.HASH_TABLE_DTYPE` rows; the attribute
 ``largest_index`` counts the valid rows and is written last in a commit, so
 rows past it (left by an interrupted commit) are ignored and overwritten.
+
+Hash tables this package creates are deflate-compressed (:data:`BOOKKEEPING_FILTER`),
+as are the version index's datasets: versioned-hdf5 creates them with h5py's LZF
+filter, which only h5py registers, so ``ncdump`` and ``h5dump`` stopped at the first
+one (``undefined filter``). Any filter reads the same in both packages (libhdf5
+applies it); versioned-hdf5's lzf tables are read and appended to as they are.
 """
 
 from __future__ import annotations
@@ -17,7 +23,11 @@ from .h5objects import object_address
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
 from .rows import dataset_shape, read_rows, write_rows
 
-__all__ = ["HashTable", "HashTableCache", "hash_table_id", "hash_table_path", "table_extends", "table_state"]
+#: h5py filter arguments of this package's own bookkeeping datasets (hash tables,
+#: version index): deflate, which every HDF5 build and tool has.
+BOOKKEEPING_FILTER = {"compression": "gzip", "compression_opts": 1}
+
+__all__ = ["BOOKKEEPING_FILTER", "HashTable", "HashTableCache", "hash_table_id", "hash_table_path", "table_extends", "table_state"]
 
 
 class HashTable:
@@ -55,7 +65,7 @@ class HashTable:
             dtype=HASH_TABLE_DTYPE,
             chunks=HASH_TABLE_CHUNKS,
             maxshape=(None,),
-            compression="lzf",
+            **BOOKKEEPING_FILTER,
         )
         ds.attrs["largest_index"] = np.int64(0)
         return cls(ds)

@@ -49,6 +49,7 @@ from ..wrappers.chunked import (
 )
 from ..wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
 from ..wrappers.group import InMemoryGroup, UnopenedDataset
+from . import rootview
 from .caches import CommitCaches
 from .timestamps import format_timestamp, now_utc
 
@@ -159,6 +160,7 @@ def commit_version(
         write_attr(gid, "committed", True)
         if make_current:
             write_attr(versions.id, "current_version", name)
+        rootview.after_commit(f, versions, name, prev_version, make_current)
     except BaseException:
         caches.clear()
         del versions[name]

@@ -68,12 +68,14 @@ import numpy as np
 from ..backend.chunkmap import build_slab_indices_and_offsets
 from ..backend.chunks import chunk_grid_shape
 from ..backend.hashing import is_vlen_string_dtype
+from ..backend.hashtable import BOOKKEEPING_FILTER
 from ..backend.layout import (
     FIRST_VERSION, HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE, NETCDF_DIMENSIONS, VERSION_DATA, VERSIONS,
 )
 from ..backend.virtual import create_virtual_dataset
 from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionNotFoundError
 from . import index as version_index
+from . import rootview
 from .mutation import mutating
 
 __all__ = ["delete_versions", "delete_version", "DeleteReport", "DatasetCompaction", "MAP_CACHE_BYTES"]
@@ -231,7 +233,7 @@ def write_hash_table(group: h5py.Group, name: str, rows: np.ndarray) -> h5py.Dat
     """Create a hash table ``group[name]`` holding ``rows`` (as ``HashTable.create`` does)."""
     ds = group.create_dataset(
         name, shape=(max(len(rows), 1),), dtype=HASH_TABLE_DTYPE, chunks=HASH_TABLE_CHUNKS,
-        maxshape=(None,), compression="lzf",
+        maxshape=(None,), **BOOKKEEPING_FILTER,
     )
     if len(rows):
         ds[: len(rows)] = rows
@@ -610,6 +612,7 @@ def _delete_versions(h5file: h5py.Group, registry, versions_to_delete: str | Ite
     versions.attrs["current_version"] = current
     for name in doomed:
         del versions[name]
+    rootview.update_root_view(h5file, current)  # the root's links to a deleted version would dangle
     for p in plans:
         if "tombstone" in p.slots:
             scratch.move_in(p.slots["tombstone"], f"{p.raw.parent.name}/hash_table")

@@ -15,7 +15,8 @@ two small datasets, so a fresh open reads two datasets and one attribute:
 - attribute ``fingerprint`` of ``rows``: int64[8] written last (the index's
   commit point): the index format (1), rows and bytes of ``names`` in use, and
   the state of the versions group the rows describe (:func:`fingerprint`).
-  Both datasets are chunked, resizable and lzf-compressed; a commit appends.
+  Both datasets are chunked, resizable and deflate-compressed (``BOOKKEEPING_FILTER``:
+  every HDF5 tool reads them); a commit appends.
 
 versioned-hdf5 never updates the index, so it is trusted only when the
 fingerprint still matches the versions group. Everything versioned-hdf5 does to
@@ -53,6 +54,7 @@ from h5py import h5d
 
 from ..backend.h5attrs import read_attr, write_attr
 from ..backend.h5objects import libhdf5_function, object_address
+from ..backend.hashtable import BOOKKEEPING_FILTER
 from ..backend.layout import FIRST_VERSION, VERSION_INDEX
 from ..backend.rows import read_rows, write_rows
 from .timestamps import parse_timestamp
@@ -352,10 +354,10 @@ def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None
     rows = np.stack([entries.timestamps, entries.committed.astype(np.int64)], axis=1).reshape(-1, 2)
     blob = _blob(entries.names, entries.parents)
     names_ds = grp.create_dataset("names", shape=(max(len(blob), 1),), dtype=np.uint8, chunks=(4096,),
-                                  maxshape=(None,), compression="lzf")
+                                  maxshape=(None,), **BOOKKEEPING_FILTER)
     names_ds[: len(blob)] = blob
     rows_ds = grp.create_dataset("rows", shape=(max(len(rows), 1), 2), dtype=np.int64, chunks=(256, 2),
-                                 maxshape=(None, 2), compression="lzf")
+                                 maxshape=(None, 2), **BOOKKEEPING_FILTER)
     rows_ds[: len(rows)] = rows
     _write_fingerprint(rows_ds, versions, len(rows), len(blob))
 

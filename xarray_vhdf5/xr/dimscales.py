@@ -14,7 +14,14 @@ specification; netCDF-4 "HDF5 format" notes; what ``h5netcdf`` writes):
   ``"This is a netCDF dimension but not a netCDF variable."``;
 - each variable's axes are attached to the scales (``DIMENSION_LIST`` on the
   variable, ``REFERENCE_LIST`` on the scale: object references);
-- ``_Netcdf4Dimid`` numbers the scales, unique within a version's group tree.
+- no ``_Netcdf4Dimid``: netCDF-C takes that attribute as the dimension's id in
+  the whole file (``libhdf5/hdf5open.c``, ``read_scale``; ``nc4_find_dim``
+  looks ids up in one file-wide list), so the same ids in two version groups
+  made every version show the dimension lengths of the last one read. Without
+  it netCDF-C numbers the scales in the order it reads them, unique in the
+  file; h5netcdf numbers them itself too. Files written before (ids from 0 in
+  each version group) lose the attribute in all their versions on the next
+  commit from xarray (:func:`forget_dimension_ids`).
 
 Here the phony scales are versioned datasets like every other (virtual datasets
 with ``raw_data`` and ``chunks`` attributes, so versioned-hdf5 reads and stages
@@ -47,9 +54,10 @@ import h5py
 import numpy as np
 
 from ..backend.hashtable import HashTable
-from ..backend.layout import NETCDF_DIMENSIONS, VERSION_DATA
+from ..backend.layout import NETCDF_DIMENSIONS, VERSION_DATA, VERSIONS
 from ..backend.raw_data import Filters, create_raw_data
 from ..backend.virtual import create_virtual_dataset_id
+from ..versions.rootview import enable_root_view, root_view_enabled
 from .names import (
     DIMENSIONS_ATTR,
     HIDDEN_GROUP_ATTRS,
@@ -61,6 +69,7 @@ from .names import (
 __all__ = [
     "DIMENSIONS_DATA",
     "attach_dimension_scales",
+    "forget_dimension_ids",
     "netcdf_only_attrs",
 ]
 
@@ -70,6 +79,10 @@ DIMENSIONS_DATA = NETCDF_DIMENSIONS
 _PHONY_DTYPE = np.dtype(">f4")
 #: Chunk shape recorded for phony scales, in points (nothing is ever stored).
 _PHONY_CHUNKS = (1024,)
+#: netCDF-4's dimension-id attribute, never written here (module docstring).
+DIMID_ATTR = b"_Netcdf4Dimid"
+#: Attribute of the ``__netcdf_dimensions__`` group: every version's ``_Netcdf4Dimid`` is gone.
+_NO_DIMIDS = "netcdf_dimids_forgotten"
 
 
 def netcdf_only_attrs() -> dict[str, frozenset[str]]:
@@ -180,13 +193,62 @@ def _drop_references(oid) -> None:
             h5py.h5a.delete(oid, key)
 
 
-def _write_dimid(oid, number: int) -> None:
-    """``_Netcdf4Dimid = number`` (a scalar 32-bit int, as netCDF-C writes it)."""
-    if h5py.h5a.exists(oid, b"_Netcdf4Dimid"):
-        h5py.h5a.delete(oid, b"_Netcdf4Dimid")
-    space = h5py.h5s.create(h5py.h5s.SCALAR)
-    attr = h5py.h5a.create(oid, b"_Netcdf4Dimid", h5py.h5t.STD_I32LE, space)
-    attr.write(np.array(number, dtype="<i4"))
+def _drop_dimid(oid) -> None:
+    if h5py.h5a.exists(oid, DIMID_ATTR):
+        h5py.h5a.delete(oid, DIMID_ATTR)
+
+
+def _dimids_forgotten(f: h5py.File) -> bool:
+    path = f"/{VERSION_DATA}/{DIMENSIONS_DATA}"
+    return path in f and f[path].attrs.get(_NO_DIMIDS, False)
+
+
+def forget_dimension_ids(f: h5py.File) -> int:
+    """Delete ``_Netcdf4Dimid`` from every dataset of every version, once per file.
+
+    Versions written before this package stopped writing the attribute number
+    their scales from 0 in each version group; netCDF-C takes those numbers as
+    file-wide dimension ids, so every version but one read with the wrong
+    lengths. Marks the file (attribute ``netcdf_dimids_forgotten`` of
+    ``/_version_data/__netcdf_dimensions__``) so that later calls return at once.
+
+    Parameters
+    ----------
+    f : h5py.File
+        A versioned file open for writing (inside a mutation).
+
+    Returns
+    -------
+    int
+        The number of attributes deleted (0 when the file was marked already).
+
+    Raises
+    ------
+    ValueError
+        ``f`` is open read-only.
+    """
+    if _dimids_forgotten(f):
+        return 0
+    if f.file.mode == "r":
+        raise ValueError(f"{f.file.filename!r} is open read-only; forgetting dimension ids needs mode 'a'")
+    deleted = 0
+    versions = f[f"/{VERSION_DATA}/{VERSIONS}"]
+
+    def visit(group_id) -> None:
+        nonlocal deleted
+        for i in range(group_id.get_num_objs()):
+            name = group_id.get_objname_by_idx(i)
+            if group_id.get_objtype_by_idx(i) == h5py.h5g.DATASET:
+                oid = h5py.h5o.open(group_id, name)
+                if h5py.h5a.exists(oid, DIMID_ATTR):
+                    h5py.h5a.delete(oid, DIMID_ATTR)
+                    deleted += 1
+            elif group_id.get_objtype_by_idx(i) == h5py.h5g.GROUP:
+                visit(h5py.h5g.open(group_id, name))
+
+    visit(versions.id)
+    f.require_group(f"/{VERSION_DATA}/{DIMENSIONS_DATA}").attrs[_NO_DIMIDS] = True
+    return deleted
 
 
 def attach_dimension_scales(version_group: h5py.Group) -> int:
@@ -200,7 +262,8 @@ def attach_dimension_scales(version_group: h5py.Group) -> int:
     right length is kept, e.g. carried over unchanged from the previous
     version; else one is created). Existing ``DIMENSION_LIST``/``REFERENCE_LIST``
     attributes are rebuilt, unused phony scales deleted, ``_Netcdf4Dimid``
-    renumbered. Datasets without ``_ARRAY_DIMENSIONS`` (written by
+    deleted (here, and once in every version of a file written before:
+    :func:`forget_dimension_ids`). Datasets without ``_ARRAY_DIMENSIONS`` (written by
     versioned-hdf5 alone) are left as they are.
 
     Parameters
@@ -226,8 +289,12 @@ def attach_dimension_scales(version_group: h5py.Group) -> int:
     """
     if version_group.file.mode == "r":
         raise ValueError(f"{version_group.file.filename!r} is open read-only; dimension scales need mode 'a'")
+    f = version_group.file
+    forget_dimension_ids(f)
     counter = itertools.count()
     _attach_group(version_group, {}, counter)
+    if not root_view_enabled(f):
+        enable_root_view(f)  # the first commit from xarray: on from now on
     return next(counter)
 
 
@@ -283,7 +350,8 @@ def _attach_group(group: h5py.Group, inherited: dict, counter) -> None:
     for dim, oid in scales.items():
         name = dim.encode() if dim in coordinates else NETCDF_NOT_A_VARIABLE + b"%10d" % oid.shape[0]
         h5py.h5ds.set_scale(oid, name)
-        _write_dimid(oid, next(counter))
+        _drop_dimid(oid)
+        next(counter)
 
     visible = ChainMap(scales, inherited)
     for key, (oid, dims) in variables.items():
