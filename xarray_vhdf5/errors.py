@@ -12,6 +12,8 @@ code keeps working::
     │                                             an int nor a timestamp
     ├── DatasetNotFoundError   (KeyError)         no versioned dataset of that name
     ├── VersionExistsError     (ValueError)       a version of that name already exists
+    ├── NothingToCommitError   (ValueError)       an xarray commit that changes nothing
+    │                                             (``allow_empty=True`` commits it anyway)
     ├── StaleVersionError      (ValueError)       committing staged edits whose parent is no
     │                                             longer the file's current version
     │   └── ConflictError      (ValueError)       a rebase or merge where both sides changed
@@ -75,6 +77,7 @@ __all__ = [
     "VersionKeyTypeError",
     "DatasetNotFoundError",
     "VersionExistsError",
+    "NothingToCommitError",
     "StaleVersionError",
     "NotVersionedError",
     "NotHDF5Error",
@@ -119,6 +122,16 @@ class DatasetNotFoundError(VHDF5Error, KeyError):
 
 class VersionExistsError(VHDF5Error, ValueError):
     """A version of that name already exists in the file."""
+
+
+class NothingToCommitError(VHDF5Error, ValueError):
+    """A commit from xarray whose version would equal its parent: nothing changed.
+
+    Raised by ``ds.vhdf5.commit(...)`` (staged or with ``path=``) unless
+    ``allow_empty=True``, as icechunk refuses an empty commit; nothing is
+    written. ``VersionedHDF5File.stage_version`` does not raise it: a block that
+    changes nothing commits an empty version there, as in versioned-hdf5.
+    """
 
 
 class StaleVersionError(VHDF5Error, ValueError):
@@ -241,6 +254,7 @@ class CorruptFileError(VHDF5Error, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
 
 class ValueCastError(IncompatibleDataError):
     """A value written to a dataset that its dtype cannot hold; nothing is written.

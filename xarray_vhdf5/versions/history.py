@@ -46,6 +46,7 @@ from ..xr.names import (
     is_netcdf_dimension_only,
     visible_attrs,
 )
+from ..errors import VersionKeyTypeError, VersionNotFoundError
 from .registry import VersionRegistry
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "changed_attrs",
     "compared_attrs",
     "dataset_state",
+    "lookup_version",
     "same_attr_value",
     "version_log",
     "version_states",
@@ -335,3 +337,89 @@ def _parents_first(registry: VersionRegistry, names: list[str]) -> list[str]:
         done.update(chain)
         order.extend(reversed(chain))
     return order
+
+
+def lookup_version(registry: VersionRegistry, key) -> str:
+    """The version ``key`` designates, pandas-style: what ``xr.open_dataset(..., version=key)`` opens.
+
+    Extends :meth:`VersionRegistry.resolve` (versioned-hdf5's ``vf[key]``
+    rules, which ``VersionedHDF5File`` keeps) with positions and time strings.
+
+    Parameters
+    ----------
+    key : str, int, datetime, numpy.datetime64 or None
+        - None: the current version.
+        - str: the version of that name; if there is none and the string is
+          an ISO 8601 time (``"2024-06-01"``, ``"2024-06-01T00:00"``,
+          ``"2024-06-01T00:00+02:00"``; naive ones are UTC), the version
+          current at that time: committed at it, else the latest committed
+          before it (``as_of``). A version *named* like a time is found by
+          its name first.
+        - int >= 0: a position in the version log, oldest first
+          (``ds.vhdf5.versions.index[key]``, ``vhdf5 log``'s order): 0 is the
+          first version, 50 the 51st. (``VersionedHDF5File``'s ``vf[0]`` is
+          the current version and ``vf[n > 0]`` an ``IndexError``, as in
+          versioned-hdf5.)
+        - int < 0: ``-n`` is the n-th ancestor of the current version along
+          ``prev_version`` (versioned-hdf5's ``vf[-n]``), not the n-th from
+          the end of the log: they differ after a branch.
+        - datetime, numpy.datetime64 or date: the version current at that time.
+
+    Returns
+    -------
+    str
+        The version's name.
+
+    Raises
+    ------
+    VersionNotFoundError
+        A ``KeyError``, ``ValueError`` and ``IndexError``: no version of that
+        name and not a time; a position past the last version; a time before
+        the first version; ``-n`` past the oldest ancestor. The message says
+        what was given and what exists.
+    VersionKeyTypeError
+        ``key`` is of another type (a ``TypeError``).
+    """
+    if isinstance(key, str):
+        if key in registry:
+            return key
+        try:
+            when = _dt.datetime.fromisoformat(key)
+        except ValueError:
+            raise registry._not_found(
+                f"named {key!r} (nor is it an ISO 8601 time such as '2024-06-01T00:00')"
+            ) from None
+        return _at_time(registry, when, key)
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and key >= 0:
+        names = registry.names()
+        if key >= len(names):
+            last = f"0 to {len(names) - 1}" if names else "none: the file has no version"
+            raise VersionNotFoundError(
+                f"no version at position {int(key)}: the file has {len(names)} version"
+                f"{'' if len(names) == 1 else 's'} (positions {last}, oldest first"
+                f"{', the last ' + repr(names[-1]) if names else ''}); -n counts back from the current version"
+            )
+        return names[int(key)]
+    if isinstance(key, (_dt.datetime, np.datetime64, _dt.date)):
+        return _at_time(registry, key, key)
+    if key is None or (isinstance(key, (int, np.integer)) and not isinstance(key, bool)):
+        return registry.resolve(key)
+    raise VersionKeyTypeError(
+        "a version is designated by a name or ISO 8601 time (str), a position (int >= 0), an ancestor "
+        f"(int < 0), a timestamp (datetime, numpy.datetime64) or None, got {type(key).__name__} {key!r}"
+    )
+
+
+def _at_time(registry: VersionRegistry, when, given) -> str:
+    """:meth:`VersionRegistry.at_time`, with a message naming the first version's time when too early."""
+    try:
+        return registry.at_time(when)
+    except VersionNotFoundError:
+        names = registry.names()
+        if not names:
+            raise VersionNotFoundError(f"no version at {given!r}: the file has no version") from None
+        first = registry.info(names[0])
+        raise VersionNotFoundError(
+            f"no version at {given!r}: it is before the first version {names[0]!r}, committed at "
+            f"{first.timestamp.isoformat()} (times without a zone are UTC)"
+        ) from None

@@ -159,11 +159,13 @@ class VHDF5DatasetAccessor:
 
         return stage_dataset(self._ds)
 
-    def append(self, other: xr.Dataset, dim: str) -> xr.Dataset:
+    def append(self, other: xr.Dataset, dim: str, *, allow_unsorted: bool = False) -> xr.Dataset:
         """This staged Dataset grown along ``dim`` by ``other`` (returned; this one is unchanged).
 
         Time and memory proportional to ``other``; see
-        :func:`~xarray_vhdf5.xr.stage.append_staged`.
+        :func:`~xarray_vhdf5.xr.stage.append_staged`. Labels along ``dim``
+        must keep its index sorted (increasing or decreasing, as it was)
+        unless ``allow_unsorted=True``.
 
         Raises
         ------
@@ -173,15 +175,16 @@ class VHDF5DatasetAccessor:
             ``other`` lacks a variable along ``dim`` or its sizes differ; it
             has a data variable the Dataset lacks; an indexed coordinate of
             another dimension differs in values or order (as
-            ``xr.concat(..., join="exact")``); or a label it adds along
-            ``dim`` is already there. Nothing is staged then
+            ``xr.concat(..., join="exact")``); a label it adds along
+            ``dim`` is already there; or, without ``allow_unsorted``, the
+            labels along ``dim`` would no longer be sorted. Nothing is staged then
             (:func:`~xarray_vhdf5.xr.stage.append_staged`).
         """
         from .stage import append_staged, is_staged
 
         if not is_staged(self._ds):
             raise ValueError("append() needs a Dataset from ds.vhdf5.stage(); stage the opened Dataset first")
-        return append_staged(self._ds, other, dim)
+        return append_staged(self._ds, other, dim, allow_unsorted=allow_unsorted)
 
     def commit(
         self,
@@ -197,6 +200,8 @@ class VHDF5DatasetAccessor:
         max_bytes: int | None = None,
         force: bool = False,
         rebase: bool = False,
+        allow_empty: bool = False,
+        allow_unsorted: bool = False,
     ) -> str:
         """Commit this Dataset as a new version of the file at ``path``.
 
@@ -229,6 +234,17 @@ class VHDF5DatasetAccessor:
             mapped, points one side changed merge, points both sides changed
             to different values conflict). The Dataset is then staged again
             from the new version. Not with ``force``.
+        allow_empty : bool
+            Commit even if nothing changed from the parent version (no
+            variable, point or attribute; the message does not count).
+            Default False: :class:`~xarray_vhdf5.errors.NothingToCommitError`,
+            icechunk's rule. (``VersionedHDF5File.stage_version`` commits an
+            empty version, as versioned-hdf5 does.)
+        allow_unsorted : bool
+            With ``path=``: store a dimension coordinate that grows and is no
+            longer sorted as in the parent version (default False:
+            :class:`~xarray_vhdf5.errors.IncompatibleDataError`). A staged
+            Dataset is checked by :meth:`append` instead.
 
         Returns
         -------
@@ -252,10 +268,14 @@ class VHDF5DatasetAccessor:
             written.
         ValueError
             ``rebase=True`` for a Dataset that is not staged, or with ``force``.
+        NothingToCommitError
+            Nothing changed and ``allow_empty`` is False (a ``ValueError``);
+            nothing is written.
         FileBusyError
             Another writer kept the file past the lock timeout; nothing is written.
         VersionExistsError, IncompatibleDataError, NotVersionedError
-            See :func:`~xarray_vhdf5.xr.writer.commit_dataset`.
+            See :func:`~xarray_vhdf5.xr.writer.commit_dataset` (``IncompatibleDataError``
+            also for labels appended out of order without ``allow_unsorted``).
         """
         from .stage import commit_staged, is_staged
         from .staged_array import same_file
@@ -264,7 +284,7 @@ class VHDF5DatasetAccessor:
         if staged and group is None and prev_version is None:
             return commit_staged(
                 self._ds, version, message=message, timestamp=timestamp, force=force, rebase=rebase,
-                make_current=make_current, progress=progress,
+                make_current=make_current, progress=progress, allow_empty=allow_empty,
                 **({} if max_bytes is None else {"max_bytes": max_bytes}),
             )
         if rebase:
@@ -285,7 +305,8 @@ class VHDF5DatasetAccessor:
         return commit_dataset(
             self._ds, path, version, group=group, prev_version=prev_version,
             message=message, timestamp=timestamp, make_current=make_current, progress=progress,
-            expected_current=expected_current, **({} if max_bytes is None else {"max_bytes": max_bytes}),
+            expected_current=expected_current, allow_empty=allow_empty, allow_unsorted=allow_unsorted,
+            **({} if max_bytes is None else {"max_bytes": max_bytes}),
         )
 
 

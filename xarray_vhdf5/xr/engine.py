@@ -23,6 +23,7 @@ from xarray.core import indexing
 from ..backend.layout import version_path as root_path
 from ..backend.manifest import resolve_manifest
 from ..backend.signature import not_hdf5_error, open_for_reading
+from ..versions.history import lookup_version
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
 from ..versions.sharing import SharedFile, version_timestamp
 from .array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
@@ -125,17 +126,21 @@ def close_read_handles(path: str | os.PathLike) -> None:
 def open_version_group(f: h5py.File, version: VersionKey, group: str | None) -> tuple[str, h5py.Group]:
     """Resolve ``version`` and return ``(version name, the HDF5 group to read)``.
 
+    ``version`` as :func:`~xarray_vhdf5.versions.history.lookup_version` takes it.
+
     Raises
     ------
     NotVersionedError
         ``f`` has no version history.
     VersionNotFoundError
-        No such version (the message lists the existing ones).
+        No such version (the message says what was given and what exists).
+    VersionKeyTypeError
+        ``version`` of another type (a ``TypeError``).
     KeyError
         ``group`` does not exist in that version.
     """
     registry = VersionRegistry(f)
-    name = registry.resolve(version)
+    name = lookup_version(registry, version)
     root = registry.group[name]
     if group in (None, "", "/"):
         return name, root
@@ -300,9 +305,30 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
         filename_or_obj : str, os.PathLike or binary file object
             The versioned HDF5 file.
         version : str, int, datetime, numpy.datetime64 or None
-            A version name; None or 0 for the current version; ``-n`` for its
-            n-th ancestor; a timestamp for the version at that time or the
-            latest before it.
+            Which version, as pandas indexes a log of versions (rules in
+            :func:`~xarray_vhdf5.versions.history.lookup_version`):
+
+            - None: the current version;
+            - a name (``"v3"``); a string that names no version but is an ISO
+              8601 time (``"2024-06-01T00:00"``; naive means UTC) or a
+              datetime / numpy.datetime64: the version current at that time
+              (committed at it, else the latest before it; ``as_of``);
+            - an int ``n >= 0``: the (n+1)-th version from the first, in the
+              order of ``ds.vhdf5.versions`` / ``vhdf5 log`` (oldest first):
+              ``version=0`` is the first version, ``version=50`` the 51st;
+            - an int ``-n``: the n-th ancestor of the current version along
+              ``prev_version`` (``-1``: its parent), as versioned-hdf5's ``vf[-n]``.
+
+            Ambiguous cases: a version *named* like a time
+            (``"2024-06-01"``) is opened by its name, never as a time; to ask
+            for a time then, pass a datetime. ``version=0`` here is the first
+            version, whereas ``VersionedHDF5File``'s ``vf[0]`` (versioned-hdf5's
+            API) is the current one and ``vf[50]`` an ``IndexError``. A position
+            past the last version, a time before the first version, ``-n``
+            past the oldest ancestor, and a string that is neither a name nor a
+            time raise :class:`~xarray_vhdf5.errors.VersionNotFoundError`
+            (a ``KeyError``, ``ValueError`` and ``IndexError``) saying what
+            exists.
         group : str, optional
             A group inside the version (default its root).
         verify : bool
@@ -328,7 +354,12 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             The file is not an HDF5 file (e.g. netCDF-3): a ``NotVersionedError``
             and an ``OSError``.
         VersionNotFoundError
-            No such version (a KeyError; lists the existing versions).
+            No such version: a name that is not a version nor a time, a
+            position past the last version, a time before the first one
+            (a ``KeyError``, ``ValueError`` and ``IndexError``; the message
+            says what exists).
+        VersionKeyTypeError
+            ``version`` of another type, e.g. a float (a ``TypeError``).
         KeyError
             No such group in that version.
         TypeError

@@ -57,7 +57,16 @@ from .dimscales import attach_dimension_scales
 from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions, visible_attrs
 from .staged_array import CFCodec, RawRows, StagedVariableArray, StageFile, StageOrigin, same_file
 from .streaming import DEFAULT_MAX_BYTES
-from .writer import inherit_stored_encoding, next_version_name, write_variable
+from .writer import (
+    refuse_empty_commit,
+    cf_encode_variables,
+    check_sorted_index,
+    inherit_stored_encoding,
+    kept_attrs,
+    next_version_name,
+    prepare_fill_encoding,
+    write_variable,
+)
 
 __all__ = ["append_staged", "commit_staged", "is_staged", "stage_dataset"]
 
@@ -142,7 +151,8 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
         if name in ds.indexes or str(name) not in grp or not isinstance(grp[str(name)], h5py.Dataset):
             continue
         dset = grp[str(name)]
-        codec = CFCodec.for_variable(var, dset, visible_attrs(dset.attrs))
+        prepared = prepare_fill_encoding({name: var})[0][name]  # missing_value without a matching _FillValue
+        codec = CFCodec.for_variable(prepared, dset, visible_attrs(dset.attrs))
         built = _staged_array(dset) if codec is not None else None
         if built is None:
             continue
@@ -201,7 +211,7 @@ def is_staged(ds: xr.Dataset) -> bool:
     return HEAD_KEY in ds.encoding or any(isinstance(v.data, StagedVariableArray) for v in ds.variables.values())
 
 
-def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str) -> xr.Dataset:
+def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str, *, allow_unsorted: bool = False) -> xr.Dataset:
     """``staged`` grown along ``dim`` by ``other`` (a new Dataset; ``staged`` is unchanged).
 
     Every variable of ``staged`` with dimension ``dim`` grows by ``other``'s
@@ -226,6 +236,11 @@ def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str) -> xr.Dataset
         must be new.
     dim : str
         The dimension to grow (need not be the first axis).
+    allow_unsorted : bool
+        Accept labels along ``dim`` that leave its index unsorted (going
+        backwards, or past the other end of a decreasing index). Default
+        False: refused, as a non-monotonic index makes ``sel`` slices and
+        ``resample`` fail or mislead.
 
     Returns
     -------
@@ -240,14 +255,18 @@ def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str) -> xr.Dataset
         ``other`` has a data variable ``staged`` lacks (it would be dropped);
         an indexed coordinate of another dimension differs (values or order:
         the appended points would be stored under ``staged``'s labels); a label
-        along ``dim`` is already in ``staged`` (an ingest run twice). Nothing
-        is staged then.
+        along ``dim`` is already in ``staged`` (an ingest run twice); without
+        ``allow_unsorted``, the labels along ``dim`` were sorted (increasing or
+        decreasing) and would no longer be. Nothing is staged then.
     """
     if dim not in staged.dims:
         raise IncompatibleDataError(
             f"append(dim={dim!r}): not a dimension of the Dataset; its dims: {list(staged.dims)}"
         )
     _check_appendable(staged, other, dim)
+    if not allow_unsorted and dim in staged.indexes and dim in other.indexes:
+        before = staged.indexes[dim]
+        check_sorted_index(dim, before, before.append(other.indexes[dim]), what=f"append(dim={dim!r})")
     n_new = other.sizes.get(dim, 0) if dim in other.dims else 0
     variables = {}
     for name, var in staged.variables.items():
@@ -323,9 +342,10 @@ def _encoded_attrs(name: str, var: xr.Variable) -> tuple[dict, np.dtype] | None:
     placeholder = np.zeros((1,) * var.ndim, dtype=var.dtype)
     stand_in = xr.Variable(var.dims, placeholder, var.attrs, var.encoding)
     try:
-        enc = xr.conventions.encode_cf_variable(stand_in, name=name)
+        encoded, _ = cf_encode_variables({name: stand_in}, {})
     except (ValueError, TypeError, OverflowError):
         return None
+    enc = encoded[name]
     return dict(enc.attrs), enc.dtype
 
 
@@ -341,14 +361,15 @@ def _write_staged(
     if target is None or not hasattr(type(target), "staged_array"):
         return False
     encoded = _encoded_attrs(name, var)
-    if encoded is None or encoded[1] != arr.codec.stored_dtype or not arr.codec.same_encoding(var):
+    prepared = prepare_fill_encoding({name: var})[0][name]
+    if encoded is None or encoded[1] != arr.codec.stored_dtype or not arr.codec.same_encoding(prepared):
         return False
     if arr.has_changes or tuple(arr.shape) != tuple(target.shape):
         arr.check_base(f)  # raises StaleVersionError: its chunk rows moved since staging
         target.staged_array = arr.for_commit(f[arr.raw_path])
         target.base_table_state = arr.base_table_state  # checked again by the commit
         committed.add(name)
-    attrs, _ = encoded
+    attrs = kept_attrs(target.attrs, encoded[0], True)  # unchanged ones stored as they were
     named = names_dimensions(var.dims, DIMENSIONS_ATTR in target.attrs)
     for key in list(target.attrs):
         if key not in attrs:
@@ -371,6 +392,7 @@ def commit_staged(
     make_current: bool = True,
     progress: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    allow_empty: bool = False,
 ) -> str:
     """Commit a staged Dataset as a new version of the file it was staged from.
 
@@ -399,6 +421,10 @@ def commit_staged(
         Make the new version current (default True).
     progress, max_bytes
         For dask-backed variables, see :func:`~xarray_vhdf5.xr.writer.commit_dataset`.
+    allow_empty : bool
+        Commit even if nothing changed since the staged-from version
+        (:func:`~xarray_vhdf5.xr.writer.staged_change`). Default False:
+        :class:`~xarray_vhdf5.errors.NothingToCommitError`.
 
     Returns
     -------
@@ -412,6 +438,9 @@ def commit_staged(
     ValueError
         ``staged`` does not come from :func:`stage_dataset`; ``force`` and
         ``rebase`` both given.
+    NothingToCommitError
+        Nothing changed and ``allow_empty`` is False; nothing is written and
+        ``staged`` is unchanged.
     StaleVersionError
         The file's current version is no longer the one it was at ``stage()``
         and neither ``force`` nor ``rebase`` is given; nothing is written.
@@ -455,6 +484,8 @@ def commit_staged(
         ) as root:
             target = root.require_group(group) if group else root
             _fill_group(target, group, staged, variables, attrs, f, rebased, progress, max_bytes)
+            if not allow_empty:
+                refuse_empty_commit(root, f, parent, name)
             root.attrs.pop(MESSAGE_ATTR, None)
             if message is not None:
                 root.attrs[MESSAGE_ATTR] = message
@@ -479,6 +510,7 @@ def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, m
         # those of the right length and deletes the others, rather than recreating them all
         if not is_netcdf_dimension_only(item):
             del target[key]
+    old_attrs = dict(target.attrs)
     for key in list(target.attrs):
         del target.attrs[key]
     for var_name, var in variables.items():
@@ -497,8 +529,8 @@ def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, m
             rebased.append((arr, path, name in committed))
         else:
             rest[var_name] = var
-    encoded, enc_attrs = xr.conventions.cf_encoder(inherit_stored_encoding(target, rest), attrs)
-    for key, value in enc_attrs.items():
+    encoded, enc_attrs = cf_encode_variables(inherit_stored_encoding(target, rest), attrs)
+    for key, value in kept_attrs(old_attrs, enc_attrs, True).items():
         target.attrs[key] = value
     for var_name, var in encoded.items():
         write_variable(target, str(var_name), var, progress=progress, max_bytes=max_bytes)

@@ -38,7 +38,7 @@ import numpy as np
 import xarray as xr
 
 from ..backend.chunks import guess_chunks_record
-from ..errors import IncompatibleDataError, NotVersionedError, StaleVersionError
+from ..errors import IncompatibleDataError, NothingToCommitError, NotVersionedError, StaleVersionError
 from ..staging import cast_for_storage
 from ..versions.file import VersionedHDF5File
 from ..versions.mutation import open_for_writing
@@ -46,15 +46,28 @@ from ..versions.registry import is_versioned
 from ..wrappers.group import InMemoryGroup
 from .dimscales import attach_dimension_scales
 from .engine import close_read_handles
-from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, names_dimensions
+from .names import (
+    DIMENSIONS_ATTR,
+    HIDDEN_GROUP_ATTRS,
+    MESSAGE_ATTR,
+    is_netcdf_dimension_only,
+    names_dimensions,
+    visible_attrs,
+)
 from .streaming import DEFAULT_MAX_BYTES, is_dask_array, stage_lazy_dataset
 from .staged_array import checked_string_encoding
 
 __all__ = [
+    "check_sorted_index",
+    "cf_encode_variables",
     "commit_dataset",
     "commit_datatree",
     "inherit_stored_encoding",
+    "kept_attrs",
     "next_version_name",
+    "prepare_fill_encoding",
+    "refuse_empty_commit",
+    "staged_change",
     "variable_chunks",
     "write_variable",
     "write_variables",
@@ -208,9 +221,341 @@ def _stored_encoding(name: str, dataset) -> dict[str, Any]:
     return encoding
 
 
+def prepare_fill_encoding(variables: dict) -> tuple[dict, dict]:
+    """``variables`` made encodable when CF's ``missing_value`` comes without a matching ``_FillValue``.
+
+    xarray's encoder (:func:`xarray.conventions.encode_cf_variable`) adds a
+    NaN ``_FillValue`` to a float variable whose ``encoding`` and ``attrs``
+    name none, even when they name a ``missing_value``; read back, the pair
+    (NaN, ``missing_value``) then makes its ``CFMaskCoder`` refuse every later
+    write ("conflicting _FillValue and missing_value"): a dead end after one
+    round trip, with xarray's netCDF engines too. Here:
+
+    - ``missing_value`` without any ``_FillValue``: encoded with
+      ``_FillValue=None`` (no default NaN added); missing points are stored as
+      ``missing_value`` and the dataset keeps ``missing_value`` only, as in
+      the source file (CF readers mask either).
+    - both, and they differ (e.g. the NaN a first round trip added beside a
+      ``missing_value``): missing points are encoded as ``missing_value`` when
+      ``_FillValue`` is NaN, else as ``_FillValue``, and both attributes are
+      stored as they were (xarray decodes either as missing).
+
+    Parameters
+    ----------
+    variables : dict of name to xarray.Variable
+        Not yet CF-encoded.
+
+    Returns
+    -------
+    variables : dict
+        The same variables; those changed are shallow copies (``variables``
+        is not changed).
+    restore : dict
+        Name -> ``{attribute: value}`` to set on the encoded variable
+        (:func:`cf_encode_variables` applies it).
+    """
+    out, restore = dict(variables), {}
+    for key, var in variables.items():
+        enc, attrs = var.encoding, var.attrs
+        mv = enc.get("missing_value", attrs.get("missing_value"))
+        if mv is None:
+            continue
+        has_fv = "_FillValue" in enc or "_FillValue" in attrs
+        fv = enc.get("_FillValue", attrs.get("_FillValue"))
+        if has_fv and fv is not None and _equivalent_fill(fv, mv):
+            continue
+        var = var.copy(deep=False)
+        var.attrs = {k: v for k, v in attrs.items() if k not in ("_FillValue", "missing_value")}
+        encoding = {k: v for k, v in enc.items() if k not in ("_FillValue", "missing_value")}
+        if fv is None or bool(np.all(np.isnan(np.asarray(fv, dtype=float)))):
+            encoding.update(_FillValue=None, missing_value=mv)
+            if fv is not None:
+                restore[key] = {"_FillValue": fv}
+        else:
+            encoding.update(_FillValue=fv, missing_value=None)
+            restore[key] = {"missing_value": mv}
+        var.encoding = encoding
+        out[key] = var
+    return out, restore
+
+
+def _equivalent_fill(fv, mv) -> bool:
+    try:
+        a, b = np.asarray(fv), np.asarray(mv)
+        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc"))
+    except (TypeError, ValueError):
+        return False
+
+
+def cf_encode_variables(variables: dict, attrs: dict) -> tuple[dict, dict]:
+    """:func:`xarray.conventions.cf_encoder` after :func:`prepare_fill_encoding`.
+
+    Raises
+    ------
+    ValueError
+        As xarray's encoder; the message names the variable.
+    """
+    prepared, restore = prepare_fill_encoding(variables)
+    encoded, enc_attrs = xr.conventions.cf_encoder(prepared, attrs)
+    for key, extra in restore.items():
+        var = encoded[key]
+        for attr, value in extra.items():
+            var.attrs[attr] = _attr_of_dtype(value, var.dtype, var.attrs)
+    return encoded, enc_attrs
+
+
+def _attr_of_dtype(value, dtype: np.dtype, attrs: dict):
+    """A fill attribute in the stored dtype (as xarray casts them), unless the data is packed."""
+    if "scale_factor" in attrs or "add_offset" in attrs or np.dtype(dtype).kind not in "biuf":
+        return value
+    try:
+        return np.dtype(dtype).type(value)
+    except (TypeError, ValueError, OverflowError):
+        return value
+
+
+#: Attributes whose stored value must also match the stored dtype to be kept.
+_DTYPE_BOUND_ATTRS = frozenset({"_FillValue", "missing_value", "valid_min", "valid_max", "valid_range",
+                                "scale_factor", "add_offset", "_Unsigned"})
+
+
+def kept_attrs(stored: Any, new: dict, same_dtype: bool) -> dict:
+    """``new`` attributes, with the stored value kept wherever it means the same.
+
+    So that an unchanged variable is stored unchanged: xarray's encoder
+    rewrites some attributes in a canonical form (``units`` of CF times lose a
+    ``00:00:00`` time of day: ``'days since 2024-01-01 00:00:00'`` becomes
+    ``'days since 2024-01-01'``; numbers may come back as another numpy
+    scalar type), which would make ``vhdf5 log`` and ``diff`` report the
+    variable changed. An attribute keeps its stored value (and type) when
+    the new one is equal (:func:`~xarray_vhdf5.versions.history.same_attr_value`),
+    or both are CF time units that decode the same numbers to the same times
+    (xarray's :class:`~xarray.coders.CFDatetimeCoder`); attributes tied to the
+    stored numbers (``_FillValue``, ``scale_factor``...) only when the stored
+    dtype is unchanged.
+
+    Parameters
+    ----------
+    stored : mapping
+        The attributes of the dataset being replaced (h5py or staged ``attrs``).
+    new : dict
+        The CF-encoded variable's attributes.
+    same_dtype : bool
+        The new values are stored in the dataset's dtype.
+
+    Returns
+    -------
+    dict
+        ``new`` with kept values.
+    """
+    from ..versions.history import same_attr_value
+
+    out = dict(new)
+    for key, value in new.items():
+        if key not in stored or (key in _DTYPE_BOUND_ATTRS and not same_dtype):
+            continue
+        old = stored[key]
+        if same_attr_value(old, value):
+            out[key] = old
+        elif key == "units" and _same_time_units(old, value, new.get("calendar")):
+            out[key] = old
+    return out
+
+
+def _same_time_units(a, b, calendar) -> bool:
+    a = a.decode() if isinstance(a, bytes) else a
+    b = b.decode() if isinstance(b, bytes) else b
+    if not (isinstance(a, str) and isinstance(b, str)) or " since " not in a or " since " not in b:
+        return False
+    attrs = {} if calendar is None else {"calendar": calendar.decode() if isinstance(calendar, bytes) else calendar}
+    probe = np.array([0, 1, 1000], dtype="int64")
+    try:
+        coder = xr.coders.CFDatetimeCoder()
+        one = coder.decode(xr.Variable(("t",), probe, {**attrs, "units": a})).values
+        two = coder.decode(xr.Variable(("t",), probe, {**attrs, "units": b})).values
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return bool(np.array_equal(one, two))
+
+
+def check_sorted_index(name: str, before, after, *, what: str) -> None:
+    """Refuse a dimension coordinate that was sorted and is no longer (labels going backwards).
+
+    Parameters
+    ----------
+    name : str
+        The dimension.
+    before : pandas.Index
+        Its labels before (the parent version's, or the staged Dataset's).
+    after : pandas.Index
+        Its labels after the append or commit.
+    what : str
+        The call, for the message (``"append(dim='time')"``).
+
+    Raises
+    ------
+    IncompatibleDataError
+        ``before`` is strictly increasing (or decreasing) and ``after``
+        is not, in the same direction. Pass ``allow_unsorted=True`` to the
+        call to store such labels.
+    """
+    if len(after) < 2 or len(before) < 1:
+        return
+    try:
+        if len(before) >= 2:
+            increasing = bool(before.is_monotonic_increasing and before.is_unique)
+            decreasing = bool(before.is_monotonic_decreasing and before.is_unique)
+        else:
+            increasing = decreasing = True
+        if not (increasing or decreasing):
+            return  # not sorted before: nothing to keep
+        ok = after.is_unique and ((increasing and after.is_monotonic_increasing)
+                                  or (decreasing and after.is_monotonic_decreasing))
+    except TypeError:  # labels that do not compare
+        return
+    if ok:
+        return
+    steps = [i for i in range(1, len(after)) if not (
+        (increasing and after[i] > after[i - 1]) or (decreasing and after[i] < after[i - 1]))]
+    i = steps[0] if steps else len(after) - 1
+    order = "increasing" if increasing and len(before) >= 2 else "decreasing" if len(before) >= 2 else "sorted"
+    raise IncompatibleDataError(
+        f"{what}: the {name!r} labels were {order} and would no longer be: label {i} ({after[i]!r}) "
+        f"comes after {after[i - 1]!r}; sort the appended Dataset first (other.sortby({name!r})) or pass "
+        "allow_unsorted=True to store them in this order"
+    )
+
+
+def staged_change(root: InMemoryGroup, parent: h5py.Group | None) -> str | None:
+    """The first difference between a staged version and its parent, or None if there is none.
+
+    What an empty commit is for ``allow_empty`` (icechunk's rule): no
+    dataset or group added or removed, no dataset whose points, shape, dtype
+    or attributes differ, no group attribute changed. The commit message does
+    not count; netCDF-4 dimension scales that are not variables are left
+    out (they are rebuilt after each commit). Datasets carried from the
+    parent, and staged ones without changes, are compared without reading
+    their points; a dataset rewritten from values (``write_variable``) is
+    compared with the parent's points, stopping at the first difference.
+    A dataset streamed from dask counts as a change (not computed here).
+
+    Parameters
+    ----------
+    root : InMemoryGroup
+        The staged version's root.
+    parent : h5py.Group or None
+        The parent version's group (None: there is none, every commit is a change).
+
+    Returns
+    -------
+    str or None
+        What differs first (for messages), e.g. ``"'sst': points"``.
+    """
+    from ..versions.history import changed_attrs
+    from ..wrappers.chunked import InMemoryDataset
+    from ..wrappers.dataset import InMemoryArrayDataset
+    from ..wrappers.group import UnopenedDataset
+
+    if parent is None:
+        return "the first version"
+    mine = {k: v for k, v in root.attrs.items() if k not in HIDDEN_GROUP_ATTRS}
+    theirs = {k: v for k, v in parent.attrs.items() if k not in HIDDEN_GROUP_ATTRS}
+    if changed_attrs(mine, theirs):
+        return f"group attributes {changed_attrs(mine, theirs)}"
+    their_groups, their_sets, scales = set(), {}, set()
+
+    def visit(path: str, obj) -> None:
+        if isinstance(obj, h5py.Group):
+            their_groups.add(path)
+        elif is_netcdf_dimension_only(obj):
+            scales.add(path)
+        else:
+            their_sets[path] = obj
+
+    parent.visititems(visit)
+    groups, datasets = root.members_for_commit()
+    if {g.name for g in groups} != their_groups:
+        return "groups"
+    datasets = {p: d for p, d in datasets.items() if p not in scales}
+    if datasets.keys() != their_sets.keys():
+        return f"datasets {sorted(set(datasets) ^ set(their_sets))}"
+    pending = []
+    for path, ds in datasets.items():
+        old = their_sets[path]
+        if isinstance(ds, UnopenedDataset):
+            if ds.source_path.decode() != old.name:
+                return f"{path!r}: moved"
+            continue
+        if changed_attrs(_compared(ds.attrs), _compared(old.attrs)):
+            return f"{path!r}: attributes"
+        if isinstance(ds, InMemoryDataset):
+            if ds.has_changes or ds.origin_name != path or tuple(ds.shape) != tuple(old.shape):
+                return f"{path!r}: points"
+        elif isinstance(ds, InMemoryArrayDataset):
+            if tuple(ds.shape) != tuple(old.shape) or np.dtype(ds.dtype) != old.dtype:
+                return f"{path!r}: shape or dtype"
+            pending.append((path, ds, old))
+        else:
+            return f"{path!r}: points"
+    for path, ds, old in sorted(pending, key=lambda p: p[1].size):
+        new, was = np.asarray(ds[()]), np.asarray(old[()])
+        if new.dtype.kind == "O" or was.dtype.kind == "O":
+            same = [_as_bytes(v) for v in new.ravel()] == [_as_bytes(v) for v in was.ravel()]
+        else:
+            same = new.tobytes() == was.astype(new.dtype, copy=False).tobytes()
+        if not same:
+            return f"{path!r}: points"
+    return None
+
+
+def _compared(attrs) -> dict:
+    out = visible_attrs(attrs)
+    if DIMENSIONS_ATTR in attrs:
+        out[DIMENSIONS_ATTR] = attrs[DIMENSIONS_ATTR]
+    return out
+
+
+def _as_bytes(value) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def refuse_empty_commit(root: InMemoryGroup, f: h5py.File, parent: str | None, name: str) -> None:
+    """Refuse to commit staged version ``name`` (``root``) if it equals version ``parent``.
+
+    Raises
+    ------
+    NothingToCommitError
+        :func:`staged_change` finds no difference (never for a first version).
+    """
+    from ..backend.layout import FIRST_VERSION, version_path
+
+    if parent is None or parent == FIRST_VERSION:
+        return
+    if staged_change(root, f[version_path(parent)]) is None:
+        raise NothingToCommitError(
+            f"nothing to commit: version {name!r} would be identical to its parent {parent!r} (same "
+            "datasets, points and attributes); pass allow_empty=True to commit it anyway"
+        )
+
+
 def _streamable(var: xr.Variable) -> bool:
     """True for a dask-backed variable the commit can stream (fixed-size dtype, not scalar)."""
     return is_dask_array(var.data) and var.ndim > 0 and var.size > 0 and var.dtype.kind in "biufcSV"
+
+
+def _check_appended_indexes(group: InMemoryGroup, dataset: xr.Dataset) -> None:
+    """:func:`check_sorted_index` for each dimension coordinate of ``dataset`` longer than ``group``'s."""
+    import pandas as pd
+
+    for dim, index in dataset.indexes.items():
+        name = str(dim)
+        if dim not in dataset.dims or name not in group or isinstance(group[name], InMemoryGroup):
+            continue
+        stored = group[name]
+        if len(stored.shape) != 1 or len(index) <= stored.shape[0] or np.dtype(stored.dtype).kind not in "biufMm":
+            continue
+        check_sorted_index(name, pd.Index(np.asarray(stored[()])), index,
+                           what=f"commit (appending along {name!r})")
 
 
 def write_variables(
@@ -219,6 +564,7 @@ def write_variables(
     *,
     progress: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    allow_unsorted: bool = True,
 ) -> None:
     """Replace the content of staged ``group`` by the CF-encoded ``dataset``.
 
@@ -233,17 +579,24 @@ def write_variables(
     max_bytes : int
         Bytes computed per batch when streaming dask variables (see
         :class:`~xarray_vhdf5.xr.streaming.DaskChunkSource`).
+    allow_unsorted : bool
+        False: refuse a dimension coordinate that grows (an append) and is
+        no longer sorted as ``group``'s dataset was (:func:`check_sorted_index`).
 
     Raises
     ------
     IncompatibleDataError
-        A variable name with ``/``, objects other than str/bytes, or a dtype HDF5 cannot store.
+        A variable name with ``/``, objects other than str/bytes, or a dtype HDF5
+        cannot store; with ``allow_unsorted=False``, appended labels out of order.
     """
+    if not allow_unsorted:
+        _check_appended_indexes(group, dataset)
     variables, attrs = xr.conventions.encode_dataset_coordinates(dataset)
-    variables, attrs = xr.conventions.cf_encoder(inherit_stored_encoding(group, variables), attrs)
+    variables, attrs = cf_encode_variables(inherit_stored_encoding(group, variables), attrs)
     for name in list(group):
         if name not in variables and not isinstance(group[name], InMemoryGroup):
             del group[name]
+    attrs = kept_attrs(dict(group.attrs), attrs, True)
     for key in list(group.attrs):
         del group.attrs[key]
     for key, value in attrs.items():
@@ -283,7 +636,14 @@ def write_variable(
         raise IncompatibleDataError(f"variable name {name!r} contains '/'")
     var_attrs = dict(var.attrs)
     fill = var_attrs.get("_FillValue")
-    named = names_dimensions(var.dims, name in group and DIMENSIONS_ATTR in group[name].attrs)
+    replaced = group[name] if name in group else None
+    if replaced is not None and isinstance(replaced, InMemoryGroup):
+        replaced = None
+    named = names_dimensions(var.dims, replaced is not None and DIMENSIONS_ATTR in replaced.attrs)
+    if replaced is not None:
+        stored_dtype = np.dtype(replaced.dtype)
+        new_dtype = np.dtype(var.dtype) if var.dtype.kind not in "OU" else np.dtype(object)
+        var_attrs = kept_attrs(replaced.attrs, var_attrs, stored_dtype == new_dtype)
     if name in group:
         del group[name]
     if _streamable(var):
@@ -327,6 +687,8 @@ def commit_dataset(
     max_bytes: int = DEFAULT_MAX_BYTES,
     expected_current: str | None = None,
     durable: bool = False,
+    allow_empty: bool = False,
+    allow_unsorted: bool = False,
 ) -> str:
     """Commit ``dataset`` as a new version of the file at ``path`` (created if missing).
 
@@ -366,6 +728,16 @@ def commit_dataset(
         under the file's write lock). ``ds.vhdf5.commit(path=...)`` passes the
         version a Dataset was opened from, so that committing it does not undo
         versions committed since.
+    allow_empty : bool
+        Commit even if the new version would equal its parent (no dataset,
+        point or attribute changed: :func:`staged_change`); default False:
+        :class:`~xarray_vhdf5.errors.NothingToCommitError` (icechunk's rule).
+        ``VersionedHDF5File.stage_version`` itself, like versioned-hdf5,
+        commits an empty version.
+    allow_unsorted : bool
+        Store a dimension coordinate that grows (an append) and is no longer
+        sorted as the parent's was; default False:
+        :class:`~xarray_vhdf5.errors.IncompatibleDataError`.
 
     Returns
     -------
@@ -374,6 +746,9 @@ def commit_dataset(
 
     Raises
     ------
+    NothingToCommitError
+        Nothing changed from the parent version and ``allow_empty`` is False;
+        nothing is written (a ``ValueError``).
     StaleVersionError
         ``expected_current`` is not the file's current version; nothing is written.
     FileBusyError
@@ -387,15 +762,16 @@ def commit_dataset(
         ``version`` exists.
     IncompatibleDataError
         A variable's dtype, chunks or fill value cannot be stored or differ from
-        those fixed by its first version; nothing is committed.
+        those fixed by its first version; labels appended out of order (without
+        ``allow_unsorted``). Nothing is committed.
     """
 
     def write(target: InMemoryGroup) -> None:
-        write_variables(target, dataset, progress=progress, max_bytes=max_bytes)
+        write_variables(target, dataset, progress=progress, max_bytes=max_bytes, allow_unsorted=allow_unsorted)
 
     return _commit(path, version, group, write, prev_version=prev_version, message=message,
                    timestamp=timestamp, make_current=make_current, expected_current=expected_current,
-                   durable=durable)
+                   durable=durable, allow_empty=allow_empty)
 
 
 def commit_datatree(
@@ -461,7 +837,7 @@ def commit_datatree(
 
 
 def _commit(path, version, group, write, *, prev_version, message, timestamp, make_current,
-            expected_current=None, durable=False) -> str:
+            expected_current=None, durable=False, allow_empty=True) -> str:
     """Stage a version, let ``write(target group)`` fill it, commit, then attach dimension scales."""
     path = os.fspath(path)
     # Lazily opened Datasets of this file (the data being committed, maybe) hold it
@@ -487,10 +863,11 @@ def _commit(path, version, group, write, *, prev_version, message, timestamp, ma
                               finish=attach_dimension_scales) as root:
             target = root if group in (None, "", "/") else root.require_group(group.strip("/"))
             write(target)
+            if not allow_empty:
+                parent = vf.current_version if prev_version is None else vf.resolve(prev_version)
+                refuse_empty_commit(root, f, parent, name)
             root.attrs.pop(MESSAGE_ATTR, None)
             if message is not None:
                 root.attrs[MESSAGE_ATTR] = message
-        # netCDF-4 dimension scales hold object references to the version's own
-        # datasets, which exist only now (see dimscales).
         close_read_handles(path)  # opened during the commit, they would not survive its close
     return name
