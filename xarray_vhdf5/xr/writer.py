@@ -476,7 +476,8 @@ def staged_change(root: InMemoryGroup, parent: h5py.Group | None) -> str | None:
     groups, datasets = root.members_for_commit()
     if {g.name for g in groups} != their_groups:
         return "groups"
-    datasets = {p: d for p, d in datasets.items() if p not in scales}
+    # a phony scale carried from the parent is bookkeeping; a variable written in its place is a change
+    datasets = {p: d for p, d in datasets.items() if not (p in scales and _carried(d, p))}
     if datasets.keys() != their_sets.keys():
         return f"datasets {sorted(set(datasets) ^ set(their_sets))}"
     pending = []
@@ -506,6 +507,15 @@ def staged_change(root: InMemoryGroup, parent: h5py.Group | None) -> str | None:
         if not same:
             return f"{path!r}: points"
     return None
+
+
+def _carried(ds, path: str) -> bool:
+    from ..wrappers.chunked import InMemoryDataset
+    from ..wrappers.group import UnopenedDataset
+
+    if isinstance(ds, UnopenedDataset):
+        return True
+    return isinstance(ds, InMemoryDataset) and not ds.has_changes and ds.origin_name == path
 
 
 def _compared(attrs) -> dict:
