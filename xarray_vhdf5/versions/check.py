@@ -20,7 +20,12 @@ What is checked, in this order:
 5. each versioned dataset's raw_data and hash table
    (:func:`~xarray_vhdf5.versions.chunkcheck.inspect_dataset`);
 6. each version's virtual datasets against their raw_data
-   (:meth:`~xarray_vhdf5.versions.chunkcheck.DatasetState.check_mappings`);
+   (:meth:`~xarray_vhdf5.versions.chunkcheck.DatasetState.check_mappings`); a
+   version mapping ``_version_data/<name>/__vhdf5_new_<k>/raw_data`` (a
+   ``modify_metadata`` interrupted between its steps B and E, see
+   :mod:`~xarray_vhdf5.versions.metadata`) is checked against that raw_data and
+   the run reported as a warning (the next writer finishes it); a name that
+   exists nowhere stays an error;
 7. with ``rehash=True``, every mapped chunk read and its SHA-256 compared with
    the hash table's digest (:meth:`~xarray_vhdf5.versions.chunkcheck.DatasetState.rehash`).
 

@@ -10,6 +10,7 @@ read inside its own ``try``, so a damaged one is reported and the walk goes on;
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import h5py
@@ -24,8 +25,10 @@ from .timestamps import parse_timestamp
 
 __all__ = ["Checker"]
 
-#: Scratch group of interrupted deletions and rebuilds (``versions/delete.py``).
+#: Scratch group of interrupted deletions, rebuilds and modify_metadata runs (``versions/delete.py``).
 _SCRATCH = "__vhdf5_scratch__"
+#: Prefix of the group holding the new raw_data of a modify_metadata run, in ``_version_data/<name>``.
+_NEW_PREFIX = "__vhdf5_new_"
 
 
 @dataclass
@@ -60,6 +63,8 @@ class Checker:
         self.trace = trace
         self.skip = frozenset(skip)
         self.damaged: set[str] = set()
+        #: States of the new raw_data of interrupted modify_metadata runs (None: not one), by path.
+        self.interrupted: dict[str, DatasetState | None] = {}
 
     def _traced(self, path: str) -> None:
         """Tell ``trace`` that ``path`` is read again (already checked against ``skip``)."""
@@ -109,8 +114,9 @@ class Checker:
             if state.usable:
                 self.damaged |= state.locate(versions, self.problem)
             bad = list(state.bad_rows) + [(s, d) for s in sorted(state.bad) for d in state.digests.get(s, ())]
-            if bad:
-                self.report.bad_rows[state.path] = bad
+            if bad:  # an interrupted modify_metadata gives a dataset two states: merged
+                rows = self.report.bad_rows.setdefault(state.path, [])
+                rows.extend(b for b in bad if b not in rows)
         order = sorted(committed.values(), key=lambda g: (g.micros, g.name))
         self.report.damaged_versions = [g.name for g in order if g.name in self.damaged]
         self.report.damaged_versions += sorted(self.damaged - set(committed) - set(self.report.leftover_groups))
@@ -281,10 +287,11 @@ class Checker:
                 if not prefix and name == VERSIONS:
                     continue
                 if not prefix and name == _SCRATCH:
-                    self.problem(WARNING, "an interrupted deletion or rebuild left its scratch group; the next "
-                                          "delete_versions, modify_metadata or repair finishes it")
+                    self.problem(WARNING, "an interrupted deletion, rebuild or modify_metadata left its scratch "
+                                          "group; the next writer (a VersionedHDF5File opened writable) finishes "
+                                          "it, as do delete_versions, modify_metadata and repair")
                     continue
-                if not prefix and name.startswith("__vhdf5_"):
+                if name.startswith("__vhdf5_"):  # ours at any depth: a new raw_data (see _interrupted_state)
                     continue
                 if not self.touch(f"{group.name}/{name}", dataset=prefix + name):
                     continue
@@ -325,11 +332,84 @@ class Checker:
                     continue
                 state = states.get(raw_name)
                 if state is None:
+                    state = self._interrupted_state(raw_name, states)
+                if state is None:
                     self.problem(ERROR, f"its 'raw_data' attribute names {raw_name!r}, which is not a versioned "
                                         "dataset of this file", version=name, dataset=vpath)
                     continue
                 n, _ = state.check_mappings(vds, name, vpath, self.problem, keep=self.rehash)
                 self.report.chunks_checked += n
+
+    def _interrupted_state(self, raw_name: str, states: dict[str, DatasetState]) -> DatasetState | None:
+        """The state of ``_version_data/<path>/__vhdf5_new_<k>/raw_data`` if a version maps it, else None.
+
+        An interrupted :func:`~xarray_vhdf5.versions.metadata.modify_metadata` leaves versions
+        mapping the new raw_data by that name (steps B to E of its module docstring): not
+        damage, once the mappings check out against it. Its hash table is ``<path>/hash_table``
+        once that raw_data is linked as ``<path>/raw_data`` too (step C), else the one in the
+        scratch group's journal, else none (its chunks are then not verified by ``rehash``).
+        Warned about once per dataset; added to ``states`` (rehash and locate see it).
+        """
+        if raw_name in self.interrupted:
+            return self.interrupted[raw_name]
+        self.interrupted[raw_name] = None
+        head, _, leaf = raw_name.rpartition("/")
+        parent, _, new = head.rpartition("/")
+        prefix = f"{self.vdata.name}/"
+        digits = new[len(_NEW_PREFIX):]
+        if leaf != "raw_data" or not new.startswith(_NEW_PREFIX) or not digits.isdigit():
+            return None
+        if not parent.startswith(prefix) or parent == f"{self.vdata.name}/{VERSIONS}":
+            return None
+        path = parent[len(prefix):]
+        if not self.touch(raw_name, dataset=path):
+            return None
+        try:
+            raw = self.f[raw_name]
+            group = self.f[parent]
+            if not isinstance(raw, h5py.Dataset) or not isinstance(group, h5py.Group):
+                return None
+            linked = group.get("raw_data")
+            same = isinstance(linked, h5py.Dataset) and linked.id == raw.id
+            table = group.get("hash_table") if same else self._pending_table(f"{parent}/hash_table")
+        except DAMAGE_ERRORS:
+            return None
+        try:
+            filesize = self.f.file.id.get_filesize()
+        except DAMAGE_ERRORS:
+            filesize = None
+        members = {"raw_data": raw}
+        if isinstance(table, h5py.Dataset):
+            members["hash_table"] = table
+
+        def problem(severity, what, version=None, dataset=None, damages=True):
+            if "hash_table" in members or not what.startswith("the hash table or its largest_index"):
+                self.problem(severity, f"{what} (the new raw_data {raw_name})", version, dataset, damages)
+
+        state = inspect_dataset(members, path, filesize, problem)
+        if not state.usable:
+            return None
+        missing = "" if isinstance(linked, h5py.Dataset) else f"; {parent}/raw_data is missing and will be relinked"
+        self.problem(WARNING, f"a modify_metadata run was interrupted: versions map its new raw_data {raw_name}"
+                              f"{missing}; every version reads its data; the next writer finishes it, or run "
+                              f"modify_metadata(f, {path!r}) again", dataset=path)
+        states[raw_name] = self.interrupted[raw_name] = state
+        return state
+
+    def _pending_table(self, target: str) -> h5py.Dataset | None:
+        """The scratch group's object journaled to be moved to ``target`` (a new hash table), or None."""
+        scratch = self.vdata.get(_SCRATCH)
+        if not isinstance(scratch, h5py.Group):
+            return None
+        try:
+            journal = json.loads(scratch.attrs.get("journal", "[]"))
+        except (TypeError, ValueError):
+            return None
+        for sname, where in journal:
+            if where == target and sname in scratch:
+                obj = scratch[sname]
+                return obj if isinstance(obj, h5py.Dataset) else None
+        return None
 
     def _members(self, root: h5py.Group, version: str):
         """``(path, h5py.Dataset)`` of every dataset under a version's group; damaged members reported."""

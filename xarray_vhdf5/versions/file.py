@@ -22,6 +22,7 @@ from .caches import caches_for
 from .commit import CommitReport, commit_version
 from .delete import DeleteReport, check_file_argument, delete_versions
 from .index import touch as touch_index
+from .metadata import finish_interrupted
 from .mutation import check_fresh, mutating, note_opened, refuse_interrupted
 from .reader import SharedVersionedFile
 from .rebase import RebaseReport, rebase_staged
@@ -66,6 +67,24 @@ class VersionedHDF5File:
         no path either).
     ClosedFileError
         ``f`` is closed.
+    FileBusyError
+        Opened writable on a file left by an interrupted ``modify_metadata``:
+        readers of this package kept the chunks' lock past the timeout while it
+        was being finished (nothing was done; the next writer finishes it).
+    StaleVersionError
+        Same case, and another process wrote the file meanwhile (only with
+        libhdf5's locking off): reopen it.
+
+    Notes
+    -----
+    Opened writable, it first finishes what a dead writer left halfway
+    (:func:`~xarray_vhdf5.versions.metadata.finish_interrupted`), as SQLite rolls
+    a hot journal back on open: a ``modify_metadata`` or ``delete_versions``
+    through a plain ``h5py.File(path, "a")`` (no journal) killed between two of
+    its flushes leaves every version readable but its work half done, and the
+    next commit of the dataset would fail. With nothing to finish this costs an
+    attribute and a link lookup (a few us, whatever the number of datasets).
+    ``stage_version`` checks again, for a run interrupted in this process since.
 
     Examples
     --------
@@ -110,6 +129,8 @@ class VersionedHDF5File:
         # Shared with earlier handles to the same file in this process (versions.caches).
         self._caches = caches_for(f.file, self._registry.vdata)
         note_opened(f)  # its view of the file, for the check of other processes' writes
+        if not self._read_only and finish_interrupted(f):  # a dead writer's modify_metadata: finished
+            self._caches.clear()
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, verify: bool = False) -> SharedVersionedFile:
@@ -461,7 +482,9 @@ class VersionedHDF5File:
         StaleVersionError
             When the block ends: another handle rewrote a staged dataset's
             raw_data or the previous version's datasets meanwhile (deleting
-            versions, ``modify_metadata``); nothing is committed.
+            versions, ``modify_metadata``); nothing is committed. Before it
+            starts: another process left a ``modify_metadata`` interrupted and
+            wrote the file since this handle read it (libhdf5's locking off).
         ClosedFileError
             The file is closed; or, when the block ends, the h5py file was
             closed inside it (nothing is committed). Staged objects read from
@@ -475,6 +498,12 @@ class VersionedHDF5File:
         self._check_open()
         if self._read_only:
             raise ReadOnlyError(f"{self.f.file.filename!r} is open read-only; open it with mode 'a'")
+        # The open finished any interrupted modify_metadata; one interrupted since, in this
+        # process (an exception inside it), is finished here, else the staged copy of its
+        # versions would name the new raw_data's missing hash table. Another process's can
+        # only happen while this handle is stale: the commit then refuses (StaleVersionError).
+        if finish_interrupted(self.f):
+            self._caches.clear()
         if version_name is None:
             version_name = str(uuid.uuid4())
         if not isinstance(version_name, str) or not version_name or "/" in version_name or version_name in (FIRST_VERSION, ".", ".."):

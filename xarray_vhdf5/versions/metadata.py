@@ -57,7 +57,20 @@ At every barrier every version reads its data (old or new metadata). If the proc
 dies between B and F, run ``modify_metadata(f, name)`` again: with no argument it
 takes the interrupted run's target (``dtype``, ``chunks``, fill value, filters) and
 finishes it; :func:`~xarray_vhdf5.versions.delete.delete_versions` refuses the
-dataset until then.
+dataset until then. :func:`finish_interrupted` does that for every dataset, and
+``VersionedHDF5File`` calls it when it opens a file writable (as SQLite rolls a
+hot journal back on open), so a plain ``h5py.File(path, "a")`` handle that died
+halfway is finished by the next writer of this package. A run that dies before B
+is rolled back instead (its new raw_data is deleted): no version used it.
+
+Finding an interrupted run must cost nothing on open, so it is marked: the attribute
+``__vhdf5_modify_metadata__`` of ``_version_data`` (the dataset's name) is set in epoch
+A, before any version maps ``__vhdf5_new_<k>``, and deleted in F after the last
+``__vhdf5_new_<k>``; a run finishing an interrupted one leaves it in place until then.
+(Neither library reads attributes of ``_version_data``; the scratch group is no marker:
+``delete_versions``, repair and the hash-table rebuilds delete it.) Before B no version
+maps the new raw_data, so a kill before the mark reaches the disk leaves at most an
+unused ``__vhdf5_new_<k>``, deleted by the next run of the dataset.
 """
 
 from __future__ import annotations
@@ -71,7 +84,7 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5t
+from h5py import h5a, h5t
 
 from ..backend.chunks import (
     chunk_grid_shape,
@@ -86,12 +99,15 @@ from ..backend.raw_data import ChunkWriter, Filters, create_raw_data
 from ..backend.transfer import read_many_slices
 from ..backend.virtual import create_virtual_dataset
 from ..errors import DatasetNotFoundError, IncompatibleDataError
-from .mutation import mutating
+from .mutation import _no_live_writer, disk_path, mutating
+from .locking import file_locks
 from .delete import (
     MAP_CACHE_BYTES,
+    SCRATCH,
     Scratch,
     _barrier,
     _open,
+    check_file_argument,
     chunk_rows,
     copy_attrs,
     dataset_paths,
@@ -100,12 +116,18 @@ from .delete import (
     version_dataset,
 )
 
-__all__ = ["modify_metadata", "ModifyReport", "DatasetNotFoundError", "UNCHANGED", "BATCH_BYTES"]
+__all__ = [
+    "modify_metadata", "finish_interrupted", "ModifyReport", "DatasetNotFoundError", "UNCHANGED", "BATCH_BYTES",
+]
 
 #: Bytes of chunk data read (and queued for writing) per batch.
 BATCH_BYTES = 1024 * 1024
 #: Prefix of the groups holding a new raw_data being built, inside ``_version_data/<name>``.
 NEW_PREFIX = "__vhdf5_new_"
+#: The scratch group's link, relative to the group holding ``_version_data``.
+_SCRATCH_LINK = f"{VERSION_DATA}/{SCRATCH}".encode()
+#: Attribute of ``_version_data`` marking a run whose ``__vhdf5_new_<k>`` exist (see the module docstring).
+MARK = "__vhdf5_modify_metadata__"
 
 
 class _Unchanged:
@@ -402,20 +424,170 @@ def modify_metadata(
         first; versioned-hdf5 2.6 takes no path either).
     ClosedFileError
         ``f`` is closed.
+
+    Notes
+    -----
+    Crash safety: see the module docstring. A run interrupted between its steps B
+    and F (a killed process, an exception) leaves every version reading its data
+    through the new raw_data or the old one; it is finished by the next
+    ``VersionedHDF5File`` opened on the file writable (and by its next
+    ``stage_version``), by :func:`finish_interrupted`, or by calling
+    ``modify_metadata(f, name)`` again with no argument, which takes the
+    interrupted run's target. Any call first finishes the interrupted runs of other
+    datasets. A run interrupted before B is rolled back by those.
     """
     h5file, _ = _open(f, "modify_metadata")
     with mutating(h5file, moves=True, what="modify_metadata"):
+        name = str(dataset_name).strip("/")
+        if _marked(h5file):
+            for other in _pending_datasets(h5file):
+                if other != name:
+                    _finish(h5file, other, keep_mark=True)
         return _modify_metadata(
             h5file, dataset_name, chunks=chunks, compression=compression, compression_opts=compression_opts,
             dtype=dtype, fillvalue=fillvalue, shuffle=shuffle, fletcher32=fletcher32, scaleoffset=scaleoffset,
         )
 
 
+def finish_interrupted(h5file) -> list[str]:
+    """Finish every ``modify_metadata`` (and deletion or rebuild) a dead writer left halfway.
+
+    For each versioned dataset whose ``_version_data/<name>`` group holds
+    ``__vhdf5_new_<k>`` groups left by an interrupted :func:`modify_metadata`, run
+    it again with no argument: the interrupted run's target is finished (or, if it
+    died before any version used the new raw_data, rolled back). A scratch group left
+    by an interrupted :func:`~xarray_vhdf5.versions.delete.delete_versions` or hash
+    table rebuild is recovered too (half-done link swaps completed, the group
+    deleted: every state a barrier leaves is a valid file, and a later
+    ``delete_versions`` compacts what is left). Locked and counted as any
+    mutation (``mutating(..., moves=True)``).
+
+    ``VersionedHDF5File`` calls it when it opens a file writable and before each
+    ``stage_version``. With nothing to do it costs an attribute and a link lookup
+    (about 3 us, whatever the number of datasets): every interrupted run leaves
+    :data:`MARK` on ``_version_data`` (see the module docstring), every interrupted
+    deletion its scratch group; only then are the dataset groups walked.
+
+    Parameters
+    ----------
+    h5file : h5py.File, h5py.Group or VersionedHDF5File
+        The file (the group holding ``_version_data``), open writable.
+
+    Returns
+    -------
+    list of str
+        The datasets whose interrupted run was finished (or rolled back), then
+        ``"__vhdf5_scratch__"`` if a scratch group was recovered with no such
+        dataset. Empty when there was nothing to do, or when another process's
+        writer holds the file's ``WRITE`` lock (its run is not interrupted: it
+        finishes it itself; nothing is waited for).
+
+    Raises
+    ------
+    ReadOnlyError
+        There is something to finish and the file is open read-only.
+    TypeError
+        ``h5file`` is not an h5py file or group or a VersionedHDF5File.
+    ClosedFileError
+        ``h5file`` is closed.
+    StaleVersionError
+        Another process wrote the file since this handle last read it (possible
+        only with libhdf5's file locking off): nothing was done; reopen it.
+    FileBusyError
+        Readers of this package held the chunks' lock past the timeout: nothing
+        was done.
+    """
+    f = h5file
+    if not isinstance(h5file, (h5py.File, h5py.Group)) or not h5file.id.valid:
+        check_file_argument("finish_interrupted", h5file)  # TypeError, or ClosedFileError for h5py
+        h5file._check_open()  # a VersionedHDF5File
+        h5file = h5file.f
+    try:
+        if not (_marked(h5file) or h5file.id.links.exists(_SCRATCH_LINK)):
+            return []
+    except (KeyError, RuntimeError):  # no _version_data: nothing versioned
+        return []
+    h5file, _ = _open(f, "finish_interrupted")  # a VersionedHDF5File's caches are cleared
+    path = disk_path(h5file)
+    if path is not None and not _no_live_writer(file_locks(path)):
+        return []  # a live writer's run, not an interrupted one
+    with mutating(h5file, moves=True, what="finish of an interrupted modify_metadata"):
+        pending = _pending_datasets(h5file)
+        for i, name in enumerate(pending):
+            _finish(h5file, name, keep_mark=i < len(pending) - 1)
+        done = list(pending)
+        if Scratch.recover(h5file) and not pending:  # a deletion's or a rebuild's
+            done.append(SCRATCH)
+        vdata = h5file[VERSION_DATA]
+        if MARK in vdata.attrs:  # killed in F after its last __vhdf5_new_<k> went
+            del vdata.attrs[MARK]
+            _barrier(h5file, "done")
+        return done
+
+
+def _marked(h5file: h5py.Group) -> bool:
+    """Whether ``_version_data`` carries :data:`MARK` (one attribute lookup, about 1.5 us).
+
+    Raises
+    ------
+    KeyError, RuntimeError
+        No ``_version_data``.
+    """
+    return bool(h5a.exists(h5file.id, MARK.encode(), obj_name=VERSION_DATA.encode()))
+
+
+def _pending_datasets(h5file: h5py.Group) -> list[str]:
+    """Datasets whose ``_version_data/<name>`` group holds ``__vhdf5_new_<k>`` groups (interrupted runs).
+
+    Walks the groups under ``_version_data`` as :func:`dataset_paths` does, except that a
+    group holding a ``__vhdf5_new_<k>`` but no ``raw_data`` (a run killed inside step C)
+    counts. Only called when :func:`_marked` or a scratch group says there may be one.
+    """
+    found: list[str] = []
+
+    def walk(group: h5py.Group, prefix: str) -> None:
+        for name in group:
+            if (name == VERSIONS and not prefix) or name.startswith("__vhdf5_"):
+                continue
+            obj = group.get(name)
+            if not isinstance(obj, h5py.Group):
+                continue
+            members = list(obj)
+            if any(m.startswith(NEW_PREFIX) for m in members):
+                found.append(prefix + name)
+            elif "raw_data" not in members:
+                walk(obj, f"{prefix}{name}/")
+
+    walk(h5file[VERSION_DATA], "")
+    return found
+
+
+def _finish(h5file: h5py.Group, name: str, keep_mark: bool) -> ModifyReport:
+    """Finish the interrupted run of dataset ``name`` (every argument omitted: the interrupted target)."""
+    return _modify_metadata(
+        h5file, name, chunks=None, compression=UNCHANGED, compression_opts=UNCHANGED, dtype=None,
+        fillvalue=None, shuffle=UNCHANGED, fletcher32=UNCHANGED, scaleoffset=UNCHANGED, keep_mark=keep_mark,
+    )
+
+
+def _unmark(h5file: h5py.Group, keep: bool) -> None:
+    """Delete :data:`MARK` (unless ``keep``: another dataset's run is still to finish)."""
+    attrs = h5file[VERSION_DATA].attrs
+    if not keep and MARK in attrs:
+        del attrs[MARK]
+
+
 def _modify_metadata(
-    h5file, dataset_name, *, chunks, compression, compression_opts, dtype, fillvalue, shuffle, fletcher32, scaleoffset
+    h5file, dataset_name, *, chunks, compression, compression_opts, dtype, fillvalue, shuffle, fletcher32, scaleoffset,
+    keep_mark: bool = False,
 ) -> ModifyReport:
     Scratch.recover(h5file)
     name = str(dataset_name).strip("/")
+    group = h5file[VERSION_DATA].get(name) if name else None
+    interrupted = isinstance(group, h5py.Group) and any(k.startswith(NEW_PREFIX) for k in group)
+    if interrupted and "raw_data" not in group:  # killed inside step C: link the new raw_data
+        newest = max((k for k in group if k.startswith(NEW_PREFIX)), key=lambda k: int(k[len(NEW_PREFIX):]))
+        group["raw_data"] = group[newest]["raw_data"]
     paths = dataset_paths(h5file)
     if name not in paths:
         shown = ", ".join(map(repr, paths)) or "none"
@@ -441,12 +613,16 @@ def _modify_metadata(
         _check_cast(h5file[src].dtype, t.dtype)
     before = int(group["hash_table"].attrs.get("largest_index", 0))
     if not leftovers and _same_metadata(group["raw_data"], t):
+        if interrupted:  # rolled back (died before B, or in F): no __vhdf5_new_<k> left to mark
+            _unmark(h5file, keep_mark)
+            _barrier(h5file, "done")
         return ModifyReport(name, [], before, before)
 
     # A: new raw_data, its hash table, every version's data, virtual datasets onto it.
     scratch = Scratch(h5file)
     taken = [int(k[len(NEW_PREFIX):]) for k in group if k.startswith(NEW_PREFIX)]
     new_group = group.create_group(f"{NEW_PREFIX}{max(taken, default=-1) + 1}")
+    h5file[VERSION_DATA].attrs[MARK] = name  # on disk at the first barrier, before any version maps it
     new_raw = create_raw_data(new_group, t.dtype, t.chunks, t.fillvalue, t.filters)
     table_slot = scratch.reserve(f"{group.name}/hash_table")
     writer = ChunkWriter(new_raw, HashTable.create(scratch.group.create_group("tables")))
@@ -503,6 +679,7 @@ def _modify_metadata(
     for k in [k for k in group if k.startswith(NEW_PREFIX)]:
         del group[k]
     scratch.remove()
+    _unmark(h5file, keep_mark)
     _barrier(h5file, "done")
     after = int(group["hash_table"].attrs["largest_index"])
     return ModifyReport(name, holders, before, after, rewriter.chunks_read)
