@@ -226,7 +226,7 @@ class InMemoryDataset(ChunkedStagedDataset):
         if self._array is None:  # nothing staged: h5py reads the virtual dataset
             try:
                 return self.source[index]
-            except Exception:  # nothing asked before h5py fails
+            except (OSError, RuntimeError):  # libhdf5 failed (h5py's index errors are not these)
                 self._raise_if_closed()
                 empty = empty_selection(self.source_shape, self.dtype, index)
                 if empty is None:

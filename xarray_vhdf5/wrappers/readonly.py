@@ -236,7 +236,7 @@ class VersionDataset:
         """
         try:
             return self.dataset[index]
-        except Exception:  # the hot path: nothing asked before h5py fails
+        except (OSError, RuntimeError):  # libhdf5 failed (h5py's index errors are not these)
             self._raise_if_closed()
             empty = empty_selection(self.shape, self.dtype, index)
             if empty is None:
