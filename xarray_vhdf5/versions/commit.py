@@ -91,6 +91,7 @@ def commit_version(
     timestamp: _dt.datetime | None = None,
     caches: CommitCaches | None = None,
     finish: Callable[[h5py.Group], None] | None = None,
+    foreign: bool = True,
 ) -> CommitReport:
     """Write the staged tree ``root`` as version ``name`` on top of ``prev_version``.
 
@@ -100,6 +101,9 @@ def commit_version(
     datasets are written and before it is marked committed: what it writes
     (the xarray layer's netCDF-4 dimension scales, which reference the
     version's own datasets) is part of the commit, whole or absent with it.
+    ``foreign`` (default True): another library may have committed since
+    this package last wrote the file, so netCDF attachments it left are
+    looked for and repaired (:func:`~xarray_vhdf5.versions.rootview.after_commit`).
 
     Raises
     ------
@@ -160,7 +164,7 @@ def commit_version(
         write_attr(gid, "committed", True)
         if make_current:
             write_attr(versions.id, "current_version", name)
-        rootview.after_commit(f, versions, name, prev_version, make_current)
+        rootview.after_commit(f, versions, name, prev_version, make_current, repair=foreign)
     except BaseException:
         caches.clear()
         del versions[name]

@@ -123,6 +123,10 @@ class VersionedHDF5File:
             )
         self._closed = False
         self._read_only = f.file.mode == "r"  # fixed for the life of the handle
+        # Another library may have committed since this package last wrote the file: its
+        # stored version index did not describe the versions (they were scanned). The next
+        # commit then repairs netCDF attachments versioned-hdf5 leaves (versions.rootview).
+        self._foreign = not self._registry.loaded_from_index
         self.last_commit: CommitReport | None = None
         #: The merge of the last ``stage_version(..., rebase=True)`` commit (None: no merge).
         self.last_rebase: RebaseReport | None = None
@@ -554,6 +558,7 @@ class VersionedHDF5File:
                 self.last_commit = commit_version(
                     self.f, self._registry.group, version_name, prev, root, make_current=make_current,
                     timestamp=ts, caches=self._caches, finish=finish,
+                    foreign=self._foreign or not index_was_valid,
                 )
             except BaseException:
                 if index_was_valid:  # the failed commit made and removed a group: same versions
@@ -562,6 +567,7 @@ class VersionedHDF5File:
             finally:
                 root._close()
             # The registry first (a stale index is written again there), then the token on it.
+            self._foreign = False  # what another library left was repaired by this commit
             self._registry.added(version_name, index_was_valid, prev_version=prev, timestamp=self.last_commit.timestamp)
             self._caches.committed(self._registry.vdata, index_rewritten=not index_was_valid)
             self._caches.slab_maps.note_versions_state(self._registry.tracked_state)

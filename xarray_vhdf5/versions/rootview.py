@@ -280,25 +280,39 @@ def needs_repair(version_group: h5py.Group) -> bool:
 
 
 def _needs_repair(gid, own: bytes, fid) -> bool:
+    # Two passes: the version's own datasets (libhdf5 object identity: file and address),
+    # then each attachment's first reference checked against them. Naming the target
+    # (H5Iget_name) would search the whole file for a path: about 0.3 ms a reference.
+    members, attached = set(), []
+    if _collect(gid, members, attached):
+        return True
+    for oid in attached:
+        for refs in h5py.Dataset(oid).attrs["DIMENSION_LIST"]:
+            for ref in refs[:1]:
+                try:
+                    target = h5py.h5r.dereference(ref, fid)
+                except (KeyError, ValueError, OSError):
+                    return True
+                if target not in members:
+                    return True
+    return False
+
+
+def _collect(gid, members: set, attached: list) -> bool:
+    """Add the datasets under ``gid`` to ``members``, those with attachments to ``attached``; True if a scale is broken."""
     for name in member_names(gid):
         oid = h5py.h5o.open(gid, name)
         if isinstance(oid, h5py.h5g.GroupID):
-            if _needs_repair(oid, own, fid):
+            if _collect(oid, members, attached):
                 return True
             continue
         if not isinstance(oid, h5py.h5d.DatasetID):
             continue
+        members.add(oid)
         if h5py.h5a.exists(oid, b"CLASS") and not h5py.h5ds.is_scale(oid) and _broken_scale(h5py.Dataset(oid)):
             return True
         if h5py.h5a.exists(oid, b"DIMENSION_LIST"):
-            for refs in h5py.Dataset(oid).attrs["DIMENSION_LIST"]:
-                for ref in refs[:1]:
-                    try:
-                        target = h5py.h5i.get_name(h5py.h5r.dereference(ref, fid)) or b""
-                    except (KeyError, ValueError, OSError):
-                        return True
-                    if not target.startswith(own):
-                        return True
+            attached.append(oid)
     return False
 
 
@@ -403,7 +417,8 @@ def repair_ancestors(versions: h5py.Group, version: str, limit: int = 64) -> lis
     return repaired
 
 
-def after_commit(f: h5py.File, versions: h5py.Group, name: str, prev_version: str, make_current: bool) -> None:
+def after_commit(f: h5py.File, versions: h5py.Group, name: str, prev_version: str, make_current: bool,
+                 *, repair: bool = True) -> None:
     """The commit hook (``versions.commit``): attachments repaired, the view moved to ``name``.
 
     Does nothing (one link lookup) in files without this package's netCDF
@@ -421,6 +436,12 @@ def after_commit(f: h5py.File, versions: h5py.Group, name: str, prev_version: st
         Its parent.
     make_current : bool
         Whether the commit made ``name`` the current version.
+    repair : bool, keyword-only
+        Look for attachments to repair (:func:`repair_ancestors`). Only
+        versioned-hdf5's commits leave any, and only on top of a version
+        another library committed; the caller passes False when it knows no
+        other library committed since this package last wrote the file (its
+        version index is valid), which saves a walk of both versions' members.
 
     Raises
     ------
@@ -430,8 +451,9 @@ def after_commit(f: h5py.File, versions: h5py.Group, name: str, prev_version: st
     f = f.file
     if _STATE not in f:
         return
-    repair_ancestors(versions, name)
-    if prev_version != FIRST_VERSION:
-        repair_ancestors(versions, prev_version)
+    if repair:
+        repair_ancestors(versions, name)
+        if prev_version != FIRST_VERSION:
+            repair_ancestors(versions, prev_version)
     if make_current:
         update_root_view(f, name)

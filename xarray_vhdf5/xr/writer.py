@@ -30,6 +30,7 @@ After the commit, the writer makes the version readable by netCDF tools
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 from typing import Any
 
@@ -357,12 +358,19 @@ def kept_attrs(stored: Any, new: dict, same_dtype: bool) -> dict:
         old = stored[key]
         if same_attr_value(old, value):
             out[key] = old
-        elif key == "units" and _same_time_units(old, value, new.get("calendar")):
+        elif (key == "units" and isinstance(old, (str, bytes)) and isinstance(value, (str, bytes))
+              and _same_time_units(old, value, _hashable(new.get("calendar")))):
             out[key] = old
     return out
 
 
+def _hashable(value):
+    return value if value is None or isinstance(value, (str, bytes)) else str(value)
+
+
+@functools.lru_cache(maxsize=256)
 def _same_time_units(a, b, calendar) -> bool:
+    """Whether CF time units ``a`` and ``b`` (str or bytes) decode the same times (cached: a daily commit asks the same)."""
     a = a.decode() if isinstance(a, bytes) else a
     b = b.decode() if isinstance(b, bytes) else b
     if not (isinstance(a, str) and isinstance(b, str)) or " since " not in a or " since " not in b:
@@ -458,6 +466,10 @@ def staged_change(root: InMemoryGroup, parent: h5py.Group | None) -> str | None:
 
     if parent is None:
         return "the first version"
+    groups, datasets = root.members_for_commit()
+    for path, ds in datasets.items():  # the common case (an append, an edit) without a walk of the parent
+        if isinstance(ds, InMemoryDataset) and ds.has_changes:
+            return f"{path!r}: points"
     mine = {k: v for k, v in root.attrs.items() if k not in HIDDEN_GROUP_ATTRS}
     theirs = {k: v for k, v in parent.attrs.items() if k not in HIDDEN_GROUP_ATTRS}
     if changed_attrs(mine, theirs):
@@ -473,7 +485,6 @@ def staged_change(root: InMemoryGroup, parent: h5py.Group | None) -> str | None:
             their_sets[path] = obj
 
     parent.visititems(visit)
-    groups, datasets = root.members_for_commit()
     if {g.name for g in groups} != their_groups:
         return "groups"
     # a phony scale carried from the parent is bookkeeping; a variable written in its place is a change
