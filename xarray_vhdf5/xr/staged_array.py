@@ -250,7 +250,10 @@ def checked_string_encoding(name: str, var: xr.Variable) -> xr.Variable:
     ``"CHANGE"``, with xarray's netCDF engines too). A ``str`` width is not
     stored here (``str`` values are stored as variable-length strings): a
     narrower one is dropped. A fixed-width ``bytes`` dtype (``S6``) is what
-    the dataset stores: values longer than it are refused.
+    the dataset stores: values longer than it are refused. ``S1`` asks for a
+    netCDF ``char`` array (xarray's :class:`~xarray.coding.strings.CharacterArrayCoder`
+    adds a string dimension as wide as the longest value): nothing is cut,
+    nothing is refused.
 
     Parameters
     ----------
@@ -277,6 +280,8 @@ def checked_string_encoding(name: str, var: xr.Variable) -> xr.Variable:
         return var
     if var.dtype.kind != "O" and var.dtype.itemsize <= dtype.itemsize and var.dtype.kind == dtype.kind:
         return var  # cannot be longer than the width
+    if dtype == np.dtype("S1"):
+        return var  # a netCDF char array: xarray's CharacterArrayCoder adds a string dimension, cuts nothing
     if dtype.kind == "U":
         narrower = var.copy(deep=False)
         narrower.encoding = {k: v for k, v in var.encoding.items() if k != "dtype"}

@@ -37,6 +37,7 @@ from typing import Any
 import h5py
 import numpy as np
 import xarray as xr
+from xarray.coding import strings
 
 from ..backend.chunks import guess_chunks_record
 from ..errors import IncompatibleDataError, NothingToCommitError, NotVersionedError, StaleVersionError
@@ -63,7 +64,9 @@ __all__ = [
     "cf_encode_variables",
     "commit_dataset",
     "commit_datatree",
+    "encode_char_array",
     "inherit_stored_encoding",
+    "is_char_array_encoding",
     "kept_attrs",
     "next_version_name",
     "prepare_fill_encoding",
@@ -189,11 +192,13 @@ def inherit_stored_encoding(group: InMemoryGroup, variables: dict) -> dict:
     out = dict(variables)
     for key, var in variables.items():
         name = str(key)
-        var = out[key] = checked_string_encoding(name, var)  # no silently truncated strings
-        if "/" in name or name not in group:
-            continue
-        dataset = group[name]
+        dataset = group[name] if "/" not in name and name in group else None
         if isinstance(dataset, InMemoryGroup):
+            dataset = None
+        if dataset is not None and var.dtype.kind in "OSU":
+            var = _inherit_char_array(var, dataset)
+        var = out[key] = checked_string_encoding(name, var)  # no silently truncated strings
+        if dataset is None:
             continue
         stored = _stored_encoding(name, dataset)
         packed = "scale_factor" in stored or "add_offset" in stored
@@ -207,6 +212,98 @@ def inherit_stored_encoding(group: InMemoryGroup, variables: dict) -> dict:
             var.encoding = {**inherited, **var.encoding}
             out[key] = var
     return out
+
+
+def _inherit_char_array(var: xr.Variable, dataset) -> xr.Variable:
+    """``var`` (strings) replacing netCDF char array ``dataset``: encoded as one again where it is silent.
+
+    A dataset stored as a char array (``S1``, one more dimension than ``var``)
+    was written from strings whose ``encoding["dtype"]`` was ``S1``; xarray
+    drops that encoding through ``xr.concat`` or arithmetic, and its default
+    for strings is not a char array. Without a ``dtype`` of its own, ``var``
+    takes ``S1`` and, if ``dataset`` has one, its ``_Encoding``.
+    """
+    if "dtype" in var.encoding or np.dtype(dataset.dtype) != np.dtype("S1") or len(dataset.shape) != var.ndim + 1:
+        return var
+    extra = {"dtype": np.dtype("S1")}
+    if var.dtype.kind in "UO" and "_Encoding" in dataset.attrs and "_Encoding" not in var.attrs:
+        value = dataset.attrs["_Encoding"]
+        extra["_Encoding"] = value.decode() if isinstance(value, bytes) else str(value)
+    var = var.copy(deep=False)
+    var.encoding = {**var.encoding, **extra}
+    return var
+
+
+def is_char_array_encoding(var: xr.Variable) -> bool:
+    """True if ``var`` (strings, not yet CF-encoded) is stored as a netCDF ``char`` array.
+
+    As xarray's netCDF writers do: ``encoding["dtype"] == "S1"``, which
+    xarray's decoders record for every char array they decode (with
+    ``char_dim_name``, the string dimension), and which users set to ask for one.
+    """
+    dtype = var.encoding.get("dtype")
+    if var.dtype.kind not in "OSU" or dtype is None or dtype is str:
+        return False
+    try:
+        return np.dtype(dtype) == np.dtype("S1")
+    except TypeError:
+        return False
+
+
+def encode_char_array(name: str, var: xr.Variable) -> xr.Variable:
+    """A CF-encoded string variable with ``encoding["dtype"] == "S1"`` as a netCDF ``char`` array.
+
+    What xarray's netCDF-4 writers do (their ``encode_variable``):
+    :class:`xarray.coding.strings.EncodedStringCoder` (``str`` becomes bytes in
+    ``_Encoding``, default UTF-8, recorded as that attribute), then
+    :class:`xarray.coding.strings.CharacterArrayCoder` (fixed-width bytes
+    become ``S1`` characters along a new last dimension, named by
+    ``encoding["char_dim_name"]`` or ``string<width>``). An object array of
+    bytes (or of str) is first given xarray's variable-length dtype
+    (:func:`xarray.coding.strings.create_vlen_dtype`), missing values
+    (``None``, NaN) becoming empty strings, as xarray's writers do; the width is
+    that of the longest value, so nothing is cut. Other variables are
+    returned as they are (one dtype check).
+
+    Parameters
+    ----------
+    name : str
+        The variable's name, for messages.
+    var : xarray.Variable
+        CF-encoded (:func:`xarray.conventions.cf_encoder`), which keeps an
+        ``S1`` ``encoding["dtype"]`` for this step.
+
+    Returns
+    -------
+    xarray.Variable
+        ``S1`` with one more dimension than ``var``, or ``var``.
+
+    Raises
+    ------
+    IncompatibleDataError
+        An object array holding other objects than str or bytes, or both.
+    """
+    if not is_char_array_encoding(var):
+        return var
+    if var.dtype.kind == "O" and strings.check_vlen_dtype(var.dtype) is None and not is_dask_array(var.data):
+        values = np.asarray(var.values)
+        types = {type(v) for v in values.flat if not _missing(v)}
+        kind = bytes if types <= {bytes, np.bytes_} else str if types <= {str, np.str_} else None
+        if kind is None:
+            raise IncompatibleDataError(
+                f"variable {name!r}: a char array (encoding dtype 'S1') holds "
+                f"{sorted(t.__name__ for t in types)} objects; only all bytes or all str can be stored"
+            )
+        empty = b"" if kind is bytes else ""
+        filled = np.empty(values.shape, dtype=strings.create_vlen_dtype(kind))
+        filled[...] = [empty if _missing(v) else kind(v) for v in values.flat] if values.size else []
+        var = xr.Variable(var.dims, filled, var.attrs, var.encoding)
+    var = strings.EncodedStringCoder(allows_unicode=True).encode(var, name=name)
+    return strings.CharacterArrayCoder().encode(var, name=name)
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
 
 
 def _stored_encoding(name: str, dataset) -> dict[str, Any]:
@@ -289,12 +386,19 @@ def _equivalent_fill(fv, mv) -> bool:
 
 
 def cf_encode_variables(variables: dict, attrs: dict) -> tuple[dict, dict]:
-    """:func:`xarray.conventions.cf_encoder` after :func:`prepare_fill_encoding`.
+    """:func:`xarray.conventions.cf_encoder` after :func:`prepare_fill_encoding`, then char arrays.
+
+    As xarray's netCDF-4 writers: strings with ``encoding["dtype"] == "S1"``
+    become netCDF ``char`` arrays (:func:`encode_char_array`); other strings
+    are left as they are (``str``: variable-length strings, fixed-width bytes:
+    fixed-length HDF5 strings).
 
     Raises
     ------
     ValueError
         As xarray's encoder; the message names the variable.
+    IncompatibleDataError
+        A char array of objects other than all bytes or all str.
     """
     prepared, restore = prepare_fill_encoding(variables)
     encoded, enc_attrs = xr.conventions.cf_encoder(prepared, attrs)
@@ -302,6 +406,9 @@ def cf_encode_variables(variables: dict, attrs: dict) -> tuple[dict, dict]:
         var = encoded[key]
         for attr, value in extra.items():
             var.attrs[attr] = _attr_of_dtype(value, var.dtype, var.attrs)
+    for key, var in encoded.items():
+        if var.dtype.kind in "OSU":  # numbers: this one check
+            encoded[key] = encode_char_array(str(key), var)
     return encoded, enc_attrs
 
 
