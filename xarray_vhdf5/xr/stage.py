@@ -9,7 +9,9 @@ item assignments (``staged["sst"][0, :10] = x``, ``.loc[...] = y``) change
 only the chunks they touch, in memory. Dimension coordinates (pandas indexes
 in xarray), scalars, strings and variables whose CF decoding changes their
 shape keep their ordinary values; they are small and commit through the
-writer's dedupe by hash.
+writer's dedupe by hash. netCDF ``char`` arrays (decoded to ``|S4``/``<U4``)
+are held as :class:`~xarray_vhdf5.xr.staged_array.CharArrayValues`, whose
+dtype widens for a longer string where numpy would truncate it.
 
 ``commit`` writes a new version whose parent is the staged-from version:
 staged variables hand their :class:`~xarray_vhdf5.staging.StagedChangesArray`
@@ -55,7 +57,7 @@ from ..wrappers.group import InMemoryGroup
 from . import engine
 from .dimscales import attach_dimension_scales
 from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions, visible_attrs
-from .staged_array import CFCodec, RawRows, StagedVariableArray, StageFile, StageOrigin, same_file
+from .staged_array import CFCodec, CharArrayValues, RawRows, StagedVariableArray, StageFile, StageOrigin, same_file
 from .streaming import DEFAULT_MAX_BYTES
 from .writer import (
     refuse_empty_commit,
@@ -155,6 +157,9 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
         codec = CFCodec.for_variable(prepared, dset, visible_attrs(dset.attrs))
         built = _staged_array(dset) if codec is not None else None
         if built is None:
+            if _is_char_array(var, dset):  # in memory, widening rather than truncating
+                variables[name] = xr.Variable(var.dims, CharArrayValues(var.values, str(name)), var.attrs,
+                                              var.encoding)
             continue
         arr, raw_path, state = built
         path = f"{group}/{name}" if group else str(name)
@@ -164,6 +169,11 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
     staged.encoding = {**ds.encoding, "source": source, HEAD_KEY: head}
     staged.set_close(handle.close)
     return staged
+
+
+def _is_char_array(var: xr.Variable, dset: h5py.Dataset) -> bool:
+    """True for fixed-width strings decoded from a netCDF ``char`` array (``S1``, one more dimension)."""
+    return var.dtype.kind in "SU" and dset.dtype == np.dtype("S1") and dset.ndim == var.ndim + 1
 
 
 def _restage(staged: xr.Dataset, version: str) -> None:

@@ -60,7 +60,7 @@ from ..versions.locking import file_locks
 from ..errors import StaleVersionError
 from ..staging import StagedChangesArray, cast_for_storage
 
-__all__ = ["CFCodec", "RawRows", "StageFile", "StageOrigin", "StagedVariableArray", "checked_string_encoding"]
+__all__ = ["CFCodec", "CharArrayValues", "RawRows", "StageFile", "StageOrigin", "StagedVariableArray", "checked_string_encoding"]
 
 #: Attributes CF decoding moves from ``attrs`` into ``encoding``.
 CF_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned", "units", "calendar")
@@ -760,8 +760,99 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
             return self._like(self._ensure_open().copy())
 
 
+class CharArrayValues(np.lib.mixins.NDArrayOperatorsMixin):
+    """A staged netCDF ``char`` array's decoded strings, in memory, widening instead of truncating.
+
+    xarray decodes a char array (``S1`` along a string dimension) to
+    fixed-width strings (``|S4``, or ``<U4`` with ``_Encoding``); a numpy array
+    of that dtype would keep ``b"TOOL"`` of ``b"TOOLONG"`` without a word. Here
+    a longer value widens the dtype shown (the commit's
+    :class:`~xarray.coding.strings.CharacterArrayCoder` then stores a wider
+    string dimension, as xarray's netCDF writers would), and every value is
+    cast with :func:`~xarray_vhdf5.staging.cast_for_storage` (``str`` into
+    bytes: ASCII only). Char arrays are small: they are held in memory.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Decoded, fixed-width bytes (``S``) or str (``U``).
+    name : str, optional
+        The variable's name, for messages.
+
+    Notes
+    -----
+    ``self[key]`` returns numpy arrays; numpy functions, ufuncs and operators
+    (``NDArrayOperatorsMixin``) work on a numpy copy.
+    """
+
+    def __init__(self, values: np.ndarray, name: str | None = None):
+        self.values = np.array(values)
+        self.name = name
+
+    shape = property(lambda self: self.values.shape)
+    dtype = property(lambda self: self.values.dtype)
+    ndim = property(lambda self: self.values.ndim)
+    size = property(lambda self: self.values.size)
+    nbytes = property(lambda self: self.values.nbytes)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __repr__(self) -> str:
+        return f"CharArrayValues(shape={self.shape}, dtype={self.dtype})"
+
+    def __getitem__(self, key) -> np.ndarray:
+        return self.values[key]
+
+    def __setitem__(self, key, value) -> None:
+        """Store ``value`` at ``key`` (numpy's indexing), widening the dtype for a longer string.
+
+        Raises
+        ------
+        ValueCastError, ValueTypeError
+            A value that is not a string of the variable's kind as numpy casts
+            it (non-ASCII ``str`` into bytes); nothing is stored.
+        """
+        value = np.asarray(value)
+        kind, unit = self.dtype.kind, (4 if self.dtype.kind == "U" else 1)
+        width = self.dtype.itemsize // unit
+        if value.dtype.kind in "SUO":
+            need = int(np.max(np.vectorize(len, otypes=[np.intp])(value))) if value.size else 0
+            if need > width:
+                self.values = self.values.astype(np.dtype(f"{kind}{need}"))
+        self.values[key] = cast_for_storage(value, self.dtype, self.name)
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False and dtype is not None and np.dtype(dtype) != self.dtype:
+            raise ValueError("a CharArrayValues cannot be cast without a copy (numpy's copy=False)")
+        return self.values.copy() if dtype is None else self.values.astype(dtype)
+
+    def astype(self, dtype, **kwargs) -> np.ndarray:
+        return self.values.astype(dtype, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return func(*_as_numpy(args), **_as_numpy(kwargs))
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.pop("out", None)
+        result = getattr(ufunc, method)(*_as_numpy(inputs), **_as_numpy(kwargs))
+        if out is None:
+            return result
+        targets = out if isinstance(out, tuple) else (out,)
+        results = result if isinstance(result, tuple) else (result,)
+        for target, value in zip(targets, results):
+            target[...] = value
+        return out[0] if isinstance(out, tuple) and len(out) == 1 else out
+
+    def __copy__(self) -> CharArrayValues:
+        return type(self)(self.values, self.name)
+
+    def __deepcopy__(self, memo) -> CharArrayValues:
+        return type(self)(self.values, self.name)
+
+
 def _as_numpy(obj):
-    if isinstance(obj, StagedVariableArray):
+    if isinstance(obj, (StagedVariableArray, CharArrayValues)):
         return np.asarray(obj)
     if isinstance(obj, (list, tuple)):
         return type(obj)(_as_numpy(o) for o in obj)
