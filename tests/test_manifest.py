@@ -19,6 +19,8 @@ import multiprocessing
 import operator
 import os
 import pickle
+import subprocess
+import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 
@@ -280,14 +282,15 @@ def test_both_ways_of_finding_chunk_addresses_agree(tmp_path):
         assert_same(resolve_manifest(vds).read(()), vds[()])
 
 
-def test_hdf5plugin_filters_decode(tmp_path):
-    hdf5plugin = pytest.importorskip("hdf5plugin")
+def _check_plugin_filters(path: str) -> None:
+    """The body of test_hdf5plugin_filters_decode, run in a fresh interpreter (see there)."""
+    import hdf5plugin
+
     data = np.round(np.random.default_rng(3).random((300, 70)), 1).astype("f4")
     filters = {"zstd": hdf5plugin.Zstd(), "lz4": hdf5plugin.LZ4(),
                "blosc": hdf5plugin.Blosc(cname="lz4", shuffle=hdf5plugin.Blosc.SHUFFLE),
                "blosc_zstd": hdf5plugin.Blosc(cname="zstd", shuffle=hdf5plugin.Blosc.BITSHUFFLE),
                "bitshuffle": hdf5plugin.Bitshuffle()}
-    path = tmp_path / "plugins.h5"
     with h5py.File(path, "w") as f:
         vf = xarray_vhdf5.VersionedHDF5File(f)
         with vf.stage_version("v1") as g:
@@ -303,6 +306,22 @@ def test_hdf5plugin_filters_decode(tmp_path):
             assert manifest.supported, manifest.reason
             assert_same(manifest.read(()), vds[()])
             assert_same(manifest.read((slice(50, 250, 7), slice(None, None, -1))), vds[()][50:250:7, ::-1])
+
+
+def test_hdf5plugin_filters_decode(tmp_path):
+    """Chunks of hdf5plugin's filters decode through the manifest as libhdf5 reads them.
+
+    In a fresh interpreter: once netCDF4-python is imported (its wheel brings its own
+    libhdf5 and sets HDF5_PLUGIN_PATH to its plugins), hdf5plugin's filters fail to
+    create datasets in the same process, and pytest-xdist imports every test module
+    (tests/test_netcdf_tools.py imports netCDF4) in every worker.
+    """
+    pytest.importorskip("hdf5plugin")
+    code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+            f"import test_manifest; test_manifest._check_plugin_filters({str(tmp_path / 'plugins.h5')!r})")
+    env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_unsupported_datasets_say_why(tmp_path):

@@ -37,7 +37,7 @@ def _source() -> xr.Dataset:
 
 def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     blocks = _blocks()
-    assert len(blocks) == 7, "README examples changed: update this test"
+    assert len(blocks) == 8, "README examples changed: update this test"
     monkeypatch.chdir(tmp_path)
     src = _source()
     src.to_netcdf("sst.nc", engine="h5netcdf")

@@ -440,7 +440,8 @@ def _check_compatible(path: str, raw: h5py.Dataset, ds: StagedDatasetBase, dtype
                 f"dataset {path!r}: fill value {ds.storage_fill!r} differs from {raw.fillvalue!r} "
                 "fixed by its first version"
             )
-    if isinstance(ds, InMemoryArrayDataset) and ds.filters != Filters() and ds.filters != Filters.of(raw):
+    if (isinstance(ds, InMemoryArrayDataset) and getattr(ds, "filters_given", True) and ds.filters != Filters()
+            and ds.filters != Filters.of(raw)):
         raise IncompatibleDataError(
             f"dataset {path!r}: filters {ds.filters} differ from {Filters.of(raw)} fixed by its "
             "first version (use modify_metadata to change them)"

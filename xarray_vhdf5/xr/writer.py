@@ -60,6 +60,7 @@ from .streaming import DEFAULT_MAX_BYTES, is_dask_array, stage_lazy_dataset
 from .staged_array import checked_string_encoding
 
 __all__ = [
+    "DEFAULT_COMPRESSION",
     "check_sorted_index",
     "cf_encode_variables",
     "commit_dataset",
@@ -78,6 +79,15 @@ __all__ = [
 ]
 
 _COMPRESSION_KEYS = ("compression", "compression_opts", "zlib", "complevel", "shuffle", "fletcher32")
+
+#: HDF5 filters of a new numeric variable whose encoding names no compression (neither
+#: ``compression`` nor netCDF4's ``zlib``): byte shuffle, then deflate level 1, which every
+#: HDF5 and netCDF tool reads. Opt out per variable with ``encoding={"compression": None}``
+#: (or ``"zlib": False``); choose another with ``compression``/``compression_opts`` or
+#: ``zlib``/``complevel``. Variables opened from a netCDF file carry their source's choice
+#: (xarray's netcdf4 and h5netcdf engines put it in the encoding). A dataset that exists
+#: keeps the filters its first version fixed.
+DEFAULT_COMPRESSION = {"compression": "gzip", "compression_opts": 1, "shuffle": True}
 
 #: The attributes that say how a dataset's stored numbers map to values (xarray's
 #: CFMaskCoder and CFScaleOffsetCoder); with ``dtype``, the encoding a replacing
@@ -133,6 +143,12 @@ def _filters(var: xr.Variable) -> dict[str, Any]:
     if enc.get("fletcher32"):
         kw["fletcher32"] = True
     return kw
+
+
+def _default_filters(var: xr.Variable) -> bool:
+    """True when ``var`` gets :data:`DEFAULT_COMPRESSION`: numeric, not scalar, its encoding silent."""
+    enc = var.encoding
+    return var.ndim > 0 and var.dtype.kind in "iuf" and "compression" not in enc and "zlib" not in enc
 
 
 def _stored_values(name: str, var: xr.Variable) -> np.ndarray:
@@ -774,13 +790,15 @@ def write_variable(
         var_attrs = kept_attrs(replaced.attrs, var_attrs, stored_dtype == new_dtype)
     if name in group:
         del group[name]
+    defaulted = _default_filters(var)
+    filters = {**DEFAULT_COMPRESSION, **_filters(var)} if defaulted else _filters(var)
     if _streamable(var):
         values = var.data  # dask: computed chunk by chunk at commit
         ds = stage_lazy_dataset(
             group, name, values, max_bytes=max_bytes, progress=progress,
             chunks=variable_chunks(name, var),
             fillvalue=None if fill is None else np.asarray(fill, values.dtype)[()],
-            **_filters(var),
+            **filters,
         )
     else:
         values = _stored_values(name, var)
@@ -789,10 +807,12 @@ def write_variable(
             data=values,
             chunks=variable_chunks(name, var),
             fillvalue=None if (fill is None or values.dtype.kind == "O") else np.asarray(fill, values.dtype)[()],
-            **_filters(var),
+            **filters,
         )
     # chunks from encoding are user choices; without them, an existing raw_data's win.
     ds.chunks_given = bool(var.encoding.get("chunks") or var.encoding.get("chunksizes"))
+    # so are filters: the default yields to those of an existing raw_data
+    ds.filters_given = not defaulted
     if values.dtype.kind == "O" and all(isinstance(v, str) for v in np.asarray(values).flat):
         ds._dtype = h5py.string_dtype("utf-8")
     for key, value in var_attrs.items():
