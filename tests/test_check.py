@@ -271,7 +271,7 @@ def test_broken_prev_version_chains_are_errors(ours):
     assert report.index_wrong  # h5py changed an attribute: the index still lists the old parent
     with h5py.File(ours, "r+") as f:
         f[VERSIONS]["v1"].attrs["prev_version"] = "v0"
-        del f["_version_data/__vhdf5_version_index__/rows"]  # an index versioned-hdf5 left stale
+        del f["/__vhdf5__/rows"]  # an index versioned-hdf5 left stale
     report = check_file(ours)
     assert report.ok and report.reroot == ["v1"] and report.needs_repair  # what versioned-hdf5's del leaves
     (warning,) = report.problems
@@ -280,7 +280,7 @@ def test_broken_prev_version_chains_are_errors(ours):
 
 def test_a_version_index_that_disagrees_is_an_error(ours):
     with h5py.File(ours, "r+") as f:
-        rows = f["_version_data/__vhdf5_version_index__/rows"]
+        rows = f["/__vhdf5__/rows"]
         rows[0, 0] += 1  # a timestamp, the fingerprint unchanged
     report = check_file(ours)
     assert report.index_wrong and "version index disagrees" in errors_of(report)[0]

@@ -17,7 +17,7 @@ import versioned_hdf5
 
 import xarray_vhdf5
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.versions.index import INDEX_NAME
+from xarray_vhdf5.versions.bookkeeping import PATH as BOOKKEEPING
 
 TIMESTAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}\+0000$")
 HASH_TABLE_DTYPE = np.dtype([("hash", "u1", (32,)), ("shape", "<i8", (2,))])
@@ -83,10 +83,10 @@ def stage(lib, path, steps, mode="a"):
 
 
 def visit_all(f: h5py.File) -> dict[str, h5py.HLObject]:
-    """Every object of the file but the version index (an addition versioned-hdf5 ignores)."""
+    """Every object of the file but this package's bookkeeping group (at the root: versioned-hdf5 ignores it)."""
     out = {}
     f.visititems(lambda name, obj: out.__setitem__(name, obj))
-    return {k: v for k, v in out.items() if not k.startswith(f"_version_data/{INDEX_NAME}")}
+    return {k: v for k, v in out.items() if not k.startswith(BOOKKEEPING.lstrip("/"))}
 
 
 # -- layout --------------------------------------------------------------------
@@ -111,9 +111,9 @@ def two_versions(tmp_path):
 
 def test_groups_and_version_attrs(two_versions):
     with h5py.File(two_versions, "r") as f:
-        assert set(f) == {"_version_data"}
+        assert set(f) == {"_version_data", BOOKKEEPING.lstrip("/")}
         vd = f["_version_data"]
-        assert set(vd) == {"a", "grp", "versions", INDEX_NAME}
+        assert set(vd) == {"a", "grp", "versions"}  # only what versioned-hdf5 writes
         assert set(vd["grp"]) == {"b"}
         assert set(vd["a"]) == set(vd["grp/b"]) == {"raw_data", "hash_table"}
 

@@ -105,7 +105,7 @@ def test_file_replaced_at_the_same_path_gets_fresh_caches(tmp_path, counting):
         vf = VersionedHDF5File(f)
         with vf.stage_version("v1") as g:
             _create(g, b)
-        f["_version_data/__vhdf5_version_index__"].attrs.__delitem__(COMMIT_TOKEN)
+        f["/__vhdf5__"].attrs.__delitem__(COMMIT_TOKEN)
     loads = counting["table_loads"]
     _commit(path, "v2", lambda g: g["x"].__setitem__((0, 0), 1.0))
     assert counting["table_loads"] == loads + 1  # no token: the table was read again
@@ -163,12 +163,12 @@ def test_token_is_checked_only_when_the_index_was_written_again(tmp_path, counti
             with versioned_hdf5.VersionedHDF5File(f).stage_version("w5", prev_version="v4") as h:
                 h["x"][0, 0] = 5.0
         assert len(reads) == 2
-        token = f[f"_version_data/{caches.VERSION_INDEX}"].attrs[COMMIT_TOKEN]
+        token = f[caches.bookkeeping.PATH].attrs[COMMIT_TOKEN]
     loads = counting["table_loads"]
     _commit(path, "v7", lambda g: g["x"].__setitem__((7, 0), -7.0))
     assert counting["table_loads"] == loads  # the token matched: the kept hash table was used
     with h5py.File(path, "r") as f:
-        assert f[f"_version_data/{caches.VERSION_INDEX}"].attrs[COMMIT_TOKEN] == token
+        assert f[caches.bookkeeping.PATH].attrs[COMMIT_TOKEN] == token
 
 
 def test_no_sharing_for_in_memory_files(counting):

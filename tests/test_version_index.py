@@ -21,7 +21,7 @@ import versioned_hdf5
 import xarray_vhdf5
 from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5.versions import index as vindex
-from xarray_vhdf5.versions.index import INDEX_NAME
+from xarray_vhdf5.versions.bookkeeping import PATH as BOOKKEEPING
 from xarray_vhdf5.versions.registry import VersionRegistry
 
 T0 = dt.datetime(2021, 3, 1, tzinfo=dt.timezone.utc)
@@ -219,7 +219,7 @@ def test_our_commits_append_to_the_index(made):
                 g["x"][k] = k
         with vf.stage_version("side", prev_version="v2", make_current=False) as g:
             g["x"][0] = 1
-        stored = f[f"_version_data/{INDEX_NAME}/rows"].attrs["fingerprint"]
+        stored = f[f"{BOOKKEEPING}/rows"].attrs["fingerprint"]
         assert stored[1] == 9  # rows in use
     reg = check_open(made, expect_loaded=True)
     assert reg.current_version == "v7" and reg.parent("side") == "v2"
@@ -299,7 +299,7 @@ def test_stale_index_on_a_read_only_file_is_not_written(made):
 @pytest.mark.parametrize("damage", ["not numbers", "other format", "rows short", "names short"])
 def test_a_damaged_index_is_rebuilt(made, damage):
     with h5py.File(made, "r+") as f:
-        grp = f[f"_version_data/{INDEX_NAME}"]
+        grp = f[BOOKKEEPING]
         stored = grp["rows"].attrs["fingerprint"]
         if damage == "not numbers":
             grp["rows"].attrs["fingerprint"] = "1 5 40"
@@ -320,7 +320,7 @@ def test_versioned_hdf5_works_on_a_file_carrying_the_index(tmp_path):
     path = tmp_path / "ours.h5"
     make_file(path, "xarray_vhdf5", n=4)
     with h5py.File(path, "r+") as f:
-        assert INDEX_NAME in f["_version_data"]
+        assert BOOKKEEPING in f and set(f["_version_data"]) == {"x", "versions"}
         vf = versioned_hdf5.VersionedHDF5File(f)
         assert sorted(vf._versions) == ["__first_version__", "v0", "v1", "v2", "v3"]
         assert vf["v2"]["x"][2] == 2 and vf[T0 + dt.timedelta(seconds=1, microseconds=5)]["x"][1] == 1

@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_CHUNKS_1D",
     "RESERVED_NAMES",
     "VERSION_INDEX",
+    "BOOKKEEPING",
     "NETCDF_DIMENSIONS",
     "VERSION_ATTRS",
     "DATASET_ATTRS",
@@ -55,13 +56,18 @@ HASH_TABLE_DTYPE = np.dtype([("hash", "u1", (32,)), ("shape", "<i8", (2,))])
 HASH_TABLE_CHUNKS = (512,)
 #: Chunk shape of a 1-d dataset created without ``chunks=``, in points.
 DEFAULT_CHUNKS_1D = (4096,)
-#: Top-level names a versioned dataset or group may not take.
-#: The version index's group (``versions/index.py``).
+#: Root-level group holding this package's bookkeeping: the version index, the write
+#: counters, the commit token (``versions/bookkeeping.py``). Outside ``_version_data``, so
+#: that versioned-hdf5 and whoever lists ``_version_data`` see only what versioned-hdf5 writes.
+BOOKKEEPING = "__vhdf5__"
+#: Where files written before the bookkeeping moved to the root kept it:
+#: ``/_version_data/__vhdf5_version_index__`` (read; moved to :data:`BOOKKEEPING` by the next write).
 VERSION_INDEX = "__vhdf5_version_index__"
 #: The shared raw_data of netCDF-4 phony dimension scales (``xr/dimscales.py``).
 NETCDF_DIMENSIONS = "__netcdf_dimensions__"
-#: Names under ``_version_data`` the format or this package use: no dataset may take them.
-RESERVED_NAMES = frozenset({VERSIONS, VERSION_INDEX, NETCDF_DIMENSIONS})
+#: Names under ``_version_data`` the format or this package use: no dataset may take them;
+#: nor :data:`BOOKKEEPING`, which the root view (``versions/rootview.py``) would otherwise link.
+RESERVED_NAMES = frozenset({VERSIONS, VERSION_INDEX, NETCDF_DIMENSIONS, BOOKKEEPING})
 #: Attributes of a version group that belong to the format, not to the user.
 VERSION_ATTRS = frozenset({"committed", "prev_version", "timestamp"})
 #: Attributes of a version's virtual dataset that belong to the format.

@@ -19,7 +19,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..backend.layout import DATASET_ATTRS, FIRST_VERSION, VERSION_ATTRS, VERSION_DATA, VERSIONS
+from ..backend.layout import BOOKKEEPING, DATASET_ATTRS, FIRST_VERSION, VERSION_ATTRS, VERSION_DATA, VERSIONS
 from ..versions.delete import dataset_paths, read_chunk_map
 
 __all__ = ["MODULES", "assert_same", "play", "raw_rows", "snapshot", "without_fill_chunks"]
@@ -133,7 +133,8 @@ def snapshot(f: h5py.File, *, timestamps: bool = False) -> dict[str, Any]:
             name: _version(f, versions[name], timestamps) for name in versions if name != FIRST_VERSION
         },
         "datasets": {name: _raw(f, name) for name in sorted(dataset_paths(f))},
-        "top_level": sorted(k for k in f if k != VERSION_DATA),
+        # this package's bookkeeping group is not part of the format (versioned-hdf5 ignores it)
+        "top_level": sorted(k for k in f if k not in (VERSION_DATA, BOOKKEEPING)),
     }
 
 

@@ -11,9 +11,9 @@ file are kept in this process after its :class:`~xarray_vhdf5.VersionedHDF5File`
 is gone (the last :data:`SHARED_FILES` files, by device and inode) and taken
 up by the next handle to the same file, on one condition: the file still
 carries the random *commit token* written with them (by the first commit
-through them) on its version index (``_version_data/__vhdf5_version_index__``,
-this package's own group: versioned-hdf5's objects are left as it writes
-them). A file replaced by another one at the same path (or reusing the inode)
+through them) on this package's bookkeeping group (``/__vhdf5__``, or where a
+file written before keeps it: :mod:`~xarray_vhdf5.versions.bookkeeping`;
+versioned-hdf5's objects are left as it writes them). A file replaced by another one at the same path (or reusing the inode)
 has another token, or none, and gets fresh caches.
 
 Every entry is still checked before use, as within one handle: hash tables
@@ -38,15 +38,15 @@ from h5py import h5o
 from ..backend.h5attrs import read_attr, write_attr
 from ..backend.hashtable import HashTableCache
 from ..backend.held import OpenDatasets
-from ..backend.layout import VERSION_INDEX
 from ..backend.slabmaps import SlabMapCache
+from . import bookkeeping
 
 __all__ = ["SHARED_FILES", "COMMIT_TOKEN", "CommitCaches", "caches_for", "forget_shared_caches"]
 
 #: How many files' caches this process keeps after their handles are gone.
 SHARED_FILES = 4
 
-#: Attribute of the version index group holding the token of the last commit made here.
+#: Attribute of the bookkeeping group holding the token of the last commit made here.
 COMMIT_TOKEN = "commit_token"
 
 
@@ -147,10 +147,13 @@ def _file_key(f: h5py.File) -> tuple[int, int] | None:
 
 
 def _index_group(vdata: h5py.Group):
-    try:
-        return h5o.open(vdata.id, VERSION_INDEX.encode())
-    except KeyError:
-        return None
+    """The bookkeeping group's low-level id (its place, else the legacy one), or None."""
+    for path in bookkeeping.SEARCH:
+        try:
+            return h5o.open(vdata.id, path)
+        except KeyError:
+            continue
+    return None
 
 
 def _token(vdata: h5py.Group) -> int | None:

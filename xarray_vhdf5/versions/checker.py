@@ -18,6 +18,7 @@ import h5py
 from ..backend.chunkmap import version_dataset_layout
 from ..backend.layout import DATA_VERSION, FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import NotVersionedError
+from . import bookkeeping
 from . import index as version_index
 from .check import ERROR, WARNING, CheckReport, Problem
 from .chunkcheck import DAMAGE_ERRORS, DatasetState, describe, inspect_dataset
@@ -209,14 +210,15 @@ class Checker:
     def _check_index(self, versions: h5py.Group, groups: dict[str, _Group]) -> None:
         """The stored version index, where it claims to be valid, against the groups' attributes."""
         vdata = self.vdata
-        if not self.touch(f"{vdata.name}/{version_index.INDEX_NAME}"):
+        where = bookkeeping.find(vdata) or bookkeeping.PATH
+        if not self.touch(where):
             self.report.index_wrong = True
             return
         try:
             entries = version_index.load(vdata, versions)
         except DAMAGE_ERRORS as exc:
             self.report.index_wrong = True
-            self.problem(ERROR, f"the version index /{VERSION_DATA}/{version_index.INDEX_NAME} cannot be read "
+            self.problem(ERROR, f"the version index {where} cannot be read "
                                 f"({describe(exc)}): this package cannot open the file; repair rebuilds it")
             return
         if entries is None or not all(g.readable for g in groups.values()):

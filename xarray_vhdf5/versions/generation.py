@@ -3,8 +3,10 @@
 Two int64 counters, little-endian, in a contiguous dataset whose bytes never
 move once allocated, so that any process can read them with one ``pread`` of
 16 bytes, without libhdf5 and without trusting a metadata cache
-(``/_version_data/__vhdf5_version_index__/generation``; versioned-hdf5 2.6
-ignores the group):
+(``/__vhdf5__/generation``, in this package's bookkeeping group, which
+versioned-hdf5 2.6 never reads: :mod:`~xarray_vhdf5.versions.bookkeeping`;
+files written before keep it at ``/_version_data/__vhdf5_version_index__/generation``
+until their next write moves the group, which leaves the bytes where they are):
 
 - ``writes``: incremented by every mutation of the file this package makes
   (a commit, a deletion, ``modify_metadata``, a hash-table rebuild), written
@@ -31,12 +33,14 @@ import h5py
 import numpy as np
 from h5py import h5d, h5p
 
-from ..backend.layout import VERSION_DATA, VERSION_INDEX
+from . import bookkeeping
 
-__all__ = ["COUNTERS_PATH", "Counters", "create", "encode", "locate", "open_counters", "read_at", "read_at_bytes"]
+__all__ = ["COUNTERS_PATH", "LEGACY_COUNTERS_PATH", "Counters", "create", "encode", "locate", "open_counters", "read_at", "read_at_bytes"]
 
 #: Path of the counters dataset.
-COUNTERS_PATH = f"{VERSION_DATA}/{VERSION_INDEX}/generation"
+COUNTERS_PATH = f"{bookkeeping.PATH}/generation"
+#: Its path in a file written before the bookkeeping moved (read until the next write moves it).
+LEGACY_COUNTERS_PATH = f"{bookkeeping.LEGACY_PATH}/generation"
 _DTYPE = np.dtype("<i8")
 _STRUCT = struct.Struct("<qq")  # the same two int64, packed without numpy (a commit's hot path)
 
@@ -59,9 +63,16 @@ class Counters(tuple):
 
 
 def open_counters(f: h5py.File) -> h5py.Dataset | None:
-    """The counters dataset of ``f``, or None when the file has none yet."""
+    """The counters dataset of ``f`` (at :data:`COUNTERS_PATH`, else :data:`LEGACY_COUNTERS_PATH`), or None.
+
+    Both paths name the same dataset, at the same byte offset, before and after
+    the move of the bookkeeping group (:func:`~xarray_vhdf5.versions.bookkeeping.migrate`).
+    """
+    where = bookkeeping.find(f)
+    if where is None:
+        return None
     try:
-        return f.file[COUNTERS_PATH]
+        return f.file[f"{where}/generation"]
     except KeyError:
         return None
 
@@ -95,7 +106,7 @@ def read_at_bytes(raw: bytes) -> Counters:
 
 
 def _create(f: h5py.File) -> h5py.Dataset:
-    grp = f.file.require_group(f"{VERSION_DATA}/{VERSION_INDEX}")
+    grp = bookkeeping.require_group(f)
     dcpl = h5p.create(h5p.DATASET_CREATE)
     dcpl.set_layout(h5d.CONTIGUOUS)
     dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)  # an address from the start, which never changes

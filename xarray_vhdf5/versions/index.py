@@ -4,8 +4,10 @@ Without it, opening a file reads three attributes of every version group
 (about 0.5-1 s at 1000 versions). The index holds what those attributes say in
 two small datasets, so a fresh open reads two datasets and one attribute:
 
-``/_version_data/__vhdf5_version_index__/`` (a group; versioned-hdf5 2.6 walks
-``_version_data`` for groups holding ``raw_data`` and ignores it)
+``/__vhdf5__/`` (this package's bookkeeping group, at the root: versioned-hdf5 2.6
+never reads it, and listing ``_version_data`` does not show it; files written before
+keep it at ``/_version_data/__vhdf5_version_index__/`` until their next write moves
+it: :mod:`~xarray_vhdf5.versions.bookkeeping`)
 
 - ``rows``: int64 ``(n, 2)``, one row per link of ``_version_data/versions``
   (``__first_version__`` excepted) in the order they were added: the
@@ -57,6 +59,7 @@ from ..backend.h5objects import libhdf5_function, object_address
 from ..backend.hashtable import BOOKKEEPING_FILTER
 from ..backend.layout import FIRST_VERSION, VERSION_INDEX
 from ..backend.rows import read_rows, write_rows
+from . import bookkeeping
 from .timestamps import parse_timestamp
 
 __all__ = [
@@ -64,7 +67,8 @@ __all__ = [
     "state_after", "scan", "touch", "after_delete",
 ]
 
-#: Name of the index group inside ``_version_data``.
+#: Name of the group inside ``_version_data`` that held the index in files written before
+#: it moved to :data:`~xarray_vhdf5.versions.bookkeeping.PATH` (read there until then).
 INDEX_NAME = VERSION_INDEX
 #: Version of the index layout, in its fingerprint; another value means "rebuild".
 INDEX_FORMAT = 1
@@ -235,8 +239,8 @@ def fingerprint(versions: h5py.Group, tracks_order: bool | None = None) -> tuple
 # then costs two dataset opens, one attribute and two reads.
 
 _FP_LEN = 8
-_ROWS = f"{INDEX_NAME}/rows".encode()
-_NAMES = f"{INDEX_NAME}/names".encode()
+#: Where the two datasets are looked for, in order (absolute: they resolve from any group of the file).
+_PLACES = tuple((base + b"/rows", base + b"/names") for base in bookkeeping.SEARCH)
 
 
 class StoredIndex(NamedTuple):
@@ -247,18 +251,37 @@ class StoredIndex(NamedTuple):
     names: h5d.DatasetID | None = None  # None: not opened yet
     rows_capacity: int | None = None  # extents (None: ask the dataset)
     names_capacity: int | None = None
+    names_path: bytes = _PLACES[0][1]  # the ``names`` beside these ``rows``
+
+
+def _open_rows(vdata: h5py.Group) -> tuple[h5d.DatasetID, bytes]:
+    """``rows`` (at the bookkeeping group's place, else the legacy one) and the path of its ``names``.
+
+    Raises
+    ------
+    KeyError
+        No index in either place.
+    """
+    gid = vdata.id
+    (rows_path, names_path), (legacy_rows, legacy_names) = _PLACES
+    try:
+        return h5d.open(gid, rows_path), names_path
+    except KeyError:
+        if gid.links.exists(bookkeeping.SEARCH[0]):  # the group is at its place, without an index
+            raise
+    return h5d.open(gid, legacy_rows), legacy_names  # a file written before the move (KeyError: none)
 
 
 def _stored(vdata: h5py.Group) -> StoredIndex | None:
     """The stored index if it has this format (not yet checked against the versions group), or None."""
     try:
-        rows_id = h5d.open(vdata.id, _ROWS)
+        rows_id, names_path = _open_rows(vdata)
         fp = read_attr(rows_id, "fingerprint", expect="int")
     except (KeyError, ValueError, RuntimeError, OSError):  # absent, or damaged: scan instead
         return None
     if not isinstance(fp, np.ndarray) or fp.shape != (_FP_LEN,) or fp.dtype != np.dtype("<i8"):
         return None
-    return StoredIndex(rows_id, fp) if fp[0] == INDEX_FORMAT else None
+    return StoredIndex(rows_id, fp, names_path=names_path) if fp[0] == INDEX_FORMAT else None
 
 
 def _matches(fp: np.ndarray, versions: h5py.Group, tracks_order: bool | None = None) -> bool:
@@ -308,7 +331,7 @@ def load(vdata: h5py.Group, versions: h5py.Group) -> IndexEntries | None:
     n_rows, n_bytes = int(fp[1]), int(fp[2])
     try:
         rows = _read(rows_id, n_rows, np.int64, (2,))
-        blob = _read(h5d.open(vdata.id, _NAMES), n_bytes, np.uint8)
+        blob = _read(h5d.open(vdata.id, stored.names_path), n_bytes, np.uint8)
     except (KeyError, ValueError, RuntimeError, OSError):
         # Absent, or damaged (a chunk that no longer decompresses after a crash): the
         # index is a cache, never the only copy, so the version groups are scanned.
@@ -346,8 +369,10 @@ def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None
 
     The index group itself is kept (it also holds the file's write counters,
     :mod:`~xarray_vhdf5.versions.generation`); its two datasets are replaced.
+    Written where the group is (:func:`~xarray_vhdf5.versions.bookkeeping.require_group`:
+    a file not yet migrated keeps its legacy place until a mutation moves it).
     """
-    grp = vdata.require_group(INDEX_NAME)
+    grp = bookkeeping.require_group(vdata)
     for member in ("rows", "names"):
         if member in grp:
             del grp[member]
@@ -395,9 +420,9 @@ def append(
     """
     if stored is None:
         stored = _stored(vdata)
-    rows_id, fp, names_id, rows_cap, names_cap = stored
+    rows_id, fp, names_id, rows_cap, names_cap, names_path = stored
     if names_id is None:
-        names_id = h5d.open(vdata.id, _NAMES)
+        names_id = h5d.open(vdata.id, names_path)
     if rows_cap is None or names_cap is None:
         rows_cap, names_cap = rows_id.shape[0], names_id.shape[0]
     n_rows, n_bytes = int(fp[1]), int(fp[2])
@@ -412,7 +437,7 @@ def append(
     write_rows(names_id, n_bytes, add)
     new = np.array([INDEX_FORMAT, n_rows + 1, n_bytes + len(add), *fingerprint(versions, tracks_order)], dtype="<i8")
     write_attr(rows_id, "fingerprint", new)  # same type and extent: rewritten in place
-    return StoredIndex(rows_id, new, names_id, rows_cap, names_cap)
+    return StoredIndex(rows_id, new, names_id, rows_cap, names_cap, names_path)
 
 
 def state_after(stored: StoredIndex) -> tuple[int, int] | None:
@@ -430,7 +455,7 @@ def touch(vdata: h5py.Group, versions: h5py.Group) -> None:
     stored = _stored(vdata)
     if stored is not None and writable(vdata) and not _matches(stored.fingerprint, versions):
         fp = stored.fingerprint
-        _write_fingerprint(vdata[INDEX_NAME]["rows"], versions, int(fp[1]), int(fp[2]))
+        _write_fingerprint(h5py.Dataset(stored.rows), versions, int(fp[1]), int(fp[2]))
 
 
 def after_delete(

@@ -12,7 +12,12 @@ A mutation (a commit, a deletion, ``modify_metadata``, a hash-table rebuild):
    metadata overwritten;
 3. for a mutation that moves chunks, takes the ``MOVE`` lock and increments and
    flushes ``moves`` before the body runs, so that readers resolve again;
-4. runs the body and flushes the file, so that what the mutation wrote is on
+4. moves this package's bookkeeping group of a file written before it moved to
+   the root (``/_version_data/__vhdf5_version_index__`` -> ``/__vhdf5__``,
+   :func:`~xarray_vhdf5.versions.bookkeeping.migrate`; a link move, journaled with
+   the mutation, which leaves the counters' byte offset as it was), once per
+   libhdf5 file;
+5. runs the body and flushes the file, so that what the mutation wrote is on
    disk when it returns (a process killed afterwards loses nothing of it) and
    readers opening the file see it whole; then increments ``writes``.
 
@@ -33,7 +38,7 @@ import h5py
 
 from ..backend.signature import not_hdf5_error, open_h5file
 from ..errors import CorruptFileError, FileBusyError, StaleVersionError
-from . import generation
+from . import bookkeeping, generation
 from .journal import JournaledFile, OsIO, journal_path, recover
 from .locking import WRITE_TIMEOUT, file_locks, lock_timeout
 
@@ -79,6 +84,18 @@ def disk_path(f: h5py.File) -> str | None:
 
 #: The byte offset of the counters in each libhdf5 file (it never changes once allocated).
 _OFFSETS: dict[int, int] = {}
+
+#: libhdf5 files (``fileno``) whose bookkeeping group a mutation found at its place or moved there.
+_MIGRATED: set[int] = set()
+
+
+def _migrate(f: h5py.File) -> None:
+    """Move the bookkeeping group of a file written before to its place; once per libhdf5 file."""
+    key = f.id.fileno
+    if key in _MIGRATED:
+        return
+    bookkeeping.migrate(f)
+    _MIGRATED.add(key)
 
 
 def _on_disk(h5file: h5py.File, locks) -> generation.Counters:
@@ -228,6 +245,7 @@ def mutating(h5file: h5py.File, *, moves: bool = False, what: str = "commit") ->
     path = _disk_path(h5file)
     f = h5file.file
     if path is None:  # an in-memory or file-object file: nobody else can see it
+        _migrate(f)
         yield
         f.flush()
         return
@@ -248,6 +266,7 @@ def mutating(h5file: h5py.File, *, moves: bool = False, what: str = "commit") ->
         if jf is not None:
             jf.begin()
         try:
+            _migrate(f)
             if moves:
                 with locks.moving():
                     _SEEN[key] = now = _bump(f, locks, jf, now, moved=True)

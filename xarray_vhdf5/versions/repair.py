@@ -43,6 +43,7 @@ import numpy as np
 
 from ..backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import FileBusyError, StaleVersionError, VHDF5Error
+from . import bookkeeping
 from . import index as version_index
 from .caches import COMMIT_TOKEN
 from .check import CheckReport
@@ -325,13 +326,13 @@ def _rebuild_index(vdata: h5py.Group, versions: h5py.Group, out: RepairReport) -
             committed.append(done)
         entries = version_index.IndexEntries(names, parents, np.array(stamps, np.int64), np.array(committed, bool))
         version_index.save(vdata, versions, entries)
-        index = vdata[version_index.INDEX_NAME]
+        index = bookkeeping.open_group(vdata)
         if COMMIT_TOKEN in index.attrs:
             del index.attrs[COMMIT_TOKEN]
         out.index_rebuilt = True
     except DAMAGE_ERRORS as exc:
         try:  # the group stays: it holds the file's write counters (versions.generation)
-            index = vdata.get(version_index.INDEX_NAME)
+            index = bookkeeping.open_group(vdata)
             for member in ("rows", "names"):
                 if index is not None and member in index:
                     del index[member]
