@@ -59,7 +59,7 @@ def normalize_chunks(
     """
     ndim = len(shape)
     if ndim == 0:
-        raise UnsupportedError("scalar (0-d) datasets are not supported by the versioned format")
+        raise UnsupportedError("Scalar (0-d) datasets are not supported by the versioned format")
     if chunks is False:
         raise UnsupportedError("versioned datasets are always chunked; chunks=False is not supported")
     if chunks is None or chunks is True:

@@ -83,7 +83,7 @@ def new_array_dataset(
         arr = np.broadcast_to(np.zeros((), dtype=object if is_vlen_string_dtype(dt) else dt), shape)
     if arr.ndim == 0:
         raise UnsupportedError(
-            "scalar (0-d) datasets are not supported by the versioned format; store a 1-element array"
+            "Scalar (0-d) datasets are not supported by the versioned format; store a 1-element array"
         )
     chunks_given = chunks is not None
     fillvalue_given = fillvalue is not None

@@ -249,7 +249,7 @@ class InMemoryGroup(GroupAPI):
     def _check_name(self, group: InMemoryGroup, last: str) -> None:
         self._check_open()
         if group is self._root and last in RESERVED_NAMES:
-            raise ValueError(f"{last!r} is a reserved name in versioned files")
+            raise ValueError(f"{last} is a forbidden dataset or group name: reserved at the top level of versioned files")
         if last in group._children:
             raise ValueError(
                 f"unable to create {posixpath.join(group.name, last)!r}: name already exists"
