@@ -96,7 +96,7 @@ def qc_target(ds: xr.Dataset, record_dim: str) -> QCTarget | None:
 
 
 def qc_correction(ds: xr.Dataset, record_dim: str, target: QCTarget | None = None) -> tuple[xr.Dataset, str]:
-    """A QC correction: +0.5 on a 10x10 patch (the last two axes besides ``record_dim``) of :func:`qc_target`.
+    """A QC correction: +0.5 (one grid step of an integer-stored variable, if coarser) on a 10x10 patch (the last two axes besides ``record_dim``) of :func:`qc_target`.
 
     The patch starts at the first valid (non-missing) point of the last step that has
     one, so the correction changes data. Returns the corrected Dataset and a description.
@@ -118,8 +118,13 @@ def qc_correction(ds: xr.Dataset, record_dim: str, target: QCTarget | None = Non
     for axis in range(max(0, len(index) - 2), len(index)):
         index[axis] = slice(index[axis], index[axis] + 10)
     index.insert(rec_axis, target.step)
+    # +0.5, or one step of an integer-stored variable's grid when that is coarser (an
+    # unpacked int32 stored as float after CF decoding would round +0.5 back: no change)
+    enc = ds[name].encoding
+    step = float(np.asarray(enc.get("scale_factor", ds[name].attrs.get("scale_factor", 1.0))).reshape(-1)[0])
+    delta = max(0.5, abs(step)) if np.dtype(enc.get("dtype", ds[name].dtype)).kind in "iu" else 0.5
     patch = data[tuple(index)]
-    data[tuple(index)] = np.where(np.isnan(patch), patch, patch + 0.5)
+    data[tuple(index)] = np.where(np.isnan(patch), patch, patch + delta)
     # As stored: packed variables (scale_factor/add_offset) round the corrected values to their grid.
     var = fixed[name].variable
     stored = xr.conventions.decode_cf_variable(name, xr.conventions.encode_cf_variable(var, name=name))
@@ -127,7 +132,7 @@ def qc_correction(ds: xr.Dataset, record_dim: str, target: QCTarget | None = Non
     n = ds.sizes[record_dim]
     where = f"the last {record_dim}" if target.step == n - 1 else f"{record_dim} step {target.step + 1} of {n}"
     patch_shape = "x".join(["10"] * min(2, len(target.first))) or "1-point"
-    return fixed, f"QC: +0.5 bias correction of {name} on a {patch_shape} patch of {where}"
+    return fixed, f"QC: +{delta:g} bias correction of {name} on a {patch_shape} patch of {where}"
 
 
 @dataclass
