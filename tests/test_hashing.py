@@ -303,8 +303,8 @@ def test_normalize_chunks_defaults():
 @pytest.mark.parametrize(
     "chunks,shape,error,match",
     [
-        ((4,), (), UnsupportedError, "scalar"),
-        (None, (), UnsupportedError, "scalar"),
+        ((4,), (), UnsupportedError, "Scalar"),
+        (None, (), UnsupportedError, "Scalar"),
         (False, (10,), UnsupportedError, "chunked"),
         ((4, 4), (10,), IncompatibleDataError, "axes"),
         ((4,), (10, 10), IncompatibleDataError, "axes"),
