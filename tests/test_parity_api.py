@@ -198,7 +198,7 @@ def test_resize_past_maxshape(vh, vf):
     ignores maxshape with a UserWarning and resizes. In both, a committed virtual dataset
     has maxshape == shape and the next version may grow it past the first maxshape."""
     if ours(vh):
-        with pytest.raises(errors.IncompatibleDataError, match="maxshape"):
+        with pytest.raises(errors.IncompatibleDataError, match="maxshape"), pytest.warns(UserWarning, match="maxshape"):
             with stage(vf) as g:
                 g.create_dataset("m", data=np.arange(3), chunks=(2,), maxshape=(5,)).resize((6,))
     else:

@@ -7,6 +7,8 @@ this package on the same operations.
 
 from __future__ import annotations
 
+import datetime
+
 import h5py
 import numpy as np
 import pytest
@@ -59,3 +61,60 @@ def test_scalar_datasets_are_not_implemented(vfile, how):
                 g.create_dataset("x", data=np.asarray(123))
             else:
                 g.create_dataset("x", shape=())
+
+
+def test_maxshape_warns_as_ignored(vfile):
+    """test_api.py::test_create_dataset_warns_for_ignored_kwargs: a maxshape other than all
+    None warns "... parameter is currently ignored for versioned datasets" (it is not stored)."""
+    with vfile.stage_version("v1") as g:
+        with pytest.warns(UserWarning, match="maxshape parameter is currently ignored for versioned datasets"):
+            g.create_dataset("d", data=[1, 2], maxshape=(3,))
+        g.create_dataset("e", data=[1, 2], maxshape=(None,))  # quietly: filterwarnings is "error"
+    assert vfile["v1"]["d"].shape == (2,)
+
+
+def test_contains_takes_absolute_paths_inside_the_version_only(vfile):
+    """test_api.py::test_group_contains: an absolute path in a committed version's group is
+    looked up inside that group; another version's path is not a member."""
+    for name in ("version1", "version2"):
+        with vfile.stage_version(name) as g:
+            g.create_dataset(f"{name}_grp/x", data=np.arange(3), chunks=(2,))
+    v1, v2 = vfile["version1"], vfile["version2"]
+    prefix = "/_version_data/versions/version1"
+    assert prefix in v1 and prefix + "/" in v1
+    assert prefix + "/version1_grp" in v1 and prefix + "/version1_grp/x/" in v1
+    assert prefix + "/nothing" not in v1
+    assert prefix not in v2 and prefix + "/" not in v2
+    assert prefix + "/version1_grp" not in v2  # version2 has the group too, at its own path
+    assert "/_version_data/versions/version2/version1_grp/x" in v2
+    assert "version1_grp/x" in v2
+
+
+def test_committed_staged_group_repr(vfile):
+    """test_api.py::test_check_committed: a staged group kept past its commit shows the
+    version group it became."""
+    with vfile.stage_version("version1") as g:
+        g.create_dataset("grp/x", data=np.arange(3), chunks=(2,))
+        sub = g["grp"]
+    assert repr(g) == '<Committed InMemoryGroup "/_version_data/versions/version1">'
+    assert repr(sub) == '<Committed InMemoryGroup "/_version_data/versions/version1/grp">'
+
+
+def test_time_lookup_refuses_the_version_being_staged(vfile):
+    """test_api.py::test_no_recursive_version_group_access: inside a stage_version block, a
+    lookup by a time after staging began would be the staged version's: ValueError."""
+    t1 = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+    with vfile.stage_version("version1", timestamp=t1) as g:
+        g.create_dataset("x", data=[1, 2, 3])
+    with vfile.stage_version("version2") as g:
+        vfile["version1"]
+        with pytest.raises(ValueError):
+            vfile["version2"]
+        assert vfile[t1]["x"][0] == 1
+        later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=1)
+        with pytest.raises(ValueError):
+            vfile[later]
+        with pytest.raises(ValueError):
+            vfile[np.datetime64(later.replace(tzinfo=None))]
+        g["x"][0] = 5
+    assert vfile[later]["x"][0] == 5  # committed (its timestamp is before ``later``): found

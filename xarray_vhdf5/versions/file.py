@@ -28,7 +28,7 @@ from .reader import SharedVersionedFile
 from .rebase import RebaseReport, rebase_staged
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
-from .timestamps import to_utc_datetime
+from .timestamps import now_utc, to_utc_datetime
 
 __all__ = ["VersionedHDF5File"]
 
@@ -122,6 +122,8 @@ class VersionedHDF5File:
                 f"package reads up to {DATA_VERSION}: upgrade xarray_vhdf5"
             )
         self._closed = False
+        #: Versions being staged by this handle: name -> when staging began (``_check_not_staged``).
+        self._staging: dict[str, _dt.datetime] = {}
         self._read_only = f.file.mode == "r"  # fixed for the life of the handle
         # Another library may have committed since this package last wrote the file: its
         # stored version index did not describe the versions (they were scanned). The next
@@ -293,7 +295,34 @@ class VersionedHDF5File:
             The file is closed.
         """
         name = self.resolve(key)
+        if isinstance(key, (_dt.datetime, np.datetime64)):
+            self._check_not_staged(key, name)
         return VersionGroup(None, name, parent=self._registry.group, path=name)
+
+    def _check_not_staged(self, when, found: str) -> None:
+        """Refuse a time lookup that a version staged in this handle would answer once committed.
+
+        versioned-hdf5 2.6 gives a staged version a placeholder timestamp (when
+        staging began) and refuses it from a lookup by time; here the staged
+        version is not in the file yet, so the lookup would silently answer
+        with its predecessor.
+
+        Raises
+        ------
+        ValueError
+            A version being staged here began staging after ``found`` was
+            committed and at or before ``when``.
+        """
+        if not self._staging:
+            return
+        when = to_utc_datetime(when)
+        found_at = self._registry.info(found).timestamp
+        for staged, began in self._staging.items():
+            if found_at < began <= when:
+                raise ValueError(
+                    f"version {staged!r} is being staged (since {began}), not committed: it has no timestamp yet "
+                    f"to look up by; {found!r} is the version committed before it"
+                )
 
     def get_version_by_name(self, version: str) -> VersionGroup:
         """The committed version named ``version`` (``""`` or None: the current one)."""
@@ -303,6 +332,8 @@ class VersionedHDF5File:
         """The version committed at ``timestamp``, else (``exact=False``) the latest before."""
         self._check_open()
         name = self._registry.at_time(timestamp, exact=exact)
+        if not exact:
+            self._check_not_staged(timestamp, name)
         return VersionGroup(None, name, parent=self._registry.group, path=name)
 
     def version_info(self, key: VersionKey):
@@ -526,11 +557,14 @@ class VersionedHDF5File:
         ts = to_utc_datetime(timestamp) if timestamp is not None else None
         root = self._staged_root(prev)
         self.last_rebase = None
+        self._staging[version_name] = now_utc()
         try:
             yield root
         except BaseException:
             root._close()  # discarded: later edits raise instead of being lost
             raise
+        finally:
+            self._staging.pop(version_name, None)
         if not self.f.id.valid:
             root._close()
             raise ClosedFileError(
@@ -560,6 +594,7 @@ class VersionedHDF5File:
                     timestamp=ts, caches=self._caches, finish=finish,
                     foreign=self._foreign or not index_was_valid,
                 )
+                root.committed_as = f"{self._registry.group.name}/{version_name}"
             except BaseException:
                 if index_was_valid:  # the failed commit made and removed a group: same versions
                     touch_index(self._registry.vdata, self._registry.group)

@@ -114,6 +114,8 @@ class InMemoryGroup(GroupAPI):
             obj_id=source.id if source is not None else None,
         )
         self._closed = False
+        #: Set on a version's root once committed: the version group's path in the file.
+        self.committed_as: str | None = None
         #: Set on a version's root by ``stage_version``: chunk maps of the last commit,
         #: and the versions group's state when staging began (``SlabMapCache.get``).
         self.slab_maps = None
@@ -306,7 +308,11 @@ class InMemoryGroup(GroupAPI):
         fillvalue : scalar, optional
             Fill value; chunks entirely of it are not stored.
         maxshape : tuple, optional
-            Largest shape ``resize`` accepts; default unlimited.
+            Largest shape ``resize`` accepts in this staged version; default
+            unlimited. It is not stored: other than all None, it warns
+            "The maxshape parameter is currently ignored for versioned datasets
+            once committed..." (a ``UserWarning``; versioned-hdf5 2.6 warns and
+            ignores it).
         **kwargs
             h5py's other ``create_dataset`` keywords (``track_order``,
             ``track_times``, ``dcpl``, ...) have no meaning for a versioned
@@ -340,6 +346,13 @@ class InMemoryGroup(GroupAPI):
             if value is not None:
                 warnings.warn(f"The {key} parameter is currently ignored for versioned datasets.", UserWarning,
                               stacklevel=2)
+        if maxshape is not None and not (isinstance(maxshape, tuple) and set(maxshape) == {None}):
+            # versioned-hdf5 2.6 warns so and ignores it; here it bounds resize until the commit.
+            warnings.warn(
+                "The maxshape parameter is currently ignored for versioned datasets once committed: it bounds "
+                "resize only in the staged version that creates the dataset, and is not stored.",
+                UserWarning, stacklevel=2,
+            )
         group, last = self._walk(path, create=True)
         if isinstance(group._children.get(last), (InMemoryDataset, UnopenedDataset)):
             self._check_open()  # the previous version's dataset: replaced below
@@ -465,6 +478,9 @@ class InMemoryGroup(GroupAPI):
         group._children[last] = obj
 
     def __repr__(self) -> str:
+        committed = self._root.committed_as
+        if committed is not None:  # versioned-hdf5's form, the group's path in the file
+            return f'<Committed InMemoryGroup "{posixpath.join(committed, self.name).rstrip("/")}">'
         return f"<InMemoryGroup {self.name or '/'!r} ({len(self)} members)>"
 
     # -- for the commit ------------------------------------------------------

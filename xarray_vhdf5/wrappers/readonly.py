@@ -431,6 +431,26 @@ class VersionGroup:
 
     @_reads_file
     def __contains__(self, path: object) -> bool:
+        """Whether ``path`` names a member (relative, or absolute in the file as versioned-hdf5 takes it).
+
+        An absolute path (``"/_version_data/versions/v1/grp"``) is looked up
+        only inside this group: one outside it (another version's) is not a
+        member, as in versioned-hdf5 (h5py would look it up from the file's root).
+
+        Raises
+        ------
+        ClosedFileError
+            The file is closed.
+        """
+        if isinstance(path, str) and path.startswith("/"):
+            own = self.name.rstrip("/") + "/"
+            if path.rstrip("/") + "/" == own:
+                self._raise_if_closed()
+                return True
+            if not path.startswith(own):
+                self._raise_if_closed()
+                return False
+            path = path[len(own):]
         found = path in self.group
         if not found:
             self._raise_if_closed()  # h5py answers False for a closed group
