@@ -10,7 +10,8 @@ Semantics of versioned-hdf5 2.6 ``replay.modify_metadata``, checked against it b
   differ only for out-of-range values: 300.0 -> uint8 is 255 stored, 44 unstored);
   then, if a fill value is given and differs (``!=``) from the old one, every point
   equal (``==``, so ``-0.0`` matches ``0.0`` and a NaN never matches) to the old fill
-  value becomes the new fill value;
+  value becomes the new fill value (variable-length strings, which have none, count
+  ``b""`` as theirs when made fixed-width with a fill value);
 - without ``fillvalue`` the new fill value is the old one cast by numpy (as h5py does
   when creating the dataset);
 - filters not passed are kept; ``compression=None`` removes compression. Unlike
@@ -213,10 +214,18 @@ def _target(base: h5py.Dataset, interrupted: bool, shapes: list, chunks, dtype, 
         if new_dtype.kind == "O" and h5py.check_string_dtype(new_dtype) is None:
             new_dtype = h5py.string_dtype()
     ndim = len(base.attrs["chunks"])
-    if chunks is False:
+    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool) and ndim == 1:
+        chunks = (int(chunks),)  # an int for 1-d, as h5py takes it (versioned-hdf5 2.6 refuses it)
+    if chunks is False or not (chunks is None or chunks is True or isinstance(chunks, tuple)):
+        # versioned-hdf5 2.6's message.
         raise IncompatibleDataError(
-            "chunks=False: versioned datasets are always chunked; give a chunk shape "
-            "(a tuple of int, one per axis), True to choose one, or None to keep the current one"
+            f"chunks must be a tuple of int (one per axis), True to choose one, or None to keep the current "
+            f"one, got {chunks!r}" + (" (versioned datasets are always chunked)" if chunks is False else "")
+        )
+    if isinstance(chunks, tuple) and len(chunks) != ndim:
+        raise IncompatibleDataError(
+            f"shape and chunk_size must have the same dimensionality: the dataset has {ndim} "
+            f"dimension(s), chunks {chunks!r}"
         )
     if chunks is None:
         new_chunks = tuple(int(c) for c in base.attrs["chunks"])
@@ -279,6 +288,11 @@ class _Rewriter:
             old = None if is_vlen_string_dtype(src.dtype) else src.fillvalue
             cast = _numpy_cast(old, t.dtype)
             replace = False
+            if old is None and t.given_fill is not None and t.dtype.kind == "S":
+                # Variable-length strings to fixed-width ones with a fill value: their
+                # unstored points read as b"", which versioned-hdf5 2.6 takes as the old
+                # fill value (stored b"" points become the new fill value too).
+                old = b""
             if t.given_fill is not None and old is not None and not is_vlen_string_dtype(t.dtype):
                 with warnings.catch_warnings(), np.errstate(all="ignore"):
                     warnings.simplefilter("ignore")
@@ -414,8 +428,10 @@ def modify_metadata(
         No versioned dataset ``dataset_name`` (a ``KeyError``, as versioned-hdf5).
     IncompatibleDataError
         A cast HDF5 cannot do (numbers <-> strings, float -> bool, complex <-> real),
-        chunks of the wrong number of axes or not positive, ``chunks=False``
-        (versioned datasets are always chunked), a fill value for variable-length
+        chunks not a tuple (nor an int for 1-d, nor True), ``chunks=False``
+        (versioned datasets are always chunked): "chunks must be a tuple..."; of
+        the wrong number of axes: "shape and chunk_size must have the same
+        dimensionality..." (versioned-hdf5 2.6's messages); not positive; a fill value for variable-length
         strings. Raised before anything is written.
     ReadOnlyError
         The file is open read-only.
