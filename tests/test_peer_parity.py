@@ -153,3 +153,38 @@ def test_modify_metadata_bad_chunks_messages(vfile, chunks, match):
     with pytest.raises(ValueError, match=match):
         modify(vfile, "x", chunks=chunks)
     assert vfile["v0"]["x"].chunks == (2,)
+
+
+@pytest.mark.parametrize("path", ["x", "a/versions/x"])
+@pytest.mark.parametrize("how", ["setitem", "create_dataset"])
+def test_recreated_dataset_takes_its_raw_data_chunks_and_fill(vfile, path, how):
+    """test_api.py::test_resize_after_delete_and_recreate, ..._recreating_in_versions_subgroup:
+    a dataset deleted in an earlier version and set again (``sv[name] = array``) takes its
+    raw_data's chunks and fill value while staged, so a resize pads with the fill value it
+    keeps. ``create_dataset`` without chunks/fillvalue does too here; versioned-hdf5 2.6
+    pads with 0 and refuses the commit (the documented difference of docs/format.md)."""
+    with vfile.stage_version("v0") as sv:
+        sv.create_dataset(path, data=np.arange(10.0), chunks=(4,), fillvalue=3.0)
+    with vfile.stage_version("v1") as sv:
+        del sv[path]
+    expected = np.full(12, 3.0)
+    expected[:7] = np.arange(7.0)
+    theirs = isinstance(vfile, versioned_hdf5.VersionedHDF5File)
+    if how == "create_dataset" and theirs:
+        with pytest.raises(ValueError, match="chunk size"):
+            with vfile.stage_version("v2") as sv:
+                sv.create_dataset(path, data=np.arange(7.0))
+        return
+    with vfile.stage_version("v2") as sv:
+        if how == "setitem":
+            sv[path] = np.arange(7.0)
+        else:
+            sv.create_dataset(path, data=np.arange(7.0))
+        assert sv[path].fillvalue == 3.0
+        sv[path].resize((12,))
+        assert sv[path].chunks == (4,)
+        np.testing.assert_array_equal(sv[path][:], expected)
+    assert vfile["v2"][path].chunks == (4,)
+    assert vfile["v2"][path].fillvalue == 3.0
+    np.testing.assert_array_equal(vfile["v2"][path][:], expected)
+    np.testing.assert_array_equal(vfile["v0"][path][:], np.arange(10.0))

@@ -28,13 +28,18 @@ def new_array_dataset(
     maxshape=None,
     filters: Filters = Filters(),
     default_chunks=None,
+    pinned: tuple[tuple[int, ...], object] | None = None,
 ) -> InMemoryArrayDataset | InMemorySparseDataset:
     """Validate ``create_dataset`` arguments and build the staged dataset.
 
     With ``data``, an :class:`InMemoryArrayDataset` holding a copy of it;
     with only ``shape`` (and ``dtype``, ``fillvalue``), an
     :class:`InMemorySparseDataset` that stores only the chunks written to
-    (versioned-hdf5's behaviour).
+    (versioned-hdf5's behaviour). ``pinned``: ``(chunks, fill value)`` of the
+    raw_data this path already has in the file (a dataset deleted in an
+    earlier version and created again), used where ``chunks``/``fillvalue``
+    are not given, as versioned-hdf5 2.6 does, so a ``resize`` before the
+    commit pads with the fill value the commit will keep.
 
     Raises
     ------
@@ -87,6 +92,12 @@ def new_array_dataset(
         )
     chunks_given = chunks is not None
     fillvalue_given = fillvalue is not None
+    if pinned is not None:
+        pinned_chunks, pinned_fill = pinned
+        if chunks is None and len(pinned_chunks) == arr.ndim:
+            chunks = pinned_chunks
+        if fillvalue is None and pinned_fill is not None and not is_vlen_string_dtype(arr.dtype):
+            fillvalue = pinned_fill
     if chunks is None and default_chunks is not None:
         chunks = default_chunks(arr.shape, arr.dtype)
     chunks = normalize_chunks(chunks, arr.shape, arr.dtype)

@@ -27,6 +27,7 @@ from h5py import h5i, h5o
 
 from ..backend.chunks import guess_chunks_h5py
 from ..backend.h5objects import member_names, object_info_by_name, relinked
+from ..backend.hashing import is_vlen_string_dtype
 from ..backend.chunkmap import version_dataset_layout
 from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS, VERSION_DATA, split_version_path
 from ..backend.raw_data import Filters
@@ -359,9 +360,11 @@ class InMemoryGroup(GroupAPI):
         else:
             self._check_name(group, last)
         filters = Filters(compression, compression_opts, bool(shuffle), bool(fletcher32), scaleoffset)
+        new_path = posixpath.join(group.name, last)
         ds = new_array_dataset(
-            posixpath.join(group.name, last), group, shape=shape, dtype=dtype, data=data,
+            new_path, group, shape=shape, dtype=dtype, data=data,
             chunks=chunks, fillvalue=fillvalue, maxshape=maxshape, filters=filters,
+            pinned=_pinned_layout(self._root, new_path),
         )
         group._children[last] = ds
         return ds
@@ -447,6 +450,7 @@ class InMemoryGroup(GroupAPI):
             ds = new_array_dataset(
                 new_path, group, data=value[()],
                 default_chunks=lambda shape, dtype: guess_chunks_h5py(shape, dtype.itemsize),
+                pinned=_pinned_layout(self._root, new_path),
             )
             for key, val in value.attrs.items():
                 if key not in RESERVED_ATTRS:
@@ -457,6 +461,7 @@ class InMemoryGroup(GroupAPI):
             ds = new_array_dataset(
                 new_path, group, data=value,
                 default_chunks=lambda shape, dtype: guess_chunks_h5py(shape, dtype.itemsize),
+                pinned=_pinned_layout(self._root, new_path),
             )
         group._children[last] = ds
 
@@ -531,6 +536,28 @@ _IGNORED_H5PY_KEYWORDS = frozenset({
     "track_times", "track_order", "external", "allow_unknown_filter", "dcpl", "dapl",
     "efile_prefix", "virtual_prefix", "rdcc_nbytes", "rdcc_nslots", "rdcc_w0",
 })
+
+
+def _pinned_layout(root: InMemoryGroup, path: str) -> tuple[tuple[int, ...], object] | None:
+    """``(chunks, fill value)`` of the raw_data ``path`` has in the file, None if it has none.
+
+    A dataset deleted in an earlier version keeps its raw_data while a version
+    holds it; created again (``create_dataset``, ``group[name] = array``), it
+    must take that raw_data's chunks and fill value (the commit adopts them):
+    a ``resize`` staged before the commit then pads with the right fill value.
+    One link lookup; nothing is read for a path that never had a dataset.
+    """
+    where = getattr(root, "h5file", None)
+    if where is None or not where.id.valid:
+        return None
+    try:
+        raw = where.get(posixpath.join(VERSION_DATA, path, "raw_data"))
+    except (KeyError, ValueError, TypeError):
+        return None
+    if not isinstance(raw, h5py.Dataset) or "chunks" not in raw.attrs:
+        return None
+    chunks = tuple(int(c) for c in raw.attrs["chunks"])
+    return chunks, (None if is_vlen_string_dtype(raw.dtype) else raw.fillvalue)
 
 
 def _new_points(group: InMemoryGroup, last: str, path: str, value) -> StagedDatasetBase:
