@@ -473,7 +473,25 @@ class _Flags(NamedTuple):
 _WRITEABLE = _Flags(True, True)
 
 
-class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
+class _ComputesAsNumpy(np.lib.mixins.NDArrayOperatorsMixin):
+    """numpy functions and ufuncs on a staged array compute on its values (``_as_numpy``); ``out=`` writes back."""
+
+    def __array_function__(self, func, types, args, kwargs):
+        return func(*_as_numpy(args), **_as_numpy(kwargs))
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.pop("out", None)
+        result = getattr(ufunc, method)(*_as_numpy(inputs), **_as_numpy(kwargs))
+        if out is None:
+            return result
+        targets = out if isinstance(out, tuple) else (out,)
+        results = result if isinstance(result, tuple) else (result,)
+        for target, value in zip(targets, results):
+            target[...] = value
+        return out[0] if isinstance(out, tuple) and len(out) == 1 else out
+
+
+class StagedVariableArray(_ComputesAsNumpy):
     """A staged variable's data: CF-decoded view of a :class:`~xarray_vhdf5.staging.StagedChangesArray`.
 
     Parameters
@@ -728,20 +746,6 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
     def astype(self, dtype, **kwargs) -> np.ndarray:
         return np.asarray(self).astype(dtype, **kwargs)
 
-    def __array_function__(self, func, types, args, kwargs):
-        return func(*_as_numpy(args), **_as_numpy(kwargs))
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        out = kwargs.pop("out", None)
-        result = getattr(ufunc, method)(*_as_numpy(inputs), **_as_numpy(kwargs))
-        if out is None:
-            return result
-        targets = out if isinstance(out, tuple) else (out,)
-        results = result if isinstance(result, tuple) else (result,)
-        for target, value in zip(targets, results):
-            target[...] = value
-        return out[0] if isinstance(out, tuple) and len(out) == 1 else out
-
     def _like(self, staged: StagedChangesArray) -> StagedVariableArray:
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
@@ -760,7 +764,7 @@ class StagedVariableArray(np.lib.mixins.NDArrayOperatorsMixin):
             return self._like(self._ensure_open().copy())
 
 
-class CharArrayValues(np.lib.mixins.NDArrayOperatorsMixin):
+class CharArrayValues(_ComputesAsNumpy):
     """A staged netCDF ``char`` array's decoded strings, in memory, widening instead of truncating.
 
     xarray decodes a char array (``S1`` along a string dimension) to
@@ -829,20 +833,6 @@ class CharArrayValues(np.lib.mixins.NDArrayOperatorsMixin):
 
     def astype(self, dtype, **kwargs) -> np.ndarray:
         return self.values.astype(dtype, **kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        return func(*_as_numpy(args), **_as_numpy(kwargs))
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        out = kwargs.pop("out", None)
-        result = getattr(ufunc, method)(*_as_numpy(inputs), **_as_numpy(kwargs))
-        if out is None:
-            return result
-        targets = out if isinstance(out, tuple) else (out,)
-        results = result if isinstance(result, tuple) else (result,)
-        for target, value in zip(targets, results):
-            target[...] = value
-        return out[0] if isinstance(out, tuple) and len(out) == 1 else out
 
     def __copy__(self) -> CharArrayValues:
         return type(self)(self.values, self.name)
