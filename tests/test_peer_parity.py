@@ -188,3 +188,31 @@ def test_recreated_dataset_takes_its_raw_data_chunks_and_fill(vfile, path, how):
     assert vfile["v2"][path].fillvalue == 3.0
     np.testing.assert_array_equal(vfile["v2"][path][:], expected)
     np.testing.assert_array_equal(vfile["v0"][path][:], np.arange(10.0))
+
+
+def test_staged_group_reads_its_committed_version_after_the_commit(vfile):
+    """test_api.py::test_nested_group, test_groups: a staged group kept past its ``with`` block
+    reads the committed version (members, listing, ``in``); edits still raise ValueError."""
+    with vfile.stage_version("1") as sv:
+        sv.create_dataset("bar/baz", data=np.array([1, 1]))
+        sub = sv["bar"]
+    np.testing.assert_array_equal(sv["bar/baz"][:], [1, 1])
+    np.testing.assert_array_equal(sub["baz"][:], [1, 1])
+    assert "bar/baz" in sv and "nothing" not in sv
+    assert list(sv) == ["bar"] and list(sub) == ["baz"]
+    with pytest.raises(ValueError, match="committed"):
+        sv["bar/baz"][0] = 5
+    with pytest.raises(ValueError, match="committed"):
+        sv.create_dataset("late", data=[1])
+    np.testing.assert_array_equal(vfile["1"]["bar/baz"][:], [1, 1])
+
+
+def test_absolute_paths_are_refused_in_staged_groups(vfile):
+    """test_api.py::test_groups: create_dataset/create_group with an absolute path raise ValueError."""
+    with vfile.stage_version("v1") as g:
+        with pytest.raises(ValueError):
+            g.create_dataset("/group1/test_data", data=np.arange(3))
+        with pytest.raises(ValueError):
+            g.create_group("/group1")
+        g.create_dataset("ok", data=np.arange(3))
+    assert list(vfile["v1"]) == ["ok"]

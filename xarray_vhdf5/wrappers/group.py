@@ -37,7 +37,7 @@ from .chunked import InMemoryDataset
 from .create import new_array_dataset
 from .dataset import StagedDatasetBase
 from .group_api import GroupAPI
-from .readonly import VersionDataset
+from .readonly import VersionDataset, VersionGroup
 
 __all__ = ["InMemoryGroup", "UnopenedDataset"]
 
@@ -193,7 +193,37 @@ class InMemoryGroup(GroupAPI):
             group = child
         return group, parts[-1]
 
+    def _committed_view(self) -> VersionGroup | None:
+        """This group as committed (read-only), once its staged version was committed; else None.
+
+        A staged tree is emptied when its version is committed (see ``_close``);
+        reads through a group kept past the ``with`` block then go to the
+        committed version, as versioned-hdf5 2.6 serves them.
+        """
+        root = self._root
+        where = getattr(root, "h5file", None)
+        if not root._closed or root.committed_as is None or where is None or not where.id.valid:
+            return None
+        try:
+            h5group = where.file[posixpath.join(root.committed_as, self.name).rstrip("/")]
+        except (KeyError, ValueError):
+            return None  # the version was deleted since
+        return VersionGroup(h5group, root.committed_as.rpartition("/")[2])
+
     def __getitem__(self, path: str):
+        """Member ``path`` (relative to this group); after the commit, the committed version's, read-only.
+
+        Raises
+        ------
+        KeyError
+            No such member.
+        ReadOnlyError
+            The staged version was discarded (or its committed version deleted since).
+        """
+        if self._root._closed:
+            view = self._committed_view()
+            if view is not None:
+                return view[path]
         self._check_open()
         group, last = self._walk(path)
         try:
@@ -210,6 +240,8 @@ class InMemoryGroup(GroupAPI):
             return default
 
     def __contains__(self, path: object) -> bool:
+        if self._root._closed and (view := self._committed_view()) is not None:
+            return path in view
         try:
             group, last = self._walk(str(path))
         except (KeyError, ValueError, IncompatibleDataError):
@@ -217,12 +249,14 @@ class InMemoryGroup(GroupAPI):
         return last in group._children
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._children))
+        return iter(self.keys())
 
     def __len__(self) -> int:
-        return len(self._children)
+        return len(self.keys())
 
     def keys(self):
+        if self._root._closed and (view := self._committed_view()) is not None:
+            return view.keys()
         return list(self._children)
 
     def values(self):
@@ -259,7 +293,16 @@ class InMemoryGroup(GroupAPI):
             )
 
     def create_group(self, path: str) -> InMemoryGroup:
-        """Create a subgroup (intermediate groups too); raise ValueError if it exists."""
+        """Create a subgroup (intermediate groups too).
+
+        Raises
+        ------
+        ValueError
+            It exists; or ``path`` is absolute (``"/grp"``), which versioned-hdf5
+            2.6 refuses too ("Root level groups cannot be created inside of
+            versioned groups").
+        """
+        _refuse_absolute(path)
         group, last = self._walk(path, create=True)
         self._check_name(group, last)
         child = InMemoryGroup(posixpath.join(group.name, last), root=self._root)
@@ -267,6 +310,15 @@ class InMemoryGroup(GroupAPI):
         return child
 
     def require_group(self, path: str) -> InMemoryGroup:
+        """The subgroup at ``path``, created if missing (h5py); an absolute path from the version's root.
+
+        Raises
+        ------
+        TypeError
+            A dataset is at ``path``.
+        """
+        if path.startswith("/"):
+            return self._root.require_group(path.lstrip("/")) if path.strip("/") else self._root
         if path in self:
             item = self[path]
             if not isinstance(item, InMemoryGroup):
@@ -329,7 +381,8 @@ class InMemoryGroup(GroupAPI):
         ------
         ValueError
             A dataset or group created in this staged version, or a reserved
-            name, is at ``path``.
+            name, is at ``path``; ``path`` is absolute (versioned-hdf5 2.6
+            refuses it too).
         UnsupportedError
             Scalar datasets or ``h5py.Empty``.
         IncompatibleDataError
@@ -337,6 +390,7 @@ class InMemoryGroup(GroupAPI):
         TypeError
             A keyword argument that is not h5py's.
         """
+        _refuse_absolute(path)
         unknown = sorted(set(kwargs) - _IGNORED_H5PY_KEYWORDS)
         if unknown:
             raise TypeError(
@@ -536,6 +590,15 @@ _IGNORED_H5PY_KEYWORDS = frozenset({
     "track_times", "track_order", "external", "allow_unknown_filter", "dcpl", "dapl",
     "efile_prefix", "virtual_prefix", "rdcc_nbytes", "rdcc_nslots", "rdcc_w0",
 })
+
+
+def _refuse_absolute(path: str) -> None:
+    """Raise ValueError for an absolute path, as versioned-hdf5 2.6's ``create_group``/``create_dataset``."""
+    if isinstance(path, str) and path.startswith("/"):
+        raise ValueError(
+            f"Root level groups cannot be created inside of versioned groups: {path!r} is absolute; "
+            "give a path relative to the group"
+        )
 
 
 def _pinned_layout(root: InMemoryGroup, path: str) -> tuple[tuple[int, ...], object] | None:
