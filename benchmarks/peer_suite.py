@@ -17,16 +17,18 @@ into a temporary folder, and runs them twice with pytest, each in a child proces
 
 Tests that use versioned-hdf5's private internals are listed, each with its reason, in
 ``benchmarks/peer_suite_private.txt`` (``test id  # reason``) and left out of the count.
-The count printed is: of the public tests versioned-hdf5 passes, how many pass here; the
-public tests that fail here are listed with the last line of their error.
+The count printed is: of the public tests versioned-hdf5 passes, how many pass here. The
+public tests that fail here are listed in two groups: those listed, with the documented
+difference that makes them fail, in ``benchmarks/peer_suite_deliberate.txt`` (same form;
+they still count as failing), and the others, with the last line of their error.
 
 Run from the repository root with the development environment active (about 2 minutes)::
 
     python benchmarks/peer_suite.py                 # downloads the sdist into a temp folder
     python benchmarks/peer_suite.py --sdist versioned_hdf5-2.6.0.tar.gz --keep /tmp/peer
 
-Exit status: 0 when every public test versioned-hdf5 passes also passes here, 1 otherwise,
-2 when the sdist cannot be had (no network). ``tests/test_peer_suite_slow.py`` runs it.
+Exit status: 0 when every public test versioned-hdf5 passes also passes here or is listed
+as a deliberate difference, 1 otherwise, 2 when the sdist cannot be had (no network). ``tests/test_peer_suite_slow.py`` runs it.
 What it leaves out: versioned-hdf5's other test files (staging engine, hashing, wrappers'
 internals), which test its implementation rather than its API.
 """
@@ -51,6 +53,7 @@ VERSION = "2.6.0"
 SDIST = f"versioned_hdf5-{VERSION}.tar.gz"
 TEST_FILES = ("tests/test_api.py", "tests/test_replay.py")
 PRIVATE_LIST = Path(__file__).with_name("peer_suite_private.txt")
+DELIBERATE_LIST = Path(__file__).with_name("peer_suite_deliberate.txt")
 
 #: The shim package: module -> source. Public names are xarray_vhdf5's; private ones raise.
 SHIM = {
@@ -238,7 +241,11 @@ def read_junit(path: Path) -> dict[str, Outcome]:
 
 
 def read_private(path: Path = PRIVATE_LIST) -> dict[str, str]:
-    """The reviewed list: test id (or a test's name without parameters) -> why it is private."""
+    """A reviewed list: test id (or a test's name without parameters) -> why it is listed.
+
+    ``peer_suite_private.txt`` (tests left out) by default; ``peer_suite_deliberate.txt``
+    (:data:`DELIBERATE_LIST`, failures reported apart) has the same form.
+    """
     private = {}
     for line in path.read_text().splitlines():
         line = line.strip()
@@ -253,8 +260,12 @@ def is_private(test_id: str, private: dict[str, str]) -> bool:
     return test_id in private or test_id.split("[")[0] in private
 
 
-def summarize(reference: dict[str, Outcome], ours: dict[str, Outcome], private: dict[str, str]) -> tuple[str, bool]:
-    """The printed report, and whether every public test the reference passes passes here."""
+def summarize(reference: dict[str, Outcome], ours: dict[str, Outcome], private: dict[str, str],
+              deliberate: dict[str, str] | None = None) -> tuple[str, bool]:
+    """The printed report, and whether every public test the reference passes passes here
+    or fails for a reviewed deliberate difference (``deliberate``, default :data:`DELIBERATE_LIST`)."""
+    if deliberate is None:
+        deliberate = read_private(DELIBERATE_LIST)
     lines = []
 
     def count(outcomes, tests):
@@ -277,13 +288,22 @@ def summarize(reference: dict[str, Outcome], ours: dict[str, Outcome], private: 
     lines.append(
         f"xarray_vhdf5 passes {len(passing)} of the {len(target)} public tests versioned-hdf5 2.6.0 passes"
     )
-    unlisted = [t for t in private if not any(t == x or t == x.split("[")[0] for x in every)]
-    if unlisted:
-        lines.append(f"entries of {PRIVATE_LIST.name} matching no test: {', '.join(unlisted)}")
-    if failing:
-        lines.append("public tests failing here:")
-        lines.extend(f"  {t}: {ours.get(t, Outcome('missing')).message[:200]}" for t in failing)
-    return "\n".join(lines), not failing
+    for listed, path in ((private, PRIVATE_LIST), (deliberate, DELIBERATE_LIST)):
+        unlisted = [t for t in listed if not any(t == x or t == x.split("[")[0] for x in every)]
+        if unlisted:
+            lines.append(f"entries of {path.name} matching no test: {', '.join(unlisted)}")
+    chosen = [t for t in failing if is_private(t, deliberate)]
+    other = [t for t in failing if t not in chosen]
+    stale = [t for t in target if t in passing and is_private(t, deliberate)]
+    if stale:
+        lines.append(f"listed in {DELIBERATE_LIST.name} but passing (remove them): {', '.join(stale)}")
+    if chosen:
+        lines.append(f"failing here for a deliberate difference ({DELIBERATE_LIST.name}): {len(chosen)}")
+        lines.extend(f"  {t}: {deliberate.get(t, deliberate.get(t.split('[')[0], ''))[:200]}" for t in chosen)
+    if other:
+        lines.append(f"other public tests failing here: {len(other)}")
+        lines.extend(f"  {t}: {ours.get(t, Outcome('missing')).message[:200]}" for t in other)
+    return "\n".join(lines), not other
 
 
 def main(argv: list[str] | None = None) -> int:

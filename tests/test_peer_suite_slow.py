@@ -18,8 +18,9 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "peer_suite.py"
 
-#: Public tests of versioned-hdf5 2.6.0 that pass here (measured 2026-11-25: 158 of 179; benchmarks/README.md).
-FLOOR = 158
+#: Public tests of versioned-hdf5 2.6.0 that pass here (measured 2026-11-25: 166 of 179; the 13 others
+#: fail for the deliberate differences of benchmarks/peer_suite_deliberate.txt; benchmarks/README.md).
+FLOOR = 166
 
 
 def _load():
@@ -44,9 +45,11 @@ def test_versioned_hdf5_api_tests_pass_here(tmp_path):
         run.wait()
     reference, ours = peer.read_junit(tmp_path / "reference.xml"), peer.read_junit(tmp_path / "ours.xml")
     private = peer.read_private()
-    report, _ = peer.summarize(reference, ours, private)
+    report, only_deliberate = peer.summarize(reference, ours, private)
     print(report)
     assert "matching no test" not in report  # every reviewed entry names a real test
+    assert "but passing" not in report  # no deliberate entry outlived its difference
+    assert only_deliberate, report  # every other public failure is fixed
     public_passing = [t for t, o in reference.items() if o.status == "passed" and not peer.is_private(t, private)]
     ours_passing = [t for t in public_passing if ours.get(t) is not None and ours[t].status == "passed"]
     assert len(public_passing) > 150, report  # the reference run ran
