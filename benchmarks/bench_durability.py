@@ -49,7 +49,7 @@ def h5py_level(path: str, days: int, opener) -> list[float]:
     try:
         vf = VersionedHDF5File(f)
         with vf.stage_version("d0") as g:
-            g.create_dataset("sst", data=_day(0)[None], chunks=(1, *SHAPE), maxshape=(None, *SHAPE))
+            g.create_dataset("sst", data=_day(0)[None], chunks=(1, *SHAPE))  # versioned datasets resize freely
         for t in range(1, days):
             t0 = time.perf_counter()
             with vf.stage_version(f"d{t}") as g:
