@@ -186,6 +186,42 @@ class VHDF5DatasetAccessor:
             raise ValueError("append() needs a Dataset from ds.vhdf5.stage(); stage the opened Dataset first")
         return append_staged(self._ds, other, dim, allow_unsorted=allow_unsorted)
 
+    def _append_commit(self, path, version, dim, *, group, prev_version, message, timestamp, make_current,
+                       progress, max_bytes, force, rebase, allow_empty, allow_unsorted) -> str:
+        """``commit(path=..., append_dim=dim)``: open the current version, stage, append, commit."""
+        from ..errors import NotVersionedError, VersionNotFoundError
+        from .stage import is_staged
+
+        if path is None:
+            raise TypeError("commit(append_dim=...) needs path=: the versioned HDF5 file to append to")
+        if prev_version is not None or force:
+            raise ValueError("commit(append_dim=...) appends to the current version: prev_version= and force= "
+                             "do not apply (stage a version yourself to append elsewhere)")
+        if is_staged(self._ds):
+            raise ValueError("commit(append_dim=...) appends a plain Dataset; a staged Dataset appends with "
+                             "staged.vhdf5.append(other, dim=...) and commits with staged.vhdf5.commit()")
+        if dim not in self._ds.dims:
+            raise ValueError(f"append_dim={dim!r} is not a dimension of this Dataset (dimensions: "
+                             f"{list(map(str, self._ds.dims))})")
+        first = dict(group=group, message=message, timestamp=timestamp, make_current=make_current,
+                     progress=progress, max_bytes=max_bytes, allow_empty=allow_empty, allow_unsorted=allow_unsorted)
+        if not os.path.exists(path):
+            return self.commit(version, path, **first)
+        try:
+            current = xr.open_dataset(path, engine="vhdf5", **({} if group is None else {"group": group}))
+        except (NotVersionedError, VersionNotFoundError):
+            if group is not None and _has_a_version(path):
+                raise  # the group is missing from a file with versions: say so
+            return self.commit(version, path, **first)  # an empty file: this Dataset is its first version
+        with current:
+            staged = current.vhdf5.stage().vhdf5.append(self._ds, dim=dim, allow_unsorted=allow_unsorted)
+            try:
+                return staged.vhdf5.commit(version, message=message, timestamp=timestamp, make_current=make_current,
+                                           progress=progress, max_bytes=max_bytes, rebase=rebase,
+                                           allow_empty=allow_empty)
+            finally:
+                staged.close()
+
     def commit(
         self,
         version: str | None = None,
@@ -202,6 +238,7 @@ class VHDF5DatasetAccessor:
         rebase: bool = False,
         allow_empty: bool = False,
         allow_unsorted: bool = False,
+        append_dim: str | None = None,
     ) -> str:
         """Commit this Dataset as a new version of the file at ``path``.
 
@@ -245,6 +282,16 @@ class VHDF5DatasetAccessor:
             longer sorted as in the parent version (default False:
             :class:`~xarray_vhdf5.errors.IncompatibleDataError`). A staged
             Dataset is checked by :meth:`append` instead.
+        append_dim : str, optional
+            With ``path=``: append this Dataset to the file's current version
+            along ``append_dim`` (as ``to_zarr(append_dim=)`` appends), in one
+            call: the current version is opened, staged, grown by :meth:`append`
+            (the same checks: other dimensions and variables must match, labels
+            stay sorted unless ``allow_unsorted``) and committed, writing only
+            the chunks the new labels touch. A file that does not exist yet (or
+            has no version) gets this Dataset as its first version. Not with
+            ``prev_version`` or ``force``; ``rebase=True`` merges onto a version
+            another writer committed meanwhile.
 
         Returns
         -------
@@ -279,6 +326,13 @@ class VHDF5DatasetAccessor:
         """
         from .stage import commit_staged, is_staged
         from .staged_array import same_file
+
+        if append_dim is not None:
+            return self._append_commit(
+                path, version, append_dim, group=group, prev_version=prev_version, message=message,
+                timestamp=timestamp, make_current=make_current, progress=progress, max_bytes=max_bytes,
+                force=force, rebase=rebase, allow_empty=allow_empty, allow_unsorted=allow_unsorted,
+            )
 
         staged = is_staged(self._ds) and (path is None or same_file(path, self._ds.encoding.get("source")))
         if staged and group is None and prev_version is None:
@@ -361,3 +415,14 @@ class VHDF5DataTreeAccessor:
             message=message, timestamp=timestamp, make_current=make_current, progress=progress,
             **({} if max_bytes is None else {"max_bytes": max_bytes}),
         )
+
+
+def _has_a_version(path) -> bool:
+    """Whether the versioned file at ``path`` has a committed version (through this package's reader)."""
+    from ..versions.file import VersionedHDF5File
+
+    try:
+        with VersionedHDF5File.open(path) as vf:
+            return len(vf) > 0
+    except (OSError, ValueError, KeyError):
+        return False
