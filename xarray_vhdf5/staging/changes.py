@@ -11,6 +11,7 @@ the data next to it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -114,6 +115,14 @@ class ChangesPlan:
 
     def __len__(self) -> int:
         return len(self.changed)
+
+    def only(self, keep: np.ndarray) -> ChangesPlan:
+        """A copy whose changed chunks are those where ``keep`` (a bool array, one per changed chunk) is True."""
+        out = copy.copy(self)
+        out.changed = self.changed[keep]
+        out.changed_slab_indices = self.changed_slab_indices[keep]
+        out.changed_slab_offsets = self.changed_slab_offsets[keep]
+        return out
 
     def __iter__(self) -> Iterator[ChangedChunk]:
         cs = self.chunk_size

@@ -33,7 +33,7 @@ from ..backend.h5objects import create_ordered_group, object_address
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.hashtable import HashTable, table_extends, table_state
 from ..backend.layout import VERSION_DATA
-from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data
+from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data, is_fill_chunk
 from ..backend.slabmaps import slab_arrays
 from ..backend.virtual import (
     carry_virtual_dataset,
@@ -240,6 +240,13 @@ def _commit_staged_array(writer: ChunkWriter, ds, array) -> tuple[ChunkWriter, t
     base_shape = ds.source_shape if isinstance(ds, InMemoryDataset) else array.shape
     plan = array._changes_plan()
     reused, retrimmed = split_unchanged(array, plan, base_shape)
+    full = plan.changed_slab_indices == 0
+    if full.any() and is_fill_chunk(np.asarray(array.fill_value).reshape(1), writer.fillvalue):
+        # Chunks on the full slab are all raw_data's fill value: never stored nor mapped
+        # (the virtual dataset's fill value supplies them), so not materialised either:
+        # a resize to 2**31 points in chunks of 1000 adds 2 million of them.
+        writer.stats.fill_chunks += int(np.count_nonzero(full))
+        plan = plan.only(~full)
     cs = array.chunk_size
     to_store = [(c.chunk, data) for c, data in array.changed_chunks(plan)]
     for index in retrimmed:
