@@ -59,16 +59,9 @@ from .dimscales import attach_dimension_scales
 from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions, visible_attrs
 from .staged_array import CFCodec, CharArrayValues, RawRows, StagedVariableArray, StageFile, StageOrigin, same_file
 from .streaming import DEFAULT_MAX_BYTES
-from .writer import (
-    refuse_empty_commit,
-    cf_encode_variables,
-    check_sorted_index,
-    inherit_stored_encoding,
-    kept_attrs,
-    next_version_name,
-    prepare_fill_encoding,
-    write_variable,
-)
+from .commit_checks import check_sorted_index, refuse_empty_commit
+from .encoding import cf_encode_variables, inherit_stored_encoding, kept_attrs, prepare_fill_encoding
+from .writer import next_version_name, write_variable
 
 __all__ = ["append_staged", "commit_staged", "is_staged", "stage_dataset"]
 
@@ -433,7 +426,7 @@ def commit_staged(
         For dask-backed variables, see :func:`~xarray_vhdf5.xr.writer.commit_dataset`.
     allow_empty : bool
         Commit even if nothing changed since the staged-from version
-        (:func:`~xarray_vhdf5.xr.writer.staged_change`). Default False:
+        (:func:`~xarray_vhdf5.xr.commit_checks.staged_change`). Default False:
         :class:`~xarray_vhdf5.errors.NothingToCommitError`.
 
     Returns
