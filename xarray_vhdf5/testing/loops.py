@@ -10,9 +10,7 @@ commits. Results go to a JSON file the test reads.
 
 from __future__ import annotations
 
-import os
 import time
-import traceback
 
 from .stress import _describe, _write_json
 
@@ -127,9 +125,7 @@ def stage_loop(path: str, seconds: float, result_path: str) -> None:
         except FileBusyError:
             pass
         except Exception as exc:  # noqa: BLE001 - what the caller looks for
-            where = [f"{os.path.basename(f.filename)}:{f.name}" for f in traceback.extract_tb(exc.__traceback__)
-                     if "xarray_vhdf5" in f.filename and "testing" not in f.filename]
-            failures.append(f"try {tries}: {type(exc).__name__}: {exc} (in {' -> '.join(where)})")
+            failures.append(f"try {tries}: {_describe(exc, where=True)}")
     _write_json(result_path, {"tries": tries, "failures": failures})
 
 
@@ -174,5 +170,5 @@ def staged_commit_loop(path: str, seconds: float, result_path: str) -> None:
                     stale += 1
                 staged.close()
         except Exception as exc:  # noqa: BLE001 - reported
-            failures.append(f"{name}: {_describe(exc)}")
+            failures.append(f"{name}: {_describe(exc, where=True)}")
     _write_json(result_path, {"landed": landed, "stale": stale, "failures": failures[:10]})

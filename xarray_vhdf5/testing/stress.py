@@ -258,8 +258,14 @@ def instrument_locks() -> LockWaits:
     return timing
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc)[:300]}"
+def _describe(exc: BaseException, where: bool = False) -> str:
+    """``"Type: message"`` (the message cut at 300 characters); ``where``: and the package frames it passed."""
+    text = f"{type(exc).__name__}: {str(exc)[:300]}"
+    if where:
+        frames = [f"{os.path.basename(f.filename)}:{f.name}" for f in traceback.extract_tb(exc.__traceback__)
+                  if "xarray_vhdf5" in f.filename and "testing" not in f.filename]
+        text += f" (in {' -> '.join(frames)})"
+    return text
 
 
 def _write_json(path: str, value: Any) -> None:
