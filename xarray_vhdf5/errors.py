@@ -14,6 +14,9 @@ code keeps working::
     ├── VersionExistsError     (ValueError)       a version of that name already exists
     ├── NothingToCommitError   (ValueError)       an xarray commit that changes nothing
     │                                             (``allow_empty=True`` commits it anyway)
+    ├── HistoryExistsError     (FileExistsError: OSError, ValueError)
+    │                                             ``commit(path, mode="w-")`` into a file
+    │                                             that already holds versions
     ├── StaleVersionError      (ValueError)       committing staged edits whose parent is no
     │                                             longer the file's current version
     │   └── ConflictError      (ValueError)       a rebase or merge where both sides changed
@@ -28,6 +31,8 @@ code keeps working::
     │                                             file opened read-only
     ├── IncompatibleDataError  (ValueError)       shape / dtype / chunks / fill value that
     │                                             cannot be stored or do not match
+    │   ├── LabelsNotFoundError (KeyError)        ``commit(region="auto")``: coordinate labels
+    │   │                                         the stored version does not have
     │   ├── DatasetMismatchError (TypeError)      ``require_dataset`` found one of another
     │   │                                         shape or dtype (h5py raises TypeError)
     │   ├── AxisOutOfBoundsError (numpy.exceptions.AxisError: ValueError, IndexError)
@@ -78,11 +83,13 @@ __all__ = [
     "DatasetNotFoundError",
     "VersionExistsError",
     "NothingToCommitError",
+    "HistoryExistsError",
     "StaleVersionError",
     "NotVersionedError",
     "NotHDF5Error",
     "ReadOnlyError",
     "IncompatibleDataError",
+    "LabelsNotFoundError",
     "DatasetMismatchError",
     "AxisOutOfBoundsError",
     "ClosedFileError",
@@ -134,6 +141,14 @@ class NothingToCommitError(VHDF5Error, ValueError):
     """
 
 
+class HistoryExistsError(VHDF5Error, FileExistsError, ValueError):
+    """``ds.vhdf5.commit(path, mode="w-")``: the file already holds versions.
+
+    ``to_zarr(mode="w-")`` refuses an existing store the same way (zarr raises a
+    ``ValueError`` subclass; Python's ``open(path, "x")`` a ``FileExistsError``).
+    """
+
+
 class StaleVersionError(VHDF5Error, ValueError):
     """Staged edits would be committed onto data that is no longer what was staged.
 
@@ -165,6 +180,17 @@ class ReadOnlyError(VHDF5Error, PermissionError, ValueError):
 
 class IncompatibleDataError(VHDF5Error, ValueError):
     """Data whose shape, dtype, chunks or fill value cannot be stored or do not match."""
+
+
+class LabelsNotFoundError(IncompatibleDataError, KeyError):
+    """``commit(region="auto")`` with coordinate labels the stored version does not have.
+
+    A ``KeyError``, as ``to_zarr(region="auto")`` raises for labels missing
+    from the store.
+    """
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return str(self.args[0]) if self.args else ""
 
 
 class DatasetMismatchError(IncompatibleDataError, TypeError):

@@ -8,6 +8,7 @@ when ``xarray_vhdf5`` is imported, and when the ``vhdf5`` engine opens a file.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import h5py
 import pandas as pd
@@ -186,41 +187,64 @@ class VHDF5DatasetAccessor:
             raise ValueError("append() needs a Dataset from ds.vhdf5.stage(); stage the opened Dataset first")
         return append_staged(self._ds, other, dim, allow_unsorted=allow_unsorted)
 
-    def _append_commit(self, path, version, dim, *, group, prev_version, message, timestamp, make_current,
-                       progress, max_bytes, force, rebase, allow_empty, allow_unsorted) -> str:
-        """``commit(path=..., append_dim=dim)``: open the current version, stage, append, commit."""
-        from ..errors import NotVersionedError, VersionNotFoundError
+    def _refuse_path_write(self, what: str, path, prev_version, force) -> None:
+        """The checks common to ``commit(path=, append_dim= / region= / mode="a" or "r+")``."""
         from .stage import is_staged
 
         if path is None:
-            raise TypeError("commit(append_dim=...) needs path=: the versioned HDF5 file to append to")
+            raise TypeError(f"commit({what}) needs path=: the versioned HDF5 file to write into")
         if prev_version is not None or force:
-            raise ValueError("commit(append_dim=...) appends to the current version: prev_version= and force= "
-                             "do not apply (stage a version yourself to append elsewhere)")
+            raise ValueError(f"commit({what}) writes onto the current version: prev_version= and force= "
+                             "do not apply (stage a version yourself to write elsewhere)")
         if is_staged(self._ds):
-            raise ValueError("commit(append_dim=...) appends a plain Dataset; a staged Dataset appends with "
-                             "staged.vhdf5.append(other, dim=...) and commits with staged.vhdf5.commit()")
-        if dim not in self._ds.dims:
-            raise ValueError(f"append_dim={dim!r} is not a dimension of this Dataset (dimensions: "
-                             f"{list(map(str, self._ds.dims))})")
-        first = dict(group=group, message=message, timestamp=timestamp, make_current=make_current,
-                     progress=progress, max_bytes=max_bytes, allow_empty=allow_empty, allow_unsorted=allow_unsorted)
-        if not os.path.exists(path):
-            return self.commit(version, path, **first)
-        try:
-            current = xr.open_dataset(path, engine="vhdf5", **({} if group is None else {"group": group}))
-        except (NotVersionedError, VersionNotFoundError):
-            if group is not None and _has_a_version(path):
-                raise  # the group is missing from a file with versions: say so
-            return self.commit(version, path, **first)  # an empty file: this Dataset is its first version
+            raise ValueError(f"commit({what}) writes a plain Dataset; a staged Dataset is edited in place "
+                             "(staged[name][...] = values, staged.vhdf5.append(other, dim=...)) and committed "
+                             "with staged.vhdf5.commit()")
+
+    def _staged_commit(self, path, version, create, edit, *, group, message, timestamp, make_current, progress,
+                       max_bytes, rebase, allow_empty, allow_unsorted) -> str:
+        """Open the current version, stage it, ``edit(staged)``, commit; a file without versions: commit as is."""
+        from .region import open_current
+
+        current = open_current(path, group, create=create)
+        if current is None:  # no version yet: this Dataset is the first
+            return self.commit(version, path, group=group, message=message, timestamp=timestamp,
+                               make_current=make_current, progress=progress, max_bytes=max_bytes,
+                               allow_empty=allow_empty, allow_unsorted=allow_unsorted)
         with current:
-            staged = current.vhdf5.stage().vhdf5.append(self._ds, dim=dim, allow_unsorted=allow_unsorted)
+            staged = edit(current.vhdf5.stage())
             try:
                 return staged.vhdf5.commit(version, message=message, timestamp=timestamp, make_current=make_current,
                                            progress=progress, max_bytes=max_bytes, rebase=rebase,
                                            allow_empty=allow_empty)
             finally:
                 staged.close()
+
+    def _mode_commit(self, path, version, mode, append_dim, region, *, prev_version, force, **kw) -> str:
+        """``commit(path=, mode="a" or "r+")``: append along ``append_dim``, or write (into ``region``)."""
+        from ..errors import UnsupportedError
+        from .region import apply_write
+        from .stage import append_staged
+
+        what = f"append_dim={append_dim!r}" if append_dim is not None else f"mode={mode!r}"
+        self._refuse_path_write(what, path, prev_version, force)
+        if append_dim is not None:
+            if region is not None:
+                if region != "auto" and append_dim in region:
+                    raise ValueError(f"cannot list the same dimension in both ``append_dim`` and ``region`` with "
+                                     f"commit(), got {append_dim!r} in both")
+                raise UnsupportedError("commit(append_dim=, region=): appending and writing into a region in one "
+                                       "commit is not supported; commit them one after the other")
+            if append_dim not in self._ds.dims:
+                raise ValueError(f"append_dim={append_dim!r} is not a dimension of this Dataset (dimensions: "
+                                 f"{list(map(str, self._ds.dims))})")
+
+            def edit(staged):
+                return append_staged(staged, self._ds, append_dim, allow_unsorted=kw["allow_unsorted"])
+        else:
+            def edit(staged):
+                return apply_write(staged, self._ds, mode=mode, region=region)
+        return self._staged_commit(path, version, mode == "a" and region is None, edit, **kw)
 
     def commit(
         self,
@@ -239,6 +263,8 @@ class VHDF5DatasetAccessor:
         allow_empty: bool = False,
         allow_unsorted: bool = False,
         append_dim: str | None = None,
+        region: Mapping[str, slice | str] | str | None = None,
+        mode: str | None = None,
     ) -> str:
         """Commit this Dataset as a new version of the file at ``path``.
 
@@ -292,6 +318,39 @@ class VHDF5DatasetAccessor:
             has no version) gets this Dataset as its first version. Not with
             ``prev_version`` or ``force``; ``rebase=True`` merges onto a version
             another writer committed meanwhile.
+        region : dict or "auto", optional
+            With ``path=``: write this Dataset into a slab of the file's current
+            version, as ``to_zarr(region=)``: ``{dim: slice(start, stop)}``
+            (step 1, ``stop - start`` the Dataset's size along ``dim``;
+            ``"auto"`` for a dimension, or for all, finds the slice from the
+            Dataset's labels, which must be contiguous in the stored order).
+            Only the chunks the region touches are read (partly covered ones)
+            and written. The variables with a region dimension must be stored
+            already, with the same dimensions (any order); their values are cast
+            as staged assignments are (no silent truncation or wrap-around);
+            variables without any region dimension must equal the stored ones
+            (or be dropped: they are not written); dimension coordinates must
+            equal the stored labels within the region. Attributes and
+            encodings are not written. Rules and messages in
+            :mod:`~xarray_vhdf5.xr.region`. Not with ``prev_version``, ``force``
+            or ``append_dim``; ``rebase=True`` merges as for ``append_dim``.
+        mode : {"w-", "w", "a", "r+"}, optional
+            As ``to_zarr(mode=)``; every mode commits a new version and keeps
+            the history. ``"w-"``: create, refused if the file holds a version;
+            ``"w"``: a version holding exactly this Dataset, on top of the
+            current one (a Dataset opened from an older version of the file is
+            not refused as stale); ``"a"``: the current version with this
+            Dataset's variables overwritten (same sizes and dimension
+            coordinates as stored) or added, its attributes updated, or, with
+            ``append_dim``, grown; ``"r+"``: only existing variables overwritten,
+            whole or in ``region``, attributes kept. Default: ``"a"`` with
+            ``append_dim``, ``"r+"`` with ``region``, else this method's own
+            behaviour (as ``"w"``, but a Dataset opened from a version of
+            ``path`` commits on top of it, while it is current). ``"a"`` and
+            ``"r+"`` stage the current version and write only the chunks the
+            Dataset touches; ``"a"`` on a missing file (or one without version)
+            commits this Dataset as the first version, ``"r+"`` and ``region``
+            need a version.
 
         Returns
         -------
@@ -301,7 +360,27 @@ class VHDF5DatasetAccessor:
         Raises
         ------
         TypeError
-            No ``path`` given and the Dataset is not staged.
+            No ``path`` given and the Dataset is not staged; a ``region`` that
+            is not a dict or "auto", or whose values are not slices.
+        ValueError
+            A ``mode`` that is not one of the four, or that does not go with
+            ``append_dim`` (only ``"a"``) or ``region`` (``"a"``, ``"r+"``);
+            a region key that is not a dimension of the Dataset, or a step
+            other than 1; ``append_dim``, ``mode="a"``/``"r+"`` or ``region``
+            with ``prev_version`` or ``force``, or for a staged Dataset.
+        HistoryExistsError
+            ``mode="w-"`` and the file holds a version (a ``FileExistsError``).
+        FileNotFoundError
+            ``mode="r+"`` or ``region`` and ``path`` does not exist.
+        LabelsNotFoundError
+            ``region="auto"`` and labels of the Dataset are not stored (an
+            :class:`~xarray_vhdf5.errors.IncompatibleDataError` and a ``KeyError``).
+        ValueCastError
+            ``mode="a"``/``"r+"``: a value the stored variable's dtype cannot
+            hold (its children ``ValueOverflowError``, ``ValueTypeError``,
+            ``StringTooLongError``); nothing is written.
+        UnsupportedError
+            ``append_dim`` and ``region`` together.
         StaleVersionError
             Staged Dataset whose file got another version since :meth:`stage`
             (without ``force`` or ``rebase``); a Dataset opened from version A of
@@ -322,16 +401,37 @@ class VHDF5DatasetAccessor:
             Another writer kept the file past the lock timeout; nothing is written.
         VersionExistsError, IncompatibleDataError, NotVersionedError
             See :func:`~xarray_vhdf5.xr.writer.commit_dataset` (``IncompatibleDataError``
-            also for labels appended out of order without ``allow_unsorted``).
+            also for labels appended out of order without ``allow_unsorted``;
+            with ``mode="a"``/``"r+"``/``region``, for the mismatches listed
+            under ``region`` and ``mode``: a variable ``"r+"`` or a region
+            write would add, other dimensions or sizes than stored, coordinates
+            that differ; ``NotVersionedError`` also for ``"r+"`` into a file
+            without version). Nothing is written.
+
+        Examples
+        --------
+        A QC fix of two days, and a day rewritten where its labels are:
+
+        >>> fix.vhdf5.commit("qc", path="sst.h5", region={"time": slice(3, 5)})  # doctest: +SKIP
+        >>> day.vhdf5.commit("redo", path="sst.h5", region="auto")  # doctest: +SKIP
         """
+        from ..errors import HistoryExistsError
+        from .region import choose_mode, has_a_version
         from .stage import commit_staged, is_staged
         from .staged_array import same_file
 
-        if append_dim is not None:
-            return self._append_commit(
-                path, version, append_dim, group=group, prev_version=prev_version, message=message,
+        mode = choose_mode(mode, append_dim, region)
+        if mode in ("a", "r+"):
+            return self._mode_commit(
+                path, version, mode, append_dim, region, group=group, prev_version=prev_version, message=message,
                 timestamp=timestamp, make_current=make_current, progress=progress, max_bytes=max_bytes,
                 force=force, rebase=rebase, allow_empty=allow_empty, allow_unsorted=allow_unsorted,
+            )
+        if mode == "w-" and path is not None and has_a_version(path):
+            raise HistoryExistsError(
+                f"commit(mode='w-'): {os.fspath(path)!r} already holds versions (current: "
+                f"{_current_version(path)!r}); mode='w' commits this Dataset as a new version on top of them, "
+                "mode='a' writes into the current one"
             )
 
         staged = is_staged(self._ds) and (path is None or same_file(path, self._ds.encoding.get("source")))
@@ -349,10 +449,11 @@ class VHDF5DatasetAccessor:
         if path is None:
             raise TypeError("commit() needs path=: the versioned HDF5 file to commit into")
         # A Dataset opened from a version of this very file commits on top of that version,
-        # and only while it is still the current one (else it would undo the versions since).
+        # and only while it is still the current one (else it would undo the versions since);
+        # mode="w" says "replace": on top of the current version, whatever it is.
         opened_from = self._ds.encoding.get("vhdf5_version")
         expected_current = None
-        if opened_from is not None and same_file(path, self._ds.encoding.get("source")):
+        if opened_from is not None and mode is None and same_file(path, self._ds.encoding.get("source")):
             if prev_version is None:
                 prev_version = opened_from
                 expected_current = None if force else opened_from
@@ -417,12 +518,9 @@ class VHDF5DataTreeAccessor:
         )
 
 
-def _has_a_version(path) -> bool:
-    """Whether the versioned file at ``path`` has a committed version (through this package's reader)."""
+def _current_version(path) -> str | None:
+    """The current version of the versioned file at ``path``."""
     from ..versions.file import VersionedHDF5File
 
-    try:
-        with VersionedHDF5File.open(path) as vf:
-            return len(vf) > 0
-    except (OSError, ValueError, KeyError):
-        return False
+    with VersionedHDF5File.open(path) as vf:
+        return vf.current_version
