@@ -40,9 +40,11 @@ Columns: median commit over days 2..T (day 1 creates the file), the medians of
 the 9 commits around t = 10 (days 6-14) and ending at t = T, their ratio, the
 sum of all T commit times, the final size (MB = 10**6 bytes: the file, or the
 store directory), open + read of the old version, the QC fix commit, and each
-row's ratio to icechunk's (median commit, total, size, read). Every tool's final
-data (QC fix included), time coordinate and old version are checked against numpy;
-a mismatch raises ``AssertionError``.
+row's ratio to icechunk's (median commit, total, size, read), and the machine's
+1-minute load average (the larger of its values before and after the row: the
+rows run one after the other, so a row run while the machine was busy shows it).
+Every tool's final data (QC fix included), time coordinate and old version are
+checked against numpy; a mismatch raises ``AssertionError``.
 
 **History** (``--history N``): N daily versions of a small variable ``x``,
 ``(N, 130)`` float32 (0.52 MB at N = 1000), chunks ``(1, 130)``, one step per
@@ -57,7 +59,8 @@ the ``vhdf5 log`` command line (a subprocess: interpreter start included) and of
 ``xarray_vhdf5.version_log_frame`` on ours-reopen's file.
 
 **Profile** (``--profile N``): ``ours-reopen`` on the ingest shape for N days
-under cProfile (which roughly doubles the time of a commit); prints the self time
+timed step by step (open_dataset, stage, append, commit, close), then N days
+again under cProfile (which roughly doubles the time of a commit); prints the self time
 summed per package and per module, and the functions with the largest cumulative
 time, all in ms per commit.
 
@@ -214,16 +217,32 @@ def _qc_reopen(path: str, w: Workload) -> float:
     return time.perf_counter() - start
 
 
-def _reopen_day(path: str, w: Workload, t: int) -> None:
+def _reopen_day(path: str, w: Workload, t: int, phases: dict | None = None) -> None:
+    """Day ``t + 1`` through the reopen path; ``phases`` (if given) sums seconds per step."""
     if t == 0:
         w.day(0).vhdf5.commit(w.name(1), path=path)
         return
+    today = w.day(t)
+    clock = [time.perf_counter()]
+
+    def lap(step: str) -> None:
+        now = time.perf_counter()
+        if phases is not None:
+            phases[step] = phases.get(step, 0.0) + now - clock[0]
+        clock[0] = now
+
     with xr.open_dataset(path, engine="vhdf5") as ds:
-        staged = ds.vhdf5.stage().vhdf5.append(w.day(t), dim="time")
+        lap("open_dataset")
+        staged = ds.vhdf5.stage()
+        lap("stage")
         try:
+            staged = staged.vhdf5.append(today, dim="time")
+            lap("append")
             staged.vhdf5.commit(w.name(t + 1))
+            lap("commit")
         finally:
             staged.close()
+    lap("close")
 
 
 def run_ours_reopen(path: str, w: Workload) -> Result:
@@ -415,6 +434,7 @@ def ingest_table(results: list[Result]) -> pd.DataFrame:
             "size (MB)": r.size / MB,
             "open+read old (s)": r.read_s,
             "QC fix (ms)": np.nan if r.qc_s is None else r.qc_s * 1e3,
+            "load": r.extra["load"],
         })
     frame = pd.DataFrame(rows).set_index("tool")
     if "icechunk" in frame.index:
@@ -466,6 +486,7 @@ def history_table(results: list[Result]) -> pd.DataFrame:
             "median commit (ms)": _median_ms(r.times, 2, n),
             f"t={n}/t=10": _median_ms(r.times, n - WINDOW + 1, n) / _median_ms(r.times, 6, 14),
             "total (s)": float(np.sum(r.times)),
+            "load": r.extra["load"],
         }
         if program is not None:
             stat = h5stat_summary(r.path, program) if r.path.endswith(".h5") else None
@@ -511,8 +532,17 @@ def _module_of(filename: str) -> str:
 
 
 def profile_reopen(n_days: int, workdir: Path, compress: bool, top: int = 20) -> None:
-    """cProfile of ``ours-reopen`` for ``n_days`` days: self time per module, top cumulative functions."""
+    """``ours-reopen`` for ``n_days`` days: time per step, then under cProfile (per package, module, function)."""
     w = ingest_workload(n_days, compress)
+    phases: dict[str, float] = {}
+    timed = str(workdir / "phases.h5")
+    _reopen_day(timed, w, 0)
+    for t in range(1, n_days):
+        _reopen_day(timed, w, t, phases)
+    commits = n_days - 1
+    print(f"\nours-reopen without the profiler, {commits} commits, ms per commit by step:")
+    steps = pd.Series(phases) / commits * 1e3
+    print(pd.concat([steps, pd.Series({"total": steps.sum()})]).round(2).to_string())
     path = str(workdir / "profile.h5")
     _reopen_day(path, w, 0)
     profiler = cProfile.Profile()
@@ -523,15 +553,14 @@ def profile_reopen(n_days: int, workdir: Path, compress: bool, top: int = 20) ->
     profiler.disable()
     wall = time.perf_counter() - start
     stats = pstats.Stats(profiler)
-    per_module = defaultdict(float)
-    builtin = defaultdict(float)
+    per_module: dict[str, float] = defaultdict(float)
+    builtin: dict[str, float] = defaultdict(float)
     for (filename, _, func), (_, _, tottime, _, _) in stats.stats.items():
         module = _module_of(filename)
         per_module[module] += tottime
         if module == "<built-in>":
             builtin[func] += tottime
-    commits = n_days - 1
-    per_package = defaultdict(float)
+    per_package: dict[str, float] = defaultdict(float)
     for module, seconds in per_module.items():
         package = module.split("/", 1)[0] if "/" in module else module
         if package not in PACKAGES:
@@ -564,8 +593,10 @@ def run_tools(tools: list[str], w: Workload, workdir: Path) -> list[Result]:
         runner, suffix = RUNNERS[tool]
         print(f"{tool}: {w.n_days} commits ...", file=sys.stderr, flush=True)
         start = time.perf_counter()
+        load = os.getloadavg()[0]
         result = runner(str(workdir / f"{tool}{suffix}"), w)
         if result is not None:
+            result.extra["load"] = max(load, os.getloadavg()[0])
             results.append(result)
             print(f"{tool}: done in {time.perf_counter() - start:.1f} s, checked against numpy",
                   file=sys.stderr, flush=True)
@@ -594,6 +625,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def source_state() -> str:
+    """The repository's commit, and whether the package's sources differ from it (an editable install)."""
+    repo = HERE.parent
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "xarray_vhdf5"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "commit unknown"
+    return f"commit {head}" + (" + uncommitted changes in xarray_vhdf5/" if dirty else "")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     pd.set_option("display.width", 250)
@@ -603,7 +647,7 @@ def main(argv: list[str] | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
               f"load {os.getloadavg()[0]:.2f}; xarray_vhdf5 {xarray_vhdf5.__version__}, h5py {h5py.__version__}, "
-              f"libhdf5 {h5py.version.hdf5_version}, xarray {xr.__version__}")
+              f"libhdf5 {h5py.version.hdf5_version}, xarray {xr.__version__}; {source_state()}")
         if args.profile is not None:
             profile_reopen(args.profile, workdir, args.compress)
             return
