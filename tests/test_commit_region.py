@@ -253,3 +253,20 @@ def test_a_region_of_a_group(tmp_path):
     got = _current(path, group="ocean")
     np.testing.assert_array_equal(got["sst"].values[5], part["sst"].values[0])
     np.testing.assert_array_equal(got["sst"].values[:5], base["sst"].values[:5])
+
+
+def test_strings_and_times_in_a_region(tmp_path):
+    path = tmp_path / "flags.h5"
+    ds = xr.Dataset({"flag": (("time",), np.array(["ok", "ok", "bad", "ok"])),
+                     "when": (("time",), pd.date_range("2020-01-01", periods=4).values)},
+                    coords={"time": np.arange(4)})
+    ds.vhdf5.commit("v0", path=path)
+    fix = ds.isel(time=[2]).copy(deep=True)
+    fix["flag"] = fix["flag"].astype("<U5")
+    fix["flag"][:] = "fixed"
+    fix["when"][:] = np.datetime64("2021-05-05")
+    fix.vhdf5.commit("v1", path=path, region="auto")
+    got = _current(path)
+    assert list(got["flag"].values) == ["ok", "ok", "fixed", "ok"]  # widened, not truncated to "fixe"
+    assert got["when"].values[2] == np.datetime64("2021-05-05")
+    assert got["when"].values[3] == np.datetime64("2020-01-04")
