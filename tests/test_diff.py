@@ -107,6 +107,8 @@ def test_diff_reads_only_the_chunks_that_differ(history):
 
     fo = Counting(path, "rb")
     with h5py.File(fo, "r") as f:
+        diff_versions(f, "v1", "v2", values=False)  # the open: superblock, version index, ...
+        Counting.nread = 0
         diff_versions(f, "v1", "v2", values=False)
         mappings_only = Counting.nread
         Counting.nread = 0
@@ -116,7 +118,7 @@ def test_diff_reads_only_the_chunks_that_differ(history):
     assert diffs["sst"].candidates == [(2, 1, 0)] and diffs["sst"].points_changed == 2
     chunk = 10 * 30 * 4
     assert with_values - mappings_only < 4 * chunk + 2 * 10 * 10 * 2 + 16384  # two versions of two chunks
-    assert with_values < 6 * 20 * 30 * 4  # far less than sst alone
+    assert with_values - mappings_only < 6 * 20 * 30 * 4  # far less than sst alone
 
 
 def test_diff_of_appended_and_added_removed(tmp_path):

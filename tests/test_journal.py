@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.versions.journal import JOURNAL_SUFFIX, JournaledFile, recover
+from xarray_vhdf5.versions.journal import JOURNAL_SUFFIX, JournaledFile, journal_path, recover
 from xarray_vhdf5.versions.mutation import open_file
 from xarray_vhdf5.testing.powercut import KillAtIO, PowerCutIO
 
@@ -305,3 +305,19 @@ def test_power_cut_counts(tmp_path, kind, durable):
     print(f"power cuts, {kind}, durable={durable}: {damaged} of {checked} images damaged")
     if durable:
         assert damaged == 0
+
+
+def test_closing_the_file_releases_the_lock_while_references_remain(tmp_path):
+    """``with open_file(p) as f`` releases libhdf5's lock at exit, even with a ``VersionedHDF5File`` kept."""
+    path = tmp_path / "a.h5"
+    with open_file(path) as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            g.create_dataset("x", data=np.arange(4.0))
+    assert not f.id.valid and vf is not None  # the File object is closed but still referenced
+    with h5py.File(path, "a") as plain:  # libhdf5's own lock: refused while the flock is held
+        with VersionedHDF5File(plain).stage_version("v2") as g:
+            g["x"][0] = -1.0
+    assert not os.path.exists(journal_path(path))
+    with open_file(path, timeout=0.5) as f:
+        np.testing.assert_array_equal(VersionedHDF5File(f)["v2"]["x"][:], [-1.0, 1.0, 2.0, 3.0])

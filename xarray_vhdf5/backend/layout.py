@@ -49,11 +49,11 @@ DATA_VERSION = 4
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f%z"
 #: One row of a hash table: SHA-256 digest and (start, stop) rows in raw_data.
 HASH_TABLE_DTYPE = np.dtype([("hash", "u1", (32,)), ("shape", "<i8", (2,))])
-#: HDF5 chunk shape of the hash_table datasets this package creates, in rows (24 KB a
-#: chunk). versioned-hdf5 2.6 makes (4096,); any chunking reads the same. Every commit
-#: rewrites (and recompresses) the table's last chunk when it is flushed: 512 rows cost
-#: a commit about 0.3 ms less than 4096 (benchmarks/bench_durability.py).
-HASH_TABLE_CHUNKS = (512,)
+#: HDF5 chunk shape of the hash_table datasets this package creates, in rows (6 KB a
+#: chunk, unfiltered: a commit rewrites the rows it appends in place). versioned-hdf5
+#: 2.6 makes (4096,) with lzf; any chunking reads the same. Smaller chunks cost a
+#: dataset of few chunks less (the first chunk is allocated whole).
+HASH_TABLE_CHUNKS = (128,)
 #: Chunk shape of a 1-d dataset created without ``chunks=``, in points.
 DEFAULT_CHUNKS_1D = (4096,)
 #: Root-level group holding this package's bookkeeping: the version index, the write

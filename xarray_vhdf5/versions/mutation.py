@@ -359,10 +359,28 @@ def _flocked_file(path: str, durable: bool, deadline: float, timeout: float, io=
         raise
 
 
+class _JournaledH5File(h5py.File):
+    """An ``h5py.File`` over a :class:`JournaledFile` that closes it too (its ``flock`` with it).
+
+    Without this, closing the ``h5py.File`` left the journaled file, and
+    libhdf5's lock on it, open until the garbage collector freed the last
+    reference (a ``VersionedHDF5File`` kept around is one): the next opener
+    waited for it.
+    """
+
+    def close(self) -> None:
+        jf = _JOURNALED.pop(self.id.fileno, None) if self.id.valid else None
+        try:
+            super().close()
+        finally:
+            if jf is not None:
+                jf.close()
+
+
 def _open_journaled(jf: JournaledFile, path: str, hint: str) -> h5py.File:
     """``h5py.File(jf, "a")``, registered for :func:`mutating`; the caller holds ``WRITE``, journal rolled back."""
     try:
-        f = h5py.File(jf, "a")
+        f = _JournaledH5File(jf, "a")
     except OSError as exc:
         jf.close()
         error = not_hdf5_error(path, hint=hint)
@@ -379,12 +397,7 @@ def _open_journaled(jf: JournaledFile, path: str, hint: str) -> h5py.File:
 
 
 def _close_journaled(f: h5py.File) -> None:
-    jf = _JOURNALED.pop(f.id.fileno, None) if f.id.valid else None
-    try:
-        f.close()
-    finally:
-        if jf is not None:
-            jf.close()
+    f.close()  # _JournaledH5File.close: the journaled file too
 
 
 @contextlib.contextmanager

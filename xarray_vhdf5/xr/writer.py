@@ -7,7 +7,9 @@ variable becomes a dataset of the version's group:
 - dimension names in the ``_ARRAY_DIMENSIONS`` attribute (scalars are stored as
   one point with an empty list there);
 - ``encoding["chunks"]`` (or netCDF4's ``chunksizes``) gives the chunk shape,
-  else one record per chunk for n-d variables (see ``guess_chunks_record``);
+  else records of at least 8 KiB a chunk for n-d variables (see ``guess_chunks_record``;
+  several records when a record is small: ``encoding["unlimited_dims"]`` says which
+  dimensions grow);
 - ``encoding`` compression (``compression``/``compression_opts``, or netCDF4's
   ``zlib``/``complevel``), ``shuffle`` and ``fletcher32`` become HDF5 filters;
 - ``_FillValue`` becomes the HDF5 fill value too, so chunks entirely missing
@@ -73,8 +75,13 @@ def next_version_name(vf: VersionedHDF5File) -> str:
     return f"r{n}"
 
 
-def variable_chunks(name: str, var: xr.Variable) -> tuple[int, ...]:
+def variable_chunks(name: str, var: xr.Variable, growing: frozenset = frozenset()) -> tuple[int, ...]:
     """Chunk shape of an encoded variable, in points (see the module docstring).
+
+    ``growing``: the dimensions that will grow (the Dataset's
+    ``encoding["unlimited_dims"]``, as for netCDF): a small record along one
+    of them gets a chunk of several records before it has them
+    (:func:`~xarray_vhdf5.backend.chunks.guess_chunks_record`).
 
     Raises
     ------
@@ -92,7 +99,8 @@ def variable_chunks(name: str, var: xr.Variable) -> tuple[int, ...]:
         return chunks
     if len(shape) == 1:
         return (min(4096, max(512, shape[0])),)
-    return guess_chunks_record(shape, var.dtype.itemsize if var.dtype.kind != "O" else 8)
+    itemsize = var.dtype.itemsize if var.dtype.kind != "O" else 8
+    return guess_chunks_record(shape, itemsize, growing=bool(var.dims) and var.dims[0] in growing)
 
 
 def _streamable(var: xr.Variable) -> bool:
@@ -143,8 +151,9 @@ def write_variables(
         del group.attrs[key]
     for key, value in attrs.items():
         group.attrs[key] = value
+    growing = frozenset(dataset.encoding.get("unlimited_dims") or ())
     for name, var in variables.items():
-        write_variable(group, str(name), var, progress=progress, max_bytes=max_bytes)
+        write_variable(group, str(name), var, progress=progress, max_bytes=max_bytes, growing=growing)
 
 
 def write_variable(
@@ -154,6 +163,7 @@ def write_variable(
     *,
     progress: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    growing: frozenset = frozenset(),
 ) -> None:
     """Write one CF-encoded variable as dataset ``name`` of staged ``group`` (replacing it).
 
@@ -168,6 +178,8 @@ def write_variable(
         dask-backed (dask: staged lazily, streamed at commit).
     progress, max_bytes
         See :func:`write_variables`.
+    growing : frozenset of str
+        Dimensions that will grow (:func:`variable_chunks`).
 
     Raises
     ------
@@ -193,7 +205,7 @@ def write_variable(
         values = var.data  # dask: computed chunk by chunk at commit
         ds = stage_lazy_dataset(
             group, name, values, max_bytes=max_bytes, progress=progress,
-            chunks=variable_chunks(name, var),
+            chunks=variable_chunks(name, var, growing),
             fillvalue=None if fill is None else np.asarray(fill, values.dtype)[()],
             **filters,
         )
@@ -202,7 +214,7 @@ def write_variable(
         ds = group.create_dataset(
             name,
             data=values,
-            chunks=variable_chunks(name, var),
+            chunks=variable_chunks(name, var, growing),
             fillvalue=None if (fill is None or values.dtype.kind == "O") else np.asarray(fill, values.dtype)[()],
             **filters,
         )
