@@ -592,9 +592,14 @@ def run_tools(tools: list[str], w: Workload, workdir: Path) -> list[Result]:
     for tool in tools:
         runner, suffix = RUNNERS[tool]
         print(f"{tool}: {w.n_days} commits ...", file=sys.stderr, flush=True)
+        path = workdir / f"{tool}{suffix}"
+        if path.is_dir():  # a store left in a --keep directory by an earlier run
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
         start = time.perf_counter()
         load = os.getloadavg()[0]
-        result = runner(str(workdir / f"{tool}{suffix}"), w)
+        result = runner(str(path), w)
         if result is not None:
             result.extra["load"] = max(load, os.getloadavg()[0])
             results.append(result)
@@ -611,7 +616,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--profile", type=int, default=None, metavar="N", help="cProfile ours-reopen for N days")
     parser.add_argument("--tools", default=None, help=f"comma-separated subset of {','.join(RUNNERS)}")
     parser.add_argument("--compress", action="store_true", help="each tool's default compression")
-    parser.add_argument("--keep", default=None, metavar="DIR", help="write the files into DIR and keep them")
+    parser.add_argument("--keep", default=None, metavar="DIR",
+                        help="write the files into DIR and keep them (the tools' earlier files there are replaced)")
     args = parser.parse_args(argv)
     if args.history is None and args.profile is None and args.days is None:
         args.days = 200
