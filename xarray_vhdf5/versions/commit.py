@@ -50,6 +50,7 @@ from ..wrappers.chunked import (
 from ..wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
 from ..wrappers.group import InMemoryGroup, UnopenedDataset
 from . import rootview
+from .logrecord import record_commit
 from .caches import CommitCaches
 from .timestamps import format_timestamp, now_utc
 
@@ -170,6 +171,7 @@ def commit_version(
         del versions[name]
         raise
     caches.open_datasets.keep_made(caches.slab_maps.commit(stamp))
+    record_commit(f, group, name, prev_version, stamp, datasets, report.datasets, caches)  # for `vhdf5 log`
     return report
 
 
