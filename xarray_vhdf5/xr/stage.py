@@ -56,11 +56,12 @@ from ..versions.registry import VersionRegistry
 from ..wrappers.group import InMemoryGroup
 from . import engine
 from .dimscales import attach_dimension_scales
-from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions, visible_attrs
-from .staged_array import CFCodec, CharArrayValues, RawRows, StagedVariableArray, StageFile, StageOrigin, same_file
+from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions
+from .staged_array import CF_ATTRS, CFCodec, CharArrayValues, RawRows, StagedVariableArray, StageFile, StageOrigin, same_file
 from .streaming import DEFAULT_MAX_BYTES
 from .commit_checks import check_sorted_index, refuse_empty_commit
 from .encoding import cf_encode_variables, inherit_stored_encoding, kept_attrs, prepare_fill_encoding
+from .stored import STORED_KEY, StoredValues, encode_appended
 from .writer import next_version_name, write_variable
 
 __all__ = ["append_staged", "commit_staged", "is_staged", "stage_dataset"]
@@ -141,13 +142,23 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
     root = registry.group[head]
     grp = root[group] if group else root
     variables = {}
+    stored: dict[str, StoredValues] = {}
     for name, var in ds.variables.items():
         variables[name] = var
-        if name in ds.indexes or str(name) not in grp or not isinstance(grp[str(name)], h5py.Dataset):
+        if str(name) not in grp:
             continue
         dset = grp[str(name)]
+        if not isinstance(dset, h5py.Dataset):
+            continue
+        path = f"{group}/{name}" if group else str(name)
+        if name in ds.indexes:
+            if dset.shape == var.shape:  # not a char array (one more dimension)
+                record = StoredValues.of(var, version, path)
+                if record is not None:
+                    stored[str(name)] = record
+            continue
         prepared = prepare_fill_encoding({name: var})[0][name]  # missing_value without a matching _FillValue
-        codec = CFCodec.for_variable(prepared, dset, visible_attrs(dset.attrs))
+        codec = CFCodec.for_variable(prepared, dset, _cf_attrs(dset))
         built = _staged_array(dset) if codec is not None else None
         if built is None:
             if _is_char_array(var, dset):  # in memory, widening rather than truncating
@@ -155,13 +166,27 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
                                               var.encoding)
             continue
         arr, raw_path, state = built
-        path = f"{group}/{name}" if group else str(name)
         data = StagedVariableArray(arr, codec, StageOrigin(source, version, head, path), handle, raw_path, state)
         variables[name] = xr.Variable(var.dims, data, var.attrs, var.encoding)
     staged = xr.Dataset(variables, attrs=ds.attrs).set_coords([n for n in ds.coords if n in variables])
-    staged.encoding = {**ds.encoding, "source": source, HEAD_KEY: head}
+    staged.encoding = {**ds.encoding, "source": source, HEAD_KEY: head, STORED_KEY: stored}
     staged.set_close(handle.close)
     return staged
+
+
+#: The stored attributes :meth:`CFCodec.for_variable` looks at.
+_CODEC_ATTRS = (*CF_ATTRS, "_Encoding")
+
+
+def _cf_attrs(dset: h5py.Dataset) -> dict:
+    """The CF attributes of version dataset ``dset`` (those :class:`CFCodec` looks at), others unread.
+
+    Looked up by name: iterating a virtual dataset's attributes through h5py
+    copies its creation property list, every mapping of it (2.5 ms at 330
+    mappings, growing with every daily version).
+    """
+    attrs = dset.attrs
+    return {key: attrs[key] for key in _CODEC_ATTRS if key in attrs}
 
 
 def _is_char_array(var: xr.Variable, dset: h5py.Dataset) -> bool:
@@ -504,6 +529,8 @@ def commit_staged(
 
 def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, max_bytes) -> None:
     rest: dict[Any, xr.Variable] = {}
+    stored = staged.encoding.get(STORED_KEY) or {}
+    parent = staged.encoding["vhdf5_version"]
     committed: set[str] = set()
     for key in list(target):
         item = target[key]
@@ -530,13 +557,53 @@ def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, m
             and _write_staged(target, name, var, arr, f, committed)
         ):
             rebased.append((arr, path, name in committed))
-        else:
+        elif not _write_stored(target, name, var, stored.get(name), parent, path):
             rest[var_name] = var
     encoded, enc_attrs = cf_encode_variables(inherit_stored_encoding(target, rest), attrs)
     for key, value in kept_attrs(old_attrs, enc_attrs, True).items():
         target.attrs[key] = value
     for var_name, var in encoded.items():
         write_variable(target, str(var_name), var, progress=progress, max_bytes=max_bytes)
+
+
+def _write_stored(target: InMemoryGroup, name: str, var: xr.Variable, record: StoredValues | None, parent: str,
+                  path: str) -> bool:
+    """Commit in-memory ``var`` through the parent's dataset it was read from; False: rewrite it instead.
+
+    Unchanged since ``record`` (:mod:`~xarray_vhdf5.xr.stored`): the dataset
+    is carried, untouched. Grown along its dimension: the new points alone are
+    encoded and written into it (its last chunk and new ones).
+    """
+    if record is None or name not in target:
+        return False
+    kept = record.points_kept(var, parent, path)
+    if kept is None:
+        return False
+    if var.shape[0] == kept:
+        return True
+    dataset = target[name]
+    if not hasattr(type(dataset), "staged_array") or dataset.ndim != 1 or dataset.shape != (kept,):
+        return False
+    values = encode_appended(target, name, var, kept)
+    if values is None:
+        return False
+    dataset.resize((var.shape[0],))
+    dataset[kept:] = values
+    return True
+
+
+def _stored_records(staged: xr.Dataset, version: str) -> dict[str, StoredValues]:
+    """The in-memory index coordinates of ``staged`` as just committed as ``version`` (see :mod:`.stored`)."""
+    group = (staged.encoding.get("vhdf5_group") or "/").strip("/")
+    records = {}
+    for name in staged.indexes:
+        var = staged.variables.get(name)
+        if var is None or isinstance(var.data, StagedVariableArray):
+            continue
+        record = StoredValues.of(var, version, f"{group}/{name}" if group else str(name))
+        if record is not None:
+            records[str(name)] = record
+    return records
 
 
 def _rebase_plans(f: h5py.File, report, rebased) -> list:
@@ -586,5 +653,6 @@ def _rebase(staged: xr.Dataset, plans, name: str, make_current: bool) -> None:
         if not make_current:
             arr.origin = StageOrigin(arr.origin.source, name, staged.encoding[HEAD_KEY], path)
     staged.encoding["vhdf5_version"] = name
+    staged.encoding[STORED_KEY] = _stored_records(staged, name)
     if make_current:
         staged.encoding[HEAD_KEY] = name
