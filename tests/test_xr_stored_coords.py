@@ -165,3 +165,31 @@ def test_records_compare_bits_types_and_copies():
     assert StoredValues.of(xr.Variable(("x",), np.array(["a", 1], dtype=object)), "v", "x") is None
     assert not same_value(1, 1.0) and not same_value(np.float32(1), np.float64(1))
     assert same_value({"u": (1, "a")}, {"u": (1, "a")}) and not same_value({"u": 1}, {"v": 1})
+
+
+def test_a_staged_variable_keeps_its_stored_attributes_until_edited(tmp_path):
+    path = _file(tmp_path, 2)
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        staged = ds.vhdf5.stage()
+        assert staged.encoding[STORED_KEY]["sst"].values is None  # metadata only: the values are staged
+        staged["sst"][0, 0, 0] = 1.5
+        staged.vhdf5.commit("point")
+        staged["sst"].attrs["units"] = "degC"  # in place, after a commit renewed the record
+        staged["sst"][0, 0, 1] = 2.5
+        staged.vhdf5.commit("units")
+        staged.close()
+    with xr.open_dataset(path, engine="vhdf5", version="point") as got:
+        assert got["sst"].attrs == {} and float(got["sst"][0, 0, 0]) == 1.5
+    with xr.open_dataset(path, engine="vhdf5", version="units") as got:
+        assert got["sst"].attrs == {"units": "degC"} and float(got["sst"][0, 0, 1]) == 2.5
+
+
+def test_a_new_coordinate_is_listed_on_the_staged_variable(tmp_path):
+    path = _file(tmp_path, 2)
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        staged = ds.vhdf5.stage()
+        staged = staged.assign_coords(flag=("time", np.array([1, 2], dtype="i4")))
+        staged.vhdf5.commit("flag")
+        staged.close()
+    with xr.open_dataset(path, engine="vhdf5") as got:
+        assert "flag" in got.coords and "flag" not in got.data_vars

@@ -47,6 +47,7 @@ import xarray as xr
 
 from ..backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from ..backend.hashtable import hash_table_id, table_state
+from ..backend.layout import VERSION_DATA, VERSIONS
 from ..backend.slabmaps import slab_arrays
 from ..errors import IncompatibleDataError, StaleVersionError
 from ..staging import StagedChangesArray
@@ -168,6 +169,7 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
         arr, raw_path, state = built
         data = StagedVariableArray(arr, codec, StageOrigin(source, version, head, path), handle, raw_path, state)
         variables[name] = xr.Variable(var.dims, data, var.attrs, var.encoding)
+        stored[str(name)] = StoredValues.metadata_of(var, version, path)
     staged = xr.Dataset(variables, attrs=ds.attrs).set_coords([n for n in ds.coords if n in variables])
     staged.encoding = {**ds.encoding, "source": source, HEAD_KEY: head, STORED_KEY: stored}
     staged.set_close(handle.close)
@@ -378,12 +380,16 @@ def _encoded_attrs(name: str, var: xr.Variable) -> tuple[dict, np.dtype] | None:
 
 
 def _write_staged(
-    group: InMemoryGroup, name: str, var: xr.Variable, arr: StagedVariableArray, f: h5py.File, committed: set
+    group: InMemoryGroup, name: str, var: xr.Variable, arr: StagedVariableArray, f: h5py.File, committed: set,
+    record: StoredValues | None = None,
 ) -> bool:
     """Hand ``arr``'s staged changes to ``group[name]``; False if it must be rewritten instead.
 
     ``name`` is added to ``committed`` when the dataset gets a new mapping
     (changes or a new shape); otherwise the commit carries it unchanged.
+    Its attributes are left as stored when ``var``'s dims, attrs and encoding
+    are those of ``record`` (:meth:`StoredValues.same_metadata`: unchanged
+    since staged or last committed); else set from ``var``'s.
     """
     target = group[name] if name in group else None
     if target is None or not hasattr(type(target), "staged_array"):
@@ -397,6 +403,8 @@ def _write_staged(
         target.staged_array = arr.for_commit(f[arr.raw_path])
         target.base_table_state = arr.base_table_state  # checked again by the commit
         committed.add(name)
+    if record is not None and record.same_metadata(var, arr.origin.version, arr.origin.path):
+        return True  # stored as they are: not read (a virtual dataset's attributes cost a copy of its mappings)
     attrs = kept_attrs(target.attrs, encoded[0], True)  # unchanged ones stored as they were
     named = names_dimensions(var.dims, DIMENSIONS_ATTR in target.attrs)
     for key in list(target.attrs):
@@ -554,10 +562,10 @@ def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, m
             and same_file(arr.origin.source, staged.encoding["source"])
             and arr.origin.version == staged.encoding["vhdf5_version"]
             and arr.origin.path == path
-            and _write_staged(target, name, var, arr, f, committed)
+            and _write_staged(target, name, var, arr, f, committed, stored.get(name))
         ):
             rebased.append((arr, path, name in committed))
-        elif not _write_stored(target, name, var, stored.get(name), parent, path):
+        elif not _write_stored(target, name, var, stored.get(name), parent, path, f):
             rest[var_name] = var
     encoded, enc_attrs = cf_encode_variables(inherit_stored_encoding(target, rest), attrs)
     for key, value in kept_attrs(old_attrs, enc_attrs, True).items():
@@ -567,7 +575,7 @@ def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, m
 
 
 def _write_stored(target: InMemoryGroup, name: str, var: xr.Variable, record: StoredValues | None, parent: str,
-                  path: str) -> bool:
+                  path: str, f: h5py.File) -> bool:
     """Commit in-memory ``var`` through the parent's dataset it was read from; False: rewrite it instead.
 
     Unchanged since ``record`` (:mod:`~xarray_vhdf5.xr.stored`): the dataset
@@ -584,7 +592,7 @@ def _write_stored(target: InMemoryGroup, name: str, var: xr.Variable, record: St
     dataset = target[name]
     if not hasattr(type(dataset), "staged_array") or dataset.ndim != 1 or dataset.shape != (kept,):
         return False
-    values = encode_appended(target, name, var, kept)
+    values = encode_appended(target, name, var, kept, f[VERSION_DATA][VERSIONS][parent][path])
     if values is None:
         return False
     dataset.resize((var.shape[0],))
@@ -593,15 +601,18 @@ def _write_stored(target: InMemoryGroup, name: str, var: xr.Variable, record: St
 
 
 def _stored_records(staged: xr.Dataset, version: str) -> dict[str, StoredValues]:
-    """The in-memory index coordinates of ``staged`` as just committed as ``version`` (see :mod:`.stored`)."""
+    """Records of ``staged`` as just committed as ``version`` (see :mod:`.stored`).
+
+    In-memory index coordinates with their values; staged variables with
+    their dims, attrs and encoding only.
+    """
     group = (staged.encoding.get("vhdf5_group") or "/").strip("/")
     records = {}
-    for name in staged.indexes:
-        var = staged.variables.get(name)
-        if var is None or isinstance(var.data, StagedVariableArray):
-            continue
-        record = StoredValues.of(var, version, f"{group}/{name}" if group else str(name))
-        if record is not None:
+    for name, var in staged.variables.items():
+        path = f"{group}/{name}" if group else str(name)
+        if isinstance(var.data, StagedVariableArray):
+            records[str(name)] = StoredValues.metadata_of(var, version, path)
+        elif name in staged.indexes and (record := StoredValues.of(var, version, path)) is not None:
             records[str(name)] = record
     return records
 

@@ -39,6 +39,7 @@ import dataclasses
 import warnings
 from typing import Any
 
+import h5py
 import numpy as np
 import xarray as xr
 
@@ -77,6 +78,19 @@ def same_value(a: Any, b: Any) -> bool:
         return False
 
 
+def _copy(value: Any) -> Any:
+    """A copy of an attribute or encoding value that edits of ``value`` in place do not reach."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    if isinstance(value, (str, bytes, int, float, complex, bool, tuple, np.generic, np.dtype, type(None))):
+        return value  # immutable (a tuple of mutable items is not met in attrs or encoding)
+    return copy.deepcopy(value)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class StoredValues:
     """An in-memory 1-D variable as the dataset ``path`` of ``version`` stores it.
@@ -97,7 +111,7 @@ class StoredValues:
     version: str
     path: str
     dims: tuple
-    values: np.ndarray
+    values: np.ndarray | None
     attrs: dict
     encoding: dict
 
@@ -114,8 +128,17 @@ class StoredValues:
         if values.dtype.hasobject:
             return None
         values.flags.writeable = False
-        return cls(version, path, tuple(var.dims), values, copy.deepcopy(dict(var.attrs)),
-                   copy.deepcopy(dict(var.encoding)))
+        return cls(version, path, tuple(var.dims), values, _copy(dict(var.attrs)), _copy(dict(var.encoding)))
+
+    @classmethod
+    def metadata_of(cls, var: xr.Variable, version: str, path: str) -> StoredValues:
+        """A record of ``var``'s dims, attrs and encoding only (a staged variable: its values are staged)."""
+        return cls(version, path, tuple(var.dims), None, _copy(dict(var.attrs)), _copy(dict(var.encoding)))
+
+    def same_metadata(self, var: xr.Variable, version: str, path: str) -> bool:
+        """True if ``var`` has this record's dims, attrs and encoding, and ``version``/``path`` are the record's."""
+        return (version == self.version and path == self.path and tuple(var.dims) == self.dims
+                and same_value(dict(var.attrs), self.attrs) and same_value(dict(var.encoding), self.encoding))
 
     def points_kept(self, var: xr.Variable, version: str, path: str) -> int | None:
         """How many of ``var``'s first points the stored dataset holds; None: rewrite it.
@@ -135,18 +158,30 @@ class StoredValues:
             for bit (equal length: unchanged; longer: appended to); None
             otherwise, or when the record is of another version or path.
         """
-        if version != self.version or path != self.path or tuple(var.dims) != self.dims:
+        if self.values is None:
             return None
         n = len(self.values)
-        if var.dtype != self.values.dtype or var.shape[0] < n:
+        if var.dtype != self.values.dtype or var.ndim != 1 or var.shape[0] < n:
             return None
-        if not (same_value(dict(var.attrs), self.attrs) and same_value(dict(var.encoding), self.encoding)):
+        if not self.same_metadata(var, version, path):
             return None
         head = np.asarray(var.values[:n] if var.shape[0] > n else var.values)
         return n if same_value(np.ascontiguousarray(head), np.ascontiguousarray(self.values)) else None
 
 
-def encode_appended(group, name: str, var: xr.Variable, kept: int) -> np.ndarray | None:
+def _attr_names(dset) -> list[str]:
+    """The attribute names of h5py dataset ``dset``, listed by name index.
+
+    Not through ``dset.attrs``: h5py copies a dataset's creation property
+    list to choose the index, which for a virtual dataset copies every mapping.
+    """
+    names: list[str] = []
+    h5py.h5a.iterate(dset.id, lambda name, *_: names.append(name.decode("utf-8", "surrogateescape")),
+                     index_type=h5py.h5.INDEX_NAME)
+    return names
+
+
+def encode_appended(group, name: str, var: xr.Variable, kept: int, stored: h5py.Dataset) -> np.ndarray | None:
     """The stored values of ``var[kept:]``, or None when they would not be stored as dataset ``group[name]`` is.
 
     Encoded as a rewrite of the whole variable would be (the dataset's
@@ -163,6 +198,9 @@ def encode_appended(group, name: str, var: xr.Variable, kept: int) -> np.ndarray
     var : xarray.Variable
         1-D, not yet CF-encoded; its first ``kept`` points are stored.
     kept : int
+    stored : h5py.Dataset
+        The same dataset in the parent version (its attributes are read
+        from it by name; netCDF-4's object references are left unread).
 
     Returns
     -------
@@ -181,7 +219,8 @@ def encode_appended(group, name: str, var: xr.Variable, kept: int) -> np.ndarray
         return None
     if values.dtype != np.dtype(dataset.dtype) or values.ndim != 1:
         return None
-    stored = {k: v for k, v in dataset.attrs.items() if k not in _NOT_VARIABLE_ATTRS}
-    if not same_value(kept_attrs(stored, dict(new.attrs), True), stored):
+    attrs = stored.attrs
+    kept_now = {k: attrs[k] for k in _attr_names(stored) if k not in _NOT_VARIABLE_ATTRS}
+    if not same_value(kept_attrs(kept_now, dict(new.attrs), True), kept_now):
         return None
     return values
