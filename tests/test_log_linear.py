@@ -205,6 +205,22 @@ def test_backdated_timestamps_and_failed_commits_fall_back_to_decoding(tmp_path,
     assert fast == slow
     assert {e.name: e.new_chunks for e in fast} == {"v0": 2, "v2": 1, "v1": 0}
 
+    path = tmp_path / "theirs_backdated.h5"
+    with h5py.File(path, "w") as f:
+        vf = xv.VersionedHDF5File(f)
+        with vf.stage_version("v0", timestamp=t0) as g:
+            g.create_dataset("x", data=np.arange(10.0, 18.0), chunks=(4,))
+        with vf.stage_version("v1", timestamp=t0 + dt.timedelta(days=2)) as g:
+            g["x"][0] = 1.0  # stores a chunk
+    with h5py.File(path, "r+") as f:  # versioned-hdf5, dated before v1, maps v1's chunk: no record, decoded
+        with versioned_hdf5.VersionedHDF5File(f).stage_version(
+            "w", prev_version="v0", make_current=False, timestamp=t0 + dt.timedelta(days=1)
+        ) as g:
+            g["x"][0] = 1.0
+    fast, slow, _ = _logs(path, monkeypatch)
+    assert fast == slow
+    assert {e.name: e.new_chunks for e in fast} == {"v0": 2, "w": 1, "v1": 0}
+
     path = tmp_path / "failed.h5"
     with h5py.File(path, "w") as f:
         vf = xv.VersionedHDF5File(f)
@@ -242,6 +258,22 @@ def test_modify_metadata_and_rebase_agree(tmp_path, monkeypatch):
     fast, slow, _ = _logs(path, monkeypatch)
     assert fast == slow
 
+    path = tmp_path / "rechunked.h5"
+    with h5py.File(path, "w") as f:
+        vf = xv.VersionedHDF5File(f)
+        with vf.stage_version("v0") as g:
+            g.create_dataset("x", data=np.arange(4.0), chunks=(4,))
+        with vf.stage_version("v1") as g:
+            g["x"].attrs["a"] = 1
+        xv.modify_metadata(f, "x", chunks=(8,))  # as many chunks, each rewritten: the records' rows moved
+    with h5py.File(path, "r+") as f:
+        with versioned_hdf5.VersionedHDF5File(f).stage_version("t") as g:
+            g["x"].attrs["a"] = 1  # nothing changed: compared with v1 as it is now
+    fast, slow, decoded = _logs(path, monkeypatch)
+    assert fast == slow
+    assert fast[-1].changed == ()
+    assert decoded == ["v0", "v1", "t"]
+
 
 def _day(t: int) -> xr.Dataset:
     rng = np.random.default_rng(t)
@@ -269,3 +301,72 @@ def test_xarray_commits_agree_and_the_frame_matches(tmp_path, monkeypatch):
     assert [e.changed for e in only] == list(frame["changed"])
     assert list(frame["new_chunks"]) == [e.new_chunks for e in fast]
     assert fast[-1].changed == ("sst",) and fast[-1].new_chunks == 0 and fast[-1].message == "units"
+
+
+# -- random histories ---------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_POOL = [0.0, 1.0, 2.0, np.nan]
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["append", "edit", "attr", "drop_y", "branch", "backdate", "delete", "theirs"]),
+        st.integers(0, 1000),
+    ),
+    min_size=1, max_size=12,
+)
+
+
+def _play(vf, ops) -> None:
+    """Commit ``ops`` through ``vf``: appends, edits and attributes from small pools (so chunks and
+    values repeat), a dataset dropped and re-created, branches, timestamps out of commit order, deletions."""
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    with vf.stage_version("v0", timestamp=t0) as g:
+        g.create_dataset("x", data=np.zeros((2, 3)), chunks=(1, 3), fillvalue=0.0)
+        g.create_dataset("y", data=np.ones(4), chunks=(2,))
+    for i, (op, k) in enumerate(ops, start=1):
+        name, names = f"v{i}", vf.versions
+        when = t0 + dt.timedelta(hours=i)
+        value = _POOL[k % len(_POOL)]
+        if op == "delete":
+            if len(names) > 1:
+                xv.delete_versions(vf, [names[k % len(names)]])
+            continue
+        prev = names[k % len(names)] if op in ("branch", "backdate") else None
+        if op == "backdate":
+            when = t0 + dt.timedelta(minutes=k % 7)
+        with vf.stage_version(name, prev_version=prev, timestamp=when, make_current=op != "branch") as g:
+            if op == "append":
+                x = g["x"]
+                x.resize((x.shape[0] + 1, 3))
+                x[-1] = value
+            elif op in ("edit", "branch", "backdate"):
+                x = g["x"]
+                x[k % x.shape[0], k % 3] = value
+            elif op == "attr":
+                g["x"].attrs["a"] = [1, 1.0, "one", np.nan][k % 4]
+            elif op == "drop_y":
+                if "y" in g:
+                    del g["y"]
+                else:
+                    g.create_dataset("y", data=np.full(4, value), chunks=(2,))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_OPS)
+def test_random_histories_agree(tmp_path_factory, monkeypatch, ops):
+    path = tmp_path_factory.mktemp("random") / "h.h5"
+    with h5py.File(path, "w") as f:
+        _play(xv.VersionedHDF5File(f), [op for op in ops if op[0] != "theirs"])
+    theirs = [k for op, k in ops if op == "theirs"]
+    if theirs:  # versioned-hdf5 commits on top
+        with h5py.File(path, "r+") as f:
+            vh = versioned_hdf5.VersionedHDF5File(f)
+            for j, k in enumerate(theirs):
+                with vh.stage_version(f"t{j}") as g:
+                    g["x"][0, k % 3] = _POOL[k % len(_POOL)]
+    fast, slow, decoded = _logs(path, monkeypatch)
+    assert fast == slow
+    if not theirs and not any(op == "delete" for op, _ in ops):
+        assert decoded == []  # every version of this package has a record that holds

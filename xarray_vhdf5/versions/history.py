@@ -62,6 +62,7 @@ from h5py import h5a, h5d, h5g
 
 from ..backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from ..backend.h5attrs import read_attr
+from ..backend.h5objects import object_address_by_name
 from ..backend.hashtable import hash_table_path, table_state
 from ..backend.layout import FIRST_VERSION
 from ..xr.names import (
@@ -457,6 +458,17 @@ def _inherit(parent: dict[str, Fingerprint] | None, described: dict) -> dict[str
     return mine
 
 
+def _same_objects(versions: h5py.Group, name: str, objects: dict) -> bool:
+    """True when every dataset a record describes is still the object the commit made (by address)."""
+    for path, addr in objects.items():
+        try:
+            if object_address_by_name(versions.id, f"{name}/{path}".encode()) != int(addr):
+                return False
+        except KeyError:
+            return False
+    return True
+
+
 def _decoded(group: h5py.Group) -> tuple[dict[str, Fingerprint], dict[str, list[np.ndarray]]]:
     """Fingerprints of a version's datasets from its mappings, and the raw_data rows its listed ones map."""
     found: dict[str, Fingerprint] = {}
@@ -526,7 +538,8 @@ def _recorded_log(
         if rec is not None and rec.get("p") == info.prev_version and rec.get("t") == to_micros(info.timestamp):
             try:
                 spans = {str(p): (int(n0), int(n1), str(d)) for p, (n0, n1, d) in rec["h"].items()}
-                if all(0 <= n0 <= n1 and table(p).holds(n1, d) for p, (n0, n1, d) in spans.items()):
+                if (all(0 <= n0 <= n1 and table(p).holds(n1, d) for p, (n0, n1, d) in spans.items())
+                        and _same_objects(registry.group, name, rec["o"])):
                     mine = _inherit(fingerprints.get(info.prev_version), rec["d"])
             except (KeyError, TypeError, ValueError, AttributeError, OSError, RuntimeError):
                 mine = None

@@ -20,6 +20,11 @@ A record holds:
     for a dataset the commit wrote (new chunks, a new mapping, or new
     attributes), else ``{"src": path}``: carried unchanged from that path of
     the parent (same mapping and attributes).
+``o``
+    The object address of every dataset the record describes by value (not
+    carried): ``modify_metadata`` and deletions that move chunks replace the
+    virtual datasets, whose record then no longer holds, even where the
+    chunks' digests stay the same (new chunk shape, same data).
 ``h``
     Per raw_data (absolute path) a rebuilt dataset maps:
     ``[rows before, rows after, hex digest of the last row after]`` of its
@@ -55,7 +60,7 @@ __all__ = ["Fingerprint", "attrs_digest", "fingerprint_of", "load", "mapping_dig
 #: Name of the records dataset inside the bookkeeping group.
 LOG_NAME = "log"
 #: Version of the record layout (key ``f``); records of another are ignored.
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
 
 
 class Fingerprint(NamedTuple):
@@ -151,14 +156,15 @@ def _source_in(prefix: str, staged) -> str | None:
     return source[len(prefix):]
 
 
-def _made(group: h5py.Group, path: str, caches) -> tuple[h5py.Dataset, bool]:
-    """The version's dataset at ``path`` and whether the commit made it (a virtual dataset, held open).
+def _made(group: h5py.Group, path: str, caches) -> tuple[h5py.Dataset, bool, int]:
+    """The version's dataset at ``path``, whether the commit made it (a virtual dataset, held open), its address.
 
     The held id is used when there is one: opening a virtual dataset decodes every mapping.
     """
     bpath = f"{group.name}/{path}".encode()
-    vid = caches.open_datasets.made(bpath, object_address_by_name(group.id, bpath))
-    return (h5py.Dataset(vid), True) if vid is not None else (group[path], False)
+    addr = object_address_by_name(group.id, bpath)
+    vid = caches.open_datasets.made(bpath, addr)
+    return (h5py.Dataset(vid), True, addr) if vid is not None else (group[path], False, addr)
 
 
 def _mapping(shape: tuple[int, ...], chunks: tuple[int, ...], chunk_rows) -> tuple[np.ndarray, np.ndarray]:
@@ -198,6 +204,7 @@ def build_record(group: h5py.Group, name: str, prev_version: str, timestamp_us: 
     prefix = f"{group.parent.name}/{prev_version}/"
     entries: dict[str, Any] = {}
     tables: dict[str, list] = {}
+    objects: dict[str, int] = {}
     for path, staged in datasets.items():
         st = stats.get(path)
         if st is None:
@@ -213,12 +220,12 @@ def build_record(group: h5py.Group, name: str, prev_version: str, timestamp_us: 
             if changed_attrs:
                 from .history import compared_attrs
 
-                dset, _ = _made(group, path, caches)
+                dset, _, objects[path] = _made(group, path, caches)
 
                 entries[path]["a"] = attrs_digest(compared_attrs(dset))
                 entries[path]["l"] = _listed(dset)
             continue
-        dset, virtual = _made(group, path, caches)
+        dset, virtual, objects[path] = _made(group, path, caches)
         if not _listed(dset, virtual):
             entries[path] = Fingerprint((), "", (), "", "", "", False).to_json()
             continue
@@ -233,7 +240,8 @@ def build_record(group: h5py.Group, name: str, prev_version: str, timestamp_us: 
             tables[fp.raw_path] = [n_after - st.new_chunks, n_after, last.hex()]
         else:  # two datasets over one raw_data: their appended rows add up
             tables[fp.raw_path][0] -= st.new_chunks
-    return {"f": RECORD_FORMAT, "v": name, "p": prev_version, "t": timestamp_us, "d": entries, "h": tables}
+    return {"f": RECORD_FORMAT, "v": name, "p": prev_version, "t": timestamp_us, "d": entries, "h": tables,
+            "o": objects}
 
 
 #: File id -> (object address, id) of the records dataset a commit through it appended to: held
