@@ -138,6 +138,22 @@ def test_deleting_versions_decodes_only_the_reparented_ones(tmp_path, monkeypatc
     assert [e.new_chunks for e in fast] == [1] * 5 + [2] + [1] * 4
 
 
+def test_versioned_hdf5_deleting_versions_of_our_file(tmp_path, monkeypatch):
+    path = tmp_path / "deleted_by_them.h5"
+    with h5py.File(path, "w") as f:
+        vf = xv.VersionedHDF5File(f)
+        _append_days(vf, 0, 6)
+        with vf.stage_version("e") as g:
+            g["x"][0] = np.full(5, 9, np.float32)  # d0's row replaced: d0 alone maps it
+        _append_days(vf, 7, 9)
+    with h5py.File(path, "r+") as f:
+        versioned_hdf5.delete_versions(f, [f"d{i}" for i in range(6)])  # d0's row freed: later rows move
+    fast, slow, decoded = _logs(path, monkeypatch)
+    assert fast == slow
+    assert decoded == ["e", "d7", "d8"]  # re-parented, and over moved rows
+    assert [e.new_chunks for e in fast] == [6, 1, 1]
+
+
 def test_versions_committed_by_versioned_hdf5_are_decoded_and_files_stay_readable(tmp_path, monkeypatch):
     path = tmp_path / "mixed.h5"
     with h5py.File(path, "w") as f:
