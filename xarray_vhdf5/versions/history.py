@@ -425,6 +425,8 @@ class _Table:
         self.digests = np.asarray(rows["hash"], dtype=np.uint8).reshape(n, 32)
         self.starts = np.asarray(rows["shape"], dtype=np.int64).reshape(n, 2)[:, 0]
         self.owner = np.full(n, -1, dtype=np.int64)
+        self._order: np.ndarray | None = None  # argsort of starts, made on first use
+        self._sorted: np.ndarray | None = None
 
     def holds(self, n_after: int, digest: str) -> bool:
         """True when rows below ``n_after`` are as a commit left them (its last row's digest is still there)."""
@@ -433,11 +435,13 @@ class _Table:
     def rows_of(self, offsets: np.ndarray) -> np.ndarray | None:
         """Hash-table rows of the chunks starting at raw_data rows ``offsets`` (None: one is not in the table)."""
         offsets = np.asarray(offsets, dtype=np.int64)
-        order = np.argsort(self.starts, kind="stable")
-        where = np.searchsorted(self.starts[order], offsets)
-        if len(offsets) and (where.max() >= self.n or not np.array_equal(self.starts[order[where]], offsets)):
+        if self._order is None:
+            self._order = np.argsort(self.starts, kind="stable")
+            self._sorted = self.starts[self._order]
+        where = np.searchsorted(self._sorted, offsets)
+        if len(offsets) and (where.max() >= self.n or not np.array_equal(self._sorted[where], offsets)):
             return None
-        return order[where]
+        return self._order[where]
 
 
 def _inherit(parent: dict[str, Fingerprint] | None, described: dict) -> dict[str, Fingerprint] | None:
@@ -529,27 +533,39 @@ def _recorded_log(
             tables[raw_path] = _Table(f, raw_path)
         return tables[raw_path]
 
+    # Records that still describe their version (checked before anything is decoded).
+    holding: dict[str, dict] = {}
+    spans_of: dict[str, dict[str, tuple[int, int]]] = {}
+    for name in order:
+        info = registry.info(name)
+        rec = stored.get(name)
+        if rec is None or rec.get("p") != info.prev_version or rec.get("t") != to_micros(info.timestamp):
+            continue
+        try:
+            spans = {str(p): (int(n0), int(n1), str(d)) for p, (n0, n1, d) in rec["h"].items()}
+            if (all(0 <= n0 <= n1 and table(p).holds(n1, d) for p, (n0, n1, d) in spans.items())
+                    and _same_objects(registry.group, name, rec["o"])):
+                holding[name] = rec
+                spans_of[name] = {p: (n0, n1) for p, (n0, n1, _) in spans.items()}
+        except (KeyError, TypeError, ValueError, AttributeError, OSError, RuntimeError):
+            continue
+    if not holding:
+        return None  # nothing saved: the computed path decodes every version once
     records: dict[str, dict[str, tuple[int, int]]] = {}
     fingerprints: dict[str, dict[str, Fingerprint]] = {FIRST_VERSION: {}}
     decoded: dict[str, dict[str, list[np.ndarray]]] = {}
     for name in order:
-        info = registry.info(name)
-        rec, mine = stored.get(name), None
-        if rec is not None and rec.get("p") == info.prev_version and rec.get("t") == to_micros(info.timestamp):
+        mine = None
+        if name in holding:
             try:
-                spans = {str(p): (int(n0), int(n1), str(d)) for p, (n0, n1, d) in rec["h"].items()}
-                if (all(0 <= n0 <= n1 and table(p).holds(n1, d) for p, (n0, n1, d) in spans.items())
-                        and _same_objects(registry.group, name, rec["o"])):
-                    mine = _inherit(fingerprints.get(info.prev_version), rec["d"])
-            except (KeyError, TypeError, ValueError, AttributeError, OSError, RuntimeError):
+                mine = _inherit(fingerprints.get(registry.parent(name)), holding[name]["d"])
+            except (KeyError, TypeError, ValueError, AttributeError):
                 mine = None
             if mine is not None:
-                records[name] = {p: (n0, n1) for p, (n0, n1, _) in spans.items()}
+                records[name] = spans_of[name]
         if mine is None:
             mine, decoded[name] = _decoded(registry.group[name])
         fingerprints[name] = mine
-    if len(decoded) == len(order):
-        return None  # no record holds: nothing saved, and the computed path counts the same way
     for name, spans in records.items():
         for p, (n0, n1) in spans.items():
             owner = tables[p].owner[n0:n1]
