@@ -108,6 +108,25 @@ def test_edits_reverts_attributes_removals_and_branches_agree(tmp_path, monkeypa
     assert got["v11"][0] == 1
 
 
+def test_moved_datasets_agree(tmp_path, monkeypatch):
+    path = tmp_path / "moved.h5"
+    with h5py.File(path, "w") as f:
+        vf = xv.VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            g.create_dataset("a/x", data=np.arange(8.0), chunks=(4,))
+            g.create_dataset("y", data=np.arange(3.0), chunks=(2,))
+        with vf.stage_version("v2") as g:
+            g.move("a/x", "b/x")  # the same chunks under another path
+        with vf.stage_version("v3") as g:
+            g.move("b", "c")
+            g["c/x"][0] = -1.0
+        with vf.stage_version("v4") as g:
+            g["y"][0] = 5.0
+    fast, slow, _ = _logs(path, monkeypatch)
+    assert fast == slow
+    assert [e.changed for e in fast] == [("a/x", "y"), ("a/x", "b/x"), ("b/x", "c/x"), ("y",)]
+
+
 def test_attribute_of_equal_value_and_another_dtype_is_compared_by_value(tmp_path, monkeypatch):
     path = tmp_path / "attrs.h5"
     with h5py.File(path, "w") as f:
