@@ -31,7 +31,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import xarray_vhdf5
-from xarray_vhdf5.backend.manifest import ChunkManifest, _chunk_addresses, resolve_manifest
+from xarray_vhdf5.backend.manifest import ChunkManifest, chunk_addresses, resolve_manifest
 from xarray_vhdf5.errors import CorruptFileError, UnsupportedError
 
 with warnings.catch_warnings():
@@ -261,7 +261,7 @@ def test_a_mapping_past_raw_data_or_a_missing_raw_data_is_corrupt(tmp_path):
             assert err.value.path == str(path) and f"/_version_data/versions/v1/{name}" in str(err.value)
 
 
-def test_both_ways_of_finding_chunk_addresses_agree(tmp_path):
+def test_both_ways_of_findingchunk_addresses_agree(tmp_path):
     """A version mapping few of raw_data's first chunks asks for each (H5Dget_chunk_info_by_coord);
     one mapping most of them visits all (H5Dchunk_iter). Both give the same addresses."""
     path = tmp_path / "few.h5"
@@ -273,8 +273,8 @@ def test_both_ways_of_finding_chunk_addresses_agree(tmp_path):
             g["x"].resize((15,))
     with h5py.File(path, "r") as f:
         raw = f["_version_data/x/raw_data"]
-        every = _chunk_addresses(raw, np.arange(0, 600, 10), 10)
-        few = _chunk_addresses(raw, np.array([0, 590]), 10)
+        every = chunk_addresses(raw, np.arange(0, 600, 10), 10)
+        few = chunk_addresses(raw, np.array([0, 590]), 10)
         for a, b in zip(every, few):
             assert a[[0, -1]].tolist() == b.tolist()
         assert np.all(every[1] > 0) and len(set(every[0].tolist())) == 60

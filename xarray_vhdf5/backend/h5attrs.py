@@ -23,7 +23,8 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5a, h5s, h5t
+from h5py import h5, h5a, h5s, h5t
+from h5py._hl.base import Empty
 
 from .h5objects import memory_type, object_info_by_name
 from .transfer import get_kernel_backend
@@ -33,7 +34,7 @@ try:
 except ImportError:  # no compiled kernels: the h5py path (transfer reports why)
     _attrtools = None
 
-__all__ = ["read_attr", "reference_attribute_names", "type_holds_references", "write_attr"]
+__all__ = ["read_attr", "read_attrs_of", "reference_attribute_names", "type_holds_references", "write_attr"]
 
 _VLEN_STR = h5py.string_dtype()
 _VLEN_STR_TYPE = h5t.py_create(_VLEN_STR)
@@ -298,3 +299,60 @@ def type_holds_references(tid: h5t.TypeID) -> bool:
     if cls == h5t.COMPOUND:
         return any(type_holds_references(tid.get_member_type(i)) for i in range(tid.get_nmembers()))
     return False
+
+
+def read_attrs_of(loc_id, obj_name: bytes) -> dict[str, Any]:
+    """Every attribute of the object ``obj_name`` in group ``loc_id``, without opening the object.
+
+    The values are those of ``dict(obj.attrs)`` in h5py, in name order (h5py's
+    order unless the object tracks the creation order of its attributes,
+    which this package's and versioned-hdf5's datasets do not; h5py's
+    conversions: ``str`` for variable-length strings, ``numpy.bytes_`` for
+    fixed-length ones, ``h5py.Empty`` for a null dataspace, numpy scalars and
+    arrays otherwise). Attributes are opened by index through
+    ``H5Aopen_by_idx`` on the group: for a virtual dataset, h5py's
+    ``obj.attrs`` first opens the dataset (``H5Dopen``) and copies its
+    creation property list, both of which decode every mapping (65 and 34 ms
+    for a version of 10,000 chunks); opening by index decodes none.
+
+    Parameters
+    ----------
+    loc_id : h5py.h5g.GroupID
+        The group holding the object.
+    obj_name : bytes
+        The object's name in that group (one link, no ``/``).
+
+    Returns
+    -------
+    dict
+        Attribute name -> value.
+
+    Raises
+    ------
+    KeyError
+        ``obj_name`` is not in the group.
+    """
+    _, _, count = object_info_by_name(loc_id, obj_name)  # KeyError when absent
+    out: dict[str, Any] = {}
+    for i in range(count):
+        attr = h5a.open(loc_id, index=i, obj_name=obj_name, index_type=h5.INDEX_NAME)
+        out[attr.name.decode("utf-8", "surrogateescape")] = _attr_value(attr)
+    return out
+
+
+def _attr_value(attr: h5a.AttrID) -> Any:
+    """An open attribute's value, converted as h5py's ``AttributeManager.__getitem__`` converts it."""
+    shape = attr.shape
+    if shape is None:  # null dataspace
+        return Empty(attr.dtype)
+    dtype = attr.dtype
+    htype = h5t.py_create(dtype)
+    if dtype.subdtype is not None:  # top-level array type: numpy has none, the array gets its axes
+        dtype, subshape = dtype.subdtype
+        shape = attr.shape + subshape
+    arr = np.zeros(shape, dtype=dtype, order="C")
+    attr.read(arr, mtype=htype)
+    info = h5t.check_string_dtype(dtype)
+    if info is not None and info.length is None:
+        arr = np.array([b.decode("utf-8", "surrogateescape") for b in arr.flat], dtype=dtype).reshape(arr.shape)
+    return arr[()] if arr.ndim == 0 else arr

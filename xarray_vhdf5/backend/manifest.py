@@ -47,6 +47,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import h5py
@@ -60,7 +61,7 @@ from .chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from .hashing import chunk_hash
 from .hashtable import hash_table_path
 
-__all__ = ["ChunkManifest", "resolve_manifest", "DECODED_FILTERS"]
+__all__ = ["ChunkManifest", "DECODED_FILTERS", "chunk_addresses", "manifest_from_starts", "resolve_manifest"]
 
 
 def _fletcher32(data: memoryview, cd: tuple, size: int) -> memoryview:
@@ -134,87 +135,174 @@ def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False) -> ChunkManifes
     """
     if not isinstance(vds, h5py.Dataset):
         raise TypeError(f"vds must be an h5py.Dataset, got {type(vds).__name__}")
-    path = os.path.abspath(vds.file.filename)
     chunks, raw_path = version_dataset_layout(vds)
     raw = vds.file.get(raw_path)
     if not isinstance(raw, h5py.Dataset):
+        path = os.path.abspath(vds.file.filename)
         raise CorruptFileError(f"{path}: dataset {vds.name} names raw_data {raw_path}, which is missing",
                                path=path)
     shape, dtype = vds.shape, vds.dtype
     grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
-    dcpl = raw.id.get_create_plist()
-    pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
-    filters = tuple(tuple(f[:3]) for f in pipeline)
-    names = tuple(f[3].decode(errors="replace").split(";")[0].strip() or str(f[0]) for f in pipeline)
-    reasons = _unsupported(vds, raw, dcpl, chunks, filters, names)
-    fills = [np.zeros((), dtype) if dtype.hasobject else np.asarray(d.fillvalue, dtype) for d in (vds, raw)]
+    reasons = []
+    # h5py keeps the virtual dataset's creation property list (a new copy holds every mapping)
+    vds_dcpl = getattr(vds, "_dcpl", None) or vds.id.get_create_plist()
+    if vds_dcpl.fill_value_defined() == h5d.FILL_VALUE_UNDEFINED:
+        reasons.append("the virtual dataset has no fill value (libhdf5 leaves unwritten points unset)")
+    if dtype.hasobject:
+        reasons.append(f"dtype {dtype} holds variable-length data (references into HDF5's global heap)")
+    elif dtype.subdtype is not None or raw.dtype != dtype:
+        reasons.append(f"the virtual dataset's dtype {dtype} is converted from raw_data's {raw.dtype}")
     try:
         indices, offsets = build_slab_indices_and_offsets(vds, shape, chunks, raw)
     except ValueError as exc:  # mappings libhdf5 reads but raw_data's chunks cannot express
         reasons.append(str(exc))
         indices, offsets = np.zeros(grid, np.intp), np.zeros(grid, np.uint64)
-    mapped = np.flatnonzero(indices)
-    starts = offsets.reshape(-1)[mapped].astype(np.int64)
-    rows, inverse = np.unique(starts, return_inverse=True)
+    starts = np.where(indices != 0, offsets.astype(np.int64), -1)
+    fill = np.zeros((), dtype) if dtype.hasobject else np.asarray(vds.fillvalue, dtype)
+    return manifest_from_starts(vds.name, raw, shape, chunks, dtype, fill, starts, verify=verify, reasons=reasons)
+
+
+def manifest_from_starts(
+    name: str,
+    raw: h5py.Dataset,
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    dtype: np.dtype,
+    fillvalue: np.ndarray,
+    starts: np.ndarray,
+    *,
+    addresses: np.ndarray | None = None,
+    verify: bool = False,
+    reasons: list[str] | None = None,
+) -> ChunkManifest:
+    """A :class:`ChunkManifest` from a version's chunk map, however it was found.
+
+    :func:`resolve_manifest` decodes the map from the virtual dataset's
+    mappings; :mod:`xarray_vhdf5.versions.chunkmaps` reads the one a commit
+    stored, with the chunks' addresses.
+
+    Parameters
+    ----------
+    name : str
+        Absolute HDF5 path of the version's virtual dataset.
+    raw : h5py.Dataset
+        Its raw_data, in a file opened from its path (``sec2`` or ``stdio`` driver).
+    shape, chunks : tuple of int
+        The dataset's shape and chunk shape, in points.
+    dtype : numpy.dtype
+        The dataset's dtype.
+    fillvalue : numpy.ndarray, 0-d
+        The virtual dataset's fill value (what unmapped chunks read as).
+    starts : numpy.ndarray of int64, shape ``ceil(shape / chunks)``
+        Per chunk its first row of raw_data (points along axis 0), -1 unmapped.
+    addresses : callable, optional
+        Given the sorted unique mapped ``starts`` (uint64, ``(n,)``), their
+        chunks' ``(file offset, size, filter mask)`` (uint64, ``(n, 3)``);
+        default: asked of libhdf5 (:func:`chunk_addresses`).
+    verify : bool
+        As for :func:`resolve_manifest`.
+    reasons : list of str, optional
+        Reasons already found why the chunks cannot be read without libhdf5.
+
+    Raises
+    ------
+    xarray_vhdf5.errors.CorruptFileError
+        A chunk is mapped past raw_data's end, or (``verify``) has no row in the hash table.
+    """
+    path = os.path.abspath(raw.file.filename)
+    chunks = tuple(int(c) for c in chunks)
+    dcpl = raw.id.get_create_plist()
+    pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
+    filters = tuple(tuple(f[:3]) for f in pipeline)
+    names = tuple(f[3].decode(errors="replace").split(";")[0].strip() or str(f[0]) for f in pipeline)
+    reasons = list(reasons or ()) + _unsupported(raw, dcpl, dtype, chunks, filters, names)
+    grid = starts.shape
+    mapped = np.flatnonzero(starts >= 0)
+    flat = starts.reshape(-1)[mapped]
+    rows, inverse = _unique_inverse(flat)
     slots = np.full(grid, -1, np.int32)
     slots.reshape(-1)[mapped] = inverse
     if np.any(rows % chunks[0]):
         reasons.append("a mapping starts inside a raw_data chunk")
-    coords = np.unravel_index(mapped, grid)
-    ends = [np.minimum(c, n - k * c) for k, c, n in zip(coords, chunks, shape)]  # points mapped, per axis
-    ends[0] = ends[0] + starts
-    for axis, (end, size) in enumerate(zip(ends, raw.shape)):
-        if end.size and int(end.max()) > size:
-            j = int(np.argmax(end))
+    for axis, size in enumerate(raw.shape if mapped.size else ()):  # every mapped chunk within raw_data
+        extent = np.minimum(chunks[axis], shape[axis] - np.arange(grid[axis]) * chunks[axis])  # points mapped
+        if axis and int(extent.max()) <= size:
+            continue  # along the other axes a chunk starts at 0 in raw_data
+        extent = extent.reshape((1,) * axis + (-1,) + (1,) * (len(grid) - axis - 1))
+        end = np.where(starts >= 0, extent + (starts if axis == 0 else 0), 0)
+        if int(end.max()) > size:
+            j = np.unravel_index(int(np.argmax(end)), grid)
             raise CorruptFileError(
-                f"{path}: dataset {vds.name} maps chunk {tuple(int(k[j]) for k in coords)} to raw_data up "
-                f"to point {int(end[j])} along axis {axis}, past the end of {raw_path} (shape {raw.shape})",
+                f"{path}: dataset {name} maps chunk {tuple(int(k) for k in j)} to raw_data up to point "
+                f"{int(end[j])} along axis {axis}, past the end of {raw.name} (shape {raw.shape})",
                 path=path)
-    addr, nbytes, masks = _chunk_addresses(raw, rows, chunks[0])
-    if not reasons and vds.file.userblock_size and rows.size and nbytes[0]:
+    if addresses is None:
+        addr, nbytes, masks = chunk_addresses(raw, rows, chunks[0])
+    else:
+        found = addresses(rows.astype(np.uint64))
+        addr, nbytes, masks = found[:, 0], found[:, 1], found[:, 2].astype(np.uint32)
+    if not reasons and raw.file.userblock_size and rows.size and nbytes[0]:
         # chunk addresses count the user block (HDF5 2.0); check one against libhdf5
         with open(path, "rb") as fh:
             fh.seek(int(addr[0]))
             stored = raw.id.read_direct_chunk((int(rows[0]),) + (0,) * (len(chunks) - 1))[1]
             if fh.read(int(nbytes[0])) != stored:
                 reasons.append("chunk addresses do not count the file's user block")
+    raw_fill = np.zeros((), dtype) if dtype.hasobject else np.asarray(raw.fillvalue, dtype)
     return ChunkManifest(
-        path=path, name=vds.name, raw_data=raw_path, shape=shape, chunks=chunks, dtype=dtype,
-        fillvalue=fills[0], raw_fillvalue=fills[1], filters=filters, filter_names=names, slots=slots,
+        path=path, name=name, raw_data=raw.name, shape=shape, chunks=chunks, dtype=dtype,
+        fillvalue=fillvalue, raw_fillvalue=raw_fill, filters=filters, filter_names=names, slots=slots,
         rows=rows.astype(np.uint64), offsets=addr, nbytes=nbytes, filter_masks=masks,
-        digests=_digests(raw, rows, path, vds.name) if verify else None,
+        digests=_digests(raw, rows, path, name) if verify else None,
         verify=verify, reason="; ".join(reasons) or None,
     )
 
 
-def _unsupported(
-    vds: h5py.Dataset, raw: h5py.Dataset, dcpl, chunks: tuple, filters: tuple, names: tuple
-) -> list[str]:
-    """Why the chunks of ``vds`` cannot be read without libhdf5 (empty: they can)."""
+def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``numpy.unique(values, return_inverse=True)`` for 1-d int64, by one stable sort.
+
+    numpy 2's ``unique`` hashes, several times slower on the mostly sorted
+    rows of a chunk map (1 ms against 0.15 ms for 10,000).
+    """
+    if values.size == 0:
+        return values.copy(), np.zeros(0, np.intp)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    first = np.empty(ordered.size, bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(values.size, np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
+
+
+def _unsupported(raw: h5py.Dataset, dcpl, dtype: np.dtype, chunks: tuple, filters: tuple, names: tuple) -> list[str]:
+    """Why raw_data's chunks cannot be read without libhdf5 (empty: they can)."""
     reasons = []
-    if vds.file.driver not in ("sec2", "stdio"):
-        reasons.append(f"the file is opened with the {vds.file.driver!r} driver, not read from its path")
-    if vds.dtype.hasobject:
-        reasons.append(f"dtype {vds.dtype} holds variable-length data (references into HDF5's global heap)")
-    elif vds.dtype.subdtype is not None or raw.dtype != vds.dtype:
-        reasons.append(f"the virtual dataset's dtype {vds.dtype} is converted from raw_data's {raw.dtype}")
+    if raw.file.driver not in ("sec2", "stdio"):
+        reasons.append(f"the file is opened with the {raw.file.driver!r} driver, not read from its path")
+    if raw.dtype.hasobject and not dtype.hasobject:
+        reasons.append(f"raw_data's dtype {raw.dtype} holds variable-length data")
     if raw.chunks != chunks:
         reasons.append(f"raw_data's HDF5 chunks {raw.chunks} are not the dataset's chunks")
     reasons += [f"filter {name} (id {f[0]}) has no decoder here"
                 for f, name in zip(filters, names) if f[0] not in DECODED_FILTERS]
-    # h5py keeps the virtual dataset's creation property list (a new copy holds every mapping)
-    vds_dcpl = getattr(vds, "_dcpl", None) or vds.id.get_create_plist()
-    for which, plist in (("virtual dataset", vds_dcpl), ("raw_data", dcpl)):
-        if plist.fill_value_defined() == h5d.FILL_VALUE_UNDEFINED:
-            reasons.append(f"the {which} has no fill value (libhdf5 leaves unwritten points unset)")
+    if dcpl.fill_value_defined() == h5d.FILL_VALUE_UNDEFINED:
+        reasons.append("the raw_data has no fill value (libhdf5 leaves unwritten points unset)")
     return reasons
 
 
-def _chunk_addresses(raw: h5py.Dataset, rows: np.ndarray, rows_per_chunk: int) -> tuple[np.ndarray, ...]:
-    """``(file offset, size, filter mask)`` of the raw_data chunks starting at ``rows`` (points).
+def chunk_addresses(raw: h5py.Dataset, rows: np.ndarray, rows_per_chunk: int) -> tuple[np.ndarray, ...]:
+    """``(file offset, size, filter mask)`` of the raw_data chunks starting at ``rows`` (points), from libhdf5.
 
-    Three arrays of shape ``rows.shape``: uint64 offset and size in bytes
-    (size 0: the chunk was never allocated), uint32 HDF5 filter mask.
+    One ``H5Dget_chunk_info_by_coord`` per chunk when they are few, else one
+    ``H5Dchunk_iter`` over raw_data's chunk index.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Three arrays of shape ``rows.shape``: uint64 offset and size in bytes
+        (size 0: the chunk was never allocated), uint32 HDF5 filter mask.
     """
     n = rows.size
     addr, nbytes, masks = np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.uint32)
@@ -437,7 +525,7 @@ class ChunkManifest:
             raise self._fail(slot, where, f"decoded to {data.nbytes} bytes, expected {size}")
         return np.frombuffer(data, self.dtype).reshape(self.chunks)
 
-    def read(self, key: Any = (), verify: bool | None = None) -> np.ndarray:
+    def read(self, key: Any = (), verify: bool | None = None, threads: int | None = None) -> np.ndarray:
         """Read the points ``key`` selects, decoding only the chunks it touches.
 
         Parameters
@@ -452,6 +540,11 @@ class ChunkManifest:
             Re-hash every chunk read (:func:`~xarray_vhdf5.backend.hashing.chunk_hash`
             of the chunk trimmed to the dataset's shape, the format's rule) and
             compare with the hash table's digest. Default: ``self.verify``.
+        threads : int, optional
+            Threads decoding chunks in parallel (a pool shared by all
+            manifests): default as many as the machine has cores (at most 8)
+            when the selection touches 4 stored chunks or more; 0 or 1: this
+            thread only. Decoded chunks are held 64 at a time.
 
         Returns
         -------
@@ -490,30 +583,62 @@ class ChunkManifest:
         groups = [_axis_groups(idx, c) for (idx, _), c in zip(axes, self.chunks)]
         touched = list(itertools.product(*groups))
         slots = [int(self.slots[tuple(k for k, _, _ in parts)]) for parts in touched]
-        remaining: dict[int, int] = {}
-        for s in slots:
-            remaining[s] = remaining.get(s, 0) + 1
-        decoded: dict[int, np.ndarray] = {}
-        verified: set[tuple] = set()
+        pool = _pool(threads, len(set(slots) - {-1}))
+        for start in range(0, len(touched), _BATCH):
+            batch = range(start, min(start + _BATCH, len(touched)))
+            decoded = self._decode_batch([touched[i] for i in batch], [slots[i] for i in batch], verify, pool)
+            for i in batch:
+                parts, slot = touched[i], slots[i]
+                target = tuple(o for _, o, _ in parts)
+                if slot < 0:
+                    out[target] = self.fillvalue
+                else:
+                    out[target] = decoded[slot][tuple(i for _, _, i in parts)]
+        return out.reshape(final)
+
+    def _decode_batch(self, touched: list, slots: list[int], verify: bool, pool) -> dict[int, np.ndarray]:
+        """Each stored chunk of ``slots`` decoded (and, ``verify``, checked) once, by ``pool``'s threads if any."""
+        first: dict[int, tuple] = {}
+        extents: dict[int, set] = {}
         for parts, slot in zip(touched, slots):
-            target = tuple(o for _, o, _ in parts)
-            if slot < 0:
-                out[target] = self.fillvalue
-                continue
-            where = tuple(k for k, _, _ in parts)
-            data = decoded.get(slot)
-            if data is None:
-                data = self._chunk(slot, where)
-            extent = tuple(min(c, n - k * c) for k, c, n in zip(where, self.chunks, self.shape))
-            if verify and (slot, extent) not in verified:  # the format hashes chunks trimmed to the dataset
+            if slot >= 0:
+                where = tuple(k for k, _, _ in parts)
+                first.setdefault(slot, where)
+                extents.setdefault(slot, set()).add(
+                    tuple(min(c, n - k * c) for k, c, n in zip(where, self.chunks, self.shape)))
+
+        def decode(slot: int) -> np.ndarray:
+            where = first[slot]
+            data = self._chunk(slot, where)
+            for extent in extents[slot] if verify else ():  # the format hashes chunks trimmed to the dataset
                 trimmed = np.ascontiguousarray(data[tuple(map(slice, extent))])
                 if chunk_hash(trimmed) != self.digests[slot].tobytes():
                     raise self._fail(slot, where, "its SHA-256 differs from the hash table's digest")
-                verified.add((slot, extent))
-            remaining[slot] -= 1
-            if remaining[slot]:
-                decoded[slot] = data
-            else:
-                decoded.pop(slot, None)
-            out[target] = data[tuple(i for _, _, i in parts)]
-        return out.reshape(final)
+            return data
+
+        if pool is None or len(first) < 2:
+            return {slot: decode(slot) for slot in first}
+        return dict(zip(first, pool.map(decode, first)))
+
+
+#: Chunks decoded at once by a threaded read (bounds the memory of decoded chunks held).
+_BATCH = 64
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool(threads: int | None, chunks: int) -> ThreadPoolExecutor | None:
+    """The shared thread pool when a read of ``chunks`` stored chunks should use threads, else None.
+
+    ``threads`` None: as many as the machine has cores (at most 8) once a read
+    touches 4 chunks or more; 0 or 1: none. zlib (through imagecodecs and
+    numcodecs) and ``os.pread`` release the GIL, so chunks decode in parallel.
+    """
+    n = min(os.cpu_count() or 1, 8) if threads is None else int(threads)
+    if n <= 1 or chunks < (4 if threads is None else 2):
+        return None
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._max_workers < n:
+            _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="vhdf5-decode")
+        return _POOL

@@ -29,10 +29,10 @@ import numpy as np
 
 from ..backend.chunks import iter_chunks
 from ..backend.h5attrs import read_attr, write_attr
-from ..backend.h5objects import create_ordered_group, object_address
+from ..backend.h5objects import create_ordered_group, object_address, object_address_by_name
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.hashtable import HashTable, table_extends, table_state
-from ..backend.layout import VERSION_DATA
+from ..backend.layout import VERSION_DATA, VERSIONS
 from ..backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data, is_fill_chunk
 from ..backend.slabmaps import slab_arrays
 from ..backend.virtual import (
@@ -49,7 +49,7 @@ from ..wrappers.chunked import (
 )
 from ..wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
 from ..wrappers.group import InMemoryGroup, UnopenedDataset
-from . import rootview
+from . import chunkmaps, rootview
 from .logrecord import record_commit
 from .caches import CommitCaches
 from .timestamps import format_timestamp, now_utc
@@ -186,9 +186,11 @@ def _commit_dataset(
     """
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
+    version = posixpath.basename(version_group.name)
     if isinstance(ds, UnopenedDataset):  # never accessed: mappings and attributes copied inside libhdf5
         carry_virtual_dataset(ds.gid, ds.bname, parent, last, ds.num_attrs)  # checked: the object staged
         caches.slab_maps.carry(ds.source_path, ds.address, parent, last)
+        _carry_map(f, ds.source_path, version, path, parent, last)
         return WriteStats()
     if _is_carried(path, ds):
         if ds.attrs.changed:
@@ -197,6 +199,7 @@ def _commit_dataset(
         else:  # mappings and attributes copied inside libhdf5
             carry_virtual_dataset(ds.source_id, b".", parent, last)
         caches.slab_maps.carry(ds.source_path, object_address(ds.source_id), parent, last)  # the same mappings
+        _carry_map(f, ds.source_path, version, path, parent, last)
         return WriteStats()
     _drop_object_references(ds.attrs)
     if isinstance(ds, ChunkedStagedDataset):
@@ -216,7 +219,18 @@ def _commit_dataset(
     ds.attrs.write_to(vds)
     arrays = slab_arrays(shape, writer.chunks, chunk_rows)
     caches.slab_maps.stage(vds, writer.raw_data, shape, writer.chunks, arrays, writer.hash_table.state)
+    chunkmaps.record(f, version, path, vds, writer.raw_data, shape, writer.chunks, *arrays,
+                     committed_before=len(writer.hash_table) - writer.stats.new_chunks)
     return writer.stats
+
+
+def _carry_map(f: h5py.File, source_path, version: str, path: str, parent: h5py.Group, last: str) -> None:
+    """The stored chunk map of a dataset copied unchanged from ``source_path`` (its version's), if it had one."""
+    source = source_path.decode() if isinstance(source_path, bytes) else str(source_path)
+    prefix = f"/{VERSION_DATA}/{VERSIONS}/"
+    if source.startswith(prefix) and source[len(prefix):].partition("/")[2] == path:
+        source_version = source[len(prefix):].partition("/")[0]
+        chunkmaps.carry(f, source_version, version, path, object_address_by_name(parent.id, last.encode()))
 
 
 def _commit_array(writer: ChunkWriter, data: np.ndarray) -> tuple[ChunkWriter, tuple]:

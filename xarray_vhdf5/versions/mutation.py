@@ -38,7 +38,7 @@ import h5py
 
 from ..backend.signature import not_hdf5_error, open_h5file
 from ..errors import CorruptFileError, FileBusyError, StaleVersionError
-from . import bookkeeping, generation
+from . import bookkeeping, chunkmaps, generation
 from .journal import JournaledFile, OsIO, journal_path, recover
 from .locking import WRITE_TIMEOUT, file_locks, lock_timeout
 
@@ -270,6 +270,7 @@ def mutating(h5file: h5py.File, *, moves: bool = False, what: str = "commit") ->
             if moves:
                 with locks.moving():
                     _SEEN[key] = now = _bump(f, locks, jf, now, moved=True)
+                    chunkmaps.forget(f)  # their rows and addresses are about to change
                     f.flush()
                     yield
             else:

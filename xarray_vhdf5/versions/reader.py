@@ -45,16 +45,18 @@ from typing import Any, Callable
 
 import h5py
 import numpy as np
+from h5py import h5o
 from h5py._hl import selections as _selections
 
 from ..backend.chunkmap import version_dataset_layout
 from ..backend.hashing import is_vlen_string_dtype
+from ..backend.h5objects import object_info_by_name
 from ..backend.layout import DATA_VERSION, version_path
 from ..backend.manifest import resolve_manifest
 from ..backend.raw_data import reported_fillvalue
 from ..errors import ClosedFileError, IncompatibleDataError, ReadOnlyError, UnsupportedError, VersionNotFoundError
 from ..wrappers.dataset_api import FieldsView, chunk_slices
-from . import generation
+from . import chunkmaps, generation
 from .locking import file_locks
 from .rebuild import chunk_diff
 from .registry import VersionInfo, VersionKey, VersionRegistry
@@ -158,19 +160,27 @@ class _Tree:
             raise VersionNotFoundError(f"{f.filename!r}: version {version!r} was deleted; open another version")
         self.version, self.root = version, group.name
         self.order: list[str] = []
-        group.visit(self.order.append)
         self.kinds: dict[str, str] = {"": "group"}
         self.members: dict[str, list[str]] = {}
         self.attrs: dict[str, dict] = {}
-        for path in [""] + [p for p in self.order]:
-            if path and self.kinds.get(path) != "group":
-                continue
-            sub = group[path] if path else group
-            self.members[path] = list(sub.keys())
-            self.attrs[path] = _attrs(sub)
-            for name in self.members[path]:
-                cls = sub.get(name, getclass=True)
-                self.kinds[f"{path}/{name}" if path else name] = "group" if cls is h5py.Group else "dataset"
+        # Walked by links, depth first in name order (h5py's ``visit`` order), each member's
+        # kind asked of its object header (H5Oget_info, basic fields): h5py's ``visit`` and
+        # ``get(getclass=True)`` ask for every field, which decodes a virtual dataset's
+        # mappings (2.5 ms for 10,000).
+        self._walk(group, "")
+
+    def _walk(self, sub: h5py.Group, path: str) -> None:
+        self.members[path] = list(sub.keys())
+        self.attrs[path] = _attrs(sub)
+        for name in sorted(self.members[path], key=lambda n: n.encode("utf-8", "surrogateescape")):
+            member = f"{path}/{name}" if path else name
+            kind = object_info_by_name(sub.id, name.encode("utf-8", "surrogateescape"))[1]
+            self.order.append(member)
+            if kind == h5o.TYPE_GROUP:
+                self.kinds[member] = "group"
+                self._walk(sub[name], member)
+            else:
+                self.kinds[member] = "dataset"
 
     def name(self, path: str) -> str:
         """Absolute HDF5 path of ``path``."""
@@ -637,6 +647,19 @@ class SharedVersionDataset:
         self.name = self.path = tree.name(path)  # ``path``: for SharedFile.read
         self.version = tree.version
         self._lock = threading.Lock()
+        stored = chunkmaps.load(f, tree.version, path)
+        if stored is not None:  # the commit's stored map: the virtual dataset is not opened
+            raw = stored.raw_data
+            self._meta = {
+                "shape": stored.shape, "dtype": raw.dtype, "maxshape": stored.shape, "chunks": stored.chunks,
+                "fillvalue": reported_fillvalue(raw.dtype, raw.fillvalue),
+                "compression": raw.compression, "compression_opts": raw.compression_opts, "shuffle": raw.shuffle,
+                "fletcher32": raw.fletcher32, "scaleoffset": raw.scaleoffset, "attrs": stored.attrs,
+            }
+            manifest = stored.manifest(self.name, verify=reader.verify)
+            self.manifest = manifest if manifest.supported else None
+            self.resolved = reader._shared.stamp()
+            return
         vds = version_dataset(f, tree.version, self.name)
         chunks, raw_path = version_dataset_layout(vds)
         raw = f[raw_path]

@@ -17,12 +17,15 @@ from typing import Any
 import h5py
 import numpy as np
 import xarray as xr
+from h5py import h5o
 from xarray.backends import BackendArray, BackendEntrypoint, CachingFileManager
 from xarray.core import indexing
 
+from ..backend.h5objects import object_info_by_name
 from ..backend.layout import version_path as root_path
 from ..backend.manifest import resolve_manifest
 from ..backend.signature import not_hdf5_error, open_for_reading
+from ..versions import chunkmaps
 from ..versions.history import lookup_version
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
 from ..versions.sharing import SharedFile, version_timestamp
@@ -156,20 +159,52 @@ def _groups(root: h5py.Group) -> list[str]:
     return found
 
 
-def _backend_array(manager, version: str, ds: h5py.Dataset, shape, dtype, as_str: bool) -> BackendArray:
+class _StoredView:
+    """What :func:`_variable` reads of a version's dataset, from its stored chunk map.
+
+    Stands for the ``h5py.Dataset`` (``name``, ``attrs``, ``shape``, ``dtype``,
+    ``file``), which is never opened: libhdf5 would decode every mapping of
+    the virtual dataset (:mod:`~xarray_vhdf5.versions.chunkmaps`).
+    """
+
+    def __init__(self, name: str, stored: chunkmaps.StoredLayout):
+        self.name, self.stored = name, stored
+        self.attrs, self.shape, self.dtype = stored.attrs, stored.shape, stored.raw_data.dtype
+        self.file = stored.raw_data.file
+
+
+def _members(manager, version: str, grp: h5py.Group) -> Iterator[tuple[str, Any]]:
+    """``(name, dataset or _StoredView)`` of the datasets in ``grp``, in ``grp.keys()`` order."""
+    prefix = grp.name[len(root_path(version)):].strip("/")
+    for key in grp.keys():
+        bkey = key.encode("utf-8", "surrogateescape")
+        if object_info_by_name(grp.id, bkey)[1] != h5o.TYPE_DATASET:
+            continue
+        stored = chunkmaps.load(grp.file, version, f"{prefix}/{key}" if prefix else key)
+        if stored is not None:
+            yield key, _StoredView(f"{grp.name}/{key}", stored)
+        else:
+            yield key, grp[key]
+
+
+def _backend_array(manager, version: str, ds, shape, dtype, as_str: bool) -> BackendArray:
     if not isinstance(manager, SharedFile):
         return VersionedBackendArray(manager, ds.name, shape, dtype, as_str)
     timestamp = version_timestamp(ds.file, version)
     if ds.dtype.kind != "O" and "raw_data" in ds.attrs:  # a versioned dataset: its chunks as bytes
         # Resolved now, under the lock the open holds: a read while this process
         # commits (a dask variable of this file streamed into it) needs no lock then.
-        manifest = resolve_manifest(ds, verify=manager.verify)
+        if isinstance(ds, _StoredView):
+            manifest = ds.stored.manifest(ds.name, verify=manager.verify)
+        else:
+            manifest = resolve_manifest(ds, verify=manager.verify)
         if manifest.supported:
             return ManifestBackendArray(manager, version, ds.name, shape, dtype, timestamp, manifest)
     return HandleBackendArray(manager, version, ds.name, shape, dtype, as_str, timestamp)
 
 
-def _variable(manager, version: str, ds: h5py.Dataset, dims_by_size: dict) -> xr.Variable:
+def _variable(manager, version: str, ds, dims_by_size: dict) -> xr.Variable:
+    """The lazy variable of ``ds``: an ``h5py.Dataset`` of a version, or a :class:`_StoredView` of one."""
     attrs = visible_attrs(ds.attrs)
     dims = ds.attrs.get(DIMENSIONS_ATTR)
     if dims is None:
@@ -191,7 +226,10 @@ def _variable(manager, version: str, ds: h5py.Dataset, dims_by_size: dict) -> xr
     if chunks is not None and shape:
         encoding["chunks"] = chunks
         encoding["preferred_chunks"] = dict(zip(dims, chunks))
-    raw = ds.file[ds.attrs["raw_data"]] if "raw_data" in ds.attrs else None
+    if isinstance(ds, _StoredView):
+        raw = ds.stored.raw_data
+    else:
+        raw = ds.file[ds.attrs["raw_data"]] if "raw_data" in ds.attrs else None
     if raw is not None and raw.compression is not None:
         encoding["compression"] = raw.compression
         encoding["compression_opts"] = raw.compression_opts
@@ -238,8 +276,8 @@ def group_dataset(
     dims_by_size: dict = {}
     variables = {
         key: _variable(manager, version, item, dims_by_size)
-        for key, item in grp.items()
-        if isinstance(item, h5py.Dataset) and not is_netcdf_dimension_only(item)
+        for key, item in _members(manager, version, grp)
+        if not is_netcdf_dimension_only(item)
     }
     at_root = grp.name == root_path(version)
     attrs = {k: v for k, v in grp.attrs.items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}

@@ -1,0 +1,335 @@
+"""Stored chunk maps: open a version's dataset without libhdf5 decoding its mappings.
+
+libhdf5 decodes every mapping of a virtual dataset whenever it opens one
+(``H5Dopen``) or copies its creation property list, which h5py does for
+``ds.attrs``: 65 and 34 ms for a version of 10,000 chunks, against 0.3 ms for
+opening an ordinary chunked dataset and reading a point. A commit of this
+package already knows where each chunk of the version lies, so it stores
+that, in two places of its bookkeeping group ``/__vhdf5__``
+(:mod:`~xarray_vhdf5.versions.bookkeeping`), and a reader builds the
+dataset's manifest of byte ranges (:class:`~xarray_vhdf5.backend.manifest.ChunkManifest`)
+from them, reading the virtual dataset's attributes by index through its
+group (:func:`~xarray_vhdf5.backend.h5attrs.read_attrs_of`) and never
+opening it:
+
+``chunk_maps/<version>/<dataset path>``
+    int64, the dataset's chunk grid (``ceil(shape / chunks)``): per chunk its
+    first row of raw_data (points along axis 0), -1 for a chunk of fill value
+    (unmapped). Attributes ``shape`` (int64, points), ``vds`` and ``raw``
+    (the object addresses of the version's virtual dataset and of raw_data
+    when the map was written). Written once, by the commit of the version,
+    for datasets of at least :data:`MIN_CHUNKS` chunks (smaller ones decode
+    fast).
+``chunk_addresses/<dataset path>``
+    uint64 ``(n, 3)``, one row per raw_data chunk (row ``k`` for raw_data rows
+    ``k * chunks[0]`` on): its file offset, stored size in bytes and HDF5
+    filter mask; an offset of :data:`UNKNOWN` for a chunk not resolved.
+    Attributes ``raw`` and ``table``: the object addresses of raw_data and of
+    its hash table. Appended to by each commit (unfiltered, so the last chunk
+    is rewritten in place).
+
+Neither is ever the only copy of anything: both restate what the virtual
+datasets and raw_data's chunk index say, and each is used only while the
+objects it describes are the ones it was written for, else the reader
+decodes the mappings as before. Every other writer that changes those
+objects replaces one of them:
+
+- a map holds the object addresses of the version's virtual dataset and of
+  raw_data, and the version's ``timestamp``: versioned-hdf5's deletion
+  compacts raw_data in place but creates a new virtual dataset for every
+  version whose chunks moved, and a version deleted and committed again
+  under its name has another timestamp;
+- an address table holds the addresses of raw_data and of the hash table
+  (versioned-hdf5's deletion writes a new hash table), and a row counts only
+  below the hash table's ``largest_index`` (the chunks a commit finished
+  writing; rows past it are overwritten by the next commit); other rows are
+  resolved through libhdf5;
+- this package's own chunk-moving mutations (deletion, ``modify_metadata``)
+  drop every map and table first (:func:`forget`, from
+  :func:`~xarray_vhdf5.versions.mutation.mutating`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+import h5py
+import numpy as np
+
+from ..backend.h5attrs import read_attr, read_attrs_of, write_attr
+from ..backend.h5objects import object_address, object_address_by_name
+from ..backend.hashtable import hash_table_path
+from ..backend.layout import VERSION_DATA
+from ..backend.manifest import chunk_addresses, manifest_from_starts
+from . import bookkeeping
+
+__all__ = ["MIN_CHUNKS", "UNKNOWN", "StoredLayout", "carry", "forget", "load", "record"]
+
+#: Datasets with fewer chunks get no stored map (decoding their mappings is cheap).
+MIN_CHUNKS = 64
+#: Offset of an address row not resolved.
+UNKNOWN = np.uint64(2**64 - 1)
+_MAPS, _ADDRESSES = "chunk_maps", "chunk_addresses"
+_ADDRESS_ROWS = 1024  # HDF5 chunk of an address table, in rows (24 KB)
+
+
+class StoredLayout:
+    """What a reader needs of one version's dataset, from the stored map: no virtual dataset opened.
+
+    Attributes
+    ----------
+    shape, chunks : tuple of int
+        In points.
+    raw_data : h5py.Dataset
+        The dataset's raw_data (open in the handle it was loaded through).
+    attrs : dict
+        The virtual dataset's attributes, as ``dict(vds.attrs)`` (the format's
+        ``raw_data`` and ``chunks`` included).
+    starts : numpy.ndarray of int64, shape ``ceil(shape / chunks)``
+        Per chunk its first row of raw_data, -1 unmapped.
+    addresses : callable
+        Rows of raw_data (uint64, first rows of chunks) -> their chunks'
+        ``(offset, size, filter mask)``, uint64 ``(n, 3)``: from the address
+        table, else libhdf5 (while the handle is open).
+    """
+
+    __slots__ = ("shape", "chunks", "raw_data", "attrs", "starts", "addresses")
+
+    def __init__(self, shape, chunks, raw_data, attrs, starts, addresses):
+        self.shape, self.chunks, self.raw_data, self.attrs = shape, chunks, raw_data, attrs
+        self.starts, self.addresses = starts, addresses
+
+    def manifest(self, name: str, verify: bool = False):
+        """The :class:`~xarray_vhdf5.backend.manifest.ChunkManifest` of the dataset (``name``: its HDF5 path).
+
+        The virtual dataset's fill value is raw_data's (this package's commits make it so).
+        """
+        dtype = self.raw_data.dtype
+        return manifest_from_starts(name, self.raw_data, self.shape, self.chunks, dtype,
+                                    np.asarray(self.raw_data.fillvalue, dtype), self.starts,
+                                    addresses=self.addresses, verify=verify)
+
+
+def _maps_path(version: str, path: str) -> str:
+    return f"{_MAPS}/{version}/{path}"
+
+
+def _address_path(path: str) -> str:
+    return f"{_ADDRESSES}/{path}"
+
+
+def record(f: h5py.File, version: str, path: str, vds_id, raw: h5py.Dataset, shape: tuple[int, ...],
+           chunks: tuple[int, ...], slab_indices: np.ndarray, slab_offsets: np.ndarray,
+           committed_before: int) -> bool:
+    """Store the map of ``version``'s dataset ``path`` and extend raw_data's address table.
+
+    Called by the commit writing the dataset, inside its mutation, once
+    raw_data and the hash table are written (the version is not committed
+    yet: should the commit not finish, neither is used, see the module
+    docstring).
+
+    Parameters
+    ----------
+    f : h5py.File
+        Open for writing.
+    version : str
+        The version being committed.
+    path : str
+        The dataset's path in the version (``"x"``, ``"grp/x"``).
+    vds_id : h5py.h5d.DatasetID
+        The version's new virtual dataset.
+    raw : h5py.Dataset
+        Its raw_data.
+    shape, chunks : tuple of int
+        In points.
+    slab_indices, slab_offsets : numpy.ndarray
+        The version's chunk map (:func:`~xarray_vhdf5.backend.slabmaps.slab_arrays`):
+        1 where a chunk is stored, its first raw_data row (points).
+    committed_before : int
+        The hash table's ``largest_index`` before this commit: address rows
+        from there on are resolved again (an interrupted commit may have
+        left rows there that this one overwrote).
+
+    Returns
+    -------
+    bool
+        Whether a map was stored (not for fewer than :data:`MIN_CHUNKS`
+        chunks, nor variable-length data).
+    """
+    if slab_indices.size < MIN_CHUNKS or raw.dtype.hasobject:
+        return False
+    starts = np.where(slab_indices != 0, slab_offsets.astype(np.int64), -1)
+    bk = bookkeeping.require_group(f)
+    name = _maps_path(version, path)
+    if name in bk:  # a version re-created under a deleted one's name
+        del bk[name]
+    parent = bk.require_group(posixpath.dirname(name))
+    mapped = parent.create_dataset(posixpath.basename(name), data=starts)
+    write_attr(mapped.id, "shape", np.asarray(shape, np.int64))
+    write_attr(mapped.id, "vds", np.int64(object_address(vds_id)))
+    raw_address = np.int64(object_address(raw.id))
+    write_attr(mapped.id, "raw", raw_address)
+    write_attr(mapped.id, "timestamp", _timestamp(f, version))
+    _extend_addresses(bk, path, raw, chunks[0], starts, committed_before)
+    return True
+
+
+def _timestamp(f: h5py.File, version: str) -> str:
+    return str(read_attr(f[f"{VERSION_DATA}/versions/{version}"].id, "timestamp"))
+
+
+def _table_owner(raw: h5py.Dataset) -> tuple[int, int]:
+    """The object addresses of raw_data and of its hash table: what an address table is valid for."""
+    return object_address(raw.id), object_address_by_name(raw.id, hash_table_path(raw))
+
+
+def _extend_addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int,
+                      starts: np.ndarray, committed_before: int) -> None:
+    """Resolve the address rows ``starts`` needs that the table lacks (or may hold stale)."""
+    name = _address_path(path)
+    table = bk.get(name)
+    owner = _table_owner(raw)
+    if table is not None and _owner_of(table) != owner:
+        del bk[name]  # raw_data or its hash table were rewritten: every row may be stale
+        table = None
+    needed = int(starts.max()) // rows_per_chunk + 1 if starts.size and starts.max() >= 0 else 0
+    have = 0 if table is None else min(table.shape[0], committed_before)
+    if needed <= have:
+        return
+    if table is None:
+        parent = bk.require_group(posixpath.dirname(name))
+        table = parent.create_dataset(posixpath.basename(name), shape=(0, 3), maxshape=(None, 3),
+                                      dtype=np.uint64, chunks=(_ADDRESS_ROWS, 3))
+        write_attr(table.id, "raw", np.int64(owner[0]))
+        write_attr(table.id, "table", np.int64(owner[1]))
+    rows = np.arange(have, needed, dtype=np.uint64) * np.uint64(rows_per_chunk)
+    addr, nbytes, masks = chunk_addresses(raw, rows, rows_per_chunk)
+    addr = np.where(nbytes > 0, addr, UNKNOWN)  # never allocated: resolved by the reader
+    if table.shape[0] < needed:
+        table.resize((needed, 3))
+    table[have:needed] = np.stack([addr, nbytes, masks.astype(np.uint64)], axis=1)
+
+
+def _owner_of(table: h5py.Dataset) -> tuple[int, int] | None:
+    try:
+        return int(read_attr(table.id, "raw", expect="int")), int(read_attr(table.id, "table", expect="int"))
+    except KeyError:
+        return None
+
+
+def carry(f: h5py.File, source_version: str, version: str, path: str, vds_address: int) -> bool:
+    """Store the map of a dataset committed unchanged: the source version's map, for its copy.
+
+    ``vds_address``: the object address of the copy (the new version's
+    virtual dataset, same mappings). Returns False (nothing stored) when the
+    source has no map.
+    """
+    bk = bookkeeping.open_group(f)
+    if bk is None:
+        return False
+    source = bk.get(_maps_path(source_version, path))
+    if not isinstance(source, h5py.Dataset):
+        return False
+    name = _maps_path(version, path)
+    if name in bk:
+        del bk[name]
+    parent = bk.require_group(posixpath.dirname(name))
+    mapped = parent.create_dataset(posixpath.basename(name), data=source[()])
+    for key in ("shape", "raw"):
+        write_attr(mapped.id, key, read_attr(source.id, key, expect="int"))
+    write_attr(mapped.id, "vds", np.int64(vds_address))
+    write_attr(mapped.id, "timestamp", _timestamp(f, version))
+    return True
+
+
+def forget(f: h5py.File) -> None:
+    """Drop every stored map and address table.
+
+    Called at the start of this package's mutations that move chunks
+    (deletion, ``modify_metadata``: :func:`~xarray_vhdf5.versions.mutation.mutating`
+    with ``moves=True``), inside them: journaled with them.
+    """
+    bk = bookkeeping.open_group(f)
+    if bk is None:
+        return
+    for name in (_MAPS, _ADDRESSES):
+        if name in bk:
+            del bk[name]
+
+
+def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
+    """The stored layout of ``version``'s dataset ``path``, or None when there is none to trust.
+
+    The caller checked that the version index is trusted (the module
+    docstring); this checks the addresses of the virtual dataset and of
+    raw_data, and resolves through libhdf5 the address rows it cannot use.
+
+    Parameters
+    ----------
+    f : h5py.File
+        Open (read-only is enough).
+    version, path : str
+        The version's name and the dataset's path in it.
+
+    Returns
+    -------
+    StoredLayout or None
+    """
+    bk = bookkeeping.open_group(f)
+    if bk is None:
+        return None
+    stored = bk.get(_maps_path(version, path))
+    if not isinstance(stored, h5py.Dataset):
+        return None
+    group_path, _, leaf = f"{VERSION_DATA}/versions/{version}/{path}".rpartition("/")
+    group = f.get(group_path)
+    if not isinstance(group, h5py.Group):
+        return None
+    try:
+        vds_address = object_address_by_name(group.id, leaf.encode())
+    except KeyError:
+        return None
+    try:
+        if (vds_address != int(read_attr(stored.id, "vds", expect="int"))
+                or str(read_attr(stored.id, "timestamp")) != _timestamp(f, version)):
+            return None
+    except KeyError:  # an attribute missing: not a map this module wrote whole
+        return None
+    attrs = read_attrs_of(group.id, leaf.encode())
+    raw_path, chunks = attrs.get("raw_data"), attrs.get("chunks")
+    if not isinstance(raw_path, str) or chunks is None:
+        return None
+    raw = f.get(raw_path)
+    if not isinstance(raw, h5py.Dataset) or object_address(raw.id) != int(read_attr(stored.id, "raw", expect="int")):
+        return None
+    chunks = tuple(int(c) for c in np.atleast_1d(chunks))
+    shape = tuple(int(n) for n in read_attr(stored.id, "shape", expect="int"))
+    starts = stored[()]
+    grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
+    if starts.shape != grid or len(chunks) != raw.ndim:
+        return None
+    return StoredLayout(shape, chunks, raw, attrs, starts, lambda rows: _addresses(bk, path, raw, chunks[0], rows))
+
+
+def _addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int,
+               rows: np.ndarray) -> np.ndarray:
+    """``(offset, size, mask)`` of the raw_data chunks starting at ``rows`` (sorted): the table's, else libhdf5's."""
+    out = np.zeros((rows.size, 3), np.uint64)
+    if rows.size == 0:
+        return out
+    k = rows.astype(np.intp) // rows_per_chunk
+    table = bk.get(_address_path(path))
+    usable = 0
+    if isinstance(table, h5py.Dataset) and _owner_of(table) == _table_owner(raw):
+        # the chunks a commit finished writing (rows past them are overwritten by the next)
+        committed = int(read_attr(raw.file[hash_table_path(raw).decode()].id, "largest_index", expect="int"))
+        usable = min(table.shape[0], committed)
+    n = int(np.searchsorted(k, usable))  # rows[:n] have a usable row of the table
+    if n:
+        block = table[int(k[0]) : int(k[n - 1]) + 1]
+        out[:n] = block[k[:n] - k[0]]
+    missing = np.concatenate([np.flatnonzero(out[:n, 0] == UNKNOWN), np.arange(n, rows.size)])
+    if missing.size:
+        addr, nbytes, masks = chunk_addresses(raw, rows[missing], rows_per_chunk)
+        out[missing] = np.stack([addr, nbytes, masks.astype(np.uint64)], axis=1)
+    return out
