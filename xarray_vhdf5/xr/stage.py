@@ -44,13 +44,16 @@ from typing import Any
 import h5py
 import numpy as np
 import xarray as xr
+from h5py import h5o
 
 from ..backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from ..backend.hashtable import hash_table_id, table_state
+from ..backend.h5objects import object_info_by_name
 from ..backend.layout import VERSION_DATA, VERSIONS
 from ..backend.slabmaps import slab_arrays
 from ..errors import IncompatibleDataError, StaleVersionError
 from ..staging import StagedChangesArray
+from ..versions import chunkmaps
 from ..versions.file import VersionedHDF5File
 from ..versions.mutation import open_for_writing
 from ..versions.registry import VersionRegistry
@@ -146,21 +149,25 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
     stored: dict[str, StoredValues] = {}
     for name, var in ds.variables.items():
         variables[name] = var
-        if str(name) not in grp:
+        key = str(name)
+        if key not in grp or object_info_by_name(grp.id, key.encode("utf-8", "surrogateescape"))[1] != h5o.TYPE_DATASET:
             continue
-        dset = grp[str(name)]
-        if not isinstance(dset, h5py.Dataset):
-            continue
-        path = f"{group}/{name}" if group else str(name)
+        path = f"{group}/{key}" if group else key
         if name in ds.indexes:
-            if dset.shape == var.shape:  # not a char array (one more dimension)
+            if grp[key].shape == var.shape:  # not a char array (one more dimension)
                 record = StoredValues.of(var, version, path)
                 if record is not None:
-                    stored[str(name)] = record
+                    stored[key] = record
             continue
+        # The commit's stored chunk map, when there is one: the virtual dataset is not
+        # opened (libhdf5 would decode its every mapping, one more each day).
+        layout = chunkmaps.load(f, head, path)
+        dset = _LayoutView(layout) if layout is not None else grp[key]
         prepared = prepare_fill_encoding({name: var})[0][name]  # missing_value without a matching _FillValue
         codec = CFCodec.for_variable(prepared, dset, _cf_attrs(dset))
-        built = _staged_array(dset) if codec is not None else None
+        built = None
+        if codec is not None:
+            built = _staged_from_layout(layout) if layout is not None else _staged_array(dset)
         if built is None:
             if _is_char_array(var, dset):  # in memory, widening rather than truncating
                 variables[name] = xr.Variable(var.dims, CharArrayValues(var.values, str(name)), var.attrs,
@@ -169,7 +176,7 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
         arr, raw_path, state = built
         data = StagedVariableArray(arr, codec, StageOrigin(source, version, head, path), handle, raw_path, state)
         variables[name] = xr.Variable(var.dims, data, var.attrs, var.encoding)
-        stored[str(name)] = StoredValues.metadata_of(var, version, path)
+        stored[key] = StoredValues.metadata_of(var, version, path)
     staged = xr.Dataset(variables, attrs=ds.attrs).set_coords([n for n in ds.coords if n in variables])
     staged.encoding = {**ds.encoding, "source": source, HEAD_KEY: head, STORED_KEY: stored}
     staged.set_close(handle.close)
@@ -180,7 +187,7 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
 _CODEC_ATTRS = (*CF_ATTRS, "_Encoding")
 
 
-def _cf_attrs(dset: h5py.Dataset) -> dict:
+def _cf_attrs(dset) -> dict:
     """The CF attributes of version dataset ``dset`` (those :class:`CFCodec` looks at), others unread.
 
     Looked up by name: iterating a virtual dataset's attributes through h5py
@@ -189,6 +196,36 @@ def _cf_attrs(dset: h5py.Dataset) -> dict:
     """
     attrs = dset.attrs
     return {key: attrs[key] for key in _CODEC_ATTRS if key in attrs}
+
+
+class _LayoutView:
+    """What staging reads of a version's dataset (``shape``, ``dtype``, ``ndim``, ``attrs``), from its stored map.
+
+    Stands for the ``h5py.Dataset``, never opened (:mod:`~xarray_vhdf5.versions.chunkmaps`).
+    """
+
+    def __init__(self, layout: chunkmaps.StoredLayout):
+        self.layout = layout
+        self.shape, self.dtype, self.attrs = layout.shape, layout.raw_data.dtype, layout.attrs
+        self.ndim = len(layout.shape)
+
+
+def _staged_from_layout(layout: chunkmaps.StoredLayout) -> tuple[StagedChangesArray, str, tuple | None] | None:
+    """As :func:`_staged_array`, from a stored chunk map (the virtual dataset is not opened)."""
+    raw_path = layout.attrs.get("raw_data")
+    if not isinstance(raw_path, str) or not layout.shape:
+        return None
+    raw = layout.raw_data
+    try:
+        state = table_state(hash_table_id(raw))
+    except KeyError:
+        state = None
+    mapped = layout.starts >= 0
+    indices = mapped.astype(np.intp)
+    offsets = np.where(mapped, layout.starts, 0).astype(np.uint64)
+    arr = StagedChangesArray(layout.shape, layout.chunks, [raw], indices, offsets, fill_value=raw.fillvalue,
+                             dtype=raw.dtype)
+    return arr, raw_path, state
 
 
 def _is_char_array(var: xr.Variable, dset: h5py.Dataset) -> bool:
@@ -354,13 +391,28 @@ def _check_appendable(staged: xr.Dataset, other: xr.Dataset, dim: str) -> None:
                 f"staged labels. Align it first, e.g. other.reindex({d}=staged[{d!r}]) or other.sortby({d!r})"
             )
     if dim in staged.indexes and dim in other.indexes:
-        again = other.indexes[dim].intersection(staged.indexes[dim])
+        again = _labels_again(staged.indexes[dim], other.indexes[dim])
         if len(again):
             raise IncompatibleDataError(
                 f"append(dim={dim!r}): {len(again)} of the appended {dim!r} labels are already in the staged "
                 f"Dataset (first: {again[0]!r}); appending would store them twice. Drop them first, e.g. "
                 f"other.drop_sel({dim}=staged.indexes[{dim!r}].intersection(other.indexes[{dim!r}]))"
             )
+
+
+def _labels_again(have, new):
+    """The labels of index ``new`` already in index ``have`` (a pandas Index).
+
+    Past the end of an increasing ``have`` (a daily append): none, known
+    from two comparisons; else :meth:`pandas.Index.intersection` (which
+    hashes all of ``have``: time growing with the axis).
+    """
+    try:
+        if len(have) and len(new) and have.is_monotonic_increasing and new.min() > have[-1]:
+            return new[:0]
+    except TypeError:  # labels that do not compare
+        pass
+    return new.intersection(have)
 
 
 def _label(index, i: int) -> str:
