@@ -490,3 +490,26 @@ def test_repr_names_what_the_manifest_holds(histories):
                  f"{int(manifest.nbytes.sum())} bytes on disk",
                  "shuffle+deflate+fletcher32", "supported"]:
         assert part in text
+
+
+def _read_in_child(manifest: ChunkManifest) -> np.ndarray:
+    return manifest.read((), threads=2)
+
+
+def test_threaded_reads_equal_one_thread_and_survive_fork(tmp_path):
+    """Chunks decoded by the shared pool give the same array; a forked child makes its own pool."""
+    path = tmp_path / "t.h5"
+    data = np.random.default_rng(3).standard_normal((300, 200)).round(3)
+    with h5py.File(path, "w") as f:
+        with xarray_vhdf5.VersionedHDF5File(f).stage_version("v1") as g:
+            g.create_dataset("x", data=data, chunks=(30, 20), compression="gzip", shuffle=True)
+    with h5py.File(path, "r") as f:
+        manifest = resolve_manifest(f["_version_data/versions/v1/x"], verify=True)
+    for threads in (0, 1, 2, 4, None):
+        np.testing.assert_array_equal(manifest.read((), threads=threads), data)
+        np.testing.assert_array_equal(manifest.read((slice(5, 290, 7), [1, 50, 199]), threads=threads),
+                                      data[5:290:7][:, [1, 50, 199]])
+        np.testing.assert_array_equal(manifest.read((), threads=threads, verify=True), data)
+    assert manifest.read((-1, -1)) == data[-1, -1] and manifest.read((7, 3)).shape == ()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:  # pool threads exist here
+        np.testing.assert_array_equal(pool.submit(_read_in_child, manifest).result(timeout=60), data)

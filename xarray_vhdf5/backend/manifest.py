@@ -543,8 +543,9 @@ class ChunkManifest:
         threads : int, optional
             Threads decoding chunks in parallel (a pool shared by all
             manifests): default as many as the machine has cores (at most 8)
-            when the selection touches 4 stored chunks or more; 0 or 1: this
-            thread only. Decoded chunks are held 64 at a time.
+            when the selection touches 4 stored chunks or more and raw_data
+            has filters (unfiltered chunks are only read and copied); 0 or 1:
+            this thread only. Decoded chunks are held 64 at a time.
 
         Returns
         -------
@@ -575,6 +576,13 @@ class ChunkManifest:
         verify = self.verify if verify is None else verify
         if verify and self.digests is None:
             raise ValueError("verify needs the hash table's digests: resolve the manifest with verify=True")
+        point = self._point(key)
+        if point is not None and not verify:  # one point: its chunk, no selection machinery
+            slot = int(self.slots[tuple(i // c for i, c in zip(point, self.chunks))])
+            if slot < 0:
+                return np.array(self.fillvalue, self.dtype)
+            where = tuple(i // c for i, c in zip(point, self.chunks))
+            return np.array(self._chunk(slot, where)[tuple(i % c for i, c in zip(point, self.chunks))])
         axes = _normalize(key, self.shape)
         final = tuple(idx.size for idx, kept in axes if kept)
         out = np.empty(tuple(idx.size for idx, _ in axes), self.dtype)
@@ -583,7 +591,8 @@ class ChunkManifest:
         groups = [_axis_groups(idx, c) for (idx, _), c in zip(axes, self.chunks)]
         touched = list(itertools.product(*groups))
         slots = [int(self.slots[tuple(k for k, _, _ in parts)]) for parts in touched]
-        pool = _pool(threads, len(set(slots) - {-1}))
+        # Unfiltered chunks are a pread and a copy, bound by memory: threads only add contention.
+        pool = _pool(threads, len(set(slots) - {-1})) if self.filters or threads else None
         for start in range(0, len(touched), _BATCH):
             batch = range(start, min(start + _BATCH, len(touched)))
             decoded = self._decode_batch([touched[i] for i in batch], [slots[i] for i in batch], verify, pool)
@@ -595,6 +604,15 @@ class ChunkManifest:
                 else:
                     out[target] = decoded[slot][tuple(i for _, _, i in parts)]
         return out.reshape(final)
+
+    def _point(self, key: Any) -> tuple[int, ...] | None:
+        """The point ``key`` names when it is one int per axis (negatives counted from the end), else None."""
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) != len(self.shape) or not all(isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+                                                 for k in key):
+            return None
+        point = tuple(int(k) + n if k < 0 else int(k) for k, n in zip(key, self.shape))
+        return point if all(0 <= i < n for i, n in zip(point, self.shape)) else None
 
     def _decode_batch(self, touched: list, slots: list[int], verify: bool, pool) -> dict[int, np.ndarray]:
         """Each stored chunk of ``slots`` decoded (and, ``verify``, checked) once, by ``pool``'s threads if any."""
@@ -625,6 +643,15 @@ class ChunkManifest:
 _BATCH = 64
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the pool's threads: it makes its own pool (and lock)."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def _pool(threads: int | None, chunks: int) -> ThreadPoolExecutor | None:

@@ -4,6 +4,9 @@ The group holds what versioned-hdf5's format has no place for (``docs/format.md`
 
 - ``rows``, ``names``: the version index (:mod:`~xarray_vhdf5.versions.index`);
 - ``generation``: the write counters (:mod:`~xarray_vhdf5.versions.generation`);
+- ``log``: one record per commit, what ``vhdf5 log`` shows (:mod:`~xarray_vhdf5.versions.logrecord`);
+- ``chunk_maps``, ``chunk_addresses``: where each version's chunks lie, so readers
+  need not decode virtual datasets (:mod:`~xarray_vhdf5.versions.chunkmaps`);
 - attribute ``commit_token``: whose caches may be taken up
   (:mod:`~xarray_vhdf5.versions.caches`).
 

@@ -87,6 +87,38 @@ class _Registry(VersionRegistry):
     data_version = property(lambda self: self._data_version)
 
 
+#: Bytes of version trees and dataset manifests a reader keeps for reuse (an estimate).
+CACHE_BYTES = 64 * 1024 * 1024
+
+
+class _Lru:
+    """A least-recently-used cache bounded by the sizes its entries are given (bytes)."""
+
+    def __init__(self, budget: int):
+        self._entries: dict = {}
+        self._budget, self._used = budget, 0
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            item = self._entries.pop(key, None)
+            if item is None:
+                return None
+            self._entries[key] = item  # most recent last
+            return item[0]
+
+    def put(self, key, value, size: int) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._used -= old[1]
+            self._entries[key] = (value, size)
+            self._used += size
+            while self._used > self._budget and len(self._entries) > 1:
+                oldest = next(iter(self._entries))
+                self._used -= self._entries.pop(oldest)[1]
+
+
 class SharedAttrs(Mapping):
     """Attributes of a committed object as read when the object was made; never writable.
 
@@ -241,19 +273,28 @@ class SharedVersionedFile:
         self._closed = False
         self._listing: _Registry | None = None
         self._datasets: weakref.WeakSet = weakref.WeakSet()  # their manifests' descriptors, closed by close()
+        # Version trees and datasets got before, by (name, timestamp): a committed version
+        # never changes (moved chunks are resolved again at read, SharedFile.read).
+        self._cache = _Lru(CACHE_BYTES)
         with self._handle():  # the first listing: fails here on a file that is not versioned
             pass
 
     # -- the file's state --------------------------------------------------------------
     def _token(self) -> tuple:
         """The file's ``writes`` counter, or for a file without counters its inode, mtime and size."""
+        return self._counters()[0]
+
+    def _counters(self) -> tuple[tuple, tuple]:
+        """``(_token(), moves)``: the ``moves`` counter (chunks moved: datasets got before are stale)."""
         offset = self._shared.offset
         if offset is not None:
             raw = file_locks(self.path).pread(16, offset)
             if len(raw) == 16:
-                return ("writes", generation.read_at_bytes(raw).writes)
+                counters = generation.read_at_bytes(raw)
+                return ("writes", counters.writes), ("moves", counters.moves)
         st = os.stat(self.path)
-        return ("stat", st.st_ino, st.st_mtime_ns, st.st_size)
+        token = ("stat", st.st_ino, st.st_mtime_ns, st.st_size)
+        return token, token
 
     @contextlib.contextmanager
     def _handle(self) -> Iterator[h5py.File]:
@@ -375,8 +416,17 @@ class SharedVersionedFile:
         FileBusyError
             A writer held the file past the reader's timeout.
         """
-        with self._handle() as f:
-            return SharedVersionGroup(self, _Tree(f, self._listing.resolve(key)))
+        listing = self._versions()
+        name = listing.resolve(key)
+        ident = (name, listing.info(name).timestamp)
+        tree = self._cache.get(("tree", ident))
+        if tree is None:
+            with self._handle() as f:
+                name = self._listing.resolve(key)  # the listing may have been read again
+                ident = (name, self._listing.info(name).timestamp)
+                tree = _Tree(f, name)
+            self._cache.put(("tree", ident), tree, 1024)
+        return SharedVersionGroup(self, tree)
 
     def get_version_by_name(self, version: str) -> SharedVersionGroup:
         """The committed version named ``version`` (``""`` or None: the current one)."""
@@ -434,10 +484,22 @@ class SharedVersionedFile:
         """The datasets at ``paths`` of ``tree``, resolved through one fresh handle."""
         if not paths:
             return []
-        with self._handle() as f:
-            made = [SharedVersionDataset(self, tree, path, f) for path in paths]
-        self._datasets.update(made)
-        return made
+        listing = self._versions()
+        try:  # metadata are a snapshot: got again after chunks moved (modify_metadata, deletions)
+            ident = (tree.version, listing.info(tree.version).timestamp, self._counters()[1])
+        except VersionNotFoundError:
+            ident = None
+        found = {path: self._cache.get(("dataset", ident, path)) for path in paths} if ident else {}
+        missing = [path for path in paths if found.get(path) is None]
+        if missing:
+            with self._handle() as f:
+                for path in missing:
+                    found[path] = made = SharedVersionDataset(self, tree, path, f)
+                    self._datasets.add(made)
+                    if ident is not None:  # chunks that move later are resolved again at read
+                        size = made.manifest.slots.nbytes + 32 * made.manifest.rows.size if made.manifest else 0
+                        self._cache.put(("dataset", ident, path), made, 1024 + size)
+        return [found[path] for path in paths]
 
 
 class SharedVersionGroup:
