@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import h5py
 import pandas as pd
 import xarray as xr
 
@@ -45,20 +44,12 @@ def version_log_frame(path: str | os.PathLike) -> pd.DataFrame:
     """
     from ..backend.signature import open_h5file
     from ..versions.history import version_log
-    from ..versions.registry import VersionRegistry
-    from .names import is_netcdf_dimension_only
 
     with open_h5file(path, "r", hint="a version log needs a versioned HDF5 file") as f:
-        entries = version_log(f)
-        groups = VersionRegistry(f).group
-        rows = []
-        for e in entries:
-            version = groups[e.name]
-            changed = tuple(
-                p for p in e.changed
-                if not (p in version and isinstance(version[p], h5py.Dataset) and is_netcdf_dimension_only(version[p]))
-            )
-            rows.append((e.name, e.timestamp, e.parent, e.message, changed, e.new_chunks, e.new_bytes))
+        # variables_only: phony dimension scales left out of ``changed``, from the log's
+        # records, with no version dataset opened (each open decodes its mappings)
+        entries = version_log(f, variables_only=True)
+        rows = [(e.name, e.timestamp, e.parent, e.message, e.changed, e.new_chunks, e.new_bytes) for e in entries]
     frame = pd.DataFrame.from_records(
         rows, columns=["name", "timestamp", "parent", "message", "changed", "new_chunks", "new_bytes"]
     )
