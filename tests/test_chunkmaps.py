@@ -239,3 +239,36 @@ def test_xarray_opens_a_mapped_version_without_decoding_its_mappings(tmp_path, m
         with xr.open_dataset(path, engine="vhdf5", version=version) as got:
             assert got["t"].encoding["chunks"] == (4, 10)
             xr.testing.assert_identical(got, want)
+
+
+def test_attributes_by_index_equal_h5py(tmp_path):
+    """read_attrs_of / attrs_by_index give what ``dict(obj.attrs)`` gives, value types and dtypes included."""
+    from xarray_vhdf5.backend.h5attrs import attrs_by_index, read_attrs_of
+
+    path = tmp_path / "attrs.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", data=np.arange(3))
+        d.attrs["s"] = "héllo"
+        d.attrs["b"] = np.bytes_(b"fix")
+        d.attrs["arr"] = np.arange(4.0)
+        d.attrs["strs"] = ["a", "bc"]
+        d.attrs["empty"] = h5py.Empty("f4")
+        d.attrs["flag"] = True
+        d.attrs["z"] = np.int16(1)
+        d.attrs.create("ref", f.ref, dtype=h5py.ref_dtype)
+    with h5py.File(path, "r") as f:
+        want = dict(f["x"].attrs)
+        got = read_attrs_of(f.id, b"x")
+        listed = attrs_by_index(f["x"].id, len(want))
+        assert list(got) == list(want) == [name for name, _, _ in listed]
+        for (name, value), (_, _, dtype) in zip(got.items(), listed):
+            assert type(value) is type(want[name]), name
+            assert dtype == f["x"].attrs.get_id(name).dtype, name
+            if isinstance(value, h5py.Empty):
+                assert value == want[name]
+            elif isinstance(value, h5py.Reference):
+                assert f[value] == f[want[name]]
+            else:
+                np.testing.assert_array_equal(value, want[name], err_msg=name)
+        with pytest.raises(KeyError):
+            read_attrs_of(f.id, b"missing")

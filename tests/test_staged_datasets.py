@@ -309,6 +309,18 @@ def test_names_the_format_uses_are_refused(tmp_path, name):
         assert vf.versions == []
 
 
+def _count_wholesale_loads(monkeypatch) -> list:
+    """Every load of all of an object's attributes: h5py's iteration, or by index (``attrs_by_index``)."""
+    import xarray_vhdf5.wrappers.attrs as staged_attrs
+
+    iterated: list = []
+    real_iter, real_by_index = h5py.AttributeManager.__iter__, staged_attrs.attrs_by_index
+    monkeypatch.setattr(h5py.AttributeManager, "__iter__", lambda self: iterated.append(self) or real_iter(self))
+    monkeypatch.setattr(staged_attrs, "attrs_by_index",
+                        lambda *args: iterated.append(args) or real_by_index(*args))
+    return iterated
+
+
 def test_staged_attrs_count_before_iterating(tmp_path, monkeypatch):
     """Format-only attributes are counted, not iterated; user attributes still come through."""
     path = tmp_path / "a.h5"
@@ -318,14 +330,7 @@ def test_staged_attrs_count_before_iterating(tmp_path, monkeypatch):
             g.create_dataset("plain", data=np.arange(4.0), chunks=(2,))
             d = g.create_dataset("tagged", data=np.arange(4.0), chunks=(2,))
             d.attrs["units"] = "K"
-    iterated = []
-    real_iter = h5py.AttributeManager.__iter__
-
-    def counting_iter(self):
-        iterated.append(self)
-        return real_iter(self)
-
-    monkeypatch.setattr(h5py.AttributeManager, "__iter__", counting_iter)
+    iterated = _count_wholesale_loads(monkeypatch)
     with h5py.File(path, "r+") as f:
         vf = VersionedHDF5File(f)
         with vf.stage_version("v2") as g:
@@ -345,9 +350,7 @@ def test_staged_attrs_look_up_one_name_without_reading_the_others(tmp_path, monk
             d = g.create_dataset("x", data=np.arange(4.0), chunks=(2,))
             d.attrs["units"] = "K"
             d.attrs["long_name"] = "temperature"
-    iterated = []
-    real_iter = h5py.AttributeManager.__iter__
-    monkeypatch.setattr(h5py.AttributeManager, "__iter__", lambda self: iterated.append(self) or real_iter(self))
+    iterated = _count_wholesale_loads(monkeypatch)
     with h5py.File(path, "r+") as f:
         vf = VersionedHDF5File(f)
         with vf.stage_version("v2") as g:

@@ -34,7 +34,7 @@ try:
 except ImportError:  # no compiled kernels: the h5py path (transfer reports why)
     _attrtools = None
 
-__all__ = ["read_attr", "read_attrs_of", "reference_attribute_names", "type_holds_references", "write_attr"]
+__all__ = ["attrs_by_index", "read_attr", "read_attrs_of", "reference_attribute_names", "type_holds_references", "write_attr"]
 
 _VLEN_STR = h5py.string_dtype()
 _VLEN_STR_TYPE = h5t.py_create(_VLEN_STR)
@@ -333,10 +333,22 @@ def read_attrs_of(loc_id, obj_name: bytes) -> dict[str, Any]:
         ``obj_name`` is not in the group.
     """
     _, _, count = object_info_by_name(loc_id, obj_name)  # KeyError when absent
-    out: dict[str, Any] = {}
+    return {name: value for name, value, _ in attrs_by_index(loc_id, count, obj_name)}
+
+
+def attrs_by_index(loc_id, count: int, obj_name: bytes = b".") -> list[tuple[str, Any, np.dtype]]:
+    """``(name, value, stored dtype)`` of the ``count`` attributes of an object, in name order.
+
+    ``obj_name`` ``b"."``: the object ``loc_id`` itself (an open dataset or
+    group), else its member of that name. Opened by index (``H5Aopen_by_idx``),
+    never through h5py's ``obj.attrs`` iteration, which copies a virtual
+    dataset's creation property list, every mapping, first (see
+    :func:`read_attrs_of`). Values as h5py's ``AttributeManager`` converts them.
+    """
+    out = []
     for i in range(count):
         attr = h5a.open(loc_id, index=i, obj_name=obj_name, index_type=h5.INDEX_NAME)
-        out[attr.name.decode("utf-8", "surrogateescape")] = _attr_value(attr)
+        out.append((attr.name.decode("utf-8", "surrogateescape"), _attr_value(attr), attr.dtype))
     return out
 
 

@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 from h5py import h5a
 
+from ..backend.h5attrs import attrs_by_index
 from ..errors import ReadOnlyError
 from .closed import RESTAGE, closed_file_error, reads_file
 
@@ -59,6 +60,12 @@ class StagedAttrs(MutableMapping):
         if self._values is None:
             values: dict[str, Any] = {}
             if self._only_skipped():
+                self._values = values
+                return values
+            if self._obj_id is not None:  # by index on the open object: no copy of its mappings
+                for key, value, dtype in attrs_by_index(self._obj_id, h5a.get_num_attrs(self._obj_id)):
+                    if key not in self._skip:
+                        values[key], self._dtypes[key] = value, dtype
                 self._values = values
                 return values
             if callable(self._source):
