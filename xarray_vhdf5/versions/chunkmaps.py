@@ -13,9 +13,10 @@ group (:func:`~xarray_vhdf5.backend.h5attrs.read_attrs_of`) and never
 opening it:
 
 ``chunk_maps/<version>/<dataset path>``
-    int64, the dataset's chunk grid (``ceil(shape / chunks)``): per chunk its
-    first row of raw_data (points along axis 0), -1 for a chunk of fill value
-    (unmapped). Attributes ``shape`` (int64, points), ``vds`` and ``raw``
+    int32, the dataset's chunk grid (``ceil(shape / chunks)``): per chunk the
+    number of the raw_data chunk it maps (its first row divided by the rows a
+    chunk holds), -1 for a chunk of fill value (unmapped); in the object
+    header up to 32 KB, else chunked and deflated. Attributes ``shape`` (int64, points), ``vds`` and ``raw``
     (the object addresses of the version's virtual dataset and of raw_data
     when the map was written). Written once, by the commit of the version,
     for datasets of at least :data:`MIN_CHUNKS` chunks (smaller ones decode
@@ -55,6 +56,7 @@ import posixpath
 
 import h5py
 import numpy as np
+from h5py import h5d, h5p
 
 from ..backend.h5attrs import read_attr, read_attrs_of, write_attr
 from ..backend.h5objects import object_address, object_address_by_name
@@ -71,6 +73,27 @@ MIN_CHUNKS = 64
 UNKNOWN = np.uint64(2**64 - 1)
 _MAPS, _ADDRESSES = "chunk_maps", "chunk_addresses"
 _ADDRESS_ROWS = 1024  # HDF5 chunk of an address table, in rows (24 KB)
+#: Maps up to this many bytes are stored in their object header (HDF5's compact layout:
+#: no chunk index, whose B-tree node alone takes 2-4 KB); larger ones chunked and deflated
+#: (written once; with byte shuffle, numbers that mostly count up shrink 10-50x).
+_COMPACT_BYTES = 32 * 1024
+
+
+def _chunk_numbers(starts: np.ndarray, rows_per_chunk: int) -> np.ndarray:
+    """int32 raw_data chunk numbers (first row // rows per chunk) of a chunk map, -1 kept."""
+    numbers = np.where(starts >= 0, starts // rows_per_chunk, -1)
+    if numbers.size and int(numbers.max()) >= 2**31:  # pragma: no cover - 2**31 chunks
+        return numbers.astype(np.int64)
+    return numbers.astype(np.int32)
+
+
+def _create_map(parent: h5py.Group, name: str, numbers: np.ndarray) -> h5py.Dataset:
+    if numbers.nbytes <= _COMPACT_BYTES:
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_layout(h5d.COMPACT)
+        return parent.create_dataset(name, data=numbers, dcpl=dcpl)
+    return parent.create_dataset(name, data=numbers, chunks=True, compression="gzip", compression_opts=1,
+                                 shuffle=True)
 
 
 class StoredLayout:
@@ -164,7 +187,7 @@ def record(f: h5py.File, version: str, path: str, vds_id, raw: h5py.Dataset, sha
     if name in bk:  # a version re-created under a deleted one's name
         del bk[name]
     parent = bk.require_group(posixpath.dirname(name))
-    mapped = parent.create_dataset(posixpath.basename(name), data=starts)
+    mapped = _create_map(parent, posixpath.basename(name), _chunk_numbers(starts, chunks[0]))
     write_attr(mapped.id, "shape", np.asarray(shape, np.int64))
     write_attr(mapped.id, "vds", np.int64(object_address(vds_id)))
     raw_address = np.int64(object_address(raw.id))
@@ -234,7 +257,7 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     if name in bk:
         del bk[name]
     parent = bk.require_group(posixpath.dirname(name))
-    mapped = parent.create_dataset(posixpath.basename(name), data=source[()])
+    mapped = _create_map(parent, posixpath.basename(name), source[()])
     for key in ("shape", "raw"):
         write_attr(mapped.id, key, read_attr(source.id, key, expect="int"))
     write_attr(mapped.id, "vds", np.int64(vds_address))
@@ -304,10 +327,11 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
         return None
     chunks = tuple(int(c) for c in np.atleast_1d(chunks))
     shape = tuple(int(n) for n in read_attr(stored.id, "shape", expect="int"))
-    starts = stored[()]
+    numbers = stored[()]
     grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
-    if starts.shape != grid or len(chunks) != raw.ndim:
+    if numbers.shape != grid or len(chunks) != raw.ndim or numbers.dtype.kind != "i":
         return None
+    starts = np.where(numbers >= 0, numbers.astype(np.int64) * chunks[0], -1)
     return StoredLayout(shape, chunks, raw, attrs, starts, lambda rows: _addresses(bk, path, raw, chunks[0], rows))
 
 
