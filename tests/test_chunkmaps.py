@@ -121,6 +121,16 @@ def _history(path, n_versions=3):
                     g["x"][50 + i] = i * 1000.0
 
 
+def _commit_one_point_and_check(path, version: str) -> None:
+    """Commit ``version`` (one point changed) through this package: its map is stored and right."""
+    with open_file(path) as f:
+        with VersionedHDF5File(f).stage_version(version) as g:
+            g["x"][1, 1] = 1.5
+    with h5py.File(path, "r") as f:
+        assert _same_manifest(f, version, "x")
+    _every_version_reads_right(path)
+
+
 def test_versioned_hdf5_commits_and_deletions_never_make_a_map_lie(tmp_path):
     vh = pytest.importorskip("versioned_hdf5")
     path = tmp_path / "a.h5"
@@ -141,12 +151,7 @@ def test_versioned_hdf5_commits_and_deletions_never_make_a_map_lie(tmp_path):
             if stored is not None:  # only while the virtual dataset is the one the map was written for
                 assert _same_manifest(f, v, "x")
     _every_version_reads_right(path)
-    with open_file(path) as f:  # our commit after theirs: maps again, right
-        with VersionedHDF5File(f).stage_version("v9") as g:
-            g["x"][0, 0] = 123.0
-    with h5py.File(path, "r") as f:
-        assert _same_manifest(f, "v9", "x")
-    _every_version_reads_right(path)
+    _commit_one_point_and_check(path, "v9")  # our commit after theirs: maps again, right
 
 
 def test_a_version_recommitted_under_a_deleted_name_is_not_read_with_the_old_map(tmp_path):
@@ -173,12 +178,7 @@ def test_deleting_versions_forgets_every_map(tmp_path):
         assert all(chunkmaps.load(f, v, "x") is None for v in ("v0", "v2", "v3"))
         assert "chunk_addresses" not in f["__vhdf5__"] and "chunk_maps" not in f["__vhdf5__"]
     _every_version_reads_right(path)
-    with open_file(path) as f:
-        with VersionedHDF5File(f).stage_version("v4") as g:
-            g["x"][1, 1] = 1.5
-    with h5py.File(path, "r") as f:
-        assert _same_manifest(f, "v4", "x")
-    _every_version_reads_right(path)
+    _commit_one_point_and_check(path, "v4")
 
 
 def test_address_rows_past_the_committed_chunks_are_asked_of_libhdf5(tmp_path):

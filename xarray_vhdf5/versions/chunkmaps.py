@@ -247,11 +247,8 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     virtual dataset, same mappings). Returns False (nothing stored) when the
     source has no map.
     """
-    bk = bookkeeping.open_group(f)
-    if bk is None:
-        return False
-    source = bk.get(_maps_path(source_version, path))
-    if not isinstance(source, h5py.Dataset):
+    bk, source = _stored_map(f, source_version, path)
+    if source is None:
         return False
     name = _maps_path(version, path)
     if name in bk:
@@ -263,6 +260,13 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     write_attr(mapped.id, "vds", np.int64(vds_address))
     write_attr(mapped.id, "timestamp", _timestamp(f, version))
     return True
+
+
+def _stored_map(f: h5py.File, version: str, path: str) -> tuple[h5py.Group | None, h5py.Dataset | None]:
+    """The bookkeeping group and the map of ``version``'s dataset ``path`` (None where absent)."""
+    bk = bookkeeping.open_group(f)
+    stored = None if bk is None else bk.get(_maps_path(version, path))
+    return bk, stored if isinstance(stored, h5py.Dataset) else None
 
 
 def forget(f: h5py.File) -> None:
@@ -298,11 +302,8 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
     -------
     StoredLayout or None
     """
-    bk = bookkeeping.open_group(f)
-    if bk is None:
-        return None
-    stored = bk.get(_maps_path(version, path))
-    if not isinstance(stored, h5py.Dataset):
+    bk, stored = _stored_map(f, version, path)
+    if stored is None:
         return None
     group_path, _, leaf = f"{VERSION_DATA}/versions/{version}/{path}".rpartition("/")
     group = f.get(group_path)
