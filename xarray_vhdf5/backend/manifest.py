@@ -101,7 +101,7 @@ DECODED_FILTERS = {
 _LOOKUP_START, _ITER_COST = 90, 58
 
 
-def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False) -> ChunkManifest:
+def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False, addresses=None) -> ChunkManifest:
     """Resolve one versioned dataset of one version into a :class:`ChunkManifest`.
 
     Parameters
@@ -115,6 +115,9 @@ def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False) -> ChunkManifes
         Also record each stored chunk's SHA-256 digest from the hash table,
         and make :meth:`ChunkManifest.read` check every chunk it reads by
         default.
+    addresses : callable, optional
+        Where the chunks lie, as :func:`manifest_from_starts` takes it (a
+        stored address table); default: asked of libhdf5.
 
     Returns
     -------
@@ -159,7 +162,8 @@ def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False) -> ChunkManifes
         indices, offsets = np.zeros(grid, np.intp), np.zeros(grid, np.uint64)
     starts = np.where(indices != 0, offsets.astype(np.int64), -1)
     fill = np.zeros((), dtype) if dtype.hasobject else np.asarray(vds.fillvalue, dtype)
-    return manifest_from_starts(vds.name, raw, shape, chunks, dtype, fill, starts, verify=verify, reasons=reasons)
+    return manifest_from_starts(vds.name, raw, shape, chunks, dtype, fill, starts, verify=verify, reasons=reasons,
+                                addresses=addresses)
 
 
 def manifest_from_starts(

@@ -65,7 +65,7 @@ from ..backend.layout import VERSION_DATA
 from ..backend.manifest import chunk_addresses, manifest_from_starts
 from . import bookkeeping
 
-__all__ = ["MIN_CHUNKS", "UNKNOWN", "StoredLayout", "carry", "forget", "load", "record"]
+__all__ = ["MIN_CHUNKS", "UNKNOWN", "StoredLayout", "address_lookup", "carry", "forget", "load", "record"]
 
 #: Datasets with fewer chunks get no stored map (decoding their mappings is cheap).
 MIN_CHUNKS = 64
@@ -334,6 +334,20 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
         return None
     starts = np.where(numbers >= 0, numbers.astype(np.int64) * chunks[0], -1)
     return StoredLayout(shape, chunks, raw, attrs, starts, lambda rows: _addresses(bk, path, raw, chunks[0], rows))
+
+
+def address_lookup(f: h5py.File, path: str, raw: h5py.Dataset):
+    """A ``rows -> (offset, size, mask)`` lookup through raw_data's address table, or None without one.
+
+    For :func:`~xarray_vhdf5.backend.manifest.resolve_manifest` of a dataset that has no
+    stored map (fewer than :data:`MIN_CHUNKS` chunks, or committed by another library):
+    its mappings are decoded, its chunks' addresses read from the table where it can be
+    trusted (:func:`_addresses`), else asked of libhdf5.
+    """
+    bk = bookkeeping.open_group(f)
+    if bk is None or _address_path(path) not in bk or raw.chunks is None:
+        return None
+    return lambda rows: _addresses(bk, path, raw, raw.chunks[0], rows)
 
 
 def _addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int,

@@ -734,7 +734,8 @@ class SharedVersionDataset:
         }
         manifest = None
         if dtype.kind != "O" and vds.is_virtual:
-            manifest = resolve_manifest(vds, verify=reader.verify)
+            manifest = resolve_manifest(vds, verify=reader.verify,
+                                        addresses=chunkmaps.address_lookup(f, path, raw))
             if not manifest.supported:
                 manifest = None
         self.manifest = manifest

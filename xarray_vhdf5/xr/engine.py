@@ -197,7 +197,9 @@ def _backend_array(manager, version: str, ds, shape, dtype, as_str: bool) -> Bac
         if isinstance(ds, _StoredView):
             manifest = ds.stored.manifest(ds.name, verify=manager.verify)
         else:
-            manifest = resolve_manifest(ds, verify=manager.verify)
+            raw = ds.file[ds.attrs["raw_data"]]
+            lookup = chunkmaps.address_lookup(ds.file, ds.name[len(root_path(version)):].strip("/"), raw)
+            manifest = resolve_manifest(ds, verify=manager.verify, addresses=lookup)
         if manifest.supported:
             return ManifestBackendArray(manager, version, ds.name, shape, dtype, timestamp, manifest)
     return HandleBackendArray(manager, version, ds.name, shape, dtype, as_str, timestamp)
