@@ -682,7 +682,7 @@ def _dask_reader(path: str, ledger_path: str, stop_at: float, seed: int, pause: 
     model = DayModel(Ledger(ledger_path))
     rng = random.Random(seed)
     count = 0
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         while time.monotonic() < stop_at:
             picked = _pick(model.refresh(), rng, count)
