@@ -56,7 +56,7 @@ import posixpath
 
 import h5py
 import numpy as np
-from h5py import h5d, h5p
+from h5py import h5d, h5p, h5s, h5t
 
 from ..backend.h5attrs import read_attr, read_attrs_of, write_attr
 from ..backend.h5objects import object_address, object_address_by_name
@@ -87,13 +87,21 @@ def _chunk_numbers(starts: np.ndarray, rows_per_chunk: int) -> np.ndarray:
     return numbers.astype(np.int32)
 
 
-def _create_map(parent: h5py.Group, name: str, numbers: np.ndarray) -> h5py.Dataset:
+_COMPACT_DCPL = h5p.create(h5p.DATASET_CREATE)
+_COMPACT_DCPL.set_layout(h5d.COMPACT)
+
+
+def _create_map(parent: h5py.Group, name: str, numbers: np.ndarray) -> h5d.DatasetID:
+    """Write a map (the module docstring's layout); returns the low-level id (h5py's
+    ``create_dataset`` costs about 0.4 ms a map more in Python)."""
+    numbers = np.ascontiguousarray(numbers)
     if numbers.nbytes <= _COMPACT_BYTES:
-        dcpl = h5p.create(h5p.DATASET_CREATE)
-        dcpl.set_layout(h5d.COMPACT)
-        return parent.create_dataset(name, data=numbers, dcpl=dcpl)
+        space = h5s.create_simple(numbers.shape)
+        dsid = h5d.create(parent.id, name.encode(), h5t.py_create(numbers.dtype), space, dcpl=_COMPACT_DCPL)
+        dsid.write(h5s.ALL, h5s.ALL, numbers)
+        return dsid
     return parent.create_dataset(name, data=numbers, chunks=True, compression="gzip", compression_opts=1,
-                                 shuffle=True)
+                                 shuffle=True).id
 
 
 class StoredLayout:
@@ -188,11 +196,10 @@ def record(f: h5py.File, version: str, path: str, vds_id, raw: h5py.Dataset, sha
         del bk[name]
     parent = bk.require_group(posixpath.dirname(name))
     mapped = _create_map(parent, posixpath.basename(name), _chunk_numbers(starts, chunks[0]))
-    write_attr(mapped.id, "shape", np.asarray(shape, np.int64))
-    write_attr(mapped.id, "vds", np.int64(object_address(vds_id)))
-    raw_address = np.int64(object_address(raw.id))
-    write_attr(mapped.id, "raw", raw_address)
-    write_attr(mapped.id, "timestamp", _timestamp(f, version))
+    write_attr(mapped, "shape", np.asarray(shape, np.int64))
+    write_attr(mapped, "vds", np.int64(object_address(vds_id)))
+    write_attr(mapped, "raw", np.int64(object_address(raw.id)))
+    write_attr(mapped, "timestamp", _timestamp(f, version))
     _extend_addresses(bk, path, raw, chunks[0], starts, committed_before)
     return True
 
@@ -256,9 +263,9 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     parent = bk.require_group(posixpath.dirname(name))
     mapped = _create_map(parent, posixpath.basename(name), source[()])
     for key in ("shape", "raw"):
-        write_attr(mapped.id, key, read_attr(source.id, key, expect="int"))
-    write_attr(mapped.id, "vds", np.int64(vds_address))
-    write_attr(mapped.id, "timestamp", _timestamp(f, version))
+        write_attr(mapped, key, read_attr(source.id, key, expect="int"))
+    write_attr(mapped, "vds", np.int64(vds_address))
+    write_attr(mapped, "timestamp", _timestamp(f, version))
     return True
 
 
