@@ -195,7 +195,9 @@ def test_address_rows_past_the_committed_chunks_are_asked_of_libhdf5(tmp_path):
         assert _same_manifest(f, "v1", "x")
 
 
-@pytest.mark.parametrize("damage", ["no-timestamp", "wrong-shape", "other-raw", "other-vds", "other-hash-table"])
+@pytest.mark.parametrize(
+    "damage", ["no-timestamp", "wrong-shape", "other-raw", "other-vds", "other-hash-table", "old-format", "past-raw"]
+)
 def test_a_damaged_map_is_not_used(tmp_path, damage):
     path = tmp_path / "a.h5"
     _history(path, 2)
@@ -209,6 +211,10 @@ def test_a_damaged_map_is_not_used(tmp_path, damage):
             mapped.attrs["raw"] = np.int64(1)
         elif damage == "other-vds":
             mapped.attrs["vds"] = np.int64(1)
+        elif damage == "old-format":  # development builds stored int64 first rows, no format
+            del mapped.attrs["format"]
+        elif damage == "past-raw":  # chunk numbers beyond raw_data: not its chunks
+            mapped[...] = mapped[...] * 1000
         else:  # the address table was written for another hash table (a rewrite moved chunks)
             table = f["__vhdf5__/chunk_addresses/x"]
             table[:] = 12345

@@ -65,8 +65,11 @@ from ..backend.layout import VERSION_DATA
 from ..backend.manifest import chunk_addresses, manifest_from_starts
 from . import bookkeeping
 
-__all__ = ["MIN_CHUNKS", "UNKNOWN", "StoredLayout", "address_lookup", "carry", "forget", "load", "record"]
+__all__ = ["MAP_FORMAT", "MIN_CHUNKS", "UNKNOWN", "StoredLayout", "address_lookup", "carry", "forget", "load", "record"]
 
+#: Layout of a map's values (attribute ``format``): 2, int32 chunk numbers. Maps of
+#: another format (1: int64 first rows, written only by development builds) are not used.
+MAP_FORMAT = 2
 #: Datasets with fewer chunks get no stored map (decoding their mappings is cheap).
 MIN_CHUNKS = 64
 #: Offset of an address row not resolved.
@@ -200,6 +203,7 @@ def record(f: h5py.File, version: str, path: str, vds_id, raw: h5py.Dataset, sha
     write_attr(mapped, "vds", np.int64(object_address(vds_id)))
     write_attr(mapped, "raw", np.int64(object_address(raw.id)))
     write_attr(mapped, "timestamp", _timestamp(f, version))
+    write_attr(mapped, "format", np.int64(MAP_FORMAT))
     _extend_addresses(bk, path, raw, chunks[0], starts, committed_before)
     return True
 
@@ -266,6 +270,7 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
         write_attr(mapped, key, read_attr(source.id, key, expect="int"))
     write_attr(mapped, "vds", np.int64(vds_address))
     write_attr(mapped, "timestamp", _timestamp(f, version))
+    write_attr(mapped, "format", np.int64(MAP_FORMAT))
     return True
 
 
@@ -321,7 +326,8 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
     except KeyError:
         return None
     try:
-        if (vds_address != int(read_attr(stored.id, "vds", expect="int"))
+        if (int(read_attr(stored.id, "format", expect="int")) != MAP_FORMAT
+                or vds_address != int(read_attr(stored.id, "vds", expect="int"))
                 or str(read_attr(stored.id, "timestamp")) != _timestamp(f, version)):
             return None
     except KeyError:  # an attribute missing: not a map this module wrote whole
@@ -338,6 +344,8 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
     numbers = stored[()]
     grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
     if numbers.shape != grid or len(chunks) != raw.ndim or numbers.dtype.kind != "i":
+        return None
+    if numbers.size and int(numbers.max()) * chunks[0] >= raw.shape[0]:  # not raw_data's chunks
         return None
     starts = np.where(numbers >= 0, numbers.astype(np.int64) * chunks[0], -1)
     return StoredLayout(shape, chunks, raw, attrs, starts, lambda rows: _addresses(bk, path, raw, chunks[0], rows))

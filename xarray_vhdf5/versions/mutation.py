@@ -397,10 +397,6 @@ def _open_journaled(jf: JournaledFile, path: str, hint: str) -> h5py.File:
     return f
 
 
-def _close_journaled(f: h5py.File) -> None:
-    f.close()  # _JournaledH5File.close: the journaled file too
-
-
 @contextlib.contextmanager
 def open_for_writing(
     path: str | os.PathLike, *, hint: str = "", timeout: float | None = None, durable: bool = False
@@ -444,7 +440,7 @@ def open_for_writing(
             try:
                 yield f
             finally:
-                _close_journaled(f)
+                f.close()  # _JournaledH5File.close: the journaled file too
     finally:
         jf.close()
 

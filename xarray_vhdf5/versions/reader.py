@@ -369,9 +369,14 @@ class SharedVersionedFile:
         """The datasets at ``paths`` of ``tree``, resolved through one fresh handle."""
         if not paths:
             return []
-        listing = self._versions()
+        self._check_open()
+        token, moves = self._counters()  # one read of the counters for both uses
+        if token != self._listing.token:
+            with self._handle():  # the version list read again
+                pass
+        listing = self._listing
         try:  # metadata are a snapshot: got again after chunks moved (modify_metadata, deletions)
-            ident = (tree.version, listing.info(tree.version).timestamp, self._counters()[1])
+            ident = (tree.version, listing.info(tree.version).timestamp, moves)
         except VersionNotFoundError:
             ident = None
         found = {path: self._cache.get(("dataset", ident, path)) for path in paths} if ident else {}
