@@ -14,7 +14,7 @@ import xarray as xr
 
 import xarray_vhdf5 as xv
 from xarray_vhdf5.xr.dimscales import DIMENSIONS_DATA, attach_dimension_scales, netcdf_only_attrs
-from xarray_vhdf5.xr.names import NETCDF_NOT_A_VARIABLE, SCALAR_DIM
+from xarray_vhdf5.backend.names import NETCDF_NOT_A_VARIABLE, SCALAR_DIM
 
 VERSIONS = "/_version_data/versions"
 

@@ -36,7 +36,7 @@ import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (registers the accessor)
 from xarray_vhdf5.xr.dimscales import netcdf_only_attrs
-from xarray_vhdf5.xr.names import SCALAR_DIM
+from xarray_vhdf5.backend.names import SCALAR_DIM
 
 DATA = Path(__file__).parent / "data" / "cf"
 VERSIONS = "/_version_data/versions"

@@ -86,7 +86,7 @@ def diff(file: str, a: str, b: str, group: str | None, mappings_only: bool) -> N
     differs if it was added, removed, changed shape, points or attributes.
     """
     from ..versions.diff import diff_versions
-    from ..xr.names import is_netcdf_dimension_only
+    from ..backend.names import is_netcdf_dimension_only
     from .diff import attribute_changes
 
     try:

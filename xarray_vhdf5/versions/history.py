@@ -65,7 +65,7 @@ from ..backend.h5attrs import read_attr
 from ..backend.h5objects import object_address_by_name
 from ..backend.hashtable import hash_table_path, table_state
 from ..backend.layout import FIRST_VERSION
-from ..xr.names import (
+from ..backend.names import (
     DIMENSIONS_ATTR,
     HIDDEN_VARIABLE_ATTRS,
     MESSAGE_ATTR,
@@ -135,7 +135,7 @@ def compared_attrs(dset: h5py.Dataset) -> dict[str, Any]:
     netCDF-4's dimension bookkeeping (``DIMENSION_LIST``, ``REFERENCE_LIST``:
     object references into the version's own group, rewritten by every
     commit; ``_Netcdf4Dimid``, ``_Netcdf4Coordinates``, and ``CLASS``/``NAME``
-    of a dimension scale), as :func:`xarray_vhdf5.xr.names.visible_attrs`
+    of a dimension scale), as :func:`xarray_vhdf5.backend.names.visible_attrs`
     leaves out. The dimension names themselves are compared through
     ``_ARRAY_DIMENSIONS``, which is kept.
 

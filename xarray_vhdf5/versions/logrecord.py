@@ -141,7 +141,7 @@ def fingerprint_of(dset: h5py.Dataset, flat: np.ndarray, offsets: np.ndarray, li
 
 def _listed(dset: h5py.Dataset, virtual: bool = False) -> bool:
     """Whether the log lists the dataset (as history.version_states does); ``virtual``: known to be one."""
-    from ..xr.names import is_netcdf_dimension_only
+    from ..backend.names import is_netcdf_dimension_only
 
     return "raw_data" in dset.attrs and (virtual or dset.is_virtual) and not is_netcdf_dimension_only(dset)
 

@@ -54,7 +54,7 @@ from .merge import (
 
 __all__ = ["MESSAGE_ATTR", "RebaseReport", "rebase_staged"]
 
-#: The root attribute holding a version's commit message (``xr.names.MESSAGE_ATTR``): ours, not merged.
+#: The root attribute holding a version's commit message (``backend.names.MESSAGE_ATTR``): ours, not merged.
 MESSAGE_ATTR = "_vhdf5_message"
 
 

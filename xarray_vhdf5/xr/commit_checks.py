@@ -15,7 +15,7 @@ import xarray as xr
 
 from ..errors import IncompatibleDataError, NothingToCommitError
 from ..wrappers.group import InMemoryGroup
-from .names import (
+from ..backend.names import (
     DIMENSIONS_ATTR,
     HIDDEN_GROUP_ATTRS,
     is_netcdf_dimension_only,

@@ -61,7 +61,7 @@ from ..backend.signature import open_h5file
 from ..versions.diff import DatasetDiff, compare_datasets, equal_points, finish, iter_candidates
 from ..versions.history import changed_attrs
 from ..versions.registry import VersionKey, VersionRegistry
-from .names import DIMENSIONS_ATTR, is_netcdf_dimension_only, visible_attrs
+from ..backend.names import DIMENSIONS_ATTR, is_netcdf_dimension_only, visible_attrs
 
 __all__ = ["DECODING_ATTRS", "diff_versions"]
 

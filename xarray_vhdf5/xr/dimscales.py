@@ -33,7 +33,7 @@ coordinate variable of that name with any dtype.
 
 Scalar variables are stored as one point (shape ``(1,)``, ``_ARRAY_DIMENSIONS``
 empty): netCDF tools see them along the length-1 dimension
-:data:`~xarray_vhdf5.xr.names.SCALAR_DIM`.
+:data:`~xarray_vhdf5.backend.names.SCALAR_DIM`.
 
 Object references address objects of one version group, so a commit never
 carries them over from the previous version (``versions.commit`` drops them);
@@ -41,8 +41,8 @@ the xarray writer calls :func:`attach_dimension_scales` on every version it
 commits, rebuilding them from ``_ARRAY_DIMENSIONS``. The engine ignores all of
 this: dimension names come from ``_ARRAY_DIMENSIONS`` and the bookkeeping
 attributes and phony datasets are hidden
-(:func:`~xarray_vhdf5.xr.names.visible_attrs`,
-:func:`~xarray_vhdf5.xr.names.is_netcdf_dimension_only`).
+(:func:`~xarray_vhdf5.backend.names.visible_attrs`,
+:func:`~xarray_vhdf5.backend.names.is_netcdf_dimension_only`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from ..backend.layout import NETCDF_DIMENSIONS, VERSION_DATA, VERSIONS
 from ..backend.raw_data import Filters, create_raw_data
 from ..backend.virtual import create_virtual_dataset_id
 from ..versions.rootview import enable_root_view, root_view_enabled
-from .names import (
+from ..backend.names import (
     DIMENSIONS_ATTR,
     HIDDEN_GROUP_ATTRS,
     HIDDEN_VARIABLE_ATTRS,
@@ -129,12 +129,12 @@ def _as_bytes(value) -> bytes | None:
 
 
 def _is_scale_class(oid) -> bool:
-    """``CLASS == "DIMENSION_SCALE"`` (any string padding; see :func:`~xarray_vhdf5.xr.names.is_dimension_scale`)."""
+    """``CLASS == "DIMENSION_SCALE"`` (any string padding; see :func:`~xarray_vhdf5.backend.names.is_dimension_scale`)."""
     return _as_bytes(_attr(oid, b"CLASS")) == b"DIMENSION_SCALE"
 
 
 def _is_phony(oid) -> bool:
-    """A netCDF-4 dimension-only scale (:func:`~xarray_vhdf5.xr.names.is_netcdf_dimension_only`)."""
+    """A netCDF-4 dimension-only scale (:func:`~xarray_vhdf5.backend.names.is_netcdf_dimension_only`)."""
     if not _is_scale_class(oid):
         return False
     name = _as_bytes(_attr(oid, b"NAME"))

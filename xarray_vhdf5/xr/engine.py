@@ -30,7 +30,7 @@ from ..versions.history import lookup_version
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
 from ..versions.sharing import SharedFile, version_timestamp
 from .array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
-from .names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
+from ..backend.names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 
 __all__ = [
     "VHDF5BackendEntrypoint",

@@ -60,7 +60,7 @@ from ..versions.registry import VersionRegistry
 from ..wrappers.group import InMemoryGroup
 from . import engine
 from .dimscales import attach_dimension_scales
-from .names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions
+from ..backend.names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions
 from .staged_array import CF_ATTRS, CFCodec, CharArrayValues, RawRows, StagedVariableArray, StageFile, StageOrigin, same_file
 from .streaming import DEFAULT_MAX_BYTES
 from .commit_checks import check_sorted_index, refuse_empty_commit

@@ -45,7 +45,7 @@ import xarray as xr
 
 from ..errors import IncompatibleDataError
 from .encoding import cf_encode_variables, inherit_stored_encoding, kept_attrs, stored_values
-from .names import HIDDEN_VARIABLE_ATTRS, NETCDF_DIMENSION_ATTRS
+from ..backend.names import HIDDEN_VARIABLE_ATTRS, NETCDF_DIMENSION_ATTRS
 
 __all__ = ["STORED_KEY", "StoredValues", "encode_appended", "same_value"]
 

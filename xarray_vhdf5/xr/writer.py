@@ -46,7 +46,7 @@ from ..versions.registry import is_versioned
 from ..wrappers.group import InMemoryGroup
 from .dimscales import attach_dimension_scales
 from .engine import close_read_handles
-from .names import (
+from ..backend.names import (
     DIMENSIONS_ATTR,
     MESSAGE_ATTR,
     names_dimensions,

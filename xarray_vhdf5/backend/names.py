@@ -1,4 +1,8 @@
-"""How xarray's names (dimensions, encodings) are stored on a version's datasets."""
+"""How xarray's names (dimensions, encodings) and netCDF-4's bookkeeping are stored on a version's datasets.
+
+In the backend layer because every layer above reads them: the version log
+(``versions``), the zarr store (``store``) and the xarray engine (``xr``).
+"""
 
 from __future__ import annotations
 
