@@ -529,6 +529,64 @@ class ChunkManifest:
             raise self._fail(slot, where, f"decoded to {data.nbytes} bytes, expected {size}")
         return np.frombuffer(data, self.dtype).reshape(self.chunks)
 
+    def _slot(self, index: tuple[int, ...]) -> int:
+        index = tuple(int(i) for i in index)
+        if len(index) != len(self.shape) or not all(0 <= i < n for i, n in zip(index, self.slots.shape)):
+            raise IndexError(f"chunk {index} is outside the chunk grid {self.slots.shape} of {self.name}")
+        return int(self.slots[index])
+
+    def stored_chunk(self, index: tuple[int, ...]) -> tuple[bytes, int] | None:
+        """The bytes of the stored chunk mapped at chunk ``index``, as the file holds them.
+
+        Parameters
+        ----------
+        index : tuple of int
+            The chunk's position in the chunk grid (``ceil(shape / chunks)``).
+
+        Returns
+        -------
+        (bytes, int) or None
+            The chunk's bytes, encoded by raw_data's filter pipeline
+            (:attr:`filters`) except the filters whose bit is set in the
+            returned filter mask, and that mask; ``b""`` for a chunk never
+            allocated (it reads as :attr:`raw_fillvalue`); None for an
+            unmapped chunk (it reads as :attr:`fillvalue`). Not checked
+            against the hash table's digest (see :meth:`decoded_chunk`).
+
+        Raises
+        ------
+        IndexError
+            ``index`` is outside the chunk grid.
+        xarray_vhdf5.errors.CorruptFileError
+            The file ends inside the chunk.
+        """
+        slot = self._slot(index)
+        if slot < 0:
+            return None
+        n = int(self.nbytes[slot])
+        if n == 0:
+            return b"", 0
+        data = os.pread(self._descriptor(), n, int(self.offsets[slot]))
+        if len(data) < n:
+            raise self._fail(slot, tuple(index), f"the file ends {len(data)} bytes into the chunk (truncated)")
+        return data, int(self.filter_masks[slot])
+
+    def decoded_chunk(self, index: tuple[int, ...]) -> np.ndarray:
+        """The points of chunk ``index``, decoded, of shape :attr:`chunks` (edge chunks padded as stored).
+
+        Checked against the hash table's digest when the manifest verifies
+        (:attr:`verify`). Raises as :meth:`stored_chunk`, and
+        :class:`~xarray_vhdf5.errors.UnsupportedError` when :attr:`supported` is False.
+        """
+        if not self.supported:
+            raise UnsupportedError(f"{self.name} in {self.path} cannot be read without libhdf5: {self.reason}")
+        slot = self._slot(index)
+        if slot < 0:
+            return np.broadcast_to(np.asarray(self.fillvalue, self.dtype), self.chunks)
+        if self.verify:
+            return self._decode_batch([tuple((k, None, None) for k in index)], [slot], True, None)[slot]
+        return self._chunk(slot, tuple(index))
+
     def read(self, key: Any = (), verify: bool | None = None, threads: int | None = None) -> np.ndarray:
         """Read the points ``key`` selects, decoding only the chunks it touches.
 

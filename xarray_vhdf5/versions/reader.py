@@ -277,6 +277,18 @@ class SharedVersionedFile:
         """
         return self._versions().resolve(key)
 
+    def lookup(self, key: VersionKey) -> str:
+        """The version ``key`` designates as ``xr.open_dataset(..., version=key)`` reads it.
+
+        pandas-style positions (``0`` the first version) and ISO 8601 times, by
+        :func:`~xarray_vhdf5.versions.history.lookup_version`; :meth:`resolve`
+        keeps versioned-hdf5's rules (``0`` the current version). Raises as
+        ``lookup_version``.
+        """
+        from .history import lookup_version
+
+        return lookup_version(self._versions(), key)
+
     def version_info(self, key: VersionKey) -> VersionInfo:
         """Metadata (name, prev_version, timestamp) of a version; raises as :meth:`resolve`."""
         listing = self._versions()

@@ -198,6 +198,57 @@ class SharedVersionDataset:
         out = out.reshape(selection.array_shape)
         return out[()] if out.shape == () else out
 
+    def stored_chunk(self, index: tuple[int, ...]) -> tuple[bytes, int] | None:
+        """The file's bytes of chunk ``index`` (see :meth:`ChunkManifest.stored_chunk
+        <xarray_vhdf5.backend.manifest.ChunkManifest.stored_chunk>`), read safely while
+        versions are deleted (chunks moved: resolved again).
+
+        Raises
+        ------
+        UnsupportedError
+            The dataset is read through libhdf5 (:attr:`manifest` is None).
+        VersionNotFoundError, CorruptFileError, ClosedFileError, FileBusyError
+            See the class.
+        """
+        self._reader._check_open()
+        if self.manifest is None:
+            raise UnsupportedError(f"{self.name}: its chunks are read through libhdf5, not as bytes")
+        return self._reader._shared.apply(self, lambda manifest: manifest.stored_chunk(index))
+
+    def decoded_chunk(self, index: tuple[int, ...]) -> np.ndarray:
+        """The points of chunk ``index``, shape :attr:`chunks`; past the dataset's edge, the fill value.
+
+        Parameters
+        ----------
+        index : tuple of int
+            Position in the chunk grid (``ceil(shape / chunks)`` per axis).
+
+        Raises
+        ------
+        IndexError
+            ``index`` is outside the chunk grid.
+        VersionNotFoundError, CorruptFileError, ClosedFileError, FileBusyError
+            See the class.
+        """
+        self._reader._check_open()
+        grid = tuple(-(-n // c) for n, c in zip(self.shape, self.chunks))
+        index = tuple(int(i) for i in index)
+        if len(index) != len(grid) or not all(0 <= i < g for i, g in zip(index, grid)):
+            raise IndexError(f"chunk {index} is outside the chunk grid {grid} of {self.name}")
+        if self.manifest is not None:
+            try:
+                return self._reader._shared.apply(self, lambda manifest: manifest.decoded_chunk(index))
+            except UnsupportedError:  # resolved again after modify_metadata gave it an undecodable filter
+                self.manifest = None
+        region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, self.chunks, self.shape))
+        data = np.asarray(self[region] if region else self[()])
+        if data.shape == tuple(self.chunks):
+            return data
+        fill = self.fillvalue if self.dtype.kind != "O" else b""
+        out = np.full(self.chunks, fill, dtype=data.dtype)
+        out[tuple(slice(0, k) for k in data.shape)] = data
+        return out
+
     def _outer_key(self, args: tuple) -> tuple:
         """``args`` h5py accepted, as :meth:`ChunkManifest.read <xarray_vhdf5.backend.manifest.ChunkManifest.read>` takes it."""
         if any(a is Ellipsis for a in args):

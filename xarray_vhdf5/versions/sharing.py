@@ -134,11 +134,16 @@ class SharedFile:
         """Nothing is held between reads: nothing to close."""
 
     def read(self, holder, key: tuple) -> np.ndarray:
-        """``holder.manifest.read(key)``, resolved again first if chunks moved since.
+        """``holder.manifest.read(key)``, resolved again first if chunks moved since (see :meth:`apply`)."""
+        return self.apply(holder, lambda manifest: manifest.read(key),
+                          lambda vds: holder.read_through(vds, key))
+
+    def apply(self, holder, use, through=None):
+        """``use(holder.manifest)``, resolved again first if chunks moved since.
 
         ``holder`` has ``manifest`` (a :class:`~xarray_vhdf5.backend.manifest.ChunkManifest`,
         or None: resolved on the first read; when it cannot be read without
-        libhdf5, ``holder.read_through(vds, key)`` reads it through the handle),
+        libhdf5, ``through(vds)`` reads it through the handle, if given),
         ``version`` and ``path`` (of its virtual dataset) and ``_lock`` (a
         ``threading.Lock``); its manifest is replaced when resolved again, and
         ``holder.resolved`` set to the :meth:`stamp` it was resolved at (a holder
@@ -166,13 +171,13 @@ class SharedFile:
             if manifest is not None:
                 with locks.reading_bytes():
                     if self.current(locks, stamp):
-                        return manifest.read(key)
+                        return use(manifest)
             with holder._lock:
                 with self.open() as f:
                     vds = version_dataset(f, holder.version, holder.path, getattr(holder, "timestamp", None))
                     manifest = resolve_manifest(vds, verify=self.verify)
-                    if not manifest.supported and hasattr(holder, "read_through"):
-                        return holder.read_through(vds, key)  # no decoder here: libhdf5, this handle
+                    if not manifest.supported and through is not None and hasattr(holder, "read_through"):
+                        return through(vds)  # no decoder here: libhdf5, this handle
                     holder.manifest = manifest
                     holder.resolved = self.stamp()
 
