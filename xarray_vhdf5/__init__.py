@@ -7,6 +7,9 @@ The on-disk format is versioned-hdf5's, so files are interchangeable with the
 - ``ds.vhdf5.commit(version, path=...)`` commits an xarray Dataset as a version.
 - :class:`VersionedHDF5File` is the h5py-level API (versioned-hdf5's);
   :func:`open_file` opens a file for it with every commit journaled.
+- :class:`VersionStore` is a version as a zarr-python 3 store
+  (``xr.open_zarr(VersionStore(path, version=...))``); imported on first use,
+  so that ``import xarray_vhdf5`` does not import zarr.
 """
 
 from . import errors
@@ -72,6 +75,7 @@ __all__ = [
     "StaleVersionError",
     "VersionKeyTypeError",
     "VersionNotFoundError",
+    "VersionStore",
     "VersionedHDF5File",
     "commit_dataset",
     "delete_version",
@@ -81,3 +85,15 @@ __all__ = [
     "errors",
     "__version__",
 ]
+
+
+#: Names of the zarr layer (xarray_vhdf5.store), imported on first use.
+_STORE_NAMES = frozenset({"VersionStore"})
+
+
+def __getattr__(name: str):
+    if name in _STORE_NAMES:
+        from . import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module 'xarray_vhdf5' has no attribute {name!r}")
