@@ -1,4 +1,4 @@
-"""The ``vhdf5`` command line (click): ``demo``, ``log``, ``diff``.
+"""The ``vhdf5`` command line (click): ``demo``, ``log``, ``diff``, ``check``, ``refs``.
 
 Tables are formatted in :mod:`.log` and :mod:`.diff`; FILE is opened by
 :func:`xarray_vhdf5.backend.signature.open_h5file` (a clear error for a file that is not HDF5)."""
@@ -14,6 +14,7 @@ from ..errors import VHDF5Error
 from .check import check
 from .diff import format_diff
 from .log import LOG_HELP
+from .refs import refs
 
 __all__ = ["cli", "format_diff", "main"]
 
@@ -100,6 +101,7 @@ def diff(file: str, a: str, b: str, group: str | None, mappings_only: bool) -> N
 
 
 cli.add_command(check)
+cli.add_command(refs)
 
 
 def main() -> None:
