@@ -8,10 +8,12 @@ code keeps working::
     VHDF5Error (Exception)
     ├── VersionNotFoundError   (KeyError, ValueError, IndexError)
     │                                             no version of that name / index / time
-    │   └── VersionKeyTypeError (TypeError)       a version designated by neither a name,
-    │                                             an int nor a timestamp
+    │   ├── VersionKeyTypeError (TypeError)       a version designated by neither a name,
+    │   │                                         an int nor a timestamp
+    │   └── RefNotFoundError                      no such branch or tag, or its version deleted
     ├── DatasetNotFoundError   (KeyError)         no versioned dataset of that name
     ├── VersionExistsError     (ValueError)       a version of that name already exists
+    │   └── RefExistsError                        a branch or tag name already in use
     ├── NothingToCommitError   (ValueError)       an xarray commit that changes nothing
     │                                             (``allow_empty=True`` commits it anyway)
     ├── HistoryExistsError     (FileExistsError: OSError, ValueError)
@@ -98,6 +100,8 @@ __all__ = [
     "FileBusyError",
     "ConflictError",
     "CorruptFileError",
+    "RefExistsError",
+    "RefNotFoundError",
     "ValueCastError",
     "ValueOverflowError",
     "ValueTypeError",
@@ -116,6 +120,14 @@ class VersionNotFoundError(VHDF5Error, KeyError, ValueError, IndexError):
         return str(self.args[0]) if self.args else ""
 
 
+class RefNotFoundError(VersionNotFoundError):
+    """No branch or tag of that name, or one whose version was deleted (a ``KeyError``).
+
+    Raised by ``reset_branch``, ``delete_branch``, ``delete_tag`` and by opening
+    a version through a ref whose version is gone (:mod:`xarray_vhdf5.versions.refs`).
+    """
+
+
 class VersionKeyTypeError(VersionNotFoundError, TypeError):
     """``vf[key]`` with a key that is neither a name, an int nor a timestamp."""
 
@@ -129,6 +141,10 @@ class DatasetNotFoundError(VHDF5Error, KeyError):
 
 class VersionExistsError(VHDF5Error, ValueError):
     """A version of that name already exists in the file."""
+
+
+class RefExistsError(VersionExistsError):
+    """A branch or tag name already names a branch, a tag or a version (a ``ValueError``)."""
 
 
 class NothingToCommitError(VHDF5Error, ValueError):

@@ -15,7 +15,8 @@ from h5py import h5g
 
 from ..backend.layout import DATA_VERSION, FIRST_VERSION
 from ..backend.mdc import trim_metadata_cache
-from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionExistsError
+from ..errors import (ClosedFileError, NotVersionedError, ReadOnlyError, StaleVersionError, UnsupportedError,
+                      VersionExistsError)
 from ..wrappers.group import InMemoryGroup
 from ..wrappers.readonly import VersionGroup
 from .caches import caches_for
@@ -25,6 +26,7 @@ from .index import touch as touch_index
 from .metadata import finish_interrupted
 from .mutation import check_fresh, mutating, note_opened, refuse_interrupted
 from .reader import SharedVersionedFile
+from .refs import MAIN, RefMethods, branch_tip, set_branch
 from .rebase import RebaseReport, rebase_staged
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
@@ -33,7 +35,7 @@ from .timestamps import now_utc, to_utc_datetime
 __all__ = ["VersionedHDF5File"]
 
 
-class VersionedHDF5File:
+class VersionedHDF5File(RefMethods):
     """The versions of an HDF5 file: read any of them, stage and commit new ones.
 
     A drop-in for ``versioned_hdf5.VersionedHDF5File`` on the same files.
@@ -458,11 +460,12 @@ class VersionedHDF5File:
         self,
         version_name: str | None,
         prev_version: str | None = None,
-        make_current: bool = True,
+        make_current: bool | None = None,
         timestamp: _dt.datetime | np.datetime64 | None = None,
         *,
         rebase: bool = False,
         finish: Callable[[h5py.Group], None] | None = None,
+        branch: str | None = None,
     ) -> Iterator[InMemoryGroup]:
         """Stage a new version; it is committed when the ``with`` block exits cleanly.
 
@@ -474,9 +477,9 @@ class VersionedHDF5File:
         prev_version : str, optional
             The version it starts from; default the current version; ``""`` for
             none (an empty tree).
-        make_current : bool
-            Make the new version the current one (default True). False makes a
-            branch of the version DAG.
+        make_current : bool, optional
+            Make the new version the current one (default True, False on a
+            ``branch`` other than ``main``). False makes a branch of the version DAG.
         timestamp : datetime or numpy.datetime64, optional
             Its timestamp (UTC; naive values are taken as UTC); default the time
             of commit.
@@ -496,6 +499,14 @@ class VersionedHDF5File:
             commit's mutation (locked, journaled): what it writes is part of the
             commit. This package's xarray layer attaches netCDF-4 dimension
             scales with it. An exception from it commits nothing.
+        branch : str, keyword-only, optional
+            Commit on this branch (:mod:`~xarray_vhdf5.versions.refs`): the
+            version starts from the branch's version (``prev_version`` must be
+            None or that version) and the branch moves to it in the same
+            commit; ``main`` is the current version. When the block ends, a
+            branch that moved meanwhile raises :class:`StaleVersionError`
+            (nothing committed). Default None: no branch moves but ``main``,
+            when ``make_current``, as versioned-hdf5 does.
 
         Yields
         ------
@@ -546,6 +557,18 @@ class VersionedHDF5File:
         # Also a group left by an interrupted commit (not a version), asked of libhdf5 directly.
         if version_name in self._registry or self._registry.group.id.links.exists(version_name.encode()):
             raise VersionExistsError(f"a version named {version_name!r} already exists")
+        if branch is not None:
+            tip = branch_tip(self.f, branch)
+            if prev_version not in (None, tip):
+                raise ValueError(f"prev_version {prev_version!r} is not the version of branch {branch!r} "
+                                 f"({tip!r}): give one of them")
+            if rebase and branch != MAIN:
+                raise UnsupportedError("rebase=True commits onto the current version (branch main); "
+                                       f"on branch {branch!r} merge instead")
+            prev_version = tip
+            if make_current is None:
+                make_current = branch == MAIN
+        make_current = True if make_current is None else bool(make_current)
         if prev_version is None:
             prev = self._registry.current_version
             if prev != FIRST_VERSION and prev not in self._registry:
@@ -576,6 +599,11 @@ class VersionedHDF5File:
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(mutating(self.f, what="commit"))
+                if branch is not None and (tip := branch_tip(self.f, branch)) != prev:
+                    raise StaleVersionError(
+                        f"branch {branch!r} moved from {prev!r} to {tip!r} while version {version_name!r} "
+                        "was staged on it (another commit or reset_branch): nothing was committed; "
+                        "stage again from the branch")
                 if rebase:
                     root, prev = self._rebased(root, prev)
             except BaseException:  # busy, stale or in conflict: nothing committed, the edits discarded
@@ -595,6 +623,8 @@ class VersionedHDF5File:
                     foreign=self._foreign or not index_was_valid,
                 )
                 root.committed_as = f"{self._registry.group.name}/{version_name}"
+                if branch is not None and branch != MAIN:  # in the commit's mutation: atomic with it
+                    set_branch(self.f, branch, version_name)
             except BaseException:
                 if index_was_valid:  # the failed commit made and removed a group: same versions
                     touch_index(self._registry.vdata, self._registry.group)

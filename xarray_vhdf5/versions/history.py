@@ -649,7 +649,9 @@ def lookup_version(registry: VersionRegistry, key) -> str:
     ----------
     key : str, int, datetime, numpy.datetime64 or None
         - None: the current version.
-        - str: the version of that name; if there is none and the string is
+        - str: the version of that name; else the version the tag or branch
+          of that name points to (:mod:`~xarray_vhdf5.versions.refs`; ``"main"``
+          is the current version); if there is none and the string is
           an ISO 8601 time (``"2024-06-01"``, ``"2024-06-01T00:00"``,
           ``"2024-06-01T00:00+02:00"``; naive ones are UTC), the version
           current at that time: committed at it, else the latest committed
@@ -683,11 +685,15 @@ def lookup_version(registry: VersionRegistry, key) -> str:
     if isinstance(key, str):
         if key in registry:
             return key
+        version = registry.ref(key)  # a tag or branch
+        if version is not None:
+            return version
         try:
             when = _dt.datetime.fromisoformat(key)
         except ValueError:
             raise registry._not_found(
-                f"named {key!r} (nor is it an ISO 8601 time such as '2024-06-01T00:00')"
+                f"named {key!r}, no branch or tag of that name (nor is it an ISO 8601 time such as "
+                "'2024-06-01T00:00')"
             ) from None
         return _at_time(registry, when, key)
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and key >= 0:

@@ -49,7 +49,7 @@ from collections.abc import Iterator
 
 import h5py
 
-from ..backend.layout import DATA_VERSION, version_path
+from ..backend.layout import DATA_VERSION, FIRST_VERSION, version_path
 from ..errors import ClosedFileError, IncompatibleDataError, ReadOnlyError, VersionNotFoundError
 from . import generation
 from .locking import file_locks
@@ -73,10 +73,20 @@ class _Registry(VersionRegistry):
         super().__init__(f)
         self._current = VersionRegistry.current_version.fget(self)
         self._data_version = VersionRegistry.data_version.fget(self)
+        from . import refs
+
+        self._refs = refs.snapshot(f)  # branches and tags, read with the list
         self.token = token  # the file's state it was read at (SharedVersionedFile._token)
 
     current_version = property(lambda self: self._current)
     data_version = property(lambda self: self._data_version)
+
+    def ref(self, name: str) -> str | None:
+        """:meth:`VersionRegistry.ref`, from the refs read with the list."""
+        from . import refs
+
+        current = None if self._current == FIRST_VERSION else self._current
+        return refs.resolve_in(self._refs, name, current, self.__contains__, "the file")
 
 
 #: Bytes of version trees and dataset manifests a reader keeps for reuse (an estimate).

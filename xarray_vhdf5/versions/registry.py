@@ -117,6 +117,19 @@ class VersionRegistry:
         self._sorted: tuple[np.ndarray, list[str]] | None = None
         self._chain: tuple[str, list[str]] | None = None
 
+    def ref(self, name: str) -> str | None:
+        """The version branch or tag ``name`` points to, None when no ref is so named.
+
+        Raises :class:`~xarray_vhdf5.errors.RefNotFoundError` for a ref whose
+        version was deleted (:mod:`~xarray_vhdf5.versions.refs`).
+        """
+        from . import refs
+
+        current = self.current_version
+        return refs.resolve_in(refs.snapshot(self.vdata.file), name,
+                               None if current == FIRST_VERSION else current, self.__contains__,
+                               repr(self.vdata.file.filename))
+
     def reload(self) -> None:
         """Re-read the versions (from the index if valid, else by a scan, then saved)."""
         self.__init__(self.vdata.parent)

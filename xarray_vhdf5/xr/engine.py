@@ -25,7 +25,7 @@ from ..backend.h5objects import object_info_by_name
 from ..backend.layout import version_path as root_path
 from ..backend.manifest import resolve_manifest
 from ..backend.signature import not_hdf5_error, open_for_reading
-from ..versions import chunkmaps
+from ..versions import chunkmaps, refs
 from ..versions.history import lookup_version
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
 from ..versions.sharing import SharedFile, version_timestamp
@@ -151,6 +151,18 @@ def open_version_group(f: h5py.File, version: VersionKey, group: str | None) -> 
     if path not in root or not isinstance(root[path], h5py.Group):
         raise KeyError(f"no group {group!r} in version {name!r}; groups: {sorted(_groups(root))}")
     return name, root[path]
+
+
+#: ``ds.encoding`` key naming the branch a Dataset was opened from (``version="qc"``):
+#: ``ds.vhdf5.stage()`` then commits on that branch.
+BRANCH_KEY = "vhdf5_branch"
+
+
+def opened_branch(f: h5py.File, version: VersionKey, name: str) -> str | None:
+    """The branch ``version`` named, other than ``main``, when it named one and no version; else None."""
+    if not isinstance(version, str) or version == refs.MAIN or version == name:
+        return None
+    return version if refs.snapshot(f)[1].get(version) == name else None
 
 
 def _groups(root: h5py.Group) -> list[str]:
@@ -428,6 +440,9 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             with opened(manager, filename_or_obj) as f:
                 name, grp = open_version_group(f, version, group)
                 ds = group_dataset(manager, name, grp, _source(filename_or_obj), drop_variables, decoders)
+                branch = opened_branch(f, version, name)
+                if branch is not None:
+                    ds.encoding[BRANCH_KEY] = branch
         except BaseException:
             manager.close()
             raise

@@ -51,9 +51,10 @@ from ..backend.hashtable import hash_table_id, table_state
 from ..backend.h5objects import object_info_by_name
 from ..backend.layout import VERSION_DATA, VERSIONS
 from ..backend.slabmaps import slab_arrays
-from ..errors import IncompatibleDataError, StaleVersionError
+from ..errors import IncompatibleDataError, StaleVersionError, UnsupportedError
 from ..staging import StagedChangesArray
 from ..versions import chunkmaps
+from ..versions.refs import branch_tip
 from ..versions.file import VersionedHDF5File
 from ..versions.mutation import open_for_writing
 from ..versions.registry import VersionRegistry
@@ -553,10 +554,25 @@ def commit_staged(
     variables, attrs = xr.conventions.encode_dataset_coordinates(staged)
     engine.close_read_handles(source)
     rebased: list[tuple[StagedVariableArray, str, bool]] = []
+    branch = staged.encoding.get(engine.BRANCH_KEY)
     with open_for_writing(source) as f:
         vf = VersionedHDF5File(f)
-        current = vf.current_version
-        moved = current != head
+        if branch is not None:  # opened from a branch: commits on it (versions.refs)
+            if rebase:
+                raise UnsupportedError(f"commit(rebase=True) merges onto the current version; this Dataset "
+                                       f"was staged from branch {branch!r}: merge the branches instead")
+            head, make_current = parent, False
+            current = branch_tip(f, branch)
+            moved = current != parent
+            if moved and not force:
+                raise StaleVersionError(
+                    f"{source!r}: staged from version {parent!r} of branch {branch!r}, but the branch now "
+                    f"points to {current!r}: committing would undo the versions since. Stage again from "
+                    f"branch {branch!r}, or commit(force=True) to commit on top of {parent!r} without "
+                    "moving the branch")
+        else:
+            current = vf.current_version
+            moved = current != head
         if moved and not (force or rebase):
             raise StaleVersionError(
                 f"{source!r}: staged from version {parent!r}, but the current version is now {current!r}: "
@@ -567,6 +583,7 @@ def commit_staged(
         name = version if version is not None else next_version_name(vf)
         with vf.stage_version(
             name, prev_version=parent, make_current=make_current, timestamp=timestamp, rebase=rebase and moved,
+            branch=branch if branch is not None and not moved else None,
             # the scales reference the version's own datasets: attached inside its commit
             finish=attach_dimension_scales,
         ) as root:

@@ -1,0 +1,342 @@
+"""Branches and tags: names for versions, stored where versioned-hdf5 does not look.
+
+A version's parent (``prev_version``) makes the versions a DAG; refs name
+points of it, as git's do:
+
+- the branch ``main`` is the file's ``current_version`` (versioned-hdf5's
+  attribute, which its commits move): it is never stored, so a commit by
+  versioned-hdf5 moves ``main`` too;
+- every other branch is a name for a version that moves to each version
+  committed on it (``stage_version(..., branch="qc")``, ``ds.vhdf5.stage()`` of a
+  Dataset opened with ``version="qc"``), without changing the current version;
+- a tag names one version and never moves (``reset`` refuses it; delete it and
+  create it again).
+
+Storage (FORMAT.md, "Bookkeeping"): attributes of two groups,
+``/__vhdf5__/refs/branches`` and ``/__vhdf5__/refs/tags``, each attribute named
+as the ref and holding the version's name. versioned-hdf5 2.6 never opens
+``/__vhdf5__``: it reads, commits and deletes versions of such a file as of any
+other; a ref whose version it deleted is *dangling* and resolving it raises
+:class:`~xarray_vhdf5.errors.RefNotFoundError` saying so. Every change is a
+mutation (:func:`~xarray_vhdf5.versions.mutation.mutating`: locked, journaled,
+counted), so readers in other processes see it at once.
+
+A ref's name is a non-empty ``str`` without ``/`` that names no version, so
+that ``version="v1"`` never means two things; resolution
+(:func:`~xarray_vhdf5.versions.history.lookup_version`) tries version names
+first, then tags, then branches (a tag and a branch may not share a name).
+"""
+
+from __future__ import annotations
+
+import h5py
+
+from ..backend.layout import BOOKKEEPING, FIRST_VERSION, VERSION_DATA, VERSIONS
+from ..errors import ReadOnlyError, RefExistsError, RefNotFoundError, VersionNotFoundError
+from .mutation import _disk_path, mutating
+
+__all__ = [
+    "MAIN",
+    "RefMethods",
+    "branch_tip",
+    "branches",
+    "create_branch",
+    "create_tag",
+    "delete_branch",
+    "delete_tag",
+    "refs_to",
+    "reset_branch",
+    "resolve_in",
+    "resolve_ref",
+    "set_branch",
+    "snapshot",
+    "tags",
+]
+
+#: The branch that is the file's current version.
+MAIN = "main"
+_KINDS = ("branches", "tags")
+
+
+def _group(f: h5py.File, kind: str, create: bool = False) -> h5py.Group | None:
+    path = f"/{BOOKKEEPING}/refs/{kind}"
+    if path in f:
+        return f[path]
+    return f.require_group(path) if create else None
+
+
+def _read(f: h5py.File, kind: str) -> dict[str, str]:
+    group = _group(f, kind)
+    if group is None:
+        return {}
+    out = {}
+    for name, value in group.attrs.items():
+        out[name] = value.decode() if isinstance(value, bytes) else str(value)
+    return out
+
+
+def _where(f: h5py.File) -> str:
+    """The file's path for messages (the path of a journaled file, not its file object)."""
+    path = _disk_path(f)
+    return repr(path) if path is not None else repr(f.file.filename)
+
+
+def _versions(f: h5py.File) -> h5py.Group:
+    return f[f"/{VERSION_DATA}/{VERSIONS}"]
+
+
+def _current(f: h5py.File) -> str | None:
+    value = _versions(f).attrs.get("current_version")
+    if value is None:
+        return None
+    value = value.decode() if isinstance(value, bytes) else str(value)
+    return None if value == FIRST_VERSION else value
+
+
+def branches(f: h5py.File) -> dict[str, str]:
+    """Every branch and the version it points to, ``main`` (the current version) first.
+
+    ``main`` is left out of a file without any version.
+    """
+    current = _current(f)
+    out = {MAIN: current} if current is not None else {}
+    out.update(sorted(_read(f, "branches").items()))
+    return out
+
+
+def tags(f: h5py.File) -> dict[str, str]:
+    """Every tag and the version it names, by name."""
+    return dict(sorted(_read(f, "tags").items()))
+
+
+def refs_to(f: h5py.File, version: str) -> list[str]:
+    """The refs naming ``version`` (``"branch main"``, ``"tag v2.1"``), for messages and logs."""
+    out = [f"branch {name}" for name, v in branches(f).items() if v == version]
+    return out + [f"tag {name}" for name, v in tags(f).items() if v == version]
+
+
+def snapshot(f: h5py.File) -> tuple[dict[str, str], dict[str, str]]:
+    """``(tags, branches)`` as stored (``main`` not included): what :func:`resolve_in` takes."""
+    return _read(f, "tags"), _read(f, "branches")
+
+
+def resolve_in(stored: tuple[dict[str, str], dict[str, str]], name: str, current: str | None,
+               exists, where: str) -> str | None:
+    """The version tag or branch ``name`` points to in ``stored`` (:func:`snapshot`), None if no ref has that name.
+
+    ``current`` is the current version (branch ``main``); ``exists(version)``
+    says whether a version is committed; ``where`` names the file in messages.
+
+    Raises
+    ------
+    RefNotFoundError
+        The ref exists but its version does not (deleted, e.g. by versioned-hdf5).
+    """
+    found_tags, found_branches = stored
+    for kind, found in (("tag", found_tags), ("branch", {MAIN: current, **found_branches})):
+        version = found.get(name)
+        if version is None:
+            continue
+        if not exists(version):
+            fix = "delete_tag" if kind == "tag" else "reset_branch"
+            raise RefNotFoundError(f"{kind} {name!r} of {where} points to version {version!r}, which was "
+                                   f"deleted; {fix} fixes it")
+        return version
+    return None
+
+
+def resolve_ref(f: h5py.File, name: str) -> str | None:
+    """The version a tag or branch ``name`` of ``f`` points to, or None when no ref has that name.
+
+    Raises
+    ------
+    RefNotFoundError
+        The ref exists but its version does not (deleted, e.g. by versioned-hdf5).
+    """
+    versions = _versions(f)
+    return resolve_in(snapshot(f), name, _current(f), lambda v: v in versions and v != FIRST_VERSION, _where(f))
+
+
+def _check_new_name(f: h5py.File, name: str, kind: str) -> None:
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"invalid {kind} name {name!r}: a non-empty str without '/'")
+    if name in _versions(f):
+        raise RefExistsError(f"{name!r} names a version of {_where(f)}: a {kind} may not share its name")
+    for other, found in (("branch", branches(f)), ("tag", tags(f))):
+        if name in found:
+            raise RefExistsError(f"{other} {name!r} already exists in {_where(f)} (at version {found[name]!r})")
+
+
+def _version(f: h5py.File, at: str | None) -> str:
+    """The version ``at`` names (a version, tag or branch name; None: the current version)."""
+    if at is None:
+        current = _current(f)
+        if current is None:
+            raise VersionNotFoundError(f"{_where(f)} has no version yet: commit one first")
+        return current
+    if at in _versions(f) and at != FIRST_VERSION:
+        return at
+    version = resolve_ref(f, at)
+    if version is None:
+        raise VersionNotFoundError(f"no version, tag or branch named {at!r} in {_where(f)}")
+    return version
+
+
+def create_branch(f: h5py.File, name: str, at: str | None = None) -> str:
+    """Create branch ``name`` at version ``at`` (a version, tag or branch; default the current version).
+
+    Returns
+    -------
+    str
+        The version the branch points to.
+
+    Raises
+    ------
+    RefExistsError
+        A branch, tag or version already has that name (a ``ValueError``).
+    VersionNotFoundError
+        ``at`` names nothing.
+    ValueError
+        ``name`` is empty or has a ``/``.
+    """
+    with mutating(f, what=f"create_branch({name!r})"):
+        _check_new_name(f, name, "branch")
+        version = _version(f, at)
+        _group(f, "branches", create=True).attrs[name] = version
+    return version
+
+
+def create_tag(f: h5py.File, name: str, at: str | None = None) -> str:
+    """Create tag ``name`` for version ``at`` (default the current version); raises as :func:`create_branch`."""
+    with mutating(f, what=f"create_tag({name!r})"):
+        _check_new_name(f, name, "tag")
+        version = _version(f, at)
+        _group(f, "tags", create=True).attrs[name] = version
+    return version
+
+
+def set_branch(f: h5py.File, name: str, version: str) -> None:
+    """Point branch ``name`` at ``version``, inside a mutation the caller holds (a commit on the branch).
+
+    ``main`` sets the current version. No checks: the caller checked.
+    """
+    if name == MAIN:
+        _versions(f).attrs["current_version"] = version
+    else:
+        _group(f, "branches", create=True).attrs[name] = version
+
+
+def branch_tip(f: h5py.File, name: str) -> str:
+    """The version branch ``name`` points to.
+
+    Raises
+    ------
+    RefNotFoundError
+        No such branch (the message lists the branches), or its version was deleted.
+    """
+    found = branches(f)
+    if name not in found:
+        raise RefNotFoundError(f"no branch {name!r} in {_where(f)}; branches: {sorted(found)}")
+    version = found[name]
+    if version not in _versions(f):
+        raise RefNotFoundError(f"branch {name!r} of {_where(f)} points to version {version!r}, "
+                               "which was deleted; move it with reset_branch")
+    return version
+
+
+def reset_branch(f: h5py.File, name: str, to: str) -> str:
+    """Point branch ``name`` at version ``to`` (a version, tag or branch), as ``git reset --hard``.
+
+    The versions no longer on the branch stay in the file (other refs or
+    versions may need them); ``reset_branch("main", v)`` sets the current version.
+
+    Raises
+    ------
+    RefNotFoundError
+        No such branch; ``name`` is a tag (tags never move).
+    VersionNotFoundError
+        ``to`` names nothing.
+    """
+    with mutating(f, what=f"reset_branch({name!r})"):
+        if name in tags(f):
+            raise RefNotFoundError(f"{name!r} is a tag of {_where(f)}: tags never move; delete it and create it again")
+        if name not in branches(f) and name != MAIN:
+            raise RefNotFoundError(f"no branch {name!r} in {_where(f)}; branches: {sorted(branches(f))}")
+        version = _version(f, to)
+        set_branch(f, name, version)
+    return version
+
+
+def _delete(f: h5py.File, kind: str, name: str) -> str:
+    group = _group(f, kind)
+    found = _read(f, kind)
+    if group is None or name not in found:
+        raise RefNotFoundError(f"no {kind[:-1] if kind == 'tags' else 'branch'} {name!r} in {_where(f)}; "
+                               f"{kind}: {sorted(found)}")
+    del group.attrs[name]
+    return found[name]
+
+
+def delete_branch(f: h5py.File, name: str) -> str:
+    """Delete branch ``name``; its versions stay. Returns the version it pointed to.
+
+    Raises
+    ------
+    RefNotFoundError
+        No such branch.
+    ValueError
+        ``name`` is ``main`` (the current version: it cannot be deleted).
+    """
+    if name == MAIN:
+        raise ValueError("branch 'main' is the file's current version: it cannot be deleted (reset it instead)")
+    with mutating(f, what=f"delete_branch({name!r})"):
+        return _delete(f, "branches", name)
+
+
+def delete_tag(f: h5py.File, name: str) -> str:
+    """Delete tag ``name``; its version stays. Returns it. Raises ``RefNotFoundError`` if no such tag."""
+    with mutating(f, what=f"delete_tag({name!r})"):
+        return _delete(f, "tags", name)
+
+
+class RefMethods:
+    """Branch and tag methods of :class:`~xarray_vhdf5.versions.VersionedHDF5File` (over its ``f``).
+
+    Each raises :class:`~xarray_vhdf5.errors.ClosedFileError` on a closed file
+    and, when it writes, :class:`~xarray_vhdf5.errors.ReadOnlyError` on a file
+    open read-only; otherwise as the function of this module it calls.
+    """
+
+    def _refs_file(self, write: bool) -> h5py.File:
+        self._check_open()
+        if write and self._read_only:
+            raise ReadOnlyError(f"{_where(self.f)} is open read-only; open it with mode 'a' to change refs")
+        return self.f
+
+    def list_branches(self) -> dict[str, str]:
+        """Branch name -> version, ``main`` (the current version) first (:func:`branches`)."""
+        return branches(self._refs_file(False))
+
+    def list_tags(self) -> dict[str, str]:
+        """Tag name -> version (:func:`tags`)."""
+        return tags(self._refs_file(False))
+
+    def create_branch(self, name: str, at: str | None = None) -> str:
+        """Create branch ``name`` at ``at`` (default the current version); returns its version (:func:`create_branch`)."""
+        return create_branch(self._refs_file(True), name, at)
+
+    def create_tag(self, name: str, at: str | None = None) -> str:
+        """Create tag ``name`` for ``at`` (default the current version); returns its version (:func:`create_tag`)."""
+        return create_tag(self._refs_file(True), name, at)
+
+    def reset_branch(self, name: str, to: str) -> str:
+        """Point branch ``name`` at ``to``; returns the version (:func:`reset_branch`)."""
+        return reset_branch(self._refs_file(True), name, to)
+
+    def delete_branch(self, name: str) -> str:
+        """Delete branch ``name``; returns the version it pointed to (:func:`delete_branch`)."""
+        return delete_branch(self._refs_file(True), name)
+
+    def delete_tag(self, name: str) -> str:
+        """Delete tag ``name``; returns its version (:func:`delete_tag`)."""
+        return delete_tag(self._refs_file(True), name)
