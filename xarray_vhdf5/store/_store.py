@@ -16,6 +16,14 @@ Keys (Zarr v3 storage, "Chunk key encoding", default with ``/``)::
     sst/zarr.json             an array (a dataset of the version)
     sst/c/0/3/1               its chunk (0, 3, 1), when the version maps it
     grp/zarr.json, grp/...    a subgroup and its members
+
+Writable (``read_only=False``): the store is an overlay over that version, or
+over nothing (a path that does not exist yet, an HDF5 file without versions,
+a group the version lacks). zarr's writes are kept, encoded, in memory
+(:mod:`._overlay` says why); reads see them over the version;
+:meth:`VersionStore.commit` makes them one new version through the ``xr``
+layer (:mod:`._staged`); :meth:`VersionStore.fork` and
+:meth:`VersionStore.merge` carry writes from dask workers (:mod:`._forks`).
 """
 
 from __future__ import annotations
@@ -29,9 +37,11 @@ import numpy as np
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from ..errors import NotVersionedError, ReadOnlyError, VersionNotFoundError
 from ..versions import VersionedHDF5File
 from ._codecs import numcodecs_pipeline
 from ._metadata import ArrayNode, GroupNode, version_nodes, zarr_json_documents
+from ._overlay import Session
 
 __all__ = ["VersionStore"]
 
@@ -49,13 +59,34 @@ def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
 
 
 class _Version:
-    """What an open store reads: the reader, the resolved version, its nodes and their documents."""
+    """What an open store reads: the reader, the resolved version, its nodes and their documents.
 
-    def __init__(self, path: str, version, group: str | None, numcodecs: bool, verify: bool):
+    ``missing_ok`` (writable stores): a path that does not exist, an HDF5 file
+    holding nothing, a file without a current version or a group the version
+    lacks give an empty base (``nodes`` and ``documents`` empty; ``version``
+    the version when there is one, else None).
+    """
+
+    def __init__(self, path: str, version, group: str | None, numcodecs: bool, verify: bool,
+                 missing_ok: bool = False):
+        self.reader = None
+        self.version = None
+        self.nodes: dict[str, ArrayNode | GroupNode] = {}
+        self.documents: dict[str, bytes] = {}
+        self.datasets: dict[str, Any] = {}
+        if missing_ok and not _has_history(path):
+            return
         self.reader = VersionedHDF5File.open(path, verify=verify)
         try:
-            self.version = self.reader.lookup(version)
+            try:
+                self.version = self.reader.lookup(version)
+            except VersionNotFoundError:
+                if missing_ok and version is None:
+                    return  # a versioned file with no current version
+                raise
             root = self.reader[self.version]
+            if missing_ok and group not in (None, "", "/") and group.strip("/") not in root:
+                return  # a new group of the version
             self.group = root if group in (None, "", "/") else root[group.strip("/")]
             if hasattr(self.group, "shape"):
                 raise KeyError(f"{group!r} in version {self.version!r} is a dataset, not a group")
@@ -65,7 +96,6 @@ class _Version:
         except BaseException:
             self.reader.close()
             raise
-        self.datasets: dict[str, Any] = {}
 
     def dataset(self, node: ArrayNode):
         ds = self.datasets.get(node.key)
@@ -74,26 +104,56 @@ class _Version:
         return ds
 
     def close(self) -> None:
-        self.reader.close()
+        if self.reader is not None:
+            self.reader.close()
+
+
+def _has_history(path: str) -> bool:
+    """False for a path a writable store starts from nothing: missing, or an HDF5 file holding nothing.
+
+    Raises ``NotVersionedError`` for an HDF5 file that holds other data (a
+    commit would refuse it), ``NotHDF5Error`` for a file that is not HDF5.
+    """
+    if not os.path.exists(path):
+        return False
+    try:
+        with VersionedHDF5File.open(path):
+            return True
+    except NotVersionedError as error:
+        import h5py
+
+        try:
+            with h5py.File(path, "r") as f:
+                if len(f) == 0:
+                    return False
+        except OSError:
+            pass
+        raise error
 
 
 class VersionStore(Store):
-    """One version of a versioned HDF5 file as a read-only zarr-python 3 store.
+    """One version of a versioned HDF5 file as a zarr-python 3 store; writable over it with ``read_only=False``.
 
     Parameters
     ----------
     path : str or os.PathLike
-        The versioned HDF5 file (versioned-hdf5's format).
+        The versioned HDF5 file (versioned-hdf5's format). Writable: it may
+        not exist yet, or be an HDF5 file holding nothing.
     version : str, int, datetime, numpy.datetime64 or None
         Which version, as ``xr.open_dataset(path, engine="vhdf5", version=...)``
         takes it (:func:`~xarray_vhdf5.versions.history.lookup_version`); None:
         the current one. Resolved to a name when the store opens; a pickled
         store (for dask workers) carries the name, so every worker reads the
-        same version whatever is committed meanwhile.
+        same version whatever is committed meanwhile. Writable: the base of
+        the overlay and the parent of :meth:`commit`'s version.
     group : str, optional
-        A group inside the version: the store's root (default the version's group).
+        A group inside the version: the store's root (default the version's
+        group). Writable: it may not exist yet.
     read_only : bool
-        True (the default and the only mode of this class).
+        True (the default): the version as it is; ``set`` and ``delete`` raise
+        ``ValueError``. False: an overlay over the version that ``to_zarr``
+        writes into, committed by :meth:`commit`. A writable store does not
+        pickle (use :meth:`fork` for dask workers).
     numcodecs : bool
         Serve deflate, shuffle and Fletcher-32 chunks as the file holds them,
         through zarr-python's ``numcodecs.*`` codecs (which Zarr v3 does not
@@ -108,11 +168,12 @@ class VersionStore(Store):
     ------
     FileNotFoundError, NotHDF5Error, NotVersionedError
         From opening (``zarr.open_group(store)``, ``await VersionStore.open(...)``):
-        no such file, not HDF5, no version history.
+        no such file (read-only), not HDF5, no version history (read-only; a
+        writable store refuses only an HDF5 file holding other data).
     VersionNotFoundError
         No such version.
     KeyError
-        No such group in the version.
+        No such group in the version (read-only).
 
     Notes
     -----
@@ -120,18 +181,18 @@ class VersionStore(Store):
     engine="vhdf5", version=...)`` gives (:mod:`._metadata` says how). The
     store keeps one :class:`~xarray_vhdf5.versions.SharedVersionedFile` open;
     it never blocks a writer of the file.
+
+    A writable store keeps zarr's writes encoded in memory until
+    :meth:`commit` (:mod:`._overlay`); ``close()`` closes the file but keeps
+    them. ``with_read_only(True)`` gives a read-only view of the same writes
+    (zarr's ``mode="r"`` opens take one).
     """
 
-    supports_writes = False
-    supports_deletes = False
     supports_listing = True
 
     def __init__(self, path: str | os.PathLike, version=None, group: str | None = None, *,
                  read_only: bool = True, numcodecs: bool = False, verify: bool = False) -> None:
-        if not read_only:
-            raise ValueError("VersionStore is read-only; stage a version to write it (see the README, "
-                             "'From the zarr world')")
-        super().__init__(read_only=True)
+        super().__init__(read_only=bool(read_only))
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"VersionStore takes a path, got {type(path).__name__}")
         self.path = os.path.abspath(os.fspath(path))
@@ -139,12 +200,35 @@ class VersionStore(Store):
         self.group = None if group in (None, "", "/") else str(group).strip("/")
         self.numcodecs, self.verify = bool(numcodecs), bool(verify)
         self._state: _Version | None = None
+        self._session: Session | None = None  # writable stores and their views: the pending writes
+
+    @property
+    def supports_writes(self) -> bool:
+        """True for a writable store."""
+        return not self.read_only
+
+    @property
+    def supports_deletes(self) -> bool:
+        """True for a writable store."""
+        return not self.read_only
 
     # -- opening, pickling, equality ----------------------------------------------------------
     def _ensure_state(self) -> _Version:
+        session = self._session
+        if self._state is not None and session is not None and self._state.version != session.parent:
+            self._state.close()  # the session committed: read the new version
+            self._state = None
         if self._state is None:
-            self._state = _Version(self.path, self.version, self.group, self.numcodecs, self.verify)
-            self.version = self._state.version  # pinned: a copy reads the same version
+            if session is not None:
+                self._state = _Version(self.path, session.parent, self.group, self.numcodecs, self.verify,
+                                       missing_ok=True)
+            else:
+                self._state = _Version(self.path, self.version, self.group, self.numcodecs, self.verify,
+                                       missing_ok=not self.read_only)
+                if not self.read_only:
+                    self._session = Session(self._state.version)
+            if self._state.version is not None:
+                self.version = self._state.version  # pinned: a copy reads the same version
         return self._state
 
     async def _open(self) -> None:
@@ -156,16 +240,23 @@ class VersionStore(Store):
     async def _get_state(self) -> _Version:
         if not self._is_open:
             await self._open()
-        return self._state
+        return self._ensure_state()
 
     def close(self) -> None:
-        """Close the file (the store opens it again on its next read)."""
+        """Close the file (the store opens it again on its next read); pending writes are kept."""
         if self._state is not None:
             self._state.close()
             self._state = None
         super().close()
 
     def __getstate__(self) -> dict[str, Any]:
+        if self._session is not None or not self.read_only:
+            raise TypeError(
+                f"a writable VersionStore ({self.path!r}) cannot be pickled: its pending writes live in "
+                "this process. For dask workers, give each task store.fork() (picklable: workers write "
+                "into it), then store.merge(*forks) and store.commit() here; to read on workers, "
+                "commit first and pass VersionStore(path, version=...) (read-only)"
+            )
         if self._state is not None or self.version is None:
             self._ensure_state()
         return {"path": self.path, "version": self.version, "group": self.group,
@@ -187,18 +278,101 @@ class VersionStore(Store):
 
     def __repr__(self) -> str:
         group = f", group={self.group!r}" if self.group else ""
-        return f"VersionStore({self.path!r}, version={self.version!r}{group})"
+        writable = ", read_only=False" if not self.read_only else ""
+        return f"VersionStore({self.path!r}, version={self.version!r}{group}{writable})"
 
     def with_read_only(self, read_only: bool = False) -> VersionStore:
-        """A new store over the same version; ``read_only=False`` raises (this class reads only)."""
-        return type(self)(self.path, self.version, self.group, read_only=read_only,
-                          numcodecs=self.numcodecs, verify=self.verify)
+        """A new store over the same version.
+
+        From a writable store, ``read_only=True`` gives a view of its pending
+        writes and ``read_only=False`` another handle on them (one session);
+        from a read-only store, ``read_only=False`` starts a new writable
+        overlay over its version.
+        """
+        if not self.read_only and self._session is None:
+            self._ensure_state()  # the session (and its base version) both stores share
+        out = type(self)(self.path, self.version, self.group, read_only=read_only,
+                         numcodecs=self.numcodecs, verify=self.verify)
+        if self._session is not None:
+            out._session = self._session
+        return out
 
     # -- what the version holds ---------------------------------------------------------------
     @property
     def nodes(self) -> dict[str, ArrayNode | GroupNode]:
-        """The store's arrays and groups by key (``""``: its root group); opens the file if needed."""
+        """The base version's arrays and groups by key (``""``: its root group); opens the file if needed."""
         return self._ensure_state().nodes
+
+    @property
+    def pending(self) -> bool:
+        """True if a writable store has writes or deletes not yet committed."""
+        return self._session is not None and len(self._session.overlay) > 0
+
+    # -- committing -------------------------------------------------------------------------
+    def commit(self, version: str | None = None, *, message: str | None = None, timestamp=None,
+               make_current: bool = True, allow_empty: bool = False, force: bool = False) -> str:
+        """Make the store's pending writes one new version of the file; the store then reads it.
+
+        Only the chunks zarr wrote are decoded and staged; unchanged chunks are
+        neither read nor rewritten (:mod:`._staged`). New arrays, deleted
+        arrays, attribute changes and shape changes are applied. Dimension
+        scales, netCDF bookkeeping and the stale-parent check are
+        ``ds.vhdf5.commit``'s (:func:`~xarray_vhdf5.xr.stage.commit_staged`).
+
+        Parameters
+        ----------
+        version : str, optional
+            The new version's name (default ``r<N>``).
+        message : str, optional
+            Commit message.
+        timestamp : datetime or numpy.datetime64, optional
+            The version's timestamp (UTC), default now.
+        make_current : bool
+            Make the new version current (default True).
+        allow_empty : bool
+            Commit even if nothing changed (default False:
+            :class:`~xarray_vhdf5.errors.NothingToCommitError`).
+        force : bool
+            Commit even if another version became current since the store
+            opened its base (the base stays the parent: a branch).
+
+        Returns
+        -------
+        str
+            The new version's name. The store (and its views) now read it,
+            with no pending writes; it stays writable.
+
+        Raises
+        ------
+        ReadOnlyError
+            The store is read-only.
+        StaleVersionError
+            Another version was committed since the store opened its base
+            (``ds.vhdf5.commit``'s check); nothing is written, the pending
+            writes are kept.
+        NothingToCommitError
+            No root group was written, or nothing changed and ``allow_empty``
+            is False.
+        UnsupportedError
+            zarr wrote below the root group, Zarr v2 keys, or an array without
+            ``dimension_names``.
+        VersionExistsError, IncompatibleDataError
+            As ``ds.vhdf5.commit``; nothing is committed.
+        """
+        from ._staged import commit_store
+
+        if self.read_only:
+            raise ReadOnlyError(f"{self!r} is read-only: open VersionStore(..., read_only=False) to write and commit")
+        self._ensure_state()
+        name = commit_store(self, version, message=message, timestamp=timestamp, make_current=make_current,
+                            allow_empty=allow_empty, force=force)
+        self._session.overlay.clear()
+        self._session.parent = name
+        self.version = name
+        if self._state is not None:
+            self._state.close()
+            self._state = None
+        return name
 
     def _locate(self, state: _Version, key: str) -> tuple[ArrayNode, tuple[int, ...]] | None:
         """The array and chunk index a chunk key names, or None."""
@@ -268,18 +442,32 @@ class VersionStore(Store):
                 yield prefix + "/" + "/".join(str(int(i)) for i in index)
 
     # -- zarr.abc.store.Store -----------------------------------------------------------------
-    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-                  ) -> Buffer | None:
-        """The value of ``key`` (a ``zarr.json`` or a chunk), or None when the version has none."""
-        state = await self._get_state()
+    async def _base_get(self, state: _Version, key: str) -> bytes | None:
         data = state.documents.get(key)
         if data is None:
             found = self._locate(state, key)
             if found is None:
                 return None
             data = await asyncio.to_thread(self._chunk, state, *found)
-            if data is None:
-                return None
+        return data
+
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+                  ) -> Buffer | None:
+        """The value of ``key`` (a ``zarr.json`` or a chunk), or None when the version has none.
+
+        Writable: the value written last, else (unless deleted) the version's.
+        """
+        state = await self._get_state()
+        session = self._session
+        if session is not None:
+            overlay = session.overlay
+            data = overlay.written.get(key)
+            if data is None and not overlay.hides(key):
+                data = await self._base_get(state, key)
+        else:
+            data = await self._base_get(state, key)
+        if data is None:
+            return None
         return prototype.buffer.from_bytes(_slice(data, byte_range))
 
     async def get_partial_values(self, prototype: BufferPrototype,
@@ -287,9 +475,7 @@ class VersionStore(Store):
         """Several (key, byte range) gets, concurrently."""
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 
-    async def exists(self, key: str) -> bool:
-        """Whether the version has ``key``."""
-        state = await self._get_state()
+    def _base_exists(self, state: _Version, key: str) -> bool:
         if key in state.documents:
             return True
         found = self._locate(state, key)
@@ -301,18 +487,61 @@ class VersionStore(Store):
         manifest = state.dataset(node).manifest
         return manifest is None or bool(manifest.slots[index] >= 0)
 
+    async def exists(self, key: str) -> bool:
+        """Whether the store has ``key``."""
+        state = await self._get_state()
+        session = self._session
+        if session is not None:
+            if key in session.overlay.written:
+                return True
+            if session.overlay.hides(key):
+                return False
+        return self._base_exists(state, key)
+
     async def set(self, key: str, value: Buffer) -> None:
-        """Refused: a committed version never changes (``ValueError``, as zarr's read-only stores)."""
+        """Write ``key`` (writable stores; read-only ones raise ``ValueError``, as zarr's do).
+
+        Kept as given, in memory, until :meth:`commit`; any key is accepted
+        (the commit reads ``zarr.json`` documents and chunk keys only).
+
+        Raises
+        ------
+        ValueError
+            The store is read-only.
+        TypeError
+            ``value`` is not a zarr ``Buffer``.
+        """
         self._check_writable()
+        if not isinstance(value, Buffer):
+            raise TypeError(f"VersionStore.set(): expected a zarr Buffer, got {type(value).__name__}")
+        await self._get_state()
+        self._session.overlay.set(key, value.to_bytes())
 
     async def delete(self, key: str) -> None:
-        """Refused, as :meth:`set`."""
+        """Delete ``key`` (no error when absent); read-only stores raise ``ValueError``."""
         self._check_writable()
+        await self._get_state()
+        self._session.overlay.delete(key)
+
+    async def delete_dir(self, prefix: str) -> None:
+        """Delete every key under ``prefix`` (``""``: the whole store, as ``to_zarr(mode="w")`` does)."""
+        self._check_writable()
+        await self._get_state()
+        self._session.overlay.delete_dir(prefix)
+
+    def _all_keys(self, state: _Version) -> list[str]:
+        session = self._session
+        if session is None:
+            return list(self._keys(state))
+        overlay = session.overlay
+        keys = list(overlay.written)
+        keys.extend(k for k in self._keys(state) if k not in overlay.written and not overlay.hides(k))
+        return keys
 
     async def list(self) -> AsyncIterator[str]:
-        """Every key of the version: documents, then mapped chunks."""
+        """Every key: documents, then mapped chunks (writable: written keys first, then the version's)."""
         state = await self._get_state()
-        for key in await asyncio.to_thread(lambda: list(self._keys(state))):
+        for key in await asyncio.to_thread(self._all_keys, state):
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
