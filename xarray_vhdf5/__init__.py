@@ -14,6 +14,8 @@ The on-disk format is versioned-hdf5's, so files are interchangeable with the
 
 from . import errors
 from .errors import (
+    RefExistsError,
+    RefNotFoundError,
     AxisOutOfBoundsError,
     ClosedFileError,
     ConflictError,
@@ -33,7 +35,19 @@ from .errors import (
     VersionNotFoundError,
     VHDF5Error,
 )
-from .versions import VersionedHDF5File, delete_version, delete_versions, modify_metadata
+from .versions import (
+    VersionedHDF5File,
+    create_branch,
+    create_tag,
+    delete_branch,
+    delete_tag,
+    delete_version,
+    delete_versions,
+    list_branches,
+    list_tags,
+    modify_metadata,
+    reset_branch,
+)
 from .versions.mutation import open_file
 from .xr import VHDF5BackendEntrypoint, commit_dataset
 from .wrappers import (
@@ -66,6 +80,8 @@ __all__ = [
     "NotHDF5Error",
     "NotVersionedError",
     "ReadOnlyError",
+    "RefExistsError",
+    "RefNotFoundError",
     "UnsupportedError",
     "VHDF5BackendEntrypoint",
     "VHDF5Error",
@@ -78,9 +94,16 @@ __all__ = [
     "VersionStore",
     "VersionedHDF5File",
     "commit_dataset",
+    "create_branch",
+    "create_tag",
+    "delete_branch",
+    "delete_tag",
     "delete_version",
     "delete_versions",
+    "list_branches",
+    "list_tags",
     "modify_metadata",
+    "reset_branch",
     "open_file",
     "errors",
     "__version__",

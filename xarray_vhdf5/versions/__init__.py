@@ -5,6 +5,15 @@ from .commit import CommitReport, commit_version
 from .delete import delete_version, delete_versions
 from .file import VersionedHDF5File
 from .metadata import modify_metadata
+from .refs import (
+    create_branch,
+    create_tag,
+    delete_branch,
+    delete_tag,
+    list_branches,
+    list_tags,
+    reset_branch,
+)
 from .registry import VersionInfo, VersionRegistry, initialize, is_versioned
 from .timestamps import format_timestamp, parse_timestamp, to_utc_datetime
 
@@ -15,13 +24,20 @@ __all__ = [
     "VersionRegistry",
     "VersionedHDF5File",
     "commit_version",
+    "create_branch",
+    "create_tag",
+    "delete_branch",
+    "delete_tag",
     "delete_version",
     "delete_versions",
     "forget_shared_caches",
     "format_timestamp",
     "initialize",
     "is_versioned",
+    "list_branches",
+    "list_tags",
     "modify_metadata",
     "parse_timestamp",
+    "reset_branch",
     "to_utc_datetime",
 ]

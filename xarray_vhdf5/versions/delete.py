@@ -75,7 +75,7 @@ from ..backend.layout import (
 from ..backend.virtual import create_virtual_dataset
 from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionNotFoundError
 from . import index as version_index
-from . import rootview
+from . import refs, rootview
 from .mutation import mutating
 
 __all__ = ["delete_versions", "delete_version", "DeleteReport", "DatasetCompaction", "MAP_CACHE_BYTES"]
@@ -507,7 +507,8 @@ def delete_versions(f, versions_to_delete: str | Iterable[str]) -> DeleteReport:
         raises ValueError). Nothing is changed.
     ReadOnlyError
         ``__first_version__`` was named (it is the root of the version DAG;
-        versioned-hdf5 raises ValueError too), or the file is open read-only.
+        versioned-hdf5 raises ValueError too), a tagged version was named
+        (delete the tag first), or the file is open read-only.
     UnsupportedError
         A version maps raw_data rows that are not whole chunk slots.
     ValueError
@@ -523,7 +524,8 @@ def delete_versions(f, versions_to_delete: str | Iterable[str]) -> DeleteReport:
     -----
     Semantics of versioned-hdf5 2.6 ``delete_versions``: children of a deleted version
     get its nearest surviving ancestor as ``prev_version`` (``__first_version__`` if
-    none), and so does ``current_version``. Every surviving version reads exactly what
+    none), and so does ``current_version``; so do branches (a branch left with
+    no surviving version is deleted). Tagged versions are not deleted. Every surviving version reads exactly what
     it read before, through both libraries. See the module docstring for the order of
     operations (every flush leaves a valid file) and the memory bound. raw_data keeps
     its surviving chunks but not their order (versioned-hdf5 keeps the order).
@@ -545,6 +547,11 @@ def _delete_versions(h5file: h5py.Group, registry, versions_to_delete: str | Ite
         raise VersionNotFoundError(
             f"cannot delete {', '.join(map(repr, missing))}: no such version; versions: {shown}"
         )
+    tagged = {v: t for t, v in refs.tags(h5file).items() if v in names}
+    if tagged:
+        raise ReadOnlyError(
+            "cannot delete tagged versions: " + ", ".join(f"{v!r} (tag {t!r})" for v, t in tagged.items())
+            + "; a tag keeps its version: delete the tag first (delete_tag)")
     Scratch.recover(h5file)
     index_before = version_index.load(h5file[VERSION_DATA], versions)  # None: stale or absent
     doomed = set(names)
@@ -610,6 +617,7 @@ def _delete_versions(h5file: h5py.Group, registry, versions_to_delete: str | Ite
     for name, parent in reparent.items():
         versions[name].attrs["prev_version"] = parent
     versions.attrs["current_version"] = current
+    refs.follow_deletion(h5file, surviving)
     for name in doomed:
         del versions[name]
     rootview.update_root_view(h5file, current)  # the root's links to a deleted version would dangle

@@ -299,6 +299,18 @@ class SharedVersionedFile:
 
         return lookup_version(self._versions(), key)
 
+    def list_branches(self) -> dict[str, str]:
+        """Branch name -> version, ``main`` (the current version) first (:mod:`~xarray_vhdf5.versions.refs`)."""
+        listing = self._versions()
+        current = listing.current_version
+        out = {} if current == FIRST_VERSION else {"main": current}
+        out.update(sorted(listing._refs[1].items()))
+        return out
+
+    def list_tags(self) -> dict[str, str]:
+        """Tag name -> version (:mod:`~xarray_vhdf5.versions.refs`)."""
+        return dict(sorted(self._versions()._refs[0].items()))
+
     def version_info(self, key: VersionKey) -> VersionInfo:
         """Metadata (name, prev_version, timestamp) of a version; raises as :meth:`resolve`."""
         listing = self._versions()

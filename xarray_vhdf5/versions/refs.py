@@ -29,11 +29,15 @@ first, then tags, then branches (a tag and a branch may not share a name).
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
+
 import h5py
 
 from ..backend.layout import BOOKKEEPING, FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import ReadOnlyError, RefExistsError, RefNotFoundError, VersionNotFoundError
-from .mutation import _disk_path, mutating
+from .mutation import _disk_path, mutating, open_file
 
 __all__ = [
     "MAIN",
@@ -44,6 +48,9 @@ __all__ = [
     "create_tag",
     "delete_branch",
     "delete_tag",
+    "follow_deletion",
+    "list_branches",
+    "list_tags",
     "refs_to",
     "reset_branch",
     "resolve_in",
@@ -56,6 +63,34 @@ __all__ = [
 #: The branch that is the file's current version.
 MAIN = "main"
 _KINDS = ("branches", "tags")
+
+
+@contextlib.contextmanager
+def _writable(f) -> Iterator[h5py.File]:
+    """``f`` itself, or the file at path ``f`` opened for writing (:func:`open_file`) and closed after."""
+    if isinstance(f, (str, os.PathLike)):
+        with open_file(f, "r+") as h:
+            yield h
+    else:
+        yield getattr(f, "f", f)  # a VersionedHDF5File: its h5py file
+
+
+def _listing(f, which: str) -> dict[str, str]:
+    if isinstance(f, (str, os.PathLike)):  # read without blocking writers: the shared reader
+        from .reader import SharedVersionedFile
+
+        reader = SharedVersionedFile(f)
+        try:
+            return getattr(reader, f"list_{which}")()
+        finally:
+            reader.close()
+    f = getattr(f, "f", f)
+    if which == "tags":
+        return dict(sorted(_read(f, "tags").items()))
+    current = _current(f)
+    out = {MAIN: current} if current is not None else {}
+    out.update(sorted(_read(f, "branches").items()))
+    return out
 
 
 def _group(f: h5py.File, kind: str, create: bool = False) -> h5py.Group | None:
@@ -93,20 +128,26 @@ def _current(f: h5py.File) -> str | None:
     return None if value == FIRST_VERSION else value
 
 
-def branches(f: h5py.File) -> dict[str, str]:
+def branches(f) -> dict[str, str]:
     """Every branch and the version it points to, ``main`` (the current version) first.
+
+    Parameters
+    ----------
+    f : str, os.PathLike, h5py.File or VersionedHDF5File
+        The file (a path is read without blocking writers).
 
     ``main`` is left out of a file without any version.
     """
-    current = _current(f)
-    out = {MAIN: current} if current is not None else {}
-    out.update(sorted(_read(f, "branches").items()))
-    return out
+    return _listing(f, "branches")
 
 
-def tags(f: h5py.File) -> dict[str, str]:
-    """Every tag and the version it names, by name."""
-    return dict(sorted(_read(f, "tags").items()))
+def tags(f) -> dict[str, str]:
+    """Every tag and the version it names, by name (``f`` as for :func:`branches`)."""
+    return _listing(f, "tags")
+
+
+#: The names the package exports (``xarray_vhdf5.list_branches(path)``), as the methods are named.
+list_branches, list_tags = branches, tags
 
 
 def refs_to(f: h5py.File, version: str) -> list[str]:
@@ -185,6 +226,10 @@ def _version(f: h5py.File, at: str | None) -> str:
 def create_branch(f: h5py.File, name: str, at: str | None = None) -> str:
     """Create branch ``name`` at version ``at`` (a version, tag or branch; default the current version).
 
+    ``f`` is a path (opened for writing and closed), an h5py file open for
+    writing or a :class:`~xarray_vhdf5.versions.VersionedHDF5File`; so for
+    every function below that changes refs.
+
     Returns
     -------
     str
@@ -199,7 +244,7 @@ def create_branch(f: h5py.File, name: str, at: str | None = None) -> str:
     ValueError
         ``name`` is empty or has a ``/``.
     """
-    with mutating(f, what=f"create_branch({name!r})"):
+    with _writable(f) as f, mutating(f, what=f"create_branch({name!r})"):
         _check_new_name(f, name, "branch")
         version = _version(f, at)
         _group(f, "branches", create=True).attrs[name] = version
@@ -208,7 +253,7 @@ def create_branch(f: h5py.File, name: str, at: str | None = None) -> str:
 
 def create_tag(f: h5py.File, name: str, at: str | None = None) -> str:
     """Create tag ``name`` for version ``at`` (default the current version); raises as :func:`create_branch`."""
-    with mutating(f, what=f"create_tag({name!r})"):
+    with _writable(f) as f, mutating(f, what=f"create_tag({name!r})"):
         _check_new_name(f, name, "tag")
         version = _version(f, at)
         _group(f, "tags", create=True).attrs[name] = version
@@ -224,6 +269,28 @@ def set_branch(f: h5py.File, name: str, version: str) -> None:
         _versions(f).attrs["current_version"] = version
     else:
         _group(f, "branches", create=True).attrs[name] = version
+
+
+def follow_deletion(f: h5py.File, surviving) -> dict[str, str | None]:
+    """Move each branch whose version is being deleted to ``surviving(version)``, inside the deletion.
+
+    ``surviving(name)`` is the nearest surviving ancestor (``__first_version__``
+    when none: the branch is deleted), as ``delete_versions`` moves the
+    current version. Returns the moved branches: name -> new version or None.
+    """
+    moved: dict[str, str | None] = {}
+    group = _group(f, "branches")
+    for name, version in _read(f, "branches").items():
+        target = surviving(version)
+        if target == version:
+            continue
+        if target == FIRST_VERSION:
+            del group.attrs[name]
+            moved[name] = None
+        else:
+            group.attrs[name] = target
+            moved[name] = target
+    return moved
 
 
 def branch_tip(f: h5py.File, name: str) -> str:
@@ -257,7 +324,7 @@ def reset_branch(f: h5py.File, name: str, to: str) -> str:
     VersionNotFoundError
         ``to`` names nothing.
     """
-    with mutating(f, what=f"reset_branch({name!r})"):
+    with _writable(f) as f, mutating(f, what=f"reset_branch({name!r})"):
         if name in tags(f):
             raise RefNotFoundError(f"{name!r} is a tag of {_where(f)}: tags never move; delete it and create it again")
         if name not in branches(f) and name != MAIN:
@@ -289,13 +356,13 @@ def delete_branch(f: h5py.File, name: str) -> str:
     """
     if name == MAIN:
         raise ValueError("branch 'main' is the file's current version: it cannot be deleted (reset it instead)")
-    with mutating(f, what=f"delete_branch({name!r})"):
+    with _writable(f) as f, mutating(f, what=f"delete_branch({name!r})"):
         return _delete(f, "branches", name)
 
 
 def delete_tag(f: h5py.File, name: str) -> str:
     """Delete tag ``name``; its version stays. Returns it. Raises ``RefNotFoundError`` if no such tag."""
-    with mutating(f, what=f"delete_tag({name!r})"):
+    with _writable(f) as f, mutating(f, what=f"delete_tag({name!r})"):
         return _delete(f, "tags", name)
 
 
