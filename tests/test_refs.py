@@ -178,3 +178,43 @@ def test_versioned_hdf5_reads_commits_and_deletes_a_file_with_refs(path):
     np.testing.assert_array_equal(_x(path, "paper")[0], 10.0)
     xv.reset_branch(path, "qc", "paper")
     assert xv.list_branches(path)["qc"] == "v2"
+
+
+def test_accessor_verbs(path):
+    ds = xr.open_dataset(path, engine="vhdf5", version="v1")
+    assert ds.vhdf5.create_branch("qc") == "v1"
+    assert ds.vhdf5.create_tag("first") == "v1"
+    frame = ds.vhdf5.refs
+    assert frame.loc["qc", "kind"] == "branch" and frame.loc["first", "version"] == "v1"
+    assert frame.loc["main", "version"] == "v2"
+    assert ds.vhdf5.branch is None
+    assert xr.open_dataset(path, engine="vhdf5", version="qc").vhdf5.branch == "qc"
+    tree = xr.open_datatree(path, engine="vhdf5", version="v1")
+    assert list(tree.vhdf5.refs.index) == ["main", "qc", "first"]
+    assert list(tree.vhdf5.versions.index) == ["v1", "v2"]
+    with pytest.raises(ValueError, match="needs a Dataset opened"):
+        _ds([1.0]).vhdf5.create_branch("x")
+
+
+def test_cli_branch_tag_and_graph(path):
+    from click.testing import CliRunner
+
+    from xarray_vhdf5.cli.main import cli
+
+    run = CliRunner().invoke
+    assert run(cli, ["branch", str(path), "qc", "--at", "v1"]).output == "created branch qc at v1\n"
+    assert run(cli, ["tag", str(path), "paper"]).output == "tagged v2 as paper\n"
+    listing = run(cli, ["branch", str(path)]).output.splitlines()
+    assert listing == ["* main  v2", "  qc    v1"]
+    staged = xr.open_dataset(path, engine="vhdf5", version="qc").vhdf5.stage()
+    staged["x"][1] = 5.0
+    staged.vhdf5.commit("q1", message="qc fix")
+    graph = run(cli, ["log", str(path), "--graph"]).output.splitlines()
+    assert graph[0].startswith("*") and "q1 (qc)" in graph[0] and "qc fix" in graph[0]
+    assert graph[1].startswith("| *") and "v2 (main, tag: paper)" in graph[1]
+    assert graph[2].startswith("* |") and "v1" in graph[2] and graph[3] == "|/"
+    result = run(cli, ["branch", str(path), "qc", "--reset", "nope"])
+    assert result.exit_code == 1 and "no version, tag or branch named 'nope'" in result.output
+    assert run(cli, ["branch", str(path), "qc", "-d"]).output == "deleted branch qc (was at q1)\n"
+    assert run(cli, ["tag", str(path), "paper", "-d"]).output == "deleted tag paper (was v2)\n"
+    assert run(cli, ["tag", str(path)]).output == ""

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ..versions.history import LogEntry
 
-__all__ = ["LOG_HELP", "format_log", "format_table", "format_totals", "human_bytes"]
+__all__ = ["LOG_HELP", "format_graph", "format_log", "format_table", "format_totals", "human_bytes"]
 
 #: What the log's columns mean (the ``vhdf5 log`` help text).
 LOG_HELP = """Print the version history of FILE, oldest first: name, timestamp, parent,
@@ -92,3 +92,50 @@ def format_totals(entries: Sequence[LogEntry]) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def format_graph(entries: Sequence[LogEntry], branches: dict[str, str], tags: dict[str, str]) -> str:
+    """The version DAG newest first, one line per version, as ``git log --graph --oneline`` draws it.
+
+    Each version is a ``*`` in the lane of the branch line it is on; ``|`` carries
+    a lane down to the next version on it; ``|/`` shows a lane joining its
+    parent's (where a branch forked). Refs follow the name in parentheses
+    (``(main, tag: v1)``), then the timestamp and message.
+
+    Parameters
+    ----------
+    entries : sequence of LogEntry
+        :func:`xarray_vhdf5.versions.history.version_log` (oldest first).
+    branches, tags : dict of str to str
+        Ref name to version (:func:`xarray_vhdf5.versions.refs.list_branches`, ``list_tags``).
+    """
+    labels: dict[str, list[str]] = {}
+    for name, version in branches.items():
+        labels.setdefault(version, []).append(name)
+    for name, version in tags.items():
+        labels.setdefault(version, []).append(f"tag: {name}")
+    lanes: list[str | None] = []  # per column: the version the lane waits for
+    lines = []
+    for e in reversed(list(entries)):
+        mine = [i for i, want in enumerate(lanes) if want == e.name]
+        if not mine:
+            lanes.append(e.name)
+            mine = [len(lanes) - 1]
+        col = mine[0]
+        cells = ["*" if i == col else ("|" if want is not None else " ") for i, want in enumerate(lanes)]
+        ref = f" ({', '.join(labels[e.name])})" if e.name in labels else ""
+        text = f"{e.name}{ref}  {e.timestamp.strftime('%Y-%m-%d %H:%M:%S')}"
+        lines.append((" ".join(cells).rstrip() + "  " + text + (f"  {e.message}" if e.message else "")).rstrip())
+        for i in mine[1:]:  # other lanes that waited for this version end here: they forked from it
+            lanes[i] = None
+            joined = [" "] * (2 * len(lanes))
+            for j, want in enumerate(lanes):
+                if want is not None:
+                    joined[2 * j] = "|"
+            joined[2 * i - 1] = "/"
+            lines.append("".join(joined).rstrip())
+        parent = e.parent if e.parent and e.parent != "__first_version__" else None
+        lanes[col] = parent
+        while lanes and lanes[-1] is None:
+            lanes.pop()
+    return "\n".join(lines)

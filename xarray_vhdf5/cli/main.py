@@ -14,6 +14,7 @@ from ..errors import VHDF5Error
 from .check import check
 from .diff import format_diff
 from .log import LOG_HELP
+from .branches import branch, tag
 from .refs import refs
 
 __all__ = ["cli", "format_diff", "main"]
@@ -53,14 +54,20 @@ def demo(source: str | None, out: str, force: bool) -> None:
 
 @cli.command(help=LOG_HELP)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-def log(file: str) -> None:
+@click.option("--graph", is_flag=True, help="Draw the version DAG newest first, with branches and tags.")
+def log(file: str, graph: bool) -> None:
     """``vhdf5 log FILE`` (its help text is :data:`xarray_vhdf5.cli.log.LOG_HELP`)."""
+    from ..versions import refs as version_refs
     from ..versions.history import version_log
-    from .log import format_log
+    from .log import format_graph, format_log
 
     try:
         with open_h5file(file, "r", hint=_NOT_VERSIONED_HINT) as f:
-            click.echo(format_log(version_log(f)))
+            if graph:
+                entries = version_log(f, variables_only=True)
+                click.echo(format_graph(entries, version_refs.list_branches(f), version_refs.list_tags(f)))
+            else:
+                click.echo(format_log(version_log(f)))
     except (VHDF5Error, OSError) as err:
         raise click.ClickException(str(err)) from None
 
@@ -102,6 +109,8 @@ def diff(file: str, a: str, b: str, group: str | None, mappings_only: bool) -> N
 
 cli.add_command(check)
 cli.add_command(refs)
+cli.add_command(branch)
+cli.add_command(tag)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import pandas as pd
 import xarray as xr
 
+from .refverbs import RefVerbs
 from .writer import commit_dataset, commit_datatree
 
 __all__ = ["VHDF5DataTreeAccessor", "VHDF5DatasetAccessor", "version_log_frame"]
@@ -60,11 +61,15 @@ def version_log_frame(path: str | os.PathLike) -> pd.DataFrame:
 
 
 @xr.register_dataset_accessor("vhdf5")
-class VHDF5DatasetAccessor:
-    """Versioning operations on a Dataset: ``ds.vhdf5.commit(...)``, ``ds.vhdf5.version``."""
+class VHDF5DatasetAccessor(RefVerbs):
+    """Versioning operations on a Dataset: ``ds.vhdf5.commit(...)``, ``ds.vhdf5.version``, refs."""
 
     def __init__(self, dataset: xr.Dataset):
         self._ds = dataset
+
+    @property
+    def _encoding(self) -> dict:
+        return self._ds.encoding
 
     @property
     def version(self) -> str | None:
@@ -457,16 +462,37 @@ class VHDF5DatasetAccessor:
 
 
 @xr.register_datatree_accessor("vhdf5")
-class VHDF5DataTreeAccessor:
-    """Versioning operations on a DataTree: ``dt.vhdf5.commit(...)``."""
+class VHDF5DataTreeAccessor(RefVerbs):
+    """Versioning operations on a DataTree: ``dt.vhdf5.commit(...)``, ``dt.vhdf5.versions``, refs."""
 
     def __init__(self, tree: xr.DataTree):
         self._tree = tree
 
     @property
+    def _encoding(self) -> dict:
+        return self._tree.encoding
+
+    @property
     def version(self) -> str | None:
         """The version this tree was opened from (None if not opened with engine="vhdf5")."""
         return self._tree.encoding.get("vhdf5_version")
+
+    @property
+    def source(self) -> str | None:
+        """Path of the file this tree was opened from, if any."""
+        return self._tree.encoding.get("source")
+
+    def _opened(self, what: str) -> str:
+        if self.source is None or self.version is None:
+            raise ValueError(
+                f"dt.vhdf5.{what} needs a DataTree opened with xr.open_datatree(path, engine='vhdf5') "
+                "(it reads encoding['source'] and encoding['vhdf5_version'])")
+        return self.source
+
+    @property
+    def versions(self) -> pd.DataFrame:
+        """The version log of the file this tree was opened from (see :func:`version_log_frame`)."""
+        return version_log_frame(self._opened("versions"))
 
     def commit(
         self,
