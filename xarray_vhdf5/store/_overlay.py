@@ -22,7 +22,23 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["Overlay", "Session"]
+__all__ = ["Overlay", "Session", "Spooled"]
+
+
+class Spooled:
+    """A value merged from a fork (:mod:`._forks`): a file of the fork's spool, read when needed."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return f.read()
+
+    def __repr__(self) -> str:
+        return f"Spooled({self.path!r})"
 
 
 class Overlay:
@@ -30,8 +46,9 @@ class Overlay:
 
     Attributes
     ----------
-    written : dict of str to bytes
-        Keys set since the base, as zarr encoded them.
+    written : dict of str to bytes or Spooled
+        Keys set since the base, as zarr encoded them (merged from a fork:
+        the file holding them).
     deleted : set of str
         Keys deleted one by one (hiding the base's key of that name).
     cleared : set of str
@@ -40,7 +57,7 @@ class Overlay:
     """
 
     def __init__(self) -> None:
-        self.written: dict[str, bytes] = {}
+        self.written: dict[str, bytes | Spooled] = {}
         self.deleted: set[str] = set()
         self.cleared: set[str] = set()
         self.lock = threading.Lock()
@@ -48,7 +65,12 @@ class Overlay:
     def __len__(self) -> int:
         return len(self.written) + len(self.deleted) + len(self.cleared)
 
-    def set(self, key: str, data: bytes) -> None:
+    def value(self, key: str) -> bytes | None:
+        """The bytes written at ``key``, or None if it was not written."""
+        data = self.written.get(key)
+        return data.read() if isinstance(data, Spooled) else data
+
+    def set(self, key: str, data: bytes | Spooled) -> None:
         """Write ``key``."""
         with self.lock:
             self.written[key] = data
@@ -96,3 +118,7 @@ class Session:
     def __init__(self, parent: str | None) -> None:
         self.parent = parent
         self.overlay = Overlay()
+        #: spool directories of merged forks, removed once their values are committed
+        self.spools: list[str] = []
+        #: forks made and not merged yet: spool directory -> {key: SHA-256 of the value it saw}
+        self.forks: dict[str, dict[str, str]] = {}

@@ -72,7 +72,7 @@ def _documents(state: _Version, overlay) -> dict[str, dict]:
             keys.add(key)
     out = {}
     for key in keys:
-        raw = overlay.written.get(key)
+        raw = overlay.value(key)
         if raw is None:
             raw = state.documents[key]
         try:
@@ -121,11 +121,36 @@ def _region(index: tuple[int, ...], chunks: tuple[int, ...], shape: tuple[int, .
     return None if any(s.start >= s.stop for s in region) else region
 
 
-def _values(array) -> np.ndarray:
+#: A new array larger than this (bytes) is committed as a dask array over zarr's chunks: streamed
+#: in batches of ``max_bytes`` (the writer's :mod:`~xarray_vhdf5.xr.streaming`), not read whole.
+STREAM_BYTES = 16 * 2**20
+
+
+def _values(array):
+    """The points of zarr ``array``: numpy, or a dask array of its chunks when large (streamed)."""
+    dtype = array.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "biufc" and array.ndim and array.nbytes > STREAM_BYTES:
+        import uuid
+
+        import dask.array as da
+
+        return da.from_array(array, chunks=array.chunks, lock=False, asarray=True,
+                             name=f"vhdf5-store-{uuid.uuid4().hex}")  # named: zarr's array is not tokenized
     values = np.asarray(array[...])
     if values.dtype.kind == "T":  # numpy's StringDType: the writer stores object strings
         values = values.astype(object)
     return values
+
+
+def _in_this_process():
+    """dask computes in threads here: the arrays read through this process's store (it does not pickle)."""
+    try:
+        import dask
+    except ImportError:  # pragma: no cover - dask is a dependency of the streaming writer
+        import contextlib
+
+        return contextlib.nullcontext()
+    return dask.config.set(scheduler="threads")
 
 
 class _Plan:
@@ -177,6 +202,13 @@ def commit_store(store: VersionStore, version: str | None = None, *, message: st
     def open_array(key: str):
         return zarr.open_array(view, path=key, mode="r", zarr_format=3)
 
+    with _in_this_process():
+        return _commit(store, state, plan, open_array, version, message=message, timestamp=timestamp,
+                       make_current=make_current, allow_empty=allow_empty, force=force)
+
+
+def _commit(store, state, plan, open_array, version, *, message, timestamp, make_current, allow_empty, force):
+    overlay = store._session.overlay
     if state.version is None or not state.nodes:
         return _commit_new(store, state, plan, open_array, version, message=message, timestamp=timestamp,
                            make_current=make_current, allow_empty=allow_empty)

@@ -41,6 +41,7 @@ from ..errors import NotVersionedError, ReadOnlyError, VersionNotFoundError
 from ..versions import VersionedHDF5File
 from ._codecs import numcodecs_pipeline
 from ._metadata import ArrayNode, GroupNode, version_nodes, zarr_json_documents
+from ._forks import StoreFork, fork_store, merge_forks, remove_spools
 from ._overlay import Session
 
 __all__ = ["VersionStore"]
@@ -367,12 +368,63 @@ class VersionStore(Store):
         name = commit_store(self, version, message=message, timestamp=timestamp, make_current=make_current,
                             allow_empty=allow_empty, force=force)
         self._session.overlay.clear()
+        remove_spools(self._session.spools)
         self._session.parent = name
         self.version = name
         if self._state is not None:
             self._state.close()
             self._state = None
         return name
+
+    def fork(self) -> StoreFork:
+        """A picklable writable handle for dask workers; bring its writes back with :meth:`merge`.
+
+        The fork sees this store's version and its pending writes as of now;
+        its own writes go to files in a spool directory beside the HDF5 file
+        (``<file>.forks/<id>/``), shared by its pickled copies
+        (:mod:`._forks` says why, and what icechunk does instead)::
+
+            fork = store.fork()
+            ds.to_zarr(fork, mode="w")   # a dask.distributed cluster writes the chunks
+            store.merge(fork)
+            store.commit()
+
+        Returns
+        -------
+        StoreFork
+            A zarr store (writable, picklable).
+
+        Raises
+        ------
+        ReadOnlyError
+            The store is read-only.
+        """
+        if self.read_only:
+            raise ReadOnlyError(f"{self!r} is read-only: fork() a VersionStore(..., read_only=False)")
+        return fork_store(self)
+
+    def merge(self, *forks: StoreFork) -> None:
+        """Bring the writes of ``forks`` (from :meth:`fork`) into this store's pending writes.
+
+        Nothing is read but to compare values: merged chunks stay in the
+        forks' spool files until :meth:`commit` decodes them one at a time
+        (and then removes the files).
+
+        Raises
+        ------
+        ReadOnlyError
+            The store is read-only.
+        ValueError
+            An argument is not a fork of this store, or was merged already.
+        ConflictError
+            Two forks wrote the same key with different bytes, or a fork wrote
+            a key this store changed after ``fork()`` with other bytes
+            (``keys`` lists the key); nothing is merged.
+        """
+        if self.read_only:
+            raise ReadOnlyError(f"{self!r} is read-only")
+        self._ensure_state()
+        merge_forks(self, forks)
 
     def _locate(self, state: _Version, key: str) -> tuple[ArrayNode, tuple[int, ...]] | None:
         """The array and chunk index a chunk key names, or None."""
@@ -461,7 +513,7 @@ class VersionStore(Store):
         session = self._session
         if session is not None:
             overlay = session.overlay
-            data = overlay.written.get(key)
+            data = await asyncio.to_thread(overlay.value, key) if key in overlay.written else None
             if data is None and not overlay.hides(key):
                 data = await self._base_get(state, key)
         else:
