@@ -541,6 +541,56 @@ def test_reads_survive_a_commit_and_a_deletion(tmp_path):
     z.close()
 
 
+_MOVER = """
+import sys, numpy as np
+from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5.versions.mutation import open_for_writing
+path = sys.argv[1]
+for i, old in enumerate(["v0", "v1", "loop0", "loop1", "loop2"]):
+    with open_for_writing(path, timeout=60) as f:  # deleting frees rows below the last ones: they move
+        VersionedHDF5File(f).delete_versions([old])
+    with open_for_writing(path, timeout=60) as f:
+        with VersionedHDF5File(f).stage_version(f"loop{i}") as g:
+            g["x"][:] = np.arange(1000.0) * (i + 7)
+"""
+
+
+def test_reads_during_commits_and_deletions_in_another_process(tmp_path):
+    """v2 read again and again while another process commits and deletes v0, v1, ... (v2's chunks move)."""
+    path = tmp_path / "busy.h5"
+    with h5py.File(path, "w") as f:
+        vf = xarray_vhdf5.VersionedHDF5File(f)
+        for k in range(3):
+            with vf.stage_version(f"v{k}") as g:
+                if k == 0:
+                    g.create_dataset("x", data=np.zeros(1000), chunks=(50,))
+                g["x"][:] = np.arange(1000.0) + 1000 * k
+    expected = np.arange(1000.0) + 2000
+    store = VersionStore(path, version="v2")
+    zg = zarr.open_group(store, mode="r")
+    np.testing.assert_array_equal(zg["x"][...], expected)
+    with h5py.File(path, "r") as f:
+        before = _mapped_chunks(f[f"{VERSIONS}/v2/x"])
+    child = subprocess.Popen([sys.executable, "-c", _MOVER, str(path)], stderr=subprocess.PIPE, text=True)
+    reads = 0
+    try:
+        while child.poll() is None:
+            np.testing.assert_array_equal(zg["x"][...], expected)
+            np.testing.assert_array_equal(
+                np.frombuffer(_key_bytes(store, "x/c/3"), "<f8"), expected[150:200])
+            reads += 1
+    finally:
+        err = child.communicate(timeout=120)[1]
+    assert child.returncode == 0, err[-3000:]
+    assert reads > 0, reads
+    with h5py.File(path, "r") as f:
+        assert sorted(f[VERSIONS]) == ["__first_version__", "loop3", "loop4", "v2"]
+        after = _mapped_chunks(f[f"{VERSIONS}/v2/x"])
+    assert after != before  # v2's chunks moved to other rows of raw_data
+    np.testing.assert_array_equal(zg["x"][...], expected)
+    assert_same_as_engine(path, "v2")
+
+
 def test_a_deleted_version_says_so(small):
     store = VersionStore(small, version="v1")
     zg = zarr.open_group(store, mode="r")
