@@ -21,6 +21,7 @@ round first), the rows interleaved round by round, medians of ``--rounds``:
 - ``open_zarr``: ``xr.open_zarr(VersionStore(path)).load()`` (xarray's default
   ``chunks``: dask, one task per zarr chunk), then ``store.close()``;
 - ``open_zarr, chunks=None``: the same without dask;
+- ``open_zarr, chunks={'time': 16}``: dask tasks of 16 zarr chunks (4 MiB);
 - ``... numcodecs``: the store opened with ``numcodecs=True`` (deflate and
   shuffle passed through to zarr-python's ``numcodecs.zlib`` / ``numcodecs.shuffle``,
   zarr decodes; its ``ZarrUserWarning`` about unspecified codecs is filtered).
@@ -48,8 +49,11 @@ installed package has it (else skipped with a note).
 ``(16, 512, 1024)``, 32 MiB, made on the workers) with a daily ``time``
 coordinate, written from a ``LocalCluster(n_workers=2, threads_per_worker=1,
 processes=True, dashboard_address=":0")`` by ``to_netcdf(engine="h5netcdf")``
-(the baseline; xarray takes dask.distributed's lock), and through the store's
-forks when the package has them. Reported: wall time, the client process's
+(the baselines, uncompressed and with shuffle + gzip 1, the filters ours
+gives a new array; xarray takes dask.distributed's lock), and through the
+store's forks when the package has them: ``fork = store.fork()``,
+``ds.to_zarr(fork, mode="w")`` on the workers (zarr's default zstd), then
+``store.merge(fork)`` and ``store.commit()`` on the client (the phases printed). Reported: wall time, the client process's
 peak RSS above its RSS before the write (psutil, sampled every 5 ms in a
 thread), the workers' peak summed RSS, and the file's size. Three steps
 (first, middle, last) are checked against the same dask array computed locally.
@@ -153,6 +157,7 @@ READ_ROWS: dict[str, Callable[[str], xr.Dataset]] = {
     "engine, chunks={}": lambda p: _engine(p, chunks={}),
     "open_zarr": _store,
     "open_zarr, chunks=None": lambda p: _store(p, chunks=None),
+    "open_zarr, chunks={'time': 16}": lambda p: _store(p, chunks={"time": 16}),
     "open_zarr, numcodecs": lambda p: _store(p, numcodecs=True),
     "open_zarr, chunks=None, numcodecs": lambda p: _store(p, numcodecs=True, chunks=None),
 }
@@ -296,35 +301,43 @@ def writable_store_missing(*methods: str) -> str | None:
 def run_ours_store(path: str, w: bench_ingest.Workload) -> bench_ingest.Result | None:
     """Each day ``to_zarr(VersionStore(path, read_only=False), ...)`` + ``store.commit``, as icechunk's row.
 
-    Day 1: ``mode="w"`` with the chunks and no compressor (the file does not
-    exist yet); then ``mode="a", append_dim="time"``. The store is made anew
-    each day, as icechunk's repository is reopened each day.
+    Day 1 is ``today.vhdf5.commit(name, path=)`` with ``compression=None``: the
+    store gives the arrays it creates the package's default filters (shuffle +
+    gzip 1) whatever zarr's ``compressors`` say, and the appended days keep the
+    dataset's filters, so this keeps the file uncompressed as the other rows.
+    Then ``mode="a", append_dim="time"``. The store is made anew each day, as
+    icechunk's repository is reopened each day.
     """
     why = writable_store_missing("commit")
     if why is not None:
         print(f"ours-store: skipped, {why}", file=sys.stderr)
         return None
-    encoding = {w.var: {"chunks": w.chunks, "compressors": None},
-                **{name: {"compressors": None} for name in ("time", *w.coords)}}
-    times = []
+    times, to_zarr_s = [], []
     for t in range(w.n_days):
         today = w.day(t)
-        for name in today.variables:  # the ours-only encoding key, which zarr refuses
+        start = time.perf_counter()
+        if t == 0:
+            today.vhdf5.commit(w.name(1), path=path)
+            times.append(time.perf_counter() - start)
+            to_zarr_s.append(times[-1])
+            continue
+        for name in today.variables:  # the ours-only encoding key, which zarr has no use for
             today[name].encoding.pop("compression", None)
         start = time.perf_counter()
         store = VersionStore(path, read_only=False)
         try:
-            if t == 0:
-                today.to_zarr(store, mode="w", encoding=encoding, consolidated=False)
-            else:
-                today.to_zarr(store, mode="a", append_dim="time", consolidated=False)
+            today.to_zarr(store, mode="a", append_dim="time", consolidated=False)
+            to_zarr_s.append(time.perf_counter() - start)
             store.commit(w.name(t + 1), message=f"day {t + 1}")
         finally:
             store.close()
         times.append(time.perf_counter() - start)
     qc_s = None if w.qc is None else bench_ingest._qc_reopen(path, w)
     read_s = bench_ingest._check_xr_file("ours-store", path, w)
-    return bench_ingest.Result("ours-store", times, qc_s, read_s, os.path.getsize(path), path)
+    result = bench_ingest.Result("ours-store", times, qc_s, read_s, os.path.getsize(path), path)
+    result.extra["to_zarr_ms"] = 1e3 * float(np.median(to_zarr_s[1:]))
+    result.extra["commit_ms"] = 1e3 * float(np.median(np.subtract(times, to_zarr_s)[1:]))
+    return result
 
 
 INGEST_RUNNERS = {
@@ -352,6 +365,10 @@ def run_ingest(workdir: Path, days: int, tools: list[str]) -> pd.DataFrame:
         if tool == "icechunk":
             print(f"icechunk {result.extra['icechunk']}, zarr {result.extra['zarr']}, "
                   f"xarray {result.extra['xarray']} (icechunk venv)")
+    for r in results:
+        if "to_zarr_ms" in r.extra:
+            print(f"{r.tool}: median of days 2..T: store + to_zarr {r.extra['to_zarr_ms']:.1f} ms, "
+                  f"commit {r.extra['commit_ms']:.1f} ms")
     return bench_ingest.ingest_table(results)
 
 
@@ -420,8 +437,12 @@ def _check_steps(tool: str, got: xr.DataArray, ds: xr.Dataset) -> None:
         bench_ingest.check(tool, f"step {t}", got[t].values, want)
 
 
-def write_netcdf(ds: xr.Dataset, path: str) -> None:
+def write_netcdf(ds: xr.Dataset, path: str, phases: dict) -> None:
     ds.to_netcdf(path, engine="h5netcdf")
+
+
+def write_netcdf_gzip(ds: xr.Dataset, path: str, phases: dict) -> None:
+    ds.to_netcdf(path, engine="h5netcdf", encoding={"v": {"zlib": True, "complevel": 1, "shuffle": True}})
 
 
 def check_netcdf(ds: xr.Dataset, path: str) -> None:
@@ -430,14 +451,41 @@ def check_netcdf(ds: xr.Dataset, path: str) -> None:
         bench_ingest.check("to_netcdf", "time", got["time"].values, ds["time"].values)
 
 
+def write_forks(ds: xr.Dataset, path: str, phases: dict) -> None:
+    """``to_zarr(store.fork())`` on the cluster, ``store.merge(fork)``, ``store.commit()`` on the client."""
+    clock = time.perf_counter()
+    store = VersionStore(path, read_only=False)
+    try:
+        fork = store.fork()
+        ds.to_zarr(fork, mode="w", consolidated=False)
+        phases["to_zarr (workers)"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        store.merge(fork)
+        phases["merge"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        store.commit("v1", message="from the cluster")
+        phases["commit"] = time.perf_counter() - clock
+    finally:
+        store.close()
+
+
+def check_version(ds: xr.Dataset, path: str) -> None:
+    with xr.open_dataset(path, engine="vhdf5") as got:
+        _check_steps("fork/merge", got["v"], ds)
+        bench_ingest.check("fork/merge", "time", got["time"].values, ds["time"].values)
+
+
 def run_distributed(workdir: Path, mb: float) -> pd.DataFrame:
     from dask.distributed import Client, LocalCluster
 
     ds = distributed_dataset(mb)
-    rows = {"to_netcdf (h5netcdf)": (write_netcdf, check_netcdf, ".nc")}
+    rows = {"to_netcdf (h5netcdf)": (write_netcdf, check_netcdf, ".nc"),
+            "to_netcdf, shuffle + gzip 1": (write_netcdf_gzip, check_netcdf, ".nc")}
     why = writable_store_missing("fork", "merge")
     if why is not None:
         print(f"fork/merge: skipped, {why}", file=sys.stderr)
+    else:
+        rows["to_zarr(fork) + merge + commit"] = (write_forks, check_version, ".h5")
     table = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
@@ -445,13 +493,16 @@ def run_distributed(workdir: Path, mb: float) -> pd.DataFrame:
         for name, (write, verify, suffix) in rows.items():
             path = str(workdir / f"distributed{suffix}")
             load = os.getloadavg()[0]
+            phases: dict[str, float] = {}
             with PeakRSS() as mem:
                 start = time.perf_counter()
-                write(ds, path)
+                write(ds, path, phases)
                 seconds = time.perf_counter() - start
             size = os.path.getsize(path)
             verify(ds, path)
             os.unlink(path)
+            if phases:
+                print(f"{name}: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()), file=sys.stderr)
             table.append({"row": name, "data (MB)": ds["v"].nbytes / MB, "time (s)": seconds,
                           "MB/s": ds["v"].nbytes / MB / seconds,
                           "client peak - before (MB)": (mem.peak - mem.before) / MB,
