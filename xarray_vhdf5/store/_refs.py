@@ -39,6 +39,12 @@ plugins; variable-length strings; scalars       uncompressed (no codecs; strings
                                                 :class:`UnreferencedArrayWarning`
 ==============================================  ==============================================
 
+Why lzf is inlined rather than referenced: numcodecs has no LZF codec, and
+h5py's LZF filter stores raw LZF blocks without their decoded size, which
+imagecodecs' ``Lzf(header=False)`` then has to guess (it fails on chunks that
+compress well); a reader would also need imagecodecs' codecs registered.
+Datasets meant to be referenced are best written with deflate or zstd.
+
 Chunks the version does not map are omitted: they read as ``.zarray``'s
 ``fill_value``. That is the dataset's ``_FillValue`` attribute when it has
 one (xarray's zarr backend reads a Zarr v2 ``fill_value`` as ``_FillValue``,
