@@ -121,6 +121,35 @@ def test_coads_round_trip_and_versioned_hdf5(tmp_path):
         np.testing.assert_array_equal(vf[name]["SST"][()], np.asarray(memory_array(memory, "SST")))
 
 
+def test_coads_monthly_appends_along_TIME(tmp_path):
+    with xr.open_dataset(DATA, decode_times=False) as src:
+        ds = src.load()
+    # xarray's to_zarr(mode="a") decodes the stored TIME to encode the new labels alike;
+    # the file's year 0 ("hour since 0000-01-01") decodes in no calendar it can use: moved to 1900
+    ds["TIME"].attrs["units"] = "hours since 1900-01-01 00:00:00"
+    for name in ds.variables:
+        ds[name].encoding = {k: v for k, v in ds[name].encoding.items() if k in ("dtype", "_FillValue")}
+        if ds[name].dims[:1] == ("TIME",):
+            ds[name].encoding["chunks"] = (2,) + ds[name].shape[1:]
+    path = tmp_path / "coads_daily.h5"
+    memory = zarr.storage.MemoryStore()
+    store = writable(path)
+    for target in (memory, store):
+        ds.isel(TIME=slice(0, 9)).to_zarr(target, mode="w")
+    versions = [store.commit()]
+    for month in range(9, 12):
+        before = chunk_offsets(path, versions[-1], "SST")
+        for target in (memory, store):
+            ds.isel(TIME=slice(month, month + 1)).to_zarr(target, mode="a", append_dim="TIME")
+        versions.append(store.commit(message=f"month {month}"))
+        after = chunk_offsets(path, versions[-1], "SST")
+        touched = month // 2  # the chunk along TIME the new month falls into
+        assert {i: o for i, o in after.items() if i[0] != touched} == {
+            i: o for i, o in before.items() if i[0] != touched}  # every other chunk: same bytes, not rewritten
+        xr.testing.assert_identical(vhdf5(path, decode_times=False), oracle(memory, decode_times=False))
+    xr.testing.assert_identical(vhdf5(path, decode_times=False), ds)
+
+
 def memory_array(memory, name):
     return zarr.open_array(memory, path=name, mode="r")[...]
 
@@ -239,6 +268,22 @@ def test_mode_w_over_a_version_replaces_it(tmp_path):
     xr.testing.assert_identical(vhdf5(path), other)
     xr.testing.assert_identical(vhdf5(path, v1), small())
     assert v2 != v1
+
+
+def test_a_group_of_the_version(tmp_path):
+    path = tmp_path / "groups.h5"
+    root = writable(path)
+    small().to_zarr(root, mode="w")
+    root.commit()
+    sub = writable(path, group="g/h")  # a group the version lacks: an overlay over nothing
+    small(4, seed=5).to_zarr(sub, mode="w")
+    sub.commit()
+    small(1, start=4, seed=6).to_zarr(sub, mode="a", append_dim="time")
+    sub.commit()
+    expected = xr.concat([small(4, seed=5), small(1, start=4, seed=6)], "time", data_vars="minimal",
+                         coords="minimal", compat="override", join="outer")
+    xr.testing.assert_identical(vhdf5(path, group="g/h"), expected.assign_attrs(small(1).attrs))
+    xr.testing.assert_identical(vhdf5(path), small())  # the root group is carried
 
 
 # -- the version it commits onto ---------------------------------------------------------------

@@ -101,18 +101,30 @@ def _written_chunks(overlay, key: str, ndim: int) -> tuple[list[tuple[int, ...]]
 
 
 def _attrs(new: dict, base_json: dict | None, base_values, dtype: np.dtype | None) -> dict:
-    """Attributes from the JSON of a document; those unchanged from the base keep their stored value."""
+    """Attributes from a document's JSON; over a base, only those whose JSON changed are taken from it.
+
+    With a base (``base_json``: the JSON the store presented, ``base_values``:
+    the stored attributes), the stored attributes are kept, values and types,
+    except those the document changed, added (from the JSON) or removed.
+    ``_FillValue`` is decoded as xarray writes it for Zarr v3 and cast to ``dtype``.
+    """
     from xarray.backends.zarr import FillValueCoder  # xarray's Zarr v3 rule for _FillValue
 
-    out = {}
+    def decoded(name, value):
+        if name == "_FillValue" and dtype is not None and dtype.kind in "biufcS" and value is not None:
+            return np.asarray(FillValueCoder.decode(value, dtype), dtype)[()]
+        return value
+
+    if base_json is None:
+        return {name: decoded(name, value) for name, value in new.items()}
+    out = dict(base_values)
+    for name in base_json:
+        if name not in new:
+            out.pop(name, None)
     for name, value in new.items():
-        if (base_json is not None and name in base_json and name in base_values
-                and _json_key(base_json[name]) == _json_key(value)):
-            out[name] = base_values[name]
-        elif name == "_FillValue" and dtype is not None and dtype.kind in "biufcS" and value is not None:
-            out[name] = np.asarray(FillValueCoder.decode(value, dtype), dtype)[()]
-        else:
-            out[name] = value
+        if name in base_json and name in out and _json_key(base_json[name]) == _json_key(value):
+            continue
+        out[name] = decoded(name, value)
     return out
 
 
@@ -211,7 +223,7 @@ def _commit(store, state, plan, open_array, version, *, message, timestamp, make
     overlay = store._session.overlay
     if state.version is None or not state.nodes:
         return _commit_new(store, state, plan, open_array, version, message=message, timestamp=timestamp,
-                           make_current=make_current, allow_empty=allow_empty)
+                           make_current=make_current, allow_empty=allow_empty, force=force)
 
     group = store.group
     opened = xr.open_dataset(store.path, engine="vhdf5", version=state.version, group=group, decode_cf=False)
@@ -276,11 +288,11 @@ def _variable(key: str, doc: dict, state: _Version, overlay, staged: xr.Dataset,
 
 
 def _commit_new(store: VersionStore, state: _Version, plan: _Plan, open_array, version, *, message, timestamp,
-                make_current, allow_empty) -> str:
+                make_current, allow_empty, force) -> str:
     """No base version (a new file, or a group the version lacks): commit the arrays as a Dataset."""
     from ._store import _has_history
 
-    if state.version is None and _has_history(store.path):
+    if state.version is None and not force and _has_history(store.path):
         from ..versions import VersionedHDF5File
 
         with VersionedHDF5File.open(store.path) as reader:
@@ -303,4 +315,5 @@ def _commit_new(store: VersionStore, state: _Version, plan: _Plan, open_array, v
         variables[key] = xr.Variable(dims, _values(array), attrs, encoding)
     ds = xr.Dataset(variables, attrs=_attrs(plan.attributes, None, {}, None))
     return commit_dataset(ds, store.path, version, group=store.group, message=message, timestamp=timestamp,
-                          make_current=make_current, expected_current=state.version, allow_empty=allow_empty)
+                          make_current=make_current, expected_current=None if force else state.version,
+                          allow_empty=allow_empty)
