@@ -212,7 +212,7 @@ def test_cli_branch_tag_and_graph(path):
     graph = run(cli, ["log", str(path), "--graph"]).output.splitlines()
     assert graph[0].startswith("*") and "q1 (qc)" in graph[0] and "qc fix" in graph[0]
     assert graph[1].startswith("| *") and "v2 (main, tag: paper)" in graph[1]
-    assert graph[2].startswith("* |") and "v1" in graph[2] and graph[3] == "|/"
+    assert graph[2] == "|/" and graph[3].startswith("*") and "v1" in graph[3]
     result = run(cli, ["branch", str(path), "qc", "--reset", "nope"])
     assert result.exit_code == 1 and "no version, tag or branch named 'nope'" in result.output
     assert run(cli, ["branch", str(path), "qc", "-d"]).output == "deleted branch qc (was at q1)\n"

@@ -13,6 +13,7 @@ __all__ = [
     "DIMENSIONS_ATTR",
     "HIDDEN_GROUP_ATTRS",
     "HIDDEN_VARIABLE_ATTRS",
+    "MERGE_PARENT_ATTR",
     "MESSAGE_ATTR",
     "NETCDF_DIMENSION_ATTRS",
     "NETCDF_NOT_A_VARIABLE",
@@ -30,8 +31,10 @@ DIMENSIONS_ATTR = "_ARRAY_DIMENSIONS"
 HIDDEN_VARIABLE_ATTRS = frozenset({DIMENSIONS_ATTR, "raw_data", "chunks"})
 #: Attribute of a version group holding the commit message.
 MESSAGE_ATTR = "_vhdf5_message"
+#: Attribute of a merge version's group naming the version merged into it (its second parent).
+MERGE_PARENT_ATTR = "_vhdf5_merge_parent"
 #: Attributes of a version group that describe the version, not the Dataset.
-HIDDEN_GROUP_ATTRS = frozenset({"committed", "prev_version", "timestamp", MESSAGE_ATTR})
+HIDDEN_GROUP_ATTRS = frozenset({"committed", "prev_version", "timestamp", MESSAGE_ATTR, MERGE_PARENT_ATTR})
 
 # -- netCDF-4 bookkeeping (see ``dimscales``): written so that netCDF tools read a
 # version group, hidden from the Datasets this engine returns.

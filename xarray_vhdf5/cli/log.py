@@ -122,11 +122,7 @@ def format_graph(entries: Sequence[LogEntry], branches: dict[str, str], tags: di
             lanes.append(e.name)
             mine = [len(lanes) - 1]
         col = mine[0]
-        cells = ["*" if i == col else ("|" if want is not None else " ") for i, want in enumerate(lanes)]
-        ref = f" ({', '.join(labels[e.name])})" if e.name in labels else ""
-        text = f"{e.name}{ref}  {e.timestamp.strftime('%Y-%m-%d %H:%M:%S')}"
-        lines.append((" ".join(cells).rstrip() + "  " + text + (f"  {e.message}" if e.message else "")).rstrip())
-        for i in mine[1:]:  # other lanes that waited for this version end here: they forked from it
+        for i in reversed(mine[1:]):  # other lanes that waited for this version join it here: they forked from it
             lanes[i] = None
             joined = [" "] * (2 * len(lanes))
             for j, want in enumerate(lanes):
@@ -134,6 +130,10 @@ def format_graph(entries: Sequence[LogEntry], branches: dict[str, str], tags: di
                     joined[2 * j] = "|"
             joined[2 * i - 1] = "/"
             lines.append("".join(joined).rstrip())
+        cells = ["*" if i == col else ("|" if want is not None else " ") for i, want in enumerate(lanes)]
+        ref = f" ({', '.join(labels[e.name])})" if e.name in labels else ""
+        text = f"{e.name}{ref}  {e.timestamp.strftime('%Y-%m-%d %H:%M:%S')}"
+        lines.append((" ".join(cells).rstrip() + "  " + text + (f"  {e.message}" if e.message else "")).rstrip())
         parent = e.parent if e.parent and e.parent != "__first_version__" else None
         lanes[col] = parent
         while lanes and lanes[-1] is None:

@@ -15,6 +15,7 @@ from h5py import h5g
 
 from ..backend.layout import DATA_VERSION, FIRST_VERSION
 from ..backend.mdc import trim_metadata_cache
+from ..backend.names import MERGE_PARENT_ATTR, MESSAGE_ATTR
 from ..errors import (ClosedFileError, NotVersionedError, ReadOnlyError, StaleVersionError, UnsupportedError,
                       VersionExistsError)
 from ..wrappers.group import InMemoryGroup
@@ -645,6 +646,9 @@ class VersionedHDF5File(RefMethods):
         """The editable tree of a new version staged from version ``prev`` (a copy of it)."""
         source = h5py.Group(h5g.open(self._registry.group.id, prev.encode())) if prev != FIRST_VERSION else None
         root = InMemoryGroup("", source, open_datasets=self._caches.open_datasets)
+        for name in (MESSAGE_ATTR, MERGE_PARENT_ATTR):  # the parent's commit message and merge parent
+            if name in root.attrs:                      # describe the parent, not the new version
+                del root.attrs[name]
         root.slab_maps = self._caches.slab_maps
         root.h5file = self.f  # its .file on demand (h5py makes a new File object per call)
         root.versions_state = self._registry.tracked_state  # just synced by _check_open

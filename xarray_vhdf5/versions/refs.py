@@ -407,3 +407,20 @@ class RefMethods:
     def delete_tag(self, name: str) -> str:
         """Delete tag ``name``; returns its version (:func:`delete_tag`)."""
         return delete_tag(self._refs_file(True), name)
+
+    def merge(self, source: str, into: str = MAIN, **kwargs):
+        """Merge ``source`` (branch, tag or version) into branch ``into``; see
+        :func:`~xarray_vhdf5.versions.branchmerge.merge` (keywords ``version``,
+        ``message``, ``resolve``, ``fast_forward``). Returns its ``MergeReport``."""
+        from .branchmerge import merge
+
+        self._refs_file(True)
+        return merge(self, source, into, **kwargs)
+
+    def cherry_pick(self, picked: str, onto: str = MAIN, **kwargs):
+        """Commit on branch ``onto`` the changes of version ``picked``; see
+        :func:`~xarray_vhdf5.versions.branchmerge.cherry_pick`. Returns its ``MergeReport``."""
+        from .branchmerge import cherry_pick
+
+        self._refs_file(True)
+        return cherry_pick(self, picked, onto, **kwargs)
