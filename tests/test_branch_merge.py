@@ -182,3 +182,17 @@ def test_merge_matches_a_numpy_model(tmp_path_factory, ours, theirs, resolve):
             expected_theirs = base.copy()
             expected_theirs[list(theirs)] = list(theirs.values())
             np.testing.assert_array_equal(vf["q1"]["x"][:], expected_theirs)
+
+
+def test_a_dataset_changed_on_the_source_only_is_taken_as_mapped(tmp_path):
+    f, vf = _start(tmp_path / "m.h5")
+    with f:
+        _edit(vf, "q1", "qc", {12: -12.0})
+        with vf.stage_version("m1", branch="main") as g:
+            g["keep"][0] = 1.0
+        raw_rows = f["_version_data/x/raw_data"].shape[0]
+        report = vf.merge("qc", version="merged")
+        assert report.datasets == {"x": "theirs"}
+        got = vf["merged"]["x"][:]
+        assert got[12] == -12.0 and vf["merged"]["keep"][0] == 1.0
+        assert f["_version_data/x/raw_data"].shape[0] == raw_rows  # q1's chunk is mapped, not copied

@@ -37,7 +37,7 @@ def _source() -> xr.Dataset:
 
 def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     blocks = _blocks()
-    assert len(blocks) == 8, "README examples changed: update this test"
+    assert len(blocks) == 9, "README examples changed: update this test"
     monkeypatch.chdir(tmp_path)
     src = _source()
     src.to_netcdf("sst.nc", engine="h5netcdf")
@@ -49,7 +49,7 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     finally:
         if isinstance(ns.get("f"), h5py.File):
             ns["f"].close()
-        for name in ("ds", "latest", "old", "prev", "dask", "v1"):
+        for name in ("ds", "latest", "old", "prev", "dask", "v1", "paper"):
             if isinstance(ns.get(name), xr.Dataset):
                 ns[name].close()
 
@@ -83,3 +83,16 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     # The metadata-cache setting and the netCDF view of a version.
     assert ns["config"].max_size == 64 * 1024
     np.testing.assert_array_equal(ns["v1"]["sst"].values, src["sst"].values)
+
+    # Branches, tags and merges: the QC patch and main's edit both in the merge, tagged.
+    report = ns["report"]
+    assert report.version == "merged" and report.base == "received" and report.datasets == {"SST": "theirs"}
+    assert xarray_vhdf5.list_tags("coads.h5") == {"paper-2026": "merged"}
+    assert xarray_vhdf5.list_branches("coads.h5") == {"main": "merged", "qc": "qc-bias"}
+    with xr.open_dataset("coads.h5", engine="vhdf5", version="received", decode_times=False) as received, \
+            xr.open_dataset("coads.h5", engine="vhdf5", version="paper-2026", decode_times=False) as paper:
+        sst, want = paper["SST"].values, received["SST"].values.copy()
+        want[-1, 40:50, 60:70] += np.float32(0.5)
+        np.testing.assert_array_equal(sst, want)
+        assert paper["AIRT"].values[0, 45, 60] == 20.0
+        np.testing.assert_array_equal(paper["AIRT"].values[1:], received["AIRT"].values[1:])

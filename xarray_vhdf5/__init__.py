@@ -36,7 +36,9 @@ from .errors import (
     VHDF5Error,
 )
 from .versions import (
+    MergeReport,
     VersionedHDF5File,
+    cherry_pick,
     create_branch,
     create_tag,
     delete_branch,
@@ -45,6 +47,7 @@ from .versions import (
     delete_versions,
     list_branches,
     list_tags,
+    merge,
     modify_metadata,
     reset_branch,
 )
@@ -91,8 +94,10 @@ __all__ = [
     "StaleVersionError",
     "VersionKeyTypeError",
     "VersionNotFoundError",
+    "MergeReport",
     "VersionStore",
     "VersionedHDF5File",
+    "cherry_pick",
     "commit_dataset",
     "create_branch",
     "create_tag",
@@ -102,6 +107,7 @@ __all__ = [
     "delete_versions",
     "list_branches",
     "list_tags",
+    "merge",
     "modify_metadata",
     "reset_branch",
     "open_file",

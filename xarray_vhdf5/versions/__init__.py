@@ -1,5 +1,6 @@
 """Versions: the history of a file, lookups, staging and commits."""
 
+from .branchmerge import MergeReport, cherry_pick, merge
 from .caches import CommitCaches, forget_shared_caches
 from .commit import CommitReport, commit_version
 from .delete import delete_version, delete_versions
@@ -20,9 +21,11 @@ from .timestamps import format_timestamp, parse_timestamp, to_utc_datetime
 __all__ = [
     "CommitCaches",
     "CommitReport",
+    "MergeReport",
     "VersionInfo",
     "VersionRegistry",
     "VersionedHDF5File",
+    "cherry_pick",
     "commit_version",
     "create_branch",
     "create_tag",
@@ -36,6 +39,7 @@ __all__ = [
     "is_versioned",
     "list_branches",
     "list_tags",
+    "merge",
     "modify_metadata",
     "parse_timestamp",
     "reset_branch",

@@ -56,7 +56,7 @@ from ..backend.names import MERGE_PARENT_ATTR, MESSAGE_ATTR
 from ..errors import NothingToCommitError, VersionNotFoundError
 from ..wrappers.attrs import RESERVED_ATTRS
 from ..wrappers.group import InMemoryGroup
-from .merge import DELETED, conflict_error, mapped_array, merge_attrs, merge_points
+from .merge import DELETED, changed_attr_names, conflict_error, mapped_array, merge_attrs, merge_points
 from .refs import MAIN, branch_tip
 
 __all__ = ["MergeReport", "cherry_pick", "merge", "merge_base"]
@@ -163,8 +163,7 @@ def _same_dataset(a: h5py.Dataset, b: h5py.Dataset) -> bool:
     ma, mb = mapped_array(a, raw), mapped_array(b, raw)
     if not (np.array_equal(ma.slab_indices, mb.slab_indices) and np.array_equal(ma.slab_offsets, mb.slab_offsets)):
         return False
-    return not merge_attrs(_attrs(a), _attrs(b), _attrs(b))[0] and _attrs(a).keys() == _attrs(b).keys() and all(
-        np.array_equal(np.asarray(v), np.asarray(_attrs(b)[k])) for k, v in _attrs(a).items())
+    return not changed_attr_names(_attrs(a), _attrs(b))  # netCDF-4 bookkeeping and references aside
 
 
 def _values(arr, points: np.ndarray, dtype: np.dtype, fill) -> np.ndarray:
@@ -242,7 +241,7 @@ class _Merger:
     def _group(self, path: str) -> None:
         b, s, t = self.b_items.get(path), self.s_items.get(path), self.t_items.get(path)
         if s is None:  # deleted by the source: deleted here if the target left it alone and empty
-            if t is not None and path in self.into and not merge_attrs(_attrs(b), _attrs(t), _attrs(t))[0] \
+            if t is not None and path in self.into and not changed_attr_names(_attrs(b), _attrs(t)) \
                     and not any(isinstance(o, h5py.Dataset) for o in _inventory(t).values()):
                 del self.into[path]
             return
@@ -369,14 +368,33 @@ def _commit(vf, target: str, source: str, base: str, *, version, message, resolv
     return merger
 
 
+def _on_file(function):
+    """Let ``function(vf, ...)`` take a path too: opened for writing (journaled), closed after."""
+    import functools
+    import os
+
+    @functools.wraps(function)
+    def wrapper(vf, *args, **kwargs):
+        if isinstance(vf, (str, os.PathLike)):
+            from .file import VersionedHDF5File
+            from .mutation import open_file
+
+            with open_file(vf, "r+") as f:
+                return function(VersionedHDF5File(f), *args, **kwargs)
+        return function(vf, *args, **kwargs)
+
+    return wrapper
+
+
+@_on_file
 def merge(vf, source: str, into: str = MAIN, *, version: str | None = None, message: str | None = None,
           resolve: Resolver = None, fast_forward: bool = True) -> MergeReport:
     """Merge ``source`` (a branch, tag or version) into branch ``into``; see the module docstring.
 
     Parameters
     ----------
-    vf : VersionedHDF5File
-        Open for writing.
+    vf : VersionedHDF5File, str or os.PathLike
+        Open for writing, or the file's path (opened with ``open_file`` and closed).
     source : str
         What to merge: a branch, a tag or a version name.
     into : str
@@ -427,6 +445,7 @@ def merge(vf, source: str, into: str = MAIN, *, version: str | None = None, mess
                        resolved=merger.resolved)
 
 
+@_on_file
 def cherry_pick(vf, picked: str, onto: str = MAIN, *, version: str | None = None, message: str | None = None,
                 resolve: Resolver = None) -> MergeReport:
     """Commit on branch ``onto`` the changes version ``picked`` made to its parent (a three-way merge).

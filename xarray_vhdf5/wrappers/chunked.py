@@ -267,11 +267,17 @@ class InMemoryDataset(ChunkedStagedDataset):
                 f"{self.raw_data.name!r} in {self.raw_data.file.filename!r}"
             )
         self._array = array
+        self._replaced = True
+
+    #: Set when :attr:`staged_array` was replaced: the points may differ from the
+    #: previous version's even when the new array holds no in-memory change (a
+    #: merge maps another version's chunks).
+    _replaced = False
 
     @property
     def has_changes(self) -> bool:
-        """True once the points were written to or resized (attrs do not count)."""
-        return self._array is not None and self._array.has_changes
+        """True once the points were written to, resized or replaced (attrs do not count)."""
+        return self._replaced or (self._array is not None and self._array.has_changes)
 
 
 class InMemorySparseDataset(ChunkedStagedDataset):
