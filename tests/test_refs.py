@@ -218,3 +218,27 @@ def test_cli_branch_tag_and_graph(path):
     assert run(cli, ["branch", str(path), "qc", "-d"]).output == "deleted branch qc (was at q1)\n"
     assert run(cli, ["tag", str(path), "paper", "-d"]).output == "deleted tag paper (was v2)\n"
     assert run(cli, ["tag", str(path)]).output == ""
+
+
+def test_cli_merge_and_cherry_pick(path):
+    from click.testing import CliRunner
+
+    from xarray_vhdf5.cli.main import cli
+
+    run = CliRunner().invoke
+    xv.create_branch(path, "qc", at="v1")
+    for name, i, value in (("q1", 1, -1.0), ("q2", 2, -2.0)):
+        staged = xr.open_dataset(path, engine="vhdf5", version="qc").vhdf5.stage()
+        staged["x"][i] = value
+        staged.vhdf5.commit(name)
+    out = run(cli, ["cherry-pick", str(path), "q2", "--version", "p"]).output
+    assert out.splitlines() == ["committed p on branch main (base q1)", "  x: merged"]
+    np.testing.assert_array_equal(_x(path, "p"), [10, 1, -2, 3, 4, 5])
+    staged = xr.open_dataset(path, engine="vhdf5", version="qc").vhdf5.stage()
+    staged["x"][0] = 99.0
+    staged.vhdf5.commit("q3")
+    result = run(cli, ["merge", str(path), "qc", "--version", "m"])
+    assert result.exit_code == 1 and "1 conflicting point" in result.output and "(0,)" in result.output
+    out = run(cli, ["merge", str(path), "qc", "--version", "m", "--resolve", "theirs"]).output
+    assert "committed m on branch main" in out and "1 conflicting points resolved" in out
+    np.testing.assert_array_equal(_x(path, "m"), [99, -1, -2, 3, 4, 5])

@@ -7,7 +7,7 @@ import click
 from ..errors import VHDF5Error
 from ..versions import refs
 
-__all__ = ["branch", "tag"]
+__all__ = ["branch", "cherry_pick", "merge", "tag"]
 
 
 def _run(action):
@@ -77,3 +77,51 @@ def tag(file: str, name: str | None, at: str | None, delete: bool) -> None:
     else:
         version = _run(lambda: refs.create_tag(file, name, at))
         click.echo(f"tagged {version} as {name}")
+
+
+def _print_report(report) -> None:
+    if report.fast_forward:
+        click.echo(f"fast-forward: branch {report.target} now at {report.version}")
+        return
+    click.echo(f"committed {report.version} on branch {report.target} (base {report.base})")
+    for path, outcome in sorted(report.datasets.items()):
+        settled = f", {report.resolved[path]} conflicting points resolved" if path in report.resolved else ""
+        click.echo(f"  {path}: {outcome}{settled}")
+
+
+_RESOLVE = click.Choice(["ours", "theirs"])
+
+
+@click.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("source")
+@click.option("--into", default="main", show_default=True, help="The branch that receives the merge.")
+@click.option("--version", "version", default=None, help="Name of the merge version (default: a UUID).")
+@click.option("-m", "--message", default=None, help="Commit message (default: 'merge SOURCE into INTO').")
+@click.option("--resolve", type=_RESOLVE, default=None,
+              help="Settle conflicting points: ours (the branch merged into) or theirs (SOURCE).")
+@click.option("--no-ff", is_flag=True, help="Make a merge version even when a fast-forward would do.")
+def merge(file, source, into, version, message, resolve, no_ff) -> None:
+    """Merge SOURCE (a branch, tag or version) into branch --into of FILE (a three-way merge).
+
+    Conflicting points (changed on both sides to different values) fail the
+    merge and are listed, unless --resolve says which side wins.
+    """
+    from ..versions.branchmerge import merge as do_merge
+
+    _print_report(_run(lambda: do_merge(file, source, into, version=version, message=message,
+                                        resolve=resolve, fast_forward=not no_ff)))
+
+
+@click.command(name="cherry-pick")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("picked")
+@click.option("--onto", default="main", show_default=True, help="The branch that receives the changes.")
+@click.option("--version", "version", default=None, help="Name of the new version (default: a UUID).")
+@click.option("-m", "--message", default=None, help="Commit message.")
+@click.option("--resolve", type=_RESOLVE, default=None, help="Settle conflicting points: ours or theirs.")
+def cherry_pick(file, picked, onto, version, message, resolve) -> None:
+    """Commit on branch --onto of FILE the changes version PICKED made to its parent."""
+    from ..versions.branchmerge import cherry_pick as do_pick
+
+    _print_report(_run(lambda: do_pick(file, picked, onto, version=version, message=message, resolve=resolve)))

@@ -14,7 +14,7 @@ from ..errors import VHDF5Error
 from .check import check
 from .diff import format_diff
 from .log import LOG_HELP
-from .branches import branch, tag
+from .branches import branch, cherry_pick, merge, tag
 from .refs import refs
 
 __all__ = ["cli", "format_diff", "main"]
@@ -111,6 +111,8 @@ cli.add_command(check)
 cli.add_command(refs)
 cli.add_command(branch)
 cli.add_command(tag)
+cli.add_command(merge)
+cli.add_command(cherry_pick)
 
 
 def main() -> None:
