@@ -87,6 +87,7 @@ def test_mode_w_fresh_path_round_trip(tmp_path):
     store = writable(path)
     ds.to_zarr(store, mode="w")
     assert not path.exists()  # nothing reaches the file before commit
+    xr.testing.assert_identical(oracle(store), ds)  # zarr's mode="r" reads a view of the pending writes
     name = store.commit(message="first")
     got = vhdf5(path)
     xr.testing.assert_identical(got, ds)
