@@ -15,6 +15,7 @@ from .refs import (
     list_tags,
     reset_branch,
 )
+from .retention import expire
 from .registry import VersionInfo, VersionRegistry, initialize, is_versioned
 from .timestamps import format_timestamp, parse_timestamp, to_utc_datetime
 
@@ -33,6 +34,7 @@ __all__ = [
     "delete_tag",
     "delete_version",
     "delete_versions",
+    "expire",
     "forget_shared_caches",
     "format_timestamp",
     "initialize",

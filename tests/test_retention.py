@@ -1,0 +1,152 @@
+"""expire(): which versions go, against a pure-Python model; every kept version reads as before."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from xarray_vhdf5 import VersionedHDF5File, create_branch, create_tag, list_branches, list_tags, open_file
+from xarray_vhdf5.versions import expire
+
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+FIRST = "__first_version__"
+
+
+def _values(i: int) -> np.ndarray:
+    return np.arange(40, dtype="f8") * 1000 + i
+
+
+def _write(path, n: int, branch_at: int | None = None, tag_at: int | None = None) -> dict:
+    """``n`` versions v0..v{n-1}, one a day, each with new values; a branch and a tag optionally.
+
+    Returns the model: name -> (timestamp, values, parent).
+    """
+    model = {}
+    with h5py.File(path, "w") as h:
+        vf = VersionedHDF5File(h)
+        prev = None
+        for i in range(n):
+            ts = T0 + dt.timedelta(days=i)
+            with vf.stage_version(f"v{i}", timestamp=ts) as g:
+                if "x" in g:
+                    g["x"][:] = _values(i)
+                else:
+                    g.create_dataset("x", data=_values(i), chunks=(10,))
+            model[f"v{i}"] = (ts, _values(i), prev or FIRST)
+            prev = f"v{i}"
+    if branch_at is not None:
+        create_branch(path, "qc", at=f"v{branch_at}")
+    if tag_at is not None:
+        create_tag(path, "paper", at=f"v{tag_at}")
+    return model
+
+
+def _expected(model, older_than, keep_last, needed) -> set[str]:
+    names = sorted(model, key=lambda n: model[n][0])
+    doomed = set(names if keep_last is None else names[: max(0, len(names) - keep_last)])
+    if older_than is not None:
+        doomed = {n for n in doomed if model[n][0] < older_than}
+    return doomed - needed
+
+
+def _check_survivors(path, model, doomed):
+    with h5py.File(path, "r") as h:
+        vf = VersionedHDF5File(h)
+        versions = h["_version_data/versions"]
+        kept = sorted(set(versions) - {FIRST})
+        assert kept == sorted(set(model) - doomed)
+        for name in kept:
+            np.testing.assert_array_equal(vf[name]["x"][:], model[name][1])
+            parent = model[name][2]
+            while parent in doomed:  # re-parented to the nearest surviving ancestor
+                parent = model[parent][2]
+            got = versions[name].attrs["prev_version"]
+            assert (got.decode() if isinstance(got, bytes) else got) == parent
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    n=st.integers(1, 8),
+    days=st.none() | st.integers(0, 9),
+    keep_last=st.none() | st.integers(0, 9),
+    branch_at=st.none() | st.integers(0, 7),
+    tag_at=st.none() | st.integers(0, 7),
+)
+def test_expire_deletes_what_the_model_says(tmp_path_factory, n, days, keep_last, branch_at, tag_at):
+    if days is None and keep_last is None:
+        keep_last = 2
+    branch_at = None if branch_at is None or branch_at >= n else branch_at
+    tag_at = None if tag_at is None or tag_at >= n else tag_at
+    path = tmp_path_factory.mktemp("exp") / "f.h5"
+    model = _write(path, n, branch_at, tag_at)
+    older_than = None if days is None else T0 + dt.timedelta(days=days)
+    needed = {f"v{n - 1}"} | {f"v{i}" for i in (branch_at, tag_at) if i is not None}
+    doomed = _expected(model, older_than, keep_last, needed)
+    report = expire(str(path), older_than=older_than, keep_last=keep_last)
+    assert set(report.deleted) == doomed
+    _check_survivors(path, model, doomed)
+    assert list_branches(path)["main"] == f"v{n - 1}"
+    if branch_at is not None:
+        assert list_branches(path)["qc"] == f"v{branch_at}"
+    if tag_at is not None:
+        assert list_tags(path) == {"paper": f"v{tag_at}"}
+
+
+def test_keep_tags_false_deletes_tagged_versions_and_their_tags(tmp_path):
+    path = tmp_path / "f.h5"
+    model = _write(path, 5, branch_at=1, tag_at=2)
+    report = expire(path, keep_last=1, keep_tags=False)
+    assert report.deleted == ["v0", "v2", "v3"]
+    assert list_tags(path) == {}
+    _check_survivors(path, model, {"v0", "v2", "v3"})
+
+
+def test_keep_branches_false_moves_a_branch_to_a_survivor(tmp_path):
+    path = tmp_path / "f.h5"
+    model = _write(path, 5, branch_at=2, tag_at=1)
+    report = expire(path, older_than=T0 + dt.timedelta(days=3), keep_branches=False)
+    assert report.deleted == ["v0", "v2"]  # v1 tagged; v3, v4 not old enough
+    assert list_branches(path)["qc"] == "v1"  # nearest surviving ancestor of v2
+    _check_survivors(path, model, {"v0", "v2"})
+
+
+def test_expire_frees_chunks_and_writes_nothing_when_nothing_expires(tmp_path):
+    path = tmp_path / "f.h5"
+    _write(path, 6)
+    before = path.read_bytes()
+    report = expire(path, older_than=T0)  # nothing older than the first version
+    assert report.deleted == [] and path.read_bytes() == before
+    report = expire(path, keep_last=2)
+    assert report.deleted == ["v0", "v1", "v2", "v3"]
+    assert report.freed_chunks == 16  # 4 chunks of each deleted version's new values
+
+
+def test_expire_on_open_handles(tmp_path):
+    path = tmp_path / "f.h5"
+    model = _write(path, 4)
+    with open_file(path) as h:
+        vf = VersionedHDF5File(h)
+        assert expire(vf, keep_last=1).deleted == ["v0", "v1", "v2"]
+        np.testing.assert_array_equal(vf["v3"]["x"][:], model["v3"][1])
+        assert vf.current_version == "v3"
+    with h5py.File(path, "r") as h, pytest.raises(PermissionError):
+        expire(h, keep_last=0)
+
+
+@pytest.mark.parametrize(("kwargs", "error"), [
+    ({}, ValueError),
+    ({"keep_last": -1}, ValueError),
+    ({"keep_last": 1.5}, TypeError),
+    ({"keep_last": True}, TypeError),
+    ({"older_than": 3}, TypeError),
+])
+def test_bad_rules(tmp_path, kwargs, error):
+    path = tmp_path / "f.h5"
+    _write(path, 2)
+    with pytest.raises(error):
+        expire(path, **kwargs)
