@@ -17,6 +17,7 @@ import functools
 import inspect
 import os
 import pickle
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -47,8 +48,8 @@ def small(n_days: int = 6, start: int = 0, seed: int = 0) -> xr.Dataset:
     ds = xr.Dataset(
         {"sst": (("time", "y", "x"), sst, {"units": "degC", "scale": np.float32(0.5)}),
          "count": (("time", "y"), rng.integers(0, 9, (n_days, 5)).astype("int16"))},
-        coords={"time": np.datetime64("2000-01-01", "ns") + np.arange(start, start + n_days).astype("m8[D]"), "y": np.linspace(0, 1, 5),
-                "x": np.arange(4, dtype="int32")},
+        coords={"time": np.datetime64("2000-01-01", "ns") + np.arange(start, start + n_days).astype("m8[D]"),
+                "y": np.linspace(0, 1, 5), "x": np.arange(4, dtype="int32")},
         attrs={"title": "small", "version": 1},
     )
     ds["count"].encoding["_FillValue"] = np.int16(-1)
@@ -285,6 +286,27 @@ def test_a_group_of_the_version(tmp_path):
                          coords="minimal", compat="override", join="outer")
     xr.testing.assert_identical(vhdf5(path, group="g/h"), expected.assign_attrs(small(1).attrs))
     xr.testing.assert_identical(vhdf5(path), small())  # the root group is carried
+
+
+def test_writes_past_the_memory_budget_spill_to_files(tmp_path, monkeypatch):
+    from xarray_vhdf5.store import _overlay
+
+    monkeypatch.setattr(_overlay, "MEMORY_BUDGET", 2000)  # bytes: a few chunks, then files
+    path = tmp_path / "spill.h5"
+    ds = small(12)
+    store = writable(path)
+    ds.to_zarr(store, mode="w")
+    overlay = store._session.overlay
+    spilled = [k for k, v in overlay.written.items() if isinstance(v, _overlay.Spooled)]
+    assert spilled and overlay.nbytes <= 2000
+    assert sorted(os.listdir(overlay.spill_dir)) == sorted(quote(k, safe="") for k in spilled)
+    xr.testing.assert_identical(oracle(store), ds)  # read back from the files
+    zarr.open_array(store, path="sst", mode="r+")[5] = 0.5  # a spilled chunk rewritten
+    store.commit()
+    expected = ds.copy(deep=True)
+    expected["sst"][5] = 0.5
+    xr.testing.assert_identical(vhdf5(path), expected)
+    assert not os.path.exists(f"{path}.forks")  # removed by the commit
 
 
 # -- the version it commits onto ---------------------------------------------------------------

@@ -13,6 +13,12 @@ zarr encoded them (``zarr.json`` documents, chunks after the array's codecs):
   them into their variable's :class:`~xarray_vhdf5.staging.StagedChangesArray`
   (:mod:`._staged`).
 
+Past a memory budget (:data:`MEMORY_BUDGET`: 64 MiB of written values, the
+writer's batch size), further values spill to files in a directory beside the HDF5 file
+(``<file>.forks/<id>-overlay/``, as forks spool, :mod:`._forks`), read back
+when zarr or the commit needs them and removed by the commit: a large
+``to_zarr`` into one store holds at most the budget in memory.
+
 Deletes of base keys are remembered as tombstones (``deleted``) and deleted
 directories as hidden prefixes (``cleared``; ``""``: the whole base, as
 ``to_zarr(mode="w")`` clears the store before writing).
@@ -20,9 +26,15 @@ directories as hidden prefixes (``cleared``; ``""``: the whole base, as
 
 from __future__ import annotations
 
+import os
 import threading
+import uuid
+from urllib.parse import quote
 
-__all__ = ["Overlay", "Session", "Spooled"]
+__all__ = ["MEMORY_BUDGET", "Overlay", "Session", "Spooled"]
+
+#: Bytes of written values an overlay keeps in memory before spilling further ones to files.
+MEMORY_BUDGET = 64 * 2**20
 
 
 class Spooled:
@@ -56,11 +68,36 @@ class Overlay:
         every base key under one is hidden.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, spill_root: str | None = None, budget: int | None = None) -> None:
         self.written: dict[str, bytes | Spooled] = {}
         self.deleted: set[str] = set()
         self.cleared: set[str] = set()
         self.lock = threading.Lock()
+        self.spill_root = spill_root  # where a spill directory is made (None: never spill)
+        self.budget = MEMORY_BUDGET if budget is None else int(budget)
+        self.spill_dir: str | None = None
+        self.nbytes = 0  # bytes of the values held in memory
+
+    def _forget(self, key: str) -> None:
+        old = self.written.pop(key, None)
+        if isinstance(old, bytes):
+            self.nbytes -= len(old)
+        elif isinstance(old, Spooled) and self.spill_dir and old.path.startswith(self.spill_dir):
+            try:
+                os.remove(old.path)
+            except FileNotFoundError:
+                pass
+
+    def _spill(self, key: str, data: bytes) -> Spooled:
+        if self.spill_dir is None:
+            self.spill_dir = os.path.join(self.spill_root, f"{uuid.uuid4().hex}-overlay")
+            os.makedirs(self.spill_dir)
+        path = os.path.join(self.spill_dir, quote(key, safe="") or "%")
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        return Spooled(path)
 
     def __len__(self) -> int:
         return len(self.written) + len(self.deleted) + len(self.cleared)
@@ -71,15 +108,21 @@ class Overlay:
         return data.read() if isinstance(data, Spooled) else data
 
     def set(self, key: str, data: bytes | Spooled) -> None:
-        """Write ``key``."""
+        """Write ``key`` (in memory, or to a spill file past the budget)."""
         with self.lock:
+            self._forget(key)
+            if isinstance(data, bytes):
+                if self.spill_root is not None and self.nbytes + len(data) > self.budget:
+                    data = self._spill(key, data)
+                else:
+                    self.nbytes += len(data)
             self.written[key] = data
             self.deleted.discard(key)
 
     def delete(self, key: str) -> None:
         """Delete ``key`` (written or in the base); no error if absent."""
         with self.lock:
-            self.written.pop(key, None)
+            self._forget(key)
             self.deleted.add(key)
 
     def delete_dir(self, prefix: str) -> None:
@@ -88,7 +131,7 @@ class Overlay:
             prefix += "/"
         with self.lock:
             for key in [k for k in self.written if k.startswith(prefix)]:
-                del self.written[key]
+                self._forget(key)
             self.deleted = {k for k in self.deleted if not k.startswith(prefix)}
             self.cleared = {p for p in self.cleared if not p.startswith(prefix)}
             self.cleared.add(prefix)
@@ -98,11 +141,13 @@ class Overlay:
         return key in self.deleted or any(key.startswith(p) for p in self.cleared)
 
     def clear(self) -> None:
-        """Forget everything (after a commit)."""
+        """Forget everything (after a commit); the spill directory is the caller's to remove."""
         with self.lock:
             self.written.clear()
             self.deleted.clear()
             self.cleared.clear()
+            self.nbytes = 0
+            self.spill_dir = None
 
 
 class Session:
@@ -115,9 +160,9 @@ class Session:
         the commit's parent, checked against the file's current version.
     """
 
-    def __init__(self, parent: str | None) -> None:
+    def __init__(self, parent: str | None, spill_root: str | None = None) -> None:
         self.parent = parent
-        self.overlay = Overlay()
+        self.overlay = Overlay(spill_root)
         #: spool directories of merged forks, removed once their values are committed
         self.spools: list[str] = []
         #: forks made and not merged yet: spool directory -> {key: SHA-256 of the value it saw}

@@ -19,8 +19,8 @@ Keys (Zarr v3 storage, "Chunk key encoding", default with ``/``)::
 
 Writable (``read_only=False``): the store is an overlay over that version, or
 over nothing (a path that does not exist yet, an HDF5 file without versions,
-a group the version lacks). zarr's writes are kept, encoded, in memory
-(:mod:`._overlay` says why); reads see them over the version;
+a group the version lacks). zarr's writes are kept encoded, in memory up
+to a budget, then in spill files (:mod:`._overlay` says why); reads see them over the version;
 :meth:`VersionStore.commit` makes them one new version through the ``xr``
 layer (:mod:`._staged`); :meth:`VersionStore.fork` and
 :meth:`VersionStore.merge` carry writes from dask workers (:mod:`._forks`).
@@ -183,9 +183,10 @@ class VersionStore(Store):
     store keeps one :class:`~xarray_vhdf5.versions.SharedVersionedFile` open;
     it never blocks a writer of the file.
 
-    A writable store keeps zarr's writes encoded in memory until
-    :meth:`commit` (:mod:`._overlay`); ``close()`` closes the file but keeps
-    them. ``with_read_only(True)`` gives a read-only view of the same writes
+    A writable store keeps zarr's writes encoded, in memory up to a budget
+    and in files beside the HDF5 file past it, until :meth:`commit`
+    (:mod:`._overlay`); ``close()`` closes the file but keeps them.
+    ``with_read_only(True)`` gives a read-only view of the same writes
     (zarr's ``mode="r"`` opens take one).
     """
 
@@ -227,7 +228,7 @@ class VersionStore(Store):
                 self._state = _Version(self.path, self.version, self.group, self.numcodecs, self.verify,
                                        missing_ok=not self.read_only)
                 if not self.read_only:
-                    self._session = Session(self._state.version)
+                    self._session = Session(self._state.version, spill_root=f"{self.path}.forks")
             if self._state.version is not None:
                 self.version = self._state.version  # pinned: a copy reads the same version
         return self._state
@@ -367,7 +368,10 @@ class VersionStore(Store):
         self._ensure_state()
         name = commit_store(self, version, message=message, timestamp=timestamp, make_current=make_current,
                             allow_empty=allow_empty, force=force)
-        self._session.overlay.clear()
+        overlay = self._session.overlay
+        if overlay.spill_dir is not None:
+            self._session.spools.append(overlay.spill_dir)
+        overlay.clear()
         remove_spools(self._session.spools)
         self._session.parent = name
         self.version = name
@@ -567,7 +571,12 @@ class VersionStore(Store):
         if not isinstance(value, Buffer):
             raise TypeError(f"VersionStore.set(): expected a zarr Buffer, got {type(value).__name__}")
         await self._get_state()
-        self._session.overlay.set(key, value.to_bytes())
+        data = value.to_bytes()
+        overlay = self._session.overlay
+        if overlay.nbytes + len(data) > overlay.budget:  # spills to a file: not on zarr's event loop
+            await asyncio.to_thread(overlay.set, key, data)
+        else:
+            overlay.set(key, data)
 
     async def delete(self, key: str) -> None:
         """Delete ``key`` (no error when absent); read-only stores raise ``ValueError``."""
