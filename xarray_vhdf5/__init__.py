@@ -3,7 +3,8 @@
 The on-disk format is versioned-hdf5's, so files are interchangeable with the
 ``versioned-hdf5`` package in both directions.
 
-- ``xr.open_dataset(path, engine="vhdf5", version=...)`` reads any version lazily.
+- ``xr.open_dataset(path, engine="vhdf5", version=...)`` reads any version lazily;
+  :func:`open_versions` several at once, stacked along ``version``.
 - ``ds.vhdf5.commit(version, path=...)`` commits an xarray Dataset as a version.
 - :class:`VersionedHDF5File` is the h5py-level API (versioned-hdf5's);
   :func:`open_file` opens a file for it with every commit journaled.
@@ -53,7 +54,7 @@ from .versions import (
     reset_branch,
 )
 from .versions.mutation import open_file
-from .xr import VHDF5BackendEntrypoint, commit_dataset
+from .xr import VHDF5BackendEntrypoint, commit_dataset, open_versions
 from .wrappers import (
     DatasetWrapper,
     InMemoryArrayDataset,
@@ -113,6 +114,7 @@ __all__ = [
     "modify_metadata",
     "reset_branch",
     "open_file",
+    "open_versions",
     "errors",
     "__version__",
 ]

@@ -7,6 +7,7 @@ from .datatree import open_datatree, open_groups_as_dict
 from .diff import diff_versions
 from .dimscales import attach_dimension_scales
 from .engine import VHDF5BackendEntrypoint, open_version_group
+from .stacked import open_versions
 from .stage import append_staged, commit_staged, stage_dataset
 from .staged_array import StagedVariableArray
 from .writer import commit_dataset, commit_datatree, next_version_name
@@ -28,6 +29,7 @@ __all__ = [
     "open_datatree",
     "open_groups_as_dict",
     "open_version_group",
+    "open_versions",
     "stage_dataset",
     "version_log_frame",
 ]

@@ -370,6 +370,9 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
               ``version=0`` is the first version, ``version=50`` the 51st;
             - an int ``-n``: the n-th ancestor of the current version along
               ``prev_version`` (``-1``: its parent), as versioned-hdf5's ``vf[-n]``.
+            - a list or tuple of such keys: every one of those versions,
+              stacked along a new leading ``version`` dimension
+              (:func:`~xarray_vhdf5.xr.stacked.open_versions`; a path only).
 
             Ambiguous cases: a version *named* like a time
             (``"2024-06-01"``) is opened by its name, never as a time; to ask
@@ -427,6 +430,14 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
         bytes directly (:mod:`~xarray_vhdf5.backend.manifest`). A writer may
         commit meanwhile: this Dataset keeps reading its version.
         """
+        if isinstance(version, (list, tuple)):  # many versions, stacked along "version"
+            from .stacked import open_versions
+
+            return open_versions(
+                filename_or_obj, version, group=group, drop_variables=drop_variables, verify=verify,
+                mask_and_scale=mask_and_scale, decode_times=decode_times, concat_characters=concat_characters,
+                decode_coords=decode_coords, use_cftime=use_cftime, decode_timedelta=decode_timedelta,
+            )
         manager = _open_file(filename_or_obj, verify=verify)
         decoders = dict(
             mask_and_scale=mask_and_scale,
