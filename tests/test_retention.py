@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from xarray_vhdf5 import VersionedHDF5File, create_branch, create_tag, list_branches, list_tags, open_file
 from xarray_vhdf5.versions import expire
+from xarray_vhdf5.versions.check import check_file
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 FIRST = "__first_version__"
@@ -150,3 +151,71 @@ def test_bad_rules(tmp_path, kwargs, error):
     _write(path, 2)
     with pytest.raises(error):
         expire(path, **kwargs)
+
+
+# -- space: the bytes of expired versions go to the next commits --------------------------
+
+
+def _full_versions(path, n, start=0, persist=False, create=True):
+    """Versions v{start}..v{start+n-1}, each rewriting all of ``x`` (8 chunks of 32 KiB); one session each."""
+    if create:
+        kw = {"fs_strategy": "fsm", "fs_persist": True, "fs_threshold": 1} if persist else {}
+        h5py.File(path, "w", **kw).close()
+    for i in range(start, start + n):
+        with h5py.File(path, "a") as h:
+            vf = VersionedHDF5File(h)
+            with vf.stage_version(f"v{i}") as g:
+                x = np.random.default_rng(i).random(8 * 4096)
+                if "x" in g:
+                    g["x"][:] = x
+                else:
+                    g.create_dataset("x", data=x, chunks=(4096,))
+
+
+@pytest.mark.parametrize("persist", [False, True])
+def test_expired_bytes_are_reused_by_the_next_commits(tmp_path, persist):
+    import shutil
+
+    path, twin = tmp_path / "f.h5", tmp_path / "twin.h5"
+    _full_versions(path, 12, persist=persist)
+    shutil.copy(path, twin)
+    report = expire(path, keep_last=6)
+    assert report.freed_chunks == 6 * 8
+    with h5py.File(path, "r") as h:
+        raw = h["_version_data/x/raw_data"]
+        kept_rows = 6 * 8 * 4096
+        # a file that forgets freed bytes keeps them as raw_data rows past largest_index
+        assert raw.shape[0] == (kept_rows if persist else 12 * 8 * 4096)
+        assert h["_version_data/x/hash_table"].attrs["largest_index"] == 6 * 8
+    assert check_file(path, rehash=True).problems == []
+    size, size_twin = path.stat().st_size, twin.stat().st_size
+    _full_versions(path, 6, start=12, create=False)
+    _full_versions(twin, 6, start=12, create=False)
+    grown, grown_twin = path.stat().st_size - size, twin.stat().st_size - size_twin
+    assert grown_twin >= 6 * 8 * 32768
+    assert grown <= 0.1 * grown_twin
+    with h5py.File(path, "r") as h:
+        vf = VersionedHDF5File(h)
+        for i in range(6, 18):
+            np.testing.assert_array_equal(vf[f"v{i}"]["x"][:], np.random.default_rng(i).random(8 * 4096))
+
+
+def test_versioned_hdf5_commits_and_deletes_over_freed_rows(tmp_path):
+    versioned_hdf5 = pytest.importorskip("versioned_hdf5")
+    path = tmp_path / "f.h5"
+    _full_versions(path, 6)
+    expire(path, keep_last=2)
+    with h5py.File(path, "r+") as h:
+        vf = versioned_hdf5.VersionedHDF5File(h)
+        np.testing.assert_array_equal(vf["v5"]["x"][:], np.random.default_rng(5).random(8 * 4096))
+        with vf.stage_version("r1") as g:
+            g["x"][:4096] = 7.0
+        vf.close()
+    with h5py.File(path, "r+") as h:
+        versioned_hdf5.delete_versions(h, ["v4"])
+    with h5py.File(path, "r") as h:
+        vf = VersionedHDF5File(h)
+        want = np.random.default_rng(5).random(8 * 4096)
+        np.testing.assert_array_equal(vf["v5"]["x"][:], want)
+        want[:4096] = 7.0
+        np.testing.assert_array_equal(vf["r1"]["x"][:], want)

@@ -15,8 +15,9 @@ groups left uncommitted by a crashed commit are never expired.
 
 The deletion is :func:`~xarray_vhdf5.versions.delete.delete_versions`' (one
 mutation: locked, journaled, counted), so the chunks only the expired versions
-used are dropped from raw_data; what happens to their bytes in the file is said
-in :mod:`~xarray_vhdf5.versions.delete` ("Space").
+used are dropped from raw_data, and their bytes are left for the next commits
+(:mod:`~xarray_vhdf5.versions.delete`, "Space"); :func:`~xarray_vhdf5.versions.repack.repack`
+gives them back to the file system.
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ def expire(
     keep_last: int | None = None,
     keep_tags: bool = True,
     keep_branches: bool = True,
+    *,
+    keep_freed: bool | None = None,
 ) -> _delete.DeleteReport:
     """Delete the versions no ref needs and the chunks only they used (see the module).
 
@@ -136,6 +139,12 @@ def expire(
         branch moves to the nearest surviving ancestor (a branch left with none
         is deleted), as :func:`~xarray_vhdf5.versions.delete.delete_versions`
         moves branches.
+    keep_freed : bool, keyword-only, optional
+        Leave the slots of raw_data the expired versions alone used allocated,
+        for the next commits to write over (``delete_versions``' keyword).
+        Default: True unless the file tracks its free space across closes
+        (:func:`~xarray_vhdf5.versions.delete.persists_free_space`), where
+        raw_data is truncated and libhdf5 reuses the bytes for any object.
 
     Returns
     -------
@@ -179,4 +188,6 @@ def expire(
                 for tag, version in refs.tags(h5file).items():
                     if version in gone:
                         del tag_group.attrs[tag]
-            return _delete._delete_versions(h5file, registry, doomed)
+            if keep_freed is None:
+                keep_freed = not _delete.persists_free_space(h5file)
+            return _delete._delete_versions(h5file, registry, doomed, keep_freed=keep_freed)
