@@ -101,7 +101,7 @@ class VHDF5DatasetAccessor(RefVerbs):
         """
         return version_log_frame(self._opened("versions"))
 
-    def diff(self, other, *, decode_times=None) -> xr.Dataset:
+    def diff(self, other, *, decode_times=None, lazy: bool | None = None) -> xr.Dataset:
         """What changed from version ``other`` to this Dataset's version, in its group.
 
         Like ``git diff other``: ``other`` is the base (A), this Dataset's
@@ -116,6 +116,11 @@ class VHDF5DatasetAccessor(RefVerbs):
             Decode CF times before subtracting; default: as this Dataset was
             opened (``open_dataset(..., decode_times=False)`` gives False:
             ``encoding["vhdf5_decode_times"]``).
+        lazy : bool, optional
+            Give dask arrays, one block per HDF5 chunk, and read nothing now
+            (see :func:`~xarray_vhdf5.xr.diff.diff_versions`). Default: lazy
+            when this Dataset holds dask arrays (opened with ``chunks=``),
+            else for variables larger than :data:`~xarray_vhdf5.xr.diff.EAGER_BYTES`.
 
         Returns
         -------
@@ -140,7 +145,9 @@ class VHDF5DatasetAccessor(RefVerbs):
         group = self._ds.encoding.get("vhdf5_group")
         if decode_times is None:
             decode_times = self._ds.encoding.get("vhdf5_decode_times", True)
-        return diff_versions(source, other, self.version, group=group, decode_times=decode_times)
+        if lazy is None and any(v.chunks is not None for v in self._ds.variables.values()):
+            lazy = True
+        return diff_versions(source, other, self.version, group=group, decode_times=decode_times, lazy=lazy)
 
     def stage(self) -> xr.Dataset:
         """An editable, lazy copy of this Dataset; edits are kept in memory until :meth:`commit`.

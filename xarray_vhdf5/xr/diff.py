@@ -46,6 +46,19 @@ and ``attrs_changed``: variables in both versions whose attributes differ.
 Values are compared CF-decoded. When an attribute that changes the decoding
 (:data:`DECODING_ATTRS`: ``units``, ``scale_factor``, ...) differs between
 the versions, every chunk of that variable is read, not only the remapped ones.
+
+Lazy diffs (``lazy=True``, the default for variables larger than
+:data:`EAGER_BYTES` and for ``ds.vhdf5.diff`` of a Dataset holding dask
+arrays): nothing is read when the diff is built. ``V_diff``, ``V_changed``
+and ``V_changes`` are dask arrays with one block per HDF5 chunk of B; a chunk
+mapped to the same raw_data rows in both versions is a constant block (NaN,
+False, 0) never read; each other chunk is one task reading it from A and B
+(through their chunk manifests) and comparing, in memory of a few chunks.
+Each computed variable reads its candidates again (compute them together,
+``dask.compute(...)``, to read once). A lazy diff cannot know yet which
+candidates hold equal points: a variable is ``modified`` as soon as a mapping
+differs, and ``points_changed`` / ``chunks_changed`` are left out of the
+attributes (``int(V_changed.sum())`` counts them).
 """
 
 from __future__ import annotations
@@ -56,7 +69,7 @@ import h5py
 import numpy as np
 import xarray as xr
 
-from ..backend.chunks import chunk_grid_shape
+from ..backend.chunks import chunk_grid_shape, chunk_slices
 from ..backend.signature import open_h5file
 from ..versions.diff import DatasetDiff, compare_datasets, equal_points, finish, iter_candidates
 from ..versions.history import changed_attrs
@@ -95,9 +108,10 @@ def _same_points(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return same
 
 
-def _decode(name: str, ds: h5py.Dataset, values: np.ndarray, decode_times: bool) -> np.ndarray:
-    """CF-decode stored points of ``ds`` with its own attributes (units, scale_factor, _FillValue...)."""
-    var = xr.Variable(tuple(f"d{i}" for i in range(values.ndim)), values, visible_attrs(ds.attrs))
+def _decode(name: str, ds: h5py.Dataset | dict, values: np.ndarray, decode_times: bool) -> np.ndarray:
+    """CF-decode stored points of ``ds`` (or with attributes ``ds``, a dict) with its own attributes."""
+    attrs = ds if isinstance(ds, dict) else visible_attrs(ds.attrs)
+    var = xr.Variable(tuple(f"d{i}" for i in range(values.ndim)), values, attrs)
     out = np.asarray(xr.conventions.decode_cf_variable(name, var, decode_times=decode_times).values)
     return out.astype(np.int8) if out.dtype == bool else out
 
@@ -127,6 +141,7 @@ def diff_versions(
     *,
     group: str | None = None,
     decode_times: bool = True,
+    lazy: bool | None = None,
 ) -> xr.Dataset:
     """What changed from version ``a`` to version ``b`` in one group, as a Dataset.
 
@@ -143,6 +158,12 @@ def diff_versions(
     decode_times : bool
         Decode CF times before subtracting (default True; False for times
         xarray cannot decode, e.g. year-zero units).
+    lazy : bool, optional
+        Build ``<var>_diff``, ``<var>_changed`` and ``<var>_changes`` of
+        modified variables as dask arrays, one block per HDF5 chunk of B,
+        and read nothing now (module docstring, "Lazy diffs"). Default: lazy
+        for variables of more than :data:`EAGER_BYTES` in B, eager (read now,
+        numpy) for the others.
 
     Returns
     -------
@@ -172,6 +193,7 @@ def diff_versions(
         in_b = _variables(gb)
         coords = _index_coords(path, name_b, group, decode_times) if gb is not None else xr.Dataset()
         out = xr.Dataset(coords=coords.coords)
+        stored = _StoredPair(path, name_a, name_b, group)
         by_status: dict[str, list[str]] = {s: [] for s in ("added", "removed", "replaced", "modified", "unchanged")}
         attrs_changed = []
         for name in [*in_b, *(n for n in in_a if n not in in_b)]:
@@ -185,7 +207,10 @@ def diff_versions(
             changes = {}
             changed = None
             if diff.status == "modified":
-                changes, changed = _assemble(name, da_, db, diff, out, decode_times)
+                if _is_lazy(lazy, db):
+                    changes, changed = None, _assemble_lazy(name, da_, db, diff, out, decode_times, stored)
+                else:
+                    changes, changed = _assemble(name, da_, db, diff, out, decode_times)
             by_status[diff.status].append(name)
             if diff.status in ("added", "modified", "replaced"):
                 _add_changed(name, db, diff, changed, out)
@@ -295,9 +320,11 @@ def _add_changed(name: str, b: h5py.Dataset, diff: DatasetDiff, changed: np.ndar
     attrs = {
         "long_name": f"{name}: changed points",
         "status": diff.status,
-        "points_changed": diff.points_changed,
+        "points_changed": diff.points_changed,  # left out of a lazy diff: not counted yet
         "points_removed": diff.points_removed,
     }
+    if diff.points_changed is None:
+        del attrs["points_changed"]
     if diff.shape_a is not None:
         attrs["shape_a"] = list(diff.shape_a)
     attrs["shape_b"] = list(diff.shape_b)
@@ -310,8 +337,13 @@ def _empty_diff(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     return np.full(shape, np.timedelta64("NaT") if out_dtype.kind == "m" else np.nan, dtype=out_dtype)
 
 
-def _add_counts(name: str, b: h5py.Dataset, diff: DatasetDiff, counts: dict, out: xr.Dataset) -> None:
-    """Add ``name_changes``: changed points per chunk of B."""
+def _count_block(block: np.ndarray) -> np.ndarray:
+    """The changed points of one block of ``name_changed`` (one HDF5 chunk), as a ``(1, ..., 1)`` array."""
+    return np.array(block.sum(), np.int64).reshape((1,) * block.ndim)
+
+
+def _add_counts(name: str, b: h5py.Dataset, diff: DatasetDiff, counts: dict | None, out: xr.Dataset) -> None:
+    """Add ``name_changes``: changed points per chunk of B (``counts`` None: lazy, from ``name_changed``)."""
     dims, scalar = _out_dims(name, b)
     chunks = diff.chunks
     grid = chunk_grid_shape(b.shape, chunks)
@@ -322,6 +354,9 @@ def _add_counts(name: str, b: h5py.Dataset, diff: DatasetDiff, counts: dict, out
             shape = [1] * len(grid)
             shape[axis] = g
             per_chunk = per_chunk * sizes.reshape(shape)
+    elif counts is None:  # lazy: counted per block of name_changed when computed
+        per_chunk = out[f"{name}_changed"].data.map_blocks(
+            _count_block, chunks=tuple((1,) * g for g in grid), dtype=np.int64)
     else:
         per_chunk = np.zeros(grid, dtype=np.int64)
         for index, n in counts.items():
@@ -331,8 +366,9 @@ def _add_counts(name: str, b: h5py.Dataset, diff: DatasetDiff, counts: dict, out
         "chunks": list(chunks),
         "chunks_total": diff.chunks_total,
         "chunks_read": len(diff.candidates) if diff.status == "modified" else 0,
-        "chunks_changed": int(np.count_nonzero(per_chunk)),
     }
+    if counts is not None or diff.status != "modified":
+        attrs["chunks_changed"] = int(np.count_nonzero(per_chunk))
     if scalar:
         out[f"{name}_changes"] = xr.Variable((), per_chunk.reshape(()), attrs)
         return
@@ -345,3 +381,126 @@ def _add_counts(name: str, b: h5py.Dataset, diff: DatasetDiff, counts: dict, out
         else:
             coords[cd] = (cd, starts, {"long_name": f"first point of the chunk along {d}"})
     out[f"{name}_changes"] = xr.DataArray(per_chunk, dims=chunk_dims, coords=coords, attrs=attrs)
+
+
+#: Variables larger than this in B (bytes, stored dtype) are diffed lazily by default.
+EAGER_BYTES = 256 * 2**20
+
+
+def _is_lazy(lazy: bool | None, b: h5py.Dataset) -> bool:
+    """Whether to diff ``b`` lazily: ``lazy`` if given, else when it exceeds :data:`EAGER_BYTES`."""
+    if b.ndim == 0 or b.shape == (1,) and _dims(b) == ():
+        return False  # a scalar: one point
+    if lazy is not None:
+        return bool(lazy)
+    return b.dtype.itemsize * int(np.prod(b.shape)) > EAGER_BYTES
+
+
+class _StoredPair:
+    """The stored (undecoded) lazy variables of versions A and B of one group, opened on first use.
+
+    Each read of one of their regions reads only the chunks it touches, from
+    their chunk bytes (:mod:`~xarray_vhdf5.backend.manifest`); they pickle, so
+    dask workers read them as well.
+    """
+
+    def __init__(self, path, name_a: str, name_b: str, group: str | None):
+        self.path, self.names, self.group = path, (name_a, name_b), group
+        self._opened: dict[str, xr.Dataset] = {}
+
+    def variable(self, which: int, name: str) -> xr.Variable:
+        version = self.names[which]
+        if version not in self._opened:
+            self._opened[version] = xr.open_dataset(self.path, engine="vhdf5", version=version, group=self.group,
+                                                    decode_cf=False)
+        return self._opened[version][name].variable
+
+
+class _ChunkPair:
+    """Reads one candidate chunk of A and B and compares them (a dask task; pickles by value)."""
+
+    def __init__(self, name, raw_a, raw_b, attrs_a, attrs_b, shape_a, numeric, decode_times, delta_dtype):
+        self.name, self.raw_a, self.raw_b = name, raw_a, raw_b
+        self.attrs_a, self.attrs_b, self.shape_a = attrs_a, attrs_b, shape_a
+        self.numeric, self.decode_times, self.delta_dtype = numeric, decode_times, delta_dtype
+
+    def __call__(self, region: tuple[slice, ...]) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(changed, B - A)`` over ``region`` of B (points), as :func:`_assemble` computes them."""
+        raw_b = np.asarray(self.raw_b[region].values)
+        clipped = tuple(slice(r.start, min(r.stop, n)) for r, n in zip(region, self.shape_a))
+        changed = np.ones(raw_b.shape, dtype=bool)
+        delta = None if self.delta_dtype is None else np.full(raw_b.shape, _missing(self.delta_dtype),
+                                                              self.delta_dtype)
+        if all(c.stop > c.start for c in clipped):
+            raw_a = np.asarray(self.raw_a[clipped].values)
+            common = tuple(slice(0, n) for n in raw_a.shape)
+            if self.numeric:
+                dec_b = _decode(self.name, self.attrs_b, raw_b, self.decode_times)[common]
+                dec_a = _decode(self.name, self.attrs_a, raw_a, self.decode_times)
+                changed[common] = ~_same_points(dec_a, dec_b)
+                if delta is not None and dec_a.dtype.kind == dec_b.dtype.kind:
+                    mask = changed[common]  # only the changed points: no chunk-sized temporaries
+                    view = delta[common]
+                    view[mask] = (dec_b[mask] - dec_a[mask]).astype(self.delta_dtype)
+            else:
+                changed[common] = ~_same_points(raw_a, raw_b[common])
+        return changed, delta
+
+
+def _missing(dtype: np.dtype):
+    return np.timedelta64("NaT") if dtype.kind == "m" else np.nan
+
+
+def _assemble_lazy(name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDiff, out: xr.Dataset,
+                   decode_times: bool, stored: _StoredPair):
+    """Add a lazy ``name_diff`` to ``out``; return ``name_changed``'s dask array. Reads nothing.
+
+    One block per chunk of B's grid: a chunk that is not a candidate (mapped
+    to the same raw_data rows in A and B) is a constant block (False, NaN),
+    never read; a candidate is one task reading A's and B's chunk.
+    """
+    import dask
+    import dask.array as dsa
+
+    dims, _ = _out_dims(name, b)
+    attrs_a, attrs_b = visible_attrs(a.attrs), visible_attrs(b.attrs)
+    numeric = b.dtype.kind not in "OSUV" and a.dtype.kind not in "OSUV"
+    delta_dtype = None
+    if numeric:  # decoded dtypes, from no point
+        dec_b = _decode(name, attrs_b, np.empty((0,) * b.ndim, b.dtype), decode_times)
+        delta_dtype = _diff_dtype(dec_b.dtype.kind, dec_b.dtype)
+    pair = _ChunkPair(name, stored.variable(0, name), stored.variable(1, name), attrs_a, attrs_b, a.shape,
+                      numeric, decode_times, delta_dtype)
+    candidates = set(diff.candidates)
+    grid = chunk_grid_shape(b.shape, diff.chunks)
+    # named, not tokenized: tokenizing would pickle the stored variables
+    token = dask.base.tokenize(os.fspath(stored.path), stored.names, stored.group, name, os.getpid(), id(pair))
+    reader = dask.delayed(pair, name=f"vhdf5-pair-{token}")
+    changed_blocks = np.empty(grid, dtype=object)
+    delta_blocks = np.empty(grid, dtype=object)
+    for index in np.ndindex(*grid):
+        region = chunk_slices(index, b.shape, diff.chunks)
+        shape = tuple(r.stop - r.start for r in region)
+        if index in candidates:
+            task = reader(region, dask_key_name=f"vhdf5-diff-{token}-{index}")
+            changed_blocks[index] = dsa.from_delayed(task[0], shape, dtype=bool)
+            if delta_dtype is not None:
+                delta_blocks[index] = dsa.from_delayed(task[1], shape, dtype=delta_dtype)
+        else:
+            changed_blocks[index] = dsa.zeros(shape, dtype=bool, chunks=shape)
+            if delta_dtype is not None:
+                delta_blocks[index] = dsa.full(shape, _missing(delta_dtype), dtype=delta_dtype, chunks=shape)
+    changed = dsa.block(changed_blocks.tolist())
+    if delta_dtype is not None:
+        attrs = {
+            "long_name": f"{name}: B - A",
+            "status": diff.status,
+            "points_removed": diff.points_removed,
+            "shape_a": list(diff.shape_a),
+            "shape_b": list(diff.shape_b),
+        }
+        units = attrs_b.get("units")
+        if units is not None and delta_dtype.kind != "m":
+            attrs["units"] = units
+        out[f"{name}_diff"] = xr.Variable(dims, dsa.block(delta_blocks.tolist()), attrs)
+    return changed
