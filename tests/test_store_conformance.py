@@ -207,9 +207,6 @@ class TestVersionStoreKit(StoreTests[VersionStore, Buffer]):
         assert sync(store.get(key, PROTO)) is None
         assert not sync(store.exists(key))
 
-    @pytest.mark.xfail(strict=True, reason=(
-        "_store._locate takes any str.isdigit() part as a chunk index: 'u/c/01', 'grp/b/c/00' and "
-        "'u/c/\\u0661' (an Arabic-Indic one) name chunks 1, 0 and 1, though list() never yields them"))
     @pytest.mark.parametrize("key", ["u/c/01", "grp/b/c/00", "u/c/\u0661"])
     def test_non_canonical_chunk_keys_are_absent(self, store, key) -> None:
         assert key not in sync(_collect_aiterator(store.list()))
@@ -220,9 +217,6 @@ class TestVersionStoreKit(StoreTests[VersionStore, Buffer]):
         got = sync(store_not_open.get("grp/b/c/0", PROTO))
         assert _bytes(got) == raw_chunk(store_not_open.path, self.VERSION, "grp/b/c/0")
 
-    @pytest.mark.xfail(strict=True, reason=(
-        "_store._slice raises TypeError('unexpected byte_range, got ...') in lower case; the kit "
-        "(and zarr's own stores, zarr.storage._utils) say 'Unexpected byte_range, got ...'"))
     def test_get_raises(self, store) -> None:
         with pytest.raises((ValueError, TypeError), match=r"Unexpected byte_range, got.*"):
             sync(store.get("u/c/0", PROTO, byte_range=(0, 2)))
@@ -378,9 +372,5 @@ class TestCurrentVersionStoreKit(TestVersionStoreKit):
         make_file(path)
         return {"path": str(path), "numcodecs": True}
 
-    @pytest.mark.xfail(strict=True, reason=(
-        "VersionStore(path) compares unequal to the same store once opened: _identity holds the "
-        "version as given (None) until the store opens and the resolved name after, so a store and "
-        "a new one made from the same arguments differ (the kit's 'same inputs are equal')"))
     def test_store_eq(self, store, store_kwargs) -> None:
         super().test_store_eq(store, store_kwargs)

@@ -193,8 +193,6 @@ class TestStoreForkKit(StoreTests[StoreFork, Buffer]):
     def test_store_supports_listing(self, store) -> None:
         assert store.supports_listing
 
-    @pytest.mark.xfail(strict=True, reason="_store._slice (shared with VersionStore) raises TypeError('unexpected "
-                       "byte_range, got ...') in lower case, the kit matches 'Unexpected byte_range'")
     def test_get_raises(self, store) -> None:
         sync(StoreTests.test_get_raises(self, store))
 

@@ -526,10 +526,6 @@ def test_pickled_store_pins_the_version(small, opened):
         assert z["x"].values[0] == 300.0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "VersionStore.__getstate__ resolves the version only when it is None or the store is open: an "
-    "unopened store with a relative key (version=-1, a time string) pickles the key itself, so a copy "
-    "unpickled after a commit resolves it against the new history and reads another version"))
 def test_pickled_store_pins_a_relative_version(small):
     blob = pickle.dumps(VersionStore(small, version=-1))  # the parent of the current version: v1
     _next(small, 3)
@@ -662,9 +658,6 @@ def test_unknown_version(small):
         xr.open_zarr(VersionStore(small, version=7))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "_Version looks a group up with root[group] and refuses a dataset with a bare KeyError: neither "
-    "is a DatasetNotFoundError (or another class of xarray_vhdf5.errors) naming the version's groups"))
 def test_unknown_group(kinds_file):
     with pytest.raises(DatasetNotFoundError, match="nope"):
         xr.open_zarr(VersionStore(kinds_file, version="v2", group="nope"))

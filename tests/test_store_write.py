@@ -446,9 +446,6 @@ class TestWritableVersionStoreKit(StoreTests[VersionStore, Buffer]):
     def test_serializable_store(self, store) -> None:
         pass
 
-    @pytest.mark.xfail(strict=True, reason="_store._slice raises TypeError('unexpected byte_range, got ...') in "
-                       "lower case, the kit matches 'Unexpected byte_range' (kept: the read store's kit xfails "
-                       "it too, strictly)")
     def test_get_raises(self, store) -> None:
         sync(StoreTests.test_get_raises(self, store))
 

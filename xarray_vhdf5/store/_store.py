@@ -37,7 +37,7 @@ import numpy as np
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from ..errors import NotVersionedError, ReadOnlyError, VersionNotFoundError
+from ..errors import DatasetNotFoundError, NotVersionedError, ReadOnlyError, VersionNotFoundError
 from ..versions import VersionedHDF5File
 from ._codecs import numcodecs_pipeline
 from ._metadata import ArrayNode, GroupNode, version_nodes, zarr_json_documents
@@ -56,7 +56,7 @@ def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
         return data[byte_range.offset:]
     if isinstance(byte_range, SuffixByteRequest):
         return data[len(data) - byte_range.suffix:] if byte_range.suffix else b""
-    raise TypeError(f"unexpected byte_range, got {byte_range!r}")
+    raise TypeError(f"Unexpected byte_range, got {byte_range!r}")  # zarr's own stores' words
 
 
 class _Version:
@@ -88,9 +88,16 @@ class _Version:
             root = self.reader[self.version]
             if missing_ok and group not in (None, "", "/") and group.strip("/") not in root:
                 return  # a new group of the version
-            self.group = root if group in (None, "", "/") else root[group.strip("/")]
-            if hasattr(self.group, "shape"):
-                raise KeyError(f"{group!r} in version {self.version!r} is a dataset, not a group")
+            if group in (None, "", "/"):
+                self.group = root
+            else:
+                groups = root.group_paths()
+                if group.strip("/") not in groups:
+                    what = "is a dataset, not a group" if group.strip("/") in root else "is not there"
+                    raise DatasetNotFoundError(
+                        f"group {group!r} of version {self.version!r} of {path!r} {what}; its groups: "
+                        f"{sorted(g for g in groups if g) or 'none but the root'}")
+                self.group = root[group.strip("/")]
             self.timestamp = self.reader.version_info(self.version).timestamp
             self.nodes = version_nodes(self.group, numcodecs=numcodecs, verify=verify)
             self.documents = zarr_json_documents(self.nodes)
@@ -259,8 +266,7 @@ class VersionStore(Store):
                 "into it), then store.merge(*forks) and store.commit() here; to read on workers, "
                 "commit first and pass VersionStore(path, version=...) (read-only)"
             )
-        if self._state is not None or self.version is None:
-            self._ensure_state()
+        self._ensure_state()  # pinned to the version's name: a branch, -1 or a time resolved now
         return {"path": self.path, "version": self.version, "group": self.group,
                 "numcodecs": self.numcodecs, "verify": self.verify}
 
@@ -273,10 +279,22 @@ class VersionStore(Store):
         return (self.path, version, self.group, self.numcodecs, self.verify, self.read_only)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._identity() == other._identity()
+        """Stores over the same file, group and options, and the same version once resolved.
+
+        A read-only store given no version, ``-1``, a time or a branch resolves it
+        (opening the file) to compare: ``VersionStore(p) == VersionStore(p)``
+        while nothing is committed in between.
+        """
+        if type(other) is not type(self):
+            return False
+        if self._identity()[2:] != other._identity()[2:] or self.path != other.path:
+            return False
+        if self.read_only and other.read_only:
+            return self._ensure_state().version == other._ensure_state().version
+        return self._identity() == other._identity()
 
     def __hash__(self) -> int:
-        return hash(self._identity())
+        return hash((self.path, self.group, self.numcodecs, self.verify, self.read_only))
 
     def __repr__(self) -> str:
         group = f", group={self.group!r}" if self.group else ""
@@ -438,7 +456,7 @@ class VersionStore(Store):
                 continue
             node = state.nodes.get("/".join(parts[:at]))
             rest = parts[at + 1:]
-            if isinstance(node, ArrayNode) and len(rest) == len(node.shape) and all(p.isdigit() for p in rest):
+            if isinstance(node, ArrayNode) and len(rest) == len(node.shape) and all(p.isascii() and p.isdigit() and str(int(p)) == p for p in rest):
                 break
         else:
             return None

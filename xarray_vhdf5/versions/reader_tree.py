@@ -207,6 +207,12 @@ class SharedVersionGroup:
         except (KeyError, TypeError):
             return False
 
+    def group_paths(self) -> list[str]:
+        """Paths of this group (``""``) and of every group below it, relative to it, in visit order."""
+        prefix = f"{self._path}/" if self._path else ""
+        below = [p for p in self._tree.order if p.startswith(prefix) and self._tree.kinds[p] == "group"]
+        return [""] + [p[len(prefix):] for p in below]
+
     def keys(self) -> list[str]:
         return list(self._tree.members[self._path])
 
