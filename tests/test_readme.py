@@ -37,7 +37,7 @@ def _source() -> xr.Dataset:
 
 def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     blocks = _blocks()
-    assert len(blocks) == 9, "README examples changed: update this test"
+    assert len(blocks) == 10, "README examples changed: update this test"
     monkeypatch.chdir(tmp_path)
     src = _source()
     src.to_netcdf("sst.nc", engine="h5netcdf")
@@ -49,7 +49,7 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     finally:
         if isinstance(ns.get("f"), h5py.File):
             ns["f"].close()
-        for name in ("ds", "latest", "old", "prev", "dask", "v1", "paper"):
+        for name in ("ds", "latest", "old", "prev", "dask", "v1", "paper", "days", "remote", "first"):
             if isinstance(ns.get(name), xr.Dataset):
                 ns[name].close()
 
@@ -96,3 +96,15 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch):
         np.testing.assert_array_equal(sst, want)
         assert paper["AIRT"].values[0, 45, 60] == 20.0
         np.testing.assert_array_equal(paper["AIRT"].values[1:], received["AIRT"].values[1:])
+
+    # From the zarr world: three versions through the store, read back four ways.
+    with xr.open_dataset("zarr.h5", engine="vhdf5", version="day-4") as day4, \
+            xr.open_dataset("zarr.h5", engine="vhdf5", version="day-1-fixed") as fixed:
+        np.testing.assert_array_equal(day4["sst"].values, src["sst"].values)
+        want = src["sst"].values.copy()
+        want[0] += np.float32(0.5)
+        np.testing.assert_array_equal(fixed["sst"].transpose("time", "lat", "lon").values, want)
+        xr.testing.assert_identical(ns["remote"].load(), day4.load())
+    assert ns["first"].sizes["time"] == 3
+    with h5py.File("zarr.h5", "r") as f:
+        assert xarray_vhdf5.VersionedHDF5File(f).versions == ["day-3", "day-4", "day-1-fixed"]

@@ -221,6 +221,16 @@ class VersionStore(Store):
         """True for a writable store."""
         return not self.read_only
 
+    @property
+    def supports_consolidated_metadata(self) -> bool:
+        """True for a read-only store (its root ``zarr.json`` holds every node's metadata).
+
+        False for a writable one: the version's metadata is consolidated by the
+        commit, so ``to_zarr`` does not consolidate it (nor warn that Zarr v3 has no
+        consolidated metadata).
+        """
+        return self.read_only
+
     # -- opening, pickling, equality ----------------------------------------------------------
     def _ensure_state(self) -> _Version:
         session = self._session
