@@ -3,8 +3,8 @@
 from . import accessor  # registers the .vhdf5 accessor (xarray's extension API)
 from .accessor import VHDF5DatasetAccessor, VHDF5DataTreeAccessor, version_log_frame
 from .array import VersionedBackendArray
-from .datatree import open_datatree, open_groups_as_dict
-from .diff import diff_versions
+from .datatree import commit_staged_tree, open_datatree, open_groups_as_dict, stage_datatree
+from .diff import diff_datatree, diff_versions
 from .dimscales import attach_dimension_scales
 from .engine import VHDF5BackendEntrypoint, open_version_group
 from .stacked import open_versions
@@ -24,6 +24,8 @@ __all__ = [
     "commit_dataset",
     "commit_datatree",
     "commit_staged",
+    "commit_staged_tree",
+    "diff_datatree",
     "diff_versions",
     "next_version_name",
     "open_datatree",
@@ -31,5 +33,6 @@ __all__ = [
     "open_version_group",
     "open_versions",
     "stage_dataset",
+    "stage_datatree",
     "version_log_frame",
 ]

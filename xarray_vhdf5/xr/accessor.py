@@ -501,6 +501,58 @@ class VHDF5DataTreeAccessor(RefVerbs):
         """The version log of the file this tree was opened from (see :func:`version_log_frame`)."""
         return version_log_frame(self._opened("versions"))
 
+    def diff(self, other, *, decode_times=None, lazy: bool | None = None) -> xr.DataTree:
+        """What changed from version ``other`` to this tree's version, group by group.
+
+        As ``ds.vhdf5.diff`` for each group of the tree (and each group only
+        ``other`` has): see :func:`~xarray_vhdf5.xr.diff.diff_datatree`.
+
+        Parameters
+        ----------
+        other : str, int, datetime or None
+            The base version (A).
+        decode_times : bool, optional
+            Default: as the tree was opened.
+        lazy : bool, optional
+            Dask arrays, nothing read now; default: when a node holds dask
+            arrays, else for variables larger than :data:`~xarray_vhdf5.xr.diff.EAGER_BYTES`.
+
+        Returns
+        -------
+        xarray.DataTree
+            One node per group, each the diff Dataset of that group.
+
+        Raises
+        ------
+        ValueError
+            The tree was not opened with ``engine="vhdf5"`` from a path.
+        VersionNotFoundError
+            No version ``other``.
+        """
+        from .diff import diff_datatree
+
+        source = self._opened("diff")
+        if decode_times is None:
+            decode_times = self._tree.encoding.get("vhdf5_decode_times", True)
+        if lazy is None and any(v.chunks is not None for node in self._tree.subtree for v in node.variables.values()):
+            lazy = True
+        return diff_datatree(source, other, self.version, group=self._tree.encoding.get("vhdf5_group"),
+                             decode_times=decode_times, lazy=lazy)
+
+    def stage(self) -> xr.DataTree:
+        """An editable, lazy copy of this tree; edits stay in memory until :meth:`commit` (no ``path``).
+
+        See :func:`~xarray_vhdf5.xr.datatree.stage_datatree`.
+
+        Raises
+        ------
+        ValueError
+            The tree was not opened with ``engine="vhdf5"`` from a path.
+        """
+        from .datatree import stage_datatree
+
+        return stage_datatree(self._tree)
+
     def commit(
         self,
         version: str | None = None,
@@ -513,13 +565,22 @@ class VHDF5DataTreeAccessor(RefVerbs):
         make_current: bool = True,
         progress: bool | None = None,
         max_bytes: int | None = None,
+        force: bool = False,
+        allow_empty: bool = False,
     ) -> str:
         """Commit the whole tree as one new version of the file at ``path``.
+
+        A tree from :meth:`stage` commits without ``path``, into the file it was
+        staged from, writing only the changed chunks
+        (:func:`~xarray_vhdf5.xr.datatree.commit_staged_tree`; ``force`` and
+        ``allow_empty`` apply to it only).
 
         Parameters
         ----------
         version, path, group, prev_version, message, timestamp, make_current, progress, max_bytes
             See :func:`~xarray_vhdf5.xr.writer.commit_datatree`.
+        force, allow_empty
+            For a staged tree, see :func:`~xarray_vhdf5.xr.datatree.commit_staged_tree`.
 
         Returns
         -------
@@ -529,10 +590,23 @@ class VHDF5DataTreeAccessor(RefVerbs):
         Raises
         ------
         TypeError
-            No ``path`` given.
+            No ``path`` given and the tree is not staged.
         VersionExistsError, IncompatibleDataError, NotVersionedError
             See :func:`~xarray_vhdf5.xr.writer.commit_datatree`.
+        StaleVersionError, NothingToCommitError
+            A staged tree: see :func:`~xarray_vhdf5.xr.datatree.commit_staged_tree`.
         """
+        from .stage import is_staged
+
+        if path is None and any(is_staged(node.to_dataset(inherit=False)) for node in self._tree.subtree):
+            from .datatree import commit_staged_tree
+
+            if group is not None or prev_version is not None:
+                raise ValueError("a staged tree commits into the groups and on the version it was staged from: "
+                                 "group= and prev_version= do not apply")
+            return commit_staged_tree(self._tree, version, message=message, timestamp=timestamp, force=force,
+                                      make_current=make_current, progress=progress, max_bytes=max_bytes,
+                                      allow_empty=allow_empty)
         if path is None:
             raise TypeError("commit() needs path=: the versioned HDF5 file to commit into")
         return commit_datatree(

@@ -76,7 +76,7 @@ from ..versions.history import changed_attrs
 from ..versions.registry import VersionKey, VersionRegistry
 from ..backend.names import DIMENSIONS_ATTR, is_netcdf_dimension_only, visible_attrs
 
-__all__ = ["DECODING_ATTRS", "diff_versions"]
+__all__ = ["DECODING_ATTRS", "EAGER_BYTES", "diff_datatree", "diff_versions"]
 
 #: Attributes that change a variable's CF-decoded values: when one differs between
 #: the versions, every chunk is read and compared decoded.
@@ -504,3 +504,67 @@ def _assemble_lazy(name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDif
             attrs["units"] = units
         out[f"{name}_diff"] = xr.Variable(dims, dsa.block(delta_blocks.tolist()), attrs)
     return changed
+
+
+def _group_paths(root: h5py.Group | None, path: str = "/") -> list[str]:
+    """``["/", "/a", "/a/b", ...]``: the groups below ``root``, depth first, in creation order."""
+    if root is None:
+        return []
+    found = [path]
+    for key, item in root.items():
+        if isinstance(item, h5py.Group):
+            found += _group_paths(item, f"{path.rstrip('/')}/{key}")
+    return found
+
+
+def diff_datatree(
+    path: str | os.PathLike,
+    a: VersionKey,
+    b: VersionKey = None,
+    *,
+    group: str | None = None,
+    decode_times: bool = True,
+    lazy: bool | None = None,
+) -> xr.DataTree:
+    """What changed from version ``a`` to ``b`` in every group below ``group``, as a DataTree.
+
+    Parameters
+    ----------
+    path, a, b, decode_times, lazy
+        As :func:`diff_versions`.
+    group : str, optional
+        The group that becomes the tree's root (default the versions' roots).
+
+    Returns
+    -------
+    xarray.DataTree
+        One node per group of A or B below ``group`` (B's groups first, in
+        creation order, then those only A has), each the :func:`diff_versions`
+        Dataset of that group alone (its variables; subgroups are their own
+        nodes). A group only A has holds only its removed variables' names
+        (attribute ``removed``).
+
+    Raises
+    ------
+    NotVersionedError, VersionNotFoundError
+        As :func:`diff_versions`.
+    KeyError
+        ``group`` is in neither version.
+    ValueError
+        The node Datasets do not form a valid DataTree (a group's coordinates
+        do not align with those it inherits).
+    """
+    with open_h5file(path, "r", hint="a diff needs a versioned HDF5 file") as f:
+        registry = VersionRegistry(f)
+        roots = [_group(registry.group[registry.resolve(key)], group) for key in (a, b)]
+        if roots[0] is None and roots[1] is None:
+            raise KeyError(f"no group {group!r} in version {a!r} nor {b!r}")
+        in_b = _group_paths(roots[1])
+        paths = in_b + [p for p in _group_paths(roots[0]) if p not in in_b]
+    base = "/" + (group or "").strip("/")
+    nodes = {}
+    for node in paths:
+        inside = "/".join(x for x in (base.strip("/"), node.strip("/")) if x)
+        nodes[node] = diff_versions(path, a, b, group=f"/{inside}" if inside else None, decode_times=decode_times,
+                                    lazy=lazy)
+    return xr.DataTree.from_dict(nodes)
