@@ -219,3 +219,33 @@ def test_versioned_hdf5_commits_and_deletes_over_freed_rows(tmp_path):
         np.testing.assert_array_equal(vf["v5"]["x"][:], want)
         want[:4096] = 7.0
         np.testing.assert_array_equal(vf["r1"]["x"][:], want)
+
+
+@pytest.mark.parametrize("keep_freed", [False, True])
+def test_rebuilt_versions_keep_their_dimension_scales(tmp_path, keep_freed):
+    """Deletion rebuilds the virtual datasets of versions mapping moved chunks: attachments must follow.
+
+    Before, the rebuilt datasets kept references to the objects they replaced
+    (freed), and a null-padded ``CLASS``: netCDF-C refused the whole file.
+    """
+    import xarray as xr
+
+    from xarray_vhdf5 import delete_versions
+
+    path = tmp_path / "nc.h5"
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        xr.Dataset({"sst": (("time", "lat"), rng.normal(size=(3, 40)).astype("f4"))},
+                   coords={"time": np.arange(3) + i, "lat": np.linspace(-80, 80, 40)}).vhdf5.commit(f"v{i}", path=path)
+    with h5py.File(path, "a") as h:
+        report = delete_versions(h, ["v0", "v1", "v4"], keep_freed=keep_freed)
+    assert report.datasets["time"].rebuilt  # the case: rebuilt scales and variables
+    with h5py.File(path, "r") as h:
+        for v in ("v2", "v3", "v5"):
+            group = h[f"_version_data/versions/{v}"]
+            assert h5py.h5ds.is_scale(group["time"].id)
+            targets = [[h[r].name for r in axis] for axis in group["sst"].attrs["DIMENSION_LIST"]]
+            assert targets == [[f"{group.name}/time"], [f"{group.name}/lat"]]
+    with xr.open_dataset(path) as plain:  # netCDF-C through the root view (the current version)
+        assert plain.sst.dims == ("time", "lat")
+        np.testing.assert_array_equal(plain.time.values, np.arange(3) + 5)

@@ -244,8 +244,21 @@ def copy_attrs(src: h5py.HLObject, dst: h5py.HLObject, skip: Iterable[str] = ())
     """Copy the attributes of ``src`` to ``dst`` with their HDF5 dtypes (``skip``: names to leave)."""
     skip = set(skip)
     for name in src.attrs:
-        if name not in skip:
-            dst.attrs.create(name, src.attrs[name], dtype=src.attrs.get_id(name).dtype)
+        if name in skip:
+            continue
+        aid = src.attrs.get_id(name)
+        tid = aid.get_type()
+        if tid.get_class() == h5py.h5t.STRING and not tid.is_variable_str():
+            # The file type itself, so that its padding stays: a dimension scale's CLASS
+            # must stay null-terminated (numpy's "S" dtype would make it null-padded).
+            if name in dst.attrs:
+                del dst.attrs[name]
+            new = h5py.h5a.create(dst.id, name.encode(), tid, aid.get_space())
+            value = src.attrs[name]
+            if not isinstance(value, h5py.Empty):
+                new.write(np.ascontiguousarray(np.asarray(value, dtype=aid.dtype).reshape(aid.shape)))
+            continue
+        dst.attrs.create(name, src.attrs[name], dtype=aid.dtype)
 
 
 def write_hash_table(group: h5py.Group, name: str, rows: np.ndarray) -> h5py.Dataset:
@@ -493,8 +506,67 @@ def _rebuild_vds(h5file, scratch: Scratch, plan: _Plan, version: str, remap: np.
     rows = chunk_rows(old.shape, plan.chunks, flat, remap[slots] * c0)
     name = scratch.reserve(f"{versions.name}/{version}/{plan.name}")
     vds = create_virtual_dataset(scratch.group, name, plan.raw, old.shape, plan.chunks, rows)
-    copy_attrs(old, vds, skip=("raw_data", "chunks"))
+    # Attachments are references to objects: made again after the swap (_reattach).
+    copy_attrs(old, vds, skip=("raw_data", "chunks", "DIMENSION_LIST", "REFERENCE_LIST"))
     return name
+
+
+_ATTACHMENTS = ("DIMENSION_LIST", "REFERENCE_LIST")
+
+
+def _version_datasets(group: h5py.Group, prefix: str = ""):
+    """``(path inside the version, dataset)`` of every dataset hard-linked under ``group``."""
+    for key in group:
+        if not isinstance(group.get(key, getlink=True), h5py.HardLink):
+            continue
+        obj = group[key]
+        if isinstance(obj, h5py.Dataset):
+            yield prefix + key, obj
+        elif isinstance(obj, h5py.Group):
+            yield from _version_datasets(obj, f"{prefix}{key}/")
+
+
+def _attachment_plan(group: h5py.Group) -> dict[str, list[str | None]]:
+    """Per dataset of a version with a ``DIMENSION_LIST``: per axis, the path (inside the version) of its scale.
+
+    Read before a deletion replaces some of the version's datasets: the
+    references name the objects replaced, which the deletion frees.
+    """
+    own = group.name + "/"
+    plan: dict[str, list[str | None]] = {}
+    for rel, dset in _version_datasets(group):
+        if "DIMENSION_LIST" not in dset.attrs:
+            continue
+        axes: list[str | None] = []
+        for refs_of_axis in dset.attrs["DIMENSION_LIST"]:
+            target = None
+            for ref in refs_of_axis[:1]:
+                try:
+                    name = group.file[ref].name or ""
+                except (KeyError, ValueError, OSError):  # already dangling
+                    name = ""
+                target = name[len(own):] if name.startswith(own) else None
+            axes.append(target)
+        plan[rel] = axes
+    return plan
+
+
+def _reattach(group: h5py.Group, plan: dict[str, list[str | None]]) -> None:
+    """Attach each dataset of ``plan`` to its scales again (lists of every dataset of the version rebuilt)."""
+    members = list(_version_datasets(group))
+    for _, dset in members:
+        for key in _ATTACHMENTS:
+            if key in dset.attrs:
+                del dset.attrs[key]
+    for rel, axes in plan.items():
+        dset = group.get(rel)
+        if not isinstance(dset, h5py.Dataset):
+            continue
+        for axis, target in enumerate(axes):
+            scale = group.get(target) if target else None
+            if (isinstance(scale, h5py.Dataset) and scale.id != dset.id and h5py.h5ds.is_scale(scale.id)
+                    and axis < dset.ndim and scale.shape == (dset.shape[axis],)):
+                h5py.h5ds.attach_scale(dset.id, scale.id, axis)
 
 
 def persists_free_space(h5file: h5py.Group) -> bool:
@@ -648,6 +720,8 @@ def _delete_versions(
             by_parent.setdefault(head, {})[tail] = sname
         for parent, new in by_parent.items():
             swaps.append((parent, new, relink_plan(h5file, parent, new, scratch)))
+    attachments = {vpath: _attachment_plan(h5file[vpath]) for vpath in rebuilt}
+    attachments = {vpath: plan for vpath, plan in attachments.items() if plan}
     if scratch.journal:
         scratch.write_journal()
     _barrier(h5file, "allocated")
@@ -674,6 +748,8 @@ def _delete_versions(
     # D: virtual datasets, then final hash tables.
     for parent, new, relink in swaps:
         scratch.replace_members(parent, new, relink)
+    for vpath, plan in attachments.items():
+        _reattach(h5file[vpath], plan)
     _barrier(h5file, "relinked")
     for p in plans:
         if "final" in p.slots:
