@@ -51,6 +51,7 @@ from .versions import (
     list_tags,
     merge,
     modify_metadata,
+    repack,
     reset_branch,
 )
 from .versions.mutation import open_file
@@ -112,6 +113,7 @@ __all__ = [
     "list_tags",
     "merge",
     "modify_metadata",
+    "repack",
     "reset_branch",
     "open_file",
     "open_versions",

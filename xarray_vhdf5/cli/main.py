@@ -16,6 +16,7 @@ from .diff import format_diff
 from .log import LOG_HELP
 from .branches import branch, cherry_pick, merge, tag
 from .refs import refs
+from .repack import expire, repack
 
 __all__ = ["cli", "format_diff", "main"]
 
@@ -113,6 +114,8 @@ cli.add_command(branch)
 cli.add_command(tag)
 cli.add_command(merge)
 cli.add_command(cherry_pick)
+cli.add_command(expire)
+cli.add_command(repack)
 
 
 def main() -> None:

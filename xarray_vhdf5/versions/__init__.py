@@ -15,6 +15,7 @@ from .refs import (
     list_tags,
     reset_branch,
 )
+from .repack import RepackReport, repack
 from .retention import expire
 from .registry import VersionInfo, VersionRegistry, initialize, is_versioned
 from .timestamps import format_timestamp, parse_timestamp, to_utc_datetime
@@ -23,6 +24,7 @@ __all__ = [
     "CommitCaches",
     "CommitReport",
     "MergeReport",
+    "RepackReport",
     "VersionInfo",
     "VersionRegistry",
     "VersionedHDF5File",
@@ -44,6 +46,7 @@ __all__ = [
     "merge",
     "modify_metadata",
     "parse_timestamp",
+    "repack",
     "reset_branch",
     "to_utc_datetime",
 ]
