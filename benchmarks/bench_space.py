@@ -38,6 +38,7 @@ import h5py
 import numpy as np
 
 from xarray_vhdf5 import VersionedHDF5File, delete_versions, modify_metadata
+from xarray_vhdf5.versions.delete import delete_keeping_space
 from xarray_vhdf5.versions.repack import repack
 
 ROWS = 4096  # float64 rows per chunk: 32 KiB
@@ -72,7 +73,7 @@ def reuse_row(tmp, n, chunks, filters, persist, keep_freed, label) -> dict:
     shutil.copy(p, twin)
     size = os.path.getsize(p)
     with h5py.File(p, "a") as h:
-        delete_versions(h, [f"v{i}" for i in range(1, n, 2)], keep_freed=keep_freed)
+        delete_keeping_space(h, [f"v{i}" for i in range(1, n, 2)], keep_freed=keep_freed)
     deleted = os.path.getsize(p)
     for i in range(n, n + n // 2):
         commit(p, i, chunks)
@@ -108,7 +109,7 @@ def repack_rows(tmp, n, chunks, filters) -> list[dict]:
         p = os.path.join(tmp, f"del_{int(keep_freed)}.h5")
         build(p, range(n), chunks, filters, False)
         with h5py.File(p, "a") as h:
-            delete_versions(h, [f"v{i}" for i in range(1, n, 2)], keep_freed=keep_freed)
+            delete_keeping_space(h, [f"v{i}" for i in range(1, n, 2)], keep_freed=keep_freed)
         deleted = os.path.getsize(p)
         h5r = os.path.join(tmp, f"h5repack_{int(keep_freed)}.h5")
         done = _deb("h5repack", p, h5r)

@@ -16,7 +16,7 @@ import xarray_vhdf5
 from xarray_vhdf5 import VersionedHDF5File, create_branch, create_tag, delete_versions, list_branches, list_tags
 from xarray_vhdf5.cli.main import cli
 from xarray_vhdf5.versions.check import check_file
-from xarray_vhdf5.versions.delete import persists_free_space
+from xarray_vhdf5.versions.delete import delete_keeping_space, persists_free_space
 from xarray_vhdf5.versions.repack import TEMP_SUFFIX, repack, repack_plan
 
 ROWS = 1024
@@ -83,7 +83,7 @@ def test_repack_keeps_every_version_and_gives_the_bytes_back(tmp_path):
     create_branch(path, "qc", at="v7")
     create_tag(path, "paper", at="v4")
     with h5py.File(path, "a") as h:
-        delete_versions(h, [f"v{i}" for i in (1, 3, 5, 8, 9, 11)], keep_freed=True)
+        delete_keeping_space(h, [f"v{i}" for i in (1, 3, 5, 8, 9, 11)])
     before = _snapshot(path)
     plan = repack_plan(path)
     assert plan.size_after is None and plan.garbage_bytes > 0

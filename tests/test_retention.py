@@ -230,7 +230,7 @@ def test_rebuilt_versions_keep_their_dimension_scales(tmp_path, keep_freed):
     """
     import xarray as xr
 
-    from xarray_vhdf5 import delete_versions
+    from xarray_vhdf5.versions.delete import delete_keeping_space
 
     path = tmp_path / "nc.h5"
     rng = np.random.default_rng(0)
@@ -238,7 +238,7 @@ def test_rebuilt_versions_keep_their_dimension_scales(tmp_path, keep_freed):
         xr.Dataset({"sst": (("time", "lat"), rng.normal(size=(3, 40)).astype("f4"))},
                    coords={"time": np.arange(3) + i, "lat": np.linspace(-80, 80, 40)}).vhdf5.commit(f"v{i}", path=path)
     with h5py.File(path, "a") as h:
-        report = delete_versions(h, ["v0", "v1", "v4"], keep_freed=keep_freed)
+        report = delete_keeping_space(h, ["v0", "v1", "v4"], keep_freed=keep_freed)
     assert report.datasets["time"].rebuilt  # the case: rebuilt scales and variables
     with h5py.File(path, "r") as h:
         for v in ("v2", "v3", "v5"):

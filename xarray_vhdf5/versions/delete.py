@@ -58,7 +58,7 @@ free-space tracking (``h5py.File(..., fs_strategy="fsm", fs_persist=True)``;
 :func:`persists_free_space`; :func:`~xarray_vhdf5.versions.repack.repack` writes
 files so). In other files (libhdf5's default, every file versioned-hdf5 creates)
 the bytes were lost for good: the file kept its size and the next commits grew it
-by their whole size. ``keep_freed=True`` (what
+by their whole size. :func:`delete_keeping_space` (what
 :func:`~xarray_vhdf5.versions.retention.expire` does in such files) leaves the
 freed slots allocated past ``largest_index``, the rows FORMAT.md calls garbage
 that the next commit overwrites: both libraries write their new chunks there, an
@@ -96,7 +96,7 @@ from .mutation import mutating
 
 __all__ = [
     "delete_versions", "delete_version", "DeleteReport", "DatasetCompaction", "MAP_CACHE_BYTES",
-    "persists_free_space",
+    "delete_keeping_space", "persists_free_space",
 ]
 
 #: Group (inside ``_version_data``) holding objects that are not yet, or no longer, linked.
@@ -580,7 +580,7 @@ def persists_free_space(h5file: h5py.Group) -> bool:
     return bool(h5file.file.id.get_create_plist().get_file_space_strategy()[1])
 
 
-def delete_versions(f, versions_to_delete: str | Iterable[str], *, keep_freed: bool = False) -> DeleteReport:
+def delete_versions(f, versions_to_delete: str | Iterable[str]) -> DeleteReport:
     """Delete versions from the file and reclaim the chunks no surviving version uses.
 
     Parameters
@@ -594,14 +594,6 @@ def delete_versions(f, versions_to_delete: str | Iterable[str], *, keep_freed: b
         but finish an interrupted deletion and compact every dataset (drop the
         chunks no version maps, e.g. left by a failed commit, and the datasets
         no version holds).
-    keep_freed : bool, keyword-only
-        Leave the slots of raw_data freed by the deletion allocated past the
-        hash table's ``largest_index``, where the next commits of the dataset
-        write their new chunks, over the old bytes (module docstring, "Space").
-        Default False: raw_data is truncated to its kept chunks, as
-        versioned-hdf5 does; the bytes freed are reused only in a file that
-        :func:`persists_free_space`, else (or in the same session) never.
-
     Returns
     -------
     DeleteReport
@@ -639,7 +631,41 @@ def delete_versions(f, versions_to_delete: str | Iterable[str], *, keep_freed: b
     operations (every flush leaves a valid file) and the memory bound. raw_data keeps
     its surviving chunks but not their order (versioned-hdf5 keeps the order).
     """
-    h5file, registry = _open(f)
+    return delete_keeping_space(f, versions_to_delete, keep_freed=False, caller="delete_versions")
+
+
+def delete_keeping_space(f, versions_to_delete: str | Iterable[str], *, keep_freed: bool = True,
+                         caller: str = "delete_keeping_space") -> DeleteReport:
+    """:func:`delete_versions`, leaving the freed slots of raw_data for the next commits to write over.
+
+    ``delete_versions`` keeps versioned-hdf5 2.6's signature and result (raw_data
+    truncated to its kept chunks); this is the same deletion with
+    ``keep_freed=True``: the slots freed stay allocated past ``largest_index``
+    (FORMAT.md's garbage rows), where both libraries write their next new
+    chunks, over the old bytes (module docstring, "Space").
+    :func:`~xarray_vhdf5.versions.retention.expire` deletes so unless the file
+    :func:`persists_free_space`.
+
+    Parameters
+    ----------
+    f, versions_to_delete
+        As :func:`delete_versions`.
+    keep_freed : bool, keyword-only
+        False: truncate raw_data, exactly :func:`delete_versions`.
+    caller : str, keyword-only
+        The public function called, for messages.
+
+    Returns
+    -------
+    DeleteReport
+        As :func:`delete_versions`.
+
+    Raises
+    ------
+    VersionNotFoundError, ReadOnlyError, UnsupportedError, ValueError, TypeError, ClosedFileError
+        As :func:`delete_versions`.
+    """
+    h5file, registry = _open(f, caller)
     with mutating(h5file, moves=True, what="deletion"):
         return _delete_versions(h5file, registry, versions_to_delete, keep_freed=keep_freed)
 
