@@ -276,6 +276,7 @@ def fast_commit(store: VersionStore, state: _Version, plan: FastPlan, version: s
     overlay = store._session.overlay
     parent = state.version
     source = store.path
+    _drop_unchanged(store, state, plan, overlay)
     engine.close_read_handles(source)
     with open_for_writing(source) as f:
         vf = VersionedHDF5File(f)
@@ -298,6 +299,29 @@ def fast_commit(store: VersionStore, state: _Version, plan: FastPlan, version: s
                 root.attrs[MESSAGE_ATTR] = message
     engine.close_read_handles(source)
     return name
+
+
+def _drop_unchanged(store: VersionStore, state: _Version, plan: FastPlan, overlay) -> None:
+    """Forget chunk writes whose bytes are the base's chunk (zarr's ``mode="a"`` rewrites every variable
+    without the append dimension), and arrays left with no change at all.
+
+    Only chunks whose part inside the new shape lies inside the base's: past
+    the base's shape its stored padding is not what the new points read.
+    """
+    for key, change in list(plan.changes.items()):
+        node = change.node
+        kept = []
+        for index, chunk_key in change.written:
+            inside = all(min((i + 1) * c, m) <= n for i, c, m, n in zip(index, node.chunks, change.shape, node.shape))
+            if inside and node.codecs is not None and not node.scalar:
+                base = store._chunk(state, node, index)
+                if base is not None and base == overlay.value(chunk_key):
+                    continue
+            kept.append((index, chunk_key))
+        change.written = kept
+        if (not kept and not change.deleted and change.shape == tuple(node.shape) and not change.attrs_set
+                and not change.attrs_removed):
+            del plan.changes[key]
 
 
 def _apply(f, root, change: _ArrayChange, parent: str, overlay) -> None:
