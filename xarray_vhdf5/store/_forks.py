@@ -117,6 +117,10 @@ class StoreFork(Store):
         """True unless a read-only view."""
         return not self.read_only
 
+    #: Pending writes are not consolidated (the commit consolidates the version's
+    #: metadata): ``to_zarr`` neither consolidates nor looks for consolidated metadata.
+    supports_consolidated_metadata = False
+
     def __init__(self, path: str, version: str | None, group: str | None, spool: str, *,
                  numcodecs: bool = False, read_only: bool = False) -> None:
         super().__init__(read_only=read_only)

@@ -75,9 +75,13 @@ class _Version:
         self.nodes: dict[str, ArrayNode | GroupNode] = {}
         self.documents: dict[str, bytes] = {}
         self.datasets: dict[str, Any] = {}
-        if missing_ok and not _has_history(path):
-            return
-        self.reader = VersionedHDF5File.open(path, verify=verify)
+        try:
+            self.reader = VersionedHDF5File.open(path, verify=verify)
+        except (FileNotFoundError, NotVersionedError):
+            # a writable store over nothing yet (the file opened once: every daily store opens it)
+            if missing_ok and not _has_history(path):
+                return
+            raise
         try:
             try:
                 self.version = self.reader.lookup(version)
@@ -225,11 +229,11 @@ class VersionStore(Store):
     def supports_consolidated_metadata(self) -> bool:
         """True for a read-only store (its root ``zarr.json`` holds every node's metadata).
 
-        False for a writable one: the version's metadata is consolidated by the
-        commit, so ``to_zarr`` does not consolidate it (nor warn that Zarr v3 has no
-        consolidated metadata).
+        False for a writable one and its read-only views of pending writes: the
+        version's metadata is consolidated by the commit, so ``to_zarr`` does not
+        consolidate it (nor warn that Zarr v3 has no consolidated metadata).
         """
-        return self.read_only
+        return self.read_only and self._session is None
 
     # -- opening, pickling, equality ----------------------------------------------------------
     def _ensure_state(self) -> _Version:
