@@ -205,3 +205,79 @@ def test_cli_repack_and_expire(tmp_path):
         assert sorted(h["_version_data/versions"]) == ["__first_version__", "v5", "v6", "v7"]
     result = runner.invoke(cli, ["expire", str(path)])
     assert result.exit_code != 0 and "older-than" in result.output
+
+
+# -- modify_metadata in place ------------------------------------------------------------
+
+
+def _big(path, n=2_000_000):
+    with h5py.File(path, "w") as h:
+        vf = VersionedHDF5File(h)
+        with vf.stage_version("v0") as g:
+            g.create_dataset("x", data=np.random.default_rng(0).random(n), chunks=(2 ** 14,))
+        with vf.stage_version("v1") as g:
+            g["x"][:100] = 5.0
+
+
+def _want(version, n=2_000_000):
+    x = np.random.default_rng(0).random(n)
+    if version == "v1":
+        x[:100] = 5.0
+    return x
+
+
+def test_modify_metadata_through_a_journaled_handle_does_not_double_the_file(tmp_path):
+    path = tmp_path / "m.h5"
+    _big(path)
+    size = path.stat().st_size
+    with xarray_vhdf5.open_file(path) as h:
+        report = xarray_vhdf5.modify_metadata(h, "x", chunks=(2 ** 15,))
+    assert report.chunks_after == -(-2_000_000 // 2 ** 15) + 1  # v0's chunks, and v1's first one
+    assert path.stat().st_size <= 1.1 * size
+    assert sorted(os.listdir(tmp_path)) == ["m.h5"]  # no side file, no journal
+    with h5py.File(path, "r") as h:
+        vf = VersionedHDF5File(h)
+        assert h["_version_data/x/raw_data"].chunks == (2 ** 15,)
+        for v in ("v0", "v1"):
+            np.testing.assert_array_equal(vf[v]["x"][:], _want(v))
+    assert check_file(path, rehash=True).problems == []
+
+
+def test_a_failed_modify_in_place_rolls_the_file_back(tmp_path, monkeypatch):
+    path = tmp_path / "m.h5"
+    _big(path, 200_000)
+    before = path.read_bytes()
+    metadata = importlib.import_module("xarray_vhdf5.versions.metadata")
+    real = metadata._SideRewriter.version
+    calls = []
+
+    def fail_second(self, vds):
+        calls.append(vds.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, vds)
+
+    monkeypatch.setattr(metadata._SideRewriter, "version", fail_second)
+    h = xarray_vhdf5.open_file(path)
+    with pytest.raises(KeyboardInterrupt):
+        xarray_vhdf5.modify_metadata(h, "x", chunks=(2 ** 15,))
+    h.close()
+    assert len(calls) == 2 and path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["m.h5"]
+
+
+def test_modifying_a_dimension_scale_keeps_the_file_readable_by_netcdf(tmp_path):
+    path = tmp_path / "nc.h5"
+    for i in range(2):
+        xr.Dataset({"sst": (("time", "lat"), np.full((3, 40), i, "f4"))},
+                   coords={"time": np.arange(3) + i, "lat": np.linspace(-80, 80, 40)}).vhdf5.commit(f"v{i}", path=path)
+    with xarray_vhdf5.open_file(path) as h:
+        xarray_vhdf5.modify_metadata(h, "time", chunks=(2,))
+    with h5py.File(path, "a") as h:
+        xarray_vhdf5.modify_metadata(h, "lat", chunks=(16,))
+    with xr.open_dataset(path) as plain:
+        assert plain.sst.dims == ("time", "lat")
+        np.testing.assert_array_equal(plain.time.values, np.arange(3) + 1)
+    with xr.open_dataset(path, engine="vhdf5", version="v0") as ds:
+        np.testing.assert_array_equal(ds.time.values, np.arange(3))
+        np.testing.assert_array_equal(ds.lat.values, np.linspace(-80, 80, 40))

@@ -77,7 +77,9 @@ unused ``__vhdf5_new_<k>``, deleted by the next run of the dataset.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
+import os
 import math
 import warnings
 from dataclasses import dataclass
@@ -100,14 +102,16 @@ from ..backend.raw_data import ChunkWriter, Filters, create_raw_data
 from ..backend.transfer import read_many_slices
 from ..backend.virtual import create_virtual_dataset
 from ..errors import DatasetNotFoundError, IncompatibleDataError
-from .mutation import _no_live_writer, disk_path, mutating
+from .mutation import _JOURNALED, _no_live_writer, disk_path, mutating
 from .locking import file_locks
 from .delete import (
     MAP_CACHE_BYTES,
     SCRATCH,
     Scratch,
+    _attachment_plan,
     _barrier,
     _open,
+    _reattach,
     check_file_argument,
     chunk_rows,
     copy_attrs,
@@ -300,10 +304,14 @@ class _Rewriter:
             self._fill_cache[src.name] = (old, cast, replace)
         return self._fill_cache[src.name]
 
+    def _source(self, vds: h5py.Dataset) -> h5py.Dataset:
+        """The dataset holding the rows ``vds`` maps (its raw_data; itself when not virtual)."""
+        return self.f[vds.attrs["raw_data"]] if vds.is_virtual else vds
+
     def version(self, vds: h5py.Dataset) -> tuple[np.ndarray, np.ndarray]:
         """Write the new chunks of one version; return its stored chunks (flat index, first row)."""
         shape, t = vds.shape, self.t
-        src = self.f[vds.attrs["raw_data"]] if vds.is_virtual else vds
+        src = self._source(vds)
         src_name = src.name
         src_chunks = tuple(int(c) for c in vds.attrs["chunks"])
         old_grid = chunk_grid_shape(shape, src_chunks)
@@ -634,6 +642,11 @@ def _modify_metadata(
             _barrier(h5file, "done")
         return ModifyReport(name, [], before, before)
 
+    if not leftovers and not interrupted and sources == {group["raw_data"].name} and _journaled(h5file):
+        del base  # an open h5py object would keep the old raw_data's bytes allocated
+        return _modify_in_place(h5file, name, group, holders, t, before)
+
+    attachments = {v: plan for v in holders if (plan := _attachment_plan(versions[v]))}
     # A: new raw_data, its hash table, every version's data, virtual datasets onto it.
     scratch = Scratch(h5file)
     taken = [int(k[len(NEW_PREFIX):]) for k in group if k.startswith(NEW_PREFIX)]
@@ -691,6 +704,8 @@ def _modify_metadata(
     # E: versions onto raw_data; F: clean up.
     for parent, new, relink in swaps:
         scratch.replace_members(parent, new, relink)
+    for version, plan in attachments.items():
+        _reattach(versions[version], plan)
     _barrier(h5file, "relinked")
     for k in [k for k in group if k.startswith(NEW_PREFIX)]:
         del group[k]
@@ -699,6 +714,88 @@ def _modify_metadata(
     _barrier(h5file, "done")
     after = int(group["hash_table"].attrs["largest_index"])
     return ModifyReport(name, holders, before, after, rewriter.chunks_read)
+
+
+def _journaled(h5file: h5py.Group) -> bool:
+    """Whether ``h5file`` writes through a rollback journal (opened by ``open_file`` or the xarray layer)."""
+    return _JOURNALED.get(h5file.id.fileno) is not None
+
+
+def _modify_in_place(h5file, name: str, group: h5py.Group, holders: list[str], t: _Target, before: int) -> ModifyReport:
+    """Rewrite dataset ``name`` into the bytes of its old raw_data: the file does not grow to twice its size.
+
+    For a handle writing through the rollback journal only: the mutation is whole
+    or absent after a crash whatever its order, so the old raw_data can be freed
+    before the new one is written. Its chunks are first copied, as stored
+    (``H5Ocopy``), into a side file beside the file (``<file>.vhdf5-modify``,
+    deleted at the end: peak disk use is the old raw_data twice, once there and
+    once in the journal); then it is deleted, which hands its bytes to libhdf5's
+    free-space manager for the rest of the session, and the new raw_data, written
+    next, takes them (what does not fit goes to the end of the file). Then every
+    version's virtual dataset is rebuilt to map it. Should anything fail, the
+    file is rolled back at once and the handle left stale (reopen it).
+    """
+    path = disk_path(h5file)
+    side_path = f"{path}.vhdf5-modify"
+    versions = h5file[VERSION_DATA][VERSIONS]
+    raw_name = group["raw_data"].name
+    attachments = {v: plan for v in holders if (plan := _attachment_plan(versions[v]))}
+    jf = _JOURNALED[h5file.id.fileno]
+    with h5py.File(side_path, "w") as side:
+        try:
+            h5file.copy(group["raw_data"], side.require_group(group.name), "raw_data")
+            side_raw = side[raw_name]
+            gc.collect()  # no h5py object may keep the old raw_data open: its bytes are freed when unlinked
+            del group["raw_data"]
+            del group["hash_table"]
+            h5file.flush()
+            new_raw = create_raw_data(group, t.dtype, t.chunks, t.fillvalue, t.filters)
+            writer = ChunkWriter(new_raw, HashTable.create(group))
+            writer.max_queued_bytes = BATCH_BYTES
+            rewriter = _SideRewriter(h5file, t, writer, side_raw)
+            scratch = Scratch(h5file)
+            rebuilt = {}
+            for version in holders:
+                vds = versions[version][name]
+                flat, starts = rewriter.version(vds)
+                writer.flush()
+                writer.stats.chunk_rows.clear()
+                sname = rebuilt[version] = scratch.reserve(vds.name)
+                created = create_virtual_dataset(scratch.group, sname, new_raw, vds.shape, t.chunks,
+                                                 chunk_rows(vds.shape, t.chunks, flat, starts))
+                copy_attrs(vds, created, skip=("raw_data", "chunks", "DIMENSION_LIST", "REFERENCE_LIST"))
+            writer.flush()
+            for parent, new, relink in _swap_all(h5file, scratch, rebuilt, name):
+                scratch.replace_members(parent, new, relink)
+            for version, plan in attachments.items():
+                _reattach(versions[version], plan)
+            scratch.remove()
+            _barrier(h5file, "done")
+        except BaseException:
+            # The old raw_data is gone from this state: put the file's bytes back now, and
+            # drop whatever libhdf5 still writes through this handle (its caches hold the
+            # state being undone). The handle is stale: the next mutation through it
+            # raises StaleVersionError, so the caller reopens the file.
+            jf.abandon()
+            jf.stale = True
+            raise
+        finally:
+            side.close()
+            if os.path.exists(side_path):
+                os.remove(side_path)
+    after = int(group["hash_table"].attrs["largest_index"])
+    return ModifyReport(name, holders, before, after, rewriter.chunks_read)
+
+
+class _SideRewriter(_Rewriter):
+    """A :class:`_Rewriter` reading the old chunks from their copy in the side file."""
+
+    def __init__(self, h5file, target, writer, side_raw: h5py.Dataset):
+        super().__init__(h5file, target, writer)
+        self.side_raw = side_raw
+
+    def _source(self, vds: h5py.Dataset) -> h5py.Dataset:
+        return self.side_raw
 
 
 def _leftovers(group: h5py.Group, sources: set[str]) -> list[str]:
