@@ -183,8 +183,37 @@ def test_attribute_changes(tmp_path, monkeypatch):
         attrs["level"] = 3
         arr.attrs.put(attrs)
         arr[0, 0, 0] = np.float32(1.25)
+        x = zarr.open_array(store, path="x", mode="r+", zarr_format=3)  # an index coordinate
+        x.attrs["long_name"] = "column"
 
     run_both(tmp_path, [write], monkeypatch)
+
+
+def test_a_group_of_the_version(tmp_path, monkeypatch):
+    paths = {}
+    for fast in (True, False):
+        path = tmp_path / f"{'fast' if fast else 'xr'}.h5"
+        ds = days(4)
+        for name in ds.variables:
+            ds[name].encoding["compression"] = None
+        ds.vhdf5.commit("v1", path=str(path), group="sub")
+        monkeypatch.setattr(_staged, "FAST_COMMIT", fast)
+        for i in range(3):
+            store = VersionStore(str(path), group="sub", read_only=False)
+            try:
+                append(4 + i)(store)
+                plan = plan_fast_commit(store._ensure_state(), store._session.overlay)
+                assert not isinstance(plan, str), plan  # the fast path applies to a subgroup too
+                store.commit()
+            finally:
+                store.close()
+        paths[fast] = path
+    assert hash_tables(paths[True]) == hash_tables(paths[False])
+    assert versions_content(paths[True]) == versions_content(paths[False])
+    with xr.open_dataset(paths[True], engine="vhdf5", group="sub") as a, \
+            xr.open_dataset(paths[False], engine="vhdf5", group="sub") as b:
+        xr.testing.assert_identical(a.load(), b.load())
+        assert a.sizes["time"] == 7
 
 
 def test_compressed_base_through_numcodecs(tmp_path, monkeypatch):
