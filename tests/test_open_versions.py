@@ -223,3 +223,28 @@ def test_fifty_versions_sharing_most_chunks(tmp_path, monkeypatch):
     assert len(reads) == 5 * 100
     print(f"\n50 versions x 100 chunks: {distinct} chunk reads shared (not 5000); load {elapsed:.3f} s, "
           f"50 single opens ~{per_version:.3f} s; commits {committed:.1f} s")
+
+
+def test_dimensions_that_differ_are_refused(tmp_path):
+    path = tmp_path / "dims.h5"
+    xr.Dataset({"v": ("x", np.arange(3.0))}).vhdf5.commit("a", path=path)
+    xr.Dataset({"v": ("y", np.arange(3.0))}).vhdf5.commit("b", path=path)
+    with pytest.raises(xv.IncompatibleDataError, match="dimensions"):
+        xv.open_versions(path, ["a", "b"])
+
+
+def test_verify_and_scale_factor_per_version(tmp_path):
+    """Each version decodes with its own attributes, and verify=True checks the shared chunks."""
+    path = tmp_path / "packed.h5"
+    raw = np.arange(12, dtype="i2").reshape(3, 4)
+    a = xr.Dataset({"p": (("x", "y"), raw, {"scale_factor": 0.5, "units": "m"})})
+    a["p"].encoding.update(chunks=(1, 4))
+    a.vhdf5.commit("a", path=path)
+    with xr.open_dataset(path, engine="vhdf5", mask_and_scale=False) as stored:
+        b = stored.load().copy()
+    b["p"].attrs["scale_factor"] = 2.0  # same stored chunks, decoded otherwise
+    b.vhdf5.commit("b", path=path)
+    stacked = xv.open_versions(path, ["a", "b"], verify=True)
+    for name in ("a", "b"):
+        xr.testing.assert_identical(stacked.p.sel(version=name).drop_vars(STACK_COORDS), _one(path, name).p)
+    np.testing.assert_array_equal(stacked.p.values[1], 4 * stacked.p.values[0])

@@ -33,6 +33,7 @@ import itertools
 import os
 import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -87,14 +88,31 @@ class _Member:
     through ``decoded``, nothing shared).
     """
 
-    __slots__ = ("raw", "decoded", "holder", "shape")
+    __slots__ = ("raw", "decoded", "holder", "shape", "identity")
 
-    def __init__(self, raw: xr.Variable, decoded: xr.Variable):
+    def __init__(self, raw: xr.Variable, decoded: xr.Variable, dtype: np.dtype):
         self.raw, self.decoded, self.shape = raw, decoded, decoded.shape
         array = getattr(raw._data, "array", None)  # the engine's LazilyIndexedArray(BackendArray)
         shareable = (isinstance(array, ManifestBackendArray) and array.manifest is not None
                      and array.manifest.supported and raw.shape == decoded.shape)
         self.holder = array if shareable else None
+        #: decoding leaves the stored points as they are (stored straight into the output)
+        self.identity = (raw.dtype == decoded.dtype == dtype and raw.ndim > 0
+                         and all(k in ("_FillValue", "missing_value") and _nan_fill(raw.attrs[k], raw.dtype)
+                                 for k in _MASK_SCALE_ATTRS if k in raw.attrs))
+
+
+def _nan_fill(value, dtype: np.dtype) -> bool:
+    """True for a NaN ``_FillValue``/``missing_value`` of a float variable: masking it changes no point."""
+    try:
+        return dtype.kind in "fc" and bool(np.all(np.isnan(np.asarray(value, dtype=dtype))))
+    except (TypeError, ValueError):
+        return False
+
+
+#: Attributes with which CF decoding changes stored values without changing their dtype.
+_MASK_SCALE_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned", "valid_min",
+                     "valid_max", "valid_range", "dtype", "_Encoding")
 
 
 class StackedBackendArray(BackendArray):
@@ -152,32 +170,38 @@ class StackedBackendArray(BackendArray):
                 picked = tuple(idx[m] for (idx, _), m in zip(axes[1:], inside))
                 if any(p.size == 0 for p in picked):
                     continue
-                target = (j,) + np.ix_(*[np.flatnonzero(m) for m in inside])
+                target = (j,) + _outer([np.flatnonzero(m) for m in inside])
                 if member.holder is None:
                     out[target] = np.asarray(member.decoded[picked].values, dtype=self.dtype)
                 else:
                     shared.append((j, member, picked, target))
             if shared:
-                for _, values, target in self._read_shared(shared):
-                    out[target] = values
+                self._read_shared(shared, out)
         return out.reshape(tuple(idx.size for idx, kept in axes if kept))
 
-    def _read_shared(self, reads: list) -> list:
-        """``(j, decoded values, target)`` per read ``(j, member, points per axis, target)``: chunks read once."""
+    def _read_shared(self, reads: list, out: np.ndarray) -> None:
+        """Fill ``out[target]`` for each read ``(j, member, points per axis, target)``: chunks read once.
+
+        Stored points whose decoding changes nothing (same dtype, no mask or
+        scale attribute) are written straight into ``out`` when ``target``
+        is a view (slices); others go through a buffer and are decoded.
+        """
         holders = [member.holder for _, member, _, _ in reads]
+        dests = [out[target] if member.identity and all(isinstance(k, slice) for k in target[1:]) else None
+                 for _, member, _, target in reads]
         locks = file_locks(self.source.path)
         while True:
             stamps = [getattr(h, "resolved", None) or self.source.resolved for h in holders]
             with locks.reading_bytes():
                 if all(self.source.current(locks, s) for s in stamps):
-                    raw = _read_chunks_once([(h.manifest, picked) for h, (_, _, picked, _) in zip(holders, reads)])
+                    raw = _read_chunks_once([(h.manifest, picked, dest) for h, (_, _, picked, _), dest
+                                             in zip(holders, reads, dests)])
                     break
             for h in holders:  # chunks moved (a deletion, modify_metadata): resolve again
                 self.source.apply(h, lambda manifest: None)
-        out = []
-        for (j, member, _, target), values in zip(reads, raw):
-            out.append((j, self._decode(member, values), target))
-        return out
+        for (_, member, _, target), values, dest in zip(reads, raw, dests):
+            if dest is None:
+                out[target] = self._decode(member, values)
 
     def _decode(self, member: _Member, values: np.ndarray) -> np.ndarray:
         """CF-decode stored ``values`` of ``member`` with its version's attributes."""
@@ -208,6 +232,27 @@ def _normalize(key: tuple, shape: tuple[int, ...]) -> list[tuple[np.ndarray, boo
     return out
 
 
+def _as_slice(idx: np.ndarray) -> slice | np.ndarray:
+    """``idx`` (1-d, intp) as the slice that selects the same points when it is a progression of step > 0."""
+    if idx.size == 1:
+        return slice(int(idx[0]), int(idx[0]) + 1)
+    step = int(idx[1] - idx[0])
+    if step <= 0 or np.any(np.diff(idx) != step):
+        return idx
+    return slice(int(idx[0]), int(idx[-1]) + 1, step)
+
+
+def _outer(indices: Sequence[np.ndarray]) -> tuple:
+    """A key selecting the outer product of ``indices`` (one 1-d array per axis): slices when all can be.
+
+    Basic indexing (slices) copies blocks; ``numpy.ix_`` gathers point by point, many times slower.
+    """
+    slices = tuple(_as_slice(i) for i in indices)
+    if all(isinstance(k, slice) for k in slices):
+        return slices
+    return np.ix_(*indices)
+
+
 def _axis_groups(idx: np.ndarray, chunk: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """``(chunk number, positions in idx, points within the chunk)`` for each chunk ``idx`` touches."""
     number = idx // chunk
@@ -217,17 +262,20 @@ def _axis_groups(idx: np.ndarray, chunk: int) -> list[tuple[int, np.ndarray, np.
             for pos in np.split(order, cuts)] if idx.size else []
 
 
-def _read_chunks_once(reads: list) -> list[np.ndarray]:
-    """Per ``(manifest, points per axis)``, the stored points selected; each stored chunk decoded once.
+def _read_chunks_once(reads: list) -> list[np.ndarray | None]:
+    """Per ``(manifest, points per axis, dest)``, the stored points selected; each stored chunk decoded once.
 
     A stored chunk is known by its raw_data and first row: versions that map
-    the same row hold the same bytes. A decoded chunk is kept until its last
-    use among ``reads``, then dropped, so memory holds at most the chunks
-    still to be used (and the outputs).
+    the same row hold the same bytes. Reads are served in order; the chunks a
+    read needs that are not held yet are decoded together (by threads when
+    they are 4 or more and filtered), and a decoded chunk is kept until its
+    last use among ``reads``, then dropped: memory holds the chunks still to
+    be used and one read's new ones. ``dest`` (an array of the read's shape,
+    or None) receives the points; None: a new array is returned.
     """
     plans = []
     uses: Counter = Counter()
-    for manifest, picked in reads:
+    for manifest, picked, dest in reads:
         scalar = manifest.ndim == 1 and len(picked) == 0  # a scalar, stored as one point
         picked = (np.zeros(1, np.intp),) if scalar else picked
         plan = []
@@ -236,27 +284,55 @@ def _read_chunks_once(reads: list) -> list[np.ndarray]:
             slot = int(manifest.slots[where])
             ident = None if slot < 0 else (manifest.raw_data, int(manifest.rows[slot]))
             uses[ident] += ident is not None
-            plan.append((where, ident, np.ix_(*[pos for _, pos, _ in parts]), np.ix_(*[w for _, _, w in parts])))
-        plans.append((manifest, tuple(p.size for p in picked), plan))
+            plan.append((where, ident, _outer([pos for _, pos, _ in parts]), _outer([w for _, _, w in parts])))
+        plans.append((manifest, tuple(p.size for p in picked), plan, dest))
     cache: dict = {}
     out = []
-    for manifest, shape, plan in plans:
-        values = np.empty(shape, manifest.dtype)
+    for manifest, shape, plan, dest in plans:
+        values = np.empty(shape, manifest.dtype) if dest is None else dest.reshape(shape)
+        new = {ident: where for where, ident, _, _ in plan if ident is not None and ident not in cache}
+        pool = _pool(len(new)) if manifest.filters else None
+        decoded = (pool.map(manifest.decoded_chunk, new.values()) if pool is not None
+                   else map(manifest.decoded_chunk, new.values()))
+        cache.update(zip(new, decoded))
         for where, ident, target, within in plan:
             if ident is None:
                 values[target] = manifest.fillvalue
                 continue
-            chunk = cache.get(ident)
-            if chunk is None:
-                chunk = manifest.decoded_chunk(where)
+            values[target] = cache[ident][within]
             uses[ident] -= 1
-            if uses[ident]:
-                cache[ident] = chunk
-            else:
-                cache.pop(ident, None)
-            values[target] = chunk[within]
-        out.append(values)
+            if not uses[ident]:
+                del cache[ident]
+        out.append(values if dest is None else None)
     return out
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the pool's threads: it makes its own."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
+def _pool(chunks: int) -> ThreadPoolExecutor | None:
+    """Threads decoding ``chunks`` chunks: as many as the machine has cores (at most 8), from 4 chunks on.
+
+    The codecs (zlib through imagecodecs, ...) and ``os.pread`` release the GIL.
+    """
+    n = min(os.cpu_count() or 1, 8)
+    if n <= 1 or chunks < 4:
+        return None
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="vhdf5-stacked")
+        return _POOL
 
 
 def _open_members(manager: SharedFile, f, version: VersionKey, group: str | None, drop: set, decoders: dict):
@@ -450,7 +526,7 @@ def _stacked_variable(var: str, manager: SharedFile, per: list, dims: tuple, siz
     fill = None
     if needs_padding:
         dtype, fill = missing_value(dtype)
-    members = [None if p is None else _Member(*p) for p in per]
+    members = [None if p is None else _Member(*p, dtype) for p in per]
     array = StackedBackendArray(var, manager, members, (len(per),) + padded, dtype, fill, decoders)
     last = present[-1][1]
     encoding = dict(last.encoding)
