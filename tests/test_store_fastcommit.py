@@ -36,7 +36,8 @@ def days(n: int, start: int = 0, seed: int = 0) -> xr.Dataset:
     sst = rng.normal(20, 3, (n, 6, 4)).astype("float32")
     sst[0, 0, 0] = np.nan
     ds = xr.Dataset(
-        {"sst": (("time", "y", "x"), sst, {"units": "degC", "long_name": "sea surface temperature"}),
+        {"sst": (("time", "y", "x"), sst, {"units": "degC", "long_name": "sea surface temperature",
+                                       "scale": np.float32(0.1)}),
          "count": (("time", "y"), rng.integers(0, 9, (n, 6)).astype("int16"))},
         coords={"time": np.datetime64("2000-01-01", "ns") + np.arange(start, start + n).astype("m8[D]"),
                 "y": np.linspace(0, 1, 6), "x": np.arange(4, dtype="int32")},
@@ -181,6 +182,7 @@ def test_attribute_changes(tmp_path, monkeypatch):
         attrs["long_name"] = "SST"
         attrs["comment"] = "checked"
         attrs["level"] = 3
+        attrs["scale"] = 0.1  # JSON changes (0.10000000149011612 was float32's), the value does not
         arr.attrs.put(attrs)
         arr[0, 0, 0] = np.float32(1.25)
         x = zarr.open_array(store, path="x", mode="r+", zarr_format=3)  # an index coordinate
