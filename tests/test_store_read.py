@@ -312,7 +312,7 @@ def test_filters_read_right_and_pass_through(filters_file, numcodecs):
     for version in ("v1", "v2"):
         assert_arrays_match_h5py(filters_file, version, numcodecs=numcodecs)
         assert_same_as_engine(filters_file, version)
-        store = VersionStore(filters_file, version=version, numcodecs=numcodecs)
+        store = VersionStore(filters_file, version=version, numcodecs=numcodecs, coalesce_bytes=None)
         zg = zarr.open_group(store, mode="r")
         with h5py.File(filters_file, "r") as f:
             for name in FILTERS:
@@ -388,7 +388,7 @@ def _check_plugin_filters(path: str) -> None:
                 g.create_dataset(name, data=data, chunks=(16, 8), **options)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        store = VersionStore(path, version="v1")
+        store = VersionStore(path, version="v1", coalesce_bytes=None)
         zg = zarr.open_group(store, mode="r")
         with h5py.File(path, "r") as f:
             for name in filters:
@@ -536,7 +536,7 @@ def test_pickled_store_pins_a_relative_version(small):
 def test_dask_processes_read_the_store(small):
     import dask
 
-    store = VersionStore(small, version="v1")
+    store = VersionStore(small, version="v1", coalesce_bytes=None)  # a task per stored chunk
     with dask.config.set(scheduler="processes", num_workers=2):
         assert os.getpid() not in dask.compute(*(dask.delayed(os.getpid)() for _ in range(2)))
         with xr.open_zarr(store, chunks={}) as z:

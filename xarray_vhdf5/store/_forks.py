@@ -162,7 +162,8 @@ class StoreFork(Store):
             if self.version is None:
                 self._base = _Nothing()
             else:
-                self._base = VersionStore(self.path, self.version, self.group, numcodecs=self.numcodecs)
+                self._base = VersionStore(self.path, self.version, self.group, numcodecs=self.numcodecs,
+                                           coalesce_bytes=None)  # the chunks zarr writes
         return self._base
 
     def _names(self, kind: str) -> list[str]:

@@ -26,7 +26,10 @@ gives the Dataset ``xr.open_dataset(path, engine="vhdf5")`` gives:
 - ``codecs``: ``bytes`` (the dataset's byte order), then the filters that pass
   through (:mod:`._codecs`); chunks with other filters are served decoded;
 - the chunk grid: the dataset's chunk shape (one chunk for a scalar), keys
-  ``c/i/j`` (Zarr v3's default chunk key encoding).
+  ``c/i/j`` (Zarr v3's default chunk key encoding); for arrays the store
+  decodes anyway, a read-only store may serve ``k`` stored chunks along the
+  first axis as one Zarr chunk (``coalesce_bytes``: up to that many bytes),
+  so that zarr and dask make one request, and one task, per ``k`` chunks.
 
 The root group's ``zarr.json`` carries every node's metadata inline
 (zarr-python's consolidated metadata), so opening reads one key.
@@ -154,7 +157,8 @@ def _zarr_dtype(dtype: np.dtype) -> np.dtype | str:
     return dtype
 
 
-def version_nodes(group, *, numcodecs: bool = False, verify: bool = False) -> dict[str, ArrayNode | GroupNode]:
+def version_nodes(group, *, numcodecs: bool = False, verify: bool = False,
+                  coalesce_bytes: int | None = None) -> dict[str, ArrayNode | GroupNode]:
     """The nodes of a version's group, by key (``""`` is the group itself).
 
     Parameters
@@ -166,6 +170,11 @@ def version_nodes(group, *, numcodecs: bool = False, verify: bool = False) -> di
         Pass deflate, shuffle and Fletcher-32 through as numcodecs codecs (see :mod:`._codecs`).
     verify : bool
         Chunks are checked against the hash table's digests: served decoded.
+    coalesce_bytes : int, optional
+        For arrays whose chunks are served decoded (not scalars, not strings):
+        Zarr chunks of ``k`` stored chunks along the first axis, ``k`` the most
+        whose bytes (uncompressed) fit (at least 1, at most the grid's length).
+        None: Zarr's chunks are the stored ones.
     """
     nodes: dict[str, ArrayNode | GroupNode] = {}
     pending = [("", group)]
@@ -183,11 +192,12 @@ def version_nodes(group, *, numcodecs: bool = False, verify: bool = False) -> di
                 continue
             if is_netcdf_dimension_only(member):
                 continue
-            nodes[child] = _array_node(child, member, dims_by_size, numcodecs, verify)
+            nodes[child] = _array_node(child, member, dims_by_size, numcodecs, verify, coalesce_bytes)
     return nodes
 
 
-def _array_node(key: str, ds, dims_by_size: dict, numcodecs: bool, verify: bool) -> ArrayNode:
+def _array_node(key: str, ds, dims_by_size: dict, numcodecs: bool, verify: bool,
+                coalesce_bytes: int | None = None) -> ArrayNode:
     dims = ds.attrs.get(DIMENSIONS_ATTR)
     if dims is None:
         dims = phony_dims(ds.shape, dims_by_size)
@@ -212,9 +222,14 @@ def _array_node(key: str, ds, dims_by_size: dict, numcodecs: bool, verify: bool)
     elif np.ndim(fill):
         fill = np.asarray(fill, dtype)[()]
     attrs = _attributes(visible_attrs(ds.attrs), dtype)
+    zarr_chunks = chunks
+    if coalesce_bytes and codecs is None and not scalar and shape and dtype.kind != "O":
+        per_chunk = int(np.prod(chunks)) * dtype.itemsize
+        k = max(1, min(-(-shape[0] // chunks[0]), coalesce_bytes // max(per_chunk, 1)))
+        zarr_chunks = (chunks[0] * k,) + chunks[1:]
     return ArrayNode(
         key=key, source=ds.name[len(ds.parent.versioned_root.name):].strip("/"),
-        shape=() if scalar else shape, chunks=() if scalar else chunks, stored_chunks=chunks,
+        shape=() if scalar else shape, chunks=() if scalar else zarr_chunks, stored_chunks=chunks,
         dtype=dtype, fill_value=np.asarray(fill, dtype)[()] if dtype.kind != "O" else fill,
         attributes=attrs, dimension_names=tuple(dims), codecs=codecs, why_decoded=why)
 

@@ -44,7 +44,7 @@ from ._metadata import ArrayNode, GroupNode, version_nodes, zarr_json_documents
 from ._forks import StoreFork, fork_store, merge_forks, remove_spools
 from ._overlay import Session
 
-__all__ = ["VersionStore"]
+__all__ = ["COALESCE_BYTES", "VersionStore"]
 
 
 def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
@@ -59,6 +59,10 @@ def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
     raise TypeError(f"Unexpected byte_range, got {byte_range!r}")  # zarr's own stores' words
 
 
+#: Default ``coalesce_bytes`` of read-only stores: Zarr chunks of decoded arrays up to 8 MiB.
+COALESCE_BYTES = 8 * 2**20
+
+
 class _Version:
     """What an open store reads: the reader, the resolved version, its nodes and their documents.
 
@@ -69,7 +73,7 @@ class _Version:
     """
 
     def __init__(self, path: str, version, group: str | None, numcodecs: bool, verify: bool,
-                 missing_ok: bool = False):
+                 missing_ok: bool = False, coalesce_bytes: int | None = None):
         self.reader = None
         self.version = None
         self.nodes: dict[str, ArrayNode | GroupNode] = {}
@@ -103,7 +107,8 @@ class _Version:
                         f"{sorted(g for g in groups if g) or 'none but the root'}")
                 self.group = root[group.strip("/")]
             self.timestamp = self.reader.version_info(self.version).timestamp
-            self.nodes = version_nodes(self.group, numcodecs=numcodecs, verify=verify)
+            self.nodes = version_nodes(self.group, numcodecs=numcodecs, verify=verify,
+                                       coalesce_bytes=coalesce_bytes)
             self.documents = zarr_json_documents(self.nodes)
         except BaseException:
             self.reader.close()
@@ -175,6 +180,14 @@ class VersionStore(Store):
         Check every chunk read against the hash table's SHA-256 digest
         (chunks are then served decoded);
         :class:`~xarray_vhdf5.errors.CorruptFileError` on a mismatch.
+    coalesce_bytes : int or None
+        Read-only stores: an array whose chunks the store decodes (deflate,
+        shuffle, lzf, ... without ``numcodecs``) is presented with Zarr chunks
+        of several stored chunks along its first axis, up to this many bytes
+        uncompressed (default :data:`COALESCE_BYTES`, 8 MiB), read and decoded
+        by the store's threaded reader in one get; ``xr.open_zarr``'s dask
+        tasks follow them. None: the stored chunk shape (as writable stores,
+        whose chunks zarr writes, always present it).
 
     Raises
     ------
@@ -204,8 +217,10 @@ class VersionStore(Store):
     supports_listing = True
 
     def __init__(self, path: str | os.PathLike, version=None, group: str | None = None, *,
-                 read_only: bool = True, numcodecs: bool = False, verify: bool = False) -> None:
+                 read_only: bool = True, numcodecs: bool = False, verify: bool = False,
+                 coalesce_bytes: int | None = COALESCE_BYTES) -> None:
         super().__init__(read_only=bool(read_only))
+        self.coalesce_bytes = None if coalesce_bytes is None else int(coalesce_bytes)
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"VersionStore takes a path, got {type(path).__name__}")
         self.path = os.path.abspath(os.fspath(path))
@@ -247,7 +262,8 @@ class VersionStore(Store):
                                        missing_ok=True)
             else:
                 self._state = _Version(self.path, self.version, self.group, self.numcodecs, self.verify,
-                                       missing_ok=not self.read_only)
+                                       missing_ok=not self.read_only,
+                                       coalesce_bytes=self.coalesce_bytes if self.read_only else None)
                 if not self.read_only:
                     self._session = Session(self._state.version, spill_root=f"{self.path}.forks")
             if self._state.version is not None:
@@ -282,15 +298,16 @@ class VersionStore(Store):
             )
         self._ensure_state()  # pinned to the version's name: a branch, -1 or a time resolved now
         return {"path": self.path, "version": self.version, "group": self.group,
-                "numcodecs": self.numcodecs, "verify": self.verify}
+                "numcodecs": self.numcodecs, "verify": self.verify, "coalesce_bytes": self.coalesce_bytes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["path"], state["version"], state["group"],
-                      numcodecs=state["numcodecs"], verify=state["verify"])
+                      numcodecs=state["numcodecs"], verify=state["verify"],
+                      coalesce_bytes=state.get("coalesce_bytes", COALESCE_BYTES))
 
     def _identity(self) -> tuple:
         version = self.version if self.version is not None or self._state is None else self._state.version
-        return (self.path, version, self.group, self.numcodecs, self.verify, self.read_only)
+        return (self.path, version, self.group, self.numcodecs, self.verify, self.read_only, self.coalesce_bytes)
 
     def __eq__(self, other: object) -> bool:
         """Stores over the same file, group and options, and the same version once resolved.
@@ -308,7 +325,7 @@ class VersionStore(Store):
         return self._identity() == other._identity()
 
     def __hash__(self) -> int:
-        return hash((self.path, self.group, self.numcodecs, self.verify, self.read_only))
+        return hash((self.path, self.group, self.numcodecs, self.verify, self.read_only, self.coalesce_bytes))
 
     def __repr__(self) -> str:
         group = f", group={self.group!r}" if self.group else ""
@@ -326,7 +343,7 @@ class VersionStore(Store):
         if not self.read_only and self._session is None:
             self._ensure_state()  # the session (and its base version) both stores share
         out = type(self)(self.path, self.version, self.group, read_only=read_only,
-                         numcodecs=self.numcodecs, verify=self.verify)
+                         numcodecs=self.numcodecs, verify=self.verify, coalesce_bytes=self.coalesce_bytes)
         if self._session is not None:
             out._session = self._session
         return out
@@ -483,6 +500,8 @@ class VersionStore(Store):
     def _chunk(self, state: _Version, node: ArrayNode, index: tuple[int, ...]) -> bytes | None:
         ds = state.dataset(node)
         stored_index = index if not node.scalar else (0,)
+        if node.chunks != node.stored_chunks and not node.scalar:
+            return self._coalesced(ds, node, index)
         if node.codecs is not None:
             got = ds.stored_chunk(stored_index)
             if got is None:
@@ -511,6 +530,33 @@ class VersionStore(Store):
             return bytes(numcodecs.VLenUTF8().encode(values))
         return np.ascontiguousarray(arr, node.dtype).tobytes()
 
+    @staticmethod
+    def _mapped(ds, node: ArrayNode) -> np.ndarray:
+        """Per Zarr chunk of ``node``, whether the version maps any of its stored chunks."""
+        manifest = ds.manifest
+        if manifest is None:
+            return np.ones(node.grid, bool)
+        mapped = manifest.slots >= 0
+        k = node.chunks[0] // node.stored_chunks[0] if node.shape else 1
+        if k == 1:
+            return mapped
+        rows = -(-mapped.shape[0] // k) * k
+        padded = np.zeros((rows,) + mapped.shape[1:], bool)
+        padded[:mapped.shape[0]] = mapped
+        return padded.reshape((rows // k, k) + mapped.shape[1:]).any(axis=1)
+
+    def _coalesced(self, ds, node: ArrayNode, index: tuple[int, ...]) -> bytes | None:
+        """Zarr chunk ``index`` of an array served ``k`` stored chunks at a time: one threaded read."""
+        if not self._mapped(ds, node)[index]:
+            return None
+        region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, node.chunks, node.shape))
+        data = np.asarray(ds[region], dtype=node.dtype)
+        if data.shape != node.chunks:
+            out = np.full(node.chunks, node.fill_value, dtype=node.dtype)
+            out[tuple(slice(0, k) for k in data.shape)] = data
+            data = out
+        return np.ascontiguousarray(data).tobytes()
+
     def _keys(self, state: _Version) -> Iterable[str]:
         yield from state.documents
         for key, node in state.nodes.items():
@@ -520,12 +566,7 @@ class VersionStore(Store):
             if node.scalar or not node.shape:
                 yield prefix
                 continue
-            ds = state.dataset(node)
-            manifest = ds.manifest
-            if manifest is None:
-                mapped = np.argwhere(np.ones(node.grid, bool))
-            else:
-                mapped = np.argwhere(manifest.slots >= 0)
+            mapped = np.argwhere(self._mapped(state.dataset(node), node))
             for index in mapped:
                 yield prefix + "/" + "/".join(str(int(i)) for i in index)
 
@@ -572,8 +613,7 @@ class VersionStore(Store):
         node, index = found
         if node.scalar:
             return True
-        manifest = state.dataset(node).manifest
-        return manifest is None or bool(manifest.slots[index] >= 0)
+        return bool(self._mapped(state.dataset(node), node)[index])
 
     async def exists(self, key: str) -> bool:
         """Whether the store has ``key``."""
