@@ -52,6 +52,7 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from ..errors import ConflictError
+from ._listing import ListingFromList
 from ._overlay import Spooled
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class StoreFork(Store):
+class StoreFork(ListingFromList, Store):
     """A picklable writable handle on a :class:`~xarray_vhdf5.store.VersionStore` (see the module docstring).
 
     Made by :meth:`VersionStore.fork`, not directly. Reads see the fork's own
@@ -280,24 +281,6 @@ class StoreFork(Store):
         async for key in base.list():
             if key not in seen and not await asyncio.to_thread(self._hidden, key, True):
                 yield key
-
-    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        """The keys starting with ``prefix``."""
-        async for key in self.list():
-            if key.startswith(prefix):
-                yield key
-
-    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        """The names directly below ``prefix``, each once."""
-        prefix = prefix.rstrip("/")
-        start = f"{prefix}/" if prefix else ""
-        seen: set[str] = set()
-        async for key in self.list():
-            if key.startswith(start):
-                name = key[len(start):].split("/", 1)[0]
-                if name not in seen:
-                    seen.add(name)
-                    yield name
 
 
 class _Nothing:

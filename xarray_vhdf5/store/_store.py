@@ -40,6 +40,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from ..errors import DatasetNotFoundError, NotVersionedError, ReadOnlyError, VersionNotFoundError
 from ..versions import VersionedHDF5File
 from ._codecs import numcodecs_pipeline
+from ._listing import ListingFromList
 from ._metadata import ArrayNode, GroupNode, version_nodes, zarr_json_documents
 from ._forks import StoreFork, fork_store, merge_forks, remove_spools
 from ._overlay import Session
@@ -148,7 +149,7 @@ def _has_history(path: str) -> bool:
         raise error
 
 
-class VersionStore(Store):
+class VersionStore(ListingFromList, Store):
     """One version of a versioned HDF5 file as a zarr-python 3 store; writable over it with ``read_only=False``.
 
     Parameters
@@ -676,21 +677,3 @@ class VersionStore(Store):
         state = await self._get_state()
         for key in await asyncio.to_thread(self._all_keys, state):
             yield key
-
-    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        """The keys starting with ``prefix``."""
-        async for key in self.list():
-            if key.startswith(prefix):
-                yield key
-
-    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        """The names directly below ``prefix`` (keys and "directories"), each once."""
-        prefix = prefix.rstrip("/")
-        start = f"{prefix}/" if prefix else ""
-        seen: set[str] = set()
-        async for key in self.list():
-            if key.startswith(start):
-                name = key[len(start):].split("/", 1)[0]
-                if name not in seen:
-                    seen.add(name)
-                    yield name
