@@ -242,3 +242,29 @@ def test_cli_merge_and_cherry_pick(path):
     out = run(cli, ["merge", str(path), "qc", "--version", "m", "--resolve", "theirs"]).output
     assert "committed m on branch main" in out and "1 conflicting points resolved" in out
     np.testing.assert_array_equal(_x(path, "m"), [99, -1, -2, 3, 4, 5])
+
+
+def test_as_of_stays_on_the_branch(path):
+    import datetime as dt
+
+    xv.create_branch(path, "qc", at="v1")
+    with h5py.File(path, "r") as f:
+        t_v2 = dt.datetime.fromisoformat(f["_version_data/versions/v2"].attrs["timestamp"].decode()
+                                         if isinstance(f["_version_data/versions/v2"].attrs["timestamp"], bytes)
+                                         else f["_version_data/versions/v2"].attrs["timestamp"])
+    staged = xr.open_dataset(path, engine="vhdf5", version="qc").vhdf5.stage()
+    staged["x"][5] = 50.0
+    staged.vhdf5.commit("q1")
+    later = dt.datetime.now(dt.timezone.utc)
+
+    def opened(**kw):
+        with xr.open_dataset(path, engine="vhdf5", **kw) as ds:
+            return ds.encoding["vhdf5_version"]
+
+    # at v2's time, branch qc was still at v1 (v2 is on main): as_of stays on the branch
+    assert opened(version="qc", as_of=t_v2) == "v1"
+    assert opened(version=t_v2) == "v2"  # a time as version=: the file's last version then
+    assert opened(version="qc", as_of=later) == "q1"
+    assert opened(as_of=later) == "v2" and opened(version="main", as_of=str(later.isoformat())) == "v2"
+    with pytest.raises(VersionNotFoundError, match="no version of 'qc' at 2000"):
+        opened(version="qc", as_of="2000-01-01")

@@ -77,6 +77,7 @@ from ..errors import VersionKeyTypeError, VersionNotFoundError
 from . import logrecord
 from .index import to_micros
 from .logrecord import Fingerprint, fingerprint_of
+from .timestamps import to_utc_datetime
 from .registry import VersionRegistry
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "changed_attrs",
     "compared_attrs",
     "dataset_state",
+    "lookup_as_of",
     "lookup_version",
     "same_attr_value",
     "version_log",
@@ -714,6 +716,33 @@ def lookup_version(registry: VersionRegistry, key) -> str:
         "a version is designated by a name or ISO 8601 time (str), a position (int >= 0), an ancestor "
         f"(int < 0), a timestamp (datetime, numpy.datetime64) or None, got {type(key).__name__} {key!r}"
     )
+
+
+def lookup_as_of(registry: VersionRegistry, key, as_of) -> str:
+    """The version a branch (or a version's line of parents) had at time ``as_of``.
+
+    ``key`` names the line, as :func:`lookup_version` takes it (None: the
+    current version, i.e. branch ``main``); the result is the newest version
+    along ``key``'s first-parent chain (``prev_version``) committed at or
+    before ``as_of`` (a datetime, numpy.datetime64 or ISO 8601 string; naive
+    means UTC). Unlike a time given as ``version=``, which picks the version
+    committed last before that time in the whole file, this stays on the
+    branch.
+
+    Raises
+    ------
+    VersionNotFoundError
+        ``key`` names nothing, or every version on its line is newer than ``as_of``.
+    """
+    tip = lookup_version(registry, key)
+    when = to_utc_datetime(_dt.datetime.fromisoformat(as_of) if isinstance(as_of, str) else as_of)
+    for name in registry._ancestry(tip):
+        if registry.info(name).timestamp <= when:
+            return name
+    first = registry._ancestry(tip)[-1]
+    raise VersionNotFoundError(
+        f"no version of {key if key is not None else 'main'!r} at {when.isoformat()}: its first version "
+        f"{first!r} was committed at {registry.info(first).timestamp.isoformat()}")
 
 
 def _at_time(registry: VersionRegistry, when, given) -> str:

@@ -26,7 +26,7 @@ from ..backend.layout import version_path as root_path
 from ..backend.manifest import resolve_manifest
 from ..backend.signature import not_hdf5_error, open_for_reading
 from ..versions import chunkmaps, refs
-from ..versions.history import lookup_version
+from ..versions.history import lookup_as_of, lookup_version
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
 from ..versions.sharing import SharedFile, version_timestamp
 from .array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
@@ -126,10 +126,12 @@ def close_read_handles(path: str | os.PathLike) -> None:
         manager.close()
 
 
-def open_version_group(f: h5py.File, version: VersionKey, group: str | None) -> tuple[str, h5py.Group]:
+def open_version_group(f: h5py.File, version: VersionKey, group: str | None, as_of=None) -> tuple[str, h5py.Group]:
     """Resolve ``version`` and return ``(version name, the HDF5 group to read)``.
 
-    ``version`` as :func:`~xarray_vhdf5.versions.history.lookup_version` takes it.
+    ``version`` as :func:`~xarray_vhdf5.versions.history.lookup_version` takes it;
+    with ``as_of``, the version its line (a branch) had then
+    (:func:`~xarray_vhdf5.versions.history.lookup_as_of`).
 
     Raises
     ------
@@ -143,7 +145,7 @@ def open_version_group(f: h5py.File, version: VersionKey, group: str | None) -> 
         ``group`` does not exist in that version.
     """
     registry = VersionRegistry(f)
-    name = lookup_version(registry, version)
+    name = lookup_version(registry, version) if as_of is None else lookup_as_of(registry, version, as_of)
     root = registry.group[name]
     if group in (None, "", "/"):
         return name, root
@@ -333,6 +335,7 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
         "version",
         "group",
         "verify",
+        "as_of",
     )
 
     def open_dataset(
@@ -349,6 +352,7 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
         version: VersionKey = None,
         group: str | None = None,
         verify: bool = False,
+        as_of=None,
     ) -> xr.Dataset:
         """Open ``version`` (default: the current one) of ``filename_or_obj`` lazily.
 
@@ -392,6 +396,12 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             raises :class:`~xarray_vhdf5.errors.CorruptFileError` instead of
             giving wrong values. Applies to variables read from their chunk
             bytes (not to variable-length strings). Default False.
+        as_of : datetime, numpy.datetime64 or str, optional
+            The version ``version``'s branch had at that time: the newest
+            version along its ``prev_version`` chain committed at or before it
+            (``version="qc", as_of="2024-06-01"``; ``version=None``: branch
+            ``main``). A time given as ``version`` instead picks the last version
+            committed before it anywhere in the file.
         drop_variables, mask_and_scale, decode_times, concat_characters, decode_coords, use_cftime, decode_timedelta
             As for every xarray engine (CF decoding by xarray).
 
@@ -449,9 +459,9 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
         )
         try:
             with opened(manager, filename_or_obj) as f:
-                name, grp = open_version_group(f, version, group)
+                name, grp = open_version_group(f, version, group, as_of)
                 ds = group_dataset(manager, name, grp, _source(filename_or_obj), drop_variables, decoders)
-                branch = opened_branch(f, version, name)
+                branch = opened_branch(f, version, name) if as_of is None else None
                 if branch is not None:
                     ds.encoding[BRANCH_KEY] = branch
         except BaseException:
