@@ -1,4 +1,4 @@
-"""A hypothesis state machine of branches, tags, commits, merges and cherry-picks against a numpy model.
+"""A hypothesis state machine of branches, tags, commits, merges, cherry-picks, expire and repack vs a model.
 
 Every step is checked against a pure-Python model of the version DAG: each
 ref resolves to the version the model says, and every version kept reads
@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+import xarray_vhdf5 as xv
 from xarray_vhdf5 import VersionedHDF5File, open_file
 from xarray_vhdf5.errors import ConflictError, NothingToCommitError
 
@@ -52,7 +53,7 @@ class RefsMachine(RuleBasedStateMachine):
         seen, queue = {name}, collections.deque([name])
         while queue:
             for p in self.parents[queue.popleft()]:
-                if p not in seen:
+                if p in self.data and p not in seen:
                     seen.add(p)
                     queue.append(p)
         return seen
@@ -65,12 +66,13 @@ class RefsMachine(RuleBasedStateMachine):
             if name in ancestors:
                 return name
             for p in self.parents[name]:
-                if p not in visited:
+                if p in self.data and p not in visited:
                     visited.add(p)
                     queue.append(p)
-        raise AssertionError("every version descends from v0")
+        return None  # no common ancestor left (expired): an empty base
 
     def _three_way(self, base, ours, theirs, resolve):
+        base = np.full(N, np.nan) if base is None else base  # an empty base: every point added on both sides
         out, conflicts = ours.copy(), []
         for i in range(N):
             b, o, t = base[i], ours[i], theirs[i]
@@ -145,7 +147,7 @@ class RefsMachine(RuleBasedStateMachine):
             event("merge fast-forward")
             self.branches[into] = s
             return
-        merged, conflicts = self._three_way(self.data[base], self.data[t], self.data[s], resolve)
+        merged, conflicts = self._three_way(self.data.get(base), self.data[t], self.data[s], resolve)
         name = self._new()
         if conflicts and resolve is None:
             with pytest.raises(ConflictError) as info:
@@ -156,14 +158,14 @@ class RefsMachine(RuleBasedStateMachine):
             return
         report = self.vf.merge(source, into, version=name, resolve=resolve)
         event(f"merge committed ({'with' if conflicts else 'no'} conflicts)")
-        assert report.version == name and report.base == base
+        assert report.version == name and report.base == (base or "__first_version__")
         self.data[name], self.parents[name] = merged, [t, s]
         self.branches[into] = name
 
     @rule(pick=st.integers(0, 1000), onto=st.sampled_from(["main", "a"]),
           resolve=st.sampled_from([None, "ours", "theirs"]))
     def cherry_pick(self, pick, onto, resolve):
-        candidates = sorted(n for n in self.data if self.parents[n])
+        candidates = sorted(n for n in self.data if self.parents[n] and self.parents[n][0] in self.data)
         if not candidates or onto not in self.branches:
             return
         picked = candidates[pick % len(candidates)]
@@ -180,6 +182,41 @@ class RefsMachine(RuleBasedStateMachine):
         event("cherry-pick committed")
         self.data[name], self.parents[name] = merged, [t]
         self.branches[onto] = name
+
+    @rule(keep_last=st.integers(0, 6))
+    def expire(self, keep_last):
+        """Versions but the newest ``keep_last`` go, except branch tips and tagged ones."""
+        order = list(self.data)  # commit order: the registry's, oldest first
+        needed = set(self.branches.values()) | set(self.tags.values())
+        doomed = [n for n in order[: max(0, len(order) - keep_last)] if n not in needed]
+        report = xv.expire(self.vf, keep_last=keep_last)
+        assert sorted(report.deleted) == sorted(doomed)
+        if doomed:
+            event("expire deleted versions")
+        gone = set(doomed)
+
+        def surviving(name):
+            while name in gone:
+                if not self.parents[name] or self.parents[name][0] not in self.data:
+                    return "__first_version__"  # re-parented onto the root of the DAG
+                name = self.parents[name][0]
+            return name
+
+        for name in [n for n in order if n not in gone]:
+            parents = self.parents[name]
+            if parents:
+                rest = [p for p in parents[1:] if p not in gone]  # a merge parent is not re-linked
+                self.parents[name] = [surviving(parents[0])] + rest
+        for name in doomed:
+            del self.data[name], self.parents[name]
+
+    @rule()
+    def repack(self):
+        self.f.close()
+        xv.repack(self.path)
+        event("repack")
+        self.f = open_file(self.path)
+        self.vf = VersionedHDF5File(self.f)
 
     @rule()
     def reopen(self):
