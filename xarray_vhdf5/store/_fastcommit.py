@@ -188,30 +188,32 @@ def plan_fast_commit(state: _Version, overlay) -> FastPlan | str:
             if isinstance(got, str):
                 return got
             continue
-        m = _CHUNK_KEY.match(key)
-        if m is None:
-            return f"key {key!r} is not a root array's document or chunk"
-        got = change_of(m.group(1))
+        got = _chunk_of(key, change_of, "written")
         if isinstance(got, str):
             return got
-        index = tuple(int(p) for p in m.group(2).split("/")[1:])
-        if len(index) != len(got.shape):
-            return f"chunk key {key!r} does not match its array's {len(got.shape)} axes"
-        got.written.append((index, key))
+        got[0].written.append((got[1], key))
     for key in overlay.deleted:
         if key in overlay.written:
             continue
-        m = _CHUNK_KEY.match(key)
-        if m is None:
-            return f"key {key!r} was deleted"
-        got = change_of(m.group(1))
+        got = _chunk_of(key, change_of, "deleted")
         if isinstance(got, str):
             return got
-        index = tuple(int(p) for p in m.group(2).split("/")[1:])
-        if len(index) != len(got.shape):
-            return f"deleted chunk key {key!r} does not match its array's axes"
-        got.deleted.append(index)
+        got[0].deleted.append(got[1])
     return FastPlan(changes)
+
+
+def _chunk_of(key: str, change_of, what: str):
+    """``(the array's change, chunk index)`` a written or deleted chunk key names, or why the fast path cannot."""
+    m = _CHUNK_KEY.match(key)
+    if m is None:
+        return f"key {key!r} ({what}) is not a root array's chunk" + ("" if what == "deleted" else " or document")
+    got = change_of(m.group(1))
+    if isinstance(got, str):
+        return got
+    index = tuple(int(p) for p in m.group(2).split("/")[1:])
+    if len(index) != len(got.shape):
+        return f"{what} chunk key {key!r} does not match its array's {len(got.shape)} axes"
+    return got, index
 
 
 def _decoder(change: _ArrayChange):
