@@ -1,0 +1,124 @@
+"""The package's layers import one way, and no two modules import each other at import time.
+
+Layers, bottom up (docs/design.md, "Layers"): ``_ext`` < ``backend`` < ``staging`` <
+``wrappers`` < ``versions`` < ``xr`` < ``store`` < ``cli``. Every ``import`` of the
+package's own modules is read from the source (``ast``), those inside functions too:
+none may reach a higher layer. Module-level imports may form no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "xarray_vhdf5"
+LAYERS = ["_ext", "backend", "staging", "wrappers", "versions", "xr", "store", "cli"]
+RANK = {name: i for i, name in enumerate(LAYERS)}
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _targets(source: str, module: str, is_package: bool, *, top_level_only: bool) -> list[tuple[str, list[str], int]]:
+    """``(imported module, imported names, line)`` of every import of the package in ``source``."""
+    package = module if is_package else module.rpartition(".")[0]
+    tree = ast.parse(source)
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.split(".")[0] == module.split(".")[0]:
+                target = node.module
+            else:
+                continue
+            out.append((target, [a.name for a in node.names], node.lineno))
+        elif isinstance(node, ast.Import):
+            out.extend((a.name, [], node.lineno) for a in node.names if a.name.split(".")[0] == module.split(".")[0])
+    return out
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in RANK else None
+
+
+def upward_imports(root: Path) -> list[str]:
+    """``"a -> b (line n)"`` for every import from a lower layer of a higher one."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = _module_name(path, root)
+        for target, _, line in _targets(path.read_text(), module, path.name == "__init__.py", top_level_only=False):
+            a, b = _layer(module), _layer(target)
+            if a is not None and b is not None and RANK[b] > RANK[a]:
+                found.append(f"{module} -> {target} (line {line})")
+    return found
+
+
+def import_cycles(root: Path) -> list[list[str]]:
+    """The strongly connected groups (more than one module) of the module-level import graph."""
+    paths = {_module_name(p, root): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = collections.defaultdict(set)
+    for module, path in paths.items():
+        for target, names, _ in _targets(path.read_text(), module, path.name == "__init__.py", top_level_only=True):
+            for name in names or [""]:
+                graph[module].add(f"{target}.{name}" if f"{target}.{name}" in paths else target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def test_layers_import_one_way():
+    assert upward_imports(PACKAGE) == []
+
+
+def test_no_import_cycles():
+    assert import_cycles(PACKAGE) == []
+
+
+def test_the_checks_find_what_they_look_for(tmp_path):
+    """A lower layer importing a higher one, and two modules importing each other, are reported."""
+    root = tmp_path / "xarray_vhdf5"
+    for sub in ("backend", "versions", "xr"):
+        (root / sub).mkdir(parents=True)
+        (root / sub / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "backend" / "low.py").write_text("def f():\n    from ..xr import engine\n")
+    (root / "versions" / "a.py").write_text("from .b import x\n")
+    (root / "versions" / "b.py").write_text("from . import a\nx = 1\n")
+    assert upward_imports(root) == ["xarray_vhdf5.backend.low -> xarray_vhdf5.xr (line 2)"]
+    assert import_cycles(root) == [["xarray_vhdf5.versions.a", "xarray_vhdf5.versions.b"]]
