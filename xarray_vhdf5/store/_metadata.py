@@ -158,7 +158,7 @@ def _zarr_dtype(dtype: np.dtype) -> np.dtype | str:
 
 
 def version_nodes(group, *, numcodecs: bool = False, verify: bool = False,
-                  coalesce_bytes: int | None = None) -> dict[str, ArrayNode | GroupNode]:
+                  coalesce_bytes: int | None = None, datasets: dict | None = None) -> dict[str, ArrayNode | GroupNode]:
     """The nodes of a version's group, by key (``""`` is the group itself).
 
     Parameters
@@ -175,6 +175,8 @@ def version_nodes(group, *, numcodecs: bool = False, verify: bool = False,
         Zarr chunks of ``k`` stored chunks along the first axis, ``k`` the most
         whose bytes (uncompressed) fit (at least 1, at most the grid's length).
         None: Zarr's chunks are the stored ones.
+    datasets : dict, optional
+        Filled with each array's resolved dataset by key, for reading its chunks later.
     """
     nodes: dict[str, ArrayNode | GroupNode] = {}
     pending = [("", group)]
@@ -184,8 +186,7 @@ def version_nodes(group, *, numcodecs: bool = False, verify: bool = False,
         hidden = root_attrs if key == "" else set()
         nodes[key] = GroupNode(key, _attributes({k: v for k, v in grp.attrs.items() if k not in hidden}, None))
         dims_by_size: dict = {}
-        for name in grp.keys():
-            member = grp[name]
+        for name, member in grp.items():  # the group's datasets resolved through one handle
             child = f"{key}/{name}" if key else name
             if hasattr(member, "keys"):
                 pending.append((child, member))
@@ -193,6 +194,8 @@ def version_nodes(group, *, numcodecs: bool = False, verify: bool = False,
             if is_netcdf_dimension_only(member):
                 continue
             nodes[child] = _array_node(child, member, dims_by_size, numcodecs, verify, coalesce_bytes)
+            if datasets is not None:
+                datasets[child] = member
     return nodes
 
 

@@ -109,7 +109,7 @@ class _Version:
                 self.group = root[group.strip("/")]
             self.timestamp = self.reader.version_info(self.version).timestamp
             self.nodes = version_nodes(self.group, numcodecs=numcodecs, verify=verify,
-                                       coalesce_bytes=coalesce_bytes)
+                                       coalesce_bytes=coalesce_bytes, datasets=self.datasets)
             self.documents = zarr_json_documents(self.nodes)
         except BaseException:
             self.reader.close()
