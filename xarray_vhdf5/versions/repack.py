@@ -29,12 +29,13 @@ What is copied, how:
 
 The new file keeps libhdf5's default file-space settings. Persistent
 free-space tracking (``fs_strategy="fsm", fs_persist=True``) would let later
-deletions' bytes be reused for any object, but a file so created is not safe
-under this package's rollback journal: killed at each write of a journaled
-commit, 5 of 59 such files no longer opened ("invalid file space strategy",
-bad object headers), against 0 of 59 files with the default settings
-(measured 2026-11-26). Freed raw_data rows are reused instead
-(:func:`~xarray_vhdf5.versions.delete.delete_keeping_space`).
+deletions' bytes be reused for any object; libhdf5 then writes the
+free-space managers when the file closes, which journaled handles now
+journal (killed at each write of a commit and its close, 0 of 59 such files
+damaged; 5 of 59 before), but a plain ``h5py.File`` reader of a file whose
+commit was interrupted gets libhdf5's "invalid file space strategy" instead
+of this package's ``CorruptFileError``: not enabled yet. Freed raw_data rows
+are reused instead (:func:`~xarray_vhdf5.versions.delete.delete_keeping_space`).
 
 Safety: the copy goes to a temporary file beside the target, synced, then
 renamed over it (``os.replace``: atomic); a process killed at any instant leaves
