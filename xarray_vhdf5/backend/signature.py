@@ -20,7 +20,7 @@ from h5py import h5f
 
 from ..errors import NotHDF5Error
 
-__all__ = ["FILE_SPACE", "create_h5file", "has_hdf5_signature", "not_hdf5_error", "open_for_reading", "open_h5file"]
+__all__ = ["has_hdf5_signature", "not_hdf5_error", "open_for_reading", "open_h5file"]
 
 #: The 8 bytes that start an HDF5 superblock (HDF5 File Format Specification, "Superblock").
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -151,36 +151,6 @@ def open_h5file(path: str | os.PathLike, mode: str, *, hint: str = "", locking: 
         if error is None:
             raise
         raise error from exc
-
-
-#: File creation settings of the files this package creates: libhdf5 keeps the list of
-#: free space in the file across closes (HDF5 User Guide, "File Space Management"), so
-#: the bytes freed by deleting versions are reused by later commits; files created
-#: elsewhere forget their free space when closed. Readable by libhdf5 1.10 and later.
-#: libhdf5 writes the free-space managers when such a file closes: journaled handles
-#: journal that close (``versions/mutation.py``).
-FILE_SPACE = {"fs_strategy": "fsm", "fs_persist": True, "fs_threshold": 1}
-
-
-def create_h5file(path: str | os.PathLike) -> None:
-    """Create an empty HDF5 file at ``path`` with :data:`FILE_SPACE`, unless one exists.
-
-    Raises
-    ------
-    BlockingIOError
-        Another process holds a file being created there.
-    OSError
-        h5py's, for any other failure.
-    """
-    try:
-        h5py.File(os.fspath(path), "w-", **FILE_SPACE).close()
-    except FileExistsError:
-        pass
-    except BlockingIOError:
-        raise
-    except OSError:
-        if not os.path.exists(path):
-            raise  # else created by another writer meanwhile
 
 
 def open_for_reading(path: str | os.PathLike, *, hint: str = "", held: bool = False) -> h5py.File:

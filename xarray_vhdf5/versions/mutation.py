@@ -36,7 +36,7 @@ from collections.abc import Iterator
 
 import h5py
 
-from ..backend.signature import create_h5file, not_hdf5_error, open_h5file
+from ..backend.signature import not_hdf5_error, open_h5file
 from ..errors import CorruptFileError, FileBusyError, StaleVersionError
 from . import bookkeeping, chunkmaps, generation
 from .journal import JournaledFile, OsIO, journal_path, recover
@@ -462,7 +462,7 @@ def open_for_writing(
     deadline = time.monotonic() + timeout
     if not os.path.exists(path):
         with contextlib.suppress(BlockingIOError):
-            create_h5file(path)  # a new file (another writer may race us), keeping its free space
+            open_h5file(path, "a", hint=hint).close()  # a new file (another writer may race us)
     jf = _flocked_file(path, durable, deadline, timeout)
     try:
         with file_locks(path).writing(timeout=max(0.0, deadline - time.monotonic())):
@@ -537,7 +537,7 @@ def open_file(path: str | os.PathLike, mode: str = "a", *, durable: bool = False
     deadline = time.monotonic() + timeout
     if not os.path.exists(path):
         with contextlib.suppress(BlockingIOError):
-            create_h5file(path)
+            open_h5file(path, "a").close()
     jf = _flocked_file(path, durable, deadline, timeout, io)
     try:
         with file_locks(path).writing(timeout=max(0.0, deadline - time.monotonic())):

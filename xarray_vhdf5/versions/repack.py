@@ -27,12 +27,15 @@ What is copied, how:
   rows of ``"."`` (the file it is in) at a path: the copy maps the new
   raw_data at the same path. Soft and external links are made again as links.
 
-The new file is created as every file this package creates
-(:data:`~xarray_vhdf5.backend.signature.FILE_SPACE`): libhdf5 keeps its free
-space across closes, so bytes freed by later deletions are reused for any
-object. libhdf5 writes the free-space managers when such a file closes;
-journaled handles journal that close (killed at each write of a commit and
-its close, 0 of 59 files damaged; 5 of 59 before the close was journaled).
+The new file keeps libhdf5's default file-space settings. Persistent
+free-space tracking (``fs_strategy="fsm", fs_persist=True``) would let later
+deletions' bytes be reused for any object; libhdf5 then writes the
+free-space managers when the file closes, which journaled handles now
+journal (killed at each write of a commit and its close, 0 of 59 such files
+damaged; 5 of 59 before), but a plain ``h5py.File`` reader of a file whose
+commit was interrupted gets libhdf5's "invalid file space strategy" instead
+of this package's ``CorruptFileError``: not enabled yet. Freed raw_data rows
+are reused instead (:func:`~xarray_vhdf5.versions.delete.delete_keeping_space`).
 
 Safety: the copy goes to a temporary file beside the target, synced, then
 renamed over it (``os.replace``: atomic); a process killed at any instant leaves
@@ -71,7 +74,6 @@ from h5py import h5d
 
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.layout import VERSION_DATA, VERSIONS
-from ..backend.signature import FILE_SPACE
 from .delete import SCRATCH, copy_attrs, persists_free_space
 from .metadata import finish_interrupted
 from .mutation import open_for_writing
@@ -438,7 +440,7 @@ def repack(
             os.remove(tmp)  # left by a repack that was killed
         track = bool(src.id.get_create_plist().get_link_creation_order())  # the root group's
         try:
-            with h5py.File(tmp, "w", track_order=track, libver=src.libver, **FILE_SPACE) as dst:
+            with h5py.File(tmp, "w", track_order=track, libver=src.libver) as dst:
                 copy_attrs(src, dst)
                 _copy_tree(src, dst, {g.name for g in groups}, tick, report)
                 _fix_references(src, dst)
