@@ -15,16 +15,9 @@ import h5py
 import numpy as np
 
 from xarray_vhdf5 import VersionedHDF5File, open_file
-from xarray_vhdf5.testing.powercut import KillAtIO
+from xarray_vhdf5.testing.powercut import KillAtIO, in_forked_child
 
 FS_PERSIST = {"fs_strategy": "fsm", "fs_persist": True, "fs_threshold": 1}
-
-
-def _child(work) -> None:
-    try:
-        work()
-    finally:
-        os._exit(0)
 
 
 def test_a_kill_at_any_write_of_a_commit_and_its_close_loses_nothing(tmp_path):
@@ -45,11 +38,9 @@ def test_a_kill_at_any_write_of_a_commit_and_its_close_loses_nothing(tmp_path):
                 g["x"][5] = -1.0
             f.close()
 
-        pid = os.fork()
-        if pid == 0:
-            _child(work)
-        _, status = os.waitpid(pid, 0)
+        status = in_forked_child(work)
         if not os.WIFSIGNALED(status):
+            assert os.WEXITSTATUS(status) == 0, "the commit failed without being killed"
             break  # every write of the commit and of the close was a kill point
         with open_file(p) as f:  # rolls back what the killed process left
             vf = VersionedHDF5File(f)

@@ -53,7 +53,6 @@ import os
 import shutil
 import signal
 import tempfile
-import traceback
 from collections import Counter
 from dataclasses import dataclass
 
@@ -69,7 +68,7 @@ from hypothesis.stateful import (
 
 from xarray_vhdf5 import VersionedHDF5File, open_file
 from xarray_vhdf5.errors import ConflictError, StaleVersionError
-from xarray_vhdf5.testing.powercut import KillAtIO
+from xarray_vhdf5.testing.powercut import KillAtIO, in_forked_child
 from xarray_vhdf5.versions.journal import JOURNAL_SUFFIX
 from xarray_vhdf5.xr import engine
 
@@ -349,30 +348,6 @@ def draw_edits(data, arrays: dict, *, resize: bool = True, n_max: int = 4) -> li
 # -- the machine -----------------------------------------------------------------------------
 
 
-def _child(work) -> None:
-    """The body of a forked child: run ``work()``, then exit without returning.
-
-    Parameters
-    ----------
-    work : callable
-        What the child does.
-
-    Notes
-    -----
-    Exits with 0 when ``work`` returned, 3 when it raised (the traceback on
-    stderr); ``os._exit``, so that nothing of the parent (hypothesis, pytest)
-    runs in the child.
-    """
-    code = 3
-    try:
-        work()
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        os._exit(code)
-
-
 def _in_child(work) -> None:
     """Run ``work()`` in a forked child (another process) and wait for it.
 
@@ -381,10 +356,7 @@ def _in_child(work) -> None:
     work : callable
         What the child does; it must return (exit status 0).
     """
-    pid = os.fork()
-    if pid == 0:
-        _child(work)
-    _, status = os.waitpid(pid, 0)
+    status = in_forked_child(work)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child failed: status {status}"
 
 
@@ -717,10 +689,7 @@ class VersionDagMachine(RuleBasedStateMachine):
             mutate(vf)
             f.close()
 
-        pid = os.fork()
-        if pid == 0:
-            _child(work)
-        _, status = os.waitpid(pid, 0)
+        status = in_forked_child(work)
         killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
         completed = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
         assert killed or completed, f"the child failed: status {status}"
@@ -909,10 +878,7 @@ def test_a_plain_h5py_reader_of_an_interrupted_commit_gets_corrupt_file_error(tm
                 g["a"][7] = 1.5
             f.close()
 
-        pid = os.fork()
-        if pid == 0:
-            _child(work)
-        _, status = os.waitpid(pid, 0)
+        status = in_forked_child(work)
         if not os.WIFSIGNALED(status):
             break  # the commit completed: every kill point was tried
         if os.path.exists(f"{p}{JOURNAL_SUFFIX}"):

@@ -80,6 +80,7 @@ class _Version:
         self.nodes: dict[str, ArrayNode | GroupNode] = {}
         self.documents: dict[str, bytes] = {}
         self.datasets: dict[str, Any] = {}
+        self.mapped: dict[str, np.ndarray] = {}  # per array key: its Zarr chunks mapped (VersionStore._mapped)
         try:
             self.reader = VersionedHDF5File.open(path, verify=verify)
         except (FileNotFoundError, NotVersionedError):
@@ -502,7 +503,7 @@ class VersionStore(ListingFromList, Store):
         ds = state.dataset(node)
         stored_index = index if not node.scalar else (0,)
         if node.chunks != node.stored_chunks and not node.scalar:
-            return self._coalesced(ds, node, index)
+            return self._coalesced(state, ds, node, index)
         if node.codecs is not None:
             got = ds.stored_chunk(stored_index)
             if got is None:
@@ -532,23 +533,32 @@ class VersionStore(ListingFromList, Store):
         return np.ascontiguousarray(arr, node.dtype).tobytes()
 
     @staticmethod
-    def _mapped(ds, node: ArrayNode) -> np.ndarray:
-        """Per Zarr chunk of ``node``, whether the version maps any of its stored chunks."""
-        manifest = ds.manifest
-        if manifest is None:
-            return np.ones(node.grid, bool)
-        mapped = manifest.slots >= 0
-        k = node.chunks[0] // node.stored_chunks[0] if node.shape else 1
-        if k == 1:
-            return mapped
-        rows = -(-mapped.shape[0] // k) * k
-        padded = np.zeros((rows,) + mapped.shape[1:], bool)
-        padded[:mapped.shape[0]] = mapped
-        return padded.reshape((rows // k, k) + mapped.shape[1:]).any(axis=1)
+    def _mapped(state: _Version, node: ArrayNode) -> np.ndarray:
+        """Per Zarr chunk of ``node``, whether the version maps any of its stored chunks (kept per state).
 
-    def _coalesced(self, ds, node: ArrayNode, index: tuple[int, ...]) -> bytes | None:
+        A version's mappings never change (chunks a deletion moves keep their
+        mapped places), so the grid is computed once per array and open.
+        """
+        found = state.mapped.get(node.key)
+        if found is not None:
+            return found
+        manifest = state.dataset(node).manifest
+        if manifest is None:
+            found = np.ones(node.grid, bool)
+        else:
+            found = manifest.slots >= 0
+            k = node.chunks[0] // node.stored_chunks[0] if node.shape else 1
+            if k > 1:
+                rows = -(-found.shape[0] // k) * k
+                padded = np.zeros((rows,) + found.shape[1:], bool)
+                padded[:found.shape[0]] = found
+                found = padded.reshape((rows // k, k) + found.shape[1:]).any(axis=1)
+        state.mapped[node.key] = found
+        return found
+
+    def _coalesced(self, state: _Version, ds, node: ArrayNode, index: tuple[int, ...]) -> bytes | None:
         """Zarr chunk ``index`` of an array served ``k`` stored chunks at a time: one threaded read."""
-        if not self._mapped(ds, node)[index]:
+        if not self._mapped(state, node)[index]:
             return None
         region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, node.chunks, node.shape))
         data = np.asarray(ds[region], dtype=node.dtype)
@@ -567,7 +577,7 @@ class VersionStore(ListingFromList, Store):
             if node.scalar or not node.shape:
                 yield prefix
                 continue
-            mapped = np.argwhere(self._mapped(state.dataset(node), node))
+            mapped = np.argwhere(self._mapped(state, node))
             for index in mapped:
                 yield prefix + "/" + "/".join(str(int(i)) for i in index)
 
@@ -614,7 +624,7 @@ class VersionStore(ListingFromList, Store):
         node, index = found
         if node.scalar:
             return True
-        return bool(self._mapped(state.dataset(node), node)[index])
+        return bool(self._mapped(state, node)[index])
 
     async def exists(self, key: str) -> bool:
         """Whether the store has ``key``."""

@@ -24,12 +24,13 @@ import os
 import random
 import shutil
 import signal
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..versions.journal import JOURNAL_SUFFIX, OsIO
 
-__all__ = ["KillAtIO", "PowerCutIO"]
+__all__ = ["KillAtIO", "PowerCutIO", "in_forked_child"]
 
 
 @dataclass
@@ -238,3 +239,29 @@ def copy_with_journal(path: str, into: str) -> str:
     if os.path.exists(path + JOURNAL_SUFFIX):
         shutil.copyfile(path + JOURNAL_SUFFIX, target + JOURNAL_SUFFIX)
     return target
+
+
+def in_forked_child(work: Callable[[], object]) -> int:
+    """Run ``work()`` in a forked child process and wait for it; return its wait status.
+
+    The child exits with 0 when ``work`` returned and 3 when it raised (the
+    traceback on stderr), through ``os._exit``, so that nothing of the parent
+    (pytest, hypothesis) runs in it; a child killed by a signal (``KillAtIO``)
+    shows in ``os.WIFSIGNALED(status)``.
+
+    Returns
+    -------
+    int
+        The status ``os.waitpid`` gives.
+    """
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            work()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return os.waitpid(pid, 0)[1]

@@ -155,12 +155,11 @@ def _set_attrs(attrs, edits: dict[str, Any]) -> None:
             attrs[key] = value
 
 
-def _same_dataset(a: h5py.Dataset, b: h5py.Dataset) -> bool:
-    """Same shape, chunk mapping and attributes: the source left the dataset as the base had it."""
+def _same_dataset(a: h5py.Dataset, b: h5py.Dataset, ma, mb) -> bool:
+    """Same shape, chunk mapping (``ma``, ``mb``: :func:`mapped_array` of each) and attributes:
+    the source left the dataset as the base had it."""
     if a.shape != b.shape or a.dtype != b.dtype or version_dataset_layout(a) != version_dataset_layout(b):
         return False
-    raw = a.file[version_dataset_layout(a)[1]]
-    ma, mb = mapped_array(a, raw), mapped_array(b, raw)
     if not (np.array_equal(ma.slab_indices, mb.slab_indices) and np.array_equal(ma.slab_offsets, mb.slab_offsets)):
         return False
     return not changed_attr_names(_attrs(a), _attrs(b))  # netCDF-4 bookkeeping and references aside
@@ -252,16 +251,16 @@ class _Merger:
     # -- datasets -----------------------------------------------------------------------------
     def _dataset(self, path: str) -> None:
         b, s, t = self.b_items.get(path), self.s_items.get(path), self.t_items.get(path)
-        if b is not None and s is not None and _same_dataset(b, s):
-            return  # the source did not change it
         if b is None and t is None:  # added by the source only
             self._transplant(path)
             self.report[path] = "added"
             return
         any_side = t if t is not None else (s if s is not None else b)
         raw = any_side.file[version_dataset_layout(any_side)[1]]
-        b_arr = mapped_array(b, raw) if b is not None else None
+        b_arr = mapped_array(b, raw) if b is not None else None  # each side's mappings decoded once
         s_arr = mapped_array(s, raw) if s is not None else None
+        if b_arr is not None and s_arr is not None and _same_dataset(b, s, b_arr, s_arr):
+            return  # the source did not change it
         t_arr = self.into[path].staged_array if t is not None else None
         result = merge_points(b_arr, t_arr, s_arr, ours_shares_rows=True)
         if result.result == "conflict" and result.shape_conflict is None and self.resolve is not None:
