@@ -245,9 +245,8 @@ def _array_metadata(node: ArrayNode):
     endian = "big" if dtype.byteorder == ">" else "little"
     if dtype.kind == "O":
         serializer = {"name": "vlen-utf8", "configuration": {}}
-    elif dtype.itemsize == 1 or dtype.kind in "SUV":
-        serializer = {"name": "bytes", "configuration": {}} if dtype.kind not in "U" else {
-            "name": "bytes", "configuration": {"endian": endian}}
+    elif dtype.itemsize == 1 or dtype.kind in "SV":  # no byte order to state
+        serializer = {"name": "bytes", "configuration": {}}
     else:
         serializer = {"name": "bytes", "configuration": {"endian": endian}}
     with warnings.catch_warnings():  # zarr's notes that fixed-length strings are not in the v3 spec
