@@ -36,7 +36,6 @@ import time
 import h5py
 import numpy as np
 import pytest
-
 from workloads import (
     MultiFloor,
     _floor,
@@ -115,7 +114,11 @@ def alternate_workload(benchmark, tmp_path, workload: str, impls: tuple[str, ...
 def test_workload_ratios(benchmark, note, tmp_path, workload):
     """Medians over rounds of the ratios xarray_vhdf5 / floor and / versioned-hdf5 for one workload."""
     times, versions = alternate_workload(
-        benchmark, tmp_path, workload, IMPLS, WORKLOAD_ROUNDS,
+        benchmark,
+        tmp_path,
+        workload,
+        IMPLS,
+        WORKLOAD_ROUNDS,
         "alternating rounds (whole benchmark time, not a measurement)",
     )
     _summary(note, f"{workload} ({versions} versions)", times, 1e3 / versions, "ms per version")
@@ -164,8 +167,10 @@ class _OnePointAmong:
         self.f = h5py.File(path, "w")
         if impl == "floor":
             self.floor = MultiFloor(self.f, self.names, SHAPE, CHUNKS, "f8")
-            self.floor.commit("v0", {name: {(j,): m[j * 100 : (j + 1) * 100].copy() for j in range(10)}
-                                     for name, m in self.model.items()})
+            self.floor.commit(
+                "v0",
+                {name: {(j,): m[j * 100 : (j + 1) * 100].copy() for j in range(10)} for name, m in self.model.items()},
+            )
         else:
             self.vf = _versioned_file_class(impl)(self.f)
             with self.vf.stage_version("v0") as g:
@@ -230,7 +235,11 @@ def test_one_point_commit_ratios(benchmark, note, tmp_path):
     """Medians over rounds of the one-point commit ratios, on files of 300+ versions."""
     files = {impl: _OnePoint(impl, str(tmp_path / f"{impl}.h5"), np.random.default_rng(5)) for impl in IMPLS}
     times = alternate_commits(
-        benchmark, files, ONE_POINT_ROUNDS, ONE_POINT_BATCH, "alternating rounds (whole benchmark time, not a measurement)"
+        benchmark,
+        files,
+        ONE_POINT_ROUNDS,
+        ONE_POINT_BATCH,
+        "alternating rounds (whole benchmark time, not a measurement)",
     )
     _summary(note, f"one-point commit ({ONE_POINT_HISTORY}+ versions)", times, 1e3, "ms")
 
@@ -239,7 +248,11 @@ def test_one_point_among_datasets_ratios(benchmark, note, tmp_path):
     """Medians over rounds of the commit ratios when one point of one of ten datasets changes per version."""
     files = {impl: _OnePointAmong(impl, str(tmp_path / f"{impl}.h5"), np.random.default_rng(7)) for impl in IMPLS}
     times = alternate_commits(
-        benchmark, files, ONE_POINT_ROUNDS, ONE_POINT_BATCH, "alternating rounds (whole benchmark time, not a measurement)"
+        benchmark,
+        files,
+        ONE_POINT_ROUNDS,
+        ONE_POINT_BATCH,
+        "alternating rounds (whole benchmark time, not a measurement)",
     )
     _summary(note, f"one point among {MANY_DATASETS} datasets ({MANY_HISTORY}+ versions)", times, 1e3, "ms")
 

@@ -29,7 +29,6 @@ import time
 import h5py
 import numpy as np
 import pytest
-
 from bench_alternating import (
     ONE_POINT_BATCH,
     ONE_POINT_HISTORY,
@@ -54,7 +53,9 @@ def test_lean_floor_ratios(benchmark, note, tmp_path, workload):
     label = f"bounds {workload} ({versions} versions)"
     for other in ("versioned_hdf5", "floor"):
         ratios = lean / np.asarray(times[other])
-        note(f"{label}: lean_floor / {other} median {np.median(ratios):.2f}x (rounds {' '.join(f'{r:.2f}' for r in ratios)})")
+        note(
+            f"{label}: lean_floor / {other} median {np.median(ratios):.2f}x (rounds {' '.join(f'{r:.2f}' for r in ratios)})"
+        )
     floor_vh = np.asarray(times["floor"]) / np.asarray(times["versioned_hdf5"])
     note(f"{label}: floor / versioned_hdf5 median {np.median(floor_vh):.2f}x")
     medians = " | ".join(f"{impl} {np.median(times[impl]) * 1e3 / versions:.2f}" for impl in IMPLS)
@@ -72,7 +73,9 @@ def test_one_point_commit_bounds(benchmark, note, tmp_path):
     vh = np.asarray(times["versioned_hdf5"])
     for impl in ("lean_floor", "floor", "xarray_vhdf5"):
         ratios = np.asarray(times[impl]) / vh
-        note(f"{label}: {impl} / versioned_hdf5 median {np.median(ratios):.2f}x (rounds {' '.join(f'{r:.2f}' for r in ratios)})")
+        note(
+            f"{label}: {impl} / versioned_hdf5 median {np.median(ratios):.2f}x (rounds {' '.join(f'{r:.2f}' for r in ratios)})"
+        )
     ours_lean = np.asarray(times["xarray_vhdf5"]) / np.asarray(times["lean_floor"])
     note(f"{label}: xarray_vhdf5 / lean_floor median {np.median(ours_lean):.2f}x")
     note(f"{label}: medians, ms: " + " | ".join(f"{impl} {np.median(times[impl]) * 1e3:.2f}" for impl in impls))

@@ -30,7 +30,6 @@ import time
 import h5py
 import numpy as np
 import pytest
-
 from memory import measure
 from workloads import (
     IMPLEMENTATIONS,

@@ -48,19 +48,25 @@ def _table(frame: pd.DataFrame) -> str:
 
 @pytest.mark.parametrize("pause", [0.0, 0.1], ids=["tight", "paced"])
 def test_writer_with_readers(benchmark, tmp_path, record_value, note, pause):
-    report = benchmark.pedantic(stress.run_writer_and_readers, args=(str(tmp_path), SECONDS),
-                                kwargs={"reader_pause": pause}, rounds=1, iterations=1)
+    report = benchmark.pedantic(
+        stress.run_writer_and_readers,
+        args=(str(tmp_path), SECONDS),
+        kwargs={"reader_pause": pause},
+        rounds=1,
+        iterations=1,
+    )
     label = f"readers pause {pause:g} s"
     w = report.writer
     record_value("concurrency: writer's longest lock wait", label, w["max_lock_wait_ms"] / 1e3)
     record_value("concurrency: writer's median commit", label, w["commit_ms_median"] / 1e3)
-    record_value("concurrency: readers' longest open", label,
-                 max(r["open_ms_max"] for r in report.readers) / 1e3)
+    record_value("concurrency: readers' longest open", label, max(r["open_ms_max"] for r in report.readers) / 1e3)
     table = _table(report.frame())
     print(f"\nwriter with readers, {SECONDS:g} s, {label}\n{table}")
-    note(f"writer with readers, {SECONDS:g} s, {label}: {w['commits']} commits, {w['deletes']} deletions, "
-         f"{w['failures']} writer failures, {report.reader_errors} reader errors, {report.wrong_values} "
-         f"wrong points\n{table}")
+    note(
+        f"writer with readers, {SECONDS:g} s, {label}: {w['commits']} commits, {w['deletes']} deletions, "
+        f"{w['failures']} writer failures, {report.reader_errors} reader errors, {report.wrong_values} "
+        f"wrong points\n{table}"
+    )
     # checked after timing: every value read was the committed one
     assert report.wrong_values == 0
     assert report.final_missing == []

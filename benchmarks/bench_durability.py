@@ -64,8 +64,10 @@ def h5py_level(path: str, days: int, opener) -> list[float]:
 
 def xarray_reopen(path: str, days: int) -> list[float]:
     def day(t):
-        return xr.Dataset({"sst": (("time", "lat", "lon"), _day(t)[None])},
-                          coords={"time": [np.datetime64("2024-01-01") + np.timedelta64(t, "D")]})
+        return xr.Dataset(
+            {"sst": (("time", "lat", "lon"), _day(t)[None])},
+            coords={"time": [np.datetime64("2024-01-01") + np.timedelta64(t, "D")]},
+        )
 
     first = day(0)
     first["sst"].encoding["chunks"] = (1, *SHAPE)
@@ -87,7 +89,8 @@ def run(days: int) -> dict[str, float]:
     if hasattr(xarray_vhdf5, "open_file"):
         workloads["open_file held open"] = lambda p: h5py_level(p, days, xarray_vhdf5.open_file)
         workloads["open_file durable"] = lambda p: h5py_level(
-            p, days, lambda q: xarray_vhdf5.open_file(q, durable=True))
+            p, days, lambda q: xarray_vhdf5.open_file(q, durable=True)
+        )
     workloads["xarray reopen"] = lambda p: xarray_reopen(p, days)
     for name, fn in workloads.items():
         with tempfile.TemporaryDirectory() as d:

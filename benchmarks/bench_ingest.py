@@ -379,14 +379,22 @@ def run_icechunk(path: str, w: Workload) -> Result | None:
     if w.qc is not None:
         qc = [int(w.qc[0]), *([s.start, s.stop] for s in w.qc[1:])]
     spec = {
-        "data": str(work / "icechunk-data.npy"), "store": path, "var": w.var, "dims": list(w.dims),
-        "chunks": list(w.chunks), "coords": {k: v.tolist() for k, v in w.coords.items()}, "start": START,
-        "compress": w.compress, "qc": qc, "old": w.old,
+        "data": str(work / "icechunk-data.npy"),
+        "store": path,
+        "var": w.var,
+        "dims": list(w.dims),
+        "chunks": list(w.chunks),
+        "coords": {k: v.tolist() for k, v in w.coords.items()},
+        "start": START,
+        "compress": w.compress,
+        "qc": qc,
+        "old": w.old,
     }
     (work / "icechunk-spec.json").write_text(json.dumps(spec))
     proc = subprocess.run(
         [ICECHUNK_PYTHON, str(HERE / "ingest_icechunk.py"), str(work / "icechunk-spec.json")],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"ingest_icechunk.py failed (exit {proc.returncode}):\n{proc.stderr}")
@@ -424,23 +432,29 @@ def ingest_table(results: list[Result]) -> pd.DataFrame:
         n = len(r.times)
         t10 = _median_ms(r.times, 10 - WINDOW // 2, 10 + WINDOW // 2)
         tn = _median_ms(r.times, n - WINDOW + 1, n)
-        rows.append({
-            "tool": r.tool,
-            "median commit (ms)": _median_ms(r.times, 2, n),
-            "t=10 (ms)": t10,
-            f"t={n} (ms)": tn,
-            f"t={n}/t=10": tn / t10,
-            "total (s)": float(np.sum(r.times)),
-            "size (MB)": r.size / MB,
-            "open+read old (s)": r.read_s,
-            "QC fix (ms)": np.nan if r.qc_s is None else r.qc_s * 1e3,
-            "load": r.extra["load"],
-        })
+        rows.append(
+            {
+                "tool": r.tool,
+                "median commit (ms)": _median_ms(r.times, 2, n),
+                "t=10 (ms)": t10,
+                f"t={n} (ms)": tn,
+                f"t={n}/t=10": tn / t10,
+                "total (s)": float(np.sum(r.times)),
+                "size (MB)": r.size / MB,
+                "open+read old (s)": r.read_s,
+                "QC fix (ms)": np.nan if r.qc_s is None else r.qc_s * 1e3,
+                "load": r.extra["load"],
+            }
+        )
     frame = pd.DataFrame(rows).set_index("tool")
     if "icechunk" in frame.index:
         ice = frame.loc["icechunk"]
-        for col, short in (("median commit (ms)", "commit"), ("total (s)", "total"), ("size (MB)", "size"),
-                           ("open+read old (s)", "read")):
+        for col, short in (
+            ("median commit (ms)", "commit"),
+            ("total (s)", "total"),
+            ("size (MB)", "size"),
+            ("open+read old (s)", "read"),
+        ):
             frame[f"{short} / icechunk"] = frame[col] / ice[col]
     return frame
 
@@ -511,8 +525,12 @@ def time_logs(path: str) -> dict:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import xarray_vhdf5.cli.main"], check=True)
     import_s = time.perf_counter() - start
-    return {"vhdf5 log (s)": cli_s, "of which interpreter + imports (s)": import_s,
-            "version_log_frame (s)": frame_s, "versions": len(frame)}
+    return {
+        "vhdf5 log (s)": cli_s,
+        "of which interpreter + imports (s)": import_s,
+        "version_log_frame (s)": frame_s,
+        "versions": len(frame),
+    }
 
 
 # --- profile ------------------------------------------------------------------------------------
@@ -566,8 +584,9 @@ def profile_reopen(n_days: int, workdir: Path, compress: bool, top: int = 20) ->
         if package not in PACKAGES:
             package = "<built-in>" if module == "<built-in>" else "stdlib/other"
         per_package[package] += seconds
-    print(f"\nours-reopen under cProfile: {commits} commits, {wall:.2f} s wall "
-          f"({wall / commits * 1e3:.1f} ms per commit)")
+    print(
+        f"\nours-reopen under cProfile: {commits} commits, {wall:.2f} s wall ({wall / commits * 1e3:.1f} ms per commit)"
+    )
     print("\nself time by package (ms per commit):")
     print((pd.Series(per_package).sort_values(ascending=False) / commits * 1e3).round(2).to_string())
     frame = pd.Series(per_module).sort_values(ascending=False).head(top)
@@ -577,8 +596,13 @@ def profile_reopen(n_days: int, workdir: Path, compress: bool, top: int = 20) ->
     print((pd.Series(builtin).sort_values(ascending=False).head(10) / commits * 1e3).round(2).to_string())
     rows = []
     for (filename, line, func), (_, ncalls, _, cumtime, _) in stats.stats.items():
-        rows.append({"function": f"{_module_of(filename)}:{line}({func})", "calls/commit": ncalls / commits,
-                     "cumulative ms/commit": cumtime / commits * 1e3})
+        rows.append(
+            {
+                "function": f"{_module_of(filename)}:{line}({func})",
+                "calls/commit": ncalls / commits,
+                "cumulative ms/commit": cumtime / commits * 1e3,
+            }
+        )
     cum = pd.DataFrame(rows).sort_values("cumulative ms/commit", ascending=False).head(top + 10)
     print("\nlargest cumulative times:")
     print(cum.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
@@ -603,8 +627,11 @@ def run_tools(tools: list[str], w: Workload, workdir: Path) -> list[Result]:
         if result is not None:
             result.extra["load"] = max(load, os.getloadavg()[0])
             results.append(result)
-            print(f"{tool}: done in {time.perf_counter() - start:.1f} s, checked against numpy",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{tool}: done in {time.perf_counter() - start:.1f} s, checked against numpy",
+                file=sys.stderr,
+                flush=True,
+            )
     return results
 
 
@@ -616,8 +643,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--profile", type=int, default=None, metavar="N", help="cProfile ours-reopen for N days")
     parser.add_argument("--tools", default=None, help=f"comma-separated subset of {','.join(RUNNERS)}")
     parser.add_argument("--compress", action="store_true", help="each tool's default compression")
-    parser.add_argument("--keep", default=None, metavar="DIR",
-                        help="write the files into DIR and keep them (the tools' earlier files there are replaced)")
+    parser.add_argument(
+        "--keep",
+        default=None,
+        metavar="DIR",
+        help="write the files into DIR and keep them (the tools' earlier files there are replaced)",
+    )
     args = parser.parse_args(argv)
     if args.history is None and args.profile is None and args.days is None:
         args.days = 200
@@ -635,10 +666,15 @@ def source_state() -> str:
     """The repository's commit, and whether the package's sources differ from it (an editable install)."""
     repo = HERE.parent
     try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "xarray_vhdf5"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--", "xarray_vhdf5"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "commit unknown"
     return f"commit {head}" + (" + uncommitted changes in xarray_vhdf5/" if dirty else "")
@@ -651,9 +687,11 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_ingest-") as tmp:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
-              f"load {os.getloadavg()[0]:.2f}; xarray_vhdf5 {xarray_vhdf5.__version__}, h5py {h5py.__version__}, "
-              f"libhdf5 {h5py.version.hdf5_version}, xarray {xr.__version__}; {source_state()}")
+        print(
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
+            f"load {os.getloadavg()[0]:.2f}; xarray_vhdf5 {xarray_vhdf5.__version__}, h5py {h5py.__version__}, "
+            f"libhdf5 {h5py.version.hdf5_version}, xarray {xr.__version__}; {source_state()}"
+        )
         if args.profile is not None:
             profile_reopen(args.profile, workdir, args.compress)
             return
@@ -667,8 +705,10 @@ def main(argv: list[str] | None = None) -> None:
         results = run_tools(tools, w, workdir)
         ice = next((r for r in results if r.tool == "icechunk"), None)
         if ice is not None:
-            print(f"icechunk {ice.extra['icechunk']}, zarr {ice.extra['zarr']}, xarray {ice.extra['xarray']} "
-                  f"(icechunk venv)")
+            print(
+                f"icechunk {ice.extra['icechunk']}, zarr {ice.extra['zarr']}, xarray {ice.extra['xarray']} "
+                f"(icechunk venv)"
+            )
         shape = "x".join(map(str, w.data.shape))
         filters = "each tool's default compression" if args.compress else "uncompressed"
         if history:
@@ -680,8 +720,10 @@ def main(argv: list[str] | None = None) -> None:
                 for key, value in time_logs(reopen.path).items():
                     print(f"  {key}: {value if key == 'versions' else f'{value:.3f}'}")
         else:
-            print(f"\ningest: {w.n_days} days of ({shape}) float32, chunks {w.chunks}, one day per commit, {filters}; "
-                  f"QC fix of 10x10 in day {w.qc[0] + 1}; old version: {w.old} days")
+            print(
+                f"\ningest: {w.n_days} days of ({shape}) float32, chunks {w.chunks}, one day per commit, {filters}; "
+                f"QC fix of 10x10 in day {w.qc[0] + 1}; old version: {w.old} days"
+            )
             print(ingest_table(results).round(3).to_string())
 
 

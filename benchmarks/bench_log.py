@@ -60,8 +60,7 @@ def test_version_log(benchmark, daily, record, records):
             return version_log(f, records=records)
 
     _check(benchmark.pedantic(log, rounds=5 if records else 2, iterations=1))
-    record(benchmark, f"version_log of {N} daily versions",
-           "records" if records else "decoded", baseline=not records)
+    record(benchmark, f"version_log of {N} daily versions", "records" if records else "decoded", baseline=not records)
 
 
 def test_version_log_frame(benchmark, daily, record):

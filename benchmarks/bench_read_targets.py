@@ -95,8 +95,9 @@ def bench_open(d: str, rounds: int) -> list[dict]:
     impls = {"xarray_vhdf5 (xarray)": ours_xarray, "xarray_vhdf5 (open)": ours_reader, "floor": floor, "h5py": h5}
     if versioned_hdf5 is not None:
         impls["versioned-hdf5"] = vh
-    return [{"workload": "open 10k chunks + 1 point", "impl": k, "ms": _median_ms(fn, rounds)}
-            for k, fn in impls.items()]
+    return [
+        {"workload": "open 10k chunks + 1 point", "impl": k, "ms": _median_ms(fn, rounds)} for k, fn in impls.items()
+    ]
 
 
 def bench_points(d: str, rounds: int, n_versions: int = 1000) -> list[dict]:
@@ -134,8 +135,10 @@ def bench_points(d: str, rounds: int, n_versions: int = 1000) -> list[dict]:
     impls = {"xarray_vhdf5 (open)": ours, "floor": floor, "h5py": h5}
     if versioned_hdf5 is not None:
         impls["versioned-hdf5"] = vh
-    return [{"workload": f"1 point x {n_versions} versions", "impl": k, "ms": _median_ms(fn, max(1, rounds // 5))}
-            for k, fn in impls.items()]
+    return [
+        {"workload": f"1 point x {n_versions} versions", "impl": k, "ms": _median_ms(fn, max(1, rounds // 5))}
+        for k, fn in impls.items()
+    ]
 
 
 def bench_whole(d: str, rounds: int, compression: str | None) -> list[dict]:
@@ -176,10 +179,16 @@ def bench_whole(d: str, rounds: int, compression: str | None) -> list[dict]:
                 t.join()
         assert np.array_equal(out, data)
 
-    impls = {"xarray_vhdf5 (open)": ours_reader, "xarray_vhdf5 (xarray)": ours_xarray, "floor": floor,
-             "h5py": h5, "h5py, 2 threads": h5_threads}
-    return [{"workload": f"whole version 32 MB, {tag}", "impl": k, "ms": _median_ms(fn, rounds)}
-            for k, fn in impls.items()]
+    impls = {
+        "xarray_vhdf5 (open)": ours_reader,
+        "xarray_vhdf5 (xarray)": ours_xarray,
+        "floor": floor,
+        "h5py": h5,
+        "h5py, 2 threads": h5_threads,
+    }
+    return [
+        {"workload": f"whole version 32 MB, {tag}", "impl": k, "ms": _median_ms(fn, rounds)} for k, fn in impls.items()
+    ]
 
 
 def main() -> None:
@@ -196,8 +205,10 @@ def main() -> None:
     base = table[table.impl == "h5py"].set_index("workload")["ms"]
     table["x h5py"] = table.ms / table.workload.map(base)
     pd.set_option("display.width", 120)
-    print(f"h5py {h5py.__version__} (HDF5 {h5py.version.hdf5_version}), {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}")
+    print(
+        f"h5py {h5py.__version__} (HDF5 {h5py.version.hdf5_version}), {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
     print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
 
 

@@ -30,10 +30,9 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
-
 from workloads import (
-    SPARSE_CHUNKS,
     APPEND_CHUNKS,
+    SPARSE_CHUNKS,
     _versioned_file_class,
     append_steps,
     appends,

@@ -39,7 +39,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from xarray_vhdf5 import VersionedHDF5File, delete_versions, modify_metadata
+from xarray_vhdf5 import VersionedHDF5File, modify_metadata
 from xarray_vhdf5.versions.delete import delete_keeping_space
 from xarray_vhdf5.versions.repack import repack
 
@@ -81,8 +81,14 @@ def reuse_row(tmp, n, chunks, filters, persist, keep_freed, label) -> dict:
         commit(p, i, chunks)
         commit(twin, i, chunks)
     grown, grown_twin = os.path.getsize(p) - deleted, os.path.getsize(twin) - size
-    return {"label": label, "size": size, "deleted": deleted, "grown": grown, "grown_twin": grown_twin,
-            "ratio": grown / grown_twin}
+    return {
+        "label": label,
+        "size": size,
+        "deleted": deleted,
+        "grown": grown,
+        "grown_twin": grown_twin,
+        "ratio": grown / grown_twin,
+    }
 
 
 def _deb(tool: str, *args: str) -> subprocess.CompletedProcess | None:
@@ -124,13 +130,21 @@ def repack_rows(tmp, n, chunks, filters) -> list[dict]:
                 vds = h["_version_data/versions/v0/x"]
                 sources = sorted({s.file_name for s in vds.virtual_sources()})
         report = repack(p)
-        rows.append({
-            "keep_freed": keep_freed, "deleted": deleted, "repacked": report.size_after,
-            "fresh": os.path.getsize(fresh), "ratio": report.size_after / os.path.getsize(fresh),
-            "ok": _reads_right(p, kept, chunks), "h5repack": h5r_size, "h5repack_ok": h5r_ok,
-            "h5repack_rows": h5r_rows, "rows": n // 2 * chunks * ROWS,
-            "vds_sources": sources if h5r_size else None,
-        })
+        rows.append(
+            {
+                "keep_freed": keep_freed,
+                "deleted": deleted,
+                "repacked": report.size_after,
+                "fresh": os.path.getsize(fresh),
+                "ratio": report.size_after / os.path.getsize(fresh),
+                "ok": _reads_right(p, kept, chunks),
+                "h5repack": h5r_size,
+                "h5repack_ok": h5r_ok,
+                "h5repack_rows": h5r_rows,
+                "rows": n // 2 * chunks * ROWS,
+                "vds_sources": sources if h5r_size else None,
+            }
+        )
     return rows
 
 
@@ -142,10 +156,10 @@ def metadata_row(tmp, mb: int, journaled: bool) -> dict:
     with h5py.File(p, "w") as h:
         vf = VersionedHDF5File(h)
         with vf.stage_version("v0") as g:
-            g.create_dataset("x", data=np.random.default_rng(0).random(n), chunks=(2 ** 16,))
+            g.create_dataset("x", data=np.random.default_rng(0).random(n), chunks=(2**16,))
     before = os.path.getsize(p)
-    with (open_file(p) if journaled else h5py.File(p, "a")) as h:
-        modify_metadata(h, "x", chunks=(2 ** 17,))
+    with open_file(p) if journaled else h5py.File(p, "a") as h:
+        modify_metadata(h, "x", chunks=(2**17,))
     return {"before": before, "after": os.path.getsize(p)}
 
 
@@ -161,23 +175,34 @@ def main(argv=None) -> int:
         for fname, filters in (("raw", None), ("gzip", GZIP)):
             for persist in (False, True):
                 for keep_freed in (False, True):
-                    label = f"{fname} {'fs_persist' if persist else 'default'} {'keep_freed' if keep_freed else 'truncate'}"
+                    label = (
+                        f"{fname} {'fs_persist' if persist else 'default'} {'keep_freed' if keep_freed else 'truncate'}"
+                    )
                     r = reuse_row(tmp, n, chunks, filters, persist, keep_freed, label.replace(" ", "_"))
-                    print(f"{label:32s} {r['size'] / mb_:8.2f} {r['deleted'] / mb_:8.2f} {r['grown'] / mb_:8.2f} "
-                          f"{r['grown_twin'] / mb_:9.2f} {r['ratio']:6.3f}", flush=True)
+                    print(
+                        f"{label:32s} {r['size'] / mb_:8.2f} {r['deleted'] / mb_:8.2f} {r['grown'] / mb_:8.2f} "
+                        f"{r['grown_twin'] / mb_:9.2f} {r['ratio']:6.3f}",
+                        flush=True,
+                    )
         print(f"\n2. repack after deleting every other of {n} versions (gzip), vs a fresh file of the kept ones")
         for r in repack_rows(tmp, n, chunks, GZIP):
-            print(f"keep_freed={r['keep_freed']!s:5s} deleted {r['deleted'] / mb_:.2f} -> repack {r['repacked'] / mb_:.2f} "
-                  f"(fresh {r['fresh'] / mb_:.2f}, x{r['ratio']:.3f}, reads right: {r['ok']})")
+            print(
+                f"keep_freed={r['keep_freed']!s:5s} deleted {r['deleted'] / mb_:.2f} -> repack {r['repacked'] / mb_:.2f} "
+                f"(fresh {r['fresh'] / mb_:.2f}, x{r['ratio']:.3f}, reads right: {r['ok']})"
+            )
             if r["h5repack"] is not None:
-                print(f"    h5repack: {r['h5repack'] / mb_:.2f} MB, reads right: {r['h5repack_ok']}, raw_data rows "
-                      f"{r['h5repack_rows']} (live {r['rows']}), VDS sources {r['vds_sources']}")
+                print(
+                    f"    h5repack: {r['h5repack'] / mb_:.2f} MB, reads right: {r['h5repack_ok']}, raw_data rows "
+                    f"{r['h5repack_rows']} (live {r['rows']}), VDS sources {r['vds_sources']}"
+                )
         print(f"\n3. modify_metadata (chunks 2**16 -> 2**17) of a {mb} MB dataset")
         for journaled in (False, True):
             r = metadata_row(tmp, mb, journaled)
             opener = "open_file (journaled, in place)" if journaled else "h5py.File(path, 'a')"
-            print(f"{opener:34s} {r['before'] / mb_:.1f} MB -> {r['after'] / mb_:.1f} MB "
-                  f"(x{r['after'] / r['before']:.2f})")
+            print(
+                f"{opener:34s} {r['before'] / mb_:.1f} MB -> {r['after'] / mb_:.1f} MB "
+                f"(x{r['after'] / r['before']:.2f})"
+            )
     return 0
 
 

@@ -84,10 +84,7 @@ def workload(tmp_path_factory):
         f.create_dataset("plain", data=data, chunks=CHUNKS)
         f.create_dataset("raw", data=raw, chunks=CHUNKS, maxshape=(None, CHUNKS[1]))
     high = SHAPE[0] - WINDOW
-    positions = {
-        phase: rng.integers(0, high + 1, size=(N_OPS, 2)).tolist()
-        for phase in ("get", "set", "get_staged")
-    }
+    positions = {phase: rng.integers(0, high + 1, size=(N_OPS, 2)).tolist() for phase in ("get", "set", "get_staged")}
     value = rng.standard_normal((WINDOW, WINDOW))
     after_set = data.copy()
     for i, j in positions["set"]:
@@ -242,8 +239,11 @@ def test_one_chunk_edit_of_a_2gb_base_memory(benchmark, record, note, base_2gb, 
             if impl == "xarray_vhdf5":
                 return StagedChangesArray(shape, chunks, [raw], si, so)
             return VersionedHDF5StagedChangesArray(
-                shape=shape, chunk_size=chunks, base_slabs=[raw],
-                slab_indices=si.copy(), slab_offsets=so.copy(),
+                shape=shape,
+                chunk_size=chunks,
+                base_slabs=[raw],
+                slab_indices=si.copy(),
+                slab_offsets=so.copy(),
             )
 
         peaks = {}

@@ -110,10 +110,12 @@ def _quiet_zarr():
 
 
 def header() -> str:
-    return (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
-            f"load {os.getloadavg()[0]:.2f}; xarray_vhdf5 {xarray_vhdf5.__version__}, zarr {zarr.__version__}, "
-            f"xarray {xr.__version__}, h5py {h5py.__version__} (libhdf5 {h5py.version.hdf5_version}); "
-            f"{bench_ingest.source_state()}")
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.2f}; xarray_vhdf5 {xarray_vhdf5.__version__}, zarr {zarr.__version__}, "
+        f"xarray {xr.__version__}, h5py {h5py.__version__} (libhdf5 {h5py.version.hdf5_version}); "
+        f"{bench_ingest.source_state()}"
+    )
 
 
 # --- read -----------------------------------------------------------------------------------------
@@ -125,8 +127,11 @@ def read_dataset() -> xr.Dataset:
     rng = np.random.default_rng(20)
     field = 20 * np.sin(np.linspace(0, np.pi, y))[:, None] * np.cos(np.linspace(0, 2 * np.pi, x))[None, :]
     data = np.round(field[None] + rng.standard_normal(READ_SHAPE), 2).astype(np.float32)
-    coords = {"time": pd.date_range(bench_ingest.START, periods=t, freq="D"),
-              "lat": np.linspace(-89.0, 89.0, y), "lon": np.linspace(-179.0, 179.0, x)}
+    coords = {
+        "time": pd.date_range(bench_ingest.START, periods=t, freq="D"),
+        "lat": np.linspace(-89.0, 89.0, y),
+        "lon": np.linspace(-179.0, 179.0, x),
+    }
     return xr.Dataset({"sst": (("time", "lat", "lon"), data)}, coords=coords)
 
 
@@ -183,8 +188,11 @@ def time_rows(rows: dict[str, Callable[[], object]], rounds: int) -> dict[str, f
 def run_read(workdir: Path, rounds: int, profile: bool) -> pd.DataFrame:
     expected = read_dataset()
     table = []
-    variants = {"deflate": (True, None), "uncompressed": (False, None),
-                "deflate, chunks (16,256,256)": (True, (16, 256, 256))}
+    variants = {
+        "deflate": (True, None),
+        "uncompressed": (False, None),
+        "deflate, chunks (16,256,256)": (True, (16, 256, 256)),
+    }
     for kind, (compress, chunks) in variants.items():
         path = str(workdir / f"read-{len(table)}.h5")
         build_read_file(path, expected, compress, chunks)
@@ -198,10 +206,21 @@ def run_read(workdir: Path, rounds: int, profile: bool) -> pd.DataFrame:
         base = medians["engine"]
         base_dask = medians["engine, chunks={}"]
         for name, s in medians.items():
-            table.append({"file": kind, "row": name, "median (ms)": 1e3 * s, "/ engine": s / base,
-                          "/ engine chunks={}": s / base_dask, "load": load})
-        print(f"{kind}: {os.path.getsize(path) / MB:.1f} MB file, "
-              f"{expected['sst'].nbytes / MB:.1f} MB of sst", file=sys.stderr, flush=True)
+            table.append(
+                {
+                    "file": kind,
+                    "row": name,
+                    "median (ms)": 1e3 * s,
+                    "/ engine": s / base,
+                    "/ engine chunks={}": s / base_dask,
+                    "load": load,
+                }
+            )
+        print(
+            f"{kind}: {os.path.getsize(path) / MB:.1f} MB file, {expected['sst'].nbytes / MB:.1f} MB of sst",
+            file=sys.stderr,
+            flush=True,
+        )
         if profile and kind == "deflate":
             print(profile_store(path, rounds))
     return pd.DataFrame(table).set_index(["file", "row"])
@@ -268,8 +287,9 @@ def profile_store(path: str, rounds: int) -> str:
         f"decoded_chunk x{len(chunks)} (pread + decode, serial)": lambda: [ds.decoded_chunk(ix) for ix in chunks],
         f"store.get x{len(keys)}, serial": lambda: asyncio.run(serial()),
         f"store.get x{len(keys)}, asyncio.gather": lambda: asyncio.run(concurrent()),
-        f"numcodecs Zlib.decode x{len(stored)} (what zarr runs, numcodecs=True)":
-            lambda: [numcodecs.Zlib().decode(b) for b in stored],
+        f"numcodecs Zlib.decode x{len(stored)} (what zarr runs, numcodecs=True)": lambda: [
+            numcodecs.Zlib().decode(b) for b in stored
+        ],
         f"numcodecs Shuffle.decode x{len(stored)}": lambda: [unshuffle.decode(b) for b in inflated],
         "ChunkManifest.read, whole (engine's read, threads)": lambda: ds.manifest.read(()),
         "ChunkManifest.read, whole, threads=1": lambda: ds.manifest.read((), threads=1),
@@ -365,15 +385,20 @@ def run_ingest(workdir: Path, days: int, tools: list[str]) -> pd.DataFrame:
             continue
         result.extra["load"] = max(load, os.getloadavg()[0])
         results.append(result)
-        print(f"{tool}: done in {time.perf_counter() - start:.1f} s, checked against numpy",
-              file=sys.stderr, flush=True)
+        print(
+            f"{tool}: done in {time.perf_counter() - start:.1f} s, checked against numpy", file=sys.stderr, flush=True
+        )
         if tool == "icechunk":
-            print(f"icechunk {result.extra['icechunk']}, zarr {result.extra['zarr']}, "
-                  f"xarray {result.extra['xarray']} (icechunk venv)")
+            print(
+                f"icechunk {result.extra['icechunk']}, zarr {result.extra['zarr']}, "
+                f"xarray {result.extra['xarray']} (icechunk venv)"
+            )
     for r in results:
         if "to_zarr_ms" in r.extra:
-            print(f"{r.tool}: median of days 2..T: store + to_zarr {r.extra['to_zarr_ms']:.1f} ms, "
-                  f"commit {r.extra['commit_ms']:.1f} ms")
+            print(
+                f"{r.tool}: median of days 2..T: store + to_zarr {r.extra['to_zarr_ms']:.1f} ms, "
+                f"commit {r.extra['commit_ms']:.1f} ms"
+            )
     return bench_ingest.ingest_table(results)
 
 
@@ -430,8 +455,11 @@ def distributed_dataset(mb: float):
     step = 512 * 1024 * 4
     n = max(16, round(mb * MB / step))
     data = da.random.default_rng(20).standard_normal((n, 512, 1024), chunks=(16, 512, 1024), dtype=np.float32)
-    coords = {"time": pd.date_range(bench_ingest.START, periods=n, freq="D"),
-              "y": np.arange(512, dtype=np.float64), "x": np.arange(1024, dtype=np.float64)}
+    coords = {
+        "time": pd.date_range(bench_ingest.START, periods=n, freq="D"),
+        "y": np.arange(512, dtype=np.float64),
+        "x": np.arange(1024, dtype=np.float64),
+    }
     return xr.Dataset({"v": (("time", "y", "x"), data)}, coords=coords)
 
 
@@ -484,16 +512,20 @@ def run_distributed(workdir: Path, mb: float) -> pd.DataFrame:
     from dask.distributed import Client, LocalCluster
 
     ds = distributed_dataset(mb)
-    rows = {"to_netcdf (h5netcdf)": (write_netcdf, check_netcdf, ".nc"),
-            "to_netcdf, shuffle + gzip 1": (write_netcdf_gzip, check_netcdf, ".nc")}
+    rows = {
+        "to_netcdf (h5netcdf)": (write_netcdf, check_netcdf, ".nc"),
+        "to_netcdf, shuffle + gzip 1": (write_netcdf_gzip, check_netcdf, ".nc"),
+    }
     why = writable_store_missing("fork", "merge")
     if why is not None:
         print(f"fork/merge: skipped, {why}", file=sys.stderr)
     else:
         rows["to_zarr(fork) + merge + commit"] = (write_forks, check_version, ".h5")
     table = []
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
         client.wait_for_workers(2)
         for name, (write, verify, suffix) in rows.items():
             path = str(workdir / f"distributed{suffix}")
@@ -508,11 +540,19 @@ def run_distributed(workdir: Path, mb: float) -> pd.DataFrame:
             os.unlink(path)
             if phases:
                 print(f"{name}: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()), file=sys.stderr)
-            table.append({"row": name, "data (MB)": ds["v"].nbytes / MB, "time (s)": seconds,
-                          "MB/s": ds["v"].nbytes / MB / seconds,
-                          "client peak - before (MB)": (mem.peak - mem.before) / MB,
-                          "client before (MB)": mem.before / MB, "workers peak (MB)": mem.children_peak / MB,
-                          "file (MB)": size / MB, "load": max(load, os.getloadavg()[0])})
+            table.append(
+                {
+                    "row": name,
+                    "data (MB)": ds["v"].nbytes / MB,
+                    "time (s)": seconds,
+                    "MB/s": ds["v"].nbytes / MB / seconds,
+                    "client peak - before (MB)": (mem.peak - mem.before) / MB,
+                    "client before (MB)": mem.before / MB,
+                    "workers peak (MB)": mem.children_peak / MB,
+                    "file (MB)": size / MB,
+                    "load": max(load, os.getloadavg()[0]),
+                }
+            )
     frame = pd.DataFrame(table).set_index("row")
     base = frame.iloc[0]
     frame["time / to_netcdf"] = frame["time (s)"] / base["time (s)"]
@@ -529,8 +569,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds of each read row (default 7)")
     parser.add_argument("--profile", action="store_true", help="read: time the store path's parts")
     parser.add_argument("--days", type=int, default=200, help="ingest: days (default 200)")
-    parser.add_argument("--tools", default=",".join(INGEST_RUNNERS),
-                        help=f"ingest: comma-separated subset of {','.join(INGEST_RUNNERS)}")
+    parser.add_argument(
+        "--tools",
+        default=",".join(INGEST_RUNNERS),
+        help=f"ingest: comma-separated subset of {','.join(INGEST_RUNNERS)}",
+    )
     parser.add_argument("--mb", type=float, default=200, help="distributed: MB of data (default 200)")
     parser.add_argument("--big", action="store_true", help="distributed: 2000 MB")
     args = parser.parse_args(argv)
@@ -551,13 +594,17 @@ def main(argv: list[str] | None = None) -> None:
         workdir = Path(tmp)
         if args.what in ("read", "all"):
             table = run_read(workdir, args.rounds, args.profile)
-            print(f"\nread: open + load of a {np.prod(READ_SHAPE) * 4 / MB:.1f} MB version "
-                  f"{READ_SHAPE} float32, medians of {args.rounds} cold rounds")
+            print(
+                f"\nread: open + load of a {np.prod(READ_SHAPE) * 4 / MB:.1f} MB version "
+                f"{READ_SHAPE} float32, medians of {args.rounds} cold rounds"
+            )
             print(table.round(3).to_string())
         if args.what in ("ingest", "all"):
             table = run_ingest(workdir, args.days, args.tools.split(","))
-            print(f"\ningest: {args.days} days of (90, 180) float32, chunks (1, 90, 180), uncompressed, "
-                  "one day per commit")
+            print(
+                f"\ningest: {args.days} days of (90, 180) float32, chunks (1, 90, 180), uncompressed, "
+                "one day per commit"
+            )
             print(table.round(3).to_string())
         if args.what in ("distributed", "all"):
             table = run_distributed(workdir, args.mb)

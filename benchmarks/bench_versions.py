@@ -26,10 +26,9 @@ Run: ``pytest benchmarks/bench_versions.py --benchmark-only -p no:cacheprovider 
 
 from __future__ import annotations
 
-import numpy as np
 import h5py
+import numpy as np
 import pytest
-
 from workloads import _versioned_file_class, many_versions_file
 
 N = 1000

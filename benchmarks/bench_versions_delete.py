@@ -60,8 +60,10 @@ def build_points(path) -> list[list[tuple[int, int, float]]]:
         with vf.stage_version("v0") as g:
             g.create_dataset("x", data=np.random.default_rng(1).random((2000, 2000)), chunks=(100, 100))
         for i in range(1, 100):
-            points = [(int(r), int(c), float(v)) for r, c, v in
-                      zip(rng.integers(0, 2000, 10), rng.integers(0, 2000, 10), rng.random(10))]
+            points = [
+                (int(r), int(c), float(v))
+                for r, c, v in zip(rng.integers(0, 2000, 10), rng.integers(0, 2000, 10), rng.random(10))
+            ]
             with vf.stage_version(f"v{i}") as g:
                 for r, c, v in points:
                     g["x"][r, c] = v
@@ -86,8 +88,15 @@ def build_asv(path, n: int) -> dict[str, np.ndarray]:
     with h5py.File(path, "w") as f:
         vf = versioned_hdf5.VersionedHDF5File(f)
         with vf.stage_version("init") as sv:
-            sv.create_dataset("values", shape=(0, 0), dtype="float", fillvalue=np.nan, chunks=(22, 100),
-                              maxshape=(None, None), compression="lzf")
+            sv.create_dataset(
+                "values",
+                shape=(0, 0),
+                dtype="float",
+                fillvalue=np.nan,
+                chunks=(22, 100),
+                maxshape=(None, None),
+                compression="lzf",
+            )
         v = 1
         for _ in range(3):
             with vf.stage_version(str(v)) as sv:
@@ -133,10 +142,14 @@ def summary(request):
     if reporter is None or not RESULTS:
         return
     reporter.write_line("")
-    reporter.write_line("delete_versions: xarray_vhdf5 vs versioned-hdf5 2.6 (time: best of 3 rounds, the least "
-                        "disturbed by other processes; peak: tracemalloc, one run)")
-    reporter.write_line(f"{'file':8} {'n':>3} {'ours s':>8} {'v-h5 s':>8} {'ratio':>6}   "
-                        f"{'ours peak MB':>12} {'v-h5 peak MB':>12} {'ratio':>6}")
+    reporter.write_line(
+        "delete_versions: xarray_vhdf5 vs versioned-hdf5 2.6 (time: best of 3 rounds, the least "
+        "disturbed by other processes; peak: tracemalloc, one run)"
+    )
+    reporter.write_line(
+        f"{'file':8} {'n':>3} {'ours s':>8} {'v-h5 s':>8} {'ratio':>6}   "
+        f"{'ours peak MB':>12} {'v-h5 peak MB':>12} {'ratio':>6}"
+    )
     for scenario in ("points", "asv"):
         for n in NS:
             ours, ref = RESULTS.get((scenario, n, IMPLS[0])), RESULTS.get((scenario, n, IMPLS[1]))

@@ -96,7 +96,9 @@ def files(tmp_path_factory):
                     g["sst"][()] = model
     plain = str(d / "plain.nc")
     _dataset(current).to_netcdf(
-        plain, engine="h5netcdf", encoding={"sst": {"chunksizes": CHUNKS}, "time": {"chunksizes": (CHUNKS[0],)}},
+        plain,
+        engine="h5netcdf",
+        encoding={"sst": {"chunksizes": CHUNKS}, "time": {"chunksizes": (CHUNKS[0],)}},
         unlimited_dims=["time"],
     )
     with h5py.File(plain, "r") as f:

@@ -127,7 +127,8 @@ def curve_summary(impl: str, times: list[float]) -> str:
     ok = np.isfinite(np.asarray(times))
     slope = np.polyfit(x[ok], np.asarray(times)[ok] * 1e3, 1)[0] * 100
     return (
-        f"{impl:15s} per commit (median of {WINDOW}): " + " | ".join(parts)
+        f"{impl:15s} per commit (median of {WINDOW}): "
+        + " | ".join(parts)
         + f" | t={MARKS[-1]}/t={MARKS[0]} {medians[-1] / medians[0]:.2f}x | slope {slope:+.2f} ms per 100 steps"
     )
 

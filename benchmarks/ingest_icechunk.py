@@ -119,9 +119,16 @@ def run(spec: dict) -> dict:
     np.testing.assert_array_equal(final[var].values, expected)
     np.testing.assert_array_equal(final["time"].values, times.values)
     return {
-        "tool": "icechunk", "versions": n_days + (box is not None), "times": durations, "qc_s": qc_s,
-        "read_s": read_s, "size": store_size(spec["store"]), "ok": True,
-        "icechunk": icechunk.__version__, "zarr": zarr.__version__, "xarray": xr.__version__,
+        "tool": "icechunk",
+        "versions": n_days + (box is not None),
+        "times": durations,
+        "qc_s": qc_s,
+        "read_s": read_s,
+        "size": store_size(spec["store"]),
+        "ok": True,
+        "icechunk": icechunk.__version__,
+        "zarr": zarr.__version__,
+        "xarray": xr.__version__,
     }
 
 

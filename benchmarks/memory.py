@@ -59,7 +59,6 @@ def _inputs(workload: str):
 
 def _child(workload: str, impl: str, path: str, metadata_cache_bytes: str | None = None) -> dict:
     import numpy as np
-
     import workloads as w
 
     w.METADATA_CACHE_BYTES = int(metadata_cache_bytes) if metadata_cache_bytes else None
@@ -72,8 +71,12 @@ def _child(workload: str, impl: str, path: str, metadata_cache_bytes: str | None
     func(impl, path, *args, read=False)
     peak = _status()["VmHWM"]
     np.testing.assert_array_equal(w.read_final(impl, path), expected)
-    return {"peak_rss_growth": peak - before, "rss_before": before, "file_size": os.path.getsize(path),
-            "metadata_trims": trims[0] if trims is not None else None}
+    return {
+        "peak_rss_growth": peak - before,
+        "rss_before": before,
+        "file_size": os.path.getsize(path),
+        "metadata_trims": trims[0] if trims is not None else None,
+    }
 
 
 def _count_trims() -> list[int]:
@@ -92,7 +95,10 @@ def _count_trims() -> list[int]:
 
 
 def measure(
-    workload: str, impl: str, tmpdir: str | os.PathLike, metadata_cache_bytes: int | None = None,
+    workload: str,
+    impl: str,
+    tmpdir: str | os.PathLike,
+    metadata_cache_bytes: int | None = None,
     trim_every: int | None = None,
 ) -> dict:
     """Run ``workload`` (``"appends"``, ``"sparse"`` or ``"bulk"``) for ``impl`` in a child process.
@@ -113,7 +119,10 @@ def measure(
         env["VHDF5_BENCH_TRIM_EVERY"] = str(trim_every)
     proc = subprocess.run(
         [sys.executable, str(HERE / "memory.py"), workload, impl, path, *extra],
-        cwd=str(tmpdir), capture_output=True, text=True, env=env,
+        cwd=str(tmpdir),
+        capture_output=True,
+        text=True,
+        env=env,
     )
     if proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)

@@ -155,9 +155,22 @@ def fetch_sdist(dest: Path) -> Path:
     """
     target = dest / SDIST
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", f"versioned-hdf5=={VERSION}", "--no-deps",
-         "--no-binary", "versioned-hdf5", "--no-build-isolation", "-d", str(dest), "-q"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            f"versioned-hdf5=={VERSION}",
+            "--no-deps",
+            "--no-binary",
+            "versioned-hdf5",
+            "--no-build-isolation",
+            "-d",
+            str(dest),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
     )
     if done.returncode == 0 and target.exists():
         return target
@@ -186,10 +199,13 @@ def unpack(sdist: Path, dest: Path) -> Path:
     prefix = f"versioned_hdf5-{VERSION}/"
     wanted = (*TEST_FILES, "tests/__init__.py", "tests/conftest.py", "test_data/")
     with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers()
-                   if m.name.startswith(prefix) and m.name[len(prefix):].startswith(wanted) and m.isfile()]
+        members = [
+            m
+            for m in tar.getmembers()
+            if m.name.startswith(prefix) and m.name[len(prefix) :].startswith(wanted) and m.isfile()
+        ]
         for m in members:
-            m.name = m.name[len(prefix):]
+            m.name = m.name[len(prefix) :]
         tar.extractall(suite, members=members, filter="data")
     (suite / "pytest.ini").write_text(PYTEST_INI)
     return suite
@@ -210,8 +226,19 @@ def run_tests(suite: Path, shim: Path | None, junit: Path, extra: list[str]) -> 
     env.pop("PYTHONSAFEPATH", None)
     if shim is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(shim), *filter(None, [env.get("PYTHONPATH")])])
-    cmd = [sys.executable, "-m", "pytest", *TEST_FILES, "-q", "-rN", "--no-header", "-p", "no:randomly",
-           f"--junitxml={junit}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *TEST_FILES,
+        "-q",
+        "-rN",
+        "--no-header",
+        "-p",
+        "no:randomly",
+        f"--junitxml={junit}",
+        *extra,
+    ]
     return subprocess.Popen(cmd, cwd=suite, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -260,8 +287,12 @@ def is_private(test_id: str, private: dict[str, str]) -> bool:
     return test_id in private or test_id.split("[")[0] in private
 
 
-def summarize(reference: dict[str, Outcome], ours: dict[str, Outcome], private: dict[str, str],
-              deliberate: dict[str, str] | None = None) -> tuple[str, bool]:
+def summarize(
+    reference: dict[str, Outcome],
+    ours: dict[str, Outcome],
+    private: dict[str, str],
+    deliberate: dict[str, str] | None = None,
+) -> tuple[str, bool]:
     """The printed report, and whether every public test the reference passes passes here
     or fails for a reviewed deliberate difference (``deliberate``, default :data:`DELIBERATE_LIST`)."""
     if deliberate is None:
@@ -269,8 +300,10 @@ def summarize(reference: dict[str, Outcome], ours: dict[str, Outcome], private: 
     lines = []
 
     def count(outcomes, tests):
-        return {s: sum(outcomes.get(t, Outcome("missing")).status == s for t in tests)
-                for s in ("passed", "failed", "skipped", "missing")}
+        return {
+            s: sum(outcomes.get(t, Outcome("missing")).status == s for t in tests)
+            for s in ("passed", "failed", "skipped", "missing")
+        }
 
     every = sorted(set(reference) | set(ours))
     public = [t for t in every if not is_private(t, private)]
@@ -285,9 +318,7 @@ def summarize(reference: dict[str, Outcome], ours: dict[str, Outcome], private: 
             f"{c_pub['failed']} failed, {c_pub['skipped']} skipped"
         )
     lines.append(f"private (left out, {PRIVATE_LIST.name}): {len(every) - len(public)} tests")
-    lines.append(
-        f"xarray_vhdf5 passes {len(passing)} of the {len(target)} public tests versioned-hdf5 2.6.0 passes"
-    )
+    lines.append(f"xarray_vhdf5 passes {len(passing)} of the {len(target)} public tests versioned-hdf5 2.6.0 passes")
     for listed, path in ((private, PRIVATE_LIST), (deliberate, DELIBERATE_LIST)):
         unlisted = [t for t in listed if not any(t == x or t == x.split("[")[0] for x in every)]
         if unlisted:

@@ -82,7 +82,9 @@ def _versioned_file_class(impl: str):
 class FormatFloor:
     """Minimal writer of the versioned-hdf5 format for one n-d dataset ``x``."""
 
-    def __init__(self, f: h5py.File, shape, chunks, dtype, fill=0, *, name: str = "x", versions: h5py.Group | None = None):
+    def __init__(
+        self, f: h5py.File, shape, chunks, dtype, fill=0, *, name: str = "x", versions: h5py.Group | None = None
+    ):
         self.f = f
         self.name = name
         self.chunks = tuple(chunks)
@@ -99,7 +101,9 @@ class FormatFloor:
         )
         self.raw.attrs["chunks"] = chunks
         dt = np.dtype([("hash", "u1", (32,)), ("shape", "<i8", (2,))])
-        self.hash_table = grp.create_dataset("hash_table", shape=(1,), dtype=dt, chunks=(4096,), maxshape=(None,), compression="lzf")
+        self.hash_table = grp.create_dataset(
+            "hash_table", shape=(1,), dtype=dt, chunks=(4096,), maxshape=(None,), compression="lzf"
+        )
         self.n_rows = 0
         self.hashes: dict[bytes, int] = {}
         self.mapping: dict[tuple, tuple[int, tuple]] = {}  # chunk index -> (raw row, trimmed shape)
@@ -147,7 +151,9 @@ class FormatFloor:
         c0 = self.chunks[0]
         self.raw.resize((self.n_rows * c0, *self.chunks[1:]))
         for row, chunk, _ in new:
-            self.raw[(slice(row * c0, row * c0 + chunk.shape[0]),) + tuple(slice(0, s) for s in chunk.shape[1:])] = chunk
+            self.raw[(slice(row * c0, row * c0 + chunk.shape[0]),) + tuple(slice(0, s) for s in chunk.shape[1:])] = (
+                chunk
+            )
 
     def _append_hash_rows(self, new) -> None:
         self.hash_table.resize((self.n_rows,))
@@ -298,7 +304,9 @@ def appends(impl: str, path: str, steps: np.ndarray, read: bool = True):
     n = len(steps)
     with _create(path) as f:
         if impl == "h5py":
-            ds = f.create_dataset("x", shape=(0, *APPEND_SHAPE), maxshape=(None, *APPEND_SHAPE), chunks=APPEND_CHUNKS, dtype="f4")
+            ds = f.create_dataset(
+                "x", shape=(0, *APPEND_SHAPE), maxshape=(None, *APPEND_SHAPE), chunks=APPEND_CHUNKS, dtype="f4"
+            )
             for i in range(n):
                 ds.resize((i + 1, *APPEND_SHAPE))
                 ds[i] = steps[i]
@@ -331,7 +339,11 @@ def sparse_plan(n_versions: int, points: int = 10, seed: int = 1):
     rng = np.random.default_rng(seed)
     base = rng.standard_normal(SPARSE_SHAPE)
     edits = [
-        (rng.integers(0, SPARSE_SHAPE[0], points), rng.integers(0, SPARSE_SHAPE[1], points), rng.standard_normal(points))
+        (
+            rng.integers(0, SPARSE_SHAPE[0], points),
+            rng.integers(0, SPARSE_SHAPE[1], points),
+            rng.standard_normal(points),
+        )
         for _ in range(n_versions)
     ]
     return base, edits
@@ -469,7 +481,7 @@ def many_versions_file(impl: str, path: str, n: int = 1000):
     rng = np.random.default_rng(3)
     current = np.zeros(MANY_SHAPE)
     model = []
-    t0 = dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
     with h5py.File(path, "w") as f:
         vf = None if impl == "h5py" else _versioned_file_class(impl)(f)
         for k in range(n):

@@ -16,8 +16,11 @@ def _day(t: int) -> xr.Dataset:
     rng = np.random.default_rng(t)
     return xr.Dataset(
         {"sst": (("time", "lat", "lon"), rng.normal(20, 2, (1, 6, 8)).astype("f4"))},
-        coords={"time": pd.date_range("2024-01-01", periods=1) + pd.Timedelta(days=t),
-                "lat": np.arange(6.0), "lon": np.arange(8.0)},
+        coords={
+            "time": pd.date_range("2024-01-01", periods=1) + pd.Timedelta(days=t),
+            "lat": np.arange(6.0),
+            "lon": np.arange(8.0),
+        },
     )
 
 

@@ -39,8 +39,25 @@ BUILTINS = (OverflowError, TypeError, ValueError)
 
 # Python scalars: numpy's own conversion (np.asarray(value, dtype)) is the oracle.
 SCALARS = [
-    2**40, -(2**40), 2**31, 2**31 - 1, -(2**31), -1, 2**70, 1.5, -1.5, 3e9, float("nan"), float("inf"),
-    -float("inf"), 1 + 2j, 1 + 0j, True, "3", "abc", None,
+    2**40,
+    -(2**40),
+    2**31,
+    2**31 - 1,
+    -(2**31),
+    -1,
+    2**70,
+    1.5,
+    -1.5,
+    3e9,
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    1 + 2j,
+    1 + 0j,
+    True,
+    "3",
+    "abc",
+    None,
 ]
 DTYPES = ["i1", "i4", "i8", "u1", "u8", "f4", "f8", "?"]
 # Those numpy makes a numeric array of (not 2**70, strings, None).
@@ -196,8 +213,11 @@ def int_file(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("value, expected", [(2**40, OverflowError), (float("nan"), ValueError),
-                                             (1 + 2j, TypeError), (np.int64(2**40), OverflowError)], ids=repr)
+@pytest.mark.parametrize(
+    "value, expected",
+    [(2**40, OverflowError), (float("nan"), ValueError), (1 + 2j, TypeError), (np.int64(2**40), OverflowError)],
+    ids=repr,
+)
 @pytest.mark.parametrize("how", ["setitem", "loc"])
 def test_xarray_staged_invalid_write(int_file, value, expected, how):
     staged = xr.open_dataset(int_file, engine="vhdf5").vhdf5.stage()
@@ -260,8 +280,12 @@ def test_fixed_width_string_dataset_refuses_longer_strings(tmp_path, value):
 
 def test_variable_length_string_dataset_stores_any_length(tmp_path):
     path = tmp_path / "s.h5"
-    _file(path, lambda g: g.create_dataset("s", data=np.array(["abcdef", "x"], dtype=object),
-                                           dtype=h5py.string_dtype(), chunks=(2,)))
+    _file(
+        path,
+        lambda g: g.create_dataset(
+            "s", data=np.array(["abcdef", "x"], dtype=object), dtype=h5py.string_dtype(), chunks=(2,)
+        ),
+    )
     with h5py.File(path, "a") as f:
         vf = VersionedHDF5File(f)
         with vf.stage_version("v1") as g:
@@ -321,8 +345,15 @@ def test_xarray_commit_keeps_longer_str_the_opened_encoding_would_cut(str_file):
 
 S = np.s_
 EMPTY_1D = [S[3:3], S[1:1:2], S[5:2], np.array([], int), [], S[2000:], S[-1:-1], S[..., 3:3]]
-EMPTY_2D = EMPTY_1D + [S[:, 3:3], S[3:3, 1], S[1, 2:2], S[np.array([], int), 1:3], S[3:3, [1, 2]],
-                       S[:, np.array([], int)], S[2:2, 1:1]]
+EMPTY_2D = EMPTY_1D + [
+    S[:, 3:3],
+    S[3:3, 1],
+    S[1, 2:2],
+    S[np.array([], int), 1:3],
+    S[3:3, [1, 2]],
+    S[:, np.array([], int)],
+    S[2:2, 1:1],
+]
 # Many chunks, so that each version's virtual dataset has many mappings (libhdf5 2.0 fails
 # an empty read of those; one with 16 mappings reads fine).
 A1 = np.arange(1000.0)

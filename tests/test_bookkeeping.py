@@ -22,7 +22,6 @@ import xarray as xr
 
 import xarray_vhdf5 as xv
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.errors import StaleVersionError
 from xarray_vhdf5.versions import bookkeeping, generation
 from xarray_vhdf5.versions.caches import COMMIT_TOKEN
 from xarray_vhdf5.versions.check import check_file
@@ -224,8 +223,9 @@ with h5py.File(path, "a", locking=False) as f:  # a fresh handle finds the group
 def test_a_process_that_cached_the_legacy_offset_sees_the_move_and_writes_the_live_counters(legacy):
     """Process A locates the counters at the legacy place; B commits and moves the group; A must
     see B's write at its cached offset (its handle is refused as stale), then commit on a fresh one."""
-    child = subprocess.Popen([sys.executable, "-c", _HELD, legacy], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HELD, legacy], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         word, cached = child.stdout.readline().split()
         assert word == "offset"

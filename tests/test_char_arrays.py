@@ -50,8 +50,11 @@ def records(tmp_path) -> Path:
         coords={"time": np.arange(6)},
     )
     path = tmp_path / "records.nc"
-    ds.to_netcdf(path, engine="netcdf4", encoding={
-        "flag": {"dtype": "S1"}, "label": {"dtype": "S1", "_Encoding": "utf-8"}, "note": {"dtype": str}})
+    ds.to_netcdf(
+        path,
+        engine="netcdf4",
+        encoding={"flag": {"dtype": "S1"}, "label": {"dtype": "S1", "_Encoding": "utf-8"}, "note": {"dtype": str}},
+    )
     return path
 
 
@@ -67,7 +70,7 @@ def _ncdump_data(path, *args) -> str:
 def _data_section(text: str, name: str) -> str:
     """The ``name = ... ;`` block of ``ncdump`` output, whitespace-normalized."""
     start = text.index(f" {name} =", text.index("data:"))
-    return " ".join(text[start:text.index(";", start) + 1].split())
+    return " ".join(text[start : text.index(";", start) + 1].split())
 
 
 def test_bears_char_array_round_trips(tmp_path):
@@ -78,7 +81,9 @@ def test_bears_char_array_round_trips(tmp_path):
     xr.testing.assert_identical(_open(path, engine="vhdf5"), _open(source, engine="netcdf4"))
     raw = _open(path, engine="vhdf5", decode_cf=False)
     assert raw["bears"].dims == ("i", "j", "bears_len") and raw["bears"].dtype == np.dtype("S1")
-    xr.testing.assert_identical(raw["bears"].variable, _open(source, engine="netcdf4", decode_cf=False)["bears"].variable)
+    xr.testing.assert_identical(
+        raw["bears"].variable, _open(source, engine="netcdf4", decode_cf=False)["bears"].variable
+    )
     with h5py.File(path, "r") as f:  # netCDF-4's char: a fixed-length HDF5 string of one byte
         stored = f[f"{VERSIONS}/v0/bears"]
         assert stored.dtype == np.dtype("S1") and stored.id.get_type().get_size() == 1
@@ -96,8 +101,9 @@ def test_encoded_str_and_string_variables_round_trip(records, tmp_path):
     _open(records, engine="netcdf4").vhdf5.commit("v0", path=path)
     for engine in ("netcdf4", "h5netcdf"):
         xr.testing.assert_identical(_open(path, engine="vhdf5"), _open(records, engine=engine))
-    xr.testing.assert_identical(_open(path, engine="vhdf5", decode_cf=False),
-                                _open(records, engine="h5netcdf", decode_cf=False))
+    xr.testing.assert_identical(
+        _open(path, engine="vhdf5", decode_cf=False), _open(records, engine="h5netcdf", decode_cf=False)
+    )
     header = _ncdump_data(path, "-h", "-g", f"{VERSIONS}/v0")
     assert "char flag(time, string3) ;" in header and "char label(time, string3) ;" in header
     assert "string note(time) ;" in header and 'label:_Encoding = "utf-8" ;' in header

@@ -88,9 +88,7 @@ def reconstruct(vds, raw_data, chunks, slab_indices, slab_offsets):
     per chunk with plain h5py slicing (independent of the kernels)."""
     out = np.empty(vds.shape, vds.dtype)
     for chunk in itertools.product(*map(range, slab_indices.shape)):
-        region = tuple(
-            slice(c * n, min((c + 1) * n, size)) for c, n, size in zip(chunk, chunks, vds.shape)
-        )
+        region = tuple(slice(c * n, min((c + 1) * n, size)) for c, n, size in zip(chunk, chunks, vds.shape))
         counts = [r.stop - r.start for r in region]
         if slab_indices[chunk] == 0:
             out[region] = vds.fillvalue
@@ -107,9 +105,7 @@ def test_versioned_hdf5_files(vfile, path):
     chunks = tuple(int(c) for c in vds.attrs["chunks"])
     raw_data = vfile[vds.attrs["raw_data"]]
     indices, offsets = build_slab_indices_and_offsets(vds, vds.shape, chunks, raw_data)
-    ref_indices, ref_offsets = build_slab_indices_and_offsets_reference(
-        vds, vds.shape, chunks, raw_data.name
-    )
+    ref_indices, ref_offsets = build_slab_indices_and_offsets_reference(vds, vds.shape, chunks, raw_data.name)
     grid = tuple(-(-n // c) for n, c in zip(vds.shape, chunks))
     assert indices.shape == offsets.shape == grid
     assert indices.dtype == np.intp and offsets.dtype == np.uint64
@@ -131,15 +127,11 @@ def test_expected_maps(vfile):
     for name, grid in (("z", (2, 2)), ("e", (0,))):  # all fill, empty: no mappings at all
         vds = vfile[f"_version_data/versions/v1/{name}"]
         assert vds.is_virtual and not vds.virtual_sources()
-        indices, offsets = build_slab_indices_and_offsets(
-            vds, vds.shape, vds.attrs["chunks"], vds.attrs["raw_data"]
-        )
+        indices, offsets = build_slab_indices_and_offsets(vds, vds.shape, vds.attrs["chunks"], vds.attrs["raw_data"])
         assert indices.shape == offsets.shape == grid and not indices.any()
     v1x = vfile["_version_data/versions/v1/x"]
     indices, _ = build_slab_indices_and_offsets(v1x, (30, 50), (10, 10), v1x.attrs["raw_data"])
-    np.testing.assert_array_equal(
-        indices, [[1, 0, 0, 0, 0], [0, 0, 1, 1, 1], [1, 0, 1, 1, 1]]
-    )
+    np.testing.assert_array_equal(indices, [[1, 0, 0, 0, 0], [0, 0, 1, 1, 1], [1, 0, 1, 1, 1]])
     v2y = vfile["_version_data/versions/v2/y"]
     indices, offsets = build_slab_indices_and_offsets(v2y, (37,), (10,), v2y.attrs["raw_data"])
     assert indices.tolist() == [1, 1, 1, 1]

@@ -46,7 +46,8 @@ def _every_version_reads_right(path) -> None:
             if v != "__first_version__":
                 found = want[v] = {}
                 f[f"_version_data/versions/{v}"].visititems(
-                    lambda n, o, found=found: found.update({n: o[()]}) if isinstance(o, h5py.Dataset) else None)
+                    lambda n, o, found=found: found.update({n: o[()]}) if isinstance(o, h5py.Dataset) else None
+                )
     with VersionedHDF5File.open(path) as vf:
         for v, datasets in want.items():
             for n, values in datasets.items():
@@ -62,8 +63,9 @@ def _every_version_reads_right(path) -> None:
 
 LAYOUTS = {
     "2d-f4": dict(shape=(100, 80), chunks=(10, 10), dtype="f4", kwargs={}),
-    "3d-gzip-shuffle": dict(shape=(9, 40, 30), chunks=(2, 10, 5), dtype="i2",
-                            kwargs=dict(compression="gzip", shuffle=True)),
+    "3d-gzip-shuffle": dict(
+        shape=(9, 40, 30), chunks=(2, 10, 5), dtype="i2", kwargs=dict(compression="gzip", shuffle=True)
+    ),
     "1d-lzf-fill": dict(shape=(1000,), chunks=(10,), dtype="f8", kwargs=dict(compression="lzf", fillvalue=-9.0)),
     "2d-edges-fletcher": dict(shape=(95, 77), chunks=(10, 8), dtype="u1", kwargs=dict(fletcher32=True)),
 }
@@ -98,8 +100,9 @@ def test_small_datasets_and_strings_get_no_map(tmp_path):
     with open_file(path) as f:
         with VersionedHDF5File(f).stage_version("v1") as g:
             g.create_dataset("small", data=np.arange(10.0), chunks=(5,))  # 2 chunks
-            g.create_dataset("s", data=np.array(["a", "bc"] * 100, dtype=object),
-                             dtype=h5py.string_dtype(), chunks=(2,))
+            g.create_dataset(
+                "s", data=np.array(["a", "bc"] * 100, dtype=object), dtype=h5py.string_dtype(), chunks=(2,)
+            )
             g.create_dataset("big", data=np.arange(1000.0), chunks=(10,))
     with h5py.File(path, "r") as f:
         assert chunkmaps.load(f, "v1", "small") is None
@@ -114,8 +117,7 @@ def _history(path, n_versions=3):
         for i in range(n_versions):
             with vf.stage_version(f"v{i}") as g:
                 if i == 0:
-                    g.create_dataset("x", data=np.arange(2000.0).reshape(100, 20), chunks=(5, 4),
-                                     compression="gzip")
+                    g.create_dataset("x", data=np.arange(2000.0).reshape(100, 20), chunks=(5, 4), compression="gzip")
                 else:
                     g["x"][i * 7 % 100, :] = -i
                     g["x"][50 + i] = i * 1000.0

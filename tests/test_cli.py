@@ -67,7 +67,9 @@ def test_demo_on_noaa_files(noaa_dir, tmp_path, name):
 
 
 def test_demo_refuses_file_without_record_dimension(noaa_dir, tmp_path):
-    result = CliRunner().invoke(cli, ["demo", "--source", str(noaa_dir / "etopo20.cdf"), "--out", str(tmp_path / "x.h5")])
+    result = CliRunner().invoke(
+        cli, ["demo", "--source", str(noaa_dir / "etopo20.cdf"), "--out", str(tmp_path / "x.h5")]
+    )
     assert result.exit_code != 0
     assert "has no record dimension" in result.output
 
@@ -98,7 +100,7 @@ def _table(output: str) -> tuple[list[dict[str, str]], list[str]]:
     spans = [m.span() for m in re.finditer(r"-+", lines[1])]
 
     def cells(line):
-        return [line[a:b if i < len(spans) - 1 else None].strip() for i, (a, b) in enumerate(spans)]
+        return [line[a : b if i < len(spans) - 1 else None].strip() for i, (a, b) in enumerate(spans)]
 
     header = cells(lines[0])
     rows, n = [], 2
@@ -236,7 +238,9 @@ def test_log_help_says_what_the_columns_count():
     result = _invoke("log", "--help")
     assert result.exit_code == 0
     text = " ".join(result.output.split())
-    assert "new chunks raw_data chunks the version maps that no earlier version maps: the chunks its commit stored" in text
+    assert (
+        "new chunks raw_data chunks the version maps that no earlier version maps: the chunks its commit stored" in text
+    )
     assert "on disk their bytes in the file, after compression (HDF5's chunk index)" in text
     assert "uncompressed their bytes in memory (whole chunks: edge chunks are padded)" in text
 
@@ -302,8 +306,13 @@ def test_log_and_diff_agree_on_what_changed(tmp_path):
     log_rows = _table(_invoke("log", str(path)).output)[0]
     changed = {r["version"]: r["changed"] for r in log_rows}
     assert changed == {
-        "v1": "a,c,grp/b", "data": "a", "grow": "grp/b", "shrink_attr": "a,c", "same_attr": "",
-        "drop_add": "c,d", "nothing": "",
+        "v1": "a,c,grp/b",
+        "data": "a",
+        "grow": "grp/b",
+        "shrink_attr": "a,c",
+        "same_attr": "",
+        "drop_add": "c,d",
+        "nothing": "",
     }
     for row in log_rows[1:]:
         for flag in ((), ("--mappings-only",)):
@@ -378,7 +387,8 @@ def test_diff_attribute_values_are_brief_and_follow_group(tmp_path):
             g["a"].attrs["units"] = np.array([1, 2, 3])
     rows, rest = _table(_invoke("diff", str(path), "v1", "v2").output)
     assert [(r["dataset"], r["status"], r["attributes changed"]) for r in rows] == [
-        ("grp/b", "modified", "long_name"), ("a", "modified", "units")
+        ("grp/b", "modified", "long_name"),
+        ("a", "modified", "units"),
     ]
     assert rest == [
         "attributes changed:",

@@ -26,10 +26,11 @@ def _grid(seed: int = 0, t: int = T) -> xr.Dataset:
     """sst(time, lat, lon) float32 stored in (1, 3, 4) chunks (4 a day), distinct random values."""
     rng = np.random.default_rng(seed)
     ds = xr.Dataset(
-        {"sst": (("time", "lat", "lon"), rng.normal(20, 2, (t, NY, NX)).astype("f4")),
-         "count": (("time",), np.arange(t, dtype="i2"))},
-        coords={"time": pd.date_range("2024-01-01", periods=t), "lat": np.arange(NY) * 1.5,
-                "lon": np.arange(NX) * 2.0},
+        {
+            "sst": (("time", "lat", "lon"), rng.normal(20, 2, (t, NY, NX)).astype("f4")),
+            "count": (("time",), np.arange(t, dtype="i2")),
+        },
+        coords={"time": pd.date_range("2024-01-01", periods=t), "lat": np.arange(NY) * 1.5, "lon": np.arange(NX) * 2.0},
         attrs={"title": "grid"},
     )
     ds["sst"].encoding["chunks"] = (1, 3, 4)
@@ -193,9 +194,11 @@ def test_a_value_the_dtype_cannot_hold_commits_nothing(stored):
 
 def test_mode_a_overwrites_and_adds_variables_on_top_of_the_current(stored):
     path, base = stored
-    update = xr.Dataset({"count": (("time",), np.arange(T, dtype="i2") * 10),
-                         "ice": (("time", "lat"), np.ones((T, NY), "f4"))},
-                        coords={"time": base["time"]}, attrs={"source": "fix"})
+    update = xr.Dataset(
+        {"count": (("time",), np.arange(T, dtype="i2") * 10), "ice": (("time", "lat"), np.ones((T, NY), "f4"))},
+        coords={"time": base["time"]},
+        attrs={"source": "fix"},
+    )
     update.vhdf5.commit("v1", path=path, mode="a")
     got = _current(path)
     xr.testing.assert_identical(got["sst"], base["sst"])  # kept, not rewritten
@@ -257,9 +260,13 @@ def test_a_region_of_a_group(tmp_path):
 
 def test_strings_and_times_in_a_region(tmp_path):
     path = tmp_path / "flags.h5"
-    ds = xr.Dataset({"flag": (("time",), np.array(["ok", "ok", "bad", "ok"])),
-                     "when": (("time",), pd.date_range("2020-01-01", periods=4).values)},
-                    coords={"time": np.arange(4)})
+    ds = xr.Dataset(
+        {
+            "flag": (("time",), np.array(["ok", "ok", "bad", "ok"])),
+            "when": (("time",), pd.date_range("2020-01-01", periods=4).values),
+        },
+        coords={"time": np.arange(4)},
+    )
     ds.vhdf5.commit("v0", path=path)
     fix = ds.isel(time=[2]).copy(deep=True)
     fix["flag"] = fix["flag"].astype("<U5")

@@ -14,8 +14,10 @@ from xarray_vhdf5.xr.encoding import DEFAULT_COMPRESSION
 def _ds() -> xr.Dataset:
     rng = np.random.default_rng(0)
     return xr.Dataset(
-        {"sst": (("time", "lat"), rng.normal(20, 2, (3, 40)).astype("f4")),
-         "flag": (("time",), np.array([1, 0, 1], dtype="i2"))},
+        {
+            "sst": (("time", "lat"), rng.normal(20, 2, (3, 40)).astype("f4")),
+            "flag": (("time",), np.array([1, 0, 1], dtype="i2")),
+        },
         coords={"time": np.arange(3), "lat": np.linspace(-80, 80, 40)},
     )
 
@@ -37,13 +39,16 @@ def test_a_new_numeric_variable_gets_shuffle_and_deflate_1(tmp_path):
         xr.testing.assert_identical(got.load(), ds)
 
 
-@pytest.mark.parametrize(("encoding", "want"), [
-    ({"compression": None}, (None, None, False)),
-    ({"zlib": False}, (None, None, False)),
-    ({"zlib": True, "complevel": 4}, ("gzip", 4, False)),
-    ({"zlib": True, "complevel": 6, "shuffle": True}, ("gzip", 6, True)),
-    ({"compression": "lzf"}, ("lzf", None, False)),
-])
+@pytest.mark.parametrize(
+    ("encoding", "want"),
+    [
+        ({"compression": None}, (None, None, False)),
+        ({"zlib": False}, (None, None, False)),
+        ({"zlib": True, "complevel": 4}, ("gzip", 4, False)),
+        ({"zlib": True, "complevel": 6, "shuffle": True}, ("gzip", 6, True)),
+        ({"compression": "lzf"}, ("lzf", None, False)),
+    ],
+)
 def test_encoding_chooses_the_filters(tmp_path, encoding, want):
     path = tmp_path / "d.h5"
     ds = _ds()

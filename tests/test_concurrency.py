@@ -26,6 +26,7 @@ from xarray_vhdf5.versions import generation
 from xarray_vhdf5.versions.locking import file_locks
 from xarray_vhdf5.versions.mutation import open_for_writing
 
+
 def _make(path, n=3):
     with h5py.File(path, "w") as f:
         vf = VersionedHDF5File(f)
@@ -48,8 +49,9 @@ with file_locks(sys.argv[1]).writing():
 
 def _hold_write_lock(path):
     """A child process holding the file's WRITE lock until a line is written to its stdin."""
-    child = subprocess.Popen([sys.executable, "-c", _HOLD, path], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert child.stdout.readline().strip() == "locked"
     return child
 
@@ -170,8 +172,13 @@ def test_open_for_writing_waits_for_libhdf5_lock_then_names_holder(tmp_path):
     p = str(tmp_path / "f.h5")
     _make(p)
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import h5py, time, sys; f = h5py.File({p!r}, 'r'); print('open', flush=True); time.sleep(30)"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"import h5py, time, sys; f = h5py.File({p!r}, 'r'); print('open', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "open"

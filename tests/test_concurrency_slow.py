@@ -82,15 +82,17 @@ def _small_file(path: str) -> None:
 @pytest.fixture(scope="module", params=[0.0, READER_PAUSE], ids=["tight", "paced"])
 def stress_run(request, tmp_path_factory) -> stress.StressReport:
     """The writer-with-readers run, readers in tight loops or pausing between reads."""
-    report = stress.run_writer_and_readers(str(tmp_path_factory.mktemp("stress")), SECONDS,
-                                           reader_pause=request.param)
+    report = stress.run_writer_and_readers(str(tmp_path_factory.mktemp("stress")), SECONDS, reader_pause=request.param)
     w = report.writer
-    _show(f"(a) writer + 4 readers + dask, {SECONDS:g} s, reader pause {request.param:g} s", report.frame(),
-          f"writer: {w['commits']} commits, {w['deletes']} deletions, {w['failures']} failures "
-          f"{w['failure_messages'][:2]}; final check: {report.final_versions_checked} versions read whole, "
-          f"{report.final_wrong_points} wrong points, missing {report.final_missing}; "
-          f"wall {report.wall_seconds:.1f} s\nwriter locks: {w['locks']}\nreader errors: "
-          + "; ".join(m for r in report.readers for m in r["error_messages"][:2] + r["wrong_messages"][:2]))
+    _show(
+        f"(a) writer + 4 readers + dask, {SECONDS:g} s, reader pause {request.param:g} s",
+        report.frame(),
+        f"writer: {w['commits']} commits, {w['deletes']} deletions, {w['failures']} failures "
+        f"{w['failure_messages'][:2]}; final check: {report.final_versions_checked} versions read whole, "
+        f"{report.final_wrong_points} wrong points, missing {report.final_missing}; "
+        f"wall {report.wall_seconds:.1f} s\nwriter locks: {w['locks']}\nreader errors: "
+        + "; ".join(m for r in report.readers for m in r["error_messages"][:2] + r["wrong_messages"][:2]),
+    )
     return report
 
 
@@ -305,8 +307,11 @@ def test_staged_commits_racing_another_writer_never_drop_its_commits(tmp_path):
 def race_run(tmp_path_factory) -> race.RaceReport:
     """Both writers' attempts, through xarray, open_for_writing and plain h5py, checked."""
     report = race.run_racing_writers(str(tmp_path_factory.mktemp("race")), RACE_COMMITS)
-    _show(f"(b) 2 writers x {RACE_COMMITS} commit attempts", report.frame(),
-          f"checks: {report.checks()}\nfailures: {report.failures[:3]}")
+    _show(
+        f"(b) 2 writers x {RACE_COMMITS} commit attempts",
+        report.frame(),
+        f"checks: {report.checks()}\nfailures: {report.failures[:3]}",
+    )
     return report
 
 
@@ -372,8 +377,9 @@ def test_plain_h5py_writer_and_open_for_writing_do_not_deadlock(tmp_path):
     path = str(tmp_path / "f.h5")
     with h5py.File(path, "w") as f, VersionedHDF5File(f).stage_version("v0") as g:
         g.create_dataset("x", data=np.zeros(100), chunks=(10,))
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_HOLD_THEN_COMMIT), path],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_HOLD_THEN_COMMIT), path], stdout=subprocess.PIPE, text=True
+    )
     assert holder.stdout.readline().strip() == "open"
     time.sleep(0.3)
     start = time.monotonic()
@@ -403,9 +409,12 @@ def kill_report(tmp_path_factory) -> crash.KillReport:
     problems = report.problems()
     if os.environ.get("VHDF5_STRESS_REPORT"):
         report.frame().to_csv(os.environ["VHDF5_STRESS_REPORT"] + ".kills.csv", index=False)
-    _show(f"(c) SIGKILL, {PER_KIND} per kind and package", counts,
-          f"where the kills landed:\n{report.running().to_string()}\nwall {report.wall_seconds:.1f} s\n"
-          + "\n".join(problems[:40]))
+    _show(
+        f"(c) SIGKILL, {PER_KIND} per kind and package",
+        counts,
+        f"where the kills landed:\n{report.running().to_string()}\nwall {report.wall_seconds:.1f} s\n"
+        + "\n".join(problems[:40]),
+    )
     return report
 
 

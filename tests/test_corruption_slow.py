@@ -51,8 +51,13 @@ def build(path) -> None:
     with h5py.File(path, "w") as f:
         vf = xv.VersionedHDF5File(f)
         with vf.stage_version("v1") as g:
-            g.create_dataset("temp", data=rng.normal(15, 5, (24, 8)).astype("f4"), chunks=(6, 4),
-                             compression="gzip", fillvalue=np.float32(np.nan))
+            g.create_dataset(
+                "temp",
+                data=rng.normal(15, 5, (24, 8)).astype("f4"),
+                chunks=(6, 4),
+                compression="gzip",
+                fillvalue=np.float32(np.nan),
+            )
             g.create_dataset("count", data=np.arange(200, dtype="i8"), chunks=(32,))
             g.create_dataset("qc/flags", data=rng.integers(0, 255, 300).astype("u1"), chunks=(64,), compression="lzf")
             g["temp"].attrs["units"] = "degC"
@@ -109,8 +114,21 @@ def _read_in_child(conn, path, good) -> None:
     faulthandler.disable()  # pytest's: a crash here is expected, and counted
     values, raised = read_everything(path)
     wrong = sorted(k for k, v in values.items() if k in good and not same(v, good[k]))
-    conn.send((wrong, [(key, type(exc).__name__, str(exc)[:160], corrupt_file_error(path, exc) is not None,
-                        isinstance(exc, CorruptFileError)) for key, exc in raised]))
+    conn.send(
+        (
+            wrong,
+            [
+                (
+                    key,
+                    type(exc).__name__,
+                    str(exc)[:160],
+                    corrupt_file_error(path, exc) is not None,
+                    isinstance(exc, CorruptFileError),
+                )
+                for key, exc in raised
+            ],
+        )
+    )
     conn.close()
 
 
@@ -211,15 +229,18 @@ def test_damaged_copies_are_never_silently_misread(tmp_path):
     for key in ("a", "b", "c", "d"):
         print(f"  ({key}) {counts[key]}   of which values wrong: {counts[f'{key}, values wrong']}")
     print(f"  check reported a problem: {counts['check reported a problem']}")
-    print(f"  a read failed or crashed, the check found nothing: "
-          f"{counts['a read failed or crashed, the check found nothing']}")
+    print(
+        f"  a read failed or crashed, the check found nothing: "
+        f"{counts['a read failed or crashed, the check found nothing']}"
+    )
     for key in sorted(k for k in counts if k.startswith("repair: ")):
         print(f"  {key}: {counts[key]}")
     print(f"  reading crashed the process: {len(crashes)}")
     for line in crashes:
         print(f"    {line}")
-    print("  exceptions raised by reads (route, type: message [corrupt_file_error classifies it, "
-          "is CorruptFileError]):")
+    print(
+        "  exceptions raised by reads (route, type: message [corrupt_file_error classifies it, is CorruptFileError]):"
+    )
     for (route, kind, message, classified, ours), n in exceptions.most_common():
         print(f"    {n:4d}  {route:7s} {kind}: {message}  [{classified}, {ours}]")
     assert counts["d"] == 0, silent

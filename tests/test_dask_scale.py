@@ -202,9 +202,10 @@ def test_progress_bar_only_when_asked(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def client():
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(
-        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0"
-    ) as cluster, distributed.Client(cluster) as c:
+    with (
+        distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster,
+        distributed.Client(cluster) as c,
+    ):
         yield c
 
 
@@ -236,7 +237,10 @@ def test_commit_hashes_on_the_workers(client, tmp_path):
     eager.vhdf5.commit("v1", path=tmp_path / "e.h5")
     for name in ("v", "packed", "flag"):
         assert _digests(tmp_path / "d.h5", name) == _digests(tmp_path / "e.h5", name)
-    with xr.open_dataset(tmp_path / "d.h5", engine="vhdf5") as got, xr.open_dataset(tmp_path / "e.h5", engine="vhdf5") as want:
+    with (
+        xr.open_dataset(tmp_path / "d.h5", engine="vhdf5") as got,
+        xr.open_dataset(tmp_path / "e.h5", engine="vhdf5") as want,
+    ):
         xr.testing.assert_identical(got, want)
 
 
@@ -271,7 +275,10 @@ def _commit_in_subprocess(tmp_path, shape) -> tuple[int, int, float]:
     script.write_text(_MEMORY_SCRIPT)
     out = subprocess.run(
         [sys.executable, str(script), str(tmp_path / "big.h5"), ",".join(map(str, shape))],
-        capture_output=True, text=True, check=True, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
     )
     nbytes, growth, seconds = out.stdout.split()
     return int(nbytes), int(growth), float(seconds)

@@ -74,7 +74,9 @@ def test_open_datatree_from_a_group_and_lazily(committed):
     path, tree = committed
     with xr.open_datatree(path, engine="vhdf5", group="ocean") as got:
         assert set(got.children) == {"bottom"}
-        xr.testing.assert_identical(got["bottom"].to_dataset(inherit=False), tree["ocean/bottom"].to_dataset(inherit=False))
+        xr.testing.assert_identical(
+            got["bottom"].to_dataset(inherit=False), tree["ocean/bottom"].to_dataset(inherit=False)
+        )
         assert not got["sst"].variable._in_memory
     with xr.open_datatree(path, engine="vhdf5", chunks={}) as got:
         assert got["ocean/sst"].chunks is not None
@@ -93,7 +95,9 @@ def test_second_commit_dedups_and_replaces_the_tree(committed):
     same = _tree()
     commit_datatree(same, path, "v2")
     assert _rows(path) == before  # nothing new
-    edited = xr.DataTree.from_dict({k: v.to_dataset(inherit=False) for k, v in _tree().subtree_with_keys if k != "atmosphere"})
+    edited = xr.DataTree.from_dict(
+        {k: v.to_dataset(inherit=False) for k, v in _tree().subtree_with_keys if k != "atmosphere"}
+    )
     edited["ocean/sst"][0, 0] = 100.0
     edited.vhdf5.commit("v3", path=path)
     after = _rows(path)

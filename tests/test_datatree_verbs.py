@@ -12,14 +12,17 @@ from xarray_vhdf5.backend.manifest import ChunkManifest
 
 def _tree() -> xr.DataTree:
     rng = np.random.default_rng(7)
-    return xr.DataTree.from_dict({
-        "/": xr.Dataset(
-            {"co2": ((), 415.0)},
-            coords={"time": ("time", np.datetime64("2020-01-01", "ns") + np.arange(6) * np.timedelta64(1, "D"))},
-            attrs={"title": "run"}),
-        "/ocean": xr.Dataset({"sst": (("time", "cell"), rng.normal(size=(6, 40)).astype("f4"), {"units": "degC"})}),
-        "/ocean/bottom": xr.Dataset({"temp": (("time", "cell"), rng.normal(size=(6, 40)))}),
-    })
+    return xr.DataTree.from_dict(
+        {
+            "/": xr.Dataset(
+                {"co2": ((), 415.0)},
+                coords={"time": ("time", np.datetime64("2020-01-01", "ns") + np.arange(6) * np.timedelta64(1, "D"))},
+                attrs={"title": "run"},
+            ),
+            "/ocean": xr.Dataset({"sst": (("time", "cell"), rng.normal(size=(6, 40)).astype("f4"), {"units": "degC"})}),
+            "/ocean/bottom": xr.Dataset({"temp": (("time", "cell"), rng.normal(size=(6, 40)))}),
+        }
+    )
 
 
 @pytest.fixture
@@ -107,7 +110,10 @@ def test_diff_per_group(path, monkeypatch):
     assert isinstance(diff, xr.DataTree)
     assert sorted(node.path for node in diff.subtree) == ["/", "/ocean", "/ocean/bottom"]
     assert diff["ocean"].attrs["modified"] == ["sst"]
-    assert diff["ocean/bottom"].attrs["unchanged"] == ["temp"] and sorted(diff["/"].attrs["unchanged"]) == ["co2", "time"]
+    assert diff["ocean/bottom"].attrs["unchanged"] == ["temp"] and sorted(diff["/"].attrs["unchanged"]) == [
+        "co2",
+        "time",
+    ]
     assert int(diff["ocean/sst_changed"].sum()) == 1
     assert float(diff["ocean/sst_diff"].max()) == pytest.approx(1.0)
     # each node equals the Dataset accessor's diff of that group

@@ -146,8 +146,15 @@ def v7(e):
     e.resize("grp/b", (9, 4))
 
 
-HISTORY = [("v1", None, True, v1), ("v2", None, True, v2), ("b3", "v1", False, b3),
-           ("v4", None, True, v4), ("v5", None, True, v5), ("b6", "b3", False, b6), ("v7", None, True, v7)]
+HISTORY = [
+    ("v1", None, True, v1),
+    ("v2", None, True, v2),
+    ("b3", "v1", False, b3),
+    ("v4", None, True, v4),
+    ("v5", None, True, v5),
+    ("b6", "b3", False, b6),
+    ("v7", None, True, v7),
+]
 
 
 # -- reading back --------------------------------------------------------------------------
@@ -217,8 +224,17 @@ def run_delete(lib: str, path, doomed):
         versioned_hdf5.delete_versions(f, doomed)
 
 
-CASES = [["v2"], ["v1"], ["v7"], ["v5", "v7"], ["b3"], ["v1", "v2", "v4"], ["v5"],
-         ["v1", "v2", "b3", "v4", "v5", "b6", "v7"], ["b6", "v2", "v5"]]
+CASES = [
+    ["v2"],
+    ["v1"],
+    ["v7"],
+    ["v5", "v7"],
+    ["b3"],
+    ["v1", "v2", "v4"],
+    ["v5"],
+    ["v1", "v2", "b3", "v4", "v5", "b6", "v7"],
+    ["b6", "v2", "v5"],
+]
 
 
 @pytest.mark.parametrize("doomed", CASES, ids="-".join)
@@ -245,8 +261,19 @@ def test_space_is_reclaimed(tmp_path):
     """raw_data and hash_table shrink to the chunks still mapped; repacking shrinks the file."""
     path = tmp_path / "space.h5"
     rng = np.random.default_rng(0)
-    steps = [(f"v{i}", None, True, lambda e, i=i: e.create("x", rng.random((64, 64)), chunks=(16, 16))
-              if i == 0 else e.set("x", slice(None), rng.random((64, 64)))) for i in range(6)]
+    steps = [
+        (
+            f"v{i}",
+            None,
+            True,
+            lambda e, i=i: (
+                e.create("x", rng.random((64, 64)), chunks=(16, 16))
+                if i == 0
+                else e.set("x", slice(None), rng.random((64, 64)))
+            ),
+        )
+        for i in range(6)
+    ]
     model = play("ours", path, steps)
     size_before = repacked_size(path, tmp_path / "before.h5")
     report = run_delete("ours", path, ["v0", "v1", "v2", "v3"])
@@ -273,8 +300,23 @@ def repacked_size(path, out) -> int:
 def test_freed_space_is_reused_in_the_same_session(tmp_path):
     path = tmp_path / "reuse.h5"
     rng = np.random.default_rng(1)
-    play("ours", path, [(f"v{i}", None, True, lambda e, i=i: e.create("x", rng.random((64, 64)), chunks=(16, 16))
-                         if i == 0 else e.set("x", slice(None), rng.random((64, 64)))) for i in range(8)])
+    play(
+        "ours",
+        path,
+        [
+            (
+                f"v{i}",
+                None,
+                True,
+                lambda e, i=i: (
+                    e.create("x", rng.random((64, 64)), chunks=(16, 16))
+                    if i == 0
+                    else e.set("x", slice(None), rng.random((64, 64)))
+                ),
+            )
+            for i in range(8)
+        ],
+    )
     with h5py.File(path, "r+") as f:
         vf = xarray_vhdf5.VersionedHDF5File(f)
         vf.delete_versions([f"v{i}" for i in range(6)])
@@ -383,8 +425,11 @@ def test_link_creation_order_is_kept(tmp_path):
         e.set("a", k, -1.0)
         e.set("m", k, -1.0)
 
-    play("ours", path, [("v0", None, True, first)] + [(f"v{k}", None, True, lambda e, k=k: later(e, k))
-                                                     for k in range(1, 5)])
+    play(
+        "ours",
+        path,
+        [("v0", None, True, first)] + [(f"v{k}", None, True, lambda e, k=k: later(e, k)) for k in range(1, 5)],
+    )
     report = run_delete("ours", path, ["v1", "v2"])
     assert report.datasets["a"].rebuilt and report.datasets["m"].rebuilt
     with h5py.File(path, "r") as f:
@@ -396,8 +441,23 @@ def test_memory_is_bounded_by_a_few_chunks(tmp_path):
     """Moving 3 MB of chunks allocates well under a megabyte (tracemalloc: Python and numpy)."""
     path = tmp_path / "mem.h5"
     rng = np.random.default_rng(2)
-    play("ours", path, [(f"v{i}", None, True, lambda e, i=i: e.create("x", rng.random((256, 256)), chunks=(32, 32))
-                         if i == 0 else e.set("x", slice(None), rng.random((256, 256)))) for i in range(12)])
+    play(
+        "ours",
+        path,
+        [
+            (
+                f"v{i}",
+                None,
+                True,
+                lambda e, i=i: (
+                    e.create("x", rng.random((256, 256)), chunks=(32, 32))
+                    if i == 0
+                    else e.set("x", slice(None), rng.random((256, 256)))
+                ),
+            )
+            for i in range(12)
+        ],
+    )
     with h5py.File(path, "r+") as f:
         tracemalloc.start()
         report = delete_versions(f, [f"v{i}" for i in range(6)])
@@ -421,11 +481,13 @@ def crash_child(path, doomed, stage=None, half_swap=None) -> int:
             if stage:
                 delete_mod._barrier_hook = lambda s: os._exit(3) if s == stage else None
             if half_swap:
+
                 def die(self, *args, **kwargs):
                     target = args[1] if half_swap == "move_in" else f"{args[0]}/{next(iter(args[1]))}"
                     self.f.move(target, f"{self.path}/dead")
                     self.f.file.flush()
                     os._exit(3)
+
                 setattr(delete_mod.Scratch, half_swap, die)
             with h5py.File(path, "r+") as f:
                 delete_versions(f, doomed)
@@ -471,8 +533,10 @@ def histories(draw):
     steps = []
     for i in range(n):
         prev = draw(st.sampled_from([None] + [f"v{j}" for j in range(i)])) if i else None
-        ops = [draw(st.tuples(st.integers(0, 11), st.integers(0, 8), st.sampled_from([-1, 0, 5, 7])))
-               for _ in range(draw(st.integers(1, 3)))]
+        ops = [
+            draw(st.tuples(st.integers(0, 11), st.integers(0, 8), st.sampled_from([-1, 0, 5, 7])))
+            for _ in range(draw(st.integers(1, 3)))
+        ]
         resize = draw(st.none() | st.tuples(st.integers(1, 14), st.integers(1, 10)))
         steps.append((prev, draw(st.booleans()), ops, resize))
     doomed = draw(st.sets(st.sampled_from([f"v{i}" for i in range(n)]), min_size=1))
@@ -488,16 +552,19 @@ def test_property_random_deletions(case):
         path, twin = f"{tmp}/p.h5", f"{tmp}/t.h5"
         plan = []
         for i, (prev, make_current, ops, resize) in enumerate(steps):
+
             def edit(e, i=i, ops=ops, resize=resize):
                 if i == 0:
-                    e.create("d", (np.arange(np.prod(shape)) % 5).reshape(shape).astype("i4"),
-                             chunks=chunks, fillvalue=-1)
+                    e.create(
+                        "d", (np.arange(np.prod(shape)) % 5).reshape(shape).astype("i4"), chunks=chunks, fillvalue=-1
+                    )
                     return
                 if resize:
                     e.resize("d", resize)
                 for r, c, value in ops:
                     if r < e.data["d"].shape[0] and c < e.data["d"].shape[1]:
                         e.set("d", (slice(r, r + 2), slice(c, c + 3)), value)
+
             plan.append((f"v{i}", prev, make_current or i == 0, edit))
         model = play(writer, path, plan)
         shutil.copy(path, twin)

@@ -41,9 +41,10 @@ def test_demo_versions_every_record_file(name, tmp_path):
     assert f"record dimension {dim!r}: {steps} steps" in result.output
     assert f"verified: all {steps + 1} versions read back identical to the source" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.h5"]
-    with xr.open_dataset(out, engine="vhdf5", version="qc-1", decode_times=False) as qc, xr.open_dataset(
-        out, engine="vhdf5", version=f"{dim}-{steps:03d}", decode_times=False
-    ) as last:
+    with (
+        xr.open_dataset(out, engine="vhdf5", version="qc-1", decode_times=False) as qc,
+        xr.open_dataset(out, engine="vhdf5", version=f"{dim}-{steps:03d}", decode_times=False) as last,
+    ):
         changed = [n for n in qc.data_vars if not qc[n].equals(last[n])]
     assert len(changed) == 1, changed  # the QC version corrects one variable
 

@@ -277,8 +277,9 @@ def test_noaa_fill_and_append_diff(noaa_dir, tmp_path):
 def test_diff_changed_marks_a_filled_and_a_masked_point(tmp_path):
     # the user's report: both changes are NaN <-> value, so sst_diff is all NaN
     path = tmp_path / "nd.h5"
-    ds = xr.Dataset({"sst": (("y", "x"), np.array([[1.0, np.nan], [3.0, 4.0]], "f4"))},
-                    coords={"y": [0, 1], "x": [0, 1]})
+    ds = xr.Dataset(
+        {"sst": (("y", "x"), np.array([[1.0, np.nan], [3.0, 4.0]], "f4"))}, coords={"y": [0, 1], "x": [0, 1]}
+    )
     ds.vhdf5.commit("a", path=path)
     with xr.open_dataset(path, engine="vhdf5") as opened:
         st = opened.vhdf5.stage()
@@ -331,14 +332,18 @@ def test_diff_changed_marks_appended_steps_and_filled_points(tmp_path):
     sst = np.arange(3 * 4 * 5, dtype="f4").reshape(3, 4, 5)
     sst[1, 0, :3] = np.nan  # missing in A, filled in B
     sst[1, 3, 4] = np.nan  # missing in both
-    v1 = xr.Dataset({"sst": (("time", "lat", "lon"), sst[:2].copy())},
-                    coords={"time": [0.0, 1.0], "lat": np.arange(4.0), "lon": np.arange(5.0)})
+    v1 = xr.Dataset(
+        {"sst": (("time", "lat", "lon"), sst[:2].copy())},
+        coords={"time": [0.0, 1.0], "lat": np.arange(4.0), "lon": np.arange(5.0)},
+    )
     v1.vhdf5.commit("v1", path=path)
     full = sst.copy()
     full[1, 0, :3] = [7.0, 8.0, 9.0]
     full[2, 2, 2] = np.nan  # a missing point in the appended step is still new
-    v2 = xr.Dataset({"sst": (("time", "lat", "lon"), full)},
-                    coords={"time": [0.0, 1.0, 2.0], "lat": np.arange(4.0), "lon": np.arange(5.0)})
+    v2 = xr.Dataset(
+        {"sst": (("time", "lat", "lon"), full)},
+        coords={"time": [0.0, 1.0, 2.0], "lat": np.arange(4.0), "lon": np.arange(5.0)},
+    )
     v2.vhdf5.commit("v2", path=path)
     with xr.open_dataset(path, engine="vhdf5") as got:
         d = got.vhdf5.diff("v1")

@@ -461,7 +461,10 @@ def test_same_objects_and_attrs(side_by_side):
             else:
                 assert r.chunks == o.chunks, name
                 assert (r.compression, r.compression_opts, r.shuffle, r.fletcher32) == (
-                    o.compression, o.compression_opts, o.shuffle, o.fletcher32
+                    o.compression,
+                    o.compression_opts,
+                    o.shuffle,
+                    o.fletcher32,
                 ), name
             if r.dtype.kind != "O":
                 assert np.asarray(r.fillvalue).tobytes() == np.asarray(o.fillvalue).tobytes(), name

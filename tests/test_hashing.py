@@ -82,8 +82,22 @@ def assert_same_hash(legacy_table, chunk: np.ndarray) -> bytes:
 
 
 NUMERIC_DTYPES = [
-    "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
-    "f2", "f4", "f8", "c8", "c16", ">i4", ">f8", "?",
+    "i1",
+    "i2",
+    "i4",
+    "i8",
+    "u1",
+    "u2",
+    "u4",
+    "u8",
+    "f2",
+    "f4",
+    "f8",
+    "c8",
+    "c16",
+    ">i4",
+    ">f8",
+    "?",
 ]
 
 
@@ -152,9 +166,7 @@ def test_object_strings(legacy_table, values):
 def test_str_and_bytes_elements_hash_alike():
     """An object array of str hashes as the same array of UTF-8 bytes (what h5py reads back)."""
     text = ["x", "é", "ab"]
-    assert chunk_hash(np.array(text, dtype=object)) == chunk_hash(
-        np.array([t.encode() for t in text], dtype=object)
-    )
+    assert chunk_hash(np.array(text, dtype=object)) == chunk_hash(np.array([t.encode() for t in text], dtype=object))
 
 
 def test_no_concatenation_collisions():
@@ -271,8 +283,16 @@ def test_fill_chunk_on_strided_view():
 @pytest.mark.parametrize(
     "shape,itemsize",
     [
-        ((10,), 8), ((10000,), 8), ((10**7,), 1), ((100, 100), 8), ((1000, 1000), 4),
-        ((0,), 8), ((0, 10), 4), ((3, 4, 5), 2), ((1,), 10**7), ((500, 3, 7, 11), 16),
+        ((10,), 8),
+        ((10000,), 8),
+        ((10**7,), 1),
+        ((100, 100), 8),
+        ((1000, 1000), 4),
+        ((0,), 8),
+        ((0, 10), 4),
+        ((3, 4, 5), 2),
+        ((1,), 10**7),
+        ((500, 3, 7, 11), 16),
     ],
 )
 def test_guess_chunks_matches_h5py(shape, itemsize):

@@ -96,6 +96,7 @@ class Editor:
 
     def delete(self, path):
         del self.g[path]
+
         def kept(key):
             return key != path and not key.startswith(path + "/")
 
@@ -153,8 +154,12 @@ def step_branch(e: Editor):
     e.set("i1", slice(0, 10), -1)
 
 
-SCENARIO = [("v1", None, True, step_v1), ("v2", None, True, step_v2), ("v3", None, True, step_v3),
-            ("b1", "v1", False, step_branch)]
+SCENARIO = [
+    ("v1", None, True, step_v1),
+    ("v2", None, True, step_v2),
+    ("v3", None, True, step_v3),
+    ("b1", "v1", False, step_branch),
+]
 
 
 def play(lib, path):
@@ -507,7 +512,7 @@ def test_interrupted_commit_leftovers_are_overwritten(tmp_path):
 def _reference_v1(f: h5py.File) -> versioned_hdf5.VersionedHDF5File:
     """versioned-hdf5's version ``v1`` (``x = arange(5)``, chunks (2,), 2020-01-01 UTC) in ``f``."""
     vf = versioned_hdf5.VersionedHDF5File(f)
-    when = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    when = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
     with vf.stage_version("v1", timestamp=when) as g:
         g.create_dataset("x", data=np.arange(5), chunks=(2,))
     return vf
@@ -602,9 +607,13 @@ def test_edge_cases_read_alike(tmp_path, writer):
     rec_v2 = np.zeros(10, "i4,f8")
     rec_v2[6:] = rec_fill
     expected = {
-        ("v1", "e"): np.zeros(0), ("v2", "e"): np.array([0, 1, 0, 0, 0, 0.0]),
-        ("v1", "e2"): np.zeros((0, 3), "i2"), ("v3", "e2"): np.zeros((2, 3), "i2"),
-        ("v2", "rec"): rec_v2, ("v1", "x"): np.arange(6), ("v2", "x"): np.zeros(0, "i8"),
+        ("v1", "e"): np.zeros(0),
+        ("v2", "e"): np.array([0, 1, 0, 0, 0, 0.0]),
+        ("v1", "e2"): np.zeros((0, 3), "i2"),
+        ("v3", "e2"): np.zeros((2, 3), "i2"),
+        ("v2", "rec"): rec_v2,
+        ("v1", "x"): np.arange(6),
+        ("v2", "x"): np.zeros(0, "i8"),
         ("v3", "x"): np.zeros(3, "i8"),
     }
     for reader in ("ref", "ours"):

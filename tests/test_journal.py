@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 
 from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5.testing.powercut import KillAtIO, PowerCutIO
 from xarray_vhdf5.versions.journal import JOURNAL_SUFFIX, JournaledFile, journal_path, recover
 from xarray_vhdf5.versions.mutation import open_file
-from xarray_vhdf5.testing.powercut import KillAtIO, PowerCutIO
 
 N = 60
 
@@ -167,8 +167,11 @@ def _kill_sweep(tmp_path, kind: str, stride: int) -> int:
         killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
         new, new_x = (None, None) if kind in ("delete", "modify") else ("new", None)
         if new is not None:
-            new_x = np.where(np.arange(N) == 3, -3.0, before["v2"]) if kind == "commit" else np.concatenate(
-                [before["v2"], np.full(20, 5.0)])
+            new_x = (
+                np.where(np.arange(N) == 3, -3.0, before["v2"])
+                if kind == "commit"
+                else np.concatenate([before["v2"], np.full(20, 5.0)])
+            )
         outcome = _check(p, before, new, new_x, kind)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         if not killed:
@@ -195,8 +198,9 @@ def _check_in_child(image, before, new, new_x, kind) -> bool:
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
-def _power_cut_sweep(tmp_path, kind: str, durable: bool, subsets: int, seed: int,
-                     isolated: bool = False) -> tuple[int, int]:
+def _power_cut_sweep(
+    tmp_path, kind: str, durable: bool, subsets: int, seed: int, isolated: bool = False
+) -> tuple[int, int]:
     """Cut power after every system call of one mutation; returns (images checked, images damaged)."""
     p = str(tmp_path / "f.h5")
     before = _history(p)
@@ -206,8 +210,7 @@ def _power_cut_sweep(tmp_path, kind: str, durable: bool, subsets: int, seed: int
     f = open_file(p, durable=durable, io=io)
     vf = VersionedHDF5File(f)
     io.follow(p)  # from here on, what is on disk is what a cut keeps
-    io.after_call = lambda name: cuts.extend(
-        io.cut(str(tmp_path / f"cut{len(cuts)}"), rng) for _ in range(subsets))
+    io.after_call = lambda name: cuts.extend(io.cut(str(tmp_path / f"cut{len(cuts)}"), rng) for _ in range(subsets))
     new, new_x = _mutate(vf, kind)
     io.after_call = None
     f.close()
@@ -228,8 +231,9 @@ def _power_cut_sweep(tmp_path, kind: str, durable: bool, subsets: int, seed: int
 
 @pytest.mark.parametrize("kind", ["commit", "append", "delete", "modify"])
 def test_power_cuts_with_durable_lose_nothing(tmp_path, kind):
-    checked, damaged = _power_cut_sweep(tmp_path, kind, durable=True,
-                                        subsets=int(os.environ.get("VHDF5_CRASH_SUBSETS", "1")), seed=1)
+    checked, damaged = _power_cut_sweep(
+        tmp_path, kind, durable=True, subsets=int(os.environ.get("VHDF5_CRASH_SUBSETS", "1")), seed=1
+    )
     assert checked >= 20
     assert damaged == 0, f"{damaged} of {checked} power-cut images damaged"
 
@@ -281,9 +285,15 @@ def test_a_held_open_writer_makes_another_writer_wait_then_fail(tmp_path, monkey
     import sys
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from xarray_vhdf5.versions.mutation import open_file; "
-         f"f = open_file({p!r}); print('open', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from xarray_vhdf5.versions.mutation import open_file; "
+            f"f = open_file({p!r}); print('open', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "open"
         with pytest.raises(FileBusyError) as info:

@@ -96,9 +96,7 @@ def slice_sets(draw, src_shape: tuple[int, ...], dst_shape: tuple[int, ...], max
             d_stride = draw(st.integers(1, 3))
             max_count = min((src_shape[d] - 1) // s_stride + 1, (dst_shape[d] - 1) // d_stride + 1)
             # 0 now and then: the pair is skipped entirely.
-            n = draw(st.integers(0, max_count)) if draw(st.integers(0, 9)) == 0 else draw(
-                st.integers(1, max_count)
-            )
+            n = draw(st.integers(0, max_count)) if draw(st.integers(0, 9)) == 0 else draw(st.integers(1, max_count))
             s0 = draw(st.integers(0, src_shape[d] - 1 - max(n - 1, 0) * s_stride))
             d0 = draw(st.integers(0, dst_shape[d] - 1 - max(n - 1, 0) * d_stride))
             row.append((s0, d0, n, s_stride, d_stride))
@@ -167,9 +165,7 @@ def h5file(tmp_path_factory):
 _names = itertools.count()
 
 
-def make_h5_source(
-    f: h5py.File, data: np.ndarray, kind: str, rng: np.random.Generator
-) -> h5py.Dataset:
+def make_h5_source(f: h5py.File, data: np.ndarray, kind: str, rng: np.random.Generator) -> h5py.Dataset:
     """A chunked, gzip-compressed or virtual dataset holding ``data``."""
     name = f"d{next(_names)}"
     chunks = tuple(int(rng.integers(1, n + 1)) for n in data.shape)
@@ -269,8 +265,9 @@ def test_h5py_source_into_strided_dst_uses_reference(reference_calls, h5file):
     dset = make_h5_source(h5file, src_np, "chunked", rng)
     base = rng.standard_normal((12, 14))
     dst = base[::2, 1::2]  # (6, 7), not contiguous
-    idx = tuple(map(np.array, ([[0, 0], [3, 1]], [[0, 0], [1, 3]], [[3, 4], [3, 2]],
-                               [[2, 2], [1, 3]], [[1, 1], [2, 2]])))
+    idx = tuple(
+        map(np.array, ([[0, 0], [3, 1]], [[0, 0], [1, 3]], [[3, 4], [3, 2]], [[2, 2], [1, 3]], [[1, 1], [2, 2]]))
+    )
     expected = oracle(src_np, dst, *idx)
     read_many_slices(dset, dst, *idx)
     np.testing.assert_array_equal(dst, expected)
@@ -292,21 +289,24 @@ def test_hdf5_type_conversion(compiled_only, h5file):
 @pytest.mark.parametrize("source", ["numpy", "h5py"])
 def test_vlen_strings_take_reference_path(reference_calls, h5file, source):
     rng = np.random.default_rng(0)
-    words = np.array(
-        ["".join(rng.choice(list("abcdé"), rng.integers(0, 9))) for _ in range(48)], dtype=object
-    ).reshape(6, 8)
+    words = np.array(["".join(rng.choice(list("abcdé"), rng.integers(0, 9))) for _ in range(48)], dtype=object).reshape(
+        6, 8
+    )
     if source == "h5py":
-        src = h5file.create_dataset(
-            f"vlen{next(_names)}", data=words, dtype=h5py.string_dtype(), chunks=(4, 4)
-        )
+        src = h5file.create_dataset(f"vlen{next(_names)}", data=words, dtype=h5py.string_dtype(), chunks=(4, 4))
         src_np = src[()]  # h5py returns bytes: the oracle is what h5py reads
     else:
         src = src_np = words
     dst = np.full((4, 5), "x", dtype=object)
     idx = tuple(
         np.array(a)
-        for a in ([[0, 1], [5, 7], [2, 0]], [[0, 0], [3, 4], [1, 1]], [[2, 3], [1, 1], [3, 1]],
-                  [[3, 2], [1, 1], [1, 1]], [[1, 1], [1, 1], [1, 2]])
+        for a in (
+            [[0, 1], [5, 7], [2, 0]],
+            [[0, 0], [3, 4], [1, 1]],
+            [[2, 3], [1, 1], [3, 1]],
+            [[3, 2], [1, 1], [1, 1]],
+            [[1, 1], [1, 1], [1, 2]],
+        )
     )
     expected = oracle(src_np, dst, *idx)
     read_many_slices(src, dst, *idx)
@@ -335,8 +335,13 @@ def test_mixed_cases_match_and_strides_default_to_one(compiled_only):
 def test_no_slices_is_a_no_op(h5file):
     dst = np.ones(3)
     read_many_slices(np.zeros(3), dst, [], [], [])
-    read_many_slices(h5file.create_dataset(f"e{next(_names)}", data=np.zeros(3)), dst,
-                     np.empty((0, 1), int), np.empty((0, 1), int), np.empty((0, 1), int))
+    read_many_slices(
+        h5file.create_dataset(f"e{next(_names)}", data=np.zeros(3)),
+        dst,
+        np.empty((0, 1), int),
+        np.empty((0, 1), int),
+        np.empty((0, 1), int),
+    )
     np.testing.assert_array_equal(dst, 1)
 
 
@@ -344,9 +349,7 @@ def test_concurrent_reads_from_threads(h5file):
     """The kernels release the GIL while holding h5py's lock: no deadlock, right results."""
     rng = np.random.default_rng(1)
     src_np = rng.standard_normal((200, 200))
-    dset = h5file.create_dataset(
-        f"t{next(_names)}", data=src_np, chunks=(20, 20), compression="gzip"
-    )
+    dset = h5file.create_dataset(f"t{next(_names)}", data=src_np, chunks=(20, 20), compression="gzip")
     starts = rng.integers(0, 190, size=(200, 2))
     idx = (starts, np.zeros((200, 2), int), np.full((200, 2), 10))
 
@@ -453,8 +456,14 @@ def test_hdf5_failure_out_of_range_selection(h5file):
     message = r"H5Dread failed on slice pair 1: dst\[0:2:1, 0:2:1\] = src\[9:11:1, 0:2:1\]"
     with pytest.raises(HDF5Error, match=message):
         slicetools.read_many_slices(
-            dset, dst, _u64([[0, 0], [9, 0]]), _u64([[0, 0], [0, 0]]), _u64([[2, 2], [2, 2]]),
-            _u64([[1, 1], [1, 1]]), _u64([[1, 1], [1, 1]]), mem_type.id,
+            dset,
+            dst,
+            _u64([[0, 0], [9, 0]]),
+            _u64([[0, 0], [0, 0]]),
+            _u64([[2, 2], [2, 2]]),
+            _u64([[1, 1], [1, 1]]),
+            _u64([[1, 1], [1, 1]]),
+            mem_type.id,
         )
     # The first pair was transferred before the failure; the file still works.
     np.testing.assert_array_equal(dst[:2, :2], [[0, 1], [10, 11]])
@@ -468,8 +477,7 @@ def test_hdf5_failure_bad_memory_type(h5file, bad_type):
     space = h5py.h5s.create_simple((4,))  # a valid id, but not a datatype
     type_id = space.id if bad_type == "dataspace" else 2**40
     with pytest.raises(HDF5Error, match=r"H5Dread failed on slice pair 0.*H5Dread"):
-        slicetools.read_many_slices(dset, dst, _u64([[0]]), _u64([[0]]), _u64([[4]]),
-                                    _u64([[1]]), _u64([[1]]), type_id)
+        slicetools.read_many_slices(dset, dst, _u64([[0]]), _u64([[0]]), _u64([[4]]), _u64([[1]]), _u64([[1]]), type_id)
 
 
 def test_hdf5_failure_closed_dataset(tmp_path):
@@ -478,18 +486,19 @@ def test_hdf5_failure_closed_dataset(tmp_path):
         dset = f.create_dataset("x", data=np.arange(10.0))
     dst = np.zeros(4)
     with pytest.raises(HDF5Error, match="could not open src's dataspace"):
-        slicetools.read_many_slices(dset, dst, _u64([[0]]), _u64([[0]]), _u64([[4]]), _u64([[1]]), _u64([[1]]),
-                                    h5py.h5t.py_create(dst.dtype).id)
+        slicetools.read_many_slices(
+            dset, dst, _u64([[0]]), _u64([[0]]), _u64([[4]]), _u64([[1]]), _u64([[1]]), h5py.h5t.py_create(dst.dtype).id
+        )
 
 
 def test_private_kernel_checks_shapes(h5file):
     dst = np.zeros(4)
     with pytest.raises(ValueError, match="shape"):
-        slicetools.read_many_slices(np.zeros(4), dst, _u64([[0]]), _u64([[0]]), _u64([[1, 1]]),
-                                    _u64([[1]]), _u64([[1]]))
+        slicetools.read_many_slices(
+            np.zeros(4), dst, _u64([[0]]), _u64([[0]]), _u64([[1, 1]]), _u64([[1]]), _u64([[1]])
+        )
     with pytest.raises(ValueError, match="mem_type_id"):
-        slicetools.read_many_slices(h5file.create_dataset(f"k{next(_names)}", data=dst), dst,
-                                    *[_u64([[1]])] * 5)
+        slicetools.read_many_slices(h5file.create_dataset(f"k{next(_names)}", data=dst), dst, *[_u64([[1]])] * 5)
     with pytest.raises(ValueError, match="item size"):
         slicetools.read_many_slices(np.zeros(4, "f4"), dst, *[_u64([[1]])] * 5)
     two_d = h5file.create_dataset(f"k{next(_names)}", data=np.zeros((2, 2)))
@@ -523,9 +532,7 @@ def test_backend_switching(reference_calls):
     assert get_kernel_backend() == "cython"
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"), [("python", "python"), ("Cython", "cython"), ("fortran", "ValueError")]
-)
+@pytest.mark.parametrize(("value", "expected"), [("python", "python"), ("Cython", "cython"), ("fortran", "ValueError")])
 def test_environment_variable(value, expected, tmp_path):
     code = textwrap.dedent(
         """
@@ -541,7 +548,12 @@ def test_environment_variable(value, expected, tmp_path):
     out = subprocess.run(
         # cwd outside the checkout: "python -c" puts cwd on sys.path, which would
         # import the source tree (no compiled kernels) instead of the installed package.
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=tmp_path
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
     )
     assert out.stdout.strip().splitlines()[-1] == expected
 
@@ -562,8 +574,7 @@ def _import_copy_of_package(root, cwd):
     import shutil
 
     package = os.path.dirname(os.path.dirname(transfer.__file__))
-    shutil.copytree(package, root / "xarray_vhdf5",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
+    shutil.copytree(package, root / "xarray_vhdf5", ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
     code = textwrap.dedent(
         """
         import sys

@@ -227,7 +227,7 @@ def test_damaged_or_missing_records_fall_back(tmp_path, monkeypatch):
 
 def test_backdated_timestamps_and_failed_commits_fall_back_to_decoding(tmp_path, monkeypatch):
     path = tmp_path / "order.h5"
-    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     with h5py.File(path, "w") as f:
         vf = xv.VersionedHDF5File(f)
         with vf.stage_version("v0", timestamp=t0) as g:
@@ -349,14 +349,15 @@ _OPS = st.lists(
         st.sampled_from(["append", "edit", "attr", "drop_y", "branch", "backdate", "delete", "theirs"]),
         st.integers(0, 1000),
     ),
-    min_size=1, max_size=12,
+    min_size=1,
+    max_size=12,
 )
 
 
 def _play(vf, ops) -> None:
     """Commit ``ops`` through ``vf``: appends, edits and attributes from small pools (so chunks and
     values repeat), a dataset dropped and re-created, branches, timestamps out of commit order, deletions."""
-    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     with vf.stage_version("v0", timestamp=t0) as g:
         g.create_dataset("x", data=np.zeros((2, 3)), chunks=(1, 3), fillvalue=0.0)
         g.create_dataset("y", data=np.ones(4), chunks=(2,))

@@ -50,16 +50,24 @@ def specs() -> dict[str, tuple[np.ndarray, tuple[int, ...], dict]]:
     compound["a"] = rng.integers(-5, 5, compound.shape)
     compound["b"] = rng.random(compound.shape)
     return {
-        "i1d": (np.tile(rng.integers(-9, 9, 7), 6)[:40].astype("<i8"), (7,),  # repeated chunks
-                dict(compression="gzip", fillvalue=-1)),
-        "f2d": (rng.random((23, 17)).astype("<f4"), (5, 4),
-                dict(compression="gzip", shuffle=True, fillvalue=1.5)),
+        "i1d": (
+            np.tile(rng.integers(-9, 9, 7), 6)[:40].astype("<i8"),
+            (7,),  # repeated chunks
+            dict(compression="gzip", fillvalue=-1),
+        ),
+        "f2d": (rng.random((23, 17)).astype("<f4"), (5, 4), dict(compression="gzip", shuffle=True, fillvalue=1.5)),
         "b3d": (rng.random((9, 10, 5)) < 0.2, (3, 4, 2), dict(compression="lzf", fillvalue=False)),
-        "s2d": (rng.choice(np.array([b"", b"ab", b"xyz123"], "S6"), (13, 8)), (4, 3),
-                dict(fletcher32=True, fillvalue=b"")),
+        "s2d": (
+            rng.choice(np.array([b"", b"ab", b"xyz123"], "S6"), (13, 8)),
+            (4, 3),
+            dict(fletcher32=True, fillvalue=b""),
+        ),
         "c2d": (compound, (4, 4), {}),
-        "u2d": (rng.integers(0, 60000, (14, 9)).astype(">u2"), (6, 5),
-                dict(fletcher32=True, compression="gzip", shuffle=True, fillvalue=3)),
+        "u2d": (
+            rng.integers(0, 60000, (14, 9)).astype(">u2"),
+            (6, 5),
+            dict(fletcher32=True, compression="gzip", shuffle=True, fillvalue=3),
+        ),
     }
 
 
@@ -185,14 +193,26 @@ def test_history_covers_fill_chunks_edges_and_filters(histories):
         _, repeated = histories[library, "v2", "i1d"]
         assert 1 < repeated.rows.size < np.count_nonzero(repeated.slots >= 0)
     names = {histories["versioned_hdf5", "v1", n][1].filter_names for n in specs()}
-    assert names == {("deflate",), ("shuffle", "deflate"), ("lzf",), ("fletcher32",), (),
-                     ("shuffle", "deflate", "fletcher32")}
+    assert names == {
+        ("deflate",),
+        ("shuffle", "deflate"),
+        ("lzf",),
+        ("fletcher32",),
+        (),
+        ("shuffle", "deflate", "fletcher32"),
+    }
 
 
 @pytest.mark.parametrize(
     "key",
-    [(slice(3, 3),), (slice(None), slice(5, 2)), (np.array([], np.intp),), (2, slice(4, 4)),
-     (slice(None, None, -1), np.array([], np.intp)), (slice(10, 2, 3), 1)],
+    [
+        (slice(3, 3),),
+        (slice(None), slice(5, 2)),
+        (np.array([], np.intp),),
+        (2, slice(4, 4)),
+        (slice(None, None, -1), np.array([], np.intp)),
+        (slice(10, 2, 3), 1),
+    ],
 )
 def test_empty_selections_have_the_right_shape(histories, key):
     vds, manifest = histories["xarray_vhdf5", "v2", "f2d"]
@@ -211,8 +231,12 @@ def test_keys_with_ellipsis_negative_ints_and_boolean_vectors(histories):
 
 @pytest.mark.parametrize(
     "key, match",
-    [((40, 0), "out of bounds"), ((np.array([0]), np.array([1])), "at most one"),
-     ((np.zeros((2, 2), int),), "1-d integer"), ((0, 0, 0), "too many")],
+    [
+        ((40, 0), "out of bounds"),
+        ((np.array([0]), np.array([1])), "at most one"),
+        ((np.zeros((2, 2), int),), "1-d integer"),
+        ((0, 0, 0), "too many"),
+    ],
 )
 def test_bad_keys_raise_index_error(histories, key, match):
     _, manifest = histories["xarray_vhdf5", "v1", "f2d"]
@@ -225,8 +249,15 @@ def test_unmapped_and_unallocated_chunks_read_their_fill_values(tmp_path):
     written: raw_data's fill value (what libhdf5 returns for both)."""
     path = tmp_path / "hand.h5"
     with h5py.File(path, "w") as f:
-        raw = f.create_dataset("_version_data/x/raw_data", shape=(30,), chunks=(10,), maxshape=(None,),
-                               dtype="i4", fillvalue=7, compression="gzip")
+        raw = f.create_dataset(
+            "_version_data/x/raw_data",
+            shape=(30,),
+            chunks=(10,),
+            maxshape=(None,),
+            dtype="i4",
+            fillvalue=7,
+            compression="gzip",
+        )
         raw[0:10] = np.arange(10)  # rows 10:30 are never written: chunks 1 and 2 unallocated
         src = h5py.VirtualSource(".", raw.name, shape=raw.shape, dtype=raw.dtype)
         layout = h5py.VirtualLayout(shape=(35,), dtype="i4")
@@ -246,16 +277,19 @@ def test_unmapped_and_unallocated_chunks_read_their_fill_values(tmp_path):
 def test_a_mapping_past_raw_data_or_a_missing_raw_data_is_corrupt(tmp_path):
     path = tmp_path / "past.h5"
     with h5py.File(path, "w") as f:
-        raw = f.create_dataset("_version_data/x/raw_data", data=np.arange(20, dtype="i4"), chunks=(10,),
-                               maxshape=(None,))
+        raw = f.create_dataset(
+            "_version_data/x/raw_data", data=np.arange(20, dtype="i4"), chunks=(10,), maxshape=(None,)
+        )
         layout = h5py.VirtualLayout(shape=(10,), dtype="i4")
         layout[0:10] = h5py.VirtualSource(".", raw.name, shape=(40,), dtype=raw.dtype)[30:40]
         for name, source in [("x", raw.name), ("y", "/_version_data/y/raw_data")]:
             vds = f.create_virtual_dataset(f"_version_data/versions/v1/{name}", layout)
             vds.attrs["chunks"], vds.attrs["raw_data"] = np.array([10]), source
     with h5py.File(path, "r") as f:
-        for name, match in [("x", "past the end of /_version_data/x/raw_data"),
-                            ("y", "names raw_data /_version_data/y/raw_data, which is missing")]:
+        for name, match in [
+            ("x", "past the end of /_version_data/x/raw_data"),
+            ("y", "names raw_data /_version_data/y/raw_data, which is missing"),
+        ]:
             with pytest.raises(CorruptFileError, match=match) as err:
                 resolve_manifest(f[f"_version_data/versions/v1/{name}"])
             assert err.value.path == str(path) and f"/_version_data/versions/v1/{name}" in str(err.value)
@@ -287,10 +321,13 @@ def _check_plugin_filters(path: str) -> None:
     import hdf5plugin
 
     data = np.round(np.random.default_rng(3).random((300, 70)), 1).astype("f4")
-    filters = {"zstd": hdf5plugin.Zstd(), "lz4": hdf5plugin.LZ4(),
-               "blosc": hdf5plugin.Blosc(cname="lz4", shuffle=hdf5plugin.Blosc.SHUFFLE),
-               "blosc_zstd": hdf5plugin.Blosc(cname="zstd", shuffle=hdf5plugin.Blosc.BITSHUFFLE),
-               "bitshuffle": hdf5plugin.Bitshuffle()}
+    filters = {
+        "zstd": hdf5plugin.Zstd(),
+        "lz4": hdf5plugin.LZ4(),
+        "blosc": hdf5plugin.Blosc(cname="lz4", shuffle=hdf5plugin.Blosc.SHUFFLE),
+        "blosc_zstd": hdf5plugin.Blosc(cname="zstd", shuffle=hdf5plugin.Blosc.BITSHUFFLE),
+        "bitshuffle": hdf5plugin.Bitshuffle(),
+    }
     with h5py.File(path, "w") as f:
         vf = xarray_vhdf5.VersionedHDF5File(f)
         with vf.stage_version("v1") as g:
@@ -317,8 +354,10 @@ def test_hdf5plugin_filters_decode(tmp_path):
     (tests/test_netcdf_tools.py imports netCDF4) in every worker.
     """
     pytest.importorskip("hdf5plugin")
-    code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
-            f"import test_manifest; test_manifest._check_plugin_filters({str(tmp_path / 'plugins.h5')!r})")
+    code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+        f"import test_manifest; test_manifest._check_plugin_filters({str(tmp_path / 'plugins.h5')!r})"
+    )
     env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -329,8 +368,7 @@ def test_unsupported_datasets_say_why(tmp_path):
     with h5py.File(path, "w") as f:
         vf = xarray_vhdf5.VersionedHDF5File(f)
         with vf.stage_version("v1") as g:
-            g.create_dataset("s", data=np.array(["a", "bc"] * 10, dtype=object), dtype=h5py.string_dtype(),
-                             chunks=(4,))
+            g.create_dataset("s", data=np.array(["a", "bc"] * 10, dtype=object), dtype=h5py.string_dtype(), chunks=(4,))
             g.create_dataset("so", data=np.arange(40, dtype="i4"), chunks=(8,), scaleoffset=0)
     with h5py.File(path, "r") as f:
         for name, reason in [("s", "variable-length"), ("so", "scaleoffset")]:
@@ -395,9 +433,14 @@ def flip(path, offset: int) -> None:
         fh.write(bytes([byte[0] ^ 0x5A]))
 
 
-@pytest.mark.parametrize("kwargs, what", [(dict(compression="gzip"), "deflate"),
-                                          (dict(compression="lzf"), "lzf"),
-                                          (dict(fletcher32=True), "Fletcher-32 checksum mismatch")])
+@pytest.mark.parametrize(
+    "kwargs, what",
+    [
+        (dict(compression="gzip"), "deflate"),
+        (dict(compression="lzf"), "lzf"),
+        (dict(fletcher32=True), "Fletcher-32 checksum mismatch"),
+    ],
+)
 def test_a_damaged_chunk_is_corrupt_and_others_still_read(tmp_path, kwargs, what):
     path = tmp_path / "flip.h5"
     data = one_dataset(path, **kwargs)
@@ -424,7 +467,7 @@ def test_a_truncated_file_is_corrupt(tmp_path):
         manifest.read(slice(chunk * 100, chunk * 100 + 1))
     assert f"chunk ({chunk},)" in str(err.value) and str(path) in str(err.value)
     before = [c for c in range(10) if manifest.offsets[manifest.slots[c]] < manifest.offsets[last]]
-    assert_same(manifest.read(slice(before[0] * 100, before[0] * 100 + 100)), data[before[0] * 100:][:100])
+    assert_same(manifest.read(slice(before[0] * 100, before[0] * 100 + 100)), data[before[0] * 100 :][:100])
 
 
 def test_verify_detects_a_changed_chunk_that_still_decodes(tmp_path):
@@ -485,10 +528,15 @@ def test_repr_names_what_the_manifest_holds(histories):
     _, manifest = histories["xarray_vhdf5", "v4", "u2d"]
     text = repr(manifest)
     mapped = int(np.count_nonzero(manifest.slots >= 0))
-    for part in ["/_version_data/versions/v4/u2d", "(14, 10)", "chunks (6, 5)",
-                 f"{mapped} of {manifest.slots.size} chunks mapped",
-                 f"{int(manifest.nbytes.sum())} bytes on disk",
-                 "shuffle+deflate+fletcher32", "supported"]:
+    for part in [
+        "/_version_data/versions/v4/u2d",
+        "(14, 10)",
+        "chunks (6, 5)",
+        f"{mapped} of {manifest.slots.size} chunks mapped",
+        f"{int(manifest.nbytes.sum())} bytes on disk",
+        "shuffle+deflate+fletcher32",
+        "supported",
+    ]:
         assert part in text
 
 
@@ -507,8 +555,9 @@ def test_threaded_reads_equal_one_thread_and_survive_fork(tmp_path):
         manifest = resolve_manifest(f["_version_data/versions/v1/x"], verify=True)
     for threads in (0, 1, 2, 4, None):
         np.testing.assert_array_equal(manifest.read((), threads=threads), data)
-        np.testing.assert_array_equal(manifest.read((slice(5, 290, 7), [1, 50, 199]), threads=threads),
-                                      data[5:290:7][:, [1, 50, 199]])
+        np.testing.assert_array_equal(
+            manifest.read((slice(5, 290, 7), [1, 50, 199]), threads=threads), data[5:290:7][:, [1, 50, 199]]
+        )
         np.testing.assert_array_equal(manifest.read((), threads=threads, verify=True), data)
     assert manifest.read((-1, -1)) == data[-1, -1] and manifest.read((7, 3)).shape == ()
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:  # pool threads exist here

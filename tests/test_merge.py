@@ -175,8 +175,9 @@ def test_merge_points_against_model(data):
     chunks = tuple(data.draw(st.integers(1, 3)) for _ in range(ndim))
     shape = tuple(data.draw(st.integers(0, 6)) for _ in range(ndim))
     fill = data.draw(st.sampled_from([0.0, np.nan]))
-    base = np.array(data.draw(st.lists(st.sampled_from(POOL), min_size=int(np.prod(shape)),
-                                       max_size=int(np.prod(shape))))).reshape(shape)
+    base = np.array(
+        data.draw(st.lists(st.sampled_from(POOL), min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+    ).reshape(shape)
     theirs_np = apply(draw_edits(data, shape, ndim), base, fill)
     ours_edits = draw_edits(data, shape, ndim)
     ours_np = apply(ours_edits, base, fill)
@@ -325,7 +326,9 @@ def test_nan_and_signed_zero():
     d = np.array([complex(NAN2, 1), complex(1, 2)])
     assert same_points(c, d).tolist() == [True, False]
     assert same_points(np.array([b"ab", "c"], dtype=object), np.array(["ab", b"d"], dtype=object)).tolist() == [
-        True, False]
+        True,
+        False,
+    ]
 
 
 def test_deleted_on_one_side():
@@ -496,7 +499,10 @@ def test_stage_version_rebase_attrs_and_datasets(vfile):
     _commit(vf, "v3", ours, rebase=True)
     v3 = vf["v3"]
     assert {k: v3["x"].attrs[k] for k in ("units", "long_name", "comment")} == {
-        "units": "km", "long_name": "ex", "comment": "ours"}
+        "units": "km",
+        "long_name": "ex",
+        "comment": "ours",
+    }
     assert sorted(v3) == ["grp", "new_o", "new_t", "x"]
     assert v3.attrs["source"] == "theirs" and v3.attrs["history"] == "ours" and v3.attrs["title"] == "t"
     assert vf.last_rebase.datasets["new_o"] == "added" and vf.last_rebase.datasets["y"] == "deleted"
@@ -526,7 +532,8 @@ def xfile(tmp_path):
     path = tmp_path / "x.h5"
     ds = xr.Dataset(
         {"sst": (("t", "x"), np.arange(40.0).reshape(4, 10)), "flag": (("t",), np.zeros(4, "i4"))},
-        coords={"t": np.arange(4), "x": np.arange(10)}, attrs={"title": "sst"},
+        coords={"t": np.arange(4), "x": np.arange(10)},
+        attrs={"title": "sst"},
     )
     ds["sst"].encoding["chunks"] = (2, 5)
     ds.vhdf5.commit("v1", path=path)
@@ -580,8 +587,10 @@ def test_commit_rebase_conflict_writes_nothing(xfile):
 
 def test_commit_rebase_after_append(xfile):
     a, b = _stage(xfile), _stage(xfile)
-    day = xr.Dataset({"sst": (("t", "x"), np.full((1, 10), 99.0)), "flag": (("t",), np.ones(1, "i4"))},
-                     coords={"t": [4], "x": np.arange(10)})
+    day = xr.Dataset(
+        {"sst": (("t", "x"), np.full((1, 10), 99.0)), "flag": (("t",), np.ones(1, "i4"))},
+        coords={"t": [4], "x": np.arange(10)},
+    )
     b.vhdf5.append(day, dim="t").vhdf5.commit("v2")
     a["sst"][0, 9] = -1.0
     a.vhdf5.commit("v3", rebase=True)
@@ -642,8 +651,9 @@ def test_commit_rebase_across_processes(xfile):
     ours = _stage(xfile)
     ours["sst"][0, 3] = 3.5  # chunk (0, 0), as theirs' point (0, 2)
     ours["sst"][3, 0] = 4.5
-    run = subprocess.run([sys.executable, "-c", _OTHER_PROCESS, str(xfile)], capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", _OTHER_PROCESS, str(xfile)], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "theirs"
     assert ours.vhdf5.commit("ours", rebase=True) == "ours"

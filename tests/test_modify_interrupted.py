@@ -77,8 +77,11 @@ def layout(path) -> dict:
         return {
             "chunks": tuple(int(c) for c in raw.attrs["chunks"]),
             "compression": (raw.compression, raw.compression_opts),
-            "versions": {v: (tuple(int(c) for c in versions[v]["x"].attrs["chunks"]),
-                             versions[v]["x"].attrs["raw_data"]) for v in versions if v != "__first_version__"},
+            "versions": {
+                v: (tuple(int(c) for c in versions[v]["x"].attrs["chunks"]), versions[v]["x"].attrs["raw_data"])
+                for v in versions
+                if v != "__first_version__"
+            },
             "leftovers": sorted(k for k in f["_version_data/x"] if k.startswith("__vhdf5_")),
             "scratch": "__vhdf5_scratch__" in f["_version_data"],
         }
@@ -227,6 +230,7 @@ def test_half_swapped_deletion_is_recovered_on_open(tmp_path):
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child never returns
         try:
+
             def die(self, parent, new, relink):
                 self.f.move(f"{parent}/{next(iter(new))}", f"{self.path}/dead")
                 self.f.file.flush()

@@ -21,9 +21,9 @@ import versioned_hdf5
 
 import xarray_vhdf5
 from xarray_vhdf5 import IncompatibleDataError, ReadOnlyError
+from xarray_vhdf5.errors import DatasetNotFoundError
 from xarray_vhdf5.versions import delete as delete_mod
 from xarray_vhdf5.versions import delete_versions, metadata, modify_metadata
-from xarray_vhdf5.errors import DatasetNotFoundError
 
 LIBS = {"ours": xarray_vhdf5, "ref": versioned_hdf5}
 STR = h5py.string_dtype()
@@ -118,8 +118,13 @@ def metadata_of(path, name) -> dict:
             ds = f["_version_data/versions"][v].get(name)
             if ds is not None:
                 vfill = None if ds.fillvalue is None or raw.dtype.kind == "O" else np.asarray(ds.fillvalue).tobytes()
-                meta[v] = (ds.dtype.str if ds.dtype.kind != "O" else "vlen", vfill,
-                           tuple(int(c) for c in ds.attrs["chunks"]), ds.attrs["raw_data"], dict(ds.attrs).get("units"))
+                meta[v] = (
+                    ds.dtype.str if ds.dtype.kind != "O" else "vlen",
+                    vfill,
+                    tuple(int(c) for c in ds.attrs["chunks"]),
+                    ds.attrs["raw_data"],
+                    dict(ds.attrs).get("units"),
+                )
         assert not any(k.startswith("__vhdf5") for k in f[f"_version_data/{name}"])
         assert "__vhdf5_scratch__" not in f["_version_data"]
     return meta
@@ -181,6 +186,7 @@ def extend(name):
         ds = g[name]
         ds[0] = ds[1]
         ds[-1] = ds[0]
+
     return edit
 
 
@@ -195,10 +201,18 @@ def test_errors_change_nothing(history, tmp_path):
         with pytest.raises(DatasetNotFoundError):
             modify_metadata(f, "grp", chunks=(3,))
         for name, kwargs in [
-            ("x", dict(dtype="S3")), ("x", dict(dtype=bool)), ("z", dict(dtype="f8")),
-            ("x", dict(dtype="c16")), ("s", dict(dtype="i4")), ("x", dict(dtype="U3")),
-            ("x", dict(dtype=STR)), ("x", dict(dtype="M8[s]")), ("grp/m", dict(chunks=(3,))),
-            ("grp/m", dict(chunks=(0, 2))), ("s", dict(fillvalue="x")), ("x", dict(chunks=False)),
+            ("x", dict(dtype="S3")),
+            ("x", dict(dtype=bool)),
+            ("z", dict(dtype="f8")),
+            ("x", dict(dtype="c16")),
+            ("s", dict(dtype="i4")),
+            ("x", dict(dtype="U3")),
+            ("x", dict(dtype=STR)),
+            ("x", dict(dtype="M8[s]")),
+            ("grp/m", dict(chunks=(3,))),
+            ("grp/m", dict(chunks=(0, 2))),
+            ("s", dict(fillvalue="x")),
+            ("x", dict(chunks=False)),
         ]:
             with pytest.raises(IncompatibleDataError):
                 modify_metadata(f, name, **kwargs)
@@ -241,8 +255,19 @@ def test_each_stored_chunk_is_read_once(tmp_path):
 def test_memory_is_bounded_by_the_batch(tmp_path, monkeypatch):
     path = tmp_path / "mem.h5"
     rng = np.random.default_rng(0)
-    steps = [(f"v{i}", None, True, lambda g, i=i: g.create_dataset("x", data=rng.random((512, 512)), chunks=(32, 32))
-              if i == 0 else g["x"].__setitem__(slice(None), rng.random((512, 512)))) for i in range(4)]
+    steps = [
+        (
+            f"v{i}",
+            None,
+            True,
+            lambda g, i=i: (
+                g.create_dataset("x", data=rng.random((512, 512)), chunks=(32, 32))
+                if i == 0
+                else g["x"].__setitem__(slice(None), rng.random((512, 512)))
+            ),
+        )
+        for i in range(4)
+    ]
     play("ours", path, steps)  # 8 MiB of chunks
     monkeypatch.setattr(metadata, "BATCH_BYTES", 128 * 1024)
     with h5py.File(path, "r+") as f:
@@ -280,10 +305,12 @@ def crash_child(path, name, kwargs, stage=None, half_swap=False) -> int:
             if stage:
                 delete_mod._barrier_hook = lambda s: os._exit(3) if s == stage else None
             if half_swap:
+
                 def die(self, parent, new, relink):
                     self.f.move(f"{parent}/{next(iter(new))}", f"{self.path}/dead")
                     self.f.file.flush()
                     os._exit(3)
+
                 delete_mod.Scratch.replace_members = die
             with h5py.File(path, "r+") as f:
                 modify_metadata(f, name, **kwargs)

@@ -13,8 +13,8 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.xr.dimscales import DIMENSIONS_DATA, attach_dimension_scales, netcdf_only_attrs
 from xarray_vhdf5.backend.names import NETCDF_NOT_A_VARIABLE, SCALAR_DIM
+from xarray_vhdf5.xr.dimscales import DIMENSIONS_DATA, attach_dimension_scales, netcdf_only_attrs
 
 VERSIONS = "/_version_data/versions"
 
@@ -148,7 +148,9 @@ def test_scale_layout(two_versions):
             assert g[SCALAR_DIM].shape == (1,)
             # no _Netcdf4Dimid: netCDF-C takes it as a file-wide id (tests/test_netcdf_tools.py)
             scales = [k for k, d in g.items() if h5py.h5ds.is_scale(d.id)]
-            assert len(scales) == 5 and not any("_Netcdf4Dimid" in d.attrs for d in g.values())  # time, lat, lon, station, scalar
+            assert len(scales) == 5 and not any(
+                "_Netcdf4Dimid" in d.attrs for d in g.values()
+            )  # time, lat, lon, station, scalar
             # every reference points inside this version's own group
             for obj in g.values():
                 assert all(name.startswith(g.name + "/") for name in _references(f, obj))

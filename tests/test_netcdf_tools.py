@@ -85,9 +85,9 @@ def test_xarray_netcdf_engines_read_every_version(history, engine):
 
 def _ncdump_values(exe: str, path, group: str, var: str) -> np.ndarray:
     out = subprocess.run([exe, "-g", group, "-v", var, str(path)], capture_output=True, text=True, check=True).stdout
-    block = out[out.index(f"group: {group} {{"):out.index(f"}} // group {group}")]
+    block = out[out.index(f"group: {group} {{") : out.index(f"}} // group {group}")]
     dims = dict(re.findall(r"^\s*(\w+) = (\d+) ;", block[: block.index("variables:")], flags=re.M))
-    data = block[block.index("data:"):]
+    data = block[block.index("data:") :]
     values = re.search(rf"\b{var} =([^;]*);", data).group(1)
     return np.array([float(x) for x in values.replace("\n", " ").split(",")]), {k: int(n) for k, n in dims.items()}
 
@@ -106,8 +106,12 @@ def test_h5dump_reads_every_version_and_the_whole_file(history):
     whole = subprocess.run([exe, str(history)], capture_output=True, text=True)
     assert whole.returncode == 0 and "error" not in whole.stdout + whole.stderr, whole.stderr[-2000:]
     for name, want in HISTORY.items():
-        out = subprocess.run([exe, "-y", "-w", "0", "-d", f"{VERSIONS}/{name}/v", str(history)],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [exe, "-y", "-w", "0", "-d", f"{VERSIONS}/{name}/v", str(history)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         start = out.index("DATA {") + 6
         data = out[start : out.index("}", start)]
         got = np.array([float(x) for x in data.replace(",", " ").split()])
@@ -128,8 +132,10 @@ def test_bookkeeping_datasets_are_unfiltered(history):
     seen = {}
 
     def visit(name, obj):
-        if isinstance(obj, h5py.Dataset) and not obj.is_virtual and name.rsplit("/", 1)[-1] in (
-            "hash_table", "rows", "names"
+        if (
+            isinstance(obj, h5py.Dataset)
+            and not obj.is_virtual
+            and name.rsplit("/", 1)[-1] in ("hash_table", "rows", "names")
         ):
             seen[name] = obj.compression
 

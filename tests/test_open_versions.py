@@ -52,8 +52,9 @@ def history(tmp_path):
     v2.vhdf5.commit("v2", path=path)
     extra = v2.isel(time=slice(0, 3)).assign_coords(time=v2.time.values[-1] + np.arange(1, 4) * np.timedelta64(1, "D"))
     extra["sst"] = extra.sst + np.float32(1)  # new chunks, not copies of stored ones
-    v3 = xr.concat([v2, extra], dim="time", data_vars="minimal", coords="minimal", compat="override",
-                   join="outer").drop_vars("flag")
+    v3 = xr.concat(
+        [v2, extra], dim="time", data_vars="minimal", coords="minimal", compat="override", join="outer"
+    ).drop_vars("flag")
     v3["sst"].encoding["chunks"] = (1, 10, 30)
     v3.vhdf5.commit("v3", path=path)
     xv.create_branch(path, "fix", at="v2")
@@ -135,11 +136,16 @@ def test_lazy_indexing_matches_numpy(history):
     lazy = xv.open_versions(history, ["v1", "v2", "v3"])
     eager = lazy.load().copy()
     lazy = xv.open_versions(history, ["v1", "v2", "v3"])
-    for sel in [dict(version=[2, 0], time=slice(8, 1, -3), lat=[19, 0, 5]), dict(version=1, lat=3),
-                dict(time=[7, 2, 7], lon=slice(None, None, 7))]:
+    for sel in [
+        dict(version=[2, 0], time=slice(8, 1, -3), lat=[19, 0, 5]),
+        dict(version=1, lat=3),
+        dict(time=[7, 2, 7], lon=slice(None, None, 7)),
+    ]:
         xr.testing.assert_identical(lazy.sst.isel(sel).load(), eager.sst.isel(sel))
-        xr.testing.assert_identical(lazy.flag.isel({k: v for k, v in sel.items() if k != "time"}).load(),
-                                    eager.flag.isel({k: v for k, v in sel.items() if k != "time"}))
+        xr.testing.assert_identical(
+            lazy.flag.isel({k: v for k, v in sel.items() if k != "time"}).load(),
+            eager.flag.isel({k: v for k, v in sel.items() if k != "time"}),
+        )
 
 
 def test_index_that_changes_between_versions(tmp_path):
@@ -221,8 +227,10 @@ def test_fifty_versions_sharing_most_chunks(tmp_path, monkeypatch):
             np.testing.assert_array_equal(one.a.values, values[names.index(name)])
     per_version = (time.perf_counter() - start) * 10
     assert len(reads) == 5 * 100
-    print(f"\n50 versions x 100 chunks: {distinct} chunk reads shared (not 5000); load {elapsed:.3f} s, "
-          f"50 single opens ~{per_version:.3f} s; commits {committed:.1f} s")
+    print(
+        f"\n50 versions x 100 chunks: {distinct} chunk reads shared (not 5000); load {elapsed:.3f} s, "
+        f"50 single opens ~{per_version:.3f} s; commits {committed:.1f} s"
+    )
 
 
 def test_dimensions_that_differ_are_refused(tmp_path):

@@ -26,7 +26,7 @@ import pytest
 
 from xarray_vhdf5.testing.snapshot import assert_same, play
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 T0 = datetime.datetime(2024, 1, 1, tzinfo=UTC)
 
 
@@ -154,12 +154,16 @@ def scenario_strings(vh, f):
     with vf.stage_version("v1", timestamp=ts(1)) as g:
         g.create_dataset("fixed", data=np.array([b"ab", b"cde", b"", b"f"] * 3, dtype="S3"), chunks=(5,))
         g.create_dataset(
-            "vstr", data=np.array(["alpha", "beta", "", "gamma", "\u00e9t\u00e9"] * 3, dtype=object),
-            dtype=h5py.string_dtype("utf-8"), chunks=(4,),
+            "vstr",
+            data=np.array(["alpha", "beta", "", "gamma", "\u00e9t\u00e9"] * 3, dtype=object),
+            dtype=h5py.string_dtype("utf-8"),
+            chunks=(4,),
         )
         g.create_dataset(
-            "vbytes", data=np.array([b"x", b"yy", b"zzz"] * 4, dtype=object),
-            dtype=h5py.string_dtype("ascii"), chunks=(5,),
+            "vbytes",
+            data=np.array([b"x", b"yy", b"zzz"] * 4, dtype=object),
+            dtype=h5py.string_dtype("ascii"),
+            chunks=(5,),
         )
         # numpy's StringDType: stored as vlen utf-8 like object str (h5py >= 3.14 writes it)
         g.create_dataset("npstr", data=np.array(["a", "b\u00e9", "c"] * 3, dtype=np.dtypes.StringDType()), chunks=(4,))
@@ -273,8 +277,7 @@ def scenario_revert(vh, f):
     """``group[name] = vf[old][name]``: a dataset put back as an earlier version had it."""
     vf = vh.VersionedHDF5File(f)
     with vf.stage_version("v1", timestamp=ts(1)) as g:
-        x = g.create_dataset("x", data=np.arange(40.0).reshape(4, 10), chunks=(2, 5), fillvalue=-9,
-                             compression="gzip")
+        x = g.create_dataset("x", data=np.arange(40.0).reshape(4, 10), chunks=(2, 5), fillvalue=-9, compression="gzip")
         x.attrs["units"] = "K"
         g.create_dataset("y", data=np.arange(10), chunks=(5,))
     with vf.stage_version("v2", timestamp=ts(2)) as g:
@@ -287,8 +290,10 @@ def scenario_revert(vh, f):
         g["x"][3, 9] = 1000  # an edit on top of the reverted dataset
     out = {v: points(vf, v) for v in ("v1", "v2", "v3", "v4")}
     # User attributes (versioned-hdf5 hides the format's in some reads of its own session).
-    out["attrs"] = {v: {k: a for k, a in vf[v]["x"].attrs.items() if k not in ("chunks", "raw_data")}
-                    for v in ("v1", "v2", "v3", "v4")}
+    out["attrs"] = {
+        v: {k: a for k, a in vf[v]["x"].attrs.items() if k not in ("chunks", "raw_data")}
+        for v in ("v1", "v2", "v3", "v4")
+    }
     return out
 
 

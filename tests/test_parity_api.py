@@ -22,7 +22,7 @@ import xarray_vhdf5
 from xarray_vhdf5 import errors
 from xarray_vhdf5.testing.snapshot import MODULES, assert_same, snapshot
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 def ts(i: int) -> datetime.datetime:
@@ -53,7 +53,13 @@ def vf(vh, tmp_path):
 
 # -- public names -----------------------------------------------------------------------
 
-WRAPPER_CLASSES = ["InMemoryGroup", "InMemoryDataset", "InMemoryArrayDataset", "InMemorySparseDataset", "DatasetWrapper"]
+WRAPPER_CLASSES = [
+    "InMemoryGroup",
+    "InMemoryDataset",
+    "InMemoryArrayDataset",
+    "InMemorySparseDataset",
+    "DatasetWrapper",
+]
 
 
 @pytest.mark.parametrize("name", sorted(set(versioned_hdf5.__all__) | set(WRAPPER_CLASSES)))
@@ -113,7 +119,7 @@ def test_signatures_accept_the_same_arguments():
     got = inspect.signature(xarray_vhdf5.VersionedHDF5File.stage_version).parameters
     # versioned-hdf5's parameters, in its order; ours adds keyword-only ones after them (rebase=)
     assert list(ref) == list(got)[: len(ref)]
-    assert all(p.kind == inspect.Parameter.KEYWORD_ONLY for p in list(got.values())[len(ref):])
+    assert all(p.kind == inspect.Parameter.KEYWORD_ONLY for p in list(got.values())[len(ref) :])
 
 
 def test_every_public_method_of_versioned_hdf5_file_exists_and_takes_its_arguments():
@@ -126,10 +132,16 @@ def test_every_public_method_of_versioned_hdf5_file_exists_and_takes_its_argumen
         assert hasattr(got_cls, name), name
         ref, got = inspect.getattr_static(ref_cls, name), inspect.getattr_static(got_cls, name)
         if callable(ref) and not isinstance(ref, property):
-            ref_params = [p.name for p in inspect.signature(ref).parameters.values()
-                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-            got_params = [p.name for p in inspect.signature(got).parameters.values()
-                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            ref_params = [
+                p.name
+                for p in inspect.signature(ref).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+            got_params = [
+                p.name
+                for p in inspect.signature(got).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
             assert got_params[: len(ref_params)] == ref_params, name
 
 
@@ -299,8 +311,11 @@ def test_a_path_instead_of_a_file_is_a_type_error(vh, vf, call):
     TypeError comes from indexing the str ("string indices must be integers");
     xarray_vhdf5's says what it takes and how to open the file. Nothing changes."""
     path = vf.f.filename
-    args, kwargs = {"delete_versions": ((["v1"],), {}), "delete_version": (("v1",), {}),
-                    "modify_metadata": (("a",), {"chunks": (2,)})}[call]
+    args, kwargs = {
+        "delete_versions": ((["v1"],), {}),
+        "delete_version": (("v1",), {}),
+        "modify_metadata": (("a",), {"chunks": (2,)}),
+    }[call]
     before = snapshot(vf.f)
     with pytest.raises(TypeError) as info:
         getattr(vh, call)(path, *args, **kwargs)
@@ -336,9 +351,11 @@ def test_a_closed_h5py_file_given(vh, tmp_path):
     with h5py.File(tmp_path / "f.h5", "w") as f:
         with vh.VersionedHDF5File(f).stage_version("v1") as g:
             g.create_dataset("a", data=np.arange(10), chunks=(4,))
-    calls = {"VersionedHDF5File": (lambda: vh.VersionedHDF5File(f), ValueError),
-             "delete_versions": (lambda: vh.delete_versions(f, ["v1"]), KeyError),
-             "modify_metadata": (lambda: vh.modify_metadata(f, "a", chunks=(2,)), KeyError)}
+    calls = {
+        "VersionedHDF5File": (lambda: vh.VersionedHDF5File(f), ValueError),
+        "delete_versions": (lambda: vh.delete_versions(f, ["v1"]), KeyError),
+        "modify_metadata": (lambda: vh.modify_metadata(f, "a", chunks=(2,)), KeyError),
+    }
     for name, (call, theirs) in calls.items():
         with pytest.raises(errors.ClosedFileError if ours(vh) else theirs) as info:
             call()
@@ -444,11 +461,14 @@ def test_iter_chunks_follows_the_versioned_chunks(tmp_path):
             g.create_dataset("x", data=np.zeros((6, 5)), chunks=(4, 4))
         ds = vf["v1"]["x"]
         assert list(ds.iter_chunks()) == [
-            (slice(0, 4, 1), slice(0, 4, 1)), (slice(0, 4, 1), slice(4, 5, 1)),
-            (slice(4, 6, 1), slice(0, 4, 1)), (slice(4, 6, 1), slice(4, 5, 1)),
+            (slice(0, 4, 1), slice(0, 4, 1)),
+            (slice(0, 4, 1), slice(4, 5, 1)),
+            (slice(4, 6, 1), slice(0, 4, 1)),
+            (slice(4, 6, 1), slice(4, 5, 1)),
         ]
         assert list(ds.iter_chunks((slice(3, 6), slice(1, 3)))) == [
-            (slice(3, 4, 1), slice(1, 3, 1)), (slice(4, 6, 1), slice(1, 3, 1)),
+            (slice(3, 4, 1), slice(1, 3, 1)),
+            (slice(4, 6, 1), slice(1, 3, 1)),
         ]
         plain = f.create_dataset("plain", data=np.zeros((6, 5)), chunks=(4, 4))  # h5py's own answer
         for sel in (None, (slice(3, 6), slice(1, 3)), (2, slice(None)), (slice(None, 5), 4)):
@@ -533,7 +553,9 @@ def test_staged_vlen_asstr(vh, tmp_path):
     with h5py.File(tmp_path / "f.h5", "w") as f:
         vf = vh.VersionedHDF5File(f)
         with vf.stage_version("v1") as g:
-            g.create_dataset("s", data=np.array(["a", "\u00e9"] * 3, dtype=object), dtype=h5py.string_dtype(), chunks=(4,))
+            g.create_dataset(
+                "s", data=np.array(["a", "\u00e9"] * 3, dtype=object), dtype=h5py.string_dtype(), chunks=(4,)
+            )
         with vf.stage_version("v2") as g:
             assert g["s"].asstr()[0:2].tolist() == ["a", "\u00e9"]
 
@@ -705,6 +727,7 @@ def test_string_datasets_report_h5pys_fill_value(vh, tmp_path, encoding):
 
 # -- staged views, resize arguments, committed identity, modify_metadata chunks ---------------
 
+
 def staged_kinds(vh, tmp_path, dtype="i1"):
     """A file with "existing" (v1) and, staged in v2, "new" and "sparse": the three kinds
     of staged dataset, each (3, 2) holding ``[[0, 1], [2, 3], [4, 5]]`` (sparse: all but its
@@ -760,7 +783,9 @@ def test_staged_asstr_view_has_the_datasets_shape(vh, tmp_path):
     with h5py.File(tmp_path / "f.h5", "w") as f:
         vfile = vh.VersionedHDF5File(f)
         with vfile.stage_version("v1") as g:
-            g.create_dataset("s", data=np.array(["a", "\u00e9", "c"], dtype=object), dtype=h5py.string_dtype(), chunks=(2,))
+            g.create_dataset(
+                "s", data=np.array(["a", "\u00e9", "c"], dtype=object), dtype=h5py.string_dtype(), chunks=(2,)
+            )
         with vfile.stage_version("v2") as g:
             view = g["s"].asstr()
             assert (view.shape, view.ndim, view.size, len(view)) == ((3,), 1, 3, 3)
@@ -797,7 +822,8 @@ def test_staged_resize_axis(vh, tmp_path, kind):
 
 
 @pytest.mark.parametrize(
-    "size", [(6,), [6], 6, (np.int8(6),), np.int8(6), np.asarray([6]), np.asarray(6)],
+    "size",
+    [(6,), [6], 6, (np.int8(6),), np.int8(6), np.asarray([6]), np.asarray(6)],
     ids=["tuple", "list", "int", "tuple-np.int8", "np.int8", "1-d array", "0-d array"],
 )
 def test_staged_resize_takes_a_size_of_any_integer_kind(vh, tmp_path, size):
@@ -887,7 +913,11 @@ def test_modify_metadata_chunks_true_guesses_as_versioned_hdf5(vh, tmp_path):
     an empty dataset (1024 points), so it depends on the point size, not on the data:
     (1024,) for 8-byte floats, (512,) for complex128, (256,) for 40-byte strings."""
     path = tmp_path / "f.h5"
-    data = {"f8": np.arange(10000.0), "c16": np.arange(3, dtype="c16"), "S40": np.array([b"a", b"bc", b"d"], dtype="S40")}
+    data = {
+        "f8": np.arange(10000.0),
+        "c16": np.arange(3, dtype="c16"),
+        "S40": np.array([b"a", b"bc", b"d"], dtype="S40"),
+    }
     with h5py.File(path, "w") as f:
         vfile = vh.VersionedHDF5File(f)
         with vfile.stage_version("r0") as g:

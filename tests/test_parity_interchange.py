@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import xarray_vhdf5
 from xarray_vhdf5.testing.snapshot import MODULES, assert_same, raw_rows, snapshot, without_fill_chunks
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 LIBS = {name: importlib.import_module(name) for name in MODULES}
 
 
@@ -241,7 +241,9 @@ def histories(draw, max_versions: int = 4):
                         hi = draw(st.integers(lo + 1, n))
                         index.append(slice(lo, hi, draw(st.sampled_from([1, 1, 2]))))
                         block.append(len(range(*index[-1].indices(n))))
-                value = rng.integers(0, 4, tuple(block)).astype(dtype) if draw(st.booleans()) else dtype_scalar(dtype, rng)
+                value = (
+                    rng.integers(0, 4, tuple(block)).astype(dtype) if draw(st.booleans()) else dtype_scalar(dtype, rng)
+                )
                 edits.append(("set", "d", tuple(index), value))
         history.append(edits)
     libs = draw(st.lists(st.sampled_from(MODULES), min_size=len(history), max_size=len(history)))

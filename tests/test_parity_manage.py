@@ -15,7 +15,7 @@ import pytest
 
 from xarray_vhdf5.testing.snapshot import assert_same, play
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 def ts(i: int) -> datetime.datetime:
@@ -29,8 +29,9 @@ def history(vh, f):
     with vf.stage_version("v1", timestamp=ts(1)) as g:
         g.create_dataset("x", data=rng.random((12, 10)), chunks=(4, 4), fillvalue=-1.0)
         g.create_dataset("grp/i", data=np.arange(40, dtype="i4"), chunks=(6,))
-        g.create_dataset("s", data=np.array([b"a", b"bb", b"ccc"] * 3, dtype=object),
-                         dtype=h5py.string_dtype("ascii"), chunks=(4,))
+        g.create_dataset(
+            "s", data=np.array([b"a", b"bb", b"ccc"] * 3, dtype=object), dtype=h5py.string_dtype("ascii"), chunks=(4,)
+        )
     with vf.stage_version("v2", timestamp=ts(2)) as g:
         g["x"][0:4, 0:4] = 2.0
         g["grp/i"][10:20] = -5
@@ -53,7 +54,9 @@ def read_all(vf) -> dict:
     for v in sorted(vf.versions):
         group = vf[v]
         out[v] = {}
-        group.visititems(lambda name, obj, d=out[v]: d.__setitem__(name, np.asarray(obj[()])) if not hasattr(obj, "keys") else None)
+        group.visititems(
+            lambda name, obj, d=out[v]: d.__setitem__(name, np.asarray(obj[()])) if not hasattr(obj, "keys") else None
+        )
     return out
 
 
@@ -82,8 +85,12 @@ def test_delete_versions(tmp_path, doomed):
         assert set(after) == set(before) - set(doomed)
         for v in after:
             assert_same(before[v], after[v], f"version {v}")
-        return {"after": after, "current": vf.current_version, "versions": sorted(vf.versions),
-                "prev": [vf[i].name for i in range(0, -3, -1) if _has_ancestor(vf, i)]}
+        return {
+            "after": after,
+            "current": vf.current_version,
+            "versions": sorted(vf.versions),
+            "prev": [vf[i].name for i in range(0, -3, -1) if _has_ancestor(vf, i)],
+        }
 
     scenario.__name__ = "delete_" + "_".join(doomed)
     _, our_file = check(scenario, tmp_path)
@@ -139,8 +146,11 @@ def test_modify_metadata(tmp_path, name, kwargs):
         vf = vh.VersionedHDF5File(f)
         after = read_all(vf)
         ds = vf["v4"][name]
-        meta = {"dtype": ds.dtype, "chunks": tuple(int(c) for c in ds.attrs["chunks"]),
-                "compression": f[f"_version_data/{name}/raw_data"].compression}
+        meta = {
+            "dtype": ds.dtype,
+            "chunks": tuple(int(c) for c in ds.attrs["chunks"]),
+            "compression": f[f"_version_data/{name}/raw_data"].compression,
+        }
         with vf.stage_version("v5", timestamp=ts(6)) as g:
             g[name].resize((g[name].shape[0] + 3, *g[name].shape[1:]))  # new points: fill value
             g[name][-1] = g[name][0]  # no chunk of only new points (see test_vlen_empty_chunks)
@@ -180,8 +190,12 @@ def _del_v4_and_v2(vh, f):
 def _vlen_empty_chunks(vh, f):
     vf = vh.VersionedHDF5File(f)
     with vf.stage_version("v1", timestamp=ts(1)) as g:
-        g.create_dataset("s", data=np.array([b"a", b"", b"", b"", b"", b"x"], dtype=object),
-                         dtype=h5py.string_dtype("ascii"), chunks=(2,))
+        g.create_dataset(
+            "s",
+            data=np.array([b"a", b"", b"", b"", b"", b"x"], dtype=object),
+            dtype=h5py.string_dtype("ascii"),
+            chunks=(2,),
+        )
     with vf.stage_version("v2", timestamp=ts(2)) as g:
         g["s"].resize((10,))  # two more chunks of b""
     return read_all(vf)

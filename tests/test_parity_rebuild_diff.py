@@ -33,8 +33,12 @@ def _history(lib, path):
         with vf.stage_version("a") as g:
             g.create_dataset("x", data=rng.random((25, 10)), chunks=(10, 4), fillvalue=-1.0)
             g.create_dataset("grp/i", data=np.arange(40, dtype="i4"), chunks=(6,))
-            g.create_dataset("s", data=np.array([b"a", b"bb", b"ccc"] * 4, dtype=object),
-                             dtype=h5py.string_dtype("ascii"), chunks=(5,))
+            g.create_dataset(
+                "s",
+                data=np.array([b"a", b"bb", b"ccc"] * 4, dtype=object),
+                dtype=h5py.string_dtype("ascii"),
+                chunks=(5,),
+            )
         with vf.stage_version("b") as g:
             g["x"][3, 3] = -5.0
             g["x"].resize((30, 10))  # grows: new edge chunks
@@ -60,8 +64,18 @@ def _same_diff(got: dict, want: dict) -> None:
                 np.testing.assert_array_equal(g, w)
 
 
-PAIRS = [("a", "b", "x"), ("b", "c", "x"), ("c", "d", "x"), ("a", "d", "x"), ("d", "a", "x"),
-         ("a", "b", "grp/i"), ("b", "c", "grp/i"), ("c", "d", "grp/i"), ("a", "b", "s"), ("c", "d", "s")]
+PAIRS = [
+    ("a", "b", "x"),
+    ("b", "c", "x"),
+    ("c", "d", "x"),
+    ("a", "d", "x"),
+    ("d", "a", "x"),
+    ("a", "b", "grp/i"),
+    ("b", "c", "grp/i"),
+    ("c", "d", "grp/i"),
+    ("a", "b", "s"),
+    ("c", "d", "s"),
+]
 
 
 @pytest.mark.parametrize("writer", list(LIBS))
@@ -97,7 +111,7 @@ def test_get_diff_needs_no_reopen_and_says_what_is_missing(tmp_path):
     with h5py.File(path, "w") as f:
         vf = _a_then_b(f, 20, 7, also=lambda g: g.create_dataset("y", data=np.zeros(3), chunks=(3,)))
         diff = vf.get_diff("x", "a", "b")
-        (region, (old, new)), = diff.items()
+        ((region, (old, new)),) = diff.items()
         assert region.raw == (slice(5, 10, 1),)
         np.testing.assert_array_equal(old, np.arange(5.0, 10.0))
         np.testing.assert_array_equal(new, [5.0, 6.0, -1.0, 8.0, 9.0])
@@ -112,10 +126,12 @@ def _tables(path) -> dict:
     """Each dataset's hash table as {digest: (start, stop)}, and its row order."""
     out = {}
     with h5py.File(path, "r") as f:
+
         def visit(name, obj):
             if isinstance(obj, h5py.Dataset) and name.endswith("/hash_table") and "versions" not in name:
                 rows = obj[: int(obj.attrs["largest_index"])]
                 out[name] = [(bytes(r["hash"]), tuple(int(v) for v in r["shape"])) for r in rows]
+
         f["_version_data"].visititems(visit)
     return out
 

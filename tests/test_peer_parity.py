@@ -103,7 +103,7 @@ def test_committed_staged_group_repr(vfile):
 def test_time_lookup_refuses_the_version_being_staged(vfile):
     """test_api.py::test_no_recursive_version_group_access: inside a stage_version block, a
     lookup by a time after staging began would be the staged version's: ValueError."""
-    t1 = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+    t1 = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
     with vfile.stage_version("version1", timestamp=t1) as g:
         g.create_dataset("x", data=[1, 2, 3])
     with vfile.stage_version("version2") as g:
@@ -111,7 +111,7 @@ def test_time_lookup_refuses_the_version_being_staged(vfile):
         with pytest.raises(ValueError):
             vfile["version2"]
         assert vfile[t1]["x"][0] == 1
-        later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=1)
+        later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=1)
         with pytest.raises(ValueError):
             vfile[later]
         with pytest.raises(ValueError):
@@ -137,19 +137,25 @@ def test_modify_metadata_vlen_to_fixed_string_takes_empty_as_the_old_fill(tmp_pa
     assert out["xarray_vhdf5"] == out["versioned_hdf5"] == (b"x", [b"a", b"x", b"x", b"x", b"b", b"b"], (4,))
 
 
-@pytest.mark.parametrize(("chunks", "match"), [
-    (False, "chunks must be a tuple"),
-    ([10], "chunks must be a tuple"),
-    ((500, 500), "shape and chunk_size must have the same dimensionality"),
-    ((), "shape and chunk_size must have the same dimensionality"),
-])
+@pytest.mark.parametrize(
+    ("chunks", "match"),
+    [
+        (False, "chunks must be a tuple"),
+        ([10], "chunks must be a tuple"),
+        ((500, 500), "shape and chunk_size must have the same dimensionality"),
+        ((), "shape and chunk_size must have the same dimensionality"),
+    ],
+)
 def test_modify_metadata_bad_chunks_messages(vfile, chunks, match):
     """test_replay.py::test_modify_metadata_sparse_rechunk_bad_chunks: versioned-hdf5's messages
     (a ValueError). An int for 1-d is still taken here, as h5py takes it (a deliberate difference)."""
     with vfile.stage_version("v0") as sv:
         sv.create_dataset("x", shape=(5,), chunks=(2,))
-    modify = versioned_hdf5.modify_metadata if isinstance(vfile, versioned_hdf5.VersionedHDF5File) \
+    modify = (
+        versioned_hdf5.modify_metadata
+        if isinstance(vfile, versioned_hdf5.VersionedHDF5File)
         else xarray_vhdf5.modify_metadata
+    )
     with pytest.raises(ValueError, match=match):
         modify(vfile, "x", chunks=chunks)
     assert vfile["v0"]["x"].chunks == (2,)

@@ -39,8 +39,10 @@ def test_versioned_hdf5_api_tests_pass_here(tmp_path):
     except peer.SdistUnavailable as err:
         pytest.skip(f"no network: {err}")
     suite, shim = peer.unpack(sdist, tmp_path), peer.write_shim(tmp_path)
-    runs = [peer.run_tests(suite, None, tmp_path / "reference.xml", []),
-            peer.run_tests(suite, shim, tmp_path / "ours.xml", [])]
+    runs = [
+        peer.run_tests(suite, None, tmp_path / "reference.xml", []),
+        peer.run_tests(suite, shim, tmp_path / "ours.xml", []),
+    ]
     for run in runs:
         run.wait()
     reference, ours = peer.read_junit(tmp_path / "reference.xml"), peer.read_junit(tmp_path / "ours.xml")

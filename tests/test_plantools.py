@@ -88,10 +88,7 @@ def grids(draw):
     rng = np.random.default_rng(seed)
     si = rng.integers(0, n_slabs, size=grid).astype(np.intp)
     so = rng.integers(0, 100, size=grid).astype(np.uint64)
-    sel = tuple(
-        np.array(draw(st.lists(st.integers(0, n - 1), max_size=4)) if n else [], dtype=np.intp)
-        for n in grid
-    )
+    sel = tuple(np.array(draw(st.lists(st.integers(0, n - 1), max_size=4)) if n else [], dtype=np.intp) for n in grid)
     return si, so, sel, n_slabs
 
 
@@ -123,7 +120,11 @@ def expansions(draw):
         ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.intp)
         n = int(ptr[-1])
         table = np.array(
-            draw(st.lists(st.tuples(*[st.integers(0, 50)] * 2, st.integers(1, 5), st.integers(1, 4)), min_size=n, max_size=n)),
+            draw(
+                st.lists(
+                    st.tuples(*[st.integers(0, 50)] * 2, st.integers(1, 5), st.integers(1, 4)), min_size=n, max_size=n
+                )
+            ),
             dtype=np.uint64,
         ).reshape(n, 4)
         rows.append(table)
@@ -132,9 +133,9 @@ def expansions(draw):
         ptrs.append(None if implicit else ptr)
     npoints = draw(st.integers(0, 5))
     nsel = [len(r) if p is None else len(p) - 1 for r, p in zip(rows, ptrs)]
-    pos = np.array(
-        [[draw(st.integers(0, n - 1)) for n in nsel] for _ in range(npoints)], dtype=np.intp
-    ).reshape(npoints, ndim)
+    pos = np.array([[draw(st.integers(0, n - 1)) for n in nsel] for _ in range(npoints)], dtype=np.intp).reshape(
+        npoints, ndim
+    )
     src_side = draw(st.sampled_from([SIDE_SLAB, SIDE_VALUE]))
     dst_side = draw(st.sampled_from([SIDE_SLAB, SIDE_VALUE]))
     offsets = [np.arange(npoints, dtype=np.uint64) * 10, np.arange(npoints, dtype=np.uint64) * 100 + 3]
@@ -149,9 +150,7 @@ def test_expand_slices(args):
     assert_identical(plantools.expand_slices(*args), ref)
     # Brute force: the product of each chunk's rows, chunk after chunk.
     ptrs = tuple(np.arange(len(r) + 1) if p is None else p for r, p in zip(rows, ptrs))
-    n_expected = sum(
-        int(np.prod([ptrs[a][q + 1] - ptrs[a][q] for a, q in enumerate(p)])) for p in pos.tolist()
-    )
+    n_expected = sum(int(np.prod([ptrs[a][q + 1] - ptrs[a][q] for a, q in enumerate(p)])) for p in pos.tolist())
     assert ref[0].shape == (n_expected, pos.shape[1])
     line = 0
     for k, p in enumerate(pos.tolist()):
@@ -171,6 +170,7 @@ def test_expand_slices(args):
 @SETTINGS
 def test_parse_basic(data):
     shape, _ = data.draw(chunked_shapes())
+
     def numpy_ints(idx):
         if not isinstance(idx, tuple):
             return np.int32(idx) if type(idx) is int else idx
@@ -195,8 +195,16 @@ def test_parse_basic(data):
 
 def test_parse_basic_falls_back_and_raises_like_slices():
     for idx in [
-        (0, 0, 0), (5,), (np.uint64(2**63),), (Ellipsis,), ([0],), (True,), (None,), 2**70,
-        np.bool_(True), np.array(1),
+        (0, 0, 0),
+        (5,),
+        (np.uint64(2**63),),
+        (Ellipsis,),
+        ([0],),
+        (True,),
+        (None,),
+        2**70,
+        np.bool_(True),
+        np.array(1),
     ]:
         assert readtools.parse_basic(idx, (5,)) is None
         assert parse_basic_reference(idx, (5,)) is None

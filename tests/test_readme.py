@@ -28,10 +28,15 @@ def _blocks() -> list[str]:
 def _source() -> xr.Dataset:
     rng = np.random.default_rng(0)
     return xr.Dataset(
-        {"sst": (("time", "lat", "lon"), rng.normal(20, 2, (4, 18, 36)).astype("f4")),
-         "old": (("time",), np.arange(4.0))},
-        coords={"time": pd.date_range("2024-05-30", periods=4, freq="D"),
-                "lat": np.linspace(-85, 85, 18), "lon": np.linspace(0, 350, 36)},
+        {
+            "sst": (("time", "lat", "lon"), rng.normal(20, 2, (4, 18, 36)).astype("f4")),
+            "old": (("time",), np.arange(4.0)),
+        },
+        coords={
+            "time": pd.date_range("2024-05-30", periods=4, freq="D"),
+            "lat": np.linspace(-85, 85, 18),
+            "lon": np.linspace(0, 350, 36),
+        },
     )
 
 
@@ -89,8 +94,10 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     assert report.version == "merged" and report.base == "received" and report.datasets == {"SST": "theirs"}
     assert xarray_vhdf5.list_tags("coads.h5") == {"paper-2026": "merged"}
     assert xarray_vhdf5.list_branches("coads.h5") == {"main": "merged", "qc": "qc-bias"}
-    with xr.open_dataset("coads.h5", engine="vhdf5", version="received", decode_times=False) as received, \
-            xr.open_dataset("coads.h5", engine="vhdf5", version="paper-2026", decode_times=False) as paper:
+    with (
+        xr.open_dataset("coads.h5", engine="vhdf5", version="received", decode_times=False) as received,
+        xr.open_dataset("coads.h5", engine="vhdf5", version="paper-2026", decode_times=False) as paper,
+    ):
         sst, want = paper["SST"].values, received["SST"].values.copy()
         want[-1, 40:50, 60:70] += np.float32(0.5)
         np.testing.assert_array_equal(sst, want)
@@ -98,8 +105,10 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch):
         np.testing.assert_array_equal(paper["AIRT"].values[1:], received["AIRT"].values[1:])
 
     # From the zarr world: three versions through the store, read back four ways.
-    with xr.open_dataset("zarr.h5", engine="vhdf5", version="day-4") as day4, \
-            xr.open_dataset("zarr.h5", engine="vhdf5", version="day-1-fixed") as fixed:
+    with (
+        xr.open_dataset("zarr.h5", engine="vhdf5", version="day-4") as day4,
+        xr.open_dataset("zarr.h5", engine="vhdf5", version="day-1-fixed") as fixed,
+    ):
         np.testing.assert_array_equal(day4["sst"].values, src["sst"].values)
         want = src["sst"].values.copy()
         want[0] += np.float32(0.5)

@@ -35,11 +35,12 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (registers the accessor)
-from xarray_vhdf5.xr.dimscales import netcdf_only_attrs
 from xarray_vhdf5.backend.names import SCALAR_DIM
+from xarray_vhdf5.xr.dimscales import netcdf_only_attrs
 
 DATA = Path(__file__).parent / "data" / "cf"
 VERSIONS = "/_version_data/versions"
+
 
 @dataclass(frozen=True)
 class Case:
@@ -56,26 +57,52 @@ class Case:
 
 CASES = [
     # regular lat/lon grid, 4-D, packed int16 (scale_factor/add_offset, _FillValue + missing_value)
-    Case("sub.nc", "scipy", "time",
-         (("u", {"time": 0, "level": 1, "latitude": slice(2, 4), "longitude": 3}, 5.0),
-          ("v", {"time": 6, "level": 0, "latitude": 0, "longitude": slice(0, 9)}, -2.25)), tail=3),
+    Case(
+        "sub.nc",
+        "scipy",
+        "time",
+        (
+            ("u", {"time": 0, "level": 1, "latitude": slice(2, 4), "longitude": 3}, 5.0),
+            ("v", {"time": 6, "level": 0, "latitude": 0, "longitude": slice(0, 9)}, -2.25),
+        ),
+        tail=3,
+    ),
     # station time series (station, time): _FillValue, auxiliary coordinates lat/lon/alt/num
     Case("timeseries.nc", "scipy", "time", (("pr", {"station": [1, 4], "time": 2}, 1.5e-5),), tail=5),
     # stations with char names (S1 x maxStrlen64), missing_value without _FillValue (int32 and floats)
-    Case("example_huc_eta.nc", "scipy", "time",
-         (("et", {"station": 0, "time": slice(3, 6)}, 42), ("et", {"station": 1, "time": 0}, -999)), tail=5),
+    Case(
+        "example_huc_eta.nc",
+        "scipy",
+        "time",
+        (("et", {"station": 0, "time": slice(3, 6)}, 42), ("et", {"station": 1, "time": 0}, -999)),
+        tail=5,
+    ),
     # 2-D lat/lon (curvilinear ny x nx), missing_value without _FillValue, one record (unlimited)
-    Case("c201923412.out1_4.nc", "scipy", "time",
-         (("wvh", {"time": 0, "ny": slice(40, 42), "nx": 50}, 1.5),), step=dt.timedelta(hours=3)),
+    Case(
+        "c201923412.out1_4.nc",
+        "scipy",
+        "time",
+        (("wvh", {"time": 0, "ny": slice(40, 42), "nx": 50}, 1.5),),
+        step=dt.timedelta(hours=3),
+    ),
     # netCDF-4 classic (HDF5, deflate), Lambert conformal grid with a scalar grid_mapping variable
-    Case("lcc_km.nc", "h5netcdf", "time",
-         (("prcp", {"time": 0, "y": 300, "x": slice(300, 303)}, 12.5),), step=dt.timedelta(days=1)),
+    Case(
+        "lcc_km.nc",
+        "h5netcdf",
+        "time",
+        (("prcp", {"time": 0, "y": 300, "x": slice(300, 303)}, 12.5),),
+        step=dt.timedelta(days=1),
+    ),
     # a daily record dimension named `day` (standard_name time), not unlimited, not named time
-    Case("metdata_day_subset.nc", "scipy", "day",
-         (("precipitation_amount", {"day": 1, "lat": 3, "lon": slice(0, 4)}, 99.0),), tail=2),
+    Case(
+        "metdata_day_subset.nc",
+        "scipy",
+        "day",
+        (("precipitation_amount", {"day": 1, "lat": 3, "lon": slice(0, 4)}, 99.0),),
+        tail=2,
+    ),
     # char arrays decoded to fixed-width bytes (|S4), mixed int16/int32/float/double, no record dimension
-    Case("bears.nc", "scipy", None,
-         (("cross", {"i": 0, "j": 1}, -1.0), ("shot", {"i": 1, "j": 2}, 77))),
+    Case("bears.nc", "scipy", None, (("cross", {"i": 0, "j": 1}, -1.0), ("shot", {"i": 1, "j": 2}, 77))),
 ]
 
 
@@ -167,7 +194,11 @@ def _build(case: Case, history: History, path: Path, base: xr.Dataset, tail: xr.
                 grown = opened.vhdf5.stage().vhdf5.append(tail, dim=case.record)
                 assert grown.vhdf5.commit("v2", message="append") == "v2"
             history.expected["v2"] = xr.concat(
-                [edited, tail], dim=case.record, data_vars="minimal", coords="minimal", compat="override",
+                [edited, tail],
+                dim=case.record,
+                data_vars="minimal",
+                coords="minimal",
+                compat="override",
                 join="exact",
             )
     except Exception as err:  # noqa: BLE001  (kept: the tests of the versions after it fail on it)
@@ -205,7 +236,8 @@ def _read_by_netcdf4(history: History) -> dict[str, xr.Dataset]:
         )
         done = subprocess.run(
             [sys.executable, "-c", script, str(history.path), str(out), *history.expected],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         assert done.returncode == 0, f"netCDF4-python: exit {done.returncode}, {done.stderr[-800:]}"
         with open(out, "rb") as f:

@@ -249,13 +249,15 @@ def test_as_of_stays_on_the_branch(path):
 
     xv.create_branch(path, "qc", at="v1")
     with h5py.File(path, "r") as f:
-        t_v2 = dt.datetime.fromisoformat(f["_version_data/versions/v2"].attrs["timestamp"].decode()
-                                         if isinstance(f["_version_data/versions/v2"].attrs["timestamp"], bytes)
-                                         else f["_version_data/versions/v2"].attrs["timestamp"])
+        t_v2 = dt.datetime.fromisoformat(
+            f["_version_data/versions/v2"].attrs["timestamp"].decode()
+            if isinstance(f["_version_data/versions/v2"].attrs["timestamp"], bytes)
+            else f["_version_data/versions/v2"].attrs["timestamp"]
+        )
     staged = xr.open_dataset(path, engine="vhdf5", version="qc").vhdf5.stage()
     staged["x"][5] = 50.0
     staged.vhdf5.commit("q1")
-    later = dt.datetime.now(dt.timezone.utc)
+    later = dt.datetime.now(dt.UTC)
 
     def opened(**kw):
         with xr.open_dataset(path, engine="vhdf5", **kw) as ds:

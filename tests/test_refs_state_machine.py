@@ -129,8 +129,11 @@ class RefsMachine(RuleBasedStateMachine):
         if name in self.branches:
             assert self.vf.delete_branch(name) == self.branches.pop(name)
 
-    @rule(source=st.sampled_from(["main", "a", "b", "c", "d", "t1", "t2", "t3"]),
-          into=st.sampled_from(["main", "a", "b"]), resolve=st.sampled_from([None, "ours", "theirs"]))
+    @rule(
+        source=st.sampled_from(["main", "a", "b", "c", "d", "t1", "t2", "t3"]),
+        into=st.sampled_from(["main", "a", "b"]),
+        resolve=st.sampled_from([None, "ours", "theirs"]),
+    )
     def merge(self, source, into, resolve):
         refs = {**self.branches, **self.tags}
         if source not in refs or into not in self.branches:
@@ -162,8 +165,11 @@ class RefsMachine(RuleBasedStateMachine):
         self.data[name], self.parents[name] = merged, [t, s]
         self.branches[into] = name
 
-    @rule(pick=st.integers(0, 1000), onto=st.sampled_from(["main", "a"]),
-          resolve=st.sampled_from([None, "ours", "theirs"]))
+    @rule(
+        pick=st.integers(0, 1000),
+        onto=st.sampled_from(["main", "a"]),
+        resolve=st.sampled_from([None, "ours", "theirs"]),
+    )
     def cherry_pick(self, pick, onto, resolve):
         candidates = sorted(n for n in self.data if self.parents[n] and self.parents[n][0] in self.data)
         if not candidates or onto not in self.branches:
@@ -226,8 +232,10 @@ class RefsMachine(RuleBasedStateMachine):
 
     @invariant()
     def refs_resolve_and_versions_are_unchanged(self):
-        assert self.vf.list_branches() == {"main": self.branches["main"],
-                                           **{k: v for k, v in sorted(self.branches.items()) if k != "main"}}
+        assert self.vf.list_branches() == {
+            "main": self.branches["main"],
+            **{k: v for k, v in sorted(self.branches.items()) if k != "main"},
+        }
         assert self.vf.list_tags() == dict(sorted(self.tags.items()))
         assert self.vf.current_version == self.branches["main"]
         for name, want in self.data.items():
@@ -245,5 +253,6 @@ class RefsMachine(RuleBasedStateMachine):
 
 
 TestRefsMachine = RefsMachine.TestCase
-TestRefsMachine.settings = settings(max_examples=100, stateful_step_count=20, deadline=None,
-                                    suppress_health_check=[HealthCheck.too_slow])
+TestRefsMachine.settings = settings(
+    max_examples=100, stateful_step_count=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)

@@ -31,14 +31,15 @@ def _data(i: int) -> np.ndarray:
 def _history(path, n: int, versions=None) -> None:
     """Versions v{i} for i in ``versions`` (default range(n)): x rewritten whole, s (strings) and g/y sometimes."""
     h5py.File(path, "w").close()
-    for i in (range(n) if versions is None else versions):
+    for i in range(n) if versions is None else versions:
         with h5py.File(path, "a") as h:
             vf = VersionedHDF5File(h)
             with vf.stage_version(f"v{i}", timestamp=np.datetime64("2024-01-01") + np.timedelta64(i, "D")) as g:
                 if "x" not in g:
                     g.create_dataset("x", data=_data(i), chunks=(ROWS,), compression="gzip", shuffle=True)
-                    g.create_dataset("s", data=np.array(["a", "bb", ""] * 3, dtype=object), chunks=(4,),
-                                     dtype=h5py.string_dtype())
+                    g.create_dataset(
+                        "s", data=np.array(["a", "bb", ""] * 3, dtype=object), chunks=(4,), dtype=h5py.string_dtype()
+                    )
                     g.create_group("g").create_dataset("y", data=np.arange(10, dtype="i4"), chunks=(3,), fillvalue=-1)
                     g["x"].attrs["units"] = "K"
                 else:
@@ -68,8 +69,13 @@ def _snapshot(path) -> dict:
                         attrs[k] = repr(v)
                     if "DIMENSION_LIST" in obj.attrs:
                         attrs["DIMENSION_LIST"] = [[h[r].name for r in axis] for axis in obj.attrs["DIMENSION_LIST"]]
-                    entry[rel] = (obj.dtype.str, obj.shape, obj[()].tobytes() if obj.dtype.kind != "O"
-                                  else repr(obj[()].tolist()), attrs, obj.fillvalue if obj.dtype.kind != "O" else None)
+                    entry[rel] = (
+                        obj.dtype.str,
+                        obj.shape,
+                        obj[()].tobytes() if obj.dtype.kind != "O" else repr(obj[()].tolist()),
+                        attrs,
+                        obj.fillvalue if obj.dtype.kind != "O" else None,
+                    )
 
             group.visititems(visit)
             out[name] = entry
@@ -138,9 +144,11 @@ def test_netcdf_view_and_scales_survive(tmp_path):
     path = tmp_path / "nc.h5"
     rng = np.random.default_rng(0)
     for i in range(4):
-        xr.Dataset({"sst": (("time", "lat"), rng.normal(size=(3, 40)).astype("f4"))},
-                   coords={"time": np.arange(3) + i, "lat": np.linspace(-80, 80, 40)},
-                   attrs={"title": f"t{i}"}).vhdf5.commit(f"v{i}", path=path)
+        xr.Dataset(
+            {"sst": (("time", "lat"), rng.normal(size=(3, 40)).astype("f4"))},
+            coords={"time": np.arange(3) + i, "lat": np.linspace(-80, 80, 40)},
+            attrs={"title": f"t{i}"},
+        ).vhdf5.commit(f"v{i}", path=path)
     xarray_vhdf5.expire(path, keep_last=2)
     want = {v: xr.open_dataset(path, engine="vhdf5", version=v).load() for v in ("v2", "v3")}
     repack(path)
@@ -214,7 +222,7 @@ def _big(path, n=2_000_000):
     with h5py.File(path, "w") as h:
         vf = VersionedHDF5File(h)
         with vf.stage_version("v0") as g:
-            g.create_dataset("x", data=np.random.default_rng(0).random(n), chunks=(2 ** 14,))
+            g.create_dataset("x", data=np.random.default_rng(0).random(n), chunks=(2**14,))
         with vf.stage_version("v1") as g:
             g["x"][:100] = 5.0
 
@@ -231,13 +239,13 @@ def test_modify_metadata_through_a_journaled_handle_does_not_double_the_file(tmp
     _big(path)
     size = path.stat().st_size
     with xarray_vhdf5.open_file(path) as h:
-        report = xarray_vhdf5.modify_metadata(h, "x", chunks=(2 ** 15,))
-    assert report.chunks_after == -(-2_000_000 // 2 ** 15) + 1  # v0's chunks, and v1's first one
+        report = xarray_vhdf5.modify_metadata(h, "x", chunks=(2**15,))
+    assert report.chunks_after == -(-2_000_000 // 2**15) + 1  # v0's chunks, and v1's first one
     assert path.stat().st_size <= 1.1 * size
     assert sorted(os.listdir(tmp_path)) == ["m.h5"]  # no side file, no journal
     with h5py.File(path, "r") as h:
         vf = VersionedHDF5File(h)
-        assert h["_version_data/x/raw_data"].chunks == (2 ** 15,)
+        assert h["_version_data/x/raw_data"].chunks == (2**15,)
         for v in ("v0", "v1"):
             np.testing.assert_array_equal(vf[v]["x"][:], _want(v))
     assert check_file(path, rehash=True).problems == []
@@ -260,7 +268,7 @@ def test_a_failed_modify_in_place_rolls_the_file_back(tmp_path, monkeypatch):
     monkeypatch.setattr(metadata._SideRewriter, "version", fail_second)
     h = xarray_vhdf5.open_file(path)
     with pytest.raises(KeyboardInterrupt):
-        xarray_vhdf5.modify_metadata(h, "x", chunks=(2 ** 15,))
+        xarray_vhdf5.modify_metadata(h, "x", chunks=(2**15,))
     h.close()
     assert len(calls) == 2 and path.read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["m.h5"]
@@ -269,8 +277,10 @@ def test_a_failed_modify_in_place_rolls_the_file_back(tmp_path, monkeypatch):
 def test_modifying_a_dimension_scale_keeps_the_file_readable_by_netcdf(tmp_path):
     path = tmp_path / "nc.h5"
     for i in range(2):
-        xr.Dataset({"sst": (("time", "lat"), np.full((3, 40), i, "f4"))},
-                   coords={"time": np.arange(3) + i, "lat": np.linspace(-80, 80, 40)}).vhdf5.commit(f"v{i}", path=path)
+        xr.Dataset(
+            {"sst": (("time", "lat"), np.full((3, 40), i, "f4"))},
+            coords={"time": np.arange(3) + i, "lat": np.linspace(-80, 80, 40)},
+        ).vhdf5.commit(f"v{i}", path=path)
     with xarray_vhdf5.open_file(path) as h:
         xarray_vhdf5.modify_metadata(h, "time", chunks=(2,))
     with h5py.File(path, "a") as h:

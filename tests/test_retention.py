@@ -14,7 +14,7 @@ from xarray_vhdf5 import VersionedHDF5File, create_branch, create_tag, list_bran
 from xarray_vhdf5.versions import expire
 from xarray_vhdf5.versions.check import check_file
 
-T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 FIRST = "__first_version__"
 
 
@@ -139,13 +139,16 @@ def test_expire_on_open_handles(tmp_path):
         expire(h, keep_last=0)
 
 
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({}, ValueError),
-    ({"keep_last": -1}, ValueError),
-    ({"keep_last": 1.5}, TypeError),
-    ({"keep_last": True}, TypeError),
-    ({"older_than": 3}, TypeError),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({}, ValueError),
+        ({"keep_last": -1}, ValueError),
+        ({"keep_last": 1.5}, TypeError),
+        ({"keep_last": True}, TypeError),
+        ({"older_than": 3}, TypeError),
+    ],
+)
 def test_bad_rules(tmp_path, kwargs, error):
     path = tmp_path / "f.h5"
     _write(path, 2)
@@ -235,8 +238,10 @@ def test_rebuilt_versions_keep_their_dimension_scales(tmp_path, keep_freed):
     path = tmp_path / "nc.h5"
     rng = np.random.default_rng(0)
     for i in range(6):
-        xr.Dataset({"sst": (("time", "lat"), rng.normal(size=(3, 40)).astype("f4"))},
-                   coords={"time": np.arange(3) + i, "lat": np.linspace(-80, 80, 40)}).vhdf5.commit(f"v{i}", path=path)
+        xr.Dataset(
+            {"sst": (("time", "lat"), rng.normal(size=(3, 40)).astype("f4"))},
+            coords={"time": np.arange(3) + i, "lat": np.linspace(-80, 80, 40)},
+        ).vhdf5.commit(f"v{i}", path=path)
     with h5py.File(path, "a") as h:
         report = delete_keeping_space(h, ["v0", "v1", "v4"], keep_freed=keep_freed)
     assert report.datasets["time"].rebuilt  # the case: rebuilt scales and variables

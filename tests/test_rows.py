@@ -13,7 +13,7 @@ from xarray_vhdf5.backend.transfer import kernel_backend
 from xarray_vhdf5.errors import HDF5Error
 
 try:
-    from xarray_vhdf5._ext import rowtools as _rowtools  # noqa: F401
+    from xarray_vhdf5._ext import rowtools as _rowtools
 except ImportError:  # built without the kernels
     _rowtools = None
 needs_kernel = pytest.mark.skipif(_rowtools is None, reason="compiled kernels not built")
@@ -118,7 +118,11 @@ def test_the_compiled_path_makes_no_h5py_dataspace(f, monkeypatch):
 
 @pytest.mark.parametrize("path", PATHS)
 def test_dataset_shape_is_h5py_s(f, path):
-    for name, kwargs in {"nd": {"shape": (5, 0, 3)}, "scalar": {"data": 1.5}, "grown": {"shape": (2,), "maxshape": (None,)}}.items():
+    for name, kwargs in {
+        "nd": {"shape": (5, 0, 3)},
+        "scalar": {"data": 1.5},
+        "grown": {"shape": (2,), "maxshape": (None,)},
+    }.items():
         ds = f.create_dataset(name, dtype="f8", **kwargs)
         if name == "grown":
             ds.resize((7,))
@@ -139,7 +143,9 @@ def test_the_kernel_refuses_a_buffer_of_another_size_and_rows_past_the_end(f):
         rowtools.write_rows(ds.id.id, 0, (2, 3), mtype, 8, np.ones(1).view(np.uint8))
     with pytest.raises(ValueError, match="buffer of 96 bytes for 6 points"):
         rowtools.read_rows(ds.id.id, 0, (2, 3), mtype, 8, np.empty((4, 3)).reshape(-1).view(np.uint8))
-    assert rowtools.write_rows(ds.id.id, 2**64 - 1, (1, 3), mtype, 8, np.ones(3).view(np.uint8)) == 2  # beyond the extent: refused
+    assert (
+        rowtools.write_rows(ds.id.id, 2**64 - 1, (1, 3), mtype, 8, np.ones(3).view(np.uint8)) == 2
+    )  # beyond the extent: refused
     # The point size is checked against the memory type itself: 6 float32 points
     # (24 bytes) said to be 4-byte points of a float64 memory type would read 48 bytes.
     with pytest.raises(ValueError, match="points of 4 bytes for a memory type of 8 bytes"):
@@ -161,7 +167,11 @@ def test_a_write_libhdf5_refuses_raises_with_its_error_stack(tmp_path, path):
     with h5py.File(tmp_path / "ro.h5", "r") as f:
         ds = f["k"]
         with kernel_backend(path):
-            expected = (HDF5Error, r"H5Dwrite failed for rows 1 to 2 of shape \(1, 3\): H5Dwrite.*intent") if path == "cython" else (OSError, "intent")
+            expected = (
+                (HDF5Error, r"H5Dwrite failed for rows 1 to 2 of shape \(1, 3\): H5Dwrite.*intent")
+                if path == "cython"
+                else (OSError, "intent")
+            )
             with pytest.raises(expected[0], match=expected[1]):
                 write_rows(ds.id, 1, np.ones((1, 3)))
         np.testing.assert_array_equal(ds[()], np.zeros((4, 3)))

@@ -8,12 +8,12 @@ import h5py
 import numpy as np
 import pytest
 
+import xarray_vhdf5
 import xarray_vhdf5.backend.hashtable as hashtable
 import xarray_vhdf5.wrappers.chunked as chunked
-import xarray_vhdf5
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.versions import forget_shared_caches
 from xarray_vhdf5.errors import StaleVersionError
+from xarray_vhdf5.versions import forget_shared_caches
 from xarray_vhdf5.versions.caches import COMMIT_TOKEN
 
 SHAPE, CHUNKS = (40, 6), (10, 6)
@@ -83,8 +83,10 @@ def test_reopened_file_reuses_hash_table_and_chunk_map(tmp_path, counting):
     _commit(path, "v1", lambda g: _create(g, data))
     loads_after_first = counting["table_loads"]
     for k in range(2, 6):
+
         def edit(g, k=k):
             g["x"][k, 0] = -k
+
         _commit(path, f"v{k}", edit)
         data[k, 0] = -k
     # One load when the dataset was created; none for the four reopen-and-commit cycles.
@@ -254,7 +256,11 @@ def test_held_raw_data_answers_what_h5py_answers_and_follows_a_rebuild(tmp_path)
         raw = held.raw_data(f.id, "/g/raw_data", 16)
         plain = f["g/raw_data"]
         assert isinstance(raw, HeldDataset) and raw.address == h5py.h5o.get_info(plain.id).addr
-        assert (raw.name, raw.dtype, raw.fillvalue) == (plain.name, plain.dtype, plain.fillvalue) == ("/g/raw_data", np.dtype("<i2"), -7)
+        assert (
+            (raw.name, raw.dtype, raw.fillvalue)
+            == (plain.name, plain.dtype, plain.fillvalue)
+            == ("/g/raw_data", np.dtype("<i2"), -7)
+        )
         table, addr = held.hash_table(raw)
         assert table.name == "/g/hash_table" and held.hash_table(raw)[0] is table
         assert addr == h5py.h5o.get_info(table.id).addr
@@ -425,8 +431,10 @@ def test_a_stale_dataset_after_a_fresh_one_leaves_nothing_written(first):
     f, vf = first
     with vf.stage_version("v2") as g:
         g.create_dataset("y", data=DATA, chunks=(10, 10))  # after "x" in the version's order
-    sizes = {n: (f[f"_version_data/{n}/raw_data"].shape, f[f"_version_data/{n}/hash_table"].attrs["largest_index"])
-             for n in ("x", "y")}
+    sizes = {
+        n: (f[f"_version_data/{n}/raw_data"].shape, f[f"_version_data/{n}/hash_table"].attrs["largest_index"])
+        for n in ("x", "y")
+    }
     with pytest.raises(StaleVersionError, match=r"'y'.*hash table changed"):
         with vf.stage_version("v3") as g:
             assert list(g) == ["x", "y"]
@@ -454,4 +462,3 @@ def test_a_version_staged_while_another_handle_commits_is_committed(first):
     expected = DATA.copy()
     expected[3, 3] = -2.0
     np.testing.assert_array_equal(vf["v2"]["x"][()], expected)
-

@@ -34,7 +34,7 @@ from xarray_vhdf5.errors import (
     VersionNotFoundError,
 )
 from xarray_vhdf5.versions.locking import file_locks
-from xarray_vhdf5.versions.reader import SharedVersionDataset, SharedVersionGroup, SharedVersionedFile
+from xarray_vhdf5.versions.reader import SharedVersionDataset, SharedVersionedFile, SharedVersionGroup
 from xarray_vhdf5.versions.sharing import SharedFile
 
 STR = h5py.string_dtype()
@@ -43,12 +43,13 @@ STR = h5py.string_dtype()
 SPECS = {
     "f8": dict(data=np.linspace(0, 1, 50), chunks=(7,)),
     "i4_2d": dict(data=np.arange(120, dtype="i4").reshape(12, 10), chunks=(5, 4), fillvalue=-1),
-    "u1_gzip": dict(data=(np.arange(300) % 256).astype("u1"), chunks=(64,), compression="gzip",
-                    compression_opts=4, shuffle=True),
-    "grp/f4_lzf": dict(data=np.arange(90, dtype="f4").reshape(9, 10), chunks=(4, 10), compression="lzf",
-                       fletcher32=True),
-    "grp/cmpd": dict(data=np.array([(i, i * 0.5) for i in range(20)], dtype=[("a", "i4"), ("b", "f8")]),
-                     chunks=(6,)),
+    "u1_gzip": dict(
+        data=(np.arange(300) % 256).astype("u1"), chunks=(64,), compression="gzip", compression_opts=4, shuffle=True
+    ),
+    "grp/f4_lzf": dict(
+        data=np.arange(90, dtype="f4").reshape(9, 10), chunks=(4, 10), compression="lzf", fletcher32=True
+    ),
+    "grp/cmpd": dict(data=np.array([(i, i * 0.5) for i in range(20)], dtype=[("a", "i4"), ("b", "f8")]), chunks=(6,)),
     "grp/sub/S5": dict(data=np.array([b"ab", b"cde", b"", b"xyzzy"] * 3, dtype="S5"), chunks=(5,)),
     "flags": dict(data=np.arange(30) % 3 == 0, chunks=(8,)),
     "big_endian": dict(data=np.arange(25, dtype=">i4"), chunks=(10,)),
@@ -97,21 +98,63 @@ def _value(x):
 def _keys(shape: tuple, dtype: np.dtype) -> list:
     """Selections to compare: valid ones of every kind h5py takes, and invalid ones (errors compared)."""
     n = shape[0]
-    keys = [(), Ellipsis, (Ellipsis,), slice(None), slice(0, 0), [], slice(-100, 3), slice(1, None, 3),
-            slice(None, None, -1), slice(None, None, 0), None, 1.5, (slice(None),) * (len(shape) + 1),
-            (Ellipsis, Ellipsis)]
+    keys = [
+        (),
+        Ellipsis,
+        (Ellipsis,),
+        slice(None),
+        slice(0, 0),
+        [],
+        slice(-100, 3),
+        slice(1, None, 3),
+        slice(None, None, -1),
+        slice(None, None, 0),
+        None,
+        1.5,
+        (slice(None),) * (len(shape) + 1),
+        (Ellipsis, Ellipsis),
+    ]
     if n:
-        keys += [0, -1, n - 1, n, -n - 1, np.int64(n // 2), [0], [-1], [n - 1], [n], slice(n // 2, n),
-                 np.arange(n) % 2 == 0, np.arange(n + 1) % 2 == 0]
+        keys += [
+            0,
+            -1,
+            n - 1,
+            n,
+            -n - 1,
+            np.int64(n // 2),
+            [0],
+            [-1],
+            [n - 1],
+            [n],
+            slice(n // 2, n),
+            np.arange(n) % 2 == 0,
+            np.arange(n + 1) % 2 == 0,
+        ]
     if n > 2:
         keys += [[0, n - 1], np.array([1, 2]), [1, 0], [1, 1], np.array([-1, 0])]
     if len(shape) == 2 and n > 2 and shape[1] > 3:
-        keys += [(0, 1), (-1, -1), (slice(None), 2), (slice(1, None, 2), [0, 2]), (Ellipsis, 1), (1, Ellipsis),
-                 (slice(None), slice(3, 1)), ([0, n - 1], [0, 1]), (slice(2, 3), [3]),
-                 np.arange(np.prod(shape)).reshape(shape) % 3 == 0, np.array([[0, 1]])]
+        keys += [
+            (0, 1),
+            (-1, -1),
+            (slice(None), 2),
+            (slice(1, None, 2), [0, 2]),
+            (Ellipsis, 1),
+            (1, Ellipsis),
+            (slice(None), slice(3, 1)),
+            ([0, n - 1], [0, 1]),
+            (slice(2, 3), [3]),
+            np.arange(np.prod(shape)).reshape(shape) % 3 == 0,
+            np.array([[0, 1]]),
+        ]
     if dtype.names:
-        keys += [dtype.names[0], (dtype.names[1], slice(1, 4)), (dtype.names[0], dtype.names[1], 2),
-                 (dtype.names[0], 2), (slice(2, 4), dtype.names[1]), "nope"]
+        keys += [
+            dtype.names[0],
+            (dtype.names[1], slice(1, 4)),
+            (dtype.names[0], dtype.names[1], 2),
+            (dtype.names[0], 2),
+            (slice(2, 4), dtype.names[1]),
+            "nope",
+        ]
     return keys
 
 
@@ -142,8 +185,20 @@ def _report(obj, out: dict, where: str) -> None:
         for key in obj.keys():
             _report(obj[key], out, f"{where}/{key}")
         return
-    for name in ("shape", "dtype", "ndim", "size", "chunks", "compression", "compression_opts", "shuffle",
-                 "fletcher32", "scaleoffset", "maxshape", "nbytes"):
+    for name in (
+        "shape",
+        "dtype",
+        "ndim",
+        "size",
+        "chunks",
+        "compression",
+        "compression_opts",
+        "shuffle",
+        "fletcher32",
+        "scaleoffset",
+        "maxshape",
+        "nbytes",
+    ):
         out[where, name] = getattr(obj, name)
     out[where, "fillvalue"] = _value(obj.fillvalue)
     out[where, "len"] = (len(obj), obj.len())
@@ -157,8 +212,15 @@ def _report(obj, out: dict, where: str) -> None:
 
 
 def _file_report(vf) -> dict:
-    out = {"versions": vf.versions, "current": vf.current_version, "len": len(vf), "iter": list(vf),
-           "info": [vf.version_info(v) for v in vf.versions], "-1": vf[-1].name, "0": vf[0].name}
+    out = {
+        "versions": vf.versions,
+        "current": vf.current_version,
+        "len": len(vf),
+        "iter": list(vf),
+        "info": [vf.version_info(v) for v in vf.versions],
+        "-1": vf[-1].name,
+        "0": vf[0].name,
+    }
     for version in vf.versions:
         out[version, "by_time"] = vf[vf.version_info(version).timestamp].name
         _report(vf[version], out, version)
@@ -175,8 +237,10 @@ def test_everything_read_equals_the_h5py_level_api(tmp_path, lib):
         got = _file_report(vf)
         # the parity is not the trivial one of reading everything through h5py
         v2 = vf["v2"]
-        assert all(v2[name].manifest is not None for name in ("f8", "i4_2d", "u1_gzip", "grp/f4_lzf", "grp/cmpd",
-                                                               "grp/sub/S5", "flags", "big_endian", "nan"))
+        assert all(
+            v2[name].manifest is not None
+            for name in ("f8", "i4_2d", "u1_gzip", "grp/f4_lzf", "grp/cmpd", "grp/sub/S5", "flags", "big_endian", "nan")
+        )
         assert v2["vlen"].manifest is None and v2["scaleoffset"].manifest is None
     assert got.keys() == expected.keys()
     # h5py's bound check of a list lets index n through (off by one) and libhdf5 then fails
@@ -184,8 +248,10 @@ def test_everything_read_equals_the_h5py_level_api(tmp_path, lib):
     # for datasets it reads through libhdf5).
     off_by_one = {k for k, v in expected.items() if v == ("raises", "OSError")}
     assert off_by_one and all(k[-1] == f"[{expected[k[0], 'shape'][0]}]" for k in off_by_one)
-    assert all(got[k] == ("raises", "IndexError" if "/vlen" not in k[0] and "/scaleoffset" not in k[0] else
-                          "OSError") for k in off_by_one)
+    assert all(
+        got[k] == ("raises", "IndexError" if "/vlen" not in k[0] and "/scaleoffset" not in k[0] else "OSError")
+        for k in off_by_one
+    )
     differ = [k for k in expected if k not in off_by_one and got[k] != expected[k]]
     assert not differ, [(k, got[k], expected[k]) for k in differ[:5]]
     assert expected["v2/i4_2d", "array"] != expected["v1/i4_2d", "array"]  # the versions do differ
@@ -213,11 +279,18 @@ def test_groups_and_datasets_answer_paths_and_refuse_writes(tmp_path):
         dest = np.zeros(4)
         v3["f8"].read_direct(dest, np.s_[2:6], np.s_[0:4])
         np.testing.assert_array_equal(dest, [SPECS["f8"]["data"][2], -1, -1, -1])
-        for write in (lambda: v3["f8"].__setitem__(0, 1.0), lambda: v3["f8"].resize((3,)),
-                      lambda: v3["f8"].attrs.__setitem__("u", 1), lambda: v3.attrs.__delitem__("source"),
-                      lambda: v3.create_dataset("n", data=[1]), lambda: v3.__delitem__("f8"),
-                      lambda: vf.stage_version("v4"), lambda: vf.delete_versions(["v1"]),
-                      lambda: setattr(vf, "current_version", "v1"), lambda: vf.rebuild_hashtables()):
+        for write in (
+            lambda: v3["f8"].__setitem__(0, 1.0),
+            lambda: v3["f8"].resize((3,)),
+            lambda: v3["f8"].attrs.__setitem__("u", 1),
+            lambda: v3.attrs.__delitem__("source"),
+            lambda: v3.create_dataset("n", data=[1]),
+            lambda: v3.__delitem__("f8"),
+            lambda: vf.stage_version("v4"),
+            lambda: vf.delete_versions(["v1"]),
+            lambda: setattr(vf, "current_version", "v1"),
+            lambda: vf.rebuild_hashtables(),
+        ):
             with pytest.raises(ReadOnlyError):
                 write()
         assert "v3" in repr(v3) and "shared" in repr(vf) and "(5,)" in repr(v3["added/z"])
@@ -237,16 +310,23 @@ def test_lookups_and_get_diff_equal_the_h5py_level_api(tmp_path):
     with h5py.File(p, "r") as f:
         plain = VersionedHDF5File(f)
         when = plain.version_info("v2").timestamp
-        expected = (plain.get_diff("f8", "v1", "v2"), plain.get_version_by_timestamp(when).name,
-                    plain[when + datetime.timedelta(seconds=1)].name, plain.get_version_by_name("").name)
+        expected = (
+            plain.get_diff("f8", "v1", "v2"),
+            plain.get_version_by_timestamp(when).name,
+            plain[when + datetime.timedelta(seconds=1)].name,
+            plain.get_version_by_name("").name,
+        )
     with VersionedHDF5File.open(p) as vf:
         diff = vf.get_diff("f8", "v1", "v2")
         assert list(diff) == list(expected[0]) and len(diff) > 0
         for region, (a, b) in diff.items():
             np.testing.assert_array_equal(a, expected[0][region][0])
             np.testing.assert_array_equal(b, expected[0][region][1])
-        assert (vf.get_version_by_timestamp(when).name, vf[when + datetime.timedelta(seconds=1)].name,
-                vf.get_version_by_name("").name) == expected[1:]
+        assert (
+            vf.get_version_by_timestamp(when).name,
+            vf[when + datetime.timedelta(seconds=1)].name,
+            vf.get_version_by_name("").name,
+        ) == expected[1:]
         with pytest.raises(VersionNotFoundError):
             vf.get_version_by_timestamp(when + datetime.timedelta(microseconds=1), exact=True)
         with pytest.raises(KeyError, match="no version 'nope'"):
@@ -279,8 +359,7 @@ def _make(path: str, n: int, owned: bool = False) -> None:
                 if i == 0:
                     g.create_dataset("x", data=np.arange(100.0), chunks=(10,))
                     g.create_dataset("y", data=np.arange(100.0) + 1000, chunks=(10,))
-                    g.create_dataset("s", data=np.array(["a", "b", "c"] * 4, dtype=object), dtype=STR,
-                                     chunks=(5,))
+                    g.create_dataset("s", data=np.array(["a", "b", "c"] * 4, dtype=object), dtype=STR, chunks=(5,))
                 elif owned:
                     g["x"][0:10] = -i
                     g["y"][0:10] = -100 - i
@@ -290,8 +369,13 @@ def _make(path: str, n: int, owned: bool = False) -> None:
 
 
 def _run(script: str, *args, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
 
 
 _COMMIT = """
@@ -363,8 +447,15 @@ def test_a_reader_resolving_in_a_loop_does_not_starve_a_writer(tmp_path):
         reader = threading.Thread(target=read, args=(vf,))
         reader.start()
         try:
-            run = _run(_COMMIT.replace('h5py.File(path, "a")', "open_file(path)").replace(
-                "import VersionedHDF5File", "import VersionedHDF5File, open_file"), p, 2, 15, VHDF5_LOCK_TIMEOUT="0.5")
+            run = _run(
+                _COMMIT.replace('h5py.File(path, "a")', "open_file(path)").replace(
+                    "import VersionedHDF5File", "import VersionedHDF5File, open_file"
+                ),
+                p,
+                2,
+                15,
+                VHDF5_LOCK_TIMEOUT="0.5",
+            )
         finally:
             stop.set()
             reader.join()
@@ -415,15 +506,19 @@ def test_a_writer_that_timed_out_opens_the_gate_again(tmp_path):
     it gives up, readers of other processes get in again."""
     p = str(tmp_path / "f.bin")
     open(p, "wb").close()
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_SHARED, p], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_SHARED, p], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(FileBusyError):
             with file_locks(p).writing(timeout=0.3):
                 pass
-        run = _run("import sys\nfrom xarray_vhdf5.versions.locking import file_locks\n"
-                   "with file_locks(sys.argv[1]).resolving(timeout=0.5): print('in')", p)
+        run = _run(
+            "import sys\nfrom xarray_vhdf5.versions.locking import file_locks\n"
+            "with file_locks(sys.argv[1]).resolving(timeout=0.5): print('in')",
+            p,
+        )
         assert run.returncode == 0 and run.stdout.strip() == "in", run.stderr
     finally:
         holder.communicate("\n", timeout=30)

@@ -14,8 +14,8 @@ from xarray_vhdf5 import (
     VersionedHDF5File,
 )
 from xarray_vhdf5.backend.chunkmap import build_slab_indices_and_offsets
-from xarray_vhdf5.staging import StagedChangesArray
 from xarray_vhdf5.errors import StaleVersionError
+from xarray_vhdf5.staging import StagedChangesArray
 from xarray_vhdf5.versions import forget_shared_caches
 
 SHAPE, CHUNKS = (100, 60), (10, 20)  # 10 x 3 = 30 chunks
@@ -28,8 +28,12 @@ def base(tmp_path):
     with h5py.File(path, "w") as f:
         with VersionedHDF5File(f).stage_version("v1") as g:
             g.create_dataset("x", data=data, chunks=CHUNKS)
-            g.create_dataset("s", data=np.array([b"a", b"bb", b"ccc", b"d"], dtype=object),
-                             dtype=h5py.string_dtype("ascii"), chunks=(2,))
+            g.create_dataset(
+                "s",
+                data=np.array([b"a", b"bb", b"ccc", b"d"], dtype=object),
+                dtype=h5py.string_dtype("ascii"),
+                chunks=(2,),
+            )
     return path, data
 
 
@@ -316,8 +320,7 @@ def _count_wholesale_loads(monkeypatch) -> list:
     iterated: list = []
     real_iter, real_by_index = h5py.AttributeManager.__iter__, staged_attrs.attrs_by_index
     monkeypatch.setattr(h5py.AttributeManager, "__iter__", lambda self: iterated.append(self) or real_iter(self))
-    monkeypatch.setattr(staged_attrs, "attrs_by_index",
-                        lambda *args: iterated.append(args) or real_by_index(*args))
+    monkeypatch.setattr(staged_attrs, "attrs_by_index", lambda *args: iterated.append(args) or real_by_index(*args))
     return iterated
 
 
@@ -424,8 +427,9 @@ def test_untouched_datasets_are_copied_without_being_opened(base, monkeypatch):
             g["x"][0, 0] = -1.0
         opened = []
         real_init = chunked.InMemoryDataset.__init__
-        monkeypatch.setattr(chunked.InMemoryDataset, "__init__",
-                            lambda self, name, *a: opened.append(name) or real_init(self, name, *a))
+        monkeypatch.setattr(
+            chunked.InMemoryDataset, "__init__", lambda self, name, *a: opened.append(name) or real_init(self, name, *a)
+        )
         with vf.stage_version("v3") as g:
             assert list(g) == ["x", "s"] and "x" in g and len(g) == 2
             assert isinstance(g._children["x"], group_module.UnopenedDataset)
@@ -625,7 +629,9 @@ def _edited(data: np.ndarray, points: dict) -> np.ndarray:
 
 
 def _raw_rows(f: h5py.File, name: str) -> tuple[int, int]:
-    return f[f"_version_data/{name}/raw_data"].shape[0], int(f[f"_version_data/{name}/hash_table"].attrs["largest_index"])
+    return f[f"_version_data/{name}/raw_data"].shape[0], int(
+        f[f"_version_data/{name}/hash_table"].attrs["largest_index"]
+    )
 
 
 def _mapping(f: h5py.File, version: str, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -23,9 +23,7 @@ from xarray_vhdf5.errors import UnsupportedError
 from xarray_vhdf5.staging import IndexChunkMapper, StagedChangesArray, map_index
 from xarray_vhdf5.testing.strategies import chunked_shapes, indices
 
-SETTINGS = settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _pairs(m: IndexChunkMapper, i: int):
@@ -91,9 +89,7 @@ def test_getitem_and_setitem_match_numpy(data):
 
     # The set of selected points per axis: slicing an axis-tagged array.
     for a, m in enumerate(mapping.mappers):
-        tagged = np.broadcast_to(
-            np.arange(shape[a]).reshape([-1 if b == a else 1 for b in range(len(shape))]), shape
-        )
+        tagged = np.broadcast_to(np.arange(shape[a]).reshape([-1 if b == a else 1 for b in range(len(shape))]), shape)
         points = np.unique(np.asarray(tagged[idx]))
         if not np.asarray(x[idx]).size:
             continue  # another axis is empty: this one's points are not observable

@@ -125,12 +125,8 @@ def check_invariants(arr: StagedChangesArray, ref: np.ndarray) -> None:
         virtual = chunk_slices(chunk, arr.shape, arr.chunk_size)
         np.testing.assert_array_equal(ref[virtual], arr.fill_value)
     base = arr._base
-    same_fill = np.array_equal(
-        np.asarray(arr._fill), np.asarray(base.fill_value), equal_nan=arr.dtype.kind in "fc"
-    )
-    assert arr.has_changes == bool(
-        len(plan) or arr.shape != base.shape or arr.dtype != base.dtype or not same_fill
-    )
+    same_fill = np.array_equal(np.asarray(arr._fill), np.asarray(base.fill_value), equal_nan=arr.dtype.kind in "fc")
+    assert arr.has_changes == bool(len(plan) or arr.shape != base.shape or arr.dtype != base.dtype or not same_fill)
 
 
 def build(

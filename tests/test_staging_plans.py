@@ -138,8 +138,12 @@ class _Spy:
 def _plan_facts(plan: SetItemPlan) -> tuple:
     """Everything a SetItemPlan decides, without its printed index views."""
     return (
-        plan.appends, plan.transfers.lines(), plan.drops, plan.refcounts.tolist(),
-        plan.slab_indices.tolist(), plan.slab_offsets.tolist(),
+        plan.appends,
+        plan.transfers.lines(),
+        plan.drops,
+        plan.refcounts.tolist(),
+        plan.slab_indices.tolist(),
+        plan.slab_offsets.tolist(),
     )
 
 
@@ -184,8 +188,14 @@ def test_basic_setitem_plan_equals_the_general_plan(backend, monkeypatch):
                 fast = map_index(idx, shape, chunks)
                 general = map_index_general(idx, shape, chunks)
                 assert fast.basic is not None and general.basic is None
-                args = (arr._slab_indices, arr._slab_offsets, arr._chunk_size, len(arr._slabs), arr._n_base,
-                        arr._refcounts)
+                args = (
+                    arr._slab_indices,
+                    arr._slab_offsets,
+                    arr._chunk_size,
+                    len(arr._slabs),
+                    arr._n_base,
+                    arr._refcounts,
+                )
                 assert _plan_facts(SetItemPlan(fast, *args)) == _plan_facts(SetItemPlan(general, *args))
                 small_plans += small.called
                 small.called = False
@@ -223,9 +233,7 @@ def test_changes_plan_lists_exactly_the_changed_chunks():
     arr[6, 8] = 2  # chunk (2, 2), an edge chunk
     plan = arr._changes_plan()
     assert [c.chunk for c in plan] == [(0, 0), (1, 1), (2, 2)]
-    assert {tuple(c) for c in plan.unchanged.tolist()} == {
-        (0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)
-    }
+    assert {tuple(c) for c in plan.unchanged.tolist()} == {(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)}
     for c in plan.unchanged.tolist():
         assert arr.slab_offsets[tuple(c)] == so[tuple(c)]
     changed = list(arr.changed_chunks())
@@ -505,7 +513,9 @@ def test_over_dataset_behaves_as_the_constructor(tmp_path):
     for arr in (checked, fast):
         arr[3:6, 2:5] = -1
     np.testing.assert_array_equal(fast[:], checked[:])
-    np.testing.assert_array_equal(fast._changes_plan().changed_slab_indices, checked._changes_plan().changed_slab_indices)
+    np.testing.assert_array_equal(
+        fast._changes_plan().changed_slab_indices, checked._changes_plan().changed_slab_indices
+    )
     with pytest.raises(IncompatibleDataError, match="slab_indices must be in"):
         StagedChangesArray._over_dataset((9, 7), (4, 3), dset, si + 1, so, 0, np.dtype("i4"))
     with pytest.raises(IncompatibleDataError, match="one point per chunk"):
@@ -547,6 +557,7 @@ def test_staging_one_chunk_of_a_large_base_allocates_one_chunk(tmp_path):
         arr = StagedChangesArray(shape, chunks, [raw], si, so)
         tracemalloc.start()
         try:
+
             def allocated(op) -> int:
                 """Peak of the memory traced while ``op`` runs, above what was live before."""
                 before, _ = tracemalloc.get_traced_memory()

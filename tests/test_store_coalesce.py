@@ -17,8 +17,9 @@ def _file(path):
     with h5py.File(path, "w") as f:
         vf = xarray_vhdf5.VersionedHDF5File(f)
         with vf.stage_version("v1") as g:
-            g.create_dataset("gz", data=np.arange(100.0 * 6).reshape(100, 6), chunks=(10, 3),
-                             compression="gzip", fillvalue=-9.0)
+            g.create_dataset(
+                "gz", data=np.arange(100.0 * 6).reshape(100, 6), chunks=(10, 3), compression="gzip", fillvalue=-9.0
+            )
             g.create_dataset("raw", data=np.arange(100.0), chunks=(10,))  # passes through: not coalesced
         with vf.stage_version("v2") as g:
             g["gz"].resize((130, 6))  # chunks 10..12 along axis 0: only rows 100..129 (fill value)
@@ -57,6 +58,7 @@ def test_keys_of_coalesced_chunks(tmp_path):
     with h5py.File(path, "r") as f:
         np.testing.assert_array_equal(chunk, f["_version_data/versions/v2/gz"][80:120, 0:3])
     assert (chunk[20:25] == 1.0).all() and (chunk[25:] == -9.0).all()
+
 
 def test_dask_tasks_follow_the_coalesced_chunks(tmp_path):
     path = tmp_path / "c.h5"

@@ -35,9 +35,11 @@ from xarray_vhdf5.store import VersionStore
 
 VERSIONS = "_version_data/versions"
 PROTO = default_buffer_prototype()
-NO_ARBITRARY_KEYS = ("a committed version's keys are its datasets' zarr.json and mapped chunks; "
-                     "arbitrary bytes cannot be placed at arbitrary keys (that would be a new commit, "
-                     "i.e. another version), so this kit test is run below on the version's real keys")
+NO_ARBITRARY_KEYS = (
+    "a committed version's keys are its datasets' zarr.json and mapped chunks; "
+    "arbitrary bytes cannot be placed at arbitrary keys (that would be a new commit, "
+    "i.e. another version), so this kit test is run below on the version's real keys"
+)
 
 
 def make_file(path) -> None:
@@ -54,8 +56,7 @@ def make_file(path) -> None:
         with vf.stage_version("v1") as g:
             g.create_dataset("a", data=a, chunks=(4, 3), compression="gzip", fillvalue=0.0)
             g.create_dataset("u", data=(np.arange(9) - 4).astype(">i2"), chunks=(4,))
-            g.create_group("grp").create_dataset("b", data=np.arange(5, dtype="u1"), chunks=(5,),
-                                                 compression="gzip")
+            g.create_group("grp").create_dataset("b", data=np.arange(5, dtype="u1"), chunks=(5,), compression="gzip")
             g["a"].attrs["units"] = "K"
         with vf.stage_version("v2") as g:
             g["a"][0, 0] = -1.0
@@ -70,7 +71,9 @@ def _mappings(vds) -> dict[tuple[int, ...], tuple[str, tuple[int, ...]]]:
         for index in np.ndindex(*(-(-(e + 1 - s) // c) for s, e, c in zip(vstart, vend, chunks))):
             start = tuple(s + i * c for s, i, c in zip(vstart, index, chunks))
             out[tuple(p // c for p, c in zip(start, chunks))] = (
-                m.dset_name, tuple(ss + (p - s) for ss, p, s in zip(sstart, start, vstart)))
+                m.dset_name,
+                tuple(ss + (p - s) for ss, p, s in zip(sstart, start, vstart)),
+            )
     return out
 
 
@@ -176,20 +179,29 @@ class TestVersionStoreKit(StoreTests[VersionStore, Buffer]):
 
     # -- get -----------------------------------------------------------------------------------
     @pytest.mark.parametrize("key", ["a/c/0/0", "a/c/2/2", "a/c/1/2", "u/c/2", "grp/b/c/0"])
-    @pytest.mark.parametrize("byte_range", [None, RangeByteRequest(1, 4), RangeByteRequest(3, 10**6),
-                                            OffsetByteRequest(1), SuffixByteRequest(1),
-                                            SuffixByteRequest(10**6), RangeByteRequest(2, 2)])
+    @pytest.mark.parametrize(
+        "byte_range",
+        [
+            None,
+            RangeByteRequest(1, 4),
+            RangeByteRequest(3, 10**6),
+            OffsetByteRequest(1),
+            SuffixByteRequest(1),
+            SuffixByteRequest(10**6),
+            RangeByteRequest(2, 2),
+        ],
+    )
     def test_get(self, store, key, byte_range) -> None:
         data = raw_chunk(store.path, self.VERSION, key)
         assert data
         if byte_range is None:
             expected = data
         elif isinstance(byte_range, RangeByteRequest):
-            expected = data[byte_range.start:byte_range.end]
+            expected = data[byte_range.start : byte_range.end]
         elif isinstance(byte_range, OffsetByteRequest):
-            expected = data[byte_range.offset:]
+            expected = data[byte_range.offset :]
         else:
-            expected = data[max(len(data) - byte_range.suffix, 0):]
+            expected = data[max(len(data) - byte_range.suffix, 0) :]
         assert _bytes(sync(store.get(key, PROTO, byte_range=byte_range))) == expected
 
     def test_get_document_byte_ranges(self, store) -> None:
@@ -200,8 +212,22 @@ class TestVersionStoreKit(StoreTests[VersionStore, Buffer]):
         assert _bytes(sync(store.get("a/zarr.json", PROTO, RangeByteRequest(5, 25)))) == whole[5:25]
         assert _bytes(sync(store.get("a/zarr.json", PROTO, SuffixByteRequest(7)))) == whole[-7:]
 
-    @pytest.mark.parametrize("key", ["a/c/1/1", "a/c/3/0", "a/c/0", "a/c/0/0/0", "nope/zarr.json",
-                                     "a", "a/c", "grp/zarr.jso", "u/c/-1", "c/0", "foo/0/0"])
+    @pytest.mark.parametrize(
+        "key",
+        [
+            "a/c/1/1",
+            "a/c/3/0",
+            "a/c/0",
+            "a/c/0/0/0",
+            "nope/zarr.json",
+            "a",
+            "a/c",
+            "grp/zarr.jso",
+            "u/c/-1",
+            "c/0",
+            "foo/0/0",
+        ],
+    )
     def test_get_missing(self, store, key) -> None:
         """Unmapped chunks, chunks off the grid, wrong ranks and non-keys read as None."""
         assert sync(store.get(key, PROTO)) is None
@@ -238,8 +264,13 @@ class TestVersionStoreKit(StoreTests[VersionStore, Buffer]):
                 assert json.loads(got[key])["zarr_format"] == 3
 
     def test_get_partial_values(self, store) -> None:
-        requests = [("a/c/0/1", RangeByteRequest(0, 2)), ("zarr.json", None), ("u/c/0", SuffixByteRequest(2)),
-                    ("grp/b/c/0", OffsetByteRequest(2)), ("a/c/1/1", None)]
+        requests = [
+            ("a/c/0/1", RangeByteRequest(0, 2)),
+            ("zarr.json", None),
+            ("u/c/0", SuffixByteRequest(2)),
+            ("grp/b/c/0", OffsetByteRequest(2)),
+            ("a/c/1/1", None),
+        ]
         got = sync(store.get_partial_values(PROTO, requests))
         assert _bytes(got[0]) == raw_chunk(store.path, self.VERSION, "a/c/0/1")[:2]
         assert json.loads(_bytes(got[1]))["node_type"] == "group"
@@ -259,8 +290,7 @@ class TestVersionStoreKit(StoreTests[VersionStore, Buffer]):
         meta = sync(store._get_json("zarr.json", prototype=PROTO))
         inline = meta["consolidated_metadata"]["metadata"]
         assert sorted(inline) == ["a", "grp", "grp/b", "u"]
-        assert inline["u"]["data_type"] == "int16" and inline["u"]["codecs"][0]["configuration"] == {
-            "endian": "big"}
+        assert inline["u"]["data_type"] == "int16" and inline["u"]["codecs"][0]["configuration"] == {"endian": "big"}
         assert [c["name"] for c in inline["a"]["codecs"]] == ["bytes", "numcodecs.zlib"]
 
     def test_get_json_sync(self, store) -> None:
@@ -305,13 +335,20 @@ class TestVersionStoreKit(StoreTests[VersionStore, Buffer]):
         assert observed == sorted(k for k in expected_keys(store.path, self.VERSION) if k.startswith(prefix))
 
     def test_list_empty_path(self, store) -> None:
-        assert sorted(sync(_collect_aiterator(store.list()))) == sorted(
-            sync(_collect_aiterator(store.list_prefix(""))))
+        assert sorted(sync(_collect_aiterator(store.list()))) == sorted(sync(_collect_aiterator(store.list_prefix(""))))
 
-    @pytest.mark.parametrize(("prefix", "expected"), [
-        ("", {"zarr.json", "a", "u", "grp"}), ("a", {"zarr.json", "c"}), ("a/c", {"0", "1", "2"}),
-        ("a/c/1", {"0", "2"}), ("grp", {"zarr.json", "b"}), ("grp/b/c", {"0"}), ("spam", frozenset()),
-    ])
+    @pytest.mark.parametrize(
+        ("prefix", "expected"),
+        [
+            ("", {"zarr.json", "a", "u", "grp"}),
+            ("a", {"zarr.json", "c"}),
+            ("a/c", {"0", "1", "2"}),
+            ("a/c/1", {"0", "2"}),
+            ("grp", {"zarr.json", "b"}),
+            ("grp/b/c", {"0"}),
+            ("spam", frozenset()),
+        ],
+    )
     def test_list_dir(self, store, prefix, expected) -> None:
         for p in {prefix, prefix + "/"}:
             observed = sync(_collect_aiterator(store.list_dir(p)))
@@ -347,8 +384,9 @@ class TestVersionStoreKit(StoreTests[VersionStore, Buffer]):
         assert set(sync(_collect_aiterator(store.list()))) == expected_keys(store.path, self.VERSION)
 
     def test_delete(self, store) -> None:
-        pytest.skip("supports_deletes is False: a committed version never changes "
-                    "(the refusal is test_read_only_store_raises)")
+        pytest.skip(
+            "supports_deletes is False: a committed version never changes (the refusal is test_read_only_store_raises)"
+        )
 
     def test_delete_dir(self, store) -> None:
         pytest.skip("supports_deletes is False: a committed version never changes")

@@ -18,8 +18,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from xarray_vhdf5.store import VersionStore
-from xarray_vhdf5.store import _staged
+from xarray_vhdf5.store import VersionStore, _staged
 from xarray_vhdf5.store._fastcommit import plan_fast_commit
 from xarray_vhdf5.versions import VersionedHDF5File
 
@@ -36,11 +35,19 @@ def days(n: int, start: int = 0, seed: int = 0) -> xr.Dataset:
     sst = rng.normal(20, 3, (n, 6, 4)).astype("float32")
     sst[0, 0, 0] = np.nan
     ds = xr.Dataset(
-        {"sst": (("time", "y", "x"), sst, {"units": "degC", "long_name": "sea surface temperature",
-                                       "scale": np.float32(0.1)}),
-         "count": (("time", "y"), rng.integers(0, 9, (n, 6)).astype("int16"))},
-        coords={"time": np.datetime64("2000-01-01", "ns") + np.arange(start, start + n).astype("m8[D]"),
-                "y": np.linspace(0, 1, 6), "x": np.arange(4, dtype="int32")},
+        {
+            "sst": (
+                ("time", "y", "x"),
+                sst,
+                {"units": "degC", "long_name": "sea surface temperature", "scale": np.float32(0.1)},
+            ),
+            "count": (("time", "y"), rng.integers(0, 9, (n, 6)).astype("int16")),
+        },
+        coords={
+            "time": np.datetime64("2000-01-01", "ns") + np.arange(start, start + n).astype("m8[D]"),
+            "y": np.linspace(0, 1, 6),
+            "x": np.arange(4, dtype="int32"),
+        },
         attrs={"title": "days"},
     )
     for name in ("sst", "count"):
@@ -131,8 +138,10 @@ def run_both(tmp_path, writes, monkeypatch, *, compression=None, numcodecs=False
     assert list(fast_content) == list(xr_content)
     for version in fast_content:
         assert fast_content[version] == xr_content[version], version
-        with xr.open_dataset(paths[True], engine="vhdf5", version=version) as a, \
-                xr.open_dataset(paths[False], engine="vhdf5", version=version) as b:
+        with (
+            xr.open_dataset(paths[True], engine="vhdf5", version=version) as a,
+            xr.open_dataset(paths[False], engine="vhdf5", version=version) as b,
+        ):
             xr.testing.assert_identical(a.load(), b.load())
     return paths
 
@@ -143,6 +152,7 @@ def append(start: int, n: int = 1):
         for name in ds.variables:
             ds[name].encoding.pop("chunks", None)
         ds.to_zarr(store, mode="a", append_dim="time", consolidated=False)
+
     return write
 
 
@@ -212,8 +222,10 @@ def test_a_group_of_the_version(tmp_path, monkeypatch):
         paths[fast] = path
     assert hash_tables(paths[True]) == hash_tables(paths[False])
     assert versions_content(paths[True]) == versions_content(paths[False])
-    with xr.open_dataset(paths[True], engine="vhdf5", group="sub") as a, \
-            xr.open_dataset(paths[False], engine="vhdf5", group="sub") as b:
+    with (
+        xr.open_dataset(paths[True], engine="vhdf5", group="sub") as a,
+        xr.open_dataset(paths[False], engine="vhdf5", group="sub") as b,
+    ):
         xr.testing.assert_identical(a.load(), b.load())
         assert a.sizes["time"] == 7
 

@@ -34,10 +34,15 @@ pytestmark = pytest.mark.filterwarnings(
 def data(n_days: int = 8, seed: int = 0) -> xr.Dataset:
     rng = np.random.default_rng(seed)
     ds = xr.Dataset(
-        {"sst": (("time", "y", "x"), rng.normal(20, 3, (n_days, 6, 5)).astype("float32"), {"units": "degC"}),
-         "n": (("time",), np.arange(n_days, dtype="int32"))},
-        coords={"time": np.datetime64("2000-01-01", "ns") + np.arange(n_days).astype("m8[D]"),
-                "y": np.arange(6.0), "x": np.arange(5)},
+        {
+            "sst": (("time", "y", "x"), rng.normal(20, 3, (n_days, 6, 5)).astype("float32"), {"units": "degC"}),
+            "n": (("time",), np.arange(n_days, dtype="int32")),
+        },
+        coords={
+            "time": np.datetime64("2000-01-01", "ns") + np.arange(n_days).astype("m8[D]"),
+            "y": np.arange(6.0),
+            "x": np.arange(5),
+        },
         attrs={"title": "forks"},
     )
     ds["sst"].encoding["chunks"] = (2, 6, 5)
@@ -135,9 +140,10 @@ def test_local_cluster_through_forks_commits_the_same_bytes(tmp_path):
     ds = data(12)
     single_process(tmp_path / "one.h5", ds)
     store = VersionStore(tmp_path / "two.h5", read_only=False)
-    with (distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                   dashboard_address=":0") as cluster,
-          distributed.Client(cluster) as client):
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        distributed.Client(cluster) as client,
+    ):
         fork = store.fork()
         ds.chunk({"time": 2}).to_zarr(fork, mode="w")
         pids = set(client.run(os.getpid).values())

@@ -33,7 +33,13 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 import xarray_vhdf5
-from xarray_vhdf5.errors import CorruptFileError, DatasetNotFoundError, NotHDF5Error, NotVersionedError, VersionNotFoundError
+from xarray_vhdf5.errors import (
+    CorruptFileError,
+    DatasetNotFoundError,
+    NotHDF5Error,
+    NotVersionedError,
+    VersionNotFoundError,
+)
 from xarray_vhdf5.store import VersionStore
 from xarray_vhdf5.testing.strategies import chunked_shapes, data_for, dtypes, fill_values, rngs
 
@@ -57,7 +63,9 @@ def _mapped_chunks(vds) -> dict[tuple[int, ...], tuple[str, tuple[int, ...]]]:
         for index in np.ndindex(*(-(-(e + 1 - s) // c) for s, e, c in zip(vstart, vend, chunks))):
             start = tuple(s + i * c for s, i, c in zip(vstart, index, chunks))
             out[tuple(p // c for p, c in zip(start, chunks))] = (
-                m.dset_name, tuple(ss + (p - s) for ss, p, s in zip(sstart, start, vstart)))
+                m.dset_name,
+                tuple(ss + (p - s) for ss, p, s in zip(sstart, start, vstart)),
+            )
     return out
 
 
@@ -67,8 +75,9 @@ def _is_dimension_only(obj) -> bool:
 
 def _expected(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     if value.dtype.kind == "O":  # variable-length strings: zarr's are str
-        value = np.array([v.decode() if isinstance(v, bytes) else v for v in value.reshape(-1)],
-                         dtype=object).reshape(value.shape)
+        value = np.array([v.decode() if isinstance(v, bytes) else v for v in value.reshape(-1)], dtype=object).reshape(
+            value.shape
+        )
     return value.reshape(shape) if value.shape != shape else value  # a scalar: one point, 0-d
 
 
@@ -79,8 +88,9 @@ def assert_arrays_match_h5py(path, version: str, group: str | None = None, **sto
     with h5py.File(path, "r") as f:
         root = f[f"{VERSIONS}/{version}/{group}" if group else f"{VERSIONS}/{version}"]
         names = []
-        root.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset)
-                        and not _is_dimension_only(o) else None)
+        root.visititems(
+            lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and not _is_dimension_only(o) else None
+        )
         assert sorted(arrays) == sorted(names)
         for name, arr in arrays.items():
             got = arr[...]
@@ -110,8 +120,13 @@ def _key_bytes(store: VersionStore, key: str) -> bytes | None:
 
 
 # -- NOAA files and the package's COADS subset over several versions ------------------------------
-SOURCES = ["coads_climatology.cdf", "esku_heat_budget.cdf", "etopo20.cdf", "ocean_atlas_subset.nc",
-           "coads_sst_airt.nc"]  # etopo5.cdf (37 MB) left out: the same layout as etopo20, 4 s more
+SOURCES = [
+    "coads_climatology.cdf",
+    "esku_heat_budget.cdf",
+    "etopo20.cdf",
+    "ocean_atlas_subset.nc",
+    "coads_sst_airt.nc",
+]  # etopo5.cdf (37 MB) left out: the same layout as etopo20, 4 s more
 
 
 @pytest.mark.parametrize("name", SOURCES)
@@ -171,9 +186,16 @@ def kinds_file(tmp_path) -> Path:
         attrs={"title": "kinds", "levels": np.array([1, 2]), "scale": 1.5, "flag_values": np.array([0, 1], "i1")},
     )
     nc = tmp_path / "kinds.nc"
-    ds.to_netcdf(nc, engine="netcdf4", encoding={
-        "flag": {"dtype": "S1"}, "label": {"dtype": "S1", "_Encoding": "utf-8"},
-        "sst": {"_FillValue": -1e34}, "i1": {"_FillValue": -1}})
+    ds.to_netcdf(
+        nc,
+        engine="netcdf4",
+        encoding={
+            "flag": {"dtype": "S1"},
+            "label": {"dtype": "S1", "_Encoding": "utf-8"},
+            "sst": {"_FillValue": -1e34},
+            "i1": {"_FillValue": -1},
+        },
+    )
     path = tmp_path / "kinds.h5"
     with xr.open_dataset(nc, engine="netcdf4") as src:
         src.load().vhdf5.commit("v1", path=path)
@@ -204,10 +226,16 @@ def test_kinds_arrays_match_h5py(kinds_file):
 
 def test_dtypes_of_h5py_datasets(tmp_path):
     """Datasets made through the h5py-like API: the dtypes xarray's writers would CF-encode away."""
-    values = {"b": np.array([True, False, True]), "i1": np.array([-1, 0, 1], "i1"),
-              "u8": np.array([0, 2**63, 2**64 - 1], "u8"), "f2": np.array([0.5, -1, 65504], "f2"),
-              "c16": np.array([1 + 2j, -0.5j, 3]), "f8be": np.array([1.5, 2, -3], ">f8"),
-              "i4be": np.array([-(2**31), 0, 2**31 - 1], ">i4"), "s5": np.array([b"ab", b"", b"12345"])}
+    values = {
+        "b": np.array([True, False, True]),
+        "i1": np.array([-1, 0, 1], "i1"),
+        "u8": np.array([0, 2**63, 2**64 - 1], "u8"),
+        "f2": np.array([0.5, -1, 65504], "f2"),
+        "c16": np.array([1 + 2j, -0.5j, 3]),
+        "f8be": np.array([1.5, 2, -3], ">f8"),
+        "i4be": np.array([-(2**31), 0, 2**31 - 1], ">i4"),
+        "s5": np.array([b"ab", b"", b"12345"]),
+    }
     path = tmp_path / "dtypes.h5"
     with h5py.File(path, "w") as f:
         with xarray_vhdf5.VersionedHDF5File(f).stage_version("v1") as g:
@@ -235,12 +263,25 @@ def test_fill_values_of_strings(tmp_path):
     the store leaves it out (_metadata's docstring), so those variables read as the engine
     reads them with ``mask_and_scale=False``, without that attribute; the rest as the engine.
     """
-    ds = xr.Dataset({"flag": ("t", np.array([b"ok", b"-", b"no"])), "s": ("t", np.array([b"ab", b"zz", b"c"])),
-                     "o": ("t", np.array(["a", "-", "b"], dtype=object)), "f": ("t", np.array([1.0, np.nan, 2]))})
+    ds = xr.Dataset(
+        {
+            "flag": ("t", np.array([b"ok", b"-", b"no"])),
+            "s": ("t", np.array([b"ab", b"zz", b"c"])),
+            "o": ("t", np.array(["a", "-", "b"], dtype=object)),
+            "f": ("t", np.array([1.0, np.nan, 2])),
+        }
+    )
     nc, path = tmp_path / "fv.nc", tmp_path / "fv.h5"
-    ds.to_netcdf(nc, engine="netcdf4", encoding={
-        "flag": {"dtype": "S1", "_FillValue": b"-"}, "s": {"_FillValue": b"zz"}, "o": {"_FillValue": "-", "dtype": str},
-        "f": {"_FillValue": -9.0}})
+    ds.to_netcdf(
+        nc,
+        engine="netcdf4",
+        encoding={
+            "flag": {"dtype": "S1", "_FillValue": b"-"},
+            "s": {"_FillValue": b"zz"},
+            "o": {"_FillValue": "-", "dtype": str},
+            "f": {"_FillValue": -9.0},
+        },
+    )
     with xr.open_dataset(nc, engine="netcdf4") as src:
         src.load().vhdf5.commit("v1", path=path)
     strings = ["flag", "s", "o"]
@@ -365,8 +406,9 @@ def test_chunks_with_a_skipped_filter_read_right(filters_file):
         assert_arrays_match_h5py(filters_file, "v2", numcodecs=numcodecs)
     store = VersionStore(filters_file, version="v2", numcodecs=True)
     got = _key_bytes(store, "gzip/c/2/1")  # re-encoded to the array's one codec list
-    np.testing.assert_array_equal(np.frombuffer(zlib.decompress(got), "<i4").reshape(5, 4),
-                                  expected["gzip"][10:15, 4:8])
+    np.testing.assert_array_equal(
+        np.frombuffer(zlib.decompress(got), "<i4").reshape(5, 4), expected["gzip"][10:15, 4:8]
+    )
     assert_same_as_engine(filters_file, "v2")
 
 
@@ -378,9 +420,12 @@ def _check_plugin_filters(path: str) -> None:
     codec_of = {"zstd": {"id": "zstd"}, "blosc": {"id": "blosc"}, "blosc_zstd": {"id": "blosc"}}
     data = np.round(np.random.default_rng(3).random((40, 30)), 1).astype("f4")
     data[:16] = np.arange(16 * 30).reshape(16, 30) % 5  # compressible rows: filters not skipped there
-    filters = {"zstd": hdf5plugin.Zstd(clevel=5), "blosc": hdf5plugin.Blosc(cname="lz4", shuffle=1),
-               "blosc_zstd": hdf5plugin.Blosc(cname="zstd", clevel=3, shuffle=2),
-               "lz4": hdf5plugin.LZ4()}
+    filters = {
+        "zstd": hdf5plugin.Zstd(clevel=5),
+        "blosc": hdf5plugin.Blosc(cname="lz4", shuffle=1),
+        "blosc_zstd": hdf5plugin.Blosc(cname="zstd", clevel=3, shuffle=2),
+        "lz4": hdf5plugin.LZ4(),
+    }
     with h5py.File(path, "w") as f:
         vf = xarray_vhdf5.VersionedHDF5File(f)
         with vf.stage_version("v1") as g:
@@ -418,8 +463,10 @@ def test_hdf5plugin_zstd_blosc_pass_through(tmp_path):
     imported by any test module of the worker, hdf5plugin's filters fail to load.
     """
     pytest.importorskip("hdf5plugin")
-    code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
-            f"import test_store_read; test_store_read._check_plugin_filters({str(tmp_path / 'p.h5')!r})")
+    code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+        f"import test_store_read; test_store_read._check_plugin_filters({str(tmp_path / 'p.h5')!r})"
+    )
     env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -435,10 +482,10 @@ def test_versioned_hdf5_files(tmp_path):
         vf = versioned_hdf5.VersionedHDF5File(f)
         with vf.stage_version("r0") as g:
             g.create_dataset("a", data=np.arange(100.0).reshape(10, 10), chunks=(4, 4), fillvalue=-1.0)
-            g.create_dataset("b", data=np.arange(10, dtype="i2"), chunks=(3,), compression="gzip",
-                             compression_opts=2)
-            g.create_dataset("s", data=np.array(["x", "yy", "zzz"], dtype=object), dtype=h5py.string_dtype(),
-                             chunks=(2,))
+            g.create_dataset("b", data=np.arange(10, dtype="i2"), chunks=(3,), compression="gzip", compression_opts=2)
+            g.create_dataset(
+                "s", data=np.array(["x", "yy", "zzz"], dtype=object), dtype=h5py.string_dtype(), chunks=(2,)
+            )
             g.create_group("sub").create_dataset("c", data=np.ones((5, 7), "u2"), chunks=(2, 3))
         with vf.stage_version("r1") as g:
             g["a"].resize((12, 10))
@@ -608,8 +655,7 @@ def test_reads_during_commits_and_deletions_in_another_process(tmp_path):
     try:
         while child.poll() is None:
             np.testing.assert_array_equal(zg["x"][...], expected)
-            np.testing.assert_array_equal(
-                np.frombuffer(_key_bytes(store, "x/c/3"), "<f8"), expected[150:200])
+            np.testing.assert_array_equal(np.frombuffer(_key_bytes(store, "x/c/3"), "<f8"), expected[150:200])
             reads += 1
     finally:
         err = child.communicate(timeout=120)[1]
@@ -698,9 +744,18 @@ def test_attributes_json_cannot_hold(tmp_path):
     with h5py.File(path, "w") as f:
         with xarray_vhdf5.VersionedHDF5File(f).stage_version("v1") as g:
             d = g.create_dataset("x", data=np.arange(4.0), chunks=(2,))
-            d.attrs.update({"_ARRAY_DIMENSIONS": ["t"], "bad": np.bytes_(b"a\xff"), "c": np.complex128(1 + 2j),
-                            "names": np.array([b"a", b"b"]), "nan": np.float32("nan"), "empty": np.array([], "i4"),
-                            "big": np.uint64(2**64 - 1), "vlen": "h\xe9llo"})
+            d.attrs.update(
+                {
+                    "_ARRAY_DIMENSIONS": ["t"],
+                    "bad": np.bytes_(b"a\xff"),
+                    "c": np.complex128(1 + 2j),
+                    "names": np.array([b"a", b"b"]),
+                    "nan": np.float32("nan"),
+                    "empty": np.array([], "i4"),
+                    "big": np.uint64(2**64 - 1),
+                    "vlen": "h\xe9llo",
+                }
+            )
     attrs = xr.open_zarr(VersionStore(path, version="v1"), chunks=None)["x"].attrs
     assert attrs["bad"] == "a\udcff" and attrs["c"] == [1.0, 2.0] and attrs["names"] == ["a", "b"]
     assert np.isnan(attrs["nan"]) and attrs["empty"] == [] and attrs["big"] == 2**64 - 1

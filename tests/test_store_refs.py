@@ -51,8 +51,11 @@ def _write_noaa(path: str) -> None:
     v2["label"] = xr.Variable(("COADSY",), np.array([f"y{i}" * (i % 4) for i in range(90)], dtype=object))
     v2["code"] = xr.Variable(("COADSX",), np.array([b"ab", b"", b"xyz"] * 60, "S3"))
     v2["count"] = xr.Variable(("COADSX",), np.arange(180, dtype="i4"), encoding={"compression": None})
-    v2["check"] = xr.Variable(("COADSY", "COADSX"), np.arange(90 * 180, dtype="f8").reshape(90, 180),
-                              encoding={"fletcher32": True, "zlib": True, "shuffle": True})
+    v2["check"] = xr.Variable(
+        ("COADSY", "COADSX"),
+        np.arange(90 * 180, dtype="f8").reshape(90, 180),
+        encoding={"fletcher32": True, "zlib": True, "shuffle": True},
+    )
     v2.vhdf5.commit("v2", path=path)
     sub = src.isel(TIME=slice(6, 8))[["SST"]]
     sub.attrs = {"title": "a subgroup"}
@@ -68,25 +71,39 @@ def _write_mixed(path: str) -> None:
         vf = xarray_vhdf5.VersionedHDF5File(f)
         with vf.stage_version("m1") as g:
             g.create_dataset("plain", data=np.arange(30.0), chunks=(8,), fillvalue=1.5)
-            g.create_dataset("ints", data=np.arange(10, dtype="i8"), chunks=(4,), fillvalue=-1,
-                             compression="gzip")
-            g.create_dataset("gz", data=rng.random((20, 13)).round(2).astype("f4"), chunks=(6, 5),
-                             compression="gzip", shuffle=True, fillvalue=np.nan)
+            g.create_dataset("ints", data=np.arange(10, dtype="i8"), chunks=(4,), fillvalue=-1, compression="gzip")
+            g.create_dataset(
+                "gz",
+                data=rng.random((20, 13)).round(2).astype("f4"),
+                chunks=(6, 5),
+                compression="gzip",
+                shuffle=True,
+                fillvalue=np.nan,
+            )
             g["gz"].attrs["_FillValue"] = np.float32(np.nan)
             g.create_dataset("zeros", data=np.arange(1, 11, dtype="i4"), chunks=(5,), compression="gzip")
-            g.create_dataset("fl", data=rng.integers(0, 60000, (14, 9)).astype(">u2"), chunks=(6, 5),
-                             compression="gzip", shuffle=True, fletcher32=True, fillvalue=3)
-            g.create_dataset("zs", data=rng.random((40, 7)).round(1).astype("f4"), chunks=(16, 7),
-                             **hdf5plugin.Zstd(clevel=3))
+            g.create_dataset(
+                "fl",
+                data=rng.integers(0, 60000, (14, 9)).astype(">u2"),
+                chunks=(6, 5),
+                compression="gzip",
+                shuffle=True,
+                fletcher32=True,
+                fillvalue=3,
+            )
+            g.create_dataset(
+                "zs", data=rng.random((40, 7)).round(1).astype("f4"), chunks=(16, 7), **hdf5plugin.Zstd(clevel=3)
+            )
             # Blosc cannot shrink the random rows' chunk: HDF5 stores it with the filter skipped
-            bl = np.concatenate([np.tile(np.arange(5, dtype="i2"), (64, 1)),
-                                 rng.integers(-2**15, 2**15, (33, 5)).astype("i2")])
-            g.create_dataset("bl", data=bl, chunks=(32, 5),
-                             **hdf5plugin.Blosc(cname="lz4", shuffle=hdf5plugin.Blosc.SHUFFLE))
+            bl = np.concatenate(
+                [np.tile(np.arange(5, dtype="i2"), (64, 1)), rng.integers(-(2**15), 2**15, (33, 5)).astype("i2")]
+            )
+            g.create_dataset(
+                "bl", data=bl, chunks=(32, 5), **hdf5plugin.Blosc(cname="lz4", shuffle=hdf5plugin.Blosc.SHUFFLE)
+            )
             g.create_dataset("rnd", data=rng.random(64), chunks=(16,), compression="gzip")
             g.create_dataset("lz", data=rng.random((9, 10)) < 0.3, chunks=(3, 4), compression="lzf")
-            g.create_dataset("sub/t", data=np.arange(12, dtype="i4").reshape(3, 4), chunks=(2, 2),
-                             compression="gzip")
+            g.create_dataset("sub/t", data=np.arange(12, dtype="i4").reshape(3, 4), chunks=(2, 2), compression="gzip")
             g["sub/t"].attrs["units"] = "K"
         with vf.stage_version("m2") as g:  # grown: the new chunks are not mapped
             g["plain"].resize((50,))
@@ -105,8 +122,10 @@ def files(tmp_path_factory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("refs")
     noaa, mixed = str(folder / "noaa.h5"), str(folder / "mixed.h5")
     _write_noaa(noaa)
-    code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
-            f"import test_store_refs; test_store_refs._write_mixed({mixed!r})")
+    code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+        f"import test_store_refs; test_store_refs._write_mixed({mixed!r})"
+    )
     env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -122,9 +141,15 @@ def open_refs(refs: dict, protocol: str = "file", group: str | None = None) -> x
     finds no arrays.
     """
     return xr.open_dataset(
-        "reference://", engine="zarr", group=group, decode_times=False,
-        backend_kwargs={"consolidated": group is not None,
-                        "storage_options": {"fo": refs, "remote_protocol": protocol}})
+        "reference://",
+        engine="zarr",
+        group=group,
+        decode_times=False,
+        backend_kwargs={
+            "consolidated": group is not None,
+            "storage_options": {"fo": refs, "remote_protocol": protocol},
+        },
+    )
 
 
 def expected(path: str, version: str, group: str | None = None) -> xr.Dataset:
@@ -214,8 +239,11 @@ def test_filters_and_fill_values(files, version):
     # chunks stored with Blosc skipped (filter mask 1): inlined, encoded again; the others are ranges
     masks = filter_masks(path, version, "bl")
     assert 0 < np.count_nonzero(masks) < masks.size
-    assert sum(k.startswith("bl/") and not isinstance(v, list) for k, v in refs["refs"].items()
-               if not k.endswith((".zarray", ".zattrs"))) == np.count_nonzero(masks)
+    assert sum(
+        k.startswith("bl/") and not isinstance(v, list)
+        for k, v in refs["refs"].items()
+        if not k.endswith((".zarray", ".zattrs"))
+    ) == np.count_nonzero(masks)
     for name in ("plain", "ints", "gz", "zeros"):  # unmapped chunks: omitted when fill_value reads as them
         unmapped = np.argwhere(manifest_of(path, version, name).slots < 0)
         assert (version == "m1") == (unmapped.size == 0)
@@ -242,8 +270,11 @@ def test_memory_copy_without_the_file(files, tmp_path):
     os.remove(path)
     try:
         for v in MIXED_VERSIONS:
-            assert all(value[0] == "memory://refs-test/copy.h5"
-                       for value in refs[v]["refs"].values() if isinstance(value, list))
+            assert all(
+                value[0] == "memory://refs-test/copy.h5"
+                for value in refs[v]["refs"].values()
+                if isinstance(value, list)
+            )
             xr.testing.assert_identical(open_refs(refs[v], protocol="memory").load(), want[v])
     finally:
         memory.rm("/refs-test", recursive=True)
@@ -265,12 +296,13 @@ def test_child_without_h5py_reads_refs(files, tmp_path):
         "import sys, json; sys.modules['h5py'] = None; sys.modules['netCDF4'] = None\n"
         "import warnings; warnings.simplefilter('ignore')\n"
         "import numpy as np, xarray as xr\n"
-        + inspect.getsource(as_text) +
-        f"ds = xr.open_dataset('reference://', engine='zarr', decode_times=False, backend_kwargs="
+        + inspect.getsource(as_text)
+        + f"ds = xr.open_dataset('reference://', engine='zarr', decode_times=False, backend_kwargs="
         f"{{'consolidated': True, 'storage_options': {{'fo': {str(refs_path)!r}, 'remote_protocol': 'file'}}}})\n"
         "out = {k: as_text(v) for k, v in ds.variables.items()}\n"
         "assert 'h5py' not in sys.modules or sys.modules['h5py'] is None\n"
-        "print(json.dumps(out))\n")
+        "print(json.dumps(out))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout)
@@ -299,8 +331,9 @@ def test_inline_threshold_and_limits(files):
 def test_cli_refs(files, tmp_path):
     path = files["noaa"]
     out = tmp_path / "refs.json"
-    result = CliRunner().invoke(cli, ["refs", path, "--version", "v3", "--group", "sub", "-o", str(out),
-                                      "--url", "memory://cli/copy.h5"])
+    result = CliRunner().invoke(
+        cli, ["refs", path, "--version", "v3", "--group", "sub", "-o", str(out), "--url", "memory://cli/copy.h5"]
+    )
     assert result.exit_code == 0, result.output
     refs = json.loads(out.read_text())
     assert refs == version_refs(path, "v3", group="sub", url="memory://cli/copy.h5")

@@ -46,10 +46,15 @@ def small(n_days: int = 6, start: int = 0, seed: int = 0) -> xr.Dataset:
     sst = rng.normal(20, 3, (n_days, 5, 4)).astype("float32")
     sst[0, 0, 0] = np.nan
     ds = xr.Dataset(
-        {"sst": (("time", "y", "x"), sst, {"units": "degC", "scale": np.float32(0.5)}),
-         "count": (("time", "y"), rng.integers(0, 9, (n_days, 5)).astype("int16"))},
-        coords={"time": np.datetime64("2000-01-01", "ns") + np.arange(start, start + n_days).astype("m8[D]"),
-                "y": np.linspace(0, 1, 5), "x": np.arange(4, dtype="int32")},
+        {
+            "sst": (("time", "y", "x"), sst, {"units": "degC", "scale": np.float32(0.5)}),
+            "count": (("time", "y"), rng.integers(0, 9, (n_days, 5)).astype("int16")),
+        },
+        coords={
+            "time": np.datetime64("2000-01-01", "ns") + np.arange(start, start + n_days).astype("m8[D]"),
+            "y": np.linspace(0, 1, 5),
+            "x": np.arange(4, dtype="int32"),
+        },
         attrs={"title": "small", "version": 1},
     )
     ds["count"].encoding["_FillValue"] = np.int16(-1)
@@ -147,7 +152,8 @@ def test_coads_monthly_appends_along_TIME(tmp_path):
         after = chunk_offsets(path, versions[-1], "SST")
         touched = month // 2  # the chunk along TIME the new month falls into
         assert {i: o for i, o in after.items() if i[0] != touched} == {
-            i: o for i, o in before.items() if i[0] != touched}  # every other chunk: same bytes, not rewritten
+            i: o for i, o in before.items() if i[0] != touched
+        }  # every other chunk: same bytes, not rewritten
         xr.testing.assert_identical(vhdf5(path, decode_times=False), oracle(memory, decode_times=False))
     xr.testing.assert_identical(vhdf5(path, decode_times=False), ds)
 
@@ -282,8 +288,14 @@ def test_a_group_of_the_version(tmp_path):
     sub.commit()
     small(1, start=4, seed=6).to_zarr(sub, mode="a", append_dim="time")
     sub.commit()
-    expected = xr.concat([small(4, seed=5), small(1, start=4, seed=6)], "time", data_vars="minimal",
-                         coords="minimal", compat="override", join="outer")
+    expected = xr.concat(
+        [small(4, seed=5), small(1, start=4, seed=6)],
+        "time",
+        data_vars="minimal",
+        coords="minimal",
+        compat="override",
+        join="outer",
+    )
     xr.testing.assert_identical(vhdf5(path, group="g/h"), expected.assign_attrs(small(1).attrs))
     xr.testing.assert_identical(vhdf5(path), small())  # the root group is carried
 
@@ -441,8 +453,10 @@ class TestWritableVersionStoreKit(StoreTests[VersionStore, Buffer]):
         _commit_a_version(open_kwargs["path"])  # NEEDS_A_VERSION
         sync(StoreTests.test_with_read_only_store(self, open_kwargs))
 
-    @pytest.mark.skip(reason="a writable store refuses to pickle by design (its writes live in this process); "
-                             "test_writable_store_refuses_pickle_naming_fork checks the message names fork()")
+    @pytest.mark.skip(
+        reason="a writable store refuses to pickle by design (its writes live in this process); "
+        "test_writable_store_refuses_pickle_naming_fork checks the message names fork()"
+    )
     def test_serializable_store(self, store) -> None:
         pass
 
@@ -451,7 +465,10 @@ class TestWritableVersionStoreKit(StoreTests[VersionStore, Buffer]):
 
 
 for _name, _fn in vars(StoreTests).items():
-    if _name.startswith("test_") and inspect.iscoroutinefunction(_fn) and _name not in vars(
-            TestWritableVersionStoreKit):
+    if (
+        _name.startswith("test_")
+        and inspect.iscoroutinefunction(_fn)
+        and _name not in vars(TestWritableVersionStoreKit)
+    ):
         setattr(TestWritableVersionStoreKit, _name, _synced(_fn))
 del _name, _fn

@@ -63,7 +63,12 @@ import xarray as xr
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
 )
 
 from xarray_vhdf5 import VersionedHDF5File, open_file
@@ -425,10 +430,12 @@ class VersionDagMachine(RuleBasedStateMachine):
     # -- rules -----------------------------------------------------------------------------------
     @initialize(kind=st.sampled_from(["h5py", "open_file", "none"]))
     def create(self, kind):
-        ds = xr.Dataset({
-            "a": (("x",), np.arange(10.0)),
-            "b": (("y", "z"), np.arange(24, dtype="i4").reshape(4, 6)),
-        })
+        ds = xr.Dataset(
+            {
+                "a": (("x",), np.arange(10.0)),
+                "b": (("y", "z"), np.arange(24, dtype="i4").reshape(4, 6)),
+            }
+        )
         ds["a"].encoding["chunks"] = CHUNKS["a"]
         ds["b"].encoding["chunks"] = CHUNKS["b"]
         ds.vhdf5.commit("v0", path=self.path)
@@ -486,13 +493,13 @@ class VersionDagMachine(RuleBasedStateMachine):
                 staged = ds.vhdf5.stage()
                 stage_edits_xr(staged, edits)
                 # edits may be none; a stage of a version that is not current branches from it
-                staged.vhdf5.commit(name, make_current=make_current, allow_empty=True,
-                                    force=source != self.current)
+                staged.vhdf5.commit(name, make_current=make_current, allow_empty=True, force=source != self.current)
         self._add(name, source, apply_edits(self.versions[source].arrays, edits), make_current)
         STATS[f"other commits ({how})"] += 1
 
-    def _expect(self, commit, name: str, source: str, ours: dict, merge_from: str | None,
-                make_current: bool, what: str) -> None:
+    def _expect(
+        self, commit, name: str, source: str, ours: dict, merge_from: str | None, make_current: bool, what: str
+    ) -> None:
         """Run ``commit()`` (of version A), check it does what the model says, update the model.
 
         Parameters
@@ -603,8 +610,7 @@ class VersionDagMachine(RuleBasedStateMachine):
             # whatever was committed meanwhile. With rebase=True, A merges onto the current
             # version whenever that is not the staged-from one.
             merge_from = self.current if rebase and self.current != source else None
-            self._expect(lambda: stage.__exit__(None, None, None), name, source, ours, merge_from,
-                         make_current, what)
+            self._expect(lambda: stage.__exit__(None, None, None), name, source, ours, merge_from, make_current, what)
         finally:
             done()
 
@@ -619,8 +625,9 @@ class VersionDagMachine(RuleBasedStateMachine):
         candidates = sorted(n for n in self.versions if n != self.current)
         # Empty too: finishes an interrupted deletion and compacts every dataset
         # (test_delete_nothing_keeps_the_netcdf_dimension_scales).
-        doomed = data.draw(st.lists(st.sampled_from(candidates), min_size=0, max_size=len(candidates),
-                                    unique=True), label="doomed")
+        doomed = data.draw(
+            st.lists(st.sampled_from(candidates), min_size=0, max_size=len(candidates), unique=True), label="doomed"
+        )
         vf, done = self._writer()
         try:
             vf.delete_versions(doomed)
@@ -675,8 +682,9 @@ class VersionDagMachine(RuleBasedStateMachine):
                     stage_edits(g, edits)
         else:
             n = data.draw(st.integers(1, 200), label="kill at write")
-            doomed = data.draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=len(candidates),
-                                        unique=True), label="doomed")
+            doomed = data.draw(
+                st.lists(st.sampled_from(candidates), min_size=1, max_size=len(candidates), unique=True), label="doomed"
+            )
 
             def mutate(vf):
                 vf.delete_versions(doomed)
@@ -788,7 +796,8 @@ def _run(max_examples: int, steps: int) -> None:
     """
     STATS.clear()
     run_state_machine_as_test(
-        VersionDagMachine, settings=settings(max_examples=max_examples, stateful_step_count=steps, deadline=None))
+        VersionDagMachine, settings=settings(max_examples=max_examples, stateful_step_count=steps, deadline=None)
+    )
     print("version DAG machine:", dict(sorted(STATS.items())))
     assert STATS["examples"] >= max_examples
 

@@ -24,7 +24,7 @@ from xarray_vhdf5.versions import index as vindex
 from xarray_vhdf5.versions.bookkeeping import PATH as BOOKKEEPING
 from xarray_vhdf5.versions.registry import VersionRegistry
 
-T0 = dt.datetime(2021, 3, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2021, 3, 1, tzinfo=dt.UTC)
 MAKERS = ("xarray_vhdf5", "versioned_hdf5")
 
 
@@ -148,13 +148,20 @@ def test_versioned_hdf5_delete_versions_is_noticed(made):
     check_open(made, expect_loaded=True)
 
 
-@pytest.fixture(params=[
-    "xarray_vhdf5",
-    pytest.param("versioned_hdf5", marks=pytest.mark.xfail(
-        strict=True, reason="known limit: in a versions group without creation order (made by "
-        "versioned-hdf5), a group re-created in the same session reuses the freed address, which "
-        "the digest of link names and addresses cannot tell apart")),
-])
+@pytest.fixture(
+    params=[
+        "xarray_vhdf5",
+        pytest.param(
+            "versioned_hdf5",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known limit: in a versions group without creation order (made by "
+                "versioned-hdf5), a group re-created in the same session reuses the freed address, which "
+                "the digest of link names and addresses cannot tell apart",
+            ),
+        ),
+    ]
+)
 def made_same_session(request, tmp_path):
     path = tmp_path / f"{request.param}.h5"
     make_file(path, request.param)

@@ -28,7 +28,7 @@ from xarray_vhdf5 import (
     VHDF5Error,
 )
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 T0 = datetime.datetime(2021, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
@@ -569,8 +569,13 @@ def test_closed_file(history, path):
         assert vf["v1"]["x"][0] == 0
     assert vf.closed
     assert "Closed" in repr(vf)
-    for attempt in (lambda: vf["v1"], lambda: vf.current_version, lambda: vf.versions, lambda: len(vf),
-                    lambda: vf.stage_version("v9").__enter__()):
+    for attempt in (
+        lambda: vf["v1"],
+        lambda: vf.current_version,
+        lambda: vf.versions,
+        lambda: len(vf),
+        lambda: vf.stage_version("v9").__enter__(),
+    ):
         with pytest.raises(ClosedFileError) as info:
             attempt()
         assert isinstance(info.value, ValueError)
@@ -594,18 +599,37 @@ def test_committed_objects_after_the_file_closed(history):
     assert x[0] == 100 and attrs["chunks"].tolist() == [4]  # open handles, as before
     history.f.close()
     reads = {
-        "x[0]": lambda: x[0], "x[:]": lambda: x[:], "np.asarray": lambda: np.asarray(x), "shape": lambda: x.shape,
-        "dtype": lambda: x.dtype, "len": lambda: len(x), "iter": lambda: list(x), "chunks": lambda: x.chunks,
-        "fillvalue": lambda: x.fillvalue, "compression": lambda: x.compression, "read_direct":
-        lambda: x.read_direct(np.empty(10, "i8")), "astype": lambda: x.astype("f4"), "parent": lambda: x.parent,
-        "x.attrs[...]": lambda: x.attrs["chunks"], "held attrs": lambda: attrs["chunks"],
-        "attrs iteration": lambda: list(attrs), "attrs in": lambda: "chunks" in attrs,
-        "attrs.get": lambda: attrs.get("nope"), "group member": lambda: version["x"],
-        "subgroup member": lambda: grp["y"], "group attrs": lambda: grp.attrs["title"], "keys": lambda: version.keys(),
-        "iteration": lambda: list(version), "in": lambda: "x" in version, "len(group)": lambda: len(version),
-        "name": lambda: version.name, "get": lambda: version.get("x"), "datasets": lambda: version.datasets(),
+        "x[0]": lambda: x[0],
+        "x[:]": lambda: x[:],
+        "np.asarray": lambda: np.asarray(x),
+        "shape": lambda: x.shape,
+        "dtype": lambda: x.dtype,
+        "len": lambda: len(x),
+        "iter": lambda: list(x),
+        "chunks": lambda: x.chunks,
+        "fillvalue": lambda: x.fillvalue,
+        "compression": lambda: x.compression,
+        "read_direct": lambda: x.read_direct(np.empty(10, "i8")),
+        "astype": lambda: x.astype("f4"),
+        "parent": lambda: x.parent,
+        "x.attrs[...]": lambda: x.attrs["chunks"],
+        "held attrs": lambda: attrs["chunks"],
+        "attrs iteration": lambda: list(attrs),
+        "attrs in": lambda: "chunks" in attrs,
+        "attrs.get": lambda: attrs.get("nope"),
+        "group member": lambda: version["x"],
+        "subgroup member": lambda: grp["y"],
+        "group attrs": lambda: grp.attrs["title"],
+        "keys": lambda: version.keys(),
+        "iteration": lambda: list(version),
+        "in": lambda: "x" in version,
+        "len(group)": lambda: len(version),
+        "name": lambda: version.name,
+        "get": lambda: version.get("x"),
+        "datasets": lambda: version.datasets(),
         "visititems": lambda: version.visititems(lambda *a: None),
-        "unopened version member": lambda: lazy["x"], "unopened version attrs": lambda: lazy.attrs,
+        "unopened version member": lambda: lazy["x"],
+        "unopened version attrs": lambda: lazy.attrs,
     }
     for what, read in reads.items():
         with pytest.raises(ClosedFileError, match=CLOSED_MESSAGE) as info:
@@ -638,9 +662,14 @@ def test_staged_objects_after_the_file_closed(path):
         with vf.stage_version("v2") as g:
             x, y = g["x"], g["y"]
             f.close()
-            uses = {"read": lambda: x[0], "write": lambda: x.__setitem__(0, 5), "resize": lambda: y.resize((20,)),
-                    "fillvalue": lambda: x.fillvalue, "dataset attrs": lambda: x.attrs["units"],
-                    "group attrs": lambda: g.attrs["title"]}
+            uses = {
+                "read": lambda: x[0],
+                "write": lambda: x.__setitem__(0, 5),
+                "resize": lambda: y.resize((20,)),
+                "fillvalue": lambda: x.fillvalue,
+                "dataset attrs": lambda: x.attrs["units"],
+                "group attrs": lambda: g.attrs["title"],
+            }
             for what, use in uses.items():
                 with pytest.raises(ClosedFileError, match="closed inside the stage_version.. block") as info:
                     use()

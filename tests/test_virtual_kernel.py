@@ -113,8 +113,18 @@ def test_hdf5_failure_raises_not_crashes(tmp_path):
         with pytest.raises(HDF5Error, match=r"H5Dget_space \(raw_data\) failed"):
             kernel(f.id.id, b"x", tid, raw.id.id, (10, 4), closed, b"/raw", one, one, cnt)
         with pytest.raises(ValueError, match="source has 2 axes, the virtual dataset 1"):
-            kernel(f.id.id, b"x", tid, raw.id.id, (10,), raw.id.id, b"/raw",
-                   np.zeros((1, 1), np.uint64), np.zeros((1, 1), np.uint64), np.ones((1, 1), np.uint64))
+            kernel(
+                f.id.id,
+                b"x",
+                tid,
+                raw.id.id,
+                (10,),
+                raw.id.id,
+                b"/raw",
+                np.zeros((1, 1), np.uint64),
+                np.zeros((1, 1), np.uint64),
+                np.ones((1, 1), np.uint64),
+            )
         assert "x" not in f
 
 
@@ -123,15 +133,23 @@ def test_cached_creation_templates_keep_each_dtype_and_fill_value(tmp_path):
     from xarray_vhdf5.backend.virtual import create_virtual_dataset
 
     cases = [
-        ("f8-0", "f8", 0.0), ("f8-nan", "f8", np.nan), ("f8-neg0", "f8", -0.0), ("f8-7", "f8", 7.5),
-        ("i4-3", "i4", 3), ("i4-0", "i4", 0), ("S3", "S3", b"ab"), ("S3-empty", "S3", b""),
-        ("bool", bool, True), ("i1", "i1", 1),
+        ("f8-0", "f8", 0.0),
+        ("f8-nan", "f8", np.nan),
+        ("f8-neg0", "f8", -0.0),
+        ("f8-7", "f8", 7.5),
+        ("i4-3", "i4", 3),
+        ("i4-0", "i4", 0),
+        ("S3", "S3", b"ab"),
+        ("S3-empty", "S3", b""),
+        ("bool", bool, True),
+        ("i1", "i1", 1),
     ]
     with h5py.File(tmp_path / "t.h5", "w") as f:
         for _ in range(2):  # the second round takes every template from the cache
             for name, dtype, fill in cases:
-                raw = f.require_dataset(f"raw-{name}", shape=(4,), dtype=dtype, chunks=(2,), maxshape=(None,),
-                                        fillvalue=fill)
+                raw = f.require_dataset(
+                    f"raw-{name}", shape=(4,), dtype=dtype, chunks=(2,), maxshape=(None,), fillvalue=fill
+                )
                 if name in f:
                     del f[name]
                 vds = create_virtual_dataset(f, name, raw, (4,), (2,), [((0,), 0, 2)])

@@ -49,7 +49,9 @@ def test_compression_and_fill_value_encoding(tmp_path):
     data = np.full((4, 100), np.nan, dtype="f4")
     data[0] = 1.0
     ds = xr.Dataset({"v": (("t", "x"), data)})
-    ds["v"].encoding.update({"zlib": True, "complevel": 5, "shuffle": True, "_FillValue": np.float32(-999.0), "chunks": (1, 100)})
+    ds["v"].encoding.update(
+        {"zlib": True, "complevel": 5, "shuffle": True, "_FillValue": np.float32(-999.0), "chunks": (1, 100)}
+    )
     ds.vhdf5.commit("a", path=path)
     with h5py.File(path) as f:
         raw = f["_version_data/v/raw_data"]
@@ -170,7 +172,9 @@ def test_a_file_that_is_not_hdf5_is_named_and_left_alone(noaa_dir, tmp_path):
         "diff": lambda: xv.xr.diff.diff_versions(path, "a", "b"),
     }
     for what, attempt in attempts.items():
-        with pytest.raises(xv.NotHDF5Error, match=r"coads.cdf' is not an HDF5 file \(a netCDF-3 classic file\)") as info:
+        with pytest.raises(
+            xv.NotHDF5Error, match=r"coads.cdf' is not an HDF5 file \(a netCDF-3 classic file\)"
+        ) as info:
             attempt()
         assert isinstance(info.value, OSError) and isinstance(info.value, xv.NotVersionedError), what
     assert path.read_bytes() == before

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from xarray_vhdf5.backend.layout import version_path
 from xarray_vhdf5.backend.hashtable import hash_table_id, table_extends
+from xarray_vhdf5.backend.layout import version_path
 from xarray_vhdf5.xr.stage import _staged_array
 from xarray_vhdf5.xr.staged_array import StagedVariableArray
 
@@ -48,7 +48,9 @@ def _assert_map_matches_file(path, staged: xr.Dataset, name: str = "sst"):
         expected, _, state = _staged_array(f[version_path(version)][name])
         # The hash table seen by the rebase is the file's, or one it extends (a carried variable's).
         assert arr.base_table_state is not None
-        assert arr.base_table_state == state or table_extends(hash_table_id(f[arr.raw_path]), arr.base_table_state, state)
+        assert arr.base_table_state == state or table_extends(
+            hash_table_id(f[arr.raw_path]), arr.base_table_state, state
+        )
         np.testing.assert_array_equal(arr.staged.slab_indices, expected.slab_indices)
         np.testing.assert_array_equal(arr.staged.slab_offsets, expected.slab_offsets)
         assert arr.staged.shape == expected.shape

@@ -56,8 +56,13 @@ def _time_file(tmp_path, dtype):
     path = tmp_path / f"time_{dtype}.h5"
     raw = xr.Dataset(
         {"x": (("time",), np.arange(6.0))},
-        coords={"time": ("time", np.arange(6).astype(dtype),
-                         {"units": "days since 2024-01-01 00:00:00", "calendar": "proleptic_gregorian"})},
+        coords={
+            "time": (
+                "time",
+                np.arange(6).astype(dtype),
+                {"units": "days since 2024-01-01 00:00:00", "calendar": "proleptic_gregorian"},
+            )
+        },
     )
     raw.vhdf5.commit("v1", path=path)  # decode_times=False data: the attributes go in verbatim
     return path
@@ -130,8 +135,16 @@ def _sea_ice(tmp_path, fill_encoding=None):
     raw = xr.Dataset(
         {
             "aice": (("time", "ni"), aice, {"missing_value": np.float32(1e30), "units": "1"}),
-            "hi": (("time", "ni"), hi, {"missing_value": np.int16(-32767), "scale_factor": np.float32(0.01),
-                                        "add_offset": np.float32(1.0), "units": "m"}),
+            "hi": (
+                ("time", "ni"),
+                hi,
+                {
+                    "missing_value": np.int16(-32767),
+                    "scale_factor": np.float32(0.01),
+                    "add_offset": np.float32(1.0),
+                    "units": "m",
+                },
+            ),
         },
         coords={"time": pd.date_range("2024-01-01", periods=4)},
     )
@@ -198,7 +211,7 @@ def test_missing_value_commit_edit_append_reopen(tmp_path, source):
 # -- 3. version addressing ----------------------------------------------------------------------
 
 
-T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 @pytest.fixture
@@ -207,7 +220,7 @@ def months(tmp_path):
     path = tmp_path / "months.h5"
     for i in range(6):
         ds = xr.Dataset({"x": (("i",), np.full(3, float(i)))})
-        ds.vhdf5.commit(f"m{i}", path=path, timestamp=dt.datetime(2024, i + 1, 1, tzinfo=dt.timezone.utc))
+        ds.vhdf5.commit(f"m{i}", path=path, timestamp=dt.datetime(2024, i + 1, 1, tzinfo=dt.UTC))
     return path
 
 
@@ -246,7 +259,7 @@ def test_version_by_iso_time_string(months):
 
 def test_version_named_like_a_time_is_opened_by_its_name(months):
     ds = xr.Dataset({"x": (("i",), np.full(3, 9.0))})
-    ds.vhdf5.commit("2024-03-15", path=months, timestamp=dt.datetime(2024, 7, 1, tzinfo=dt.timezone.utc))
+    ds.vhdf5.commit("2024-03-15", path=months, timestamp=dt.datetime(2024, 7, 1, tzinfo=dt.UTC))
     with xr.open_dataset(months, engine="vhdf5", version="2024-03-15") as got:
         assert got.vhdf5.version == "2024-03-15" and float(got.x[0]) == 9.0
     with xr.open_dataset(months, engine="vhdf5", version=dt.datetime(2024, 3, 15)) as got:

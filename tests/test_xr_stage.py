@@ -80,8 +80,18 @@ def _edit_encoding(ds):
     ds["AIRT"].encoding["scale_factor"] = np.float32(0.5)  # stored values change, shown ones do not
 
 
-EDITS = [_edit_slice, _edit_loc, _edit_where, _edit_oindex, _edit_vectorized, _edit_mask_and_step,
-         _edit_new_var, _edit_drop, _edit_attrs, _edit_encoding]
+EDITS = [
+    _edit_slice,
+    _edit_loc,
+    _edit_where,
+    _edit_oindex,
+    _edit_vectorized,
+    _edit_mask_and_step,
+    _edit_new_var,
+    _edit_drop,
+    _edit_attrs,
+    _edit_encoding,
+]
 
 
 @pytest.mark.parametrize("edit", EDITS, ids=lambda f: f.__name__[6:])
@@ -530,8 +540,14 @@ def test_a_bad_assignment_raises_numpys_error_and_changes_nothing(tmp_path):
 
 
 NEWAXIS_KEYS = [
-    (None,), (None, Ellipsis), (slice(1, 3), None), (0, None, slice(None)), (Ellipsis, None),
-    (None, 1, None), (None, slice(None, None, 2), np.int64(4)), (-1, None),
+    (None,),
+    (None, Ellipsis),
+    (slice(1, 3), None),
+    (0, None, slice(None)),
+    (Ellipsis, None),
+    (None, 1, None),
+    (None, slice(None, None, 2), np.int64(4)),
+    (-1, None),
 ]
 
 
@@ -556,8 +572,10 @@ def test_concat_of_a_staged_dataset_broadcasts_its_other_variables(tmp_path):
     dimension by indexing it with ``None`` (``Variable.set_dims``): it reads as xarray computes
     it. Committing it under its name is refused (a dataset keeps its number of dimensions);
     with ``data_vars="minimal"`` it stays as it was and the result commits."""
-    ds = xr.Dataset({"t": (("time", "x"), np.arange(20.0).reshape(4, 5)), "m": (("x",), np.arange(5.0))},
-                    coords={"time": np.arange(4.0)})
+    ds = xr.Dataset(
+        {"t": (("time", "x"), np.arange(20.0).reshape(4, 5)), "m": (("x",), np.arange(5.0))},
+        coords={"time": np.arange(4.0)},
+    )
     ds["t"].encoding["chunks"] = (2, 5)
     path = tmp_path / "f.h5"
     ds.vhdf5.commit("v1", path=path)
@@ -611,8 +629,10 @@ def test_replacing_a_variable_keeps_its_stored_encoding(coads, tmp_path):
         staged["packed"] = staged["packed"] / 2
         conflicting = staged["packed"] + 0
         conflicting.encoding = {"_FillValue": -1}  # said explicitly: still refused
-        for name, value, message in (("counts", staged["counts"] / 2, "dtype float64 differs from int64"),
-                                     ("packed", conflicting, r"fill value np.int16\(-1\) differs from np.int16\(-999\)")):
+        for name, value, message in (
+            ("counts", staged["counts"] / 2, "dtype float64 differs from int64"),
+            ("packed", conflicting, r"fill value np.int16\(-1\) differs from np.int16\(-999\)"),
+        ):
             attempt = staged.copy()
             attempt[name] = value
             with pytest.raises(IncompatibleDataError, match=message):

@@ -24,8 +24,10 @@ def _data() -> np.ndarray:
 
 
 def _day(data: np.ndarray, t: int) -> xr.Dataset:
-    ds = xr.Dataset({"sst": (("time", "y", "x"), data[t : t + 1])},
-                    coords={"time": pd.date_range("2020-01-01", periods=1) + pd.Timedelta(days=t)})
+    ds = xr.Dataset(
+        {"sst": (("time", "y", "x"), data[t : t + 1])},
+        coords={"time": pd.date_range("2020-01-01", periods=1) + pd.Timedelta(days=t)},
+    )
     ds["sst"].encoding["chunks"] = (1, 4, 5)
     return ds
 

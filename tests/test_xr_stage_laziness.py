@@ -149,8 +149,12 @@ def test_one_chunk_edit_of_a_2gb_variable_memory(tmp_path):
     path = tmp_path / "big2g.h5"
     xr.Dataset({"v": var}).vhdf5.commit("v1", path=path)
     out = subprocess.run(
-        [sys.executable, "-c", MEMORY_SCRIPT, str(path)], capture_output=True, text=True, check=True,
-        cwd=str(tmp_path), env={**os.environ, "PYTHONWARNINGS": "error"},
+        [sys.executable, "-c", MEMORY_SCRIPT, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONWARNINGS": "error"},
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     extra = result["peak"] - result["baseline"]

@@ -22,8 +22,11 @@ def _day(t: int) -> xr.Dataset:
     rng = np.random.default_rng(t)
     ds = xr.Dataset(
         {"sst": (("time", "lat", "lon"), rng.normal(20, 2, (1, 6, 8)).astype("f4"))},
-        coords={"time": pd.date_range("2024-01-01", periods=1) + pd.Timedelta(days=t),
-                "lat": np.linspace(-50.0, 50.0, 6), "lon": np.arange(8.0)},
+        coords={
+            "time": pd.date_range("2024-01-01", periods=1) + pd.Timedelta(days=t),
+            "lat": np.linspace(-50.0, 50.0, 6),
+            "lon": np.arange(8.0),
+        },
     )
     ds["lat"].attrs["units"] = "degrees_north"
     return ds
@@ -133,8 +136,7 @@ def test_appended_times_the_stored_units_cannot_hold_rewrite_the_axis(tmp_path, 
         staged.close()
     assert rewritten == ["time"]  # as before the records: the whole axis re-encoded
     with xr.open_dataset(path, engine="vhdf5") as got:
-        np.testing.assert_array_equal(got["time"].values,
-                                      np.concatenate([_expected(2).time.values, noon.time.values]))
+        np.testing.assert_array_equal(got["time"].values, np.concatenate([_expected(2).time.values, noon.time.values]))
 
 
 def test_a_record_of_another_version_is_not_used(tmp_path, rewritten):

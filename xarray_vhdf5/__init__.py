@@ -15,20 +15,20 @@ The on-disk format is versioned-hdf5's, so files are interchangeable with the
 
 from . import errors
 from .errors import (
-    RefExistsError,
-    RefNotFoundError,
     AxisOutOfBoundsError,
     ClosedFileError,
     ConflictError,
     CorruptFileError,
+    DatasetMismatchError,
     DatasetNotFoundError,
     FileBusyError,
     HDF5Error,
     IncompatibleDataError,
-    DatasetMismatchError,
     NotHDF5Error,
     NotVersionedError,
     ReadOnlyError,
+    RefExistsError,
+    RefNotFoundError,
     StaleVersionError,
     UnsupportedError,
     VersionExistsError,
@@ -55,7 +55,6 @@ from .versions import (
     reset_branch,
 )
 from .versions.mutation import open_file
-from .xr import VHDF5BackendEntrypoint, commit_dataset, open_versions
 from .wrappers import (
     DatasetWrapper,
     InMemoryArrayDataset,
@@ -65,6 +64,7 @@ from .wrappers import (
     VersionDataset,
     VersionGroup,
 )
+from .xr import VHDF5BackendEntrypoint, commit_dataset, open_versions
 
 __version__ = "0.1.0"
 
@@ -73,33 +73,34 @@ __all__ = [
     "ClosedFileError",
     "ConflictError",
     "CorruptFileError",
-    "FileBusyError",
+    "DatasetMismatchError",
     "DatasetNotFoundError",
     "DatasetWrapper",
+    "FileBusyError",
     "HDF5Error",
     "InMemoryArrayDataset",
     "InMemoryDataset",
-    "InMemorySparseDataset",
     "InMemoryGroup",
+    "InMemorySparseDataset",
     "IncompatibleDataError",
-    "DatasetMismatchError",
+    "MergeReport",
     "NotHDF5Error",
     "NotVersionedError",
     "ReadOnlyError",
     "RefExistsError",
     "RefNotFoundError",
+    "StaleVersionError",
     "UnsupportedError",
     "VHDF5BackendEntrypoint",
     "VHDF5Error",
     "VersionDataset",
     "VersionExistsError",
     "VersionGroup",
-    "StaleVersionError",
     "VersionKeyTypeError",
     "VersionNotFoundError",
-    "MergeReport",
     "VersionStore",
     "VersionedHDF5File",
+    "__version__",
     "cherry_pick",
     "commit_dataset",
     "create_branch",
@@ -108,17 +109,16 @@ __all__ = [
     "delete_tag",
     "delete_version",
     "delete_versions",
+    "errors",
     "expire",
     "list_branches",
     "list_tags",
     "merge",
     "modify_metadata",
-    "repack",
-    "reset_branch",
     "open_file",
     "open_versions",
-    "errors",
-    "__version__",
+    "repack",
+    "reset_branch",
 ]
 
 

@@ -54,6 +54,8 @@ code keeps working::
     │                                             valid for numpy but not supported here
     │                                             (scalar datasets, ``h5py.Empty``, ...)
     ├── HDF5Error              (OSError)          libhdf5 reported a failure in a kernel
+    ├── MemoryBudgetError      (ValueError)       a rechunk's ``max_mem`` below the plan's
+    │                                             minimum (one input and one output chunk)
     └── CorruptFileError       (OSError)          the file is damaged: truncated, a chunk that
                                                   does not decompress or whose hash differs,
                                                   a mapping past raw_data
@@ -79,33 +81,34 @@ from __future__ import annotations
 from numpy.exceptions import AxisError
 
 __all__ = [
-    "VHDF5Error",
-    "VersionNotFoundError",
-    "VersionKeyTypeError",
-    "DatasetNotFoundError",
-    "VersionExistsError",
-    "NothingToCommitError",
-    "HistoryExistsError",
-    "StaleVersionError",
-    "NotVersionedError",
-    "NotHDF5Error",
-    "ReadOnlyError",
-    "IncompatibleDataError",
-    "LabelsNotFoundError",
-    "DatasetMismatchError",
     "AxisOutOfBoundsError",
     "ClosedFileError",
-    "UnsupportedError",
-    "HDF5Error",
-    "FileBusyError",
     "ConflictError",
     "CorruptFileError",
+    "DatasetMismatchError",
+    "DatasetNotFoundError",
+    "FileBusyError",
+    "HDF5Error",
+    "HistoryExistsError",
+    "IncompatibleDataError",
+    "LabelsNotFoundError",
+    "MemoryBudgetError",
+    "NotHDF5Error",
+    "NotVersionedError",
+    "NothingToCommitError",
+    "ReadOnlyError",
     "RefExistsError",
     "RefNotFoundError",
+    "StaleVersionError",
+    "StringTooLongError",
+    "UnsupportedError",
+    "VHDF5Error",
     "ValueCastError",
     "ValueOverflowError",
     "ValueTypeError",
-    "StringTooLongError",
+    "VersionExistsError",
+    "VersionKeyTypeError",
+    "VersionNotFoundError",
 ]
 
 
@@ -237,6 +240,19 @@ class ClosedFileError(VHDF5Error, ValueError):
 
 class UnsupportedError(VHDF5Error, NotImplementedError):
     """Valid for numpy or h5py, but not supported by the versioned format."""
+
+
+class MemoryBudgetError(VHDF5Error, ValueError):
+    """A memory budget (``max_mem``) below what the operation needs at least.
+
+    Raised by the resplit planner (:func:`xarray_vhdf5.resplit.plan_resplit`)
+    when ``max_mem`` cannot hold one input chunk and one output chunk; ``minimum``
+    holds that least budget, in bytes.
+    """
+
+    def __init__(self, message: str, minimum: int):
+        super().__init__(message)
+        self.minimum = int(minimum)
 
 
 class HDF5Error(VHDF5Error, OSError):

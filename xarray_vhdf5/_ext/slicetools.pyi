@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["read_many_slices", "build_slab_indices_and_offsets", "HDF5_LIBRARY_SOURCE"]
+__all__ = ["HDF5_LIBRARY_SOURCE", "build_slab_indices_and_offsets", "read_many_slices"]
 
 #: Path of the h5py extension whose libhdf5 the kernels resolved their symbols in.
 HDF5_LIBRARY_SOURCE: str

@@ -94,17 +94,13 @@ def _validate(
         shape = tuple(operator.index(n) for n in shape)
         chunks = tuple(operator.index(n) for n in chunks)
     except TypeError:
-        raise TypeError(
-            f"shape and chunks must be sequences of integers, got {shape!r} and {chunks!r}"
-        ) from None
+        raise TypeError(f"shape and chunks must be sequences of integers, got {shape!r} and {chunks!r}") from None
     if not shape:
         raise UnsupportedError("scalar (0-dimensional) datasets cannot be versioned")
     if shape != dset.shape:
         raise ValueError(f"shape {shape} does not match the shape of {dset.name!r}: {dset.shape}")
     if len(chunks) != len(shape) or any(c <= 0 for c in chunks):
-        raise ValueError(
-            f"chunks must be {len(shape)} positive integers for shape {shape}, got {chunks}"
-        )
+        raise ValueError(f"chunks must be {len(shape)} positive integers for shape {shape}, got {chunks}")
     if not dset.is_virtual:
         raise ValueError(f"{dset.name!r} is not a virtual dataset (not a version's dataset)")
     if isinstance(raw_data, h5py.Dataset):
@@ -205,9 +201,7 @@ def _block(start: Sequence[int], end: Sequence[int]) -> str:
 def _single_block(space: h5py.h5s.SpaceID, ndim: int, j: int) -> tuple[tuple, tuple]:
     rank = space.get_simple_extent_ndims()
     if rank != ndim:
-        raise ValueError(
-            f"virtual mapping {j}: a selection has rank {rank}, the dataset has {ndim}"
-        )
+        raise ValueError(f"virtual mapping {j}: a selection has rank {rank}, the dataset has {ndim}")
     start, end = space.get_select_bounds()
     if space.get_select_npoints() != np.prod([b - a + 1 for a, b in zip(start, end)]):
         raise ValueError(f"virtual mapping {j}: a selection is not a single rectangular block")
@@ -226,29 +220,20 @@ def _reference(
     for j, vmap in enumerate(dset.virtual_sources()):
         if vmap.file_name != ".":
             raise ValueError(
-                f"{what}virtual mapping {j}: source file is {vmap.file_name!r}, "
-                "expected '.' (the same file)"
+                f"{what}virtual mapping {j}: source file is {vmap.file_name!r}, expected '.' (the same file)"
             )
         if vmap.dset_name != name:
-            raise ValueError(
-                f"{what}virtual mapping {j}: source dataset is {vmap.dset_name!r}, "
-                f"expected {name!r}"
-            )
+            raise ValueError(f"{what}virtual mapping {j}: source dataset is {vmap.dset_name!r}, expected {name!r}")
         try:
             vstart, vend = _single_block(vmap.vspace, ndim, j)
             sstart, send = _single_block(vmap.src_space, ndim, j)
         except ValueError as exc:
             raise ValueError(what + str(exc)) from None
-        prefix = (
-            f"{what}virtual mapping {j} "
-            f"(virtual {_block(vstart, vend)} <- raw_data{_block(sstart, send)})"
-        )
+        prefix = f"{what}virtual mapping {j} (virtual {_block(vstart, vend)} <- raw_data{_block(sstart, send)})"
         for d in range(ndim):
             n = vend[d] - vstart[d] + 1
             if send[d] - sstart[d] + 1 != n:
-                raise ValueError(
-                    f"{prefix}: virtual and source blocks differ in shape along axis {d}"
-                )
+                raise ValueError(f"{prefix}: virtual and source blocks differ in shape along axis {d}")
             if vend[d] >= shape[d]:
                 raise ValueError(f"{prefix}: extends beyond the dataset's shape along axis {d}")
             if vstart[d] % chunks[d]:
@@ -259,9 +244,7 @@ def _reference(
                     "wide on every axis but 0, so only runs along axis 0 can be expressed"
                 )
             if n % chunks[d] and vend[d] + 1 != shape[d]:
-                raise ValueError(
-                    f"{prefix}: ends inside a chunk along axis {d} (not at the dataset's edge)"
-                )
+                raise ValueError(f"{prefix}: ends inside a chunk along axis {d} (not at the dataset's edge)")
             if d > 0 and sstart[d] != 0:
                 raise ValueError(f"{prefix}: source block does not start at 0 along axis {d}")
 
@@ -270,9 +253,7 @@ def _reference(
         for k in range(nrun):
             chunk = (first[0] + k, *first[1:])
             if slab_indices[chunk]:
-                raise ValueError(
-                    f"{prefix}: chunk {k} of the block is already mapped by another mapping"
-                )
+                raise ValueError(f"{prefix}: chunk {k} of the block is already mapped by another mapping")
             slab_indices[chunk] = 1
             slab_offsets[chunk] = sstart[0] + k * chunks[0]
     return slab_indices, slab_offsets

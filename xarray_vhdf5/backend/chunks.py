@@ -14,13 +14,13 @@ from ..errors import IncompatibleDataError, UnsupportedError
 from .layout import DEFAULT_CHUNKS_1D
 
 __all__ = [
-    "normalize_chunks",
-    "guess_chunks_h5py",
-    "guess_chunks_record",
     "RECORD_CHUNK_MIN_BYTES",
     "chunk_grid_shape",
-    "iter_chunks",
     "chunk_slices",
+    "guess_chunks_h5py",
+    "guess_chunks_record",
+    "iter_chunks",
+    "normalize_chunks",
 ]
 
 #: Upper bound of a chunk chosen by ``guess_chunks_record``, in bytes.
@@ -158,13 +158,9 @@ def chunk_grid_shape(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[i
     return tuple(math.ceil(s / c) for s, c in zip(shape, chunks, strict=True))
 
 
-def chunk_slices(
-    index: tuple[int, ...], shape: tuple[int, ...], chunks: tuple[int, ...]
-) -> tuple[slice, ...]:
+def chunk_slices(index: tuple[int, ...], shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[slice, ...]:
     """The region of chunk ``index`` (in chunk coordinates), trimmed at the edges."""
-    return tuple(
-        slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunks, shape, strict=True)
-    )
+    return tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunks, shape, strict=True))
 
 
 def iter_chunks(

@@ -34,7 +34,14 @@ try:
 except ImportError:  # no compiled kernels: the h5py path (transfer reports why)
     _attrtools = None
 
-__all__ = ["attrs_by_index", "read_attr", "read_attrs_of", "reference_attribute_names", "type_holds_references", "write_attr"]
+__all__ = [
+    "attrs_by_index",
+    "read_attr",
+    "read_attrs_of",
+    "reference_attribute_names",
+    "type_holds_references",
+    "write_attr",
+]
 
 _VLEN_STR = h5py.string_dtype()
 _VLEN_STR_TYPE = h5t.py_create(_VLEN_STR)

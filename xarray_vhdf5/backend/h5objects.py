@@ -26,8 +26,14 @@ import numpy as np
 from h5py import h5g, h5o, h5p, h5t
 
 __all__ = [
-    "create_ordered_group", "libhdf5_function", "member_names", "memory_type", "object_address",
-    "object_address_by_name", "object_info_by_name", "relinked",
+    "create_ordered_group",
+    "libhdf5_function",
+    "member_names",
+    "memory_type",
+    "object_address",
+    "object_address_by_name",
+    "object_info_by_name",
+    "relinked",
 ]
 
 _H5O_INFO_BASIC = 0x0001

@@ -57,9 +57,7 @@ def chunk_hash(chunk: np.ndarray) -> bytes:
             if isinstance(value, str):
                 value = value.encode("utf-8")
             elif not isinstance(value, bytes):
-                raise TypeError(
-                    f"variable-length string data must hold str or bytes, got {type(value).__name__}"
-                )
+                raise TypeError(f"variable-length string data must hold str or bytes, got {type(value).__name__}")
             h.update(_LENGTH.pack(len(value)))
             h.update(value)
     else:

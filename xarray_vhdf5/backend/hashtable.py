@@ -34,7 +34,15 @@ from .rows import dataset_shape, read_rows, write_rows
 #: (see the module docstring) and every HDF5 tool reads them.
 BOOKKEEPING_FILTER: dict = {}
 
-__all__ = ["BOOKKEEPING_FILTER", "HashTable", "HashTableCache", "hash_table_id", "hash_table_path", "table_extends", "table_state"]
+__all__ = [
+    "BOOKKEEPING_FILTER",
+    "HashTable",
+    "HashTableCache",
+    "hash_table_id",
+    "hash_table_path",
+    "table_extends",
+    "table_state",
+]
 
 
 class HashTable:

@@ -17,24 +17,24 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "VERSION_DATA",
-    "VERSIONS",
-    "FIRST_VERSION",
-    "DATA_VERSION",
-    "TIMESTAMP_FORMAT",
-    "HASH_TABLE_DTYPE",
-    "HASH_TABLE_CHUNKS",
-    "DEFAULT_CHUNKS_1D",
-    "RESERVED_NAMES",
-    "VERSION_INDEX",
     "BOOKKEEPING",
-    "NETCDF_DIMENSIONS",
-    "VERSION_ATTRS",
     "DATASET_ATTRS",
-    "versions_path",
-    "version_path",
+    "DATA_VERSION",
+    "DEFAULT_CHUNKS_1D",
+    "FIRST_VERSION",
+    "HASH_TABLE_CHUNKS",
+    "HASH_TABLE_DTYPE",
+    "NETCDF_DIMENSIONS",
+    "RESERVED_NAMES",
+    "TIMESTAMP_FORMAT",
+    "VERSIONS",
+    "VERSION_ATTRS",
+    "VERSION_DATA",
+    "VERSION_INDEX",
     "dataset_data_path",
     "split_version_path",
+    "version_path",
+    "versions_path",
 ]
 
 #: Group holding everything the format stores.
@@ -104,7 +104,7 @@ def split_version_path(path: str) -> tuple[str, str] | None:
     at = path.find(marker)
     if at < 0:
         return None
-    version = path[at + len(marker):].split("/", 1)[0]
+    version = path[at + len(marker) :].split("/", 1)[0]
     if not version:
         return None
     return path[: at + len(marker)] + version, version

@@ -61,7 +61,7 @@ from .chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from .hashing import chunk_hash
 from .hashtable import hash_table_path
 
-__all__ = ["ChunkManifest", "DECODED_FILTERS", "chunk_addresses", "manifest_from_starts", "resolve_manifest"]
+__all__ = ["DECODED_FILTERS", "ChunkManifest", "chunk_addresses", "manifest_from_starts", "resolve_manifest"]
 
 
 def _fletcher32(data: memoryview, cd: tuple, size: int) -> memoryview:
@@ -142,8 +142,7 @@ def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False, addresses=None)
     raw = vds.file.get(raw_path)
     if not isinstance(raw, h5py.Dataset):
         path = os.path.abspath(vds.file.filename)
-        raise CorruptFileError(f"{path}: dataset {vds.name} names raw_data {raw_path}, which is missing",
-                               path=path)
+        raise CorruptFileError(f"{path}: dataset {vds.name} names raw_data {raw_path}, which is missing", path=path)
     shape, dtype = vds.shape, vds.dtype
     grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
     reasons = []
@@ -162,8 +161,9 @@ def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False, addresses=None)
         indices, offsets = np.zeros(grid, np.intp), np.zeros(grid, np.uint64)
     starts = np.where(indices != 0, offsets.astype(np.int64), -1)
     fill = np.zeros((), dtype) if dtype.hasobject else np.asarray(vds.fillvalue, dtype)
-    return manifest_from_starts(vds.name, raw, shape, chunks, dtype, fill, starts, verify=verify, reasons=reasons,
-                                addresses=addresses)
+    return manifest_from_starts(
+        vds.name, raw, shape, chunks, dtype, fill, starts, verify=verify, reasons=reasons, addresses=addresses
+    )
 
 
 def manifest_from_starts(
@@ -239,7 +239,8 @@ def manifest_from_starts(
             raise CorruptFileError(
                 f"{path}: dataset {name} maps chunk {tuple(int(k) for k in j)} to raw_data up to point "
                 f"{int(end[j])} along axis {axis}, past the end of {raw.name} (shape {raw.shape})",
-                path=path)
+                path=path,
+            )
     if addresses is None:
         addr, nbytes, masks = chunk_addresses(raw, rows, chunks[0])
     else:
@@ -254,11 +255,24 @@ def manifest_from_starts(
                 reasons.append("chunk addresses do not count the file's user block")
     raw_fill = np.zeros((), dtype) if dtype.hasobject else np.asarray(raw.fillvalue, dtype)
     return ChunkManifest(
-        path=path, name=name, raw_data=raw.name, shape=shape, chunks=chunks, dtype=dtype,
-        fillvalue=fillvalue, raw_fillvalue=raw_fill, filters=filters, filter_names=names, slots=slots,
-        rows=rows.astype(np.uint64), offsets=addr, nbytes=nbytes, filter_masks=masks,
+        path=path,
+        name=name,
+        raw_data=raw.name,
+        shape=shape,
+        chunks=chunks,
+        dtype=dtype,
+        fillvalue=fillvalue,
+        raw_fillvalue=raw_fill,
+        filters=filters,
+        filter_names=names,
+        slots=slots,
+        rows=rows.astype(np.uint64),
+        offsets=addr,
+        nbytes=nbytes,
+        filter_masks=masks,
         digests=_digests(raw, rows, path, name) if verify else None,
-        verify=verify, reason="; ".join(reasons) or None,
+        verify=verify,
+        reason="; ".join(reasons) or None,
     )
 
 
@@ -289,8 +303,11 @@ def _unsupported(raw: h5py.Dataset, dcpl, dtype: np.dtype, chunks: tuple, filter
         reasons.append(f"raw_data's dtype {raw.dtype} holds variable-length data")
     if raw.chunks != chunks:
         reasons.append(f"raw_data's HDF5 chunks {raw.chunks} are not the dataset's chunks")
-    reasons += [f"filter {name} (id {f[0]}) has no decoder here"
-                for f, name in zip(filters, names) if f[0] not in DECODED_FILTERS]
+    reasons += [
+        f"filter {name} (id {f[0]}) has no decoder here"
+        for f, name in zip(filters, names)
+        if f[0] not in DECODED_FILTERS
+    ]
     if dcpl.fill_value_defined() == h5d.FILL_VALUE_UNDEFINED:
         reasons.append("the raw_data has no fill value (libhdf5 leaves unwritten points unset)")
     return reasons
@@ -344,7 +361,9 @@ def _digests(raw: h5py.Dataset, rows: np.ndarray, path: str, name: str) -> np.nd
     if missing.size:
         raise CorruptFileError(
             f"{path}: dataset {name} maps raw_data rows {int(rows[missing[0]])}.. which have no entry in "
-            f"{table.name}: their chunks cannot be verified", path=path)
+            f"{table.name}: their chunks cannot be verified",
+            path=path,
+        )
     return np.ascontiguousarray(entries["hash"][found], dtype=np.uint8)
 
 
@@ -355,7 +374,7 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> list[tuple[np.ndarray, bool]
         raise IndexError("an index can only have a single ellipsis ('...')")
     at = next((i for i, k in enumerate(key) if k is Ellipsis), None)
     if at is not None:
-        key = key[:at] + (slice(None),) * (len(shape) - len(key) + 1) + key[at + 1:]
+        key = key[:at] + (slice(None),) * (len(shape) - len(key) + 1) + key[at + 1 :]
     if len(key) > len(shape):
         raise IndexError(f"too many indices: {len(key)} for {len(shape)} dimensions")
     key = key + (slice(None),) * (len(shape) - len(key))
@@ -370,8 +389,7 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> list[tuple[np.ndarray, bool]
                 raise IndexError(f"boolean index of length {arr.size} for axis {axis} of length {n}")
             arr = np.flatnonzero(arr)
         if arr.dtype.kind not in "iu" or arr.ndim > 1:
-            raise IndexError(
-                f"axis {axis}: only integers, slices, '...' and 1-d integer arrays are valid, got {k!r}")
+            raise IndexError(f"axis {axis}: only integers, slices, '...' and 1-d integer arrays are valid, got {k!r}")
         if arr.ndim == 1:
             arrays += 1
         if arrays > 1:
@@ -442,8 +460,28 @@ class ChunkManifest:
         Whether :meth:`read` can decode the chunks; ``reason`` says why not.
     """
 
-    def __init__(self, *, path, name, raw_data, shape, chunks, dtype, fillvalue, raw_fillvalue, filters,
-                 filter_names, slots, rows, offsets, nbytes, filter_masks, digests, verify, reason):
+    def __init__(
+        self,
+        *,
+        path,
+        name,
+        raw_data,
+        shape,
+        chunks,
+        dtype,
+        fillvalue,
+        raw_fillvalue,
+        filters,
+        filter_names,
+        slots,
+        rows,
+        offsets,
+        nbytes,
+        filter_masks,
+        digests,
+        verify,
+        reason,
+    ):
         self.path, self.name, self.raw_data = path, name, raw_data
         self.shape, self.chunks, self.dtype = tuple(shape), tuple(chunks), np.dtype(dtype)
         self.fillvalue, self.raw_fillvalue = fillvalue, raw_fillvalue
@@ -489,9 +527,11 @@ class ChunkManifest:
         filters = "+".join(self.filter_names) or "none"
         status = "supported" if self.supported else f"unsupported: {self.reason}"
         mapped = int(np.count_nonzero(self.slots >= 0))
-        return (f"<ChunkManifest {self.name} in {self.path}: shape {self.shape} {self.dtype}, "
-                f"chunks {self.chunks}, {mapped} of {self.slots.size} chunks mapped ({self.rows.size} "
-                f"stored, {int(self.nbytes.sum())} bytes on disk), filters {filters}, {status}>")
+        return (
+            f"<ChunkManifest {self.name} in {self.path}: shape {self.shape} {self.dtype}, "
+            f"chunks {self.chunks}, {mapped} of {self.slots.size} chunks mapped ({self.rows.size} "
+            f"stored, {int(self.nbytes.sum())} bytes on disk), filters {filters}, {status}>"
+        )
 
     def __getitem__(self, key: Any) -> np.ndarray:
         """``self.read(key)``, so a manifest can back ``dask.array.from_array``."""
@@ -501,7 +541,9 @@ class ChunkManifest:
         row, off, n = int(self.rows[slot]), int(self.offsets[slot]), int(self.nbytes[slot])
         return CorruptFileError(
             f"{self.path}: dataset {self.name}, chunk {where} (raw_data {self.raw_data} rows "
-            f"{row}:{row + self.chunks[0]}, bytes {off}:{off + n} of the file): {what}", path=self.path)
+            f"{row}:{row + self.chunks[0]}, bytes {off}:{off + n} of the file): {what}",
+            path=self.path,
+        )
 
     def _chunk(self, slot: int, where: tuple) -> np.ndarray:
         """Stored chunk ``slot`` (mapped at virtual chunk ``where``), decoded, of shape ``chunks``."""
@@ -633,8 +675,8 @@ class ChunkManifest:
         """
         if not self.supported:
             raise UnsupportedError(
-                f"{self.name} in {self.path} cannot be read without libhdf5 (read it through h5py): "
-                f"{self.reason}")
+                f"{self.name} in {self.path} cannot be read without libhdf5 (read it through h5py): {self.reason}"
+            )
         verify = self.verify if verify is None else verify
         if verify and self.digests is None:
             raise ValueError("verify needs the hash table's digests: resolve the manifest with verify=True")
@@ -670,8 +712,9 @@ class ChunkManifest:
     def _point(self, key: Any) -> tuple[int, ...] | None:
         """The point ``key`` names when it is one int per axis (negatives counted from the end), else None."""
         key = key if isinstance(key, tuple) else (key,)
-        if len(key) != len(self.shape) or not all(isinstance(k, (int, np.integer)) and not isinstance(k, bool)
-                                                 for k in key):
+        if len(key) != len(self.shape) or not all(
+            isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in key
+        ):
             return None
         point = tuple(int(k) + n if k < 0 else int(k) for k, n in zip(key, self.shape))
         return point if all(0 <= i < n for i, n in zip(point, self.shape)) else None
@@ -685,7 +728,8 @@ class ChunkManifest:
                 where = tuple(k for k, _, _ in parts)
                 first.setdefault(slot, where)
                 extents.setdefault(slot, set()).add(
-                    tuple(min(c, n - k * c) for k, c, n in zip(where, self.chunks, self.shape)))
+                    tuple(min(c, n - k * c) for k, c, n in zip(where, self.chunks, self.shape))
+                )
 
         def decode(slot: int) -> np.ndarray:
             where = first[slot]

@@ -79,4 +79,3 @@ def trim_metadata_cache(fid: h5f.FileID, keep_bytes: int = TRIM_BYTES) -> int:
         config.initial_size = max(config.min_size, min(size, config.max_size))
         fid.set_mdc_config(config)
     return fid.get_mdc_size()[3]
-

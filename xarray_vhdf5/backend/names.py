@@ -41,9 +41,7 @@ HIDDEN_GROUP_ATTRS = frozenset({"committed", "prev_version", "timestamp", MESSAG
 
 #: Attributes of the HDF5 Dimension Scales API and of netCDF-4 on a version's datasets.
 #: ``CLASS`` and ``NAME`` are hidden only on a dimension scale (``CLASS == "DIMENSION_SCALE"``).
-NETCDF_DIMENSION_ATTRS = frozenset(
-    {"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid", "_Netcdf4Coordinates"}
-)
+NETCDF_DIMENSION_ATTRS = frozenset({"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid", "_Netcdf4Coordinates"})
 #: ``NAME`` prefix of a dimension scale that is not a variable (netCDF-4's "phony" scale).
 NETCDF_NOT_A_VARIABLE = b"This is a netCDF dimension but not a netCDF variable."
 #: Dimension that netCDF tools see on scalar variables, which the format stores as one

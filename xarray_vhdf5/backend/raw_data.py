@@ -22,7 +22,7 @@ from .hashing import chunk_hash, is_vlen_string_dtype
 from .hashtable import HashTable
 from .rows import dataset_shape, write_rows
 
-__all__ = ["Filters", "create_raw_data", "is_fill_chunk", "reported_fillvalue", "ChunkWriter", "WriteStats"]
+__all__ = ["ChunkWriter", "Filters", "WriteStats", "create_raw_data", "is_fill_chunk", "reported_fillvalue"]
 
 _READ = object()  # ChunkWriter: read the fill value from raw_data
 
@@ -110,9 +110,7 @@ def create_raw_data(
     h5dtype = dtype
     if is_vlen_string_dtype(dtype):
         if fillvalue not in (None, 0, "", b""):
-            raise IncompatibleDataError(
-                f"variable-length string datasets cannot have a fill value, got {fillvalue!r}"
-            )
+            raise IncompatibleDataError(f"variable-length string datasets cannot have a fill value, got {fillvalue!r}")
         fillvalue = None
         h5dtype = dtype if h5py.check_string_dtype(dtype) is not None else h5py.string_dtype()
     ds = group.create_dataset(
@@ -207,9 +205,7 @@ class ChunkWriter:
     #: commit of a dataset larger than memory holds at most this much.
     max_queued_bytes = 64 * 1024 * 1024
 
-    def add(
-        self, index: tuple[int, ...], chunk: np.ndarray, digest: bytes | None = None
-    ) -> tuple[int, int] | None:
+    def add(self, index: tuple[int, ...], chunk: np.ndarray, digest: bytes | None = None) -> tuple[int, int] | None:
         """Store (or find) one edge-trimmed chunk; return its rows ``(start, stop)`` or None.
 
         Parameters

@@ -40,9 +40,7 @@ def _kernel():
 def _memory_type(dtype: np.dtype, verb: str):
     mtype = memory_type(dtype) if not dtype.hasobject else None
     if mtype is None:
-        raise TypeError(
-            f"cannot {verb} rows of dtype {dtype}: fixed-size numbers, bools, bytes or records only"
-        )
+        raise TypeError(f"cannot {verb} rows of dtype {dtype}: fixed-size numbers, bools, bytes or records only")
     return mtype
 
 

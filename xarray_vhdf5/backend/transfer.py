@@ -50,8 +50,8 @@ from numpy.typing import ArrayLike
 from ..errors import ClosedFileError, UnsupportedError
 
 __all__ = [
-    "KERNEL_BACKENDS",
     "KERNELS_ENV_VAR",
+    "KERNEL_BACKENDS",
     "get_kernel_backend",
     "kernel_backend",
     "read_many_slices",
@@ -213,8 +213,7 @@ def _index_array(name: str, value: ArrayLike, ndim: int) -> np.ndarray:
         raise TypeError(f"{name} must be an array of integers, got dtype {arr.dtype}")
     if arr.ndim != 2 or arr.shape[1] != ndim:
         raise ValueError(
-            f"{name} must have shape (nslices, {ndim}) for {ndim}-dimensional arrays, "
-            f"got shape {arr.shape}"
+            f"{name} must have shape (nslices, {ndim}) for {ndim}-dimensional arrays, got shape {arr.shape}"
         )
     if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
         i = int((arr < 0).any(axis=1).argmax())
@@ -271,9 +270,7 @@ def _prepare(
         raise ValueError("dst is read-only; pass a writeable numpy array")
     if isinstance(src, h5py.Dataset):
         if not src.id.valid:
-            raise ClosedFileError(
-                "cannot read from a closed h5py dataset (its file was closed); reopen it"
-            )
+            raise ClosedFileError("cannot read from a closed h5py dataset (its file was closed); reopen it")
         if src.shape is None:
             raise UnsupportedError("h5py.Empty (null dataspace) datasets have no data to read")
     else:
@@ -285,10 +282,7 @@ def _prepare(
             )
     ndim = dst.ndim
     if len(src.shape) != ndim:
-        raise ValueError(
-            f"src and dst must have the same number of dimensions, got shapes "
-            f"{src.shape} and {dst.shape}"
-        )
+        raise ValueError(f"src and dst must have the same number of dimensions, got shapes {src.shape} and {dst.shape}")
 
     s_start = _index_array("src_start", src_start, ndim)
     nslices = s_start.shape[0]
@@ -343,12 +337,10 @@ def _reference_loop(
         if not all(c):
             continue
         src_idx = tuple(
-            slice(a, a + (n - 1) * s + 1, s)
-            for a, n, s in zip(src_start[i].tolist(), c, src_stride[i].tolist())
+            slice(a, a + (n - 1) * s + 1, s) for a, n, s in zip(src_start[i].tolist(), c, src_stride[i].tolist())
         )
         dst_idx = tuple(
-            slice(a, a + (n - 1) * s + 1, s)
-            for a, n, s in zip(dst_start[i].tolist(), c, dst_stride[i].tolist())
+            slice(a, a + (n - 1) * s + 1, s) for a, n, s in zip(dst_start[i].tolist(), c, dst_stride[i].tolist())
         )
         dst[dst_idx] = src[src_idx]
 

@@ -108,8 +108,9 @@ def create_virtual_dataset(
         raw_data's fill value, when the caller knows it (read from raw_data
         otherwise; ignored for variable-length strings, which have none).
     """
-    return h5py.Dataset(create_virtual_dataset_id(group.id, name, raw_data, shape, chunks, chunk_rows, attrs,
-                                                  fillvalue=fillvalue))
+    return h5py.Dataset(
+        create_virtual_dataset_id(group.id, name, raw_data, shape, chunks, chunk_rows, attrs, fillvalue=fillvalue)
+    )
 
 
 def create_virtual_dataset_id(
@@ -177,8 +178,9 @@ def _create_compiled(group_id, name, tid, template, shape, raw_data, raw_name, d
 
     arrays = [np.ascontiguousarray(a, dtype=np.uint64) for a in (dst_start, src_start, count)]
     try:
-        result = kernel(group_id.id, name.encode(), tid.id, template.id, tuple(shape), raw_data.id.id,
-                        raw_name.encode(), *arrays)
+        result = kernel(
+            group_id.id, name.encode(), tid.id, template.id, tuple(shape), raw_data.id.id, raw_name.encode(), *arrays
+        )
     except HDF5Error:
         if group_id.links.exists(name.encode()):  # h5py's error for the same case
             raise ValueError(f"Unable to create dataset {name!r}: name already exists") from None

@@ -27,8 +27,12 @@ def _listing(found: dict[str, str], current: str | None) -> None:
 @click.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.argument("name", required=False)
-@click.option("--at", "at", default=None, help="Version, tag or branch to create NAME at (default: the current version).")
-@click.option("--reset", "reset", default=None, metavar="VERSION", help="Move branch NAME to VERSION (a version, tag or branch).")
+@click.option(
+    "--at", "at", default=None, help="Version, tag or branch to create NAME at (default: the current version)."
+)
+@click.option(
+    "--reset", "reset", default=None, metavar="VERSION", help="Move branch NAME to VERSION (a version, tag or branch)."
+)
 @click.option("-d", "--delete", is_flag=True, help="Delete branch NAME (its versions stay).")
 def branch(file: str, name: str | None, at: str | None, reset: str | None, delete: bool) -> None:
     """List the branches of FILE, or create, move (--reset) or delete (-d) branch NAME.
@@ -98,8 +102,12 @@ _RESOLVE = click.Choice(["ours", "theirs"])
 @click.option("--into", default="main", show_default=True, help="The branch that receives the merge.")
 @click.option("--version", "version", default=None, help="Name of the merge version (default: a UUID).")
 @click.option("-m", "--message", default=None, help="Commit message (default: 'merge SOURCE into INTO').")
-@click.option("--resolve", type=_RESOLVE, default=None,
-              help="Settle conflicting points: ours (the branch merged into) or theirs (SOURCE).")
+@click.option(
+    "--resolve",
+    type=_RESOLVE,
+    default=None,
+    help="Settle conflicting points: ours (the branch merged into) or theirs (SOURCE).",
+)
 @click.option("--no-ff", is_flag=True, help="Make a merge version even when a fast-forward would do.")
 def merge(file, source, into, version, message, resolve, no_ff) -> None:
     """Merge SOURCE (a branch, tag or version) into branch --into of FILE (a three-way merge).
@@ -109,8 +117,13 @@ def merge(file, source, into, version, message, resolve, no_ff) -> None:
     """
     from ..versions.branchmerge import merge as do_merge
 
-    _print_report(_run(lambda: do_merge(file, source, into, version=version, message=message,
-                                        resolve=resolve, fast_forward=not no_ff)))
+    _print_report(
+        _run(
+            lambda: do_merge(
+                file, source, into, version=version, message=message, resolve=resolve, fast_forward=not no_ff
+            )
+        )
+    )
 
 
 @click.command(name="cherry-pick")

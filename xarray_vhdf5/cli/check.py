@@ -92,7 +92,9 @@ def _send_check(conn, path: str, rehash: bool, skip: tuple[str, ...]) -> None:
 
     try:
         report = check_file(
-            path, rehash=rehash, skip=skip,
+            path,
+            rehash=rehash,
+            skip=skip,
             progress=lambda done, total: conn.send(("progress", done, total)),
             trace=lambda where: conn.send(("trace", where)),
         )
@@ -206,8 +208,12 @@ def run_check(path: str, rehash: bool, progress: Callable[[int, int], None] | No
         if where is None or where in skip or len(skip) >= MAX_CRASHES:
             report = CheckReport(path, crashed=skip + ([where] if where else []))
             what = f"reading {where}" if where else "opening the file"
-            report.problems.append(Problem(ERROR, f"libhdf5 crashed the checking process {what} (it "
-                                                  f"{_died(code)}); nothing more could be checked"))
+            report.problems.append(
+                Problem(
+                    ERROR,
+                    f"libhdf5 crashed the checking process {what} (it {_died(code)}); nothing more could be checked",
+                )
+            )
             return report
         skip.append(where)
 
@@ -277,11 +283,15 @@ def run_repair(path: str, report):
 
 @click.command(help=CHECK_HELP)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--rehash", is_flag=True,
-              help="Also read every mapped chunk and compare its SHA-256 with the hash table.")
-@click.option("--repair", "do_repair", is_flag=True,
-              help="Roll back to the last whole version: delete damaged versions and leftovers of "
-                   "interrupted commits.")
+@click.option(
+    "--rehash", is_flag=True, help="Also read every mapped chunk and compare its SHA-256 with the hash table."
+)
+@click.option(
+    "--repair",
+    "do_repair",
+    is_flag=True,
+    help="Roll back to the last whole version: delete damaged versions and leftovers of interrupted commits.",
+)
 def check(file: str, rehash: bool, do_repair: bool) -> None:
     """``vhdf5 check FILE`` (its help text is :data:`CHECK_HELP`)."""
     from .main import _NOT_VERSIONED_HINT

@@ -62,7 +62,8 @@ def record_dimension(ds: xr.Dataset) -> str | None:
 #: CF time units: "<unit> since <reference time>".
 _TIME_UNITS = re.compile(
     r"^\s*(days?|d|hours?|hrs?|h|minutes?|mins?|seconds?|secs?|s|milliseconds?|msecs?|ms|microseconds?|us)"
-    r"\s+since\s+\S", re.IGNORECASE,
+    r"\s+since\s+\S",
+    re.IGNORECASE,
 )
 
 

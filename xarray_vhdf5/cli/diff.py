@@ -163,23 +163,38 @@ def format_diff(
     def count(n):
         return "?" if n is None else str(n)
 
-    header = ("dataset", "status", f"shape {a}", f"shape {b}", "points added",
-              "chunks read/total" if values else "mappings differ/total", "chunks changed",
-              "points changed", "points removed", "attributes changed")
+    header = (
+        "dataset",
+        "status",
+        f"shape {a}",
+        f"shape {b}",
+        "points added",
+        "chunks read/total" if values else "mappings differ/total",
+        "chunks changed",
+        "points changed",
+        "points removed",
+        "attributes changed",
+    )
     rows = [header]
     changed = 0
     for d in diffs:
         status = "modified" if d.status == "unchanged" and d.path in attrs else d.status
         changed += status != "unchanged"
         added = _points_added(d)
-        rows.append((
-            d.path, status, shape(d.shape_a), shape(d.shape_b), str(added),
-            f"{_chunks_compared(d, values)}/{d.chunks_total}",
-            count(d.chunks_changed),
-            count(None if d.points_changed is None else d.points_changed - added),
-            str(d.points_removed),
-            ",".join(c.name for c in attrs.get(d.path, ())),
-        ))
+        rows.append(
+            (
+                d.path,
+                status,
+                shape(d.shape_a),
+                shape(d.shape_b),
+                str(added),
+                f"{_chunks_compared(d, values)}/{d.chunks_total}",
+                count(d.chunks_changed),
+                count(None if d.points_changed is None else d.points_changed - added),
+                str(d.points_removed),
+                ",".join(c.name for c in attrs.get(d.path, ())),
+            )
+        )
     lines = format_table(rows)
     if attrs:
         lines.append("attributes changed:")

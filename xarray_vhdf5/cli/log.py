@@ -56,16 +56,18 @@ def format_log(entries: Sequence[LogEntry]) -> str:
     header = ("version", "timestamp (UTC)", "parent", "new chunks", "on disk", "uncompressed", "changed", "message")
     rows = [header]
     for e in entries:
-        rows.append((
-            e.name,
-            e.timestamp.strftime("%Y-%m-%d %H:%M:%S"),
-            e.parent,
-            str(e.new_chunks),
-            human_bytes(e.new_bytes_on_disk),
-            human_bytes(e.new_bytes),
-            ",".join(e.changed) if len(e.changed) <= 3 else f"{len(e.changed)} datasets",
-            e.message or "",
-        ))
+        rows.append(
+            (
+                e.name,
+                e.timestamp.strftime("%Y-%m-%d %H:%M:%S"),
+                e.parent,
+                str(e.new_chunks),
+                human_bytes(e.new_bytes_on_disk),
+                human_bytes(e.new_bytes),
+                ",".join(e.changed) if len(e.changed) <= 3 else f"{len(e.changed)} datasets",
+                e.message or "",
+            )
+        )
     lines = format_table(rows)
     lines.append(format_totals(entries))
     return "\n".join(lines)

@@ -35,19 +35,37 @@ variable-length strings and scalars are inlined decoded, up to
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--version", "version", default=None, help="Version name (default: the current version).")
 @click.option("--group", default=None, help="Group inside the version to reference (default: the whole version).")
-@click.option("--url", default=None,
-              help="Where readers find the copy of FILE (default: FILE's absolute path).")
-@click.option("-o", "--out", type=click.Path(dir_okay=False, writable=True), required=True,
-              help="JSON file to write.")
-@click.option("--inline-threshold", type=click.IntRange(min=0), default=100, show_default=True,
-              help="Inline stored chunks smaller than this many bytes.")
-@click.option("--max-inline", type=click.IntRange(min=0), default=16 * 2**20, show_default=True,
-              help="Most decoded bytes inlined per array whose chunks cannot be referenced.")
-@click.option("--skip-unreferenced", is_flag=True,
-              help="Leave out arrays that can be neither referenced nor inlined (with a warning), "
-                   "instead of failing.")
-def refs(file: str, version: str | None, group: str | None, url: str | None, out: str,
-         inline_threshold: int, max_inline: int, skip_unreferenced: bool) -> None:
+@click.option("--url", default=None, help="Where readers find the copy of FILE (default: FILE's absolute path).")
+@click.option("-o", "--out", type=click.Path(dir_okay=False, writable=True), required=True, help="JSON file to write.")
+@click.option(
+    "--inline-threshold",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
+    help="Inline stored chunks smaller than this many bytes.",
+)
+@click.option(
+    "--max-inline",
+    type=click.IntRange(min=0),
+    default=16 * 2**20,
+    show_default=True,
+    help="Most decoded bytes inlined per array whose chunks cannot be referenced.",
+)
+@click.option(
+    "--skip-unreferenced",
+    is_flag=True,
+    help="Leave out arrays that can be neither referenced nor inlined (with a warning), instead of failing.",
+)
+def refs(
+    file: str,
+    version: str | None,
+    group: str | None,
+    url: str | None,
+    out: str,
+    inline_threshold: int,
+    max_inline: int,
+    skip_unreferenced: bool,
+) -> None:
     """``vhdf5 refs`` (its help text is :data:`REFS_HELP`)."""
     import warnings
 
@@ -57,9 +75,15 @@ def refs(file: str, version: str | None, group: str | None, url: str | None, out
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UnreferencedArrayWarning)
-            made = version_refs(file, version, group, url=url, inline_threshold=inline_threshold,
-                                max_inline_bytes=max_inline,
-                                unreferenced="skip" if skip_unreferenced else "raise")
+            made = version_refs(
+                file,
+                version,
+                group,
+                url=url,
+                inline_threshold=inline_threshold,
+                max_inline_bytes=max_inline,
+                unreferenced="skip" if skip_unreferenced else "raise",
+            )
         for warning in caught:
             click.echo(f"warning: {warning.message}", err=True)
         write_refs(made, out)

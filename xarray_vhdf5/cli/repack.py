@@ -22,15 +22,28 @@ def _mb(n: int) -> str:
 
 @click.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--older-than", default=None, metavar="TIME",
-              help="Expire versions committed before TIME (ISO 8601, UTC unless a zone is given).")
-@click.option("--keep-last", type=click.IntRange(min=0), default=None, metavar="N",
-              help="Keep the N newest versions (all branches together), whatever their age.")
+@click.option(
+    "--older-than",
+    default=None,
+    metavar="TIME",
+    help="Expire versions committed before TIME (ISO 8601, UTC unless a zone is given).",
+)
+@click.option(
+    "--keep-last",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Keep the N newest versions (all branches together), whatever their age.",
+)
 @click.option("--no-keep-tags", is_flag=True, help="Expire tagged versions too (their tags are deleted).")
-@click.option("--no-keep-branches", is_flag=True,
-              help="Expire branch tips too (each branch moves to its nearest surviving ancestor).")
-def expire(file: str, older_than: str | None, keep_last: int | None, no_keep_tags: bool,
-           no_keep_branches: bool) -> None:
+@click.option(
+    "--no-keep-branches",
+    is_flag=True,
+    help="Expire branch tips too (each branch moves to its nearest surviving ancestor).",
+)
+def expire(
+    file: str, older_than: str | None, keep_last: int | None, no_keep_tags: bool, no_keep_branches: bool
+) -> None:
     """Delete the versions of FILE that no branch or tag needs and the rules let go.
 
     \b
@@ -46,8 +59,13 @@ def expire(file: str, older_than: str | None, keep_last: int | None, no_keep_tag
     if older_than is None and keep_last is None:
         raise click.UsageError("give --older-than TIME, --keep-last N or both")
     try:
-        report = expire_versions(file, older_than=older_than, keep_last=keep_last,
-                                 keep_tags=not no_keep_tags, keep_branches=not no_keep_branches)
+        report = expire_versions(
+            file,
+            older_than=older_than,
+            keep_last=keep_last,
+            keep_tags=not no_keep_tags,
+            keep_branches=not no_keep_branches,
+        )
     except (VHDF5Error, OSError, ValueError, TypeError) as err:
         raise click.ClickException(str(err)) from None
     n = len(report.deleted)
@@ -58,8 +76,9 @@ def expire(file: str, older_than: str | None, keep_last: int | None, no_keep_tag
 
 @click.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="Write the compact copy here and leave FILE as it is.")
+@click.option(
+    "--out", type=click.Path(dir_okay=False), default=None, help="Write the compact copy here and leave FILE as it is."
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be copied and dropped; write nothing.")
 def repack(file: str, out: str | None, dry_run: bool) -> None:
     """Rewrite FILE compactly: every version, ref and attribute, none of the bytes deletions freed.
@@ -78,9 +97,11 @@ def repack(file: str, out: str | None, dry_run: bool) -> None:
         if dry_run:
             plan = repack_plan(file)
             chunks = sum(plan.chunks.values())
-            click.echo(f"{file}: {_mb(plan.size_before)}; would copy {chunks} chunks ({_mb(plan.chunk_bytes)} stored) "
-                       f"of {len(plan.chunks)} datasets and drop {_mb(plan.garbage_bytes)} of freed rows; "
-                       f"the rest of the difference is space freed inside the file")
+            click.echo(
+                f"{file}: {_mb(plan.size_before)}; would copy {chunks} chunks ({_mb(plan.chunk_bytes)} stored) "
+                f"of {len(plan.chunks)} datasets and drop {_mb(plan.garbage_bytes)} of freed rows; "
+                f"the rest of the difference is space freed inside the file"
+            )
             return
         update, close = progress_bar(sys.stderr.isatty())
         try:
@@ -89,5 +110,7 @@ def repack(file: str, out: str | None, dry_run: bool) -> None:
             close()
     except (VHDF5Error, OSError) as err:
         raise click.ClickException(str(err)) from None
-    click.echo(f"repacked {file} -> {report.out}: {_mb(report.size_before)} -> {_mb(report.size_after)} "
-               f"({_mb(report.size_before - report.size_after)} given back)")
+    click.echo(
+        f"repacked {file} -> {report.out}: {_mb(report.size_before)} -> {_mb(report.size_after)} "
+        f"({_mb(report.size_before - report.size_after)} given back)"
+    )

@@ -132,8 +132,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         for i, slab in enumerate(base_slabs):
             if not (hasattr(slab, "shape") and hasattr(slab, "dtype")):
                 raise TypeError(
-                    f"base_slabs[{i}] must be an array-like with shape and dtype, "
-                    f"got {type(slab).__name__}"
+                    f"base_slabs[{i}] must be an array-like with shape and dtype, got {type(slab).__name__}"
                 )
         dtype = default_dtype(dtype, base_slabs, fill_value)
         si, so = metadata_arrays(slab_indices, slab_offsets, shape, chunk_size)
@@ -192,7 +191,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         check_chunking(shape, chunk_size)
         dtype = np.dtype(dtype)
         si, so = metadata_arrays(slab_indices, slab_offsets, shape, chunk_size)
-        if si.size and (si.min() < 0 or si.max() > 1) or np.any(so[si == 0]):
+        if (si.size and (si.min() < 0 or si.max() > 1)) or np.any(so[si == 0]):
             check_base_slabs(shape, chunk_size, dtype, [dataset], si, so)  # raises, saying why
         self = cls.__new__(cls)
         self._setup(shape, chunk_size, dtype, fill_array(fill_value, dtype), [dataset], si, so)
@@ -382,8 +381,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
             self._n_base,
             base.slab_indices,
             base.slab_offsets,
-            fill_value_changed=not same_fill(self._fill, base.fill_value)
-            or self._dtype != base.dtype,
+            fill_value_changed=not same_fill(self._fill, base.fill_value) or self._dtype != base.dtype,
         )
 
     # -- numpy-like operations ----------------------------------------------------
@@ -414,8 +412,14 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         if fused is not None:
             # The hot path: a basic index over in-memory chunks, in one kernel call.
             out = fused(
-                idx, self._shape, self._chunk_size, self._slab_indices, self._slab_offsets,
-                self._slabs, self._lazy, self._dtype,
+                idx,
+                self._shape,
+                self._chunk_size,
+                self._slab_indices,
+                self._slab_offsets,
+                self._slabs,
+                self._lazy,
+                self._dtype,
             )
             if out is not None:
                 return out
@@ -451,9 +455,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
             try:
                 arr = np.broadcast_to(arr, target)
             except ValueError:
-                raise ValueError(
-                    f"could not broadcast input array from shape {original} into shape {target}"
-                ) from None
+                raise ValueError(f"could not broadcast input array from shape {original} into shape {target}") from None
         return mapping.to_normalised(arr)
 
     def __setitem__(self, idx: Any, value: Any) -> None:

@@ -79,9 +79,7 @@ class ArrayAttributes:
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if copy is False:
-            raise ValueError(
-                "a StagedChangesArray cannot be converted to a numpy array without a copy"
-            )
+            raise ValueError("a StagedChangesArray cannot be converted to a numpy array without a copy")
         out = self[...]
         return out if dtype is None else out.astype(dtype, copy=False)
 
@@ -145,11 +143,7 @@ class ArrayAttributes:
     def has_changes(self) -> bool:
         """Whether anything differs from the base state: chunks, shape, dtype or fill value."""
         base = self._base
-        if (
-            self._shape != base.shape
-            or self._dtype != base.dtype
-            or not same_fill(self._fill, base.fill_value)
-        ):
+        if self._shape != base.shape or self._dtype != base.dtype or not same_fill(self._fill, base.fill_value):
             return True
         return not (
             np.array_equal(self._slab_indices, base.slab_indices)

@@ -50,9 +50,11 @@ def _first(arr: np.ndarray, mask: np.ndarray) -> Any:
 
 def _refuse(cls, name, dtype, arr_dtype, value, why: str, **extra):
     raise cls(
-        f"cannot store {value!r} (dtype {arr_dtype}) in {_where(name)} of dtype {dtype}: {why}; "
-        "nothing was written",
-        name=name, dtype=dtype, value=value, **extra,
+        f"cannot store {value!r} (dtype {arr_dtype}) in {_where(name)} of dtype {dtype}: {why}; nothing was written",
+        name=name,
+        dtype=dtype,
+        value=value,
+        **extra,
     )
 
 
@@ -65,8 +67,9 @@ def _check_integer_target(arr: np.ndarray, dtype: np.dtype, name: str | None) ->
         lo, hi = arr.min(), arr.max()
         if lo < info.min or hi > info.max:
             bad = _first(arr, (arr < info.min) | (arr > info.max))
-            _refuse(ValueOverflowError, name, dtype, arr.dtype, bad,
-                    f"out of bounds for {dtype} [{info.min}, {info.max}]")
+            _refuse(
+                ValueOverflowError, name, dtype, arr.dtype, bad, f"out of bounds for {dtype} [{info.min}, {info.max}]"
+            )
         return
     if kind == "f":
         finite = np.isfinite(arr)
@@ -77,32 +80,44 @@ def _check_integer_target(arr: np.ndarray, dtype: np.dtype, name: str | None) ->
             _refuse(ValueOverflowError, name, dtype, arr.dtype, bad, "cannot convert float infinity to integer")
         # Powers of two are exact floats: the comparison is exact at int64's ends too.
         bits = dtype.itemsize * 8
-        low, high = (0.0, 2.0 ** bits) if dtype.kind == "u" else (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1))
+        low, high = (0.0, 2.0**bits) if dtype.kind == "u" else (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1))
         t = np.trunc(arr)
         out = (t < low) | (t >= high)
         if out.any():
-            _refuse(ValueOverflowError, name, dtype, arr.dtype, _first(arr, out),
-                    f"out of bounds for {dtype} [{info.min}, {info.max}]")
+            _refuse(
+                ValueOverflowError,
+                name,
+                dtype,
+                arr.dtype,
+                _first(arr, out),
+                f"out of bounds for {dtype} [{info.min}, {info.max}]",
+            )
         return
     if kind == "c":
-        _refuse(ValueTypeError, name, dtype, arr.dtype, arr.flat[0].item(),
-                "complex values do not cast to a real dtype")
+        _refuse(
+            ValueTypeError, name, dtype, arr.dtype, arr.flat[0].item(), "complex values do not cast to a real dtype"
+        )
 
 
 def _check_float_target(arr: np.ndarray, dtype: np.dtype, name: str | None) -> np.ndarray:
     """``arr`` cast to the float/complex ``dtype``; refuses complex into real, finite overflow."""
     kind = arr.dtype.kind
     if kind == "c" and dtype.kind == "f":
-        _refuse(ValueTypeError, name, dtype, arr.dtype, arr.flat[0].item() if arr.size else None,
-                "complex values do not cast to a real dtype")
+        _refuse(
+            ValueTypeError,
+            name,
+            dtype,
+            arr.dtype,
+            arr.flat[0].item() if arr.size else None,
+            "complex values do not cast to a real dtype",
+        )
     if kind in "biufc" and np.can_cast(arr.dtype, dtype, "safe"):
         return arr.astype(dtype)
     with np.errstate(over="ignore"):
         out = arr.astype(dtype)
     overflow = ~np.isfinite(out) & np.isfinite(arr) if kind in "fc" else ~np.isfinite(out)
     if overflow.any():
-        _refuse(ValueOverflowError, name, dtype, arr.dtype, _first(arr, overflow),
-                f"out of the range of {dtype}")
+        _refuse(ValueOverflowError, name, dtype, arr.dtype, _first(arr, overflow), f"out of the range of {dtype}")
     return out
 
 
@@ -136,7 +151,10 @@ def _cast_string(arr: np.ndarray, dtype: np.dtype, name: str | None) -> np.ndarr
                 f"hold at most {width} characters and the dtype is fixed by the dataset's first version, so the "
                 "value would be truncated; nothing was written (store variable-length strings, "
                 "h5py.string_dtype(), from the first version to allow any length)",
-                name=name, dtype=dtype, value=bad, width=width,
+                name=name,
+                dtype=dtype,
+                value=bad,
+                width=width,
             )
     return arr.astype(dtype)
 
@@ -195,8 +213,9 @@ def cast_for_storage(value: Any, dtype: Any, name: str | None = None) -> np.ndar
             return np.asarray(arr, dtype=dtype)  # object / string sources: numpy's per-element checks
         if kind in "fc":
             if arr.dtype.kind in "OSU":
-                return _check_float_target(np.asarray(arr, dtype=np.complex128 if kind == "c" else np.float64),
-                                           dtype, name)
+                return _check_float_target(
+                    np.asarray(arr, dtype=np.complex128 if kind == "c" else np.float64), dtype, name
+                )
             return _check_float_target(arr, dtype, name)
         if kind in "SU":
             return _cast_string(arr, dtype, name)
@@ -208,5 +227,6 @@ def cast_for_storage(value: Any, dtype: Any, name: str | None = None) -> np.ndar
         got = value.dtype if isinstance(value, (np.ndarray, np.generic)) else type(value).__name__
         raise cls(
             f"cannot store a value of {got} in {_where(name)} of dtype {dtype}: {exc}; nothing was written",
-            name=name, dtype=dtype,
+            name=name,
+            dtype=dtype,
         ) from None

@@ -96,9 +96,7 @@ class ChangesPlan:
         self.shape = shape
         self.chunk_size = chunk_size
         changed = np.ones(slab_indices.shape, dtype=bool)
-        overlap = tuple(
-            slice(0, min(a, b)) for a, b in zip(slab_indices.shape, base_slab_indices.shape)
-        )
+        overlap = tuple(slice(0, min(a, b)) for a, b in zip(slab_indices.shape, base_slab_indices.shape))
         changed[overlap] = (slab_indices[overlap] != base_slab_indices[overlap]) | (
             slab_offsets[overlap] != base_slab_offsets[overlap]
         )
@@ -131,13 +129,10 @@ class ChangesPlan:
             self.changed_slab_indices.tolist(),
             self.changed_slab_offsets.tolist(),
         ):
-            virtual = tuple(
-                slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(chunk, cs, self.shape)
-            )
+            virtual = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(chunk, cs, self.shape))
             extents = [s.stop - s.start for s in virtual]
             in_slab = tuple(
-                slice((offset if a == 0 else 0), (offset if a == 0 else 0) + e)
-                for a, e in enumerate(extents)
+                slice((offset if a == 0 else 0), (offset if a == 0 else 0) + e) for a, e in enumerate(extents)
             )
             yield ChangedChunk(tuple(chunk), virtual, slab, offset, in_slab)
 
@@ -150,8 +145,7 @@ class ChangesPlan:
         ]
         for c in self:
             lines.append(
-                f"  chunk {c.chunk}: virtual{_fmt_slices(c.virtual)} "
-                f"<- slabs[{c.slab}]{_fmt_slices(c.in_slab)}"
+                f"  chunk {c.chunk}: virtual{_fmt_slices(c.virtual)} <- slabs[{c.slab}]{_fmt_slices(c.in_slab)}"
             )
         for chunk, slab, off in zip(
             self.unchanged.tolist(),
@@ -166,4 +160,3 @@ def _fmt_slices(slices: tuple[slice, ...]) -> str:
     if not slices:
         return "[()]"
     return "[" + ", ".join(f"{s.start}:{s.stop}" for s in slices) + "]"
-

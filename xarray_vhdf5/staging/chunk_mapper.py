@@ -61,19 +61,19 @@ class IndexChunkMapper:
     """
 
     __slots__ = (
-        "kind",
+        "_whole_rows",
         "axis_size",
-        "chunk_size",
-        "n_chunks",
-        "count",
-        "length",
         "chunk_indices",
-        "whole",
+        "chunk_size",
+        "count",
+        "getitem_view",
+        "kind",
+        "length",
+        "n_chunks",
         "ptr",
         "rows",
-        "getitem_view",
         "setitem_view",
-        "_whole_rows",
+        "whole",
     )
 
     def __init__(
@@ -127,9 +127,7 @@ class IndexChunkMapper:
         return cls(kind, axis_size, chunk_size, count, tables)
 
     @classmethod
-    def from_points(
-        cls, points: np.ndarray, axis_size: int, chunk_size: int
-    ) -> IndexChunkMapper:
+    def from_points(cls, points: np.ndarray, axis_size: int, chunk_size: int) -> IndexChunkMapper:
         """A 1-d integer array of points in ``[0, axis_size)``, any order, duplicates allowed."""
         points = np.asarray(points, dtype=np.intp).reshape(-1)
         if points.size and np.all(points[1:] > points[:-1]):

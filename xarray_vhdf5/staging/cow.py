@@ -88,9 +88,7 @@ class CopyOnWriteSlabs:
         new._refcounts = self._refcounts.copy()
         return new
 
-    def astype(
-        self, dtype: Any, casting: str = "unsafe", base_slabs: Sequence[Any] | None = None
-    ) -> Any:
+    def astype(self, dtype: Any, casting: str = "unsafe", base_slabs: Sequence[Any] | None = None) -> Any:
         """A copy of another dtype; staged slabs are converted on first access.
 
         ``staged_changes.rst``, "Copy-on-Write (CoW) mechanics" and
@@ -120,8 +118,7 @@ class CopyOnWriteSlabs:
         dtype = np.dtype(dtype)
         if not np.can_cast(self._dtype, dtype, casting=casting):
             raise TypeError(
-                f"Cannot cast array data from {self._dtype!r} to {dtype!r} according to the "
-                f"rule {casting!r}"
+                f"Cannot cast array data from {self._dtype!r} to {dtype!r} according to the rule {casting!r}"
             )
         new = self.copy()
         if base_slabs is None:
@@ -131,9 +128,7 @@ class CopyOnWriteSlabs:
         else:
             base_slabs = list(base_slabs)
             if len(base_slabs) != self._n_base:
-                raise IncompatibleDataError(
-                    f"astype() needs {self._n_base} base slabs, got {len(base_slabs)}"
-                )
+                raise IncompatibleDataError(f"astype() needs {self._n_base} base slabs, got {len(base_slabs)}")
             for i, (old, repl) in enumerate(zip(self._slabs[1 : 1 + self._n_base], base_slabs)):
                 if old is None:
                     continue

@@ -80,9 +80,7 @@ def expand_index(idx: Any, ndim: int) -> tuple[list[Any], list[int], bool]:
     if n_ellipsis > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if n_real > ndim:
-        raise IndexError(
-            f"too many indices for array: array is {ndim}-dimensional, but {n_real} were indexed"
-        )
+        raise IndexError(f"too many indices for array: array is {ndim}-dimensional, but {n_real} were indexed")
     out: list[Any] = []
     where: list[int] = []
     for k, elem in enumerate(idx):
@@ -132,9 +130,7 @@ def as_array_index(elem: Any, axis: int, shape: Sequence[int]) -> np.ndarray | i
         raise IndexError(f"{_VALID_INDICES} (got {type(elem).__name__}: {exc})") from None
     if isinstance(idx, ndindex.BooleanArray):
         if idx.ndim == 0:
-            raise UnsupportedError(
-                "a boolean scalar index adds an axis in numpy; not supported by staged arrays"
-            )
+            raise UnsupportedError("a boolean scalar index adds an axis in numpy; not supported by staged arrays")
         if idx.ndim > 1:
             raise UnsupportedError(
                 f"a {idx.ndim}-d boolean index spans several axes; staged arrays (like h5py) "

@@ -50,9 +50,7 @@ _REVERSE = slice(None, None, -1)
 _ALL = slice(None)
 
 
-def _map_basic(
-    idx: Any, shape: tuple[int, ...], chunk_size: tuple[int, ...]
-) -> IndexMapping | None:
+def _map_basic(idx: Any, shape: tuple[int, ...], chunk_size: tuple[int, ...]) -> IndexMapping | None:
     """The hot path of :func:`map_index`: one ``slice`` or ``int`` per axis.
 
     Parsed by :func:`~xarray_vhdf5.staging.kernels.parse_basic`; no mapper
@@ -141,9 +139,7 @@ def map_index_general(idx: Any, shape: Sequence[int], chunk_size: Sequence[int])
             if step < 0:
                 if count:
                     last = start + (count - 1) * step
-                    mappers.append(
-                        IndexChunkMapper.from_slice(last, -step, count, size, cs, reverse=True)
-                    )
+                    mappers.append(IndexChunkMapper.from_slice(last, -step, count, size, cs, reverse=True))
                     needs_view = True
                 else:
                     mappers.append(IndexChunkMapper.from_slice(0, 1, 0, size, cs))
@@ -151,9 +147,7 @@ def map_index_general(idx: Any, shape: Sequence[int], chunk_size: Sequence[int])
                 mappers.append(IndexChunkMapper.from_slice(start, step, count, size, cs))
             continue
         if isinstance(elem, (bool, np.bool_)):
-            raise UnsupportedError(
-                "a boolean scalar index adds an axis in numpy; not supported by staged arrays"
-            )
+            raise UnsupportedError("a boolean scalar index adds an axis in numpy; not supported by staged arrays")
         if isinstance(elem, (int, np.integer)):
             i = operator.index(elem)
         else:

@@ -66,16 +66,16 @@ class IndexMapping:
 
     __slots__ = (
         "_mappers",
+        "array_axis",
+        "array_first",
         "basic",
-        "norm_shape",
-        "shape",
+        "chunking",
         "expanded_shape",
         "getitem_view",
-        "setitem_view",
-        "array_first",
-        "array_axis",
+        "norm_shape",
         "scalar",
-        "chunking",
+        "setitem_view",
+        "shape",
     )
 
     def __init__(
@@ -113,7 +113,11 @@ class IndexMapping:
             shape, chunk_size = self.chunking
             self._mappers = tuple(
                 IndexChunkMapper.from_slice(
-                    a, s, n, size, c,
+                    a,
+                    s,
+                    n,
+                    size,
+                    c,
                     kind="scalar" if k == kernels.KIND_SCALAR else "slice",
                     reverse=k == kernels.KIND_REVERSE,
                 )
@@ -122,10 +126,7 @@ class IndexMapping:
         return self._mappers
 
     def __repr__(self) -> str:
-        return (
-            f"IndexMapping<shape={self.shape}, norm_shape={self.norm_shape}, "
-            f"view={self.format_view()}>"
-        )
+        return f"IndexMapping<shape={self.shape}, norm_shape={self.norm_shape}, view={self.format_view()}>"
 
     def to_result(self, out: np.ndarray) -> Any:
         """numpy's result from the normalised one (a view of ``out`` when possible)."""

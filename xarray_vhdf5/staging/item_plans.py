@@ -72,7 +72,7 @@ class GetItemPlan:
         The same, one :class:`Transfer` per slab (built on first access).
     """
 
-    __slots__ = ("mapping", "output_shape", "groups", "arrays", "_transfers")
+    __slots__ = ("_transfers", "arrays", "groups", "mapping", "output_shape")
 
     def __init__(
         self,
@@ -173,9 +173,7 @@ class SetItemPlan(UpdatingPlan):
         kern = active()
         first_staged = 1 + n_base_slabs
         if mapping.basic is not None:
-            groups, arrays = basic_groups(
-                kern, mapping, slab_indices, slab_offsets, n_slabs, SIDE_VALUE, SIDE_SLAB
-            )
+            groups, arrays = basic_groups(kern, mapping, slab_indices, slab_offsets, n_slabs, SIDE_VALUE, SIDE_SLAB)
             if not groups or groups[0][0] >= first_staged:
                 # Every selected chunk is already staged: write the value, nothing moves.
                 transfers = group_transfers(groups, arrays, VALUE, None)
@@ -216,8 +214,15 @@ class SetItemPlan(UpdatingPlan):
                 for s, a, b in runs(src_slabs):
                     self.transfers.append(
                         chunk_transfer(
-                            s, dest, pos[a:b], w_rows, w_ptrs, SIDE_SLAB, SIDE_SLAB,
-                            src_offset=g.offset[partial[a:b]], dst_offset=new_off[a:b],
+                            s,
+                            dest,
+                            pos[a:b],
+                            w_rows,
+                            w_ptrs,
+                            SIDE_SLAB,
+                            SIDE_SLAB,
+                            src_offset=g.offset[partial[a:b]],
+                            dst_offset=new_off[a:b],
                         )
                     )
                 self._move(g.flat[partial], dest, new_off)
@@ -228,9 +233,7 @@ class SetItemPlan(UpdatingPlan):
                 pos = np.ascontiguousarray(g.pos[wholly])
                 new_off = np.arange(wholly.size, dtype=np.uint64) * rows_per_chunk(chunk_size)
                 self.transfers.append(
-                    chunk_transfer(
-                        VALUE, dest, pos, rows, ptrs, SIDE_VALUE, SIDE_SLAB, dst_offset=new_off
-                    )
+                    chunk_transfer(VALUE, dest, pos, rows, ptrs, SIDE_VALUE, SIDE_SLAB, dst_offset=new_off)
                 )
                 self._move(g.flat[wholly], dest, new_off)
                 added.append(wholly.size)
@@ -238,17 +241,13 @@ class SetItemPlan(UpdatingPlan):
             self._drop_unreferenced(np.flatnonzero(moved).tolist())
         if k < len(g.slab):  # chunks already on staged slabs: one expansion for all
             groups = [[s, a - k, b - k] for s, a, b in g.groups.tolist() if s >= first_staged]
-            expanded = kern.expand_slices(
-                g.pos[k:], rows, ptrs, SIDE_VALUE, SIDE_SLAB, None, g.offset[k:]
-            )
+            expanded = kern.expand_slices(g.pos[k:], rows, ptrs, SIDE_VALUE, SIDE_SLAB, None, g.offset[k:])
             for t in chunk_group_transfers(groups, expanded, VALUE, None):
                 self.transfers.append(t)
         if partial_transfer is not None:
             dest, pos, new_off = partial_transfer
             self.transfers.append(
-                chunk_transfer(
-                    VALUE, dest, pos, rows, ptrs, SIDE_VALUE, SIDE_SLAB, dst_offset=new_off
-                )
+                chunk_transfer(VALUE, dest, pos, rows, ptrs, SIDE_VALUE, SIDE_SLAB, dst_offset=new_off)
             )
 
     def _plan_small(
@@ -322,12 +321,17 @@ class SetItemPlan(UpdatingPlan):
                 rows = partial[a:b]
                 n = b - a
                 ones = np.ones((n, ndim), dtype=np.uint64)
-                self.transfers.append(Transfer(
-                    old_slab[rows[0]], dest,
-                    np.array([[old_offset[r], *rest] for r in rows], dtype=np.uint64),
-                    np.array([[i * step0, *rest] for i in range(a, b)], dtype=np.uint64),
-                    np.array([extents[r] for r in rows], dtype=np.uint64), ones, ones.copy(),
-                ))
+                self.transfers.append(
+                    Transfer(
+                        old_slab[rows[0]],
+                        dest,
+                        np.array([[old_offset[r], *rest] for r in rows], dtype=np.uint64),
+                        np.array([[i * step0, *rest] for i in range(a, b)], dtype=np.uint64),
+                        np.array([extents[r] for r in rows], dtype=np.uint64),
+                        ones,
+                        ones.copy(),
+                    )
+                )
                 a = b
             partial_transfer = Transfer(
                 VALUE, dest, src_start[partial], dst, count[partial], value_stride[partial], slab_stride[partial]
@@ -335,9 +339,9 @@ class SetItemPlan(UpdatingPlan):
         if wholly:
             dest = self._append(slab_shape(len(wholly), chunk_size))
             dst = moved_to(wholly, dest)
-            self.transfers.append(Transfer(
-                VALUE, dest, src_start[wholly], dst, count[wholly], value_stride[wholly], slab_stride[wholly]
-            ))
+            self.transfers.append(
+                Transfer(VALUE, dest, src_start[wholly], dst, count[wholly], value_stride[wholly], slab_stride[wholly])
+            )
         self.refcounts = np.concatenate([refcounts, np.array(added, dtype=np.intp)])
         self._drop_unreferenced(set(old_slab))
         staged = [[s, a, b] for s, a, b in groups if s >= first_staged]

@@ -66,11 +66,11 @@ __all__ = [
     "KIND_REVERSE",
     "KIND_SCALAR",
     "KIND_SLICE",
-    "KernelSet",
     "ROW_COLUMNS",
     "SIDE_SLAB",
     "SIDE_VALUE",
     "Gathered",
+    "KernelSet",
     "active",
     "basic_slices",
     "basic_slices_reference",
@@ -189,9 +189,7 @@ def gather_chunks(
     Gathered
     """
     if _compiled():
-        return Gathered(
-            *_plantools.gather_chunks(slab_indices, slab_offsets, chunk_indices, n_slabs)
-        )
+        return Gathered(*_plantools.gather_chunks(slab_indices, slab_offsets, chunk_indices, n_slabs))
     return gather_chunks_reference(slab_indices, slab_offsets, chunk_indices, n_slabs)
 
 
@@ -237,9 +235,7 @@ def expand_slices(
         where chunk ``p - 1``'s end).
     """
     if _compiled():
-        return _plantools.expand_slices(
-            pos, rows, row_ptrs, src_side, dst_side, src_offset, dst_offset
-        )
+        return _plantools.expand_slices(pos, rows, row_ptrs, src_side, dst_side, src_offset, dst_offset)
     return expand_slices_reference(pos, rows, row_ptrs, src_side, dst_side, src_offset, dst_offset)
 
 
@@ -289,12 +285,28 @@ def basic_slices(
     """
     if _compiled():
         return _plantools.basic_slices(
-            starts, steps, counts, chunk_size, shape, slab_indices, slab_offsets, n_slabs,
-            src_side, dst_side,
+            starts,
+            steps,
+            counts,
+            chunk_size,
+            shape,
+            slab_indices,
+            slab_offsets,
+            n_slabs,
+            src_side,
+            dst_side,
         )
     return basic_slices_reference(
-        starts, steps, counts, chunk_size, shape, slab_indices, slab_offsets, n_slabs,
-        src_side, dst_side,
+        starts,
+        steps,
+        counts,
+        chunk_size,
+        shape,
+        slab_indices,
+        slab_offsets,
+        n_slabs,
+        src_side,
+        dst_side,
     )
 
 

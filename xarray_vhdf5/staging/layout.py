@@ -82,9 +82,7 @@ def fill_array(fill_value: Any, dtype: np.dtype) -> np.ndarray:
     try:
         return np.array(fill_value, dtype=dtype).reshape(())
     except (TypeError, ValueError, OverflowError) as exc:
-        raise IncompatibleDataError(
-            f"fill_value {fill_value!r} cannot be stored as {dtype}: {exc}"
-        ) from None
+        raise IncompatibleDataError(f"fill_value {fill_value!r} cannot be stored as {dtype}: {exc}") from None
 
 
 def same_fill(a: np.ndarray, b: np.ndarray) -> bool:
@@ -114,9 +112,7 @@ def check_chunking(shape: tuple[int, ...], chunk_size: tuple[int, ...]) -> None:
     One chunk length ``>= 1`` per axis; lengths of ``shape`` ``>= 0``.
     """
     if len(chunk_size) != len(shape):
-        raise IncompatibleDataError(
-            f"chunk_size {chunk_size} must have one entry per axis of shape {shape}"
-        )
+        raise IncompatibleDataError(f"chunk_size {chunk_size} must have one entry per axis of shape {shape}")
     if any(n < 0 for n in shape):
         raise IncompatibleDataError(f"shape {shape} has negative lengths")
     if any(c < 1 for c in chunk_size):
@@ -185,9 +181,7 @@ def check_base_slabs(
     for i, slab in enumerate(base_slabs, start=1):
         sshape = tuple(slab.shape)
         if len(sshape) != ndim:
-            raise IncompatibleDataError(
-                f"base_slabs[{i - 1}] has shape {sshape}, expected {ndim} dimensions"
-            )
+            raise IncompatibleDataError(f"base_slabs[{i - 1}] has shape {sshape}, expected {ndim} dimensions")
         if isinstance(slab, np.ndarray) and slab.dtype != dtype:
             raise IncompatibleDataError(
                 f"base_slabs[{i - 1}] has dtype {slab.dtype}, expected {dtype}; "
@@ -210,9 +204,7 @@ def check_base_slabs(
                 )
 
 
-def column_slabs(
-    arr: np.ndarray, chunk_size: tuple[int, ...]
-) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+def column_slabs(arr: np.ndarray, chunk_size: tuple[int, ...]) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """``arr`` as read-only base slabs, one per column of chunks, without copying.
 
     Column ``j`` (a chunk index along axes 1 and up) is the view
@@ -231,9 +223,7 @@ def column_slabs(
         return [readonly(arr)], si, so
     rows = np.arange(grid[0], dtype=np.uint64) * np.uint64(chunk_size[0])
     for col, j in enumerate(np.ndindex(*grid[1:]), start=1):
-        view = arr[
-            (slice(None),) + tuple(slice(k * c, (k + 1) * c) for k, c in zip(j, chunk_size[1:]))
-        ]
+        view = arr[(slice(None),) + tuple(slice(k * c, (k + 1) * c) for k, c in zip(j, chunk_size[1:]))]
         slabs.append(readonly(view))
         si[(slice(None), *j)] = col
         so[(slice(None), *j)] = rows

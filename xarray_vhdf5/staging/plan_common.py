@@ -125,8 +125,16 @@ def basic_groups(
     starts, steps, counts, _ = mapping.basic
     shape, chunk_size = mapping.chunking
     groups, *arrays = kern.basic_slices(
-        starts, steps, counts, chunk_size, shape, slab_indices, slab_offsets, n_slabs,
-        src_side, dst_side,
+        starts,
+        steps,
+        counts,
+        chunk_size,
+        shape,
+        slab_indices,
+        slab_offsets,
+        n_slabs,
+        src_side,
+        dst_side,
     )
     return groups.tolist(), arrays
 
@@ -154,18 +162,13 @@ def runs(values: np.ndarray) -> list[tuple[int, int, int]]:
 
 
 def full_mappers(shape: Sequence[int], chunk_size: Sequence[int]) -> list[IndexChunkMapper]:
-    return [
-        IndexChunkMapper.from_slice(0, 1, n, n, c) for n, c in zip(shape, chunk_size)
-    ]
+    return [IndexChunkMapper.from_slice(0, 1, n, n, c) for n, c in zip(shape, chunk_size)]
 
 
 def box_mappers(
     box: Sequence[tuple[int, int]], shape: Sequence[int], chunk_size: Sequence[int]
 ) -> list[IndexChunkMapper]:
-    return [
-        IndexChunkMapper.from_slice(a, 1, b - a, n, c)
-        for (a, b), n, c in zip(box, shape, chunk_size)
-    ]
+    return [IndexChunkMapper.from_slice(a, 1, b - a, n, c) for (a, b), n, c in zip(box, shape, chunk_size)]
 
 
 class MutatingPlan:
@@ -200,9 +203,7 @@ class MutatingPlan:
         return self.n_slabs + len(self.appends) - 1
 
     def _drop_unreferenced(self, candidates: Sequence[int]) -> None:
-        self.drops = sorted(
-            int(s) for s in set(candidates) if s > 0 and self.refcounts[s] == 0
-        )
+        self.drops = sorted(int(s) for s in set(candidates) if s > 0 and self.refcounts[s] == 0)
 
     @property
     def slab_indices(self) -> np.ndarray:  # pragma: no cover - overridden

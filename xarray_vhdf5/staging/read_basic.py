@@ -58,8 +58,16 @@ def read_basic_reference(
     starts, steps, counts, kinds = parsed
     try:
         groups, src_start, dst_start, count, src_stride, _ = basic_slices_reference(
-            starts, steps, counts, tuple(chunk_size), tuple(shape),
-            slab_indices, slab_offsets, len(slabs), SIDE_SLAB, SIDE_VALUE,
+            starts,
+            steps,
+            counts,
+            tuple(chunk_size),
+            tuple(shape),
+            slab_indices,
+            slab_offsets,
+            len(slabs),
+            SIDE_SLAB,
+            SIDE_VALUE,
         )
     except (ValueError, IndexError):
         return None

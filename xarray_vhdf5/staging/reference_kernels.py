@@ -78,7 +78,6 @@ class Gathered(NamedTuple):
     groups: np.ndarray
 
 
-
 # ---------------------------------------------------------------------------
 # slice_rows
 # ---------------------------------------------------------------------------
@@ -138,11 +137,9 @@ def gather_chunks_reference(
     npoints = int(np.prod(counts, dtype=np.intp))
     pos = np.indices(counts, dtype=np.intp).reshape(ndim, npoints).T
     coords = tuple(np.asarray(c, dtype=np.intp)[pos[:, a]] for a, c in enumerate(chunk_indices))
-    flat = (
-        np.ravel_multi_index(coords, slab_indices.shape)
-        if ndim
-        else np.zeros(npoints, dtype=np.intp)
-    ).astype(np.intp)
+    flat = (np.ravel_multi_index(coords, slab_indices.shape) if ndim else np.zeros(npoints, dtype=np.intp)).astype(
+        np.intp
+    )
     slab = slab_indices.reshape(-1)[flat]
     if slab.size and (slab.min() < 0 or slab.max() >= n_slabs):
         raise ValueError(f"gather_chunks: slab indices must be in [0, {n_slabs})")

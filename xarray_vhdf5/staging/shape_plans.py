@@ -67,8 +67,15 @@ class LoadPlan(UpdatingPlan):
             if 1 <= s < first_staged:
                 self.transfers.append(
                     chunk_transfer(
-                        s, dest, g.pos[a:b], rows, ptrs, SIDE_SLAB, SIDE_SLAB,
-                        src_offset=g.offset[a:b], dst_offset=new_off[a - lo : b - lo],
+                        s,
+                        dest,
+                        g.pos[a:b],
+                        rows,
+                        ptrs,
+                        SIDE_SLAB,
+                        SIDE_SLAB,
+                        src_offset=g.offset[a:b],
+                        dst_offset=new_off[a - lo : b - lo],
                     )
                 )
         self._move(g.flat[lo:hi], dest, new_off)
@@ -166,14 +173,21 @@ class ResizePlan(MutatingPlan):
                 valid_mappers = box_mappers([(0, v) for v in valid], new_shape, chunk_size)
                 _, rows, ptrs = axis_tables(valid_mappers)
                 # The valid box starts at chunk 0 on every axis: positions are chunk indices.
-                pos = np.ascontiguousarray(
-                    np.stack(np.unravel_index(flat, new_grid), axis=1), dtype=np.intp
-                ).reshape(flat.size, ndim)
+                pos = np.ascontiguousarray(np.stack(np.unravel_index(flat, new_grid), axis=1), dtype=np.intp).reshape(
+                    flat.size, ndim
+                )
                 for s, a, b in runs(src):
                     self.transfers.append(
                         chunk_transfer(
-                            s, dest, pos[a:b], rows, ptrs, SIDE_SLAB, SIDE_SLAB,
-                            src_offset=src_off[a:b], dst_offset=new_off[a:b],
+                            s,
+                            dest,
+                            pos[a:b],
+                            rows,
+                            ptrs,
+                            SIDE_SLAB,
+                            SIDE_SLAB,
+                            src_offset=src_off[a:b],
+                            dst_offset=new_off[a:b],
                         )
                     )
                 si.reshape(-1)[flat] = dest
@@ -189,8 +203,15 @@ class ResizePlan(MutatingPlan):
                     zeros = np.zeros(b - a, dtype=np.uint64)
                     self.transfers.append(
                         chunk_transfer(
-                            0, s, g.pos[a:b], rows, ptrs, SIDE_SLAB, SIDE_SLAB,
-                            src_offset=zeros, dst_offset=g.offset[a:b],
+                            0,
+                            s,
+                            g.pos[a:b],
+                            rows,
+                            ptrs,
+                            SIDE_SLAB,
+                            SIDE_SLAB,
+                            src_offset=zeros,
+                            dst_offset=g.offset[a:b],
                         )
                     )
         n_total = n_slabs + len(self.appends)

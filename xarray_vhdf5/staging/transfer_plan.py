@@ -170,6 +170,7 @@ class TransferPlan:
 # Execution
 # ---------------------------------------------------------------------------
 
+
 def _mem_type_id(dtype: np.dtype) -> int | None:
     """HDF5 memory type id for reading into ``dtype``; None if the C path cannot."""
     tid = memory_type(dtype)
@@ -241,9 +242,7 @@ def move(src: Any, dst: np.ndarray, arrays: tuple[np.ndarray, ...], fresh: bool 
             mem_type = _mem_type_id(dtype) if not src.dtype.hasobject else None
             if mem_type is not None and dst.flags.c_contiguous:
                 if not src.id.valid:
-                    raise ClosedFileError(
-                        "cannot read from a closed h5py dataset (its file was closed); reopen it"
-                    )
+                    raise ClosedFileError("cannot read from a closed h5py dataset (its file was closed); reopen it")
                 _slicetools.read_many_slices(src, dst, *arrays, mem_type)
                 return
     if not isinstance(src, (np.ndarray, h5py.Dataset)):

@@ -20,8 +20,8 @@ from ._refs import UnreferencedArrayWarning, version_refs, write_refs
 from ._store import VersionStore
 
 __all__ = [
-    "ArrayNode",
     "FILTER_NAMES",
+    "ArrayNode",
     "GroupNode",
     "StoreFork",
     "UnreferencedArrayWarning",

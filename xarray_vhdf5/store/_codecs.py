@@ -40,9 +40,19 @@ DEFLATE, SHUFFLE, FLETCHER32, SZIP, NBIT, SCALEOFFSET = 1, 2, 3, 4, 5, 6
 LZF, BLOSC, LZ4, BITSHUFFLE, ZSTD = 32000, 32001, 32004, 32008, 32015
 
 #: Names of HDF5 filters, for messages.
-FILTER_NAMES = {DEFLATE: "deflate", SHUFFLE: "shuffle", FLETCHER32: "fletcher32", SZIP: "szip",
-                NBIT: "nbit", SCALEOFFSET: "scaleoffset", LZF: "lzf", BLOSC: "blosc", LZ4: "lz4",
-                BITSHUFFLE: "bitshuffle", ZSTD: "zstd"}
+FILTER_NAMES = {
+    DEFLATE: "deflate",
+    SHUFFLE: "shuffle",
+    FLETCHER32: "fletcher32",
+    SZIP: "szip",
+    NBIT: "nbit",
+    SCALEOFFSET: "scaleoffset",
+    LZF: "lzf",
+    BLOSC: "blosc",
+    LZ4: "lz4",
+    BITSHUFFLE: "bitshuffle",
+    ZSTD: "zstd",
+}
 
 # Blosc's compressor codes in hdf5plugin's cd_values[6] (hdf5-blosc's blosc_filter.h).
 _BLOSC_CNAMES = {0: "blosclz", 1: "lz4", 2: "lz4hc", 3: "snappy", 4: "zlib", 5: "zstd"}
@@ -82,8 +92,15 @@ def numcodecs_pipeline(filters, dtype: np.dtype) -> tuple[list[dict[str, Any]] |
         elif fid == ZSTD:
             out.append({"id": "zstd", "level": cd[0] if cd else 0})
         elif fid == BLOSC and len(cd) >= 7:
-            out.append({"id": "blosc", "cname": _BLOSC_CNAMES.get(cd[6], "blosclz"), "clevel": cd[4],
-                        "shuffle": cd[5], "blocksize": 0})
+            out.append(
+                {
+                    "id": "blosc",
+                    "cname": _BLOSC_CNAMES.get(cd[6], "blosclz"),
+                    "clevel": cd[4],
+                    "shuffle": cd[5],
+                    "blocksize": 0,
+                }
+            )
         else:
             return None, f"HDF5 filter {_name(fid)} has no numcodecs codec that decodes its bytes"
     return out, None
@@ -120,13 +137,22 @@ def zarr_v3_codecs(filters, dtype: np.dtype, *, numcodecs: bool = False) -> tupl
         if name == "zstd":
             out.append({"name": "zstd", "configuration": {"level": config["level"], "checksum": False}})
         elif name == "blosc":
-            out.append({"name": "blosc", "configuration": {
-                "cname": config["cname"], "clevel": config["clevel"],
-                "shuffle": _BLOSC_SHUFFLES.get(config["shuffle"], "noshuffle"),
-                "typesize": dtype.itemsize, "blocksize": 0}})
+            out.append(
+                {
+                    "name": "blosc",
+                    "configuration": {
+                        "cname": config["cname"],
+                        "clevel": config["clevel"],
+                        "shuffle": _BLOSC_SHUFFLES.get(config["shuffle"], "noshuffle"),
+                        "typesize": dtype.itemsize,
+                        "blocksize": 0,
+                    },
+                }
+            )
         elif numcodecs:
             out.append({"name": f"numcodecs.{name}", "configuration": config})
         else:
-            return None, (f"HDF5's {name} has no Zarr v3 codec (zarr-python's numcodecs.{name} extension "
-                          "with numcodecs=True)")
+            return None, (
+                f"HDF5's {name} has no Zarr v3 codec (zarr-python's numcodecs.{name} extension with numcodecs=True)"
+            )
     return out, None

@@ -51,7 +51,6 @@ from ..xr import engine
 from ..xr.commit_checks import refuse_empty_commit
 from ..xr.dimscales import attach_dimension_scales
 from ..xr.writer import next_version_name
-
 from ._metadata import ArrayNode
 
 if TYPE_CHECKING:
@@ -62,17 +61,41 @@ __all__ = ["CF_NAMES", "FastPlan", "fast_commit", "plan_fast_commit"]
 _CHUNK_KEY = re.compile(r"^([^/]+)/c((?:/\d+)*)$")
 
 #: Attribute names whose change the fast path leaves to the ``xr`` layer (CF encoding, netCDF bookkeeping).
-CF_NAMES = frozenset({
-    "_FillValue", "missing_value", "scale_factor", "add_offset", "units", "calendar", "dtype", "_Unsigned",
-    "_Encoding", "coordinates", "grid_mapping", "bounds", "_ARRAY_DIMENSIONS", "DIMENSION_LIST",
-    "REFERENCE_LIST", "CLASS", "NAME", "_Netcdf4Dimid", "_Netcdf4Coordinates", "_nc3_strict",
-})
+CF_NAMES = frozenset(
+    {
+        "_FillValue",
+        "missing_value",
+        "scale_factor",
+        "add_offset",
+        "units",
+        "calendar",
+        "dtype",
+        "_Unsigned",
+        "_Encoding",
+        "coordinates",
+        "grid_mapping",
+        "bounds",
+        "_ARRAY_DIMENSIONS",
+        "DIMENSION_LIST",
+        "REFERENCE_LIST",
+        "CLASS",
+        "NAME",
+        "_Netcdf4Dimid",
+        "_Netcdf4Coordinates",
+        "_nc3_strict",
+    }
+)
 
 #: Bytes-to-bytes codecs (Zarr v3 names) decoded here, with the numcodecs codec id that decodes them.
 #: Those a store presents (:func:`~xarray_vhdf5.store._codecs.zarr_v3_codecs`); zarr-python's own
 #: ``zstd`` and ``blosc`` codecs encode through these numcodecs classes.
-_NUMCODECS = {"zstd": "zstd", "blosc": "blosc", "numcodecs.zlib": "zlib", "numcodecs.shuffle": "shuffle",
-              "numcodecs.fletcher32": "fletcher32"}
+_NUMCODECS = {
+    "zstd": "zstd",
+    "blosc": "blosc",
+    "numcodecs.zlib": "zlib",
+    "numcodecs.shuffle": "shuffle",
+    "numcodecs.fletcher32": "fletcher32",
+}
 
 
 def _json_key(value: Any) -> str:
@@ -144,8 +167,11 @@ def plan_fast_commit(state: _Version, overlay) -> FastPlan | str:
         if _json_key(same) != _json_key({k: v for k, v in base.items() if k not in ("shape", "attributes")}):
             return f"array {key!r}: data type, chunks, fill value, codecs or dimension names changed"
         shape = doc.get("shape")
-        if not isinstance(shape, list) or len(shape) != len(node.shape) or not all(
-                isinstance(n, int) and n >= 0 for n in shape):
+        if (
+            not isinstance(shape, list)
+            or len(shape) != len(node.shape)
+            or not all(isinstance(n, int) and n >= 0 for n in shape)
+        ):
             return f"array {key!r}: shape {shape!r}"
         codecs = doc.get("codecs") or []
         if not codecs or codecs[0].get("name") != "bytes":
@@ -179,8 +205,12 @@ def plan_fast_commit(state: _Version, overlay) -> FastPlan | str:
         if key == "zarr.json":
             root = _load(overlay.value(key))
             base_root = state.nodes[""]
-            if (not isinstance(root, dict) or root.get("node_type") != "group" or root.get("zarr_format") != 3
-                    or _json_key(root.get("attributes") or {}) != _json_key(base_root.attributes)):
+            if (
+                not isinstance(root, dict)
+                or root.get("node_type") != "group"
+                or root.get("zarr_format") != 3
+                or _json_key(root.get("attributes") or {}) != _json_key(base_root.attributes)
+            ):
                 return "the root group's document or attributes changed"
             continue
         if key.endswith("/zarr.json") and "/" not in key[: -len("/zarr.json")]:
@@ -262,15 +292,31 @@ def _stage_array(f, target, parent: str, path: str) -> None:
     except KeyError:
         state = None
     mapped = layout.starts >= 0
-    arr = StagedChangesArray(layout.shape, layout.chunks, [raw], mapped.astype(np.intp),
-                             np.where(mapped, layout.starts, 0).astype(np.uint64), fill_value=raw.fillvalue,
-                             dtype=raw.dtype)
+    arr = StagedChangesArray(
+        layout.shape,
+        layout.chunks,
+        [raw],
+        mapped.astype(np.intp),
+        np.where(mapped, layout.starts, 0).astype(np.uint64),
+        fill_value=raw.fillvalue,
+        dtype=raw.dtype,
+    )
     target.staged_array = arr
     target.base_table_state = state
 
 
-def fast_commit(store: VersionStore, state: _Version, plan: FastPlan, version: str | None, *,
-                message: str | None, timestamp, make_current: bool, allow_empty: bool, force: bool) -> str:
+def fast_commit(
+    store: VersionStore,
+    state: _Version,
+    plan: FastPlan,
+    version: str | None,
+    *,
+    message: str | None,
+    timestamp,
+    make_current: bool,
+    allow_empty: bool,
+    force: bool,
+) -> str:
     """Commit ``plan`` (from :func:`plan_fast_commit`) as one new version; returns its name.
 
     Raises
@@ -296,10 +342,12 @@ def fast_commit(store: VersionStore, state: _Version, plan: FastPlan, version: s
                 f"{source!r}: staged from version {parent!r}, but the current version is now {current!r}: "
                 f"committing would undo the versions since. Stage again from {current!r}, "
                 f"commit(rebase=True) to merge onto it, or commit(force=True) to commit on top of "
-                f"{parent!r} anyway (a branch)")
+                f"{parent!r} anyway (a branch)"
+            )
         name = version if version is not None else next_version_name(vf)
-        with vf.stage_version(name, prev_version=parent, make_current=make_current, timestamp=timestamp,
-                              finish=attach_dimension_scales) as root:
+        with vf.stage_version(
+            name, prev_version=parent, make_current=make_current, timestamp=timestamp, finish=attach_dimension_scales
+        ) as root:
             for change in plan.changes.values():
                 _apply(f, root, change, parent, overlay)
             if not allow_empty:
@@ -329,8 +377,13 @@ def _drop_unchanged(store: VersionStore, state: _Version, plan: FastPlan, overla
                     continue
             kept.append((index, chunk_key))
         change.written = kept
-        if (not kept and not change.deleted and change.shape == tuple(node.shape) and not change.attrs_set
-                and not change.attrs_removed):
+        if (
+            not kept
+            and not change.deleted
+            and change.shape == tuple(node.shape)
+            and not change.attrs_set
+            and not change.attrs_removed
+        ):
             del plan.changes[key]
 
 

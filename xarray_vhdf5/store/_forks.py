@@ -122,8 +122,16 @@ class StoreFork(ListingFromList, Store):
     #: metadata): ``to_zarr`` neither consolidates nor looks for consolidated metadata.
     supports_consolidated_metadata = False
 
-    def __init__(self, path: str, version: str | None, group: str | None, spool: str, *,
-                 numcodecs: bool = False, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        version: str | None,
+        group: str | None,
+        spool: str,
+        *,
+        numcodecs: bool = False,
+        read_only: bool = False,
+    ) -> None:
         super().__init__(read_only=read_only)
         self.path, self.version, self.group, self.spool = path, version, group, spool
         self.numcodecs = numcodecs
@@ -131,12 +139,24 @@ class StoreFork(ListingFromList, Store):
 
     # -- pickling, equality -------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "version": self.version, "group": self.group, "spool": self.spool,
-                "numcodecs": self.numcodecs, "read_only": self.read_only}
+        return {
+            "path": self.path,
+            "version": self.version,
+            "group": self.group,
+            "spool": self.spool,
+            "numcodecs": self.numcodecs,
+            "read_only": self.read_only,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], state["version"], state["group"], state["spool"],
-                      numcodecs=state["numcodecs"], read_only=state["read_only"])
+        self.__init__(
+            state["path"],
+            state["version"],
+            state["group"],
+            state["spool"],
+            numcodecs=state["numcodecs"],
+            read_only=state["read_only"],
+        )
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and (other.spool, other.read_only) == (self.spool, self.read_only)
@@ -149,8 +169,9 @@ class StoreFork(ListingFromList, Store):
 
     def with_read_only(self, read_only: bool = False) -> StoreFork:
         """Another handle on this fork's spool (``read_only=True``: a view refusing writes, for zarr's ``mode="r"``)."""
-        return type(self)(self.path, self.version, self.group, self.spool, numcodecs=self.numcodecs,
-                          read_only=read_only)
+        return type(self)(
+            self.path, self.version, self.group, self.spool, numcodecs=self.numcodecs, read_only=read_only
+        )
 
     # -- the layers ---------------------------------------------------------------------------
     def _file(self, kind: str, key: str) -> str:
@@ -163,8 +184,9 @@ class StoreFork(ListingFromList, Store):
             if self.version is None:
                 self._base = _Nothing()
             else:
-                self._base = VersionStore(self.path, self.version, self.group, numcodecs=self.numcodecs,
-                                           coalesce_bytes=None)  # the chunks zarr writes
+                self._base = VersionStore(
+                    self.path, self.version, self.group, numcodecs=self.numcodecs, coalesce_bytes=None
+                )  # the chunks zarr writes
         return self._base
 
     def _names(self, kind: str) -> list[str]:
@@ -177,8 +199,9 @@ class StoreFork(ListingFromList, Store):
         """Whether the layer below the fork's own writes hides ``key`` (deleted by the fork, or the seed's)."""
         if os.path.exists(self._file(_GONE, key)) or any(key.startswith(p) for p in self._cleared()):
             return True
-        return seed and (os.path.exists(self._file(_SEED_GONE, key))
-                         or any(key.startswith(p) for p in self._names(_SEED_CLEARED)))
+        return seed and (
+            os.path.exists(self._file(_SEED_GONE, key)) or any(key.startswith(p) for p in self._names(_SEED_CLEARED))
+        )
 
     def _read(self, key: str) -> bytes | object | None:
         """The fork's bytes of ``key``, None if it has none, or ``_BASE``: ask the base version."""
@@ -204,8 +227,7 @@ class StoreFork(ListingFromList, Store):
             raise ValueError("store is already open")
         self._is_open = True
 
-    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-                  ) -> Buffer | None:
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         """The fork's value of ``key``: its own write, the store's at fork time, or the base version's."""
         from ._store import _slice
 
@@ -216,8 +238,9 @@ class StoreFork(ListingFromList, Store):
             return None
         return prototype.buffer.from_bytes(_slice(data, byte_range))
 
-    async def get_partial_values(self, prototype: BufferPrototype,
-                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
         """Several (key, byte range) gets, concurrently."""
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 
@@ -328,8 +351,9 @@ def merge_forks(store: VersionStore, forks: tuple[StoreFork, ...]) -> None:
     clears: list[str] = []
     for fork in forks:
         if not isinstance(fork, StoreFork) or fork.spool not in session.forks:
-            raise ValueError(f"merge() takes forks of this store (store.fork()) that are not merged already, "
-                             f"got {fork!r}")
+            raise ValueError(
+                f"merge() takes forks of this store (store.fork()) that are not merged already, got {fork!r}"
+            )
     for fork in forks:
         seeds = session.forks[fork.spool]
         seed_gone = set(fork._names(_SEED_GONE))
@@ -344,14 +368,20 @@ def merge_forks(store: VersionStore, forks: tuple[StoreFork, ...]) -> None:
                 if digest is not None and seeds.get(key) == digest:
                     continue  # the store's own pending value, seen by the fork: not a change
                 if key in changes and changes[key][2] != digest:
-                    raise _conflict(f"merge(): two forks wrote {key!r} with different bytes ({changes[key][0]} "
-                                    f"and {fork.spool})", key)
+                    raise _conflict(
+                        f"merge(): two forks wrote {key!r} with different bytes ({changes[key][0]} and {fork.spool})",
+                        key,
+                    )
                 now = overlay.value(key)
                 now_digest = None if now is None else _digest(now)
-                if (now_digest != seeds.get(key) or (key in overlay.deleted) != (key in seed_gone)) \
-                        and now_digest != digest:
-                    raise _conflict(f"merge(): {key!r} was changed by the store after fork() and by the fork "
-                                    f"{fork.spool}, differently", key)
+                if (
+                    now_digest != seeds.get(key) or (key in overlay.deleted) != (key in seed_gone)
+                ) and now_digest != digest:
+                    raise _conflict(
+                        f"merge(): {key!r} was changed by the store after fork() and by the fork "
+                        f"{fork.spool}, differently",
+                        key,
+                    )
                 changes[key] = (fork.spool, file if kind == _DATA else None, digest)
     for prefix in clears:
         overlay.delete_dir(prefix)

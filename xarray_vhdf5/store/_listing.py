@@ -23,7 +23,7 @@ class ListingFromList:
         seen: set[str] = set()
         async for key in self.list():
             if key.startswith(start):
-                name = key[len(start):].split("/", 1)[0]
+                name = key[len(start) :].split("/", 1)[0]
                 if name not in seen:
                     seen.add(name)
                     yield name

@@ -157,8 +157,14 @@ def _zarr_dtype(dtype: np.dtype) -> np.dtype | str:
     return dtype
 
 
-def version_nodes(group, *, numcodecs: bool = False, verify: bool = False,
-                  coalesce_bytes: int | None = None, datasets: dict | None = None) -> dict[str, ArrayNode | GroupNode]:
+def version_nodes(
+    group,
+    *,
+    numcodecs: bool = False,
+    verify: bool = False,
+    coalesce_bytes: int | None = None,
+    datasets: dict | None = None,
+) -> dict[str, ArrayNode | GroupNode]:
     """The nodes of a version's group, by key (``""`` is the group itself).
 
     Parameters
@@ -199,8 +205,9 @@ def version_nodes(group, *, numcodecs: bool = False, verify: bool = False,
     return nodes
 
 
-def _array_node(key: str, ds, dims_by_size: dict, numcodecs: bool, verify: bool,
-                coalesce_bytes: int | None = None) -> ArrayNode:
+def _array_node(
+    key: str, ds, dims_by_size: dict, numcodecs: bool, verify: bool, coalesce_bytes: int | None = None
+) -> ArrayNode:
     dims = ds.attrs.get(DIMENSIONS_ATTR)
     if dims is None:
         dims = phony_dims(ds.shape, dims_by_size)
@@ -231,10 +238,18 @@ def _array_node(key: str, ds, dims_by_size: dict, numcodecs: bool, verify: bool,
         k = max(1, min(-(-shape[0] // chunks[0]), coalesce_bytes // max(per_chunk, 1)))
         zarr_chunks = (chunks[0] * k,) + chunks[1:]
     return ArrayNode(
-        key=key, source=ds.name[len(ds.parent.versioned_root.name):].strip("/"),
-        shape=() if scalar else shape, chunks=() if scalar else zarr_chunks, stored_chunks=chunks,
-        dtype=dtype, fill_value=np.asarray(fill, dtype)[()] if dtype.kind != "O" else fill,
-        attributes=attrs, dimension_names=tuple(dims), codecs=codecs, why_decoded=why)
+        key=key,
+        source=ds.name[len(ds.parent.versioned_root.name) :].strip("/"),
+        shape=() if scalar else shape,
+        chunks=() if scalar else zarr_chunks,
+        stored_chunks=chunks,
+        dtype=dtype,
+        fill_value=np.asarray(fill, dtype)[()] if dtype.kind != "O" else fill,
+        attributes=attrs,
+        dimension_names=tuple(dims),
+        codecs=codecs,
+        why_decoded=why,
+    )
 
 
 def _array_metadata(node: ArrayNode):
@@ -253,12 +268,16 @@ def _array_metadata(node: ArrayNode):
         warnings.simplefilter("ignore")
         zdtype = parse_data_type(_zarr_dtype(dtype), zarr_format=3)
         return ArrayV3Metadata(
-            shape=node.shape, data_type=zdtype,
+            shape=node.shape,
+            data_type=zdtype,
             chunk_grid={"name": "regular", "configuration": {"chunk_shape": node.chunks or ()}},
             chunk_key_encoding={"name": "default", "configuration": {"separator": "/"}},
-            fill_value=node.fill_value, codecs=[serializer, *(node.codecs or [])],
-            attributes=node.attributes, dimension_names=node.dimension_names or None,
-            storage_transformers=())
+            fill_value=node.fill_value,
+            codecs=[serializer, *(node.codecs or [])],
+            attributes=node.attributes,
+            dimension_names=node.dimension_names or None,
+            storage_transformers=(),
+        )
 
 
 def zarr_json_documents(nodes: dict[str, ArrayNode | GroupNode]) -> dict[str, bytes]:
@@ -281,8 +300,9 @@ def zarr_json_documents(nodes: dict[str, ArrayNode | GroupNode]) -> dict[str, by
     for key, meta in metadata.items():
         if key == "":
             meta = GroupMetadata(
-                attributes=meta.attributes, zarr_format=3,
-                consolidated_metadata=ConsolidatedMetadata(
-                    metadata={k: m for k, m in metadata.items() if k}))
+                attributes=meta.attributes,
+                zarr_format=3,
+                consolidated_metadata=ConsolidatedMetadata(metadata={k: m for k, m in metadata.items() if k}),
+            )
         docs[f"{key}/zarr.json" if key else "zarr.json"] = meta.to_buffer_dict(prototype)["zarr.json"].to_bytes()
     return docs

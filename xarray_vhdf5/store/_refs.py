@@ -102,7 +102,7 @@ def _v2_fill(value: Any, dtype: np.dtype) -> Any:
     value = np.asarray(value).reshape(-1)[0] if np.ndim(value) else value
     if dtype.kind == "S":
         raw = bytes(value) if isinstance(value, (bytes, np.bytes_)) else str(value).encode()
-        return base64.standard_b64encode(raw.ljust(dtype.itemsize, b"\0")[:dtype.itemsize]).decode()
+        return base64.standard_b64encode(raw.ljust(dtype.itemsize, b"\0")[: dtype.itemsize]).decode()
     if dtype.kind == "b":
         return bool(value)
     if dtype.kind in "iu":
@@ -154,14 +154,25 @@ def _array_refs(node: ArrayNode, ds, url: str, inline_threshold: int, max_inline
         # xarray reads a Zarr v2 fill_value as _FillValue; zarr reads null as zeros
         fill = np.asarray(raw_fill, dtype).reshape(-1)[0] if raw_fill is not None else None
         zarr_fill = np.asarray(fill if fill is not None else np.zeros((), dtype), dtype)
-    configs, why = (None, "a scalar: its one point is inlined") if node.scalar else (
-        (None, "variable-length strings" if dtype.kind == "O" else "a filter without a decoder here")
-        if manifest is None else numcodecs_pipeline(manifest.filters, ds.dtype))
+    configs, why = (
+        (None, "a scalar: its one point is inlined")
+        if node.scalar
+        else (
+            (None, "variable-length strings" if dtype.kind == "O" else "a filter without a decoder here")
+            if manifest is None
+            else numcodecs_pipeline(manifest.filters, ds.dtype)
+        )
+    )
     zarray: dict[str, Any] = {
-        "zarr_format": 2, "shape": list(node.shape), "chunks": list(node.chunks),
-        "dtype": "|O" if dtype.kind == "O" else dtype.str, "compressor": None, "filters": None,
+        "zarr_format": 2,
+        "shape": list(node.shape),
+        "chunks": list(node.chunks),
+        "dtype": "|O" if dtype.kind == "O" else dtype.str,
+        "compressor": None,
+        "filters": None,
         "fill_value": _v2_fill(fill, dtype) if dtype.kind != "O" else None,
-        "order": "C", "dimension_separator": ".",
+        "order": "C",
+        "dimension_separator": ".",
     }
     if dtype.kind == "O":
         zarray["filters"] = [{"id": "vlen-utf8"}]
@@ -178,8 +189,10 @@ def _array_refs(node: ArrayNode, ds, url: str, inline_threshold: int, max_inline
         if dtype.kind == "O":
             import numcodecs
 
-            values = np.array([v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v)
-                               for v in arr.reshape(-1)], dtype=object)
+            values = np.array(
+                [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v) for v in arr.reshape(-1)],
+                dtype=object,
+            )
             return bytes(numcodecs.VLenUTF8().encode(values))
         out: Any = np.ascontiguousarray(arr, dtype).tobytes()
         for codec in codecs:
@@ -222,7 +235,8 @@ def _array_refs(node: ArrayNode, ds, url: str, inline_threshold: int, max_inline
                 raise UnsupportedError(
                     f"{node.key}: its chunks cannot be referenced ({why}), and inlined decoded they exceed "
                     f"max_inline_bytes={max_inline_bytes} bytes; raise the limit, or pass "
-                    "unreferenced='skip' to leave the array out")
+                    "unreferenced='skip' to leave the array out"
+                )
         refs[key] = _inline(data)
     return _Array(zarray, attrs, refs)
 

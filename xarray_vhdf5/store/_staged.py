@@ -89,8 +89,10 @@ def _documents(state: _Version, overlay) -> dict[str, dict]:
         except ValueError as error:
             raise UnsupportedError(f"{key!r} is not a Zarr v3 document (JSON: {error}); nothing committed") from None
         if not isinstance(doc, dict) or doc.get("zarr_format") != 3:
-            raise UnsupportedError(f"{key!r}: only Zarr v3 documents are committed (zarr_format=3), got "
-                                   f"zarr_format={doc.get('zarr_format') if isinstance(doc, dict) else None!r}")
+            raise UnsupportedError(
+                f"{key!r}: only Zarr v3 documents are committed (zarr_format=3), got "
+                f"zarr_format={doc.get('zarr_format') if isinstance(doc, dict) else None!r}"
+            )
         out[key[: -len("zarr.json")].rstrip("/")] = doc
     return out
 
@@ -155,8 +157,9 @@ def _values(array):
 
         import dask.array as da
 
-        return da.from_array(array, chunks=array.chunks, lock=False, asarray=True,
-                             name=f"vhdf5-store-{uuid.uuid4().hex}")  # named: zarr's array is not tokenized
+        return da.from_array(
+            array, chunks=array.chunks, lock=False, asarray=True, name=f"vhdf5-store-{uuid.uuid4().hex}"
+        )  # named: zarr's array is not tokenized
     values = np.asarray(array[...])
     if values.dtype.kind == "T":  # numpy's StringDType: the writer stores object strings
         values = values.astype(object)
@@ -183,7 +186,8 @@ class _Plan:
         if root is None or root.get("node_type") != "group":
             raise NothingToCommitError(
                 f"{store.path!r}: the store holds no Zarr v3 group at its root (zarr.json); write one "
-                "(ds.to_zarr(store)) before commit(); nothing committed")
+                "(ds.to_zarr(store)) before commit(); nothing committed"
+            )
         self.attributes = root.get("attributes") or {}
         self.arrays: dict[str, dict] = {}
         for key, doc in docs.items():
@@ -195,19 +199,31 @@ class _Plan:
                     raise UnsupportedError(
                         f"{store.path!r}: zarr wrote {key!r}, below the store's root group; a commit holds "
                         f"the root group's arrays only: write subgroups through "
-                        f"VersionStore(path, group=...) each; nothing committed")
+                        f"VersionStore(path, group=...) each; nothing committed"
+                    )
                 continue
             self.arrays[key] = doc
 
 
 def _changed_under(overlay, key: str) -> bool:
     prefix = key + "/"
-    return (any(k.startswith(prefix) for k in overlay.written) or any(k.startswith(prefix) for k in overlay.deleted)
-            or any(p.startswith(prefix) or prefix.startswith(p) for p in overlay.cleared))
+    return (
+        any(k.startswith(prefix) for k in overlay.written)
+        or any(k.startswith(prefix) for k in overlay.deleted)
+        or any(p.startswith(prefix) or prefix.startswith(p) for p in overlay.cleared)
+    )
 
 
-def commit_store(store: VersionStore, version: str | None = None, *, message: str | None = None, timestamp=None,
-                 make_current: bool = True, allow_empty: bool = False, force: bool = False) -> str:
+def commit_store(
+    store: VersionStore,
+    version: str | None = None,
+    *,
+    message: str | None = None,
+    timestamp=None,
+    make_current: bool = True,
+    allow_empty: bool = False,
+    force: bool = False,
+) -> str:
     """Commit the writes of writable ``store`` as one new version (see the module docstring).
 
     Returns the new version's name; raises as :meth:`VersionStore.commit`.
@@ -223,23 +239,52 @@ def commit_store(store: VersionStore, version: str | None = None, *, message: st
 
         fast = plan_fast_commit(state, overlay)
         if not isinstance(fast, str):
-            return fast_commit(store, state, fast, version, message=message, timestamp=timestamp,
-                               make_current=make_current, allow_empty=allow_empty, force=force)
+            return fast_commit(
+                store,
+                state,
+                fast,
+                version,
+                message=message,
+                timestamp=timestamp,
+                make_current=make_current,
+                allow_empty=allow_empty,
+                force=force,
+            )
     view = store.with_read_only(True)  # zarr reads decoded chunks through it: overlay over base
 
     def open_array(key: str):
         return zarr.open_array(view, path=key, mode="r", zarr_format=3)
 
     with _in_this_process():
-        return _commit(store, state, plan, open_array, version, message=message, timestamp=timestamp,
-                       make_current=make_current, allow_empty=allow_empty, force=force)
+        return _commit(
+            store,
+            state,
+            plan,
+            open_array,
+            version,
+            message=message,
+            timestamp=timestamp,
+            make_current=make_current,
+            allow_empty=allow_empty,
+            force=force,
+        )
 
 
 def _commit(store, state, plan, open_array, version, *, message, timestamp, make_current, allow_empty, force):
     overlay = store._session.overlay
     if state.version is None or not state.nodes:
-        return _commit_new(store, state, plan, open_array, version, message=message, timestamp=timestamp,
-                           make_current=make_current, allow_empty=allow_empty, force=force)
+        return _commit_new(
+            store,
+            state,
+            plan,
+            open_array,
+            version,
+            message=message,
+            timestamp=timestamp,
+            make_current=make_current,
+            allow_empty=allow_empty,
+            force=force,
+        )
 
     group = store.group
     opened = xr.open_dataset(store.path, engine="vhdf5", version=state.version, group=group, decode_cf=False)
@@ -253,8 +298,15 @@ def _commit(store, state, plan, open_array, version, *, message, timestamp, make
             attrs = _attrs(plan.attributes, root.attributes, staged.attrs, None)
             new = xr.Dataset(variables, attrs=attrs)
             new.encoding = dict(staged.encoding)
-            return commit_staged(new, version, message=message, timestamp=timestamp, make_current=make_current,
-                                 force=force, allow_empty=allow_empty)
+            return commit_staged(
+                new,
+                version,
+                message=message,
+                timestamp=timestamp,
+                make_current=make_current,
+                force=force,
+                allow_empty=allow_empty,
+            )
         finally:
             staged.close()
     finally:
@@ -268,14 +320,22 @@ def _variable(key: str, doc: dict, state: _Version, overlay, staged: xr.Dataset,
     dtype = array.dtype if isinstance(array.dtype, np.dtype) else np.dtype(object)
     dims = tuple(doc.get("dimension_names") or ())
     if len(dims) != len(shape) or any(d is None for d in dims):
-        raise UnsupportedError(f"array {key!r} has no dimension_names for each of its {len(shape)} axes "
-                               f"(got {doc.get('dimension_names')!r}); xarray writes them; nothing committed")
+        raise UnsupportedError(
+            f"array {key!r} has no dimension_names for each of its {len(shape)} axes "
+            f"(got {doc.get('dimension_names')!r}); xarray writes them; nothing committed"
+        )
     node = state.nodes.get(key)
     base = staged.variables.get(key)
     doc_key = f"{key}/zarr.json"
-    continues = (node is not None and base is not None and not overlay.hides(doc_key)
-                 and not any(p.startswith(key + "/") or (key + "/").startswith(p) for p in overlay.cleared)
-                 and node.dtype == dtype and tuple(node.chunks) == chunks and base.ndim == len(shape))
+    continues = (
+        node is not None
+        and base is not None
+        and not overlay.hides(doc_key)
+        and not any(p.startswith(key + "/") or (key + "/").startswith(p) for p in overlay.cleared)
+        and node.dtype == dtype
+        and tuple(node.chunks) == chunks
+        and base.ndim == len(shape)
+    )
     if not continues:
         attrs = _attrs(doc.get("attributes") or {}, None, {}, dtype)
         # zarr's chunk grid, unless the base holds the name: its raw_data fixed the chunk shape
@@ -303,8 +363,19 @@ def _variable(key: str, doc: dict, state: _Version, overlay, staged: xr.Dataset,
     return xr.Variable(dims, data, attrs, base.encoding)
 
 
-def _commit_new(store: VersionStore, state: _Version, plan: _Plan, open_array, version, *, message, timestamp,
-                make_current, allow_empty, force) -> str:
+def _commit_new(
+    store: VersionStore,
+    state: _Version,
+    plan: _Plan,
+    open_array,
+    version,
+    *,
+    message,
+    timestamp,
+    make_current,
+    allow_empty,
+    force,
+) -> str:
     """No base version (a new file, or a group the version lacks): commit the arrays as a Dataset."""
     from ._store import _has_history
 
@@ -317,19 +388,30 @@ def _commit_new(store: VersionStore, state: _Version, plan: _Plan, open_array, v
             raise StaleVersionError(
                 f"{store.path!r}: the store opened a file without versions, but version {current!r} was "
                 "committed since: committing would write over it. Open a new store over the current version "
-                "and write again; nothing was written")
+                "and write again; nothing was written"
+            )
     variables = {}
     for key, doc in plan.arrays.items():
         array = open_array(key)
         dims = tuple(doc.get("dimension_names") or ())
         if len(dims) != array.ndim or any(d is None for d in dims):
-            raise UnsupportedError(f"array {key!r} has no dimension_names for each of its {array.ndim} axes "
-                                   f"(got {doc.get('dimension_names')!r}); nothing committed")
+            raise UnsupportedError(
+                f"array {key!r} has no dimension_names for each of its {array.ndim} axes "
+                f"(got {doc.get('dimension_names')!r}); nothing committed"
+            )
         dtype = array.dtype if isinstance(array.dtype, np.dtype) else np.dtype(object)
         attrs = _attrs(doc.get("attributes") or {}, None, {}, dtype)
         encoding = {"chunks": tuple(array.chunks)} if array.ndim else {}
         variables[key] = xr.Variable(dims, _values(array), attrs, encoding)
     ds = xr.Dataset(variables, attrs=_attrs(plan.attributes, None, {}, None))
-    return commit_dataset(ds, store.path, version, group=store.group, message=message, timestamp=timestamp,
-                          make_current=make_current, expected_current=None if force else state.version,
-                          allow_empty=allow_empty)
+    return commit_dataset(
+        ds,
+        store.path,
+        version,
+        group=store.group,
+        message=message,
+        timestamp=timestamp,
+        make_current=make_current,
+        expected_current=None if force else state.version,
+        allow_empty=allow_empty,
+    )

@@ -40,9 +40,9 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from ..errors import DatasetNotFoundError, NotVersionedError, ReadOnlyError, VersionNotFoundError
 from ..versions import VersionedHDF5File
 from ._codecs import numcodecs_pipeline
+from ._forks import StoreFork, fork_store, merge_forks, remove_spools
 from ._listing import ListingFromList
 from ._metadata import ArrayNode, GroupNode, version_nodes, zarr_json_documents
-from ._forks import StoreFork, fork_store, merge_forks, remove_spools
 from ._overlay import Session
 
 __all__ = ["COALESCE_BYTES", "VersionStore"]
@@ -52,11 +52,11 @@ def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
     if byte_range is None:
         return data
     if isinstance(byte_range, RangeByteRequest):
-        return data[byte_range.start:byte_range.end]
+        return data[byte_range.start : byte_range.end]
     if isinstance(byte_range, OffsetByteRequest):
-        return data[byte_range.offset:]
+        return data[byte_range.offset :]
     if isinstance(byte_range, SuffixByteRequest):
-        return data[len(data) - byte_range.suffix:] if byte_range.suffix else b""
+        return data[len(data) - byte_range.suffix :] if byte_range.suffix else b""
     raise TypeError(f"Unexpected byte_range, got {byte_range!r}")  # zarr's own stores' words
 
 
@@ -73,8 +73,16 @@ class _Version:
     the version when there is one, else None).
     """
 
-    def __init__(self, path: str, version, group: str | None, numcodecs: bool, verify: bool,
-                 missing_ok: bool = False, coalesce_bytes: int | None = None):
+    def __init__(
+        self,
+        path: str,
+        version,
+        group: str | None,
+        numcodecs: bool,
+        verify: bool,
+        missing_ok: bool = False,
+        coalesce_bytes: int | None = None,
+    ):
         self.reader = None
         self.version = None
         self.nodes: dict[str, ArrayNode | GroupNode] = {}
@@ -106,11 +114,13 @@ class _Version:
                     what = "is a dataset, not a group" if group.strip("/") in root else "is not there"
                     raise DatasetNotFoundError(
                         f"group {group!r} of version {self.version!r} of {path!r} {what}; its groups: "
-                        f"{sorted(g for g in groups if g) or 'none but the root'}")
+                        f"{sorted(g for g in groups if g) or 'none but the root'}"
+                    )
                 self.group = root[group.strip("/")]
             self.timestamp = self.reader.version_info(self.version).timestamp
-            self.nodes = version_nodes(self.group, numcodecs=numcodecs, verify=verify,
-                                       coalesce_bytes=coalesce_bytes, datasets=self.datasets)
+            self.nodes = version_nodes(
+                self.group, numcodecs=numcodecs, verify=verify, coalesce_bytes=coalesce_bytes, datasets=self.datasets
+            )
             self.documents = zarr_json_documents(self.nodes)
         except BaseException:
             self.reader.close()
@@ -218,9 +228,17 @@ class VersionStore(ListingFromList, Store):
 
     supports_listing = True
 
-    def __init__(self, path: str | os.PathLike, version=None, group: str | None = None, *,
-                 read_only: bool = True, numcodecs: bool = False, verify: bool = False,
-                 coalesce_bytes: int | None = COALESCE_BYTES) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        version=None,
+        group: str | None = None,
+        *,
+        read_only: bool = True,
+        numcodecs: bool = False,
+        verify: bool = False,
+        coalesce_bytes: int | None = COALESCE_BYTES,
+    ) -> None:
         super().__init__(read_only=bool(read_only))
         self.coalesce_bytes = None if coalesce_bytes is None else int(coalesce_bytes)
         if not isinstance(path, (str, os.PathLike)):
@@ -260,12 +278,19 @@ class VersionStore(ListingFromList, Store):
             self._state = None
         if self._state is None:
             if session is not None:
-                self._state = _Version(self.path, session.parent, self.group, self.numcodecs, self.verify,
-                                       missing_ok=True)
+                self._state = _Version(
+                    self.path, session.parent, self.group, self.numcodecs, self.verify, missing_ok=True
+                )
             else:
-                self._state = _Version(self.path, self.version, self.group, self.numcodecs, self.verify,
-                                       missing_ok=not self.read_only,
-                                       coalesce_bytes=self.coalesce_bytes if self.read_only else None)
+                self._state = _Version(
+                    self.path,
+                    self.version,
+                    self.group,
+                    self.numcodecs,
+                    self.verify,
+                    missing_ok=not self.read_only,
+                    coalesce_bytes=self.coalesce_bytes if self.read_only else None,
+                )
                 if not self.read_only:
                     self._session = Session(self._state.version, spill_root=f"{self.path}.forks")
             if self._state.version is not None:
@@ -299,13 +324,24 @@ class VersionStore(ListingFromList, Store):
                 "commit first and pass VersionStore(path, version=...) (read-only)"
             )
         self._ensure_state()  # pinned to the version's name: a branch, -1 or a time resolved now
-        return {"path": self.path, "version": self.version, "group": self.group,
-                "numcodecs": self.numcodecs, "verify": self.verify, "coalesce_bytes": self.coalesce_bytes}
+        return {
+            "path": self.path,
+            "version": self.version,
+            "group": self.group,
+            "numcodecs": self.numcodecs,
+            "verify": self.verify,
+            "coalesce_bytes": self.coalesce_bytes,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], state["version"], state["group"],
-                      numcodecs=state["numcodecs"], verify=state["verify"],
-                      coalesce_bytes=state.get("coalesce_bytes", COALESCE_BYTES))
+        self.__init__(
+            state["path"],
+            state["version"],
+            state["group"],
+            numcodecs=state["numcodecs"],
+            verify=state["verify"],
+            coalesce_bytes=state.get("coalesce_bytes", COALESCE_BYTES),
+        )
 
     def _identity(self) -> tuple:
         version = self.version if self.version is not None or self._state is None else self._state.version
@@ -344,8 +380,15 @@ class VersionStore(ListingFromList, Store):
         """
         if not self.read_only and self._session is None:
             self._ensure_state()  # the session (and its base version) both stores share
-        out = type(self)(self.path, self.version, self.group, read_only=read_only,
-                         numcodecs=self.numcodecs, verify=self.verify, coalesce_bytes=self.coalesce_bytes)
+        out = type(self)(
+            self.path,
+            self.version,
+            self.group,
+            read_only=read_only,
+            numcodecs=self.numcodecs,
+            verify=self.verify,
+            coalesce_bytes=self.coalesce_bytes,
+        )
         if self._session is not None:
             out._session = self._session
         return out
@@ -362,8 +405,16 @@ class VersionStore(ListingFromList, Store):
         return self._session is not None and len(self._session.overlay) > 0
 
     # -- committing -------------------------------------------------------------------------
-    def commit(self, version: str | None = None, *, message: str | None = None, timestamp=None,
-               make_current: bool = True, allow_empty: bool = False, force: bool = False) -> str:
+    def commit(
+        self,
+        version: str | None = None,
+        *,
+        message: str | None = None,
+        timestamp=None,
+        make_current: bool = True,
+        allow_empty: bool = False,
+        force: bool = False,
+    ) -> str:
         """Make the store's pending writes one new version of the file; the store then reads it.
 
         Only the chunks zarr wrote are decoded and staged; unchanged chunks are
@@ -417,8 +468,15 @@ class VersionStore(ListingFromList, Store):
         if self.read_only:
             raise ReadOnlyError(f"{self!r} is read-only: open VersionStore(..., read_only=False) to write and commit")
         self._ensure_state()
-        name = commit_store(self, version, message=message, timestamp=timestamp, make_current=make_current,
-                            allow_empty=allow_empty, force=force)
+        name = commit_store(
+            self,
+            version,
+            message=message,
+            timestamp=timestamp,
+            make_current=make_current,
+            allow_empty=allow_empty,
+            force=force,
+        )
         overlay = self._session.overlay
         if overlay.spill_dir is not None:
             self._session.spools.append(overlay.spill_dir)
@@ -488,8 +546,12 @@ class VersionStore(ListingFromList, Store):
             if part != "c":
                 continue
             node = state.nodes.get("/".join(parts[:at]))
-            rest = parts[at + 1:]
-            if isinstance(node, ArrayNode) and len(rest) == len(node.shape) and all(p.isascii() and p.isdigit() and str(int(p)) == p for p in rest):
+            rest = parts[at + 1 :]
+            if (
+                isinstance(node, ArrayNode)
+                and len(rest) == len(node.shape)
+                and all(p.isascii() and p.isdigit() and str(int(p)) == p for p in rest)
+            ):
                 break
         else:
             return None
@@ -527,8 +589,10 @@ class VersionStore(ListingFromList, Store):
         if node.dtype.kind == "O":
             import numcodecs
 
-            values = np.array([v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v)
-                               for v in arr.reshape(-1)], dtype=object)
+            values = np.array(
+                [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v) for v in arr.reshape(-1)],
+                dtype=object,
+            )
             return bytes(numcodecs.VLenUTF8().encode(values))
         return np.ascontiguousarray(arr, node.dtype).tobytes()
 
@@ -551,7 +615,7 @@ class VersionStore(ListingFromList, Store):
             if k > 1:
                 rows = -(-found.shape[0] // k) * k
                 padded = np.zeros((rows,) + found.shape[1:], bool)
-                padded[:found.shape[0]] = found
+                padded[: found.shape[0]] = found
                 found = padded.reshape((rows // k, k) + found.shape[1:]).any(axis=1)
         state.mapped[node.key] = found
         return found
@@ -591,8 +655,7 @@ class VersionStore(ListingFromList, Store):
             data = await asyncio.to_thread(self._chunk, state, *found)
         return data
 
-    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-                  ) -> Buffer | None:
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         """The value of ``key`` (a ``zarr.json`` or a chunk), or None when the version has none.
 
         Writable: the value written last, else (unless deleted) the version's.
@@ -610,8 +673,9 @@ class VersionStore(ListingFromList, Store):
             return None
         return prototype.buffer.from_bytes(_slice(data, byte_range))
 
-    async def get_partial_values(self, prototype: BufferPrototype,
-                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
         """Several (key, byte range) gets, concurrently."""
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 

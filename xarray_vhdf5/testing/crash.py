@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
 import math
 import os
 import random
@@ -41,14 +40,12 @@ import shutil
 import signal
 import time
 import traceback
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .stress import Ledger, process_context
-
 from .kill_report import COUNT_COLUMNS, INFORMATIVE_COLUMNS, KillReport, classify, data_hash
+from .stress import Ledger, process_context
 
 __all__ = [
     "COUNT_COLUMNS",
@@ -105,8 +102,7 @@ MAX_VERSIONS = 40
 #: Damaged files kept (copied beside the others, with the child's ledger) per package and kind.
 KEEP_DAMAGED = 3
 
-_PRELOAD = ("h5py", "xarray", "xarray_vhdf5", "xarray_vhdf5.xr.engine", "versioned_hdf5",
-            "xarray_vhdf5.testing.crash")
+_PRELOAD = ("h5py", "xarray", "xarray_vhdf5", "xarray_vhdf5.xr.engine", "versioned_hdf5", "xarray_vhdf5.testing.crash")
 
 
 def available_kinds(package: str) -> list[str]:
@@ -139,25 +135,29 @@ def _family(kind: str) -> str:
 # data and model
 
 
-
-
 def _edit(arrays: dict[str, np.ndarray], edit: dict) -> dict[str, np.ndarray]:
     x, y = arrays["x"].copy(), arrays["y"].copy()
     x[edit["row"]] = edit["value"]
-    y[edit["k0"]:edit["k0"] + 3] = edit["ivalue"]
+    y[edit["k0"] : edit["k0"] + 3] = edit["ivalue"]
     return {"x": x, "y": y}
 
 
 def _commit_edit(seq: int) -> dict:
     """The edit of commit number ``seq``: a row of x and three points of y, values unique to ``seq``."""
-    return {"row": (seq * 7) % X_SHAPE[0], "value": 1000.0 + seq + 0.25,
-            "k0": (seq * 13) % (Y_SIZE - 3), "ivalue": -(seq + 1)}
+    return {
+        "row": (seq * 7) % X_SHAPE[0],
+        "value": 1000.0 + seq + 0.25,
+        "k0": (seq * 13) % (Y_SIZE - 3),
+        "ivalue": -(seq + 1),
+    }
 
 
 def template_model() -> dict[str, dict[str, np.ndarray]]:
     """The data of each version of a template file (:func:`build_template`), by version name."""
-    base = {"x": np.arange(X_SHAPE[0] * X_SHAPE[1], dtype="f8").reshape(X_SHAPE) / 8,
-            "y": np.arange(Y_SIZE, dtype="i8") * 3}
+    base = {
+        "x": np.arange(X_SHAPE[0] * X_SHAPE[1], dtype="f8").reshape(X_SHAPE) / 8,
+        "y": np.arange(Y_SIZE, dtype="i8") * 3,
+    }
     model = {"v0": base}
     for k in range(1, TEMPLATE_VERSIONS):
         model[f"v{k}"] = _edit(model[f"v{k - 1}"], {"row": k * 11, "value": -float(k), "k0": k * 13, "ivalue": -k})
@@ -217,8 +217,18 @@ def _vf_class(package: str):
 # the child
 
 
-def child_loop(package: str, kind: str, path: str, ledger_path: str, ready, first_seq: int,
-               deletable: list[str], metadata: dict, variant: int, max_ops: int = 1000) -> None:
+def child_loop(
+    package: str,
+    kind: str,
+    path: str,
+    ledger_path: str,
+    ready,
+    first_seq: int,
+    deletable: list[str],
+    metadata: dict,
+    variant: int,
+    max_ops: int = 1000,
+) -> None:
     """Run operations of ``kind`` on ``path`` until killed (or ``max_ops`` done).
 
     Before each operation a ``start`` record is appended to the ledger (not
@@ -312,8 +322,15 @@ def child_loop(package: str, kind: str, path: str, ledger_path: str, ready, firs
                         from versioned_hdf5 import modify_metadata
                     modify_metadata(f, "x", chunks=tuple(state["chunks"]), compression=state["compression"])
         except Exception as exc:  # noqa: BLE001 - the parent counts it
-            ledger.append({"phase": "failed", "t": time.monotonic(), **record,
-                           "error": f"{type(exc).__name__}: {exc}"[:500], "tb": traceback.format_exc()[-1500:]})
+            ledger.append(
+                {
+                    "phase": "failed",
+                    "t": time.monotonic(),
+                    **record,
+                    "error": f"{type(exc).__name__}: {exc}"[:500],
+                    "tb": traceback.format_exc()[-1500:],
+                }
+            )
             return
         ledger.append({"phase": "done", "t": time.monotonic(), **record})
 
@@ -328,7 +345,7 @@ def _commit(package, kind, path, held, staged, name, edit, record, ledger) -> No
         start()
         with held.stage_version(name) as g:
             g["x"][r] = edit["value"]
-            g["y"][k0:k0 + 3] = edit["ivalue"]
+            g["y"][k0 : k0 + 3] = edit["ivalue"]
     elif kind in ("open_commit_close", "delete_versions", "delete_versions_journaled"):
         vf_class = _vf_class(package)
         start()  # the open is part of the operation
@@ -337,7 +354,7 @@ def _commit(package, kind, path, held, staged, name, edit, record, ledger) -> No
             record["parent"] = vf.current_version
             with vf.stage_version(name) as g:
                 g["x"][r] = edit["value"]
-                g["y"][k0:k0 + 3] = edit["ivalue"]
+                g["y"][k0 : k0 + 3] = edit["ivalue"]
     elif kind == "xr_path":
         import xarray as xr
 
@@ -346,7 +363,7 @@ def _commit(package, kind, path, held, staged, name, edit, record, ledger) -> No
         record["parent"] = ds.encoding["vhdf5_version"]
         x, y = ds["x"].values.copy(), ds["y"].values.copy()
         x[r] = edit["value"]
-        y[k0:k0 + 3] = edit["ivalue"]
+        y[k0 : k0 + 3] = edit["ivalue"]
         ds["x"].values[...] = x
         ds["y"].values[...] = y
         start()
@@ -354,7 +371,7 @@ def _commit(package, kind, path, held, staged, name, edit, record, ledger) -> No
     elif kind == "xr_staged":
         record["parent"] = staged.encoding["vhdf5_version"]
         staged["x"].variable[r] = edit["value"]
-        staged["y"].variable[k0:k0 + 3] = edit["ivalue"]
+        staged["y"].variable[k0 : k0 + 3] = edit["ivalue"]
         start()
         staged.vhdf5.commit(name)
     else:
@@ -399,11 +416,27 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
     """
     import h5py
 
-    out: dict[str, Any] = {"opened": False, "open_error": None, "versions": [], "current": None, "parents": {},
-                           "hashes": {}, "x_chunks": {}, "x_compression": {}, "read_errors": {},
-                           "xr_opened": None, "xr_error": None, "xr_hashes": {}, "xr_read_errors": {},
-                           "check_ok": None, "check_errors": [], "next_ok": None, "next_error": None,
-                           "next_hash": None, "next_parent": None}
+    out: dict[str, Any] = {
+        "opened": False,
+        "open_error": None,
+        "versions": [],
+        "current": None,
+        "parents": {},
+        "hashes": {},
+        "x_chunks": {},
+        "x_compression": {},
+        "read_errors": {},
+        "xr_opened": None,
+        "xr_error": None,
+        "xr_hashes": {},
+        "xr_read_errors": {},
+        "check_ok": None,
+        "check_errors": [],
+        "next_ok": None,
+        "next_error": None,
+        "next_hash": None,
+        "next_parent": None,
+    }
     vf_class = _vf_class(package)
     out["journal_left"] = os.path.exists(path + "-journal")
     out["h5py_probe"] = None
@@ -508,7 +541,7 @@ def _next_commit(package: str, kind: str, path: str, spec: dict) -> tuple[str, s
             ds = ds.load()
         parent = ds.encoding["vhdf5_version"]
         ds["x"].values[r] = spec["value"]
-        ds["y"].values[k0:k0 + 3] = spec["ivalue"]
+        ds["y"].values[k0 : k0 + 3] = spec["ivalue"]
         ds.vhdf5.commit(name, path=path)
     else:
         vf_class = _vf_class(package)
@@ -517,7 +550,7 @@ def _next_commit(package: str, kind: str, path: str, spec: dict) -> tuple[str, s
             parent = vf.current_version
             with vf.stage_version(name) as g:
                 g["x"][r] = spec["value"]
-                g["y"][k0:k0 + 3] = spec["ivalue"]
+                g["y"][k0 : k0 + 3] = spec["ivalue"]
     with h5py.File(path, "r") as f:
         group = _vf_class(package)(f)[name]
         return parent, data_hash(np.asarray(group["x"][()]), np.asarray(group["y"][()]))
@@ -561,8 +594,10 @@ def _run_one(runner: _Runner, ctx, pool_factory, n: int, rng: random.Random, wor
     ready = ctx.Event()
     first_seq = runner.seq
     deletable = [v for v in runner.arrays if v not in ("v0", runner.current)]
-    proc = ctx.Process(target=child_loop, args=(runner.package, runner.kind, runner.path, ledger_path, ready,
-                                                first_seq, deletable, runner.metadata, n))
+    proc = ctx.Process(
+        target=child_loop,
+        args=(runner.package, runner.kind, runner.path, ledger_path, ready, first_seq, deletable, runner.metadata, n),
+    )
     proc.start()
     window = runner.window()
     delay = rng.uniform(0.0, window)
@@ -639,16 +674,23 @@ def _run_one(runner: _Runner, ctx, pool_factory, n: int, rng: random.Random, wor
     elif parent is not None and interrupted_arrays is not None and parent == interrupted.get("version"):
         arrays = _edit(interrupted_arrays, next_spec)
         next_expected = data_hash(arrays["x"], arrays["y"])
-    counts = classify(model, runner.before, returned, deleted, interrupted, expected_interrupted, result,
-                      next_expected)
+    counts = classify(model, runner.before, returned, deleted, interrupted, expected_interrupted, result, next_expected)
     if failed is not None:
         counts["child_failures"] = 1
         counts["problems"].append(f"child's {failed['op']} failed: {failed['error']}")
-    record = {"package": runner.package, "kind": runner.kind, "n": n,
-              "running": (interrupted["op"] if interrupted is not None
-                          else "failed" if failed else "between" if killed else "exited"),
-              "delay_ms": round(1e3 * delay, 1), "window_ms": round(1e3 * window, 1),
-              "killed_alive": killed, "versions": len(result["versions"]), **counts}
+    record = {
+        "package": runner.package,
+        "kind": runner.kind,
+        "n": n,
+        "running": (
+            interrupted["op"] if interrupted is not None else "failed" if failed else "between" if killed else "exited"
+        ),
+        "delay_ms": round(1e3 * delay, 1),
+        "window_ms": round(1e3 * window, 1),
+        "killed_alive": killed,
+        "versions": len(result["versions"]),
+        **counts,
+    }
     # ---- carry the verified state into the next kill, or start again from the template
     damaged = any(counts[k] for k in COUNT_COLUMNS if k not in INFORMATIVE_COLUMNS)
     if damaged or not result["opened"] or len(result["versions"]) > MAX_VERSIONS:
@@ -675,8 +717,10 @@ def _run_one(runner: _Runner, ctx, pool_factory, n: int, rng: random.Random, wor
                     runner.arrays.pop(v, None)
         elif interrupted["op"] == "modify":
             any_version = next(iter(present))
-            runner.metadata = {"chunks": result["x_chunks"][any_version],
-                               "compression": result["x_compression"][any_version]}
+            runner.metadata = {
+                "chunks": result["x_chunks"][any_version],
+                "compression": result["x_compression"][any_version],
+            }
     if result["next_ok"]:
         base = interrupted_arrays if parent == (interrupted or {}).get("version") else runner.arrays[parent]
         runner.arrays[next_spec["version"]] = _edit(base, next_spec)
@@ -692,15 +736,38 @@ def _verify(pool_factory, runner: _Runner, xr_versions, next_spec) -> dict:
         return future.result(timeout=600)
     except concurrent.futures.process.BrokenProcessPool as exc:
         pool_factory(reset=True)
-        return {"opened": False, "open_error": f"the checking process crashed ({exc})", "versions": [],
-                "current": None, "parents": {}, "hashes": {}, "x_chunks": {}, "x_compression": {},
-                "read_errors": {}, "xr_opened": None, "xr_error": None, "xr_hashes": {}, "xr_read_errors": {},
-                "check_ok": None,
-                "check_errors": [], "next_ok": None, "next_error": None, "next_hash": None, "next_parent": None}
+        return {
+            "opened": False,
+            "open_error": f"the checking process crashed ({exc})",
+            "versions": [],
+            "current": None,
+            "parents": {},
+            "hashes": {},
+            "x_chunks": {},
+            "x_compression": {},
+            "read_errors": {},
+            "xr_opened": None,
+            "xr_error": None,
+            "xr_hashes": {},
+            "xr_read_errors": {},
+            "check_ok": None,
+            "check_errors": [],
+            "next_ok": None,
+            "next_error": None,
+            "next_hash": None,
+            "next_parent": None,
+        }
 
 
-def run_kills(workdir: str, kills_per_kind: int, *, packages: tuple[str, ...] = PACKAGES,
-              kinds: tuple[str, ...] | None = None, seed: int = 0, progress=None) -> KillReport:
+def run_kills(
+    workdir: str,
+    kills_per_kind: int,
+    *,
+    packages: tuple[str, ...] = PACKAGES,
+    kinds: tuple[str, ...] | None = None,
+    seed: int = 0,
+    progress=None,
+) -> KillReport:
     """Kill ``kills_per_kind`` children per (package, kind) and classify what each kill did.
 
     Parameters
@@ -739,7 +806,7 @@ def run_kills(workdir: str, kills_per_kind: int, *, packages: tuple[str, ...] = 
         runners = []
         templates: dict[tuple[str, str], str] = {}
         for package in packages:
-            for kind in (kinds or available_kinds(package)):
+            for kind in kinds or available_kinds(package):
                 if kind not in available_kinds(package):
                     continue
                 key = (package, _family(kind))
@@ -763,4 +830,3 @@ def run_kills(workdir: str, kills_per_kind: int, *, packages: tuple[str, ...] = 
 def kills_per_kind(total: int) -> int:
     """Kills per kind so that this package's kinds get ``total`` kills in all (rounded up)."""
     return math.ceil(total / len(available_kinds("xarray_vhdf5")))
-

@@ -10,7 +10,6 @@ kind (:data:`COUNT_COLUMNS`). Used by :mod:`xarray_vhdf5.testing.crash`.
 from __future__ import annotations
 
 import hashlib
-import signal
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,10 +27,25 @@ def data_hash(x: np.ndarray, y: np.ndarray) -> str:
 
 
 #: Columns of :meth:`KillReport.counts`.
-COUNT_COLUMNS = ("kills", "in_op", "journal_left", "h5py_refused", "unopenable", "reader_unopenable",
-                 "xr_unopenable", "versions_lost", "versions_altered",
-                 "interrupted_partial", "returned_missing", "deletes_undone", "unexpected_versions",
-                 "check_errors", "next_commit_failed", "xr_wrong", "child_failures")
+COUNT_COLUMNS = (
+    "kills",
+    "in_op",
+    "journal_left",
+    "h5py_refused",
+    "unopenable",
+    "reader_unopenable",
+    "xr_unopenable",
+    "versions_lost",
+    "versions_altered",
+    "interrupted_partial",
+    "returned_missing",
+    "deletes_undone",
+    "unexpected_versions",
+    "check_errors",
+    "next_commit_failed",
+    "xr_wrong",
+    "child_failures",
+)
 
 
 #: Columns that count what happened, not damage: a journal rolled back, a plain-h5py open
@@ -76,9 +90,11 @@ class KillReport:
         if frame.empty:
             return pd.DataFrame(columns=COUNT_COLUMNS)
         damage = [c for c in COUNT_COLUMNS if c not in INFORMATIVE_COLUMNS]
-        frame = frame.assign(kills=frame["killed_alive"].astype(int),
-                             in_op=frame["running"].isin(["commit", "delete", "modify"]).astype(int),
-                             damaged_kills=(frame[damage].sum(axis=1) > 0).astype(int))
+        frame = frame.assign(
+            kills=frame["killed_alive"].astype(int),
+            in_op=frame["running"].isin(["commit", "delete", "modify"]).astype(int),
+            damaged_kills=(frame[damage].sum(axis=1) > 0).astype(int),
+        )
         return frame.groupby(["package", "kind"])[[*COUNT_COLUMNS, "damaged_kills"]].sum()
 
     def running(self):
@@ -88,13 +104,23 @@ class KillReport:
 
     def problems(self) -> list[str]:
         """Every problem found, one line each (package, kind, kill number, what)."""
-        return [f"{k['package']} {k['kind']} #{k['n']} (running {k['running']}): {p}"
-                for k in self.kills for p in k["problems"]]
+        return [
+            f"{k['package']} {k['kind']} #{k['n']} (running {k['running']}): {p}"
+            for k in self.kills
+            for p in k["problems"]
+        ]
 
 
-def classify(model: dict[str, str], before: dict[str, str], returned: set[str], deleted: set[str],
-             interrupted: dict | None, expected_interrupted: str | None, result: dict,
-             next_expected: str | None) -> dict:
+def classify(
+    model: dict[str, str],
+    before: dict[str, str],
+    returned: set[str],
+    deleted: set[str],
+    interrupted: dict | None,
+    expected_interrupted: str | None,
+    result: dict,
+    next_expected: str | None,
+) -> dict:
     """Count what a kill did to the file, from :func:`verify_file`'s ``result``.
 
     Parameters

@@ -22,9 +22,7 @@ import numpy as np
 __all__ = ["chunk_slices", "raw_data_layout", "write_raw_data"]
 
 
-def chunk_slices(
-    chunk: Sequence[int], shape: Sequence[int], chunk_size: Sequence[int]
-) -> tuple[slice, ...]:
+def chunk_slices(chunk: Sequence[int], shape: Sequence[int], chunk_size: Sequence[int]) -> tuple[slice, ...]:
     """Points of chunk ``chunk`` in an array of ``shape`` (trimmed at the edges)."""
     return tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(chunk, chunk_size, shape))
 

@@ -167,9 +167,9 @@ class PowerCutIO(OsIO):
                     _, offset, chunk = op
                     if len(data) < offset:
                         data.extend(b"\0" * (offset - len(data)))
-                    data[offset: offset + len(chunk)] = chunk
+                    data[offset : offset + len(chunk)] = chunk
                 else:
-                    del data[op[1]:]
+                    del data[op[1] :]
             target = os.path.join(into, os.path.basename(path))
             if exists and data is not None:
                 with open(target, "wb") as fh:

@@ -27,8 +27,17 @@ import numpy as np
 
 from .stress import Ledger, _describe, _write_json, instrument_locks, process_context
 
-__all__ = ["OWN_ROWS", "RACE_CHUNKS", "RACE_MODES", "RACE_SHAPE", "RaceReport", "check_race", "create_race_file",
-           "race_writer", "run_racing_writers"]
+__all__ = [
+    "OWN_ROWS",
+    "RACE_CHUNKS",
+    "RACE_MODES",
+    "RACE_SHAPE",
+    "RaceReport",
+    "check_race",
+    "create_race_file",
+    "race_writer",
+    "run_racing_writers",
+]
 
 #: Shape and chunks of the raced variable ``x`` (float64).
 RACE_SHAPE = (100, 100)
@@ -62,8 +71,16 @@ def _race_edit(writer: int, attempt: int, rng: random.Random) -> dict:
     return {"box": [r0, r0 + h, c0, c0 + w], "value": float((writer + 1) * 1000 + attempt + 1), "shared": shared}
 
 
-def race_writer(path: str, writer: int, commits: int, ledger_path: str, result_path: str, start_at: float,
-                seed: int = 0, modes: tuple[str, ...] = RACE_MODES) -> None:
+def race_writer(
+    path: str,
+    writer: int,
+    commits: int,
+    ledger_path: str,
+    result_path: str,
+    start_at: float,
+    seed: int = 0,
+    modes: tuple[str, ...] = RACE_MODES,
+) -> None:
     """Attempt ``commits`` commits of a box edit of ``x``; record each outcome in a ledger.
 
     Each attempt picks a mode from ``modes``:
@@ -152,13 +169,16 @@ def race_writer(path: str, writer: int, commits: int, ledger_path: str, result_p
         ledger.append(record)
     ledger.close()
     commits_ms = np.asarray(commit_s) * 1e3
-    _write_json(result_path, {
-        "writer": writer,
-        "max_lock_wait_ms": timing.max_ms("writing", "moving"),
-        "commit_ms_max": float(commits_ms.max()) if commits_ms.size else 0.0,
-        "commit_ms_median": float(np.median(commits_ms)) if commits_ms.size else 0.0,
-        "locks": timing.summary(),
-    })
+    _write_json(
+        result_path,
+        {
+            "writer": writer,
+            "max_lock_wait_ms": timing.max_ms("writing", "moving"),
+            "commit_ms_max": float(commits_ms.max()) if commits_ms.size else 0.0,
+            "commit_ms_median": float(np.median(commits_ms)) if commits_ms.size else 0.0,
+            "locks": timing.summary(),
+        },
+    )
 
 
 @dataclass
@@ -232,11 +252,17 @@ class RaceReport:
     def checks(self) -> dict[str, Any]:
         """The checks' counts: missing, ghosts, off-chain, lost edits, wrong points, waits."""
         return {
-            "landed": self.landed, "missing": len(self.missing), "ghosts": len(self.ghosts),
-            "off_chain": len(self.off_chain), "lost_edits": len(self.lost_edits),
-            "wrong_points": self.wrong_points, "final_wrong_points": self.final_wrong_points,
-            "unexpected_failures": len(self.failures), "max_lock_wait_ms": round(self.max_lock_wait_ms, 1),
-            "commit_ms_max": round(self.commit_ms_max, 1), "wall_seconds": round(self.wall_seconds, 1),
+            "landed": self.landed,
+            "missing": len(self.missing),
+            "ghosts": len(self.ghosts),
+            "off_chain": len(self.off_chain),
+            "lost_edits": len(self.lost_edits),
+            "wrong_points": self.wrong_points,
+            "final_wrong_points": self.final_wrong_points,
+            "unexpected_failures": len(self.failures),
+            "max_lock_wait_ms": round(self.max_lock_wait_ms, 1),
+            "commit_ms_max": round(self.commit_ms_max, 1),
+            "wall_seconds": round(self.wall_seconds, 1),
             "versions": self.versions,
         }
 
@@ -312,8 +338,7 @@ def check_race(path: str, ledger_paths: list[str]) -> RaceReport:
     return report
 
 
-def run_racing_writers(workdir: str, commits: int, *, seed: int = 0,
-                       modes: tuple[str, ...] = RACE_MODES) -> RaceReport:
+def run_racing_writers(workdir: str, commits: int, *, seed: int = 0, modes: tuple[str, ...] = RACE_MODES) -> RaceReport:
     """Two writer processes race ``commits`` attempts each on one new file; check the result.
 
     Parameters
@@ -337,8 +362,10 @@ def run_racing_writers(workdir: str, commits: int, *, seed: int = 0,
     start_at = time.time() + 0.5
     ledgers = [os.path.join(workdir, f"race{w}.ledger") for w in (0, 1)]
     outs = [os.path.join(workdir, f"race{w}.json") for w in (0, 1)]
-    procs = [ctx.Process(target=race_writer, args=(path, w, commits, ledgers[w], outs[w], start_at, seed, modes))
-             for w in (0, 1)]
+    procs = [
+        ctx.Process(target=race_writer, args=(path, w, commits, ledgers[w], outs[w], start_at, seed, modes))
+        for w in (0, 1)
+    ]
     wall = time.monotonic()
     for p in procs:
         p.start()
@@ -355,4 +382,3 @@ def run_racing_writers(workdir: str, commits: int, *, seed: int = 0,
             report.commit_ms_max = max(report.commit_ms_max, summary["commit_ms_max"])
     report.wall_seconds = time.monotonic() - wall
     return report
-

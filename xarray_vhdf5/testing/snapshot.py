@@ -129,9 +129,7 @@ def snapshot(f: h5py.File, *, timestamps: bool = False) -> dict[str, Any]:
     return {
         "current_version": _plain(versions.attrs["current_version"]),
         "data_version": _plain(versions.attrs.get("data_version")),
-        "versions": {
-            name: _version(f, versions[name], timestamps) for name in versions if name != FIRST_VERSION
-        },
+        "versions": {name: _version(f, versions[name], timestamps) for name in versions if name != FIRST_VERSION},
         "datasets": {name: _raw(f, name) for name in sorted(dataset_paths(f))},
         # this package's bookkeeping group is not part of the format (versioned-hdf5 ignores it)
         "top_level": sorted(k for k in f if k not in (VERSION_DATA, BOOKKEEPING)),
@@ -180,7 +178,9 @@ def assert_same(a: dict[str, Any], b: dict[str, Any], what: str = "snapshots") -
 MODULES = ("versioned_hdf5", "xarray_vhdf5")
 
 
-def play(scenario, directory, modules: Iterable[str] = MODULES, *, timestamps: bool = False) -> dict[str, tuple[Any, dict]]:
+def play(
+    scenario, directory, modules: Iterable[str] = MODULES, *, timestamps: bool = False
+) -> dict[str, tuple[Any, dict]]:
     """Play ``scenario(module, h5py_file)`` once per module, each in a new file.
 
     Returns ``{module name: (what the scenario returned, snapshot of its file)}``;

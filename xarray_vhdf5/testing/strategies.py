@@ -112,9 +112,7 @@ def fill_values(dtype: np.dtype) -> st.SearchStrategy[Any]:
     raise NotImplementedError(dtype)
 
 
-def data_for(
-    rng: np.random.Generator, shape: Sequence[int], dtype: np.dtype, fill_value: Any = None
-) -> np.ndarray:
+def data_for(rng: np.random.Generator, shape: Sequence[int], dtype: np.dtype, fill_value: Any = None) -> np.ndarray:
     """Random data of ``shape`` and ``dtype``; about 1 point in 4 equals ``fill_value``.
 
     Floats are small integers and halves (exact in every float dtype and in

@@ -262,8 +262,11 @@ def _describe(exc: BaseException, where: bool = False) -> str:
     """``"Type: message"`` (the message cut at 300 characters); ``where``: and the package frames it passed."""
     text = f"{type(exc).__name__}: {str(exc)[:300]}"
     if where:
-        frames = [f"{os.path.basename(f.filename)}:{f.name}" for f in traceback.extract_tb(exc.__traceback__)
-                  if "xarray_vhdf5" in f.filename and "testing" not in f.filename]
+        frames = [
+            f"{os.path.basename(f.filename)}:{f.name}"
+            for f in traceback.extract_tb(exc.__traceback__)
+            if "xarray_vhdf5" in f.filename and "testing" not in f.filename
+        ]
         text += f" (in {' -> '.join(frames)})"
     return text
 
@@ -329,7 +332,7 @@ class DayModel:
     def refresh(self) -> DayModel:
         """Read the records appended since the last call."""
         records = self.ledger.read()
-        for record in records[self._seen:]:
+        for record in records[self._seen :]:
             if record["op"] == "commit":
                 self.order[record["version"]] = len(self.commits)
                 self.commits.append(record)
@@ -389,8 +392,15 @@ def create_daily_file(path: str) -> str:
     return "d00000"
 
 
-def writer_process(path: str, ledger_path: str, result_path: str, stop, seed: int = 0,
-                   delete_every: int = DELETE_EVERY, edit_every: int = EDIT_EVERY) -> None:
+def writer_process(
+    path: str,
+    ledger_path: str,
+    result_path: str,
+    stop,
+    seed: int = 0,
+    delete_every: int = DELETE_EVERY,
+    edit_every: int = EDIT_EVERY,
+) -> None:
     """Append a day per commit until ``stop`` is set; write a summary to ``result_path`` (JSON).
 
     The file must hold version ``d00000`` (:func:`create_daily_file`), which
@@ -446,7 +456,7 @@ def writer_process(path: str, ledger_path: str, result_path: str, stop, seed: in
                 t = rng.randrange(max(day - 20, 0), day + 1)
                 i0, j0 = rng.randrange(GRID[0] - 4), rng.randrange(GRID[1] - 4)
                 edit = [t, i0, i0 + rng.randint(1, 4), j0, j0 + rng.randint(1, 4), -(day + 0.5)]
-                grown["sst"][edit[0], edit[1]:edit[2], edit[3]:edit[4]] = np.float32(edit[5])
+                grown["sst"][edit[0], edit[1] : edit[2], edit[3] : edit[4]] = np.float32(edit[5])
             start = time.perf_counter()
             committed = grown.vhdf5.commit(name)
             commit_s.append(time.perf_counter() - start)
@@ -485,19 +495,22 @@ def writer_process(path: str, ledger_path: str, result_path: str, stop, seed: in
     staged.close()
     ledger.close()
     commits = np.asarray(commit_s) * 1e3
-    _write_json(result_path, {
-        "role": "writer",
-        "commits": len(commit_s),
-        "deletes": deletes,
-        "failures": len(failures),
-        "failure_messages": failures[:10],
-        "commit_ms_median": float(np.median(commits)) if commits.size else 0.0,
-        "commit_ms_p99": float(np.quantile(commits, 0.99)) if commits.size else 0.0,
-        "commit_ms_max": float(commits.max()) if commits.size else 0.0,
-        "delete_ms_max": 1e3 * max(delete_s, default=0.0),
-        "max_lock_wait_ms": timing.max_ms("writing", "moving"),
-        "locks": timing.summary(),
-    })
+    _write_json(
+        result_path,
+        {
+            "role": "writer",
+            "commits": len(commit_s),
+            "deletes": deletes,
+            "failures": len(failures),
+            "failure_messages": failures[:10],
+            "commit_ms_median": float(np.median(commits)) if commits.size else 0.0,
+            "commit_ms_p99": float(np.quantile(commits, 0.99)) if commits.size else 0.0,
+            "commit_ms_max": float(commits.max()) if commits.size else 0.0,
+            "delete_ms_max": 1e3 * max(delete_s, default=0.0),
+            "max_lock_wait_ms": timing.max_ms("writing", "moving"),
+            "locks": timing.summary(),
+        },
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -593,8 +606,9 @@ def _read_h5py(path: str, version: str, first: int, stop: int | None, stats: _Re
             h5.file.close()
 
 
-def check_read(model: DayModel, version: str, first: int, stop: int | None, sst: np.ndarray,
-               times: np.ndarray, stats: _ReaderStats) -> None:
+def check_read(
+    model: DayModel, version: str, first: int, stop: int | None, sst: np.ndarray, times: np.ndarray, stats: _ReaderStats
+) -> None:
     """Compare a read of ``sst[first:stop]`` and ``time`` of ``version`` with the model; count into ``stats``."""
     expected = model.expected(version, first, stop)
     n = model.ntime(version)
@@ -621,8 +635,9 @@ def _classify(exc: BaseException, version: str, model: DayModel, stats: _ReaderS
     stats.errors.append(f"{version}: {_describe(exc)}")
 
 
-def reader_process(kind: str, path: str, ledger_path: str, result_path: str, stop, seed: int = 0,
-                   pause: float = 0.0) -> None:
+def reader_process(
+    kind: str, path: str, ledger_path: str, result_path: str, stop, seed: int = 0, pause: float = 0.0
+) -> None:
     """Read versions listed in the writer's ledger until ``stop`` is set; check every value read.
 
     Parameters
@@ -662,8 +677,7 @@ def reader_process(kind: str, path: str, ledger_path: str, result_path: str, sto
             if kind == "h5py":
                 sst, times = _read_h5py(path, version, first, stop_day, stats)
             else:
-                sst, times = _read_xarray(path, version, first, stop_day,
-                                          {} if kind == "xarray-dask" else None, stats)
+                sst, times = _read_xarray(path, version, first, stop_day, {} if kind == "xarray-dask" else None, stats)
         except Exception as exc:  # noqa: BLE001 - classified and counted
             _classify(exc, version, model, stats)
         else:
@@ -682,8 +696,10 @@ def _dask_reader(path: str, ledger_path: str, stop_at: float, seed: int, pause: 
     model = DayModel(Ledger(ledger_path))
     rng = random.Random(seed)
     count = 0
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
         while time.monotonic() < stop_at:
             picked = _pick(model.refresh(), rng, count)
             if picked is None:
@@ -759,20 +775,35 @@ class StressReport:
         import pandas as pd
 
         w = self.writer
-        rows = [{
-            "process": "writer", "ops": w["commits"], "deletes": w["deletes"], "errors": w["failures"],
-            "wrong points": self.final_wrong_points, "deleted-version errors": 0,
-            "max lock wait ms": round(w["max_lock_wait_ms"], 1), "max open ms": None,
-            "max commit ms": round(w["commit_ms_max"], 1), "median commit ms": round(w["commit_ms_median"], 1),
-        }]
+        rows = [
+            {
+                "process": "writer",
+                "ops": w["commits"],
+                "deletes": w["deletes"],
+                "errors": w["failures"],
+                "wrong points": self.final_wrong_points,
+                "deleted-version errors": 0,
+                "max lock wait ms": round(w["max_lock_wait_ms"], 1),
+                "max open ms": None,
+                "max commit ms": round(w["commit_ms_max"], 1),
+                "median commit ms": round(w["commit_ms_median"], 1),
+            }
+        ]
         for r in self.readers:
-            rows.append({
-                "process": r["kind"], "ops": r["reads"], "deletes": None,
-                "errors": r["errors"],
-                "wrong points": r["wrong_points"], "deleted-version errors": r["deleted_version_errors"],
-                "max lock wait ms": round(r["max_lock_wait_ms"], 1), "max open ms": round(r["open_ms_max"], 1),
-                "max commit ms": None, "median commit ms": None,
-            })
+            rows.append(
+                {
+                    "process": r["kind"],
+                    "ops": r["reads"],
+                    "deletes": None,
+                    "errors": r["errors"],
+                    "wrong points": r["wrong_points"],
+                    "deleted-version errors": r["deleted_version_errors"],
+                    "max lock wait ms": round(r["max_lock_wait_ms"], 1),
+                    "max open ms": round(r["open_ms_max"], 1),
+                    "max commit ms": None,
+                    "median commit ms": None,
+                }
+            )
         return pd.DataFrame(rows).set_index("process")
 
 
@@ -795,9 +826,17 @@ def _final_check(path: str, model: DayModel, check_every: int) -> tuple[int, int
     return wrong, checked, missing
 
 
-def run_writer_and_readers(workdir: str, seconds: float, *, xarray_readers: int = 2, h5py_readers: int = 2,
-                           dask_reader: bool = True, seed: int = 0, check_every: int = 20,
-                           reader_pause: float = 0.0) -> StressReport:
+def run_writer_and_readers(
+    workdir: str,
+    seconds: float,
+    *,
+    xarray_readers: int = 2,
+    h5py_readers: int = 2,
+    dask_reader: bool = True,
+    seed: int = 0,
+    check_every: int = 20,
+    reader_pause: float = 0.0,
+) -> StressReport:
     """One writer and readers on one new file for ``seconds``; return what they measured.
 
     Parameters
@@ -837,8 +876,9 @@ def run_writer_and_readers(workdir: str, seconds: float, *, xarray_readers: int 
     kinds = [("xarray" if i % 2 == 0 else "xarray-dask") for i in range(xarray_readers)] + ["h5py"] * h5py_readers
     for i, kind in enumerate(kinds):
         out = os.path.join(workdir, f"reader{i}.json")
-        process = ctx.Process(target=reader_process,
-                              args=(kind, path, ledger_path, out, stop, seed + 1 + i, reader_pause))
+        process = ctx.Process(
+            target=reader_process, args=(kind, path, ledger_path, out, stop, seed + 1 + i, reader_pause)
+        )
         jobs.append((process, out))
     writer_out = os.path.join(workdir, "writer.json")
     writer = ctx.Process(target=writer_process, args=(path, ledger_path, writer_out, stop, seed))
@@ -865,18 +905,32 @@ def run_writer_and_readers(workdir: str, seconds: float, *, xarray_readers: int 
             with open(out) as fh:
                 readers.append(json.load(fh))
         else:
-            readers.append({**_ReaderStats(kind).result(LockWaits()), "errors": 1,
-                            "error_messages": [f"reader died (exit code {process.exitcode})"]})
+            readers.append(
+                {
+                    **_ReaderStats(kind).result(LockWaits()),
+                    "errors": 1,
+                    "error_messages": [f"reader died (exit code {process.exitcode})"],
+                }
+            )
     if dask_result is not None:
         readers.append(dask_result)
     if os.path.exists(writer_out):
         with open(writer_out) as fh:
             writer_result = json.load(fh)
     else:
-        writer_result = {"role": "writer", "commits": 0, "deletes": 0, "failures": 1,
-                         "failure_messages": [f"writer died (exit code {writer.exitcode})"],
-                         "commit_ms_median": 0.0, "commit_ms_p99": 0.0, "commit_ms_max": 0.0,
-                         "delete_ms_max": 0.0, "max_lock_wait_ms": 0.0, "locks": {}}
+        writer_result = {
+            "role": "writer",
+            "commits": 0,
+            "deletes": 0,
+            "failures": 1,
+            "failure_messages": [f"writer died (exit code {writer.exitcode})"],
+            "commit_ms_median": 0.0,
+            "commit_ms_p99": 0.0,
+            "commit_ms_max": 0.0,
+            "delete_ms_max": 0.0,
+            "max_lock_wait_ms": 0.0,
+            "locks": {},
+        }
     model = DayModel(Ledger(ledger_path)).refresh()
     wrong, checked, missing = _final_check(path, model, check_every)
     return StressReport(elapsed, writer_result, readers, wrong, checked, missing, time.monotonic() - wall)

@@ -15,9 +15,9 @@ from .refs import (
     list_tags,
     reset_branch,
 )
+from .registry import VersionInfo, VersionRegistry, initialize, is_versioned
 from .repack import RepackReport, repack
 from .retention import expire
-from .registry import VersionInfo, VersionRegistry, initialize, is_versioned
 from .timestamps import format_timestamp, parse_timestamp, to_utc_datetime
 
 __all__ = [

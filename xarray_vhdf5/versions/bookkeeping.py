@@ -35,7 +35,7 @@ from h5py import h5g, h5o
 
 from ..backend.layout import BOOKKEEPING, VERSION_DATA, VERSION_INDEX
 
-__all__ = ["PATH", "LEGACY_PATH", "SEARCH", "find", "open_group", "require_group", "migrate"]
+__all__ = ["LEGACY_PATH", "PATH", "SEARCH", "find", "migrate", "open_group", "require_group"]
 
 #: Absolute path of the bookkeeping group.
 PATH = f"/{BOOKKEEPING}"

@@ -137,8 +137,9 @@ def merge_base(versions: h5py.Group, a: str, b: str) -> str:
 def _inventory(group: h5py.Group | None) -> dict[str, h5py.Dataset | h5py.Group]:
     out: dict[str, Any] = {}
     if group is not None:
-        group.visititems(lambda name, obj: out.__setitem__(name, obj)
-                         if isinstance(obj, (h5py.Dataset, h5py.Group)) else None)
+        group.visititems(
+            lambda name, obj: out.__setitem__(name, obj) if isinstance(obj, (h5py.Dataset, h5py.Group)) else None
+        )
     return out
 
 
@@ -184,8 +185,17 @@ def _write(arr, points: np.ndarray, values: np.ndarray) -> None:
 class _Merger:
     """Fills ``into`` (staged from the target's version) with the source's changes since ``base``."""
 
-    def __init__(self, versions, base: str, source: str, target: str, into: InMemoryGroup, source_root,
-                 resolve: Resolver, what: str):
+    def __init__(
+        self,
+        versions,
+        base: str,
+        source: str,
+        target: str,
+        into: InMemoryGroup,
+        source_root,
+        resolve: Resolver,
+        what: str,
+    ):
         self.versions, self.into, self.source_root = versions, into, source_root
         self.resolve, self.what = resolve, what
         self.b_group = versions[base] if base != FIRST_VERSION else None
@@ -215,8 +225,7 @@ class _Merger:
                 self._group(path)
         self._root_attrs()
         if self.points or self.attrs or self.shapes or self.other:
-            raise conflict_error(self.what, self.points, attributes=self.attrs, shapes=self.shapes,
-                                 other=self.other)
+            raise conflict_error(self.what, self.points, attributes=self.attrs, shapes=self.shapes, other=self.other)
 
     # -- attributes ---------------------------------------------------------------------------
     def _merge_attrs(self, path: str, base, target, source, apply_to, always=()) -> None:
@@ -240,13 +249,22 @@ class _Merger:
     def _group(self, path: str) -> None:
         b, s, t = self.b_items.get(path), self.s_items.get(path), self.t_items.get(path)
         if s is None:  # deleted by the source: deleted here if the target left it alone and empty
-            if t is not None and path in self.into and not changed_attr_names(_attrs(b), _attrs(t)) \
-                    and not any(isinstance(o, h5py.Dataset) for o in _inventory(t).values()):
+            if (
+                t is not None
+                and path in self.into
+                and not changed_attr_names(_attrs(b), _attrs(t))
+                and not any(isinstance(o, h5py.Dataset) for o in _inventory(t).values())
+            ):
                 del self.into[path]
             return
         target = self.into.require_group(path)
-        self._merge_attrs(path, _attrs(b) if b is not None else None,
-                          dict(target.attrs) if t is not None else None, _attrs(s), target.attrs)
+        self._merge_attrs(
+            path,
+            _attrs(b) if b is not None else None,
+            dict(target.attrs) if t is not None else None,
+            _attrs(s),
+            target.attrs,
+        )
 
     # -- datasets -----------------------------------------------------------------------------
     def _dataset(self, path: str) -> None:
@@ -276,8 +294,7 @@ class _Merger:
         self._apply(path, result, s_arr, t is not None)
         if result.result != "deleted" and t is not None and s is not None:
             target = self.into[path]
-            self._merge_attrs(path, _attrs(b) if b is not None else None, dict(target.attrs), _attrs(s),
-                              target.attrs)
+            self._merge_attrs(path, _attrs(b) if b is not None else None, dict(target.attrs), _attrs(s), target.attrs)
 
     def _apply(self, path: str, result, s_arr, in_target: bool) -> None:
         outcome = {"ours": "theirs", "theirs": "ours"}.get(result.result, result.result)  # git's names
@@ -306,8 +323,9 @@ class _Merger:
             self.resolved[path] = len(pts)
             keep_target = self.resolve == "ours" or callable(self.resolve)
             if callable(self.resolve):
-                self.other.append(f"{path!r}: deleted on one side and changed on the other (resolve with "
-                                  "'ours' or 'theirs')")
+                self.other.append(
+                    f"{path!r}: deleted on one side and changed on the other (resolve with 'ours' or 'theirs')"
+                )
                 return None
             if t_arr is None:  # the target deleted it
                 if not keep_target:
@@ -386,8 +404,16 @@ def _on_file(function):
 
 
 @_on_file
-def merge(vf, source: str, into: str = MAIN, *, version: str | None = None, message: str | None = None,
-          resolve: Resolver = None, fast_forward: bool = True) -> MergeReport:
+def merge(
+    vf,
+    source: str,
+    into: str = MAIN,
+    *,
+    version: str | None = None,
+    message: str | None = None,
+    resolve: Resolver = None,
+    fast_forward: bool = True,
+) -> MergeReport:
     """Merge ``source`` (a branch, tag or version) into branch ``into``; see the module docstring.
 
     Parameters
@@ -429,24 +455,42 @@ def merge(vf, source: str, into: str = MAIN, *, version: str | None = None, mess
     source_version = _lookup(vf, source)
     base = merge_base(vf._registry.group, target_version, source_version)
     if base == source_version:
-        raise NothingToCommitError(f"{source!r} ({source_version!r}) is already merged into branch {into!r} "
-                                   f"(at {target_version!r}): nothing to merge")
+        raise NothingToCommitError(
+            f"{source!r} ({source_version!r}) is already merged into branch {into!r} "
+            f"(at {target_version!r}): nothing to merge"
+        )
     if base == target_version and fast_forward:
         from .refs import reset_branch
 
         reset_branch(f, into, source_version)
         return MergeReport(source_version, into, source_version, base, fast_forward=True)
     what = f"merging {source!r} ({source_version!r}) into branch {into!r} ({target_version!r}, base {base!r})"
-    merger = _commit(vf, into, source_version, base, version=version,
-                     message=message or f"merge {source} into {into}", resolve=resolve, what=what,
-                     merge_parent=True)
-    return MergeReport(branch_tip(f, into), into, source_version, base, datasets=merger.report,
-                       resolved=merger.resolved)
+    merger = _commit(
+        vf,
+        into,
+        source_version,
+        base,
+        version=version,
+        message=message or f"merge {source} into {into}",
+        resolve=resolve,
+        what=what,
+        merge_parent=True,
+    )
+    return MergeReport(
+        branch_tip(f, into), into, source_version, base, datasets=merger.report, resolved=merger.resolved
+    )
 
 
 @_on_file
-def cherry_pick(vf, picked: str, onto: str = MAIN, *, version: str | None = None, message: str | None = None,
-                resolve: Resolver = None) -> MergeReport:
+def cherry_pick(
+    vf,
+    picked: str,
+    onto: str = MAIN,
+    *,
+    version: str | None = None,
+    message: str | None = None,
+    resolve: Resolver = None,
+) -> MergeReport:
     """Commit on branch ``onto`` the changes version ``picked`` made to its parent (a three-way merge).
 
     Parameters and raises as :func:`merge` (``picked`` a version, tag or
@@ -457,13 +501,21 @@ def cherry_pick(vf, picked: str, onto: str = MAIN, *, version: str | None = None
     picked_version = _lookup(vf, picked)
     base = vf._registry.parent(picked_version)
     target_version = branch_tip(f, onto)
-    what = (f"cherry-picking {picked!r} ({picked_version!r}, on {base!r}) onto branch {onto!r} "
-            f"({target_version!r})")
-    merger = _commit(vf, onto, picked_version, base, version=version,
-                     message=message or f"cherry-pick {picked} onto {onto}", resolve=resolve, what=what,
-                     merge_parent=False)
-    return MergeReport(branch_tip(f, onto), onto, picked_version, base, datasets=merger.report,
-                       resolved=merger.resolved)
+    what = f"cherry-picking {picked!r} ({picked_version!r}, on {base!r}) onto branch {onto!r} ({target_version!r})"
+    merger = _commit(
+        vf,
+        onto,
+        picked_version,
+        base,
+        version=version,
+        message=message or f"cherry-pick {picked} onto {onto}",
+        resolve=resolve,
+        what=what,
+        merge_parent=False,
+    )
+    return MergeReport(
+        branch_tip(f, onto), onto, picked_version, base, datasets=merger.report, resolved=merger.resolved
+    )
 
 
 def _lookup(vf, name: str) -> str:

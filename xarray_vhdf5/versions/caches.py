@@ -41,7 +41,7 @@ from ..backend.held import OpenDatasets
 from ..backend.slabmaps import SlabMapCache
 from . import bookkeeping
 
-__all__ = ["SHARED_FILES", "COMMIT_TOKEN", "CommitCaches", "caches_for", "forget_shared_caches"]
+__all__ = ["COMMIT_TOKEN", "SHARED_FILES", "CommitCaches", "caches_for", "forget_shared_caches"]
 
 #: How many files' caches this process keeps after their handles are gone.
 SHARED_FILES = 4

@@ -56,12 +56,32 @@ WARNING = "warning"
 
 #: Fragments of libhdf5's messages (lower case) that mean the file's bytes are damaged.
 DAMAGE_MARKERS = (
-    "truncated file", "bad object header", "checksum", "can't decompress", "inflate",
-    "filter returned failure", "bad symbol table", "bad local heap", "bad global heap",
-    "bad heap", "wrong b-tree signature", "bad b-tree", "addr overflow", "address overflow",
-    "unable to load", "unable to decode", "unable to deserialize", "bad version number",
-    "past end of", "invalid address", "ran out of", "corrupt", "exceeds buffer end", "end of input buffer",
-    "bad heap free list", "incorrect metadata checksum",
+    "truncated file",
+    "bad object header",
+    "checksum",
+    "can't decompress",
+    "inflate",
+    "filter returned failure",
+    "bad symbol table",
+    "bad local heap",
+    "bad global heap",
+    "bad heap",
+    "wrong b-tree signature",
+    "bad b-tree",
+    "addr overflow",
+    "address overflow",
+    "unable to load",
+    "unable to decode",
+    "unable to deserialize",
+    "bad version number",
+    "past end of",
+    "invalid address",
+    "ran out of",
+    "corrupt",
+    "exceeds buffer end",
+    "end of input buffer",
+    "bad heap free list",
+    "incorrect metadata checksum",
 )
 
 

@@ -195,14 +195,18 @@ class Checker:
                     g.micros = version_index.to_micros(parse_timestamp(attrs["timestamp"]))
             except DAMAGE_ERRORS as exc:
                 g.readable = False
-                self.problem(ERROR, f"the version group or its attributes cannot be read: {describe(exc)}",
-                             version=name)
+                self.problem(
+                    ERROR, f"the version group or its attributes cannot be read: {describe(exc)}", version=name
+                )
                 continue
             if not has_time or not done:
                 why = "committed=False" if has_time else "no timestamp"
                 self.report.leftover_groups.append(name)
-                self.problem(WARNING, f"a group that is not a version ({why}): a leftover of an interrupted "
-                                      "commit; repair removes it", version=name)
+                self.problem(
+                    WARNING,
+                    f"a group that is not a version ({why}): a leftover of an interrupted commit; repair removes it",
+                    version=name,
+                )
                 continue
             g.committed = True
         return groups
@@ -218,20 +222,30 @@ class Checker:
             entries = version_index.load(vdata, versions)
         except DAMAGE_ERRORS as exc:
             self.report.index_wrong = True
-            self.problem(ERROR, f"the version index {where} cannot be read "
-                                f"({describe(exc)}): this package cannot open the file; repair rebuilds it")
+            self.problem(
+                ERROR,
+                f"the version index {where} cannot be read "
+                f"({describe(exc)}): this package cannot open the file; repair rebuilds it",
+            )
             return
         if entries is None or not all(g.readable for g in groups.values()):
             return
-        stored = {n: (p, int(t), bool(c)) for n, p, t, c in zip(
-            entries.names, entries.parents, entries.timestamps.tolist(), entries.committed.tolist())}
+        stored = {
+            n: (p, int(t), bool(c))
+            for n, p, t, c in zip(
+                entries.names, entries.parents, entries.timestamps.tolist(), entries.committed.tolist()
+            )
+        }
         scanned = {g.name: (g.prev, g.micros or 0, g.committed) for g in groups.values()}
         wrong = sorted(n for n in set(stored) | set(scanned) if stored.get(n) != scanned.get(n))
         if wrong:
             self.report.index_wrong = True
             shown = ", ".join(map(repr, wrong[:3])) + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "")
-            self.problem(ERROR, f"the version index disagrees with the version groups on {shown}: versions "
-                                "are listed with wrong names, parents or timestamps; repair rebuilds it")
+            self.problem(
+                ERROR,
+                f"the version index disagrees with the version groups on {shown}: versions "
+                "are listed with wrong names, parents or timestamps; repair rebuilds it",
+            )
 
     def _check_dag(self, committed: dict[str, _Group], groups: dict[str, _Group]) -> None:
         looped: set[str] = set()
@@ -239,25 +253,37 @@ class Checker:
             if g.prev == FIRST_VERSION or g.prev in committed:
                 continue
             if g.prev in groups and groups[g.prev].readable:
-                self.problem(ERROR, f"prev_version names {g.prev!r}, a group that is not a version "
-                                    "(repair removes it and re-parents this version)", version=g.name, damages=False)
+                self.problem(
+                    ERROR,
+                    f"prev_version names {g.prev!r}, a group that is not a version "
+                    "(repair removes it and re-parents this version)",
+                    version=g.name,
+                    damages=False,
+                )
             elif g.prev not in groups:  # its data reads right: the history ends early there
                 self.report.reroot.append(g.name)
-                self.problem(WARNING, f"prev_version names {g.prev!r}, which is not in the file, so its "
-                                      "ancestry ends here (versioned-hdf5's del vf[name] leaves this); repair "
-                                      f"makes {FIRST_VERSION} its parent", version=g.name)
+                self.problem(
+                    WARNING,
+                    f"prev_version names {g.prev!r}, which is not in the file, so its "
+                    "ancestry ends here (versioned-hdf5's del vf[name] leaves this); repair "
+                    f"makes {FIRST_VERSION} its parent",
+                    version=g.name,
+                )
         for g in committed.values():
             chain, name = [], g.name
             while name in committed and name not in chain and name not in looped:
                 chain.append(name)
                 name = committed[name].prev
             if name in chain:
-                loop = chain[chain.index(name):]
+                loop = chain[chain.index(name) :]
                 looped |= set(loop)
                 breaker = min(loop, key=lambda n: (committed[n].micros, n))
                 self.report.reroot.append(breaker)
-                self.problem(ERROR, f"prev_version chain loops: {' -> '.join(loop + [name])} "
-                                    f"(repair makes {FIRST_VERSION} the parent of {breaker!r})")
+                self.problem(
+                    ERROR,
+                    f"prev_version chain loops: {' -> '.join(loop + [name])} "
+                    f"(repair makes {FIRST_VERSION} the parent of {breaker!r})",
+                )
         current = self.report.current_version
         if current is None or current == FIRST_VERSION or current in committed:
             return
@@ -289,9 +315,12 @@ class Checker:
                 if not prefix and name == VERSIONS:
                     continue
                 if not prefix and name == _SCRATCH:
-                    self.problem(WARNING, "an interrupted deletion, rebuild or modify_metadata left its scratch "
-                                          "group; the next writer (a VersionedHDF5File opened writable) finishes "
-                                          "it, as do delete_versions, modify_metadata and repair")
+                    self.problem(
+                        WARNING,
+                        "an interrupted deletion, rebuild or modify_metadata left its scratch "
+                        "group; the next writer (a VersionedHDF5File opened writable) finishes "
+                        "it, as do delete_versions, modify_metadata and repair",
+                    )
                     continue
                 if name.startswith("__vhdf5_"):  # ours at any depth: a new raw_data (see _interrupted_state)
                     continue
@@ -336,8 +365,12 @@ class Checker:
                 if state is None:
                     state = self._interrupted_state(raw_name, states)
                 if state is None:
-                    self.problem(ERROR, f"its 'raw_data' attribute names {raw_name!r}, which is not a versioned "
-                                        "dataset of this file", version=name, dataset=vpath)
+                    self.problem(
+                        ERROR,
+                        f"its 'raw_data' attribute names {raw_name!r}, which is not a versioned dataset of this file",
+                        version=name,
+                        dataset=vpath,
+                    )
                     continue
                 n, _ = state.check_mappings(vds, name, vpath, self.problem, keep=self.rehash)
                 self.report.chunks_checked += n
@@ -358,12 +391,12 @@ class Checker:
         head, _, leaf = raw_name.rpartition("/")
         parent, _, new = head.rpartition("/")
         prefix = f"{self.vdata.name}/"
-        digits = new[len(_NEW_PREFIX):]
+        digits = new[len(_NEW_PREFIX) :]
         if leaf != "raw_data" or not new.startswith(_NEW_PREFIX) or not digits.isdigit():
             return None
         if not parent.startswith(prefix) or parent == f"{self.vdata.name}/{VERSIONS}":
             return None
-        path = parent[len(prefix):]
+        path = parent[len(prefix) :]
         if not self.touch(raw_name, dataset=path):
             return None
         try:
@@ -392,9 +425,13 @@ class Checker:
         if not state.usable:
             return None
         missing = "" if isinstance(linked, h5py.Dataset) else f"; {parent}/raw_data is missing and will be relinked"
-        self.problem(WARNING, f"a modify_metadata run was interrupted: versions map its new raw_data {raw_name}"
-                              f"{missing}; every version reads its data; the next writer finishes it, or run "
-                              f"modify_metadata(f, {path!r}) again", dataset=path)
+        self.problem(
+            WARNING,
+            f"a modify_metadata run was interrupted: versions map its new raw_data {raw_name}"
+            f"{missing}; every version reads its data; the next writer finishes it, or run "
+            f"modify_metadata(f, {path!r}) again",
+            dataset=path,
+        )
         states[raw_name] = self.interrupted[raw_name] = state
         return state
 

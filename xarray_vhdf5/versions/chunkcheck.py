@@ -158,8 +158,9 @@ class DatasetState:
             return 0, False
 
         if not self.usable:
-            return bad(f"its raw_data /_version_data/{self.path}/raw_data cannot be read "
-                       "(see the dataset's own problem)")
+            return bad(
+                f"its raw_data /_version_data/{self.path}/raw_data cannot be read (see the dataset's own problem)"
+            )
         raw, chunks = self.raw, self.chunks
         try:
             vchunks, _ = version_dataset_layout(vds)
@@ -176,8 +177,10 @@ class DatasetState:
         if maxshape != shape:
             wrong.append(f"its maxshape {maxshape} differs from its shape {shape}")
         if vfill is not None and _bits(vfill, dtype) != _bits(raw.fillvalue, dtype):
-            wrong.append(f"its fill value {vfill!r} differs from raw_data's {raw.fillvalue!r} "
-                         "(the chunks it does not store read wrong)")
+            wrong.append(
+                f"its fill value {vfill!r} differs from raw_data's {raw.fillvalue!r} "
+                "(the chunks it does not store read wrong)"
+            )
         if len(shape) != len(chunks):
             wrong.append(f"it has {len(shape)} axes, raw_data's chunks {len(chunks)}")
         if wrong:
@@ -207,8 +210,13 @@ class DatasetState:
                     _where(tuple(int(a[i]) for a in index), int(starts[i]), int(stops[i])) for i in hits[:SHOWN]
                 )
                 more = f" and {hits.size - SHOWN} more" if hits.size > SHOWN else ""
-                problem("error", f"{hits.size} of {flat.size} chunks {what}: {shown}{more}", version=version,
-                        dataset=vpath, damages=damages)
+                problem(
+                    "error",
+                    f"{hits.size} of {flat.size} chunks {what}: {shown}{more}",
+                    version=version,
+                    dataset=vpath,
+                    damages=damages,
+                )
 
         misaligned = (starts < 0) | (starts % c0 != 0)
         report(misaligned, f"map raw_data rows that are not whole chunks of {c0} rows")
@@ -218,9 +226,13 @@ class DatasetState:
         if self.largest_index is not None:
             # The version reads right today; rebuilding the hash table protects it.
             unknown = inside & (slots >= self.largest_index)
-            report(unknown, f"map raw_data chunks the hash table does not know (at or past its "
-                            f"largest_index, {self.largest_index}): the next commit writes there "
-                            "(rebuild_hash_tables protects them)", damages=False)
+            report(
+                unknown,
+                f"map raw_data chunks the hash table does not know (at or past its "
+                f"largest_index, {self.largest_index}): the next commit writes there "
+                "(rebuild_hash_tables protects them)",
+                damages=False,
+            )
         if self.allocated is not None:
             unallocated = inside.copy()
             unallocated[inside] = ~self.allocated[slots[inside]]
@@ -322,22 +334,34 @@ class DatasetState:
                 self.bad[start] = what
         if no_filter:
             first = next(iter(no_filter.values()))
-            problem("warning", f"{len(no_filter)} chunks use a filter libhdf5 cannot load here, so were not "
-                               f"verified (for hdf5plugin's filters: pip install hdf5plugin): {first}",
-                    dataset=self.path)
+            problem(
+                "warning",
+                f"{len(no_filter)} chunks use a filter libhdf5 cannot load here, so were not "
+                f"verified (for hdf5plugin's filters: pip install hdf5plugin): {first}",
+                dataset=self.path,
+            )
         if unnamed:
-            problem("warning", f"{unnamed} mapped chunks have no hash-table row naming them: their data "
-                               "was not verified", dataset=self.path)
+            problem(
+                "warning",
+                f"{unnamed} mapped chunks have no hash-table row naming them: their data was not verified",
+                dataset=self.path,
+            )
         if unverified:
             shown = ", ".join(f"rows {s}:{self.rows[s]}" for s in unverified[:SHOWN])
             more = f" and {len(unverified) - SHOWN} more" if len(unverified) > SHOWN else ""
             # Along axis 0 the row gives the extent: a mismatch is damage. On other axes a
             # chunk may have been trimmed to an extent no version maps any more.
-            severity, verdict = ("error", "do not match their digests") if self.raw.ndim == 1 else (
-                "warning", "match their digests at no extent a version maps (damaged, or trimmed otherwise)")
-            problem(severity, f"{len(unverified)} raw_data chunks no version maps {verdict}: {shown}{more}; "
-                              "a commit storing their data again would map them (repair retires their rows)",
-                    dataset=self.path)
+            severity, verdict = (
+                ("error", "do not match their digests")
+                if self.raw.ndim == 1
+                else ("warning", "match their digests at no extent a version maps (damaged, or trimmed otherwise)")
+            )
+            problem(
+                severity,
+                f"{len(unverified)} raw_data chunks no version maps {verdict}: {shown}{more}; "
+                "a commit storing their data again would map them (repair retires their rows)",
+                dataset=self.path,
+            )
         return len(keys) + len(free)
 
     def _row_regions(self, starts: list[int], trailing: list[tuple[int, ...]]) -> np.ndarray:
@@ -413,8 +437,9 @@ class DatasetState:
                 stop = start + min(c0, vds.shape[0] - chunk[0] * c0)
                 shown.append(f"{_where(chunk, start, stop)}: {self.bad[start]}")
             more = f"; and {hits.size - SHOWN} more" if hits.size > SHOWN else ""
-            problem("error", f"{hits.size} chunks are damaged: {'; '.join(shown)}{more}",
-                    version=version, dataset=vpath)
+            problem(
+                "error", f"{hits.size} chunks are damaged: {'; '.join(shown)}{more}", version=version, dataset=vpath
+            )
         return damaged
 
 
@@ -460,17 +485,16 @@ def inspect_dataset(group: h5py.Group, path: str, filesize: int | None, problem:
     if layout != chunks:
         problem("error", f"raw_data is stored in HDF5 chunks {layout}, its 'chunks' attribute says {chunks}")
     elif tuple(shape[1:]) != chunks[1:]:
-        problem("error", f"raw_data has shape {shape}: one chunk {chunks[1:]} wide on the axes after the first "
-                         "is expected")
+        problem(
+            "error", f"raw_data has shape {shape}: one chunk {chunks[1:]} wide on the axes after the first is expected"
+        )
     else:
         state.allocated = _allocated(raw, chunks, filesize, problem)
     _inspect_hash_table(group, state, problem)
     return state
 
 
-def _allocated(
-    raw: h5py.Dataset, chunks: tuple[int, ...], filesize: int | None, problem: Report
-) -> np.ndarray | None:
+def _allocated(raw: h5py.Dataset, chunks: tuple[int, ...], filesize: int | None, problem: Report) -> np.ndarray | None:
     """Per raw_data chunk, whether HDF5's chunk index stores it (one pass over the index)."""
     c0 = chunks[0]
     allocated = np.zeros(-(-raw.shape[0] // c0), dtype=bool)
@@ -492,8 +516,11 @@ def _allocated(
         return None
     if outside:
         more = f" and {len(outside) - SHOWN} more" if len(outside) > SHOWN else ""
-        problem("error", f"{len(outside)} raw_data chunks lie past the end of the file ({filesize} bytes): "
-                         f"{', '.join(outside[:SHOWN])}{more}")
+        problem(
+            "error",
+            f"{len(outside)} raw_data chunks lie past the end of the file ({filesize} bytes): "
+            f"{', '.join(outside[:SHOWN])}{more}",
+        )
     return allocated
 
 
@@ -523,8 +550,11 @@ def _inspect_hash_table(group: h5py.Group, state: DatasetState, problem: Report)
     if invalid.any():
         hits = np.flatnonzero(invalid)
         shown = ", ".join(f"row {i}: {starts[i]}:{stops[i]}" for i in hits[:SHOWN].tolist())
-        problem("error", f"{hits.size} hash-table rows do not name a whole chunk of raw_data's {n_raw} rows "
-                         f"(chunks of {c0} rows): {shown}")
+        problem(
+            "error",
+            f"{hits.size} hash-table rows do not name a whole chunk of raw_data's {n_raw} rows "
+            f"(chunks of {c0} rows): {shown}",
+        )
     named = _is_named(digests) & ~invalid
     keep = np.flatnonzero(named)
     blobs = [bytes(d) for d in digests[keep]]

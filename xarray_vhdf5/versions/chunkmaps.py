@@ -103,8 +103,9 @@ def _create_map(parent: h5py.Group, name: str, numbers: np.ndarray) -> h5d.Datas
         dsid = h5d.create(parent.id, name.encode(), h5t.py_create(numbers.dtype), space, dcpl=_COMPACT_DCPL)
         dsid.write(h5s.ALL, h5s.ALL, numbers)
         return dsid
-    return parent.create_dataset(name, data=numbers, chunks=True, compression="gzip", compression_opts=1,
-                                 shuffle=True).id
+    return parent.create_dataset(
+        name, data=numbers, chunks=True, compression="gzip", compression_opts=1, shuffle=True
+    ).id
 
 
 class StoredLayout:
@@ -127,7 +128,7 @@ class StoredLayout:
         table, else libhdf5 (while the handle is open).
     """
 
-    __slots__ = ("shape", "chunks", "raw_data", "attrs", "starts", "addresses")
+    __slots__ = ("addresses", "attrs", "chunks", "raw_data", "shape", "starts")
 
     def __init__(self, shape, chunks, raw_data, attrs, starts, addresses):
         self.shape, self.chunks, self.raw_data, self.attrs = shape, chunks, raw_data, attrs
@@ -139,9 +140,17 @@ class StoredLayout:
         The virtual dataset's fill value is raw_data's (this package's commits make it so).
         """
         dtype = self.raw_data.dtype
-        return manifest_from_starts(name, self.raw_data, self.shape, self.chunks, dtype,
-                                    np.asarray(self.raw_data.fillvalue, dtype), self.starts,
-                                    addresses=self.addresses, verify=verify)
+        return manifest_from_starts(
+            name,
+            self.raw_data,
+            self.shape,
+            self.chunks,
+            dtype,
+            np.asarray(self.raw_data.fillvalue, dtype),
+            self.starts,
+            addresses=self.addresses,
+            verify=verify,
+        )
 
 
 def _maps_path(version: str, path: str) -> str:
@@ -152,9 +161,18 @@ def _address_path(path: str) -> str:
     return f"{_ADDRESSES}/{path}"
 
 
-def record(f: h5py.File, version: str, path: str, vds_id, raw: h5py.Dataset, shape: tuple[int, ...],
-           chunks: tuple[int, ...], slab_indices: np.ndarray, slab_offsets: np.ndarray,
-           committed_before: int) -> bool:
+def record(
+    f: h5py.File,
+    version: str,
+    path: str,
+    vds_id,
+    raw: h5py.Dataset,
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    slab_indices: np.ndarray,
+    slab_offsets: np.ndarray,
+    committed_before: int,
+) -> bool:
     """Store the map of ``version``'s dataset ``path`` and extend raw_data's address table.
 
     Called by the commit writing the dataset, inside its mutation, once
@@ -217,8 +235,9 @@ def _table_owner(raw: h5py.Dataset) -> tuple[int, int]:
     return object_address(raw.id), object_address_by_name(raw.id, hash_table_path(raw))
 
 
-def _extend_addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int,
-                      starts: np.ndarray, committed_before: int) -> None:
+def _extend_addresses(
+    bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int, starts: np.ndarray, committed_before: int
+) -> None:
     """Resolve the address rows ``starts`` needs that the table lacks (or may hold stale)."""
     name = _address_path(path)
     table = bk.get(name)
@@ -232,8 +251,9 @@ def _extend_addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chu
         return
     if table is None:
         parent = bk.require_group(posixpath.dirname(name))
-        table = parent.create_dataset(posixpath.basename(name), shape=(0, 3), maxshape=(None, 3),
-                                      dtype=np.uint64, chunks=(_ADDRESS_ROWS, 3))
+        table = parent.create_dataset(
+            posixpath.basename(name), shape=(0, 3), maxshape=(None, 3), dtype=np.uint64, chunks=(_ADDRESS_ROWS, 3)
+        )
         write_attr(table.id, "raw", np.int64(owner[0]))
         write_attr(table.id, "table", np.int64(owner[1]))
     rows = np.arange(have, needed, dtype=np.uint64) * np.uint64(rows_per_chunk)
@@ -326,9 +346,11 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
     except KeyError:
         return None
     try:
-        if (int(read_attr(stored.id, "format", expect="int")) != MAP_FORMAT
-                or vds_address != int(read_attr(stored.id, "vds", expect="int"))
-                or str(read_attr(stored.id, "timestamp")) != _timestamp(f, version)):
+        if (
+            int(read_attr(stored.id, "format", expect="int")) != MAP_FORMAT
+            or vds_address != int(read_attr(stored.id, "vds", expect="int"))
+            or str(read_attr(stored.id, "timestamp")) != _timestamp(f, version)
+        ):
             return None
     except KeyError:  # an attribute missing: not a map this module wrote whole
         return None
@@ -365,8 +387,7 @@ def address_lookup(f: h5py.File, path: str, raw: h5py.Dataset):
     return lambda rows: _addresses(bk, path, raw, raw.chunks[0], rows)
 
 
-def _addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int,
-               rows: np.ndarray) -> np.ndarray:
+def _addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int, rows: np.ndarray) -> np.ndarray:
     """``(offset, size, mask)`` of the raw_data chunks starting at ``rows`` (sorted): the table's, else libhdf5's."""
     out = np.zeros((rows.size, 3), np.uint64)
     if rows.size == 0:

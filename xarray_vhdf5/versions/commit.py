@@ -50,8 +50,8 @@ from ..wrappers.chunked import (
 from ..wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
 from ..wrappers.group import InMemoryGroup, UnopenedDataset
 from . import chunkmaps, rootview
-from .logrecord import record_commit
 from .caches import CommitCaches
+from .logrecord import record_commit
 from .timestamps import format_timestamp, now_utc
 
 __all__ = ["CommitCaches", "CommitReport", "commit_version"]
@@ -176,8 +176,13 @@ def commit_version(
 
 
 def _commit_dataset(
-    f: h5py.File, version_group: h5py.Group, path: str, ds: StagedDatasetBase, caches: CommitCaches,
-    raw: h5py.Dataset | None, table: HashTable | None,
+    f: h5py.File,
+    version_group: h5py.Group,
+    path: str,
+    ds: StagedDatasetBase,
+    caches: CommitCaches,
+    raw: h5py.Dataset | None,
+    table: HashTable | None,
 ) -> WriteStats:
     """Write one dataset of the version: copied as it is, or its changed chunks and a new virtual dataset.
 
@@ -203,8 +208,9 @@ def _commit_dataset(
         return WriteStats()
     _drop_object_references(ds.attrs)
     if isinstance(ds, ChunkedStagedDataset):
-        writer, shape = _commit_staged_array(_writer_for(f, path, ds, ds.staged_array.dtype, caches, raw, table),
-                                             ds, ds.staged_array)
+        writer, shape = _commit_staged_array(
+            _writer_for(f, path, ds, ds.staged_array.dtype, caches, raw, table), ds, ds.staged_array
+        )
     else:
         data = ds._loaded()
         if hasattr(data, "iter_hashed_chunks"):
@@ -219,8 +225,17 @@ def _commit_dataset(
     ds.attrs.write_to(vds)
     arrays = slab_arrays(shape, writer.chunks, chunk_rows)
     caches.slab_maps.stage(vds, writer.raw_data, shape, writer.chunks, arrays, writer.hash_table.state)
-    chunkmaps.record(f, version, path, vds, writer.raw_data, shape, writer.chunks, *arrays,
-                     committed_before=len(writer.hash_table) - writer.stats.new_chunks)
+    chunkmaps.record(
+        f,
+        version,
+        path,
+        vds,
+        writer.raw_data,
+        shape,
+        writer.chunks,
+        *arrays,
+        committed_before=len(writer.hash_table) - writer.stats.new_chunks,
+    )
     return writer.stats
 
 
@@ -228,8 +243,8 @@ def _carry_map(f: h5py.File, source_path, version: str, path: str, parent: h5py.
     """The stored chunk map of a dataset copied unchanged from ``source_path`` (its version's), if it had one."""
     source = source_path.decode() if isinstance(source_path, bytes) else str(source_path)
     prefix = f"/{VERSION_DATA}/{VERSIONS}/"
-    if source.startswith(prefix) and source[len(prefix):].partition("/")[2] == path:
-        source_version = source[len(prefix):].partition("/")[0]
+    if source.startswith(prefix) and source[len(prefix) :].partition("/")[2] == path:
+        source_version = source[len(prefix) :].partition("/")[0]
         chunkmaps.carry(f, source_version, version, path, object_address_by_name(parent.id, last.encode()))
 
 
@@ -407,8 +422,13 @@ def _existing_raw_data(f: h5py.File, path: str, ds: StagedDatasetBase | None = N
 
 
 def _writer_for(
-    f: h5py.File, path: str, ds: StagedDatasetBase, dtype: np.dtype, caches: CommitCaches,
-    raw: h5py.Dataset | None, table: HashTable | None = None,
+    f: h5py.File,
+    path: str,
+    ds: StagedDatasetBase,
+    dtype: np.dtype,
+    caches: CommitCaches,
+    raw: h5py.Dataset | None,
+    table: HashTable | None = None,
 ) -> ChunkWriter:
     """A :class:`ChunkWriter` into ``raw``, the raw_data of ``path``; created (``raw`` None) on its first version.
 
@@ -463,8 +483,12 @@ def _check_compatible(path: str, raw: h5py.Dataset, ds: StagedDatasetBase, dtype
                 f"dataset {path!r}: fill value {ds.storage_fill!r} differs from {raw.fillvalue!r} "
                 "fixed by its first version"
             )
-    if (isinstance(ds, InMemoryArrayDataset) and getattr(ds, "filters_given", True) and ds.filters != Filters()
-            and ds.filters != Filters.of(raw)):
+    if (
+        isinstance(ds, InMemoryArrayDataset)
+        and getattr(ds, "filters_given", True)
+        and ds.filters != Filters()
+        and ds.filters != Filters.of(raw)
+    ):
         raise IncompatibleDataError(
             f"dataset {path!r}: filters {ds.filters} differ from {Filters.of(raw)} fixed by its "
             "first version (use modify_metadata to change them)"

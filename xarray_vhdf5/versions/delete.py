@@ -86,7 +86,12 @@ from ..backend.chunks import chunk_grid_shape
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.hashtable import BOOKKEEPING_FILTER
 from ..backend.layout import (
-    FIRST_VERSION, HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE, NETCDF_DIMENSIONS, VERSION_DATA, VERSIONS,
+    FIRST_VERSION,
+    HASH_TABLE_CHUNKS,
+    HASH_TABLE_DTYPE,
+    NETCDF_DIMENSIONS,
+    VERSION_DATA,
+    VERSIONS,
 )
 from ..backend.virtual import create_virtual_dataset
 from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionNotFoundError
@@ -95,8 +100,13 @@ from . import refs, rootview
 from .mutation import mutating
 
 __all__ = [
-    "delete_versions", "delete_version", "DeleteReport", "DatasetCompaction", "MAP_CACHE_BYTES",
-    "delete_keeping_space", "persists_free_space",
+    "MAP_CACHE_BYTES",
+    "DatasetCompaction",
+    "DeleteReport",
+    "delete_keeping_space",
+    "delete_version",
+    "delete_versions",
+    "persists_free_space",
 ]
 
 #: Group (inside ``_version_data``) holding objects that are not yet, or no longer, linked.
@@ -264,8 +274,12 @@ def copy_attrs(src: h5py.HLObject, dst: h5py.HLObject, skip: Iterable[str] = ())
 def write_hash_table(group: h5py.Group, name: str, rows: np.ndarray) -> h5py.Dataset:
     """Create a hash table ``group[name]`` holding ``rows`` (as ``HashTable.create`` does)."""
     ds = group.create_dataset(
-        name, shape=(max(len(rows), 1),), dtype=HASH_TABLE_DTYPE, chunks=HASH_TABLE_CHUNKS,
-        maxshape=(None,), **BOOKKEEPING_FILTER,
+        name,
+        shape=(max(len(rows), 1),),
+        dtype=HASH_TABLE_DTYPE,
+        chunks=HASH_TABLE_CHUNKS,
+        maxshape=(None,),
+        **BOOKKEEPING_FILTER,
     )
     if len(rows):
         ds[: len(rows)] = rows
@@ -545,7 +559,7 @@ def _attachment_plan(group: h5py.Group) -> dict[str, list[str | None]]:
                     name = group.file[ref].name or ""
                 except (KeyError, ValueError, OSError):  # already dangling
                     name = ""
-                target = name[len(own):] if name.startswith(own) else None
+                target = name[len(own) :] if name.startswith(own) else None
             axes.append(target)
         plan[rel] = axes
     return plan
@@ -564,8 +578,13 @@ def _reattach(group: h5py.Group, plan: dict[str, list[str | None]]) -> None:
             continue
         for axis, target in enumerate(axes):
             scale = group.get(target) if target else None
-            if (isinstance(scale, h5py.Dataset) and scale.id != dset.id and h5py.h5ds.is_scale(scale.id)
-                    and axis < dset.ndim and scale.shape == (dset.shape[axis],)):
+            if (
+                isinstance(scale, h5py.Dataset)
+                and scale.id != dset.id
+                and h5py.h5ds.is_scale(scale.id)
+                and axis < dset.ndim
+                and scale.shape == (dset.shape[axis],)
+            ):
                 h5py.h5ds.attach_scale(dset.id, scale.id, axis)
 
 
@@ -634,8 +653,9 @@ def delete_versions(f, versions_to_delete: str | Iterable[str]) -> DeleteReport:
     return delete_keeping_space(f, versions_to_delete, keep_freed=False, caller="delete_versions")
 
 
-def delete_keeping_space(f, versions_to_delete: str | Iterable[str], *, keep_freed: bool = True,
-                         caller: str = "delete_keeping_space") -> DeleteReport:
+def delete_keeping_space(
+    f, versions_to_delete: str | Iterable[str], *, keep_freed: bool = True, caller: str = "delete_keeping_space"
+) -> DeleteReport:
     """:func:`delete_versions`, leaving the freed slots of raw_data for the next commits to write over.
 
     ``delete_versions`` keeps versioned-hdf5 2.6's signature and result (raw_data
@@ -681,14 +701,14 @@ def _delete_versions(
     if missing:
         existing = [n for n in versions if n != FIRST_VERSION]
         shown = ", ".join(map(repr, existing[-10:])) or "none"
-        raise VersionNotFoundError(
-            f"cannot delete {', '.join(map(repr, missing))}: no such version; versions: {shown}"
-        )
+        raise VersionNotFoundError(f"cannot delete {', '.join(map(repr, missing))}: no such version; versions: {shown}")
     tagged = {v: t for t, v in refs.tags(h5file).items() if v in names}
     if tagged:
         raise ReadOnlyError(
-            "cannot delete tagged versions: " + ", ".join(f"{v!r} (tag {t!r})" for v, t in tagged.items())
-            + "; a tag keeps its version: delete the tag first (delete_tag)")
+            "cannot delete tagged versions: "
+            + ", ".join(f"{v!r} (tag {t!r})" for v, t in tagged.items())
+            + "; a tag keeps its version: delete the tag first (delete_tag)"
+        )
     Scratch.recover(h5file)
     index_before = version_index.load(h5file[VERSION_DATA], versions)  # None: stale or absent
     doomed = set(names)
@@ -720,7 +740,11 @@ def _delete_versions(
     rebuilt: dict[str, dict[str, str]] = {}  # version group path -> member path -> scratch name
     for p in plans:
         report.datasets[p.name] = DatasetCompaction(
-            p.name, math.ceil(p.raw.shape[0] / p.chunks[0]), p.n_kept, len(p.moves), list(p.rebuild),
+            p.name,
+            math.ceil(p.raw.shape[0] / p.chunks[0]),
+            p.n_kept,
+            len(p.moves),
+            list(p.rebuild),
             dropped=not p.holders,
         )
         if not p.holders:

@@ -173,19 +173,44 @@ def compare_datasets(
     if a is None:
         chunks = _chunks_of(b)
         grid = tuple(-(-n // c) for n, c in zip(b.shape, chunks))
-        return DatasetDiff(path, "added", None, b.shape, chunks, math.prod(grid),
-                           points_changed=math.prod(b.shape), chunks_changed=math.prod(grid))
+        return DatasetDiff(
+            path,
+            "added",
+            None,
+            b.shape,
+            chunks,
+            math.prod(grid),
+            points_changed=math.prod(b.shape),
+            chunks_changed=math.prod(grid),
+        )
     if b is None:
         chunks = _chunks_of(a)
         grid = tuple(-(-n // c) for n, c in zip(a.shape, chunks))
-        return DatasetDiff(path, "removed", a.shape, None, chunks, math.prod(grid),
-                           points_changed=0, points_removed=math.prod(a.shape), chunks_changed=0)
+        return DatasetDiff(
+            path,
+            "removed",
+            a.shape,
+            None,
+            chunks,
+            math.prod(grid),
+            points_changed=0,
+            points_removed=math.prod(a.shape),
+            chunks_changed=0,
+        )
     if a.ndim != b.ndim:
         chunks = _chunks_of(b)
         grid = tuple(-(-n // c) for n, c in zip(b.shape, chunks))
-        return DatasetDiff(path, "replaced", a.shape, b.shape, chunks, math.prod(grid),
-                           points_changed=math.prod(b.shape), points_removed=math.prod(a.shape),
-                           chunks_changed=math.prod(grid))
+        return DatasetDiff(
+            path,
+            "replaced",
+            a.shape,
+            b.shape,
+            chunks,
+            math.prod(grid),
+            points_changed=math.prod(b.shape),
+            points_removed=math.prod(a.shape),
+            chunks_changed=math.prod(grid),
+        )
     chunks = _chunks_of(b)
     grid_b = tuple(-(-n // c) for n, c in zip(b.shape, chunks))
     common = tuple(min(x, y) for x, y in zip(a.shape, b.shape))
@@ -207,8 +232,7 @@ def compare_datasets(
         same[sel] = mapped_same & inside[sel]
     candidates = [tuple(int(i) for i in idx) for idx in np.argwhere(~same)]
     status = "unchanged" if not candidates and removed == 0 and a.shape == b.shape else "modified"
-    diff = DatasetDiff(path, status, a.shape, b.shape, chunks, math.prod(grid_b), candidates,
-                       points_removed=removed)
+    diff = DatasetDiff(path, status, a.shape, b.shape, chunks, math.prod(grid_b), candidates, points_removed=removed)
     if not candidates:
         diff.points_changed = 0
         diff.chunks_changed = 0

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import os
 import uuid
-import datetime as _dt
 from collections.abc import Callable, Iterable, Iterator
 
 import h5py
@@ -16,8 +16,14 @@ from h5py import h5g
 from ..backend.layout import DATA_VERSION, FIRST_VERSION
 from ..backend.mdc import trim_metadata_cache
 from ..backend.names import MERGE_PARENT_ATTR, MESSAGE_ATTR
-from ..errors import (ClosedFileError, NotVersionedError, ReadOnlyError, StaleVersionError, UnsupportedError,
-                      VersionExistsError)
+from ..errors import (
+    ClosedFileError,
+    NotVersionedError,
+    ReadOnlyError,
+    StaleVersionError,
+    UnsupportedError,
+    VersionExistsError,
+)
 from ..wrappers.group import InMemoryGroup
 from ..wrappers.readonly import VersionGroup
 from .caches import caches_for
@@ -27,9 +33,9 @@ from .index import touch as touch_index
 from .metadata import finish_interrupted
 from .mutation import check_fresh, mutating, note_opened, refuse_interrupted
 from .reader import SharedVersionedFile
-from .refs import MAIN, RefMethods, branch_tip, set_branch
 from .rebase import RebaseReport, rebase_staged
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
+from .refs import MAIN, RefMethods, branch_tip, set_branch
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
 from .timestamps import now_utc, to_utc_datetime
 
@@ -553,7 +559,12 @@ class VersionedHDF5File(RefMethods):
             self._caches.clear()
         if version_name is None:
             version_name = str(uuid.uuid4())
-        if not isinstance(version_name, str) or not version_name or "/" in version_name or version_name in (FIRST_VERSION, ".", ".."):
+        if (
+            not isinstance(version_name, str)
+            or not version_name
+            or "/" in version_name
+            or version_name in (FIRST_VERSION, ".", "..")
+        ):
             raise ValueError(f"invalid version name {version_name!r}: a non-empty str without '/'")
         # Also a group left by an interrupted commit (not a version), asked of libhdf5 directly.
         if version_name in self._registry or self._registry.group.id.links.exists(version_name.encode()):
@@ -561,11 +572,13 @@ class VersionedHDF5File(RefMethods):
         if branch is not None:
             tip = branch_tip(self.f, branch)
             if prev_version not in (None, tip):
-                raise ValueError(f"prev_version {prev_version!r} is not the version of branch {branch!r} "
-                                 f"({tip!r}): give one of them")
+                raise ValueError(
+                    f"prev_version {prev_version!r} is not the version of branch {branch!r} ({tip!r}): give one of them"
+                )
             if rebase and branch != MAIN:
-                raise UnsupportedError("rebase=True commits onto the current version (branch main); "
-                                       f"on branch {branch!r} merge instead")
+                raise UnsupportedError(
+                    f"rebase=True commits onto the current version (branch main); on branch {branch!r} merge instead"
+                )
             prev_version = tip
             if make_current is None:
                 make_current = branch == MAIN
@@ -604,7 +617,8 @@ class VersionedHDF5File(RefMethods):
                     raise StaleVersionError(
                         f"branch {branch!r} moved from {prev!r} to {tip!r} while version {version_name!r} "
                         "was staged on it (another commit or reset_branch): nothing was committed; "
-                        "stage again from the branch")
+                        "stage again from the branch"
+                    )
                 if rebase:
                     root, prev = self._rebased(root, prev)
             except BaseException:  # busy, stale or in conflict: nothing committed, the edits discarded
@@ -619,8 +633,15 @@ class VersionedHDF5File(RefMethods):
                 index_was_valid = self._registry.index_valid()
             try:
                 self.last_commit = commit_version(
-                    self.f, self._registry.group, version_name, prev, root, make_current=make_current,
-                    timestamp=ts, caches=self._caches, finish=finish,
+                    self.f,
+                    self._registry.group,
+                    version_name,
+                    prev,
+                    root,
+                    make_current=make_current,
+                    timestamp=ts,
+                    caches=self._caches,
+                    finish=finish,
                     foreign=self._foreign or not index_was_valid,
                 )
                 root.committed_as = f"{self._registry.group.name}/{version_name}"
@@ -647,7 +668,7 @@ class VersionedHDF5File(RefMethods):
         source = h5py.Group(h5g.open(self._registry.group.id, prev.encode())) if prev != FIRST_VERSION else None
         root = InMemoryGroup("", source, open_datasets=self._caches.open_datasets)
         for name in (MESSAGE_ATTR, MERGE_PARENT_ATTR):  # the parent's commit message and merge parent
-            if name in root.attrs:                      # describe the parent, not the new version
+            if name in root.attrs:  # describe the parent, not the new version
                 del root.attrs[name]
         root.slab_maps = self._caches.slab_maps
         root.h5file = self.f  # its .file on demand (h5py makes a new File object per call)

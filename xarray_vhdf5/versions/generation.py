@@ -35,7 +35,17 @@ from h5py import h5d, h5p
 
 from . import bookkeeping
 
-__all__ = ["COUNTERS_PATH", "LEGACY_COUNTERS_PATH", "Counters", "create", "encode", "locate", "open_counters", "read_at", "read_at_bytes"]
+__all__ = [
+    "COUNTERS_PATH",
+    "LEGACY_COUNTERS_PATH",
+    "Counters",
+    "create",
+    "encode",
+    "locate",
+    "open_counters",
+    "read_at",
+    "read_at_bytes",
+]
 
 #: Path of the counters dataset.
 COUNTERS_PATH = f"{bookkeeping.PATH}/generation"

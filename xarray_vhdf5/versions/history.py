@@ -77,8 +77,8 @@ from ..errors import VersionKeyTypeError, VersionNotFoundError
 from . import logrecord
 from .index import to_micros
 from .logrecord import Fingerprint, fingerprint_of
-from .timestamps import to_utc_datetime
 from .registry import VersionRegistry
+from .timestamps import to_utc_datetime
 
 __all__ = [
     "DatasetState",
@@ -154,8 +154,9 @@ def compared_attrs(dset: h5py.Dataset) -> dict[str, Any]:
     names: list[str] = []
     # Listed by name, as visible_attrs would keep them, but without h5py's creation-order
     # lookup (``get_create_plist``), which on a virtual dataset encodes every mapping.
-    h5a.iterate(dset.id, lambda name, *_: names.append(name.decode("utf-8", "surrogateescape")),
-                index_type=h5py.h5.INDEX_NAME)
+    h5a.iterate(
+        dset.id, lambda name, *_: names.append(name.decode("utf-8", "surrogateescape")), index_type=h5py.h5.INDEX_NAME
+    )
     attrs = dset.attrs
     hidden = HIDDEN_VARIABLE_ATTRS | NETCDF_DIMENSION_ATTRS
     if is_dimension_scale(attrs):
@@ -213,11 +214,13 @@ class DatasetState:
 
     def differs(self, other: DatasetState) -> bool:
         """True when shape, dtype, chunks, raw_data, mapping or attributes differ."""
-        return (
-            (self.shape, self.dtype, self.chunks, self.raw_path, self.mapping)
-            != (other.shape, other.dtype, other.chunks, other.raw_path, other.mapping)
-            or bool(changed_attrs(self.attrs, other.attrs))
-        )
+        return (self.shape, self.dtype, self.chunks, self.raw_path, self.mapping) != (
+            other.shape,
+            other.dtype,
+            other.chunks,
+            other.raw_path,
+            other.mapping,
+        ) or bool(changed_attrs(self.attrs, other.attrs))
 
 
 def dataset_state(dset: h5py.Dataset) -> tuple[DatasetState, np.ndarray]:
@@ -399,10 +402,15 @@ def _computed_log(f: h5py.File, registry: VersionRegistry, order: list[str], mes
                 on_disk += sizes.on_disk(state.raw_path, new)
         states[name] = mine
         entries[name] = LogEntry(
-            name=name, timestamp=info.timestamp, parent=info.prev_version,
+            name=name,
+            timestamp=info.timestamp,
+            parent=info.prev_version,
             message=_message(registry, name, message_attr),
-            changed=tuple(sorted(changed)), new_chunks=new_chunks, new_bytes=new_bytes,
-            new_bytes_on_disk=on_disk, datasets=tuple(sorted(mine)),
+            changed=tuple(sorted(changed)),
+            new_chunks=new_chunks,
+            new_bytes=new_bytes,
+            new_bytes_on_disk=on_disk,
+            datasets=tuple(sorted(mine)),
         )
     return entries
 
@@ -545,8 +553,9 @@ def _recorded_log(
             continue
         try:
             spans = {str(p): (int(n0), int(n1), str(d)) for p, (n0, n1, d) in rec["h"].items()}
-            if (all(0 <= n0 <= n1 and table(p).holds(n1, d) for p, (n0, n1, d) in spans.items())
-                    and _same_objects(registry.group, name, rec["o"])):
+            if all(0 <= n0 <= n1 and table(p).holds(n1, d) for p, (n0, n1, d) in spans.items()) and _same_objects(
+                registry.group, name, rec["o"]
+            ):
                 holding[name] = rec
                 spans_of[name] = {p: (n0, n1) for p, (n0, n1, _) in spans.items()}
         except (KeyError, TypeError, ValueError, AttributeError, OSError, RuntimeError):
@@ -610,15 +619,23 @@ def _recorded_log(
         info = registry.info(name)
         mine = {p: fp for p, fp in fingerprints[name].items() if fp.listed}
         theirs = {p: fp for p, fp in fingerprints.get(info.prev_version, {}).items() if fp.listed}
-        changed = [p for p, fp in mine.items()
-                   if p not in theirs or _differs(fp, theirs[p], groups, name, info.prev_version, p)]
+        changed = [
+            p
+            for p, fp in mine.items()
+            if p not in theirs or _differs(fp, theirs[p], groups, name, info.prev_version, p)
+        ]
         changed += [p for p in theirs if p not in mine]
         i = pos[name]
         entries[name] = LogEntry(
-            name=name, timestamp=info.timestamp, parent=info.prev_version,
+            name=name,
+            timestamp=info.timestamp,
+            parent=info.prev_version,
             message=_message(registry, name, message_attr),
-            changed=tuple(sorted(changed)), new_chunks=int(counts[i]), new_bytes=int(raw_bytes[i]),
-            new_bytes_on_disk=int(disk[i]), datasets=tuple(sorted(mine)),
+            changed=tuple(sorted(changed)),
+            new_chunks=int(counts[i]),
+            new_bytes=int(raw_bytes[i]),
+            new_bytes_on_disk=int(disk[i]),
+            datasets=tuple(sorted(mine)),
         )
     return entries
 
@@ -694,8 +711,7 @@ def lookup_version(registry: VersionRegistry, key) -> str:
             when = _dt.datetime.fromisoformat(key)
         except ValueError:
             raise registry._not_found(
-                f"named {key!r}, no branch or tag of that name (nor is it an ISO 8601 time such as "
-                "'2024-06-01T00:00')"
+                f"named {key!r}, no branch or tag of that name (nor is it an ISO 8601 time such as '2024-06-01T00:00')"
             ) from None
         return _at_time(registry, when, key)
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and key >= 0:
@@ -742,7 +758,8 @@ def lookup_as_of(registry: VersionRegistry, key, as_of) -> str:
     first = registry._ancestry(tip)[-1]
     raise VersionNotFoundError(
         f"no version of {key if key is not None else 'main'!r} at {when.isoformat()}: its first version "
-        f"{first!r} was committed at {registry.info(first).timestamp.isoformat()}")
+        f"{first!r} was committed at {registry.info(first).timestamp.isoformat()}"
+    )
 
 
 def _at_time(registry: VersionRegistry, when, given) -> str:

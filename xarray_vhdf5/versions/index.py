@@ -63,8 +63,18 @@ from . import bookkeeping
 from .timestamps import parse_timestamp
 
 __all__ = [
-    "INDEX_NAME", "INDEX_FORMAT", "IndexEntries", "StoredIndex", "fingerprint", "load", "save", "append",
-    "state_after", "scan", "touch", "after_delete",
+    "INDEX_FORMAT",
+    "INDEX_NAME",
+    "IndexEntries",
+    "StoredIndex",
+    "after_delete",
+    "append",
+    "fingerprint",
+    "load",
+    "save",
+    "scan",
+    "state_after",
+    "touch",
 ]
 
 #: Name of the group inside ``_version_data`` that held the index in files written before
@@ -72,7 +82,7 @@ __all__ = [
 INDEX_NAME = VERSION_INDEX
 #: Version of the index layout, in its fingerprint; another value means "rebuild".
 INDEX_FORMAT = 1
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
 class IndexEntries:
@@ -378,11 +388,13 @@ def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None
             del grp[member]
     rows = np.stack([entries.timestamps, entries.committed.astype(np.int64)], axis=1).reshape(-1, 2)
     blob = _blob(entries.names, entries.parents)
-    names_ds = grp.create_dataset("names", shape=(max(len(blob), 1),), dtype=np.uint8, chunks=(4096,),
-                                  maxshape=(None,), **BOOKKEEPING_FILTER)
+    names_ds = grp.create_dataset(
+        "names", shape=(max(len(blob), 1),), dtype=np.uint8, chunks=(4096,), maxshape=(None,), **BOOKKEEPING_FILTER
+    )
     names_ds[: len(blob)] = blob
-    rows_ds = grp.create_dataset("rows", shape=(max(len(rows), 1), 2), dtype=np.int64, chunks=(256, 2),
-                                 maxshape=(None, 2), **BOOKKEEPING_FILTER)
+    rows_ds = grp.create_dataset(
+        "rows", shape=(max(len(rows), 1), 2), dtype=np.int64, chunks=(256, 2), maxshape=(None, 2), **BOOKKEEPING_FILTER
+    )
     rows_ds[: len(rows)] = rows
     _write_fingerprint(rows_ds, versions, len(rows), len(blob))
 

@@ -335,14 +335,16 @@ def recover(path: str | os.PathLike, *, io: OsIO | None = None, fd: int | None =
     if magic != _MAGIC:
         raise CorruptFileError(
             f"{jpath!r} is not a journal of xarray_vhdf5 (it starts with {raw[:8]!r}); move it "
-            f"away if it belongs to another program", path=path)
+            f"away if it belongs to another program",
+            path=path,
+        )
     own = fd is None
     fd = io.open(path) if own else fd
     try:
         at = _HEADER.size
         while at + _RECORD.size <= len(raw):
             offset, length, crc = _RECORD.unpack_from(raw, at)
-            old = raw[at + _RECORD.size: at + _RECORD.size + length]
+            old = raw[at + _RECORD.size : at + _RECORD.size + length]
             if len(old) != length or _record_crc(offset, old) != crc:
                 break  # torn at the end: its range was never overwritten (synced first)
             io.pwrite(fd, old, offset)
@@ -379,4 +381,6 @@ def roll_back_interrupted(path: str, locks) -> bool:
         raise CorruptFileError(
             f"{path!r}: a commit was interrupted (its journal {journal_path(path)!r} is there) and this "
             "process may not write the file to roll it back; open it once with write permission "
-            "(any xarray_vhdf5 reader or writer does it)", path=path) from exc
+            "(any xarray_vhdf5 reader or writer does it)",
+            path=path,
+        ) from exc

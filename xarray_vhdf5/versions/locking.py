@@ -73,10 +73,10 @@ from collections.abc import Iterator
 from ..errors import FileBusyError
 
 __all__ = [
-    "FileLocks",
     "QUEUE_AFTER",
     "READ_TIMEOUT",
     "WRITE_TIMEOUT",
+    "FileLocks",
     "file_locks",
     "holder_pid",
     "lock_timeout",

@@ -84,8 +84,15 @@ class Fingerprint(NamedTuple):
     @classmethod
     def from_json(cls, value: list) -> Fingerprint:
         shape, dtype, chunks, raw_path, mapping, attrs, listed = value
-        return cls(tuple(int(n) for n in shape), str(dtype), tuple(int(c) for c in chunks), str(raw_path),
-                   str(mapping), str(attrs), bool(listed))
+        return cls(
+            tuple(int(n) for n in shape),
+            str(dtype),
+            tuple(int(c) for c in chunks),
+            str(raw_path),
+            str(mapping),
+            str(attrs),
+            bool(listed),
+        )
 
 
 def dtype_key(dtype: np.dtype) -> str:
@@ -132,8 +139,15 @@ def fingerprint_of(dset: h5py.Dataset, flat: np.ndarray, offsets: np.ndarray, li
 
     chunks = tuple(int(c) for c in read_attr(dset.id, "chunks", expect="int"))
     raw_path = str(read_attr(dset.id, "raw_data", expect="str"))
-    return Fingerprint(tuple(dset.shape), dtype_key(dset.dtype), chunks, raw_path,
-                       mapping_digest(flat, offsets), attrs_digest(compared_attrs(dset)), listed)
+    return Fingerprint(
+        tuple(dset.shape),
+        dtype_key(dset.dtype),
+        chunks,
+        raw_path,
+        mapping_digest(flat, offsets),
+        attrs_digest(compared_attrs(dset)),
+        listed,
+    )
 
 
 # -- written by a commit ------------------------------------------------------------------
@@ -153,7 +167,7 @@ def _source_in(prefix: str, staged) -> str | None:
         source = source.decode()
     if not isinstance(source, str) or not source.startswith(prefix):
         return None
-    return source[len(prefix):]
+    return source[len(prefix) :]
 
 
 def _made(group: h5py.Group, path: str, caches) -> tuple[h5py.Dataset, bool, int]:
@@ -177,16 +191,24 @@ def _mapping(shape: tuple[int, ...], chunks: tuple[int, ...], chunk_rows) -> tup
     if not n:
         return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
     grid = tuple(-(-int(m) // c) for m, c in zip(shape, chunks))
-    index = np.fromiter(itertools.chain.from_iterable(r[0] for r in chunk_rows), dtype=np.intp,
-                        count=n * len(grid)).reshape(n, len(grid))
+    index = np.fromiter(
+        itertools.chain.from_iterable(r[0] for r in chunk_rows), dtype=np.intp, count=n * len(grid)
+    ).reshape(n, len(grid))
     flat = np.ravel_multi_index(tuple(index.T), grid)
     offsets = np.fromiter((r[1] for r in chunk_rows), dtype=np.uint64, count=n)
     order = np.argsort(flat, kind="stable")
     return flat[order], offsets[order]
 
 
-def build_record(group: h5py.Group, name: str, prev_version: str, timestamp_us: int,
-                 datasets: dict[str, Any], stats: dict[str, Any], caches) -> dict | None:
+def build_record(
+    group: h5py.Group,
+    name: str,
+    prev_version: str,
+    timestamp_us: int,
+    datasets: dict[str, Any],
+    stats: dict[str, Any],
+    caches,
+) -> dict | None:
     """The record of version ``name`` just written in ``group`` (None when it cannot say).
 
     Parameters
@@ -240,8 +262,15 @@ def build_record(group: h5py.Group, name: str, prev_version: str, timestamp_us: 
             tables[fp.raw_path] = [n_after - st.new_chunks, n_after, last.hex()]
         else:  # two datasets over one raw_data: their appended rows add up
             tables[fp.raw_path][0] -= st.new_chunks
-    return {"f": RECORD_FORMAT, "v": name, "p": prev_version, "t": timestamp_us, "d": entries, "h": tables,
-            "o": objects}
+    return {
+        "f": RECORD_FORMAT,
+        "v": name,
+        "p": prev_version,
+        "t": timestamp_us,
+        "d": entries,
+        "h": tables,
+        "o": objects,
+    }
 
 
 #: File id -> (object address, id) of the records dataset a commit through it appended to: held
@@ -277,16 +306,30 @@ def append_record(f: h5py.File, record: dict) -> None:
             dsid.set_extent((max(used + len(data), 2 * capacity),))
     else:
         grp = bookkeeping.require_group(f)
-        ds = grp.create_dataset(LOG_NAME, shape=(max(len(data), 4096),), dtype=np.uint8, chunks=(4096,),
-                                maxshape=(None,), **BOOKKEEPING_FILTER)
+        ds = grp.create_dataset(
+            LOG_NAME,
+            shape=(max(len(data), 4096),),
+            dtype=np.uint8,
+            chunks=(4096,),
+            maxshape=(None,),
+            **BOOKKEEPING_FILTER,
+        )
         dsid, used = ds.id, 0
         _HELD[f.id] = (object_address_by_name(f.id, ds.name.encode()), dsid)
     write_rows(dsid, used, data)
     write_attr(dsid, "used", np.int64(used + len(data)))
 
 
-def record_commit(f: h5py.File, group: h5py.Group, name: str, prev_version: str, stamp: str,
-                  datasets: dict[str, Any], stats: dict[str, Any], caches) -> bool:
+def record_commit(
+    f: h5py.File,
+    group: h5py.Group,
+    name: str,
+    prev_version: str,
+    stamp: str,
+    datasets: dict[str, Any],
+    stats: dict[str, Any],
+    caches,
+) -> bool:
     """Write the log record of a commit; True when written.
 
     Called by the commit once it succeeded (the version marked committed):

@@ -213,8 +213,9 @@ def _holds_references(value: Any) -> bool:
 # -- attributes ----------------------------------------------------------------------------
 
 
-def changed_attr_names(a: Mapping[str, Any], b: Mapping[str, Any], *, ours_wins: Iterable[str] = BOOKKEEPING_ATTRS
-                       ) -> list[str]:
+def changed_attr_names(
+    a: Mapping[str, Any], b: Mapping[str, Any], *, ours_wins: Iterable[str] = BOOKKEEPING_ATTRS
+) -> list[str]:
     """Attributes added, removed or changed from ``a`` to ``b`` that a merge counts, sorted.
 
     For an object deleted on one side: the other side's changes to these
@@ -367,8 +368,9 @@ def _grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(-(-n // c) for n, c in zip(shape, chunks))
 
 
-def _locations(arr: StagedChangesArray | None, grid_u: tuple[int, ...], shares_rows: bool,
-               fill_bytes: bytes | None) -> tuple[np.ndarray, np.ndarray]:
+def _locations(
+    arr: StagedChangesArray | None, grid_u: tuple[int, ...], shares_rows: bool, fill_bytes: bytes | None
+) -> tuple[np.ndarray, np.ndarray]:
     """``(kind, offset)`` of every chunk of ``arr`` on the grid ``grid_u`` (absent beyond its shape).
 
     ``kind``: ``_ABSENT``, ``_FILL``, ``_ROW`` (raw_data row ``offset``, in
@@ -723,9 +725,9 @@ def conflict_error(
         f"{what}: both sides changed the same data differently ({n_points} conflicting "
         f"point{'s' if n_points != 1 else ''} in {len(points)} dataset{'s' if len(points) != 1 else ''}"
         + (f", {n_attrs} attribute{'s' if n_attrs != 1 else ''}" if attributes else "")
-        + "); nothing was committed:\n" + "\n".join(lines)
+        + "); nothing was committed:\n"
+        + "\n".join(lines)
         + "\nTo resolve, give those points (attributes, shapes) theirs' values in the staged data, or "
         "stage again from the current version, and commit again"
     )
     return ConflictError(message, points=points, attributes=attributes)
-

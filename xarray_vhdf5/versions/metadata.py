@@ -79,8 +79,8 @@ from __future__ import annotations
 import dataclasses
 import gc
 import itertools
-import os
 import math
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -102,8 +102,6 @@ from ..backend.raw_data import ChunkWriter, Filters, create_raw_data
 from ..backend.transfer import read_many_slices
 from ..backend.virtual import create_virtual_dataset
 from ..errors import DatasetNotFoundError, IncompatibleDataError
-from .mutation import _JOURNALED, _no_live_writer, disk_path, mutating
-from .locking import file_locks
 from .delete import (
     MAP_CACHE_BYTES,
     SCRATCH,
@@ -120,9 +118,16 @@ from .delete import (
     relink_plan,
     version_dataset,
 )
+from .locking import file_locks
+from .mutation import _JOURNALED, _no_live_writer, disk_path, mutating
 
 __all__ = [
-    "modify_metadata", "finish_interrupted", "ModifyReport", "DatasetNotFoundError", "UNCHANGED", "BATCH_BYTES",
+    "BATCH_BYTES",
+    "UNCHANGED",
+    "DatasetNotFoundError",
+    "ModifyReport",
+    "finish_interrupted",
+    "modify_metadata",
 ]
 
 #: Bytes of chunk data read (and queued for writing) per batch.
@@ -251,9 +256,7 @@ def _target(base: h5py.Dataset, interrupted: bool, shapes: list, chunks, dtype, 
         fillvalue = base.fillvalue  # finish the interrupted run
     if is_vlen_string_dtype(new_dtype):
         if not (fillvalue is None or (isinstance(fillvalue, (str, bytes, int)) and not fillvalue)):
-            raise IncompatibleDataError(
-                f"variable-length string datasets cannot have a fill value, got {fillvalue!r}"
-            )
+            raise IncompatibleDataError(f"variable-length string datasets cannot have a fill value, got {fillvalue!r}")
         new_fill = fillvalue = None
     elif fillvalue is not None:
         new_fill = np.asarray(fillvalue).astype(new_dtype) if _string_like(new_dtype) else fillvalue
@@ -359,8 +362,10 @@ class _Rewriter:
                 dst = [k * c0 + lo[0] - region[0].start] + [a - r.start for a, r in zip(lo[1:], region[1:])]
                 cnt = [b - a for a, b in zip(lo, hi)]
                 if row_of[o] >= 0:
-                    s_start.append([int(row_of[o]) + lo[0] - idx[0] * src_chunks[0]]
-                                   + [a - i * c for a, i, c in zip(lo[1:], idx[1:], src_chunks[1:])])
+                    s_start.append(
+                        [int(row_of[o]) + lo[0] - idx[0] * src_chunks[0]]
+                        + [a - i * c for a, i, c in zip(lo[1:], idx[1:], src_chunks[1:])]
+                    )
                     d_start.append(dst)
                     count.append(cnt)
                 else:
@@ -369,8 +374,10 @@ class _Rewriter:
             read_many_slices(src, buf, np.array(s_start), np.array(d_start), np.array(count))
             self.chunks_read += len(count)
         for k, (flat_new, index, region, _, key) in enumerate(pending):
-            chunk = buf[(slice(k * c0, k * c0 + region[0].stop - region[0].start),)
-                        + tuple(slice(0, r.stop - r.start) for r in region[1:])]
+            chunk = buf[
+                (slice(k * c0, k * c0 + region[0].stop - region[0].start),)
+                + tuple(slice(0, r.stop - r.start) for r in region[1:])
+            ]
             if replace:
                 with warnings.catch_warnings(), np.errstate(all="ignore"):
                     warnings.simplefilter("ignore")
@@ -468,8 +475,16 @@ def modify_metadata(
                 if other != name:
                     _finish(h5file, other, keep_mark=True)
         return _modify_metadata(
-            h5file, dataset_name, chunks=chunks, compression=compression, compression_opts=compression_opts,
-            dtype=dtype, fillvalue=fillvalue, shuffle=shuffle, fletcher32=fletcher32, scaleoffset=scaleoffset,
+            h5file,
+            dataset_name,
+            chunks=chunks,
+            compression=compression,
+            compression_opts=compression_opts,
+            dtype=dtype,
+            fillvalue=fillvalue,
+            shuffle=shuffle,
+            fletcher32=fletcher32,
+            scaleoffset=scaleoffset,
         )
 
 
@@ -589,8 +604,17 @@ def _pending_datasets(h5file: h5py.Group) -> list[str]:
 def _finish(h5file: h5py.Group, name: str, keep_mark: bool) -> ModifyReport:
     """Finish the interrupted run of dataset ``name`` (every argument omitted: the interrupted target)."""
     return _modify_metadata(
-        h5file, name, chunks=None, compression=UNCHANGED, compression_opts=UNCHANGED, dtype=None,
-        fillvalue=None, shuffle=UNCHANGED, fletcher32=UNCHANGED, scaleoffset=UNCHANGED, keep_mark=keep_mark,
+        h5file,
+        name,
+        chunks=None,
+        compression=UNCHANGED,
+        compression_opts=UNCHANGED,
+        dtype=None,
+        fillvalue=None,
+        shuffle=UNCHANGED,
+        fletcher32=UNCHANGED,
+        scaleoffset=UNCHANGED,
+        keep_mark=keep_mark,
     )
 
 
@@ -602,7 +626,17 @@ def _unmark(h5file: h5py.Group, keep: bool) -> None:
 
 
 def _modify_metadata(
-    h5file, dataset_name, *, chunks, compression, compression_opts, dtype, fillvalue, shuffle, fletcher32, scaleoffset,
+    h5file,
+    dataset_name,
+    *,
+    chunks,
+    compression,
+    compression_opts,
+    dtype,
+    fillvalue,
+    shuffle,
+    fletcher32,
+    scaleoffset,
     keep_mark: bool = False,
 ) -> ModifyReport:
     Scratch.recover(h5file)
@@ -610,7 +644,7 @@ def _modify_metadata(
     group = h5file[VERSION_DATA].get(name) if name else None
     interrupted = isinstance(group, h5py.Group) and any(k.startswith(NEW_PREFIX) for k in group)
     if interrupted and "raw_data" not in group:  # killed inside step C: link the new raw_data
-        newest = max((k for k in group if k.startswith(NEW_PREFIX)), key=lambda k: int(k[len(NEW_PREFIX):]))
+        newest = max((k for k in group if k.startswith(NEW_PREFIX)), key=lambda k: int(k[len(NEW_PREFIX) :]))
         group["raw_data"] = group[newest]["raw_data"]
     paths = dataset_paths(h5file)
     if name not in paths:
@@ -630,8 +664,13 @@ def _modify_metadata(
             del vds
     leftovers = _leftovers(group, sources)
     base = group[leftovers[-1]]["raw_data"] if leftovers else group["raw_data"]
-    filters = dict(compression=compression, compression_opts=compression_opts, shuffle=shuffle,
-                   fletcher32=fletcher32, scaleoffset=scaleoffset)
+    filters = dict(
+        compression=compression,
+        compression_opts=compression_opts,
+        shuffle=shuffle,
+        fletcher32=fletcher32,
+        scaleoffset=scaleoffset,
+    )
     t = _target(base, bool(leftovers), shapes, chunks, dtype, fillvalue, filters)
     for src in sources | {base.name}:
         _check_cast(h5file[src].dtype, t.dtype)
@@ -649,7 +688,7 @@ def _modify_metadata(
     attachments = {v: plan for v in holders if (plan := _attachment_plan(versions[v]))}
     # A: new raw_data, its hash table, every version's data, virtual datasets onto it.
     scratch = Scratch(h5file)
-    taken = [int(k[len(NEW_PREFIX):]) for k in group if k.startswith(NEW_PREFIX)]
+    taken = [int(k[len(NEW_PREFIX) :]) for k in group if k.startswith(NEW_PREFIX)]
     new_group = group.create_group(f"{NEW_PREFIX}{max(taken, default=-1) + 1}")
     h5file[VERSION_DATA].attrs[MARK] = name  # on disk at the first barrier, before any version maps it
     new_raw = create_raw_data(new_group, t.dtype, t.chunks, t.fillvalue, t.filters)
@@ -664,8 +703,9 @@ def _modify_metadata(
         writer.flush()  # raw_data covers every row the virtual dataset maps
         writer.stats.chunk_rows.clear()  # per-commit bookkeeping, unused here
         sname = first[version] = scratch.reserve(vds.name)
-        created = create_virtual_dataset(scratch.group, sname, new_raw, vds.shape, t.chunks,
-                                         chunk_rows(vds.shape, t.chunks, flat, starts))
+        created = create_virtual_dataset(
+            scratch.group, sname, new_raw, vds.shape, t.chunks, chunk_rows(vds.shape, t.chunks, flat, starts)
+        )
         copy_attrs(vds, created, skip=("raw_data", "chunks"))
         if budget >= flat.nbytes + starts.nbytes:
             budget -= flat.nbytes + starts.nbytes
@@ -694,8 +734,9 @@ def _modify_metadata(
         current = versions[version][name]
         flat, starts = maps.pop(version, None) or read_chunk_map(current, t.chunks, new_raw.name)
         sname = second[version] = scratch.reserve(current.name)
-        created = create_virtual_dataset(scratch.group, sname, raw, current.shape, t.chunks,
-                                         chunk_rows(current.shape, t.chunks, flat, starts))
+        created = create_virtual_dataset(
+            scratch.group, sname, raw, current.shape, t.chunks, chunk_rows(current.shape, t.chunks, flat, starts)
+        )
         copy_attrs(current, created, skip=("raw_data", "chunks"))
     swaps = _swap_all(h5file, scratch, second, name)
     scratch.write_journal()
@@ -761,8 +802,9 @@ def _modify_in_place(h5file, name: str, group: h5py.Group, holders: list[str], t
                 writer.flush()
                 writer.stats.chunk_rows.clear()
                 sname = rebuilt[version] = scratch.reserve(vds.name)
-                created = create_virtual_dataset(scratch.group, sname, new_raw, vds.shape, t.chunks,
-                                                 chunk_rows(vds.shape, t.chunks, flat, starts))
+                created = create_virtual_dataset(
+                    scratch.group, sname, new_raw, vds.shape, t.chunks, chunk_rows(vds.shape, t.chunks, flat, starts)
+                )
                 copy_attrs(vds, created, skip=("raw_data", "chunks", "DIMENSION_LIST", "REFERENCE_LIST"))
             writer.flush()
             for parent, new, relink in _swap_all(h5file, scratch, rebuilt, name):
@@ -804,7 +846,7 @@ def _leftovers(group: h5py.Group, sources: set[str]) -> list[str]:
     Those no version maps are deleted; ``raw_data`` is relinked if the run died between
     unlinking it and linking the new one (step C).
     """
-    found = sorted((k for k in group if k.startswith(NEW_PREFIX)), key=lambda k: int(k[len(NEW_PREFIX):]))
+    found = sorted((k for k in group if k.startswith(NEW_PREFIX)), key=lambda k: int(k[len(NEW_PREFIX) :]))
     if found and "raw_data" not in group:
         group["raw_data"] = group[found[-1]]["raw_data"]
     mapped = [k for k in found if f"{group.name}/{k}/raw_data" in sources]

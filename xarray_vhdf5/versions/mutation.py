@@ -43,7 +43,13 @@ from .journal import JournaledFile, OsIO, journal_path, recover
 from .locking import WRITE_TIMEOUT, file_locks, lock_timeout
 
 __all__ = [
-    "check_fresh", "disk_path", "flock_holder", "mutating", "note_opened", "open_file", "open_for_writing",
+    "check_fresh",
+    "disk_path",
+    "flock_holder",
+    "mutating",
+    "note_opened",
+    "open_file",
+    "open_for_writing",
     "refuse_interrupted",
 ]
 
@@ -169,7 +175,8 @@ def refuse_interrupted(h5file: h5py.File) -> None:
             "file may show it half written. Close it and open the file through xarray_vhdf5 "
             "(xr.open_dataset(..., engine='vhdf5'), VersionedHDF5File.open, or "
             "VersionedHDF5File(xarray_vhdf5.open_file(path))), which rolls the commit back",
-            path=path)
+            path=path,
+        )
 
 
 def _no_live_writer(locks) -> bool:
@@ -351,7 +358,8 @@ def _flocked_file(path: str, durable: bool, deadline: float, timeout: float, io=
                         f"{path!r} is busy: {holder} has it open with libhdf5's file lock (plain h5py, "
                         f"versioned-hdf5 or a netCDF tool) and kept it for more than {timeout:g} s; close "
                         "it there, or open it there with h5py.File(..., locking=False) for reading",
-                        path=path, holder_pid=pid,
+                        path=path,
+                        holder_pid=pid,
                     ) from None
                 time.sleep(delay)
                 delay = min(2 * delay, 0.05)
@@ -476,8 +484,14 @@ def open_for_writing(
         jf.close()
 
 
-def open_file(path: str | os.PathLike, mode: str = "a", *, durable: bool = False,
-              timeout: float | None = None, io: OsIO | None = None) -> h5py.File:
+def open_file(
+    path: str | os.PathLike,
+    mode: str = "a",
+    *,
+    durable: bool = False,
+    timeout: float | None = None,
+    io: OsIO | None = None,
+) -> h5py.File:
     """Open a versioned file for writing, so that every commit through it survives a crash.
 
     ``VersionedHDF5File(open_file(path))`` commits, deletes and modifies as

@@ -53,13 +53,14 @@ from ..backend.layout import DATA_VERSION, FIRST_VERSION, version_path
 from ..errors import ClosedFileError, IncompatibleDataError, ReadOnlyError, VersionNotFoundError
 from . import generation
 from .locking import file_locks
-from .rebuild import chunk_diff
-from .registry import VersionInfo, VersionKey, VersionRegistry
 from .reader_dataset import SharedVersionDataset
 from .reader_tree import _HINT, _READ_ONLY, SharedAttrs, SharedVersionGroup, _Tree
+from .rebuild import chunk_diff
+from .registry import VersionInfo, VersionKey, VersionRegistry
 from .sharing import SharedFile
 
 __all__ = ["SharedAttrs", "SharedVersionDataset", "SharedVersionGroup", "SharedVersionedFile"]
+
 
 class _Registry(VersionRegistry):
     """A :class:`VersionRegistry` read through a handle that is closed afterwards.
@@ -161,7 +162,8 @@ class SharedVersionedFile:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(
                 f"VersionedHDF5File.open takes a path, got {type(path).__name__}; wrap an open h5py "
-                "file with VersionedHDF5File(f) instead")
+                "file with VersionedHDF5File(f) instead"
+            )
         self.path = os.path.abspath(os.fspath(path))
         self.verify = bool(verify)
         self._shared = SharedFile(self.path, verify=self.verify)
@@ -202,7 +204,8 @@ class SharedVersionedFile:
                 if listing.data_version > DATA_VERSION:
                     raise IncompatibleDataError(
                         f"{self.path!r} has data_version {listing.data_version}; this package reads "
-                        f"up to {DATA_VERSION}: upgrade xarray_vhdf5")
+                        f"up to {DATA_VERSION}: upgrade xarray_vhdf5"
+                    )
                 self._listing = listing
             yield f
 
@@ -424,5 +427,3 @@ class SharedVersionedFile:
                         size = made.manifest.slots.nbytes + 32 * made.manifest.rows.size if made.manifest else 0
                         self._cache.put(("dataset", ident, path), made, 1024 + size)
         return [found[path] for path in paths]
-
-

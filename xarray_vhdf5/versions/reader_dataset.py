@@ -10,8 +10,8 @@ else decoded from the virtual dataset) and reads points through
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from typing import Callable, TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import h5py
 import numpy as np
@@ -25,7 +25,7 @@ from ..backend.raw_data import reported_fillvalue
 from ..errors import ReadOnlyError, UnsupportedError, VersionNotFoundError
 from ..wrappers.dataset_api import FieldsView, chunk_slices
 from . import chunkmaps
-from .reader_tree import _HINT, _READ_ONLY, SharedAttrs, SharedVersionGroup, _Tree, _attrs
+from .reader_tree import _HINT, _READ_ONLY, SharedAttrs, SharedVersionGroup, _attrs, _Tree
 from .sharing import version_dataset
 
 if TYPE_CHECKING:  # for annotations only: the reader module imports this one
@@ -73,8 +73,19 @@ class SharedVersionDataset:
         From every write.
     """
 
-    __slots__ = ("_reader", "_tree", "_path", "_meta", "name", "version", "path", "manifest", "resolved",
-                 "_lock", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "_lock",
+        "_meta",
+        "_path",
+        "_reader",
+        "_tree",
+        "manifest",
+        "name",
+        "path",
+        "resolved",
+        "version",
+    )
 
     def __init__(self, reader: SharedVersionedFile, tree: _Tree, path: str, f: h5py.File):
         self._reader, self._tree, self._path = reader, tree, path
@@ -85,10 +96,17 @@ class SharedVersionDataset:
         if stored is not None:  # the commit's stored map: the virtual dataset is not opened
             raw = stored.raw_data
             self._meta = {
-                "shape": stored.shape, "dtype": raw.dtype, "maxshape": stored.shape, "chunks": stored.chunks,
+                "shape": stored.shape,
+                "dtype": raw.dtype,
+                "maxshape": stored.shape,
+                "chunks": stored.chunks,
                 "fillvalue": reported_fillvalue(raw.dtype, raw.fillvalue),
-                "compression": raw.compression, "compression_opts": raw.compression_opts, "shuffle": raw.shuffle,
-                "fletcher32": raw.fletcher32, "scaleoffset": raw.scaleoffset, "attrs": stored.attrs,
+                "compression": raw.compression,
+                "compression_opts": raw.compression_opts,
+                "shuffle": raw.shuffle,
+                "fletcher32": raw.fletcher32,
+                "scaleoffset": raw.scaleoffset,
+                "attrs": stored.attrs,
             }
             manifest = stored.manifest(self.name, verify=reader.verify)
             self.manifest = manifest if manifest.supported else None
@@ -99,15 +117,21 @@ class SharedVersionDataset:
         raw = f[raw_path]
         dtype = vds.dtype
         self._meta = {
-            "shape": vds.shape, "dtype": dtype, "maxshape": vds.maxshape, "chunks": tuple(int(c) for c in chunks),
+            "shape": vds.shape,
+            "dtype": dtype,
+            "maxshape": vds.maxshape,
+            "chunks": tuple(int(c) for c in chunks),
             "fillvalue": reported_fillvalue(dtype, None if is_vlen_string_dtype(dtype) else raw.fillvalue),
-            "compression": raw.compression, "compression_opts": raw.compression_opts, "shuffle": raw.shuffle,
-            "fletcher32": raw.fletcher32, "scaleoffset": raw.scaleoffset, "attrs": _attrs(vds),
+            "compression": raw.compression,
+            "compression_opts": raw.compression_opts,
+            "shuffle": raw.shuffle,
+            "fletcher32": raw.fletcher32,
+            "scaleoffset": raw.scaleoffset,
+            "attrs": _attrs(vds),
         }
         manifest = None
         if dtype.kind != "O" and vds.is_virtual:
-            manifest = resolve_manifest(vds, verify=reader.verify,
-                                        addresses=chunkmaps.address_lookup(f, path, raw))
+            manifest = resolve_manifest(vds, verify=reader.verify, addresses=chunkmaps.address_lookup(f, path, raw))
             if not manifest.supported:
                 manifest = None
         self.manifest = manifest
@@ -253,7 +277,7 @@ class SharedVersionDataset:
         """``args`` h5py accepted, as :meth:`ChunkManifest.read <xarray_vhdf5.backend.manifest.ChunkManifest.read>` takes it."""
         if any(a is Ellipsis for a in args):
             at = next(i for i, a in enumerate(args) if a is Ellipsis)
-            args = args[:at] + (slice(None),) * (self.ndim - len(args) + 1) + args[at + 1:]
+            args = args[:at] + (slice(None),) * (self.ndim - len(args) + 1) + args[at + 1 :]
         key = []
         for axis, a in enumerate(args):
             if isinstance(a, (slice, int, np.integer)):
@@ -296,7 +320,8 @@ class SharedVersionDataset:
         if f[version_path(self.version)].attrs.get("timestamp") != self._tree.attrs[""].get("timestamp"):
             raise VersionNotFoundError(
                 f"{self._reader.path!r}: version {self.version!r} was deleted while this dataset of it was "
-                "held (a new version of that name was committed since); get it again")
+                "held (a new version of that name was committed since); get it again"
+            )
         return vds
 
     def read_direct(self, dest: np.ndarray, source_sel=None, dest_sel=None) -> None:
@@ -346,8 +371,7 @@ class SharedVersionDataset:
     __setitem__ = resize = write_direct = _refuse
 
     def __repr__(self) -> str:
-        return (f"<SharedVersionDataset {self.name!r}: shape {self.shape}, type {self.dtype.str!r} "
-                f"(read-only, shared)>")
+        return f"<SharedVersionDataset {self.name!r}: shape {self.shape}, type {self.dtype.str!r} (read-only, shared)>"
 
 
 class _Converted:

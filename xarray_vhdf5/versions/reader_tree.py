@@ -8,8 +8,8 @@ it with h5py's interface. Made by :class:`~xarray_vhdf5.versions.reader.SharedVe
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any, Callable, TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
@@ -26,8 +26,10 @@ if TYPE_CHECKING:  # for annotations only: the reader module imports this one
 __all__ = ["SharedAttrs", "SharedVersionGroup"]
 
 _HINT = "VersionedHDF5File.open() reads versioned HDF5 files only"
-_READ_ONLY = ("opened for reading with VersionedHDF5File.open(); stage, commit and delete through "
-              "VersionedHDF5File(xarray_vhdf5.open_file(path))")
+_READ_ONLY = (
+    "opened for reading with VersionedHDF5File.open(); stage, commit and delete through "
+    "VersionedHDF5File(xarray_vhdf5.open_file(path))"
+)
 
 
 class SharedAttrs(Mapping):
@@ -95,7 +97,7 @@ class _Tree:
         The version's group is not in the file (deleted since it was listed).
     """
 
-    __slots__ = ("version", "root", "order", "kinds", "members", "attrs")
+    __slots__ = ("attrs", "kinds", "members", "order", "root", "version")
 
     def __init__(self, f: h5py.File, version: str):
         group = f.get(version_path(version))
@@ -134,7 +136,7 @@ class _Tree:
         if not path:
             return list(self.order)
         prefix = path + "/"
-        return [p[len(prefix):] for p in self.order if p.startswith(prefix)]
+        return [p[len(prefix) :] for p in self.order if p.startswith(prefix)]
 
 
 class SharedVersionGroup:
@@ -152,15 +154,17 @@ class SharedVersionGroup:
         Getting a dataset once the reader is closed.
     """
 
-    __slots__ = ("_reader", "_tree", "_path")
+    __slots__ = ("_path", "_reader", "_tree")
 
     def __init__(self, reader: SharedVersionedFile, tree: _Tree, path: str = ""):
         self._reader, self._tree, self._path = reader, tree, path
 
     version = property(lambda self: self._tree.version, doc="The version's name.")
     name = property(lambda self: self._tree.name(self._path), doc="Absolute HDF5 path of the group.")
-    attrs = property(lambda self: SharedAttrs(self._tree.attrs[self._path]),
-                     doc="The group's attributes (a version's root: the version's), read-only.")
+    attrs = property(
+        lambda self: SharedAttrs(self._tree.attrs[self._path]),
+        doc="The group's attributes (a version's root: the version's), read-only.",
+    )
 
     def _relative(self, path) -> str:
         """``path`` (relative to this group, or absolute inside the version) relative to the version."""
@@ -172,7 +176,7 @@ class SharedVersionGroup:
             root = self._tree.root
             if path.rstrip("/") != root and not path.startswith(root + "/"):
                 raise KeyError(f"{path!r} is not in version {self.version!r} ({root})")
-            parts = path[len(root):].split("/")
+            parts = path[len(root) :].split("/")
         else:
             parts = self._path.split("/") + path.split("/")
         return "/".join(p for p in parts if p not in ("", "."))
@@ -211,7 +215,7 @@ class SharedVersionGroup:
         """Paths of this group (``""``) and of every group below it, relative to it, in visit order."""
         prefix = f"{self._path}/" if self._path else ""
         below = [p for p in self._tree.order if p.startswith(prefix) and self._tree.kinds[p] == "group"]
-        return [""] + [p[len(prefix):] for p in below]
+        return [""] + [p[len(prefix) :] for p in below]
 
     def keys(self) -> list[str]:
         return list(self._tree.members[self._path])
@@ -230,8 +234,9 @@ class SharedVersionGroup:
         self._reader._check_open()
         kinds = self._tree.kinds
         datasets = iter(self._reader._datasets_of(self._tree, [r for r in rels if kinds[r] == "dataset"]))
-        return [SharedVersionGroup(self._reader, self._tree, r) if kinds[r] == "group" else next(datasets)
-                for r in rels]
+        return [
+            SharedVersionGroup(self._reader, self._tree, r) if kinds[r] == "group" else next(datasets) for r in rels
+        ]
 
     def _join(self, name: str) -> str:
         return f"{self._path}/{name}" if self._path else name
@@ -301,5 +306,3 @@ class SharedVersionGroup:
 
     def __repr__(self) -> str:
         return f"<SharedVersionGroup {self.name!r} of version {self.version!r} (read-only, shared)>"
-
-

@@ -49,7 +49,13 @@ from ..wrappers.chunked import ChunkedStagedDataset, InMemoryDataset, is_over
 from ..wrappers.dataset import StagedDatasetBase
 from ..wrappers.group import InMemoryGroup, UnopenedDataset
 from .merge import (
-    DELETED, changed_attr_names, conflict_error, mapped_array, merge_attrs, merge_points, same_attr_value,
+    DELETED,
+    changed_attr_names,
+    conflict_error,
+    mapped_array,
+    merge_attrs,
+    merge_points,
+    same_attr_value,
 )
 
 __all__ = ["MESSAGE_ATTR", "RebaseReport", "rebase_staged"]
@@ -218,7 +224,9 @@ def rebase_staged(
             continue
         t = t_obj
         from_base = (
-            isinstance(o, InMemoryDataset) and b is not None and o.origin_name == path
+            isinstance(o, InMemoryDataset)
+            and b is not None
+            and o.origin_name == path
             and o.source_path.decode() == b.name
         )
         if from_base:
@@ -244,7 +252,10 @@ def rebase_staged(
     if points or attr_conflicts or shapes or other:
         raise conflict_error(
             f"rebasing onto version {theirs!r} the changes staged from {base!r}",
-            points, attributes=attr_conflicts, shapes=shapes, other=other,
+            points,
+            attributes=attr_conflicts,
+            shapes=shapes,
+            other=other,
         )
     return report
 
@@ -356,8 +367,10 @@ def _merge_groups(b_group, b_items, t_group, groups_o, into, attr_conflicts, oth
         else:
             _set_attrs(target.attrs, edits)
     # Groups ours deleted, deepest first.
-    gone = sorted((p for p, obj in b_items.items() if isinstance(obj, h5py.Group) and p not in o_paths),
-                  key=lambda p: -p.count("/"))
+    gone = sorted(
+        (p for p, obj in b_items.items() if isinstance(obj, h5py.Group) and p not in o_paths),
+        key=lambda p: -p.count("/"),
+    )
     for path in gone:
         t = t_group.get(path)
         if not isinstance(t, h5py.Group) or path not in into:
@@ -374,4 +387,3 @@ def _holds_datasets(group: InMemoryGroup) -> bool:
     found = []
     group.visititems(lambda _p, obj: found.append(1) if not isinstance(obj, InMemoryGroup) else None)
     return bool(found)
-

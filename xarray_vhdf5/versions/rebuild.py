@@ -47,7 +47,6 @@ from ..backend.chunkmap import version_dataset_layout
 from ..backend.chunks import chunk_grid_shape
 from ..backend.hashing import chunk_hash, is_vlen_string_dtype
 from ..backend.layout import DATA_VERSION, HASH_TABLE_DTYPE, VERSION_DATA, VERSIONS
-from .mutation import mutating
 from .delete import (
     Scratch,
     _barrier,
@@ -58,10 +57,15 @@ from .delete import (
     version_dataset,
     write_hash_table,
 )
+from .mutation import mutating
 
 __all__ = [
-    "chunk_diff", "object_dtype_paths", "placeholder_digest", "rebuild_hash_tables",
-    "rebuild_object_dtype_hash_tables", "table_rows",
+    "chunk_diff",
+    "object_dtype_paths",
+    "placeholder_digest",
+    "rebuild_hash_tables",
+    "rebuild_object_dtype_hash_tables",
+    "table_rows",
 ]
 
 
@@ -228,8 +232,7 @@ def _rebuild_hash_tables(h5file, paths: Iterable[str] | None) -> dict[str, int]:
 def object_dtype_paths(h5file: h5py.Group) -> list[str]:
     """Paths of the versioned datasets of variable-length strings (numpy object dtype)."""
     return [
-        path for path in dataset_paths(h5file)
-        if is_vlen_string_dtype(h5file[VERSION_DATA][path]["raw_data"].dtype)
+        path for path in dataset_paths(h5file) if is_vlen_string_dtype(h5file[VERSION_DATA][path]["raw_data"].dtype)
     ]
 
 
@@ -260,9 +263,7 @@ def _region(flat: int, shape: tuple[int, ...], chunks: tuple[int, ...]) -> ndind
     return ndindex.Tuple(*(slice(int(i) * c, min((int(i) + 1) * c, n), 1) for i, c, n in zip(index, chunks, shape)))
 
 
-def chunk_diff(
-    a: h5py.Dataset, b: h5py.Dataset
-) -> dict[ndindex.Tuple, tuple[np.ndarray | None, np.ndarray | None]]:
+def chunk_diff(a: h5py.Dataset, b: h5py.Dataset) -> dict[ndindex.Tuple, tuple[np.ndarray | None, np.ndarray | None]]:
     """The chunks of a dataset whose mapping differs between version A and version B.
 
     versioned-hdf5's ``VersionedHDF5File.get_diff`` (``_diff_data``), from the

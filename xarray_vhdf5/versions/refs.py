@@ -161,8 +161,9 @@ def snapshot(f: h5py.File) -> tuple[dict[str, str], dict[str, str]]:
     return _read(f, "tags"), _read(f, "branches")
 
 
-def resolve_in(stored: tuple[dict[str, str], dict[str, str]], name: str, current: str | None,
-               exists, where: str) -> str | None:
+def resolve_in(
+    stored: tuple[dict[str, str], dict[str, str]], name: str, current: str | None, exists, where: str
+) -> str | None:
     """The version tag or branch ``name`` points to in ``stored`` (:func:`snapshot`), None if no ref has that name.
 
     ``current`` is the current version (branch ``main``); ``exists(version)``
@@ -180,8 +181,9 @@ def resolve_in(stored: tuple[dict[str, str], dict[str, str]], name: str, current
             continue
         if not exists(version):
             fix = "delete_tag" if kind == "tag" else "reset_branch"
-            raise RefNotFoundError(f"{kind} {name!r} of {where} points to version {version!r}, which was "
-                                   f"deleted; {fix} fixes it")
+            raise RefNotFoundError(
+                f"{kind} {name!r} of {where} points to version {version!r}, which was deleted; {fix} fixes it"
+            )
         return version
     return None
 
@@ -306,8 +308,10 @@ def branch_tip(f: h5py.File, name: str) -> str:
         raise RefNotFoundError(f"no branch {name!r} in {_where(f)}; branches: {sorted(found)}")
     version = found[name]
     if version not in _versions(f):
-        raise RefNotFoundError(f"branch {name!r} of {_where(f)} points to version {version!r}, "
-                               "which was deleted; move it with reset_branch")
+        raise RefNotFoundError(
+            f"branch {name!r} of {_where(f)} points to version {version!r}, "
+            "which was deleted; move it with reset_branch"
+        )
     return version
 
 
@@ -338,8 +342,9 @@ def _delete(f: h5py.File, kind: str, name: str) -> str:
     group = _group(f, kind)
     found = _read(f, kind)
     if group is None or name not in found:
-        raise RefNotFoundError(f"no {kind[:-1] if kind == 'tags' else 'branch'} {name!r} in {_where(f)}; "
-                               f"{kind}: {sorted(found)}")
+        raise RefNotFoundError(
+            f"no {kind[:-1] if kind == 'tags' else 'branch'} {name!r} in {_where(f)}; {kind}: {sorted(found)}"
+        )
     del group.attrs[name]
     return found[name]
 

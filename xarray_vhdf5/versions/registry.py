@@ -20,7 +20,7 @@ from ..errors import NotVersionedError, VersionKeyTypeError, VersionNotFoundErro
 from . import index as _index
 from .timestamps import format_timestamp, now_utc, parse_timestamp, to_utc_datetime
 
-__all__ = ["VersionInfo", "VersionRegistry", "initialize", "is_versioned", "VersionKey"]
+__all__ = ["VersionInfo", "VersionKey", "VersionRegistry", "initialize", "is_versioned"]
 
 
 VersionKey = str | int | np.integer | _dt.datetime | np.datetime64 | None
@@ -126,9 +126,13 @@ class VersionRegistry:
         from . import refs
 
         current = self.current_version
-        return refs.resolve_in(refs.snapshot(self.vdata.file), name,
-                               None if current == FIRST_VERSION else current, self.__contains__,
-                               repr(self.vdata.file.filename))
+        return refs.resolve_in(
+            refs.snapshot(self.vdata.file),
+            name,
+            None if current == FIRST_VERSION else current,
+            self.__contains__,
+            repr(self.vdata.file.filename),
+        )
 
     def reload(self) -> None:
         """Re-read the versions (from the index if valid, else by a scan, then saved)."""
@@ -337,9 +341,7 @@ class VersionRegistry:
             return key
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             if key > 0:
-                raise IndexError(
-                    f"version index must be 0 (current) or negative (ancestors), got {key}"
-                )
+                raise IndexError(f"version index must be 0 (current) or negative (ancestors), got {key}")
             return self.ancestor(self.resolve(None), -int(key))
         if isinstance(key, (_dt.datetime, np.datetime64, _dt.date)):
             return self.at_time(key)
@@ -355,8 +357,7 @@ class VersionRegistry:
             count = len(chain) - 1
             has = "no ancestor" if count == 0 else f"only {count} ancestor{'s' if count > 1 else ''}"
             raise VersionNotFoundError(
-                f"version {name!r} has {has}, cannot go back {n} "
-                f"{'version' if n == 1 else 'versions'}"
+                f"version {name!r} has {has}, cannot go back {n} {'version' if n == 1 else 'versions'}"
             )
         return chain[n]
 

@@ -78,7 +78,7 @@ from .delete import SCRATCH, copy_attrs, persists_free_space
 from .metadata import finish_interrupted
 from .mutation import open_for_writing
 
-__all__ = ["RepackReport", "TEMP_SUFFIX", "repack", "repack_plan"]
+__all__ = ["TEMP_SUFFIX", "RepackReport", "repack", "repack_plan"]
 
 #: Suffix of the temporary file written beside the target.
 TEMP_SUFFIX = ".vhdf5-repack"
@@ -263,7 +263,9 @@ def _copy_tree(src: h5py.Group, dst: h5py.Group, raw_paths: set[str], tick, repo
         if _copy_link(src, dst, name):
             continue
         obj = src[name]
-        if isinstance(obj, h5py.Group) and (obj.name in raw_paths or any(p.startswith(obj.name + "/") for p in raw_paths)):
+        if isinstance(obj, h5py.Group) and (
+            obj.name in raw_paths or any(p.startswith(obj.name + "/") for p in raw_paths)
+        ):
             group = _group_like(obj, dst, name)
             if obj.name in raw_paths:
                 for member in obj:
@@ -420,8 +422,7 @@ def repack(
             raise NotVersionedError(f"{path!r} has no /{VERSION_DATA}/{VERSIONS} group: nothing to repack")
         finish_interrupted(src)  # an interrupted modify_metadata or deletion: finished first
         src.flush()
-        report = RepackReport(path, target, os.path.getsize(path), None,
-                              persisted_free_space=persists_free_space(src))
+        report = RepackReport(path, target, os.path.getsize(path), None, persisted_free_space=persists_free_space(src))
         groups = _raw_groups(src[VERSION_DATA])
         plans = {g.name: _kept_slots(g) for g in groups}
         total = sum(k for k, _ in plans.values())
@@ -462,4 +463,3 @@ def _sync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-

@@ -99,8 +99,12 @@ class RepairReport:
     def changed(self) -> bool:
         """Whether anything in the file was changed."""
         return bool(
-            self.current_version != self.current_version_before or self.removed or self.leftovers_removed
-            or self.rerooted or self.retired_rows or self.index_rebuilt
+            self.current_version != self.current_version_before
+            or self.removed
+            or self.leftovers_removed
+            or self.rerooted
+            or self.retired_rows
+            or self.index_rebuilt
         )
 
     def __str__(self) -> str:
@@ -118,8 +122,10 @@ class RepairReport:
         if self.rerooted:
             lines.append(f"parent set to {FIRST_VERSION}: {', '.join(self.rerooted)}")
         if self.retired_rows:
-            lines.append("hash-table rows of damaged chunks retired: "
-                         + ", ".join(f"{d}: {n}" for d, n in self.retired_rows.items()))
+            lines.append(
+                "hash-table rows of damaged chunks retired: "
+                + ", ".join(f"{d}: {n}" for d, n in self.retired_rows.items())
+            )
         if self.removed or self.leftovers_removed:
             lines.append("raw_data compacted" if self.compacted else "raw_data not compacted (groups unlinked only)")
         if self.index_rebuilt:
@@ -209,8 +215,10 @@ def repair(f, report: CheckReport) -> RepairReport:
     damaged_set = set(report.damaged_versions)
     left = sorted({p.dataset for p in report.errors if p.dataset is not None and p.version not in damaged_set})
     if left:
-        out.notes.append(f"rolling back does not fix the hash tables or raw_data of {', '.join(map(repr, left))}; "
-                         "rebuild_hash_tables(f, paths) writes hash tables again from the versions")
+        out.notes.append(
+            f"rolling back does not fix the hash tables or raw_data of {', '.join(map(repr, left))}; "
+            "rebuild_hash_tables(f, paths) writes hash tables again from the versions"
+        )
     if registry is not None:
         registry.reload()
     return out
@@ -336,12 +344,16 @@ def _rebuild_index(vdata: h5py.Group, versions: h5py.Group, out: RepairReport) -
             for member in ("rows", "names"):
                 if index is not None and member in index:
                     del index[member]
-            out.notes.append(f"the version index could not be rebuilt ({describe(exc)}): it was deleted, "
-                             "and is rebuilt when the file is next opened writable")
+            out.notes.append(
+                f"the version index could not be rebuilt ({describe(exc)}): it was deleted, "
+                "and is rebuilt when the file is next opened writable"
+            )
         except DAMAGE_ERRORS as exc2:
             out.notes.append(f"the version index could neither be rebuilt nor deleted: {describe(exc2)}")
         return
     if left_out:
-        out.notes.append(f"the version index leaves out {', '.join(map(repr, left_out))}, whose group cannot be "
-                         "read: this package opens the file without it (a scan of the version groups, as "
-                         "versioned-hdf5 makes, still fails on it)")
+        out.notes.append(
+            f"the version index leaves out {', '.join(map(repr, left_out))}, whose group cannot be "
+            "read: this package opens the file without it (a scan of the version groups, as "
+            "versioned-hdf5 makes, still fails on it)"
+        )

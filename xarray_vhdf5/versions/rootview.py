@@ -366,11 +366,13 @@ def repair_attachments(version_group: h5py.Group) -> int:
         for axis, names in enumerate(targets):
             for name in names[:1]:
                 if name.startswith(_VERSIONS_PREFIX) and not name.startswith(own):
-                    rest = name[len(_VERSIONS_PREFIX):].partition("/")[2]
+                    rest = name[len(_VERSIONS_PREFIX) :].partition("/")[2]
                     name = own + rest
                 scale = f.get(name) if name.startswith(own) else None
                 if (
-                    isinstance(scale, h5py.Dataset) and scale.id != dset.id and h5py.h5ds.is_scale(scale.id)
+                    isinstance(scale, h5py.Dataset)
+                    and scale.id != dset.id
+                    and h5py.h5ds.is_scale(scale.id)
                     and scale.shape == (dset.shape[axis],)
                 ):
                     h5py.h5ds.attach_scale(dset.id, scale.id, axis)
@@ -417,8 +419,9 @@ def repair_ancestors(versions: h5py.Group, version: str, limit: int = 64) -> lis
     return repaired
 
 
-def after_commit(f: h5py.File, versions: h5py.Group, name: str, prev_version: str, make_current: bool,
-                 *, repair: bool = True) -> None:
+def after_commit(
+    f: h5py.File, versions: h5py.Group, name: str, prev_version: str, make_current: bool, *, repair: bool = True
+) -> None:
     """The commit hook (``versions.commit``): attachments repaired, the view moved to ``name``.
 
     Does nothing (one link lookup) in files without this package's netCDF

@@ -135,8 +135,7 @@ class SharedFile:
 
     def read(self, holder, key: tuple) -> np.ndarray:
         """``holder.manifest.read(key)``, resolved again first if chunks moved since (see :meth:`apply`)."""
-        return self.apply(holder, lambda manifest: manifest.read(key),
-                          lambda vds: holder.read_through(vds, key))
+        return self.apply(holder, lambda manifest: manifest.read(key), lambda vds: holder.read_through(vds, key))
 
     def apply(self, holder, use, through=None):
         """``use(holder.manifest)``, resolved again first if chunks moved since.
@@ -220,8 +219,12 @@ def version_dataset(f: h5py.File, version: str, path: str, timestamp=None) -> h5
         committed again under the same name).
     """
     versions = f.get(versions_path())
-    if (versions is None or version not in versions or path not in f
-            or (timestamp is not None and version_timestamp(f, version) != timestamp)):
+    if (
+        versions is None
+        or version not in versions
+        or path not in f
+        or (timestamp is not None and version_timestamp(f, version) != timestamp)
+    ):
         raise VersionNotFoundError(
             f"{f.filename!r}: version {version!r} was deleted while a Dataset read from it was open; "
             "open another version"

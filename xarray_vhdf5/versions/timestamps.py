@@ -8,12 +8,12 @@ import numpy as np
 
 from ..backend.layout import TIMESTAMP_FORMAT
 
-__all__ = ["now_utc", "to_utc_datetime", "format_timestamp", "parse_timestamp"]
+__all__ = ["format_timestamp", "now_utc", "parse_timestamp", "to_utc_datetime"]
 
 
 def now_utc() -> _dt.datetime:
     """The current time, timezone-aware in UTC."""
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def to_utc_datetime(value: _dt.datetime | np.datetime64 | str) -> _dt.datetime:
@@ -35,13 +35,13 @@ def to_utc_datetime(value: _dt.datetime | np.datetime64 | str) -> _dt.datetime:
         value = _dt.datetime.fromisoformat(value)
     if isinstance(value, np.datetime64):
         micro = value.astype("datetime64[us]").astype(np.int64)
-        return _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=int(micro))
+        return _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(microseconds=int(micro))
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None or value.utcoffset() is None:
-            return value.replace(tzinfo=_dt.timezone.utc)
-        return value.astimezone(_dt.timezone.utc)
+            return value.replace(tzinfo=_dt.UTC)
+        return value.astimezone(_dt.UTC)
     if isinstance(value, _dt.date):
-        return _dt.datetime(value.year, value.month, value.day, tzinfo=_dt.timezone.utc)
+        return _dt.datetime(value.year, value.month, value.day, tzinfo=_dt.UTC)
     raise TypeError(
         f"a timestamp must be a datetime.datetime, numpy.datetime64 or ISO string, got {type(value).__name__}"
     )
@@ -56,4 +56,4 @@ def parse_timestamp(text: str | bytes) -> _dt.datetime:
     """Parse a stored version timestamp back into an aware UTC ``datetime``."""
     if isinstance(text, bytes):
         text = text.decode()
-    return _dt.datetime.strptime(text, TIMESTAMP_FORMAT).astimezone(_dt.timezone.utc)
+    return _dt.datetime.strptime(text, TIMESTAMP_FORMAT).astimezone(_dt.UTC)

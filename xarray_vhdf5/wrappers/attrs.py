@@ -13,7 +13,7 @@ from ..backend.h5attrs import attrs_by_index
 from ..errors import ReadOnlyError
 from .closed import RESTAGE, closed_file_error, reads_file
 
-__all__ = ["StagedAttrs", "ReadOnlyAttrs", "RESERVED_ATTRS"]
+__all__ = ["RESERVED_ATTRS", "ReadOnlyAttrs", "StagedAttrs"]
 
 #: Attributes the format writes itself; users cannot set them on staged objects.
 RESERVED_ATTRS = frozenset({"raw_data", "chunks", "committed", "prev_version", "timestamp"})
@@ -250,9 +250,7 @@ class ReadOnlyAttrs(Mapping):
         )
 
     def __delitem__(self, key):
-        raise ReadOnlyError(
-            f"cannot delete attribute {key!r}: committed versions are read-only"
-        )
+        raise ReadOnlyError(f"cannot delete attribute {key!r}: committed versions are read-only")
 
     def modify(self, key, value):
         """Refused as ``attrs[key] = value`` is: committed versions are read-only."""

@@ -152,8 +152,11 @@ class InMemoryDataset(ChunkedStagedDataset):
         raw = self.raw_data
         staged = (
             ("the previous version's dataset", self.source_path, object_address(sid)),
-            ("its raw_data", self.raw_path.encode(),
-             raw.address if isinstance(raw, HeldDataset) else object_address(raw.id)),
+            (
+                "its raw_data",
+                self.raw_path.encode(),
+                raw.address if isinstance(raw, HeldDataset) else object_address(raw.id),
+            ),
         )
         for what, path, addr in staged:
             why = relinked(sid, path, addr)
@@ -203,7 +206,8 @@ class InMemoryDataset(ChunkedStagedDataset):
         table_id = held.hash_table_id(self.raw_data) if held is not None and cache is not None else None
         known = (
             cache.get(source, self.raw_data, self.source_shape, self.chunks, table_id, root.versions_state)
-            if cache is not None else None
+            if cache is not None
+            else None
         )
         if known is not None:  # this file handle committed the previous version
             slab_indices, slab_offsets, self.base_table_state = known
@@ -214,8 +218,13 @@ class InMemoryDataset(ChunkedStagedDataset):
                 self.source, self.source_shape, self.chunks, self.raw_data
             )
         return StagedChangesArray._over_dataset(
-            self.source_shape, self.chunks, self.raw_data, slab_indices, slab_offsets,
-            self.storage_fill, self.dtype,
+            self.source_shape,
+            self.chunks,
+            self.raw_data,
+            slab_indices,
+            slab_offsets,
+            self.storage_fill,
+            self.dtype,
         )
 
     @property
@@ -304,8 +313,19 @@ class InMemorySparseDataset(ChunkedStagedDataset):
     maxshape : tuple of (int or None)
     """
 
-    def __init__(self, name, parent, shape, dtype, chunks, fillvalue, filters, maxshape,
-                 chunks_given: bool = True, fillvalue_given: bool = True):
+    def __init__(
+        self,
+        name,
+        parent,
+        shape,
+        dtype,
+        chunks,
+        fillvalue,
+        filters,
+        maxshape,
+        chunks_given: bool = True,
+        fillvalue_given: bool = True,
+    ):
         super().__init__(name, parent, dtype, chunks, fillvalue, filters, maxshape)
         self._array = StagedChangesArray.full(shape, self.chunks, fillvalue, dtype=self._dtype)
         #: False when ``chunks`` was guessed: an existing raw_data's chunks then win.

@@ -71,9 +71,7 @@ def new_array_dataset(
         if shape is not None:
             shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
             if int(np.prod(shape)) != arr.size:
-                raise IncompatibleDataError(
-                    f"shape {shape} does not match the data's shape {arr.shape}"
-                )
+                raise IncompatibleDataError(f"shape {shape} does not match the data's shape {arr.shape}")
             arr = arr.reshape(shape)
         arr = np.array(arr, copy=True)
     else:
@@ -119,8 +117,16 @@ def new_array_dataset(
         dt = arr.dtype
     if data is None:
         return InMemorySparseDataset(
-            name, parent, arr.shape, dt, chunks, fillvalue, filters, maxshape,
-            chunks_given=chunks_given, fillvalue_given=fillvalue_given,
+            name,
+            parent,
+            arr.shape,
+            dt,
+            chunks,
+            fillvalue,
+            filters,
+            maxshape,
+            chunks_given=chunks_given,
+            fillvalue_given=fillvalue_given,
         )
     ds = InMemoryArrayDataset(name, parent, arr, chunks, fillvalue, filters, maxshape, chunks_given)
     ds.fillvalue_given = fillvalue_given

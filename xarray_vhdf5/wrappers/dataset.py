@@ -99,16 +99,12 @@ def check_resize(shape, maxshape, new_shape) -> tuple[int, ...]:
     """
     new_shape = (new_shape,) if isinstance(new_shape, (int, np.integer)) else tuple(new_shape)
     if len(new_shape) != len(shape):
-        raise IncompatibleDataError(
-            f"resize to {new_shape}: the dataset has {len(shape)} axes, got {len(new_shape)}"
-        )
+        raise IncompatibleDataError(f"resize to {new_shape}: the dataset has {len(shape)} axes, got {len(new_shape)}")
     for axis, (n, m) in enumerate(zip(new_shape, maxshape)):
         if n < 0:
             raise IncompatibleDataError(f"resize to {new_shape}: negative length on axis {axis}")
         if m is not None and n > m:
-            raise IncompatibleDataError(
-                f"resize to {new_shape} exceeds maxshape {tuple(maxshape)} on axis {axis}"
-            )
+            raise IncompatibleDataError(f"resize to {new_shape} exceeds maxshape {tuple(maxshape)} on axis {axis}")
     return tuple(int(n) for n in new_shape)
 
 
@@ -162,9 +158,7 @@ class _ReadView:
         ReadOnlyError
             Always (a ``ValueError`` and a ``PermissionError``); write to the dataset.
         """
-        raise ReadOnlyError(
-            f"{type(self).__name__} of {self.dataset.name!r} is read-only; write to the dataset itself"
-        )
+        raise ReadOnlyError(f"{type(self).__name__} of {self.dataset.name!r} is read-only; write to the dataset itself")
 
 
 class AstypeView(_ReadView):
@@ -211,9 +205,7 @@ class AsStrView(_ReadView):
 
     def __getitem__(self, index):
         raw = self.dataset[index]
-        decode = np.frompyfunc(
-            lambda v: v.decode(self.encoding, self.errors) if isinstance(v, bytes) else str(v), 1, 1
-        )
+        decode = np.frompyfunc(lambda v: v.decode(self.encoding, self.errors) if isinstance(v, bytes) else str(v), 1, 1)
         return decode(np.asarray(raw, dtype=object))
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
@@ -424,8 +416,7 @@ class InMemoryArrayDataset(StagedDatasetBase):
         Largest shape ``resize`` accepts (None: unlimited on that axis).
     """
 
-    def __init__(self, name, parent, data: np.ndarray, chunks, fillvalue, filters, maxshape,
-                 chunks_given: bool = True):
+    def __init__(self, name, parent, data: np.ndarray, chunks, fillvalue, filters, maxshape, chunks_given: bool = True):
         super().__init__(name, parent, data.dtype, chunks, fillvalue, filters, maxshape)
         self._data = data
         #: False when ``chunks`` was guessed: an existing raw_data's chunks then win.

@@ -25,10 +25,10 @@ import h5py
 import numpy as np
 from h5py import h5i, h5o
 
+from ..backend.chunkmap import version_dataset_layout
 from ..backend.chunks import guess_chunks_h5py
 from ..backend.h5objects import member_names, object_info_by_name, relinked
 from ..backend.hashing import is_vlen_string_dtype
-from ..backend.chunkmap import version_dataset_layout
 from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS, VERSION_DATA, split_version_path
 from ..backend.raw_data import Filters
 from ..errors import DatasetMismatchError, IncompatibleDataError, ReadOnlyError, StaleVersionError
@@ -111,7 +111,8 @@ class InMemoryGroup(GroupAPI):
         self.open_datasets = open_datasets
         self._children: dict[str, InMemoryGroup | StagedDatasetBase] = {}
         self.attrs = StagedAttrs(
-            source.attrs if source is not None else None, skip=VERSION_ATTRS,
+            source.attrs if source is not None else None,
+            skip=VERSION_ATTRS,
             obj_id=source.id if source is not None else None,
         )
         self._closed = False
@@ -172,9 +173,7 @@ class InMemoryGroup(GroupAPI):
 
     def _check_open(self) -> None:
         if self._root._closed:
-            raise ReadOnlyError(
-                "this staged version was committed (or discarded); stage a new version to edit"
-            )
+            raise ReadOnlyError("this staged version was committed (or discarded); stage a new version to edit")
 
     def _walk(self, path: str, create: bool = False) -> tuple[InMemoryGroup, str]:
         """Return (parent group, last name) of ``path`` relative to this group."""
@@ -229,9 +228,7 @@ class InMemoryGroup(GroupAPI):
         try:
             return group._child(last)
         except KeyError:
-            raise KeyError(
-                f"no dataset or group {path!r} in staged group {self.name or '/'!r}"
-            ) from None
+            raise KeyError(f"no dataset or group {path!r} in staged group {self.name or '/'!r}") from None
 
     def get(self, path: str, default=None):
         try:
@@ -286,11 +283,11 @@ class InMemoryGroup(GroupAPI):
     def _check_name(self, group: InMemoryGroup, last: str) -> None:
         self._check_open()
         if group is self._root and last in RESERVED_NAMES:
-            raise ValueError(f"{last} is a forbidden dataset or group name: reserved at the top level of versioned files")
-        if last in group._children:
             raise ValueError(
-                f"unable to create {posixpath.join(group.name, last)!r}: name already exists"
+                f"{last} is a forbidden dataset or group name: reserved at the top level of versioned files"
             )
+        if last in group._children:
+            raise ValueError(f"unable to create {posixpath.join(group.name, last)!r}: name already exists")
 
     def create_group(self, path: str) -> InMemoryGroup:
         """Create a subgroup (intermediate groups too).
@@ -399,14 +396,16 @@ class InMemoryGroup(GroupAPI):
             )
         for key, value in kwargs.items():
             if value is not None:
-                warnings.warn(f"The {key} parameter is currently ignored for versioned datasets.", UserWarning,
-                              stacklevel=2)
+                warnings.warn(
+                    f"The {key} parameter is currently ignored for versioned datasets.", UserWarning, stacklevel=2
+                )
         if maxshape is not None and not (isinstance(maxshape, tuple) and set(maxshape) == {None}):
             # versioned-hdf5 2.6 warns so and ignores it; here it bounds resize until the commit.
             warnings.warn(
                 "The maxshape parameter is currently ignored for versioned datasets once committed: it bounds "
                 "resize only in the staged version that creates the dataset, and is not stored.",
-                UserWarning, stacklevel=2,
+                UserWarning,
+                stacklevel=2,
             )
         group, last = self._walk(path, create=True)
         if isinstance(group._children.get(last), (InMemoryDataset, UnopenedDataset)):
@@ -416,8 +415,15 @@ class InMemoryGroup(GroupAPI):
         filters = Filters(compression, compression_opts, bool(shuffle), bool(fletcher32), scaleoffset)
         new_path = posixpath.join(group.name, last)
         ds = new_array_dataset(
-            new_path, group, shape=shape, dtype=dtype, data=data,
-            chunks=chunks, fillvalue=fillvalue, maxshape=maxshape, filters=filters,
+            new_path,
+            group,
+            shape=shape,
+            dtype=dtype,
+            data=data,
+            chunks=chunks,
+            fillvalue=fillvalue,
+            maxshape=maxshape,
+            filters=filters,
             pinned=_pinned_layout(self._root, new_path),
         )
         group._children[last] = ds
@@ -502,7 +508,9 @@ class InMemoryGroup(GroupAPI):
             ds.origin_name = origin  # where its raw_data lives: a copy elsewhere stores its chunks anew
         elif isinstance(value, (StagedDatasetBase, h5py.Dataset, VersionDataset)):
             ds = new_array_dataset(
-                new_path, group, data=value[()],
+                new_path,
+                group,
+                data=value[()],
                 default_chunks=lambda shape, dtype: guess_chunks_h5py(shape, dtype.itemsize),
                 pinned=_pinned_layout(self._root, new_path),
             )
@@ -513,7 +521,9 @@ class InMemoryGroup(GroupAPI):
             ds = _new_points(group, last, new_path, value)
         else:
             ds = new_array_dataset(
-                new_path, group, data=value,
+                new_path,
+                group,
+                data=value,
                 default_chunks=lambda shape, dtype: guess_chunks_h5py(shape, dtype.itemsize),
                 pinned=_pinned_layout(self._root, new_path),
             )
@@ -586,10 +596,21 @@ class InMemoryGroup(GroupAPI):
 
 #: h5py's ``create_dataset`` keywords that mean nothing for a versioned dataset: ignored
 #: with versioned-hdf5's warning (any other unknown keyword is a TypeError).
-_IGNORED_H5PY_KEYWORDS = frozenset({
-    "track_times", "track_order", "external", "allow_unknown_filter", "dcpl", "dapl",
-    "efile_prefix", "virtual_prefix", "rdcc_nbytes", "rdcc_nslots", "rdcc_w0",
-})
+_IGNORED_H5PY_KEYWORDS = frozenset(
+    {
+        "track_times",
+        "track_order",
+        "external",
+        "allow_unknown_filter",
+        "dcpl",
+        "dapl",
+        "efile_prefix",
+        "virtual_prefix",
+        "rdcc_nbytes",
+        "rdcc_nslots",
+        "rdcc_w0",
+    }
+)
 
 
 def _refuse_absolute(path: str) -> None:
@@ -634,7 +655,12 @@ def _new_points(group: InMemoryGroup, last: str, path: str, value) -> StagedData
             "(delete it first to store another)"
         )
     ds = new_array_dataset(
-        path, group, data=data, chunks=old.chunks, fillvalue=old.storage_fill, filters=old.filters,
+        path,
+        group,
+        data=data,
+        chunks=old.chunks,
+        fillvalue=old.storage_fill,
+        filters=old.filters,
     )
     for key, val in old.attrs.items():
         if key not in RESERVED_ATTRS:
@@ -672,4 +698,4 @@ def _rename(obj, new_name: str) -> None:
     obj.name = new_name
     if isinstance(obj, InMemoryGroup):
         for child in obj.values():  # opened: an opened dataset keeps where its raw_data lives
-            _rename(child, new_name + child.name[len(old):])
+            _rename(child, new_name + child.name[len(old) :])

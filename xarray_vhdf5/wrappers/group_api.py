@@ -80,8 +80,17 @@ class GroupAPI(MutableMapping):
         ValueError, IncompatibleDataError, UnsupportedError
             As :meth:`create_dataset` raises them.
         """
-        for key in ("shape", "dtype", "chunks", "compression", "compression_opts",
-                    "scaleoffset", "shuffle", "fletcher32", "fillvalue"):
+        for key in (
+            "shape",
+            "dtype",
+            "chunks",
+            "compression",
+            "compression_opts",
+            "scaleoffset",
+            "shuffle",
+            "fletcher32",
+            "fillvalue",
+        ):
             kwupdate.setdefault(key, getattr(other, key))
         if tuple(other.maxshape) != tuple(other.shape):
             kwupdate.setdefault("maxshape", other.maxshape)

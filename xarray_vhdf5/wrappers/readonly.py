@@ -18,10 +18,11 @@ from ..backend.layout import split_version_path
 from ..backend.raw_data import reported_fillvalue
 from ..errors import ReadOnlyError
 from .attrs import ReadOnlyAttrs
-from .closed import closed_file_error, reads_file as _reads_file
+from .closed import closed_file_error
+from .closed import reads_file as _reads_file
 from .dataset_api import chunk_slices, empty_selection
 
-__all__ = ["VersionGroup", "VersionDataset"]
+__all__ = ["VersionDataset", "VersionGroup"]
 
 _HINT = "committed versions are read-only; stage a new version with VersionedHDF5File.stage_version()"
 
@@ -56,7 +57,7 @@ class VersionDataset:
         From every write.
     """
 
-    __slots__ = ("dataset", "_attrs", "_version")
+    __slots__ = ("_attrs", "_version", "dataset")
 
     def __init__(self, dataset: h5py.Dataset, version: str | None = None):
         self.dataset = dataset
@@ -312,10 +313,11 @@ class VersionGroup:
         From every write.
     """
 
-    __slots__ = ("_group", "version", "_attrs", "_parent", "_path")
+    __slots__ = ("_attrs", "_group", "_parent", "_path", "version")
 
-    def __init__(self, group: h5py.Group | None, version: str, *, parent: h5py.Group | None = None,
-                 path: str | None = None):
+    def __init__(
+        self, group: h5py.Group | None, version: str, *, parent: h5py.Group | None = None, path: str | None = None
+    ):
         if group is None and (parent is None or path is None):
             raise TypeError("VersionGroup needs a group, or a parent group and a path")
         self._group = group
@@ -365,9 +367,7 @@ class VersionGroup:
             self._raise_if_closed()
             if not isinstance(exc, KeyError):
                 raise
-            raise KeyError(
-                f"no dataset or group {path!r} in version {self.version!r} ({self.name})"
-            ) from None
+            raise KeyError(f"no dataset or group {path!r} in version {self.version!r} ({self.name})") from None
         if isinstance(item, h5py.Group):
             return VersionGroup(item, self.version)
         return VersionDataset(item, self.version)
@@ -450,7 +450,7 @@ class VersionGroup:
             if not path.startswith(own):
                 self._raise_if_closed()
                 return False
-            path = path[len(own):]
+            path = path[len(own) :]
         found = path in self.group
         if not found:
             self._raise_if_closed()  # h5py answers False for a closed group

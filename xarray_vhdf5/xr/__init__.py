@@ -13,10 +13,10 @@ from .staged_array import StagedVariableArray
 from .writer import commit_dataset, commit_datatree, next_version_name
 
 __all__ = [
+    "StagedVariableArray",
     "VHDF5BackendEntrypoint",
     "VHDF5DataTreeAccessor",
     "VHDF5DatasetAccessor",
-    "StagedVariableArray",
     "VersionedBackendArray",
     "accessor",
     "append_staged",

@@ -169,8 +169,9 @@ class ManifestBackendArray(BackendArray):
     is read through libhdf5 under the lock instead.
     """
 
-    def __init__(self, source: SharedFile, version: str, path: str, shape: tuple[int, ...], dtype,
-                 timestamp=None, manifest=None):
+    def __init__(
+        self, source: SharedFile, version: str, path: str, shape: tuple[int, ...], dtype, timestamp=None, manifest=None
+    ):
         self.source = source
         self.version = version
         self.timestamp = timestamp  # of the version, to tell it from a later one of the same name
@@ -212,8 +213,7 @@ class HandleBackendArray(BackendArray):
     it never sees a commit half written; a commit waits for it.
     """
 
-    def __init__(self, source: SharedFile, version: str, path: str, shape, dtype, as_str: bool,
-                 timestamp=None):
+    def __init__(self, source: SharedFile, version: str, path: str, shape, dtype, as_str: bool, timestamp=None):
         self.source = source
         self.version = version
         self.timestamp = timestamp

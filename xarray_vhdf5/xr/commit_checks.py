@@ -8,19 +8,18 @@
 
 from __future__ import annotations
 
-
 import h5py
 import numpy as np
 import xarray as xr
 
-from ..errors import IncompatibleDataError, NothingToCommitError
-from ..wrappers.group import InMemoryGroup
 from ..backend.names import (
     DIMENSIONS_ATTR,
     HIDDEN_GROUP_ATTRS,
     is_netcdf_dimension_only,
     visible_attrs,
 )
+from ..errors import IncompatibleDataError, NothingToCommitError
+from ..wrappers.group import InMemoryGroup
 
 __all__ = ["check_appended_indexes", "check_sorted_index", "refuse_empty_commit", "staged_change"]
 
@@ -56,14 +55,18 @@ def check_sorted_index(name: str, before, after, *, what: str) -> None:
             increasing = decreasing = True
         if not (increasing or decreasing):
             return  # not sorted before: nothing to keep
-        ok = after.is_unique and ((increasing and after.is_monotonic_increasing)
-                                  or (decreasing and after.is_monotonic_decreasing))
+        ok = after.is_unique and (
+            (increasing and after.is_monotonic_increasing) or (decreasing and after.is_monotonic_decreasing)
+        )
     except TypeError:  # labels that do not compare
         return
     if ok:
         return
-    steps = [i for i in range(1, len(after)) if not (
-        (increasing and after[i] > after[i - 1]) or (decreasing and after[i] < after[i - 1]))]
+    steps = [
+        i
+        for i in range(1, len(after))
+        if not ((increasing and after[i] > after[i - 1]) or (decreasing and after[i] < after[i - 1]))
+    ]
     i = steps[0] if steps else len(after) - 1
     order = "increasing" if increasing and len(before) >= 2 else "decreasing" if len(before) >= 2 else "sorted"
     raise IncompatibleDataError(
@@ -209,7 +212,4 @@ def check_appended_indexes(group: InMemoryGroup, dataset: xr.Dataset) -> None:
         stored = group[name]
         if len(stored.shape) != 1 or len(index) <= stored.shape[0] or np.dtype(stored.dtype).kind not in "biufMm":
             continue
-        check_sorted_index(name, pd.Index(np.asarray(stored[()])), index,
-                           what=f"commit (appending along {name!r})")
-
-
+        check_sorted_index(name, pd.Index(np.asarray(stored[()])), index, what=f"commit (appending along {name!r})")

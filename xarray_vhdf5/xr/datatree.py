@@ -191,8 +191,10 @@ def _same_origin(groups: dict[str, xr.Dataset], what: str) -> tuple[str, str]:
     origins = {(ds.encoding.get("source"), ds.encoding.get("vhdf5_version")) for ds in groups.values()}
     source, version = next(iter(origins))
     if len(origins) != 1 or source is None or version is None:
-        raise ValueError(f"{what} needs a DataTree opened with xr.open_datatree(path, engine='vhdf5') (every "
-                         f"node from one file and version); its nodes come from {sorted(map(str, origins))}")
+        raise ValueError(
+            f"{what} needs a DataTree opened with xr.open_datatree(path, engine='vhdf5') (every "
+            f"node from one file and version); its nodes come from {sorted(map(str, origins))}"
+        )
     return source, version
 
 
@@ -257,8 +259,7 @@ def commit_staged_tree(
     source, parent = _same_origin(groups, "dt.vhdf5.commit() without path=")
     heads = {ds.encoding.get(HEAD_KEY) for ds in groups.values()}
     if not all(is_staged(ds) for ds in groups.values()) or len(heads) != 1 or None in heads:
-        raise ValueError("commit() without path= needs a DataTree from dt.vhdf5.stage(); stage the opened tree "
-                         "first")
+        raise ValueError("commit() without path= needs a DataTree from dt.vhdf5.stage(); stage the opened tree first")
     head = heads.pop()
     branch = groups["/"].encoding.get(BRANCH_KEY)
     max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
@@ -278,11 +279,16 @@ def commit_staged_tree(
             raise StaleVersionError(
                 f"{source!r}: the tree was staged from version {parent!r}, but {where} {current!r}: committing "
                 f"would undo the versions since. Stage again, or commit(force=True) to commit on top of "
-                f"{parent!r} anyway (a branch)")
+                f"{parent!r} anyway (a branch)"
+            )
         name = version if version is not None else next_version_name(vf)
         with vf.stage_version(
-            name, prev_version=parent, make_current=make_current, timestamp=timestamp,
-            branch=branch if branch is not None and not moved else None, finish=attach_dimension_scales,
+            name,
+            prev_version=parent,
+            make_current=make_current,
+            timestamp=timestamp,
+            branch=branch if branch is not None and not moved else None,
+            finish=attach_dimension_scales,
         ) as root:
             for path, ds in groups.items():
                 group = (ds.encoding.get("vhdf5_group") or "/").strip("/")

@@ -70,18 +70,26 @@ import numpy as np
 import xarray as xr
 
 from ..backend.chunks import chunk_grid_shape, chunk_slices
+from ..backend.names import DIMENSIONS_ATTR, is_netcdf_dimension_only, visible_attrs
 from ..backend.signature import open_h5file
 from ..versions.diff import DatasetDiff, compare_datasets, equal_points, finish, iter_candidates
 from ..versions.history import changed_attrs
 from ..versions.registry import VersionKey, VersionRegistry
-from ..backend.names import DIMENSIONS_ATTR, is_netcdf_dimension_only, visible_attrs
 
 __all__ = ["DECODING_ATTRS", "EAGER_BYTES", "diff_datatree", "diff_versions"]
 
 #: Attributes that change a variable's CF-decoded values: when one differs between
 #: the versions, every chunk is read and compared decoded.
-DECODING_ATTRS = ("units", "calendar", "scale_factor", "add_offset", "_FillValue", "missing_value",
-                  "_Unsigned", "dtype")
+DECODING_ATTRS = (
+    "units",
+    "calendar",
+    "scale_factor",
+    "add_offset",
+    "_FillValue",
+    "missing_value",
+    "_Unsigned",
+    "dtype",
+)
 
 
 def _dims(ds: h5py.Dataset) -> tuple[str, ...] | None:
@@ -215,8 +223,7 @@ def diff_versions(
             if diff.status in ("added", "modified", "replaced"):
                 _add_changed(name, db, diff, changed, out)
                 _add_counts(name, db, diff, changes, out)
-    out.attrs.update(version_a=name_a, version_b=name_b, group=group or "/", **by_status,
-                     attrs_changed=attrs_changed)
+    out.attrs.update(version_a=name_a, version_b=name_b, group=group or "/", **by_status, attrs_changed=attrs_changed)
     return out
 
 
@@ -224,7 +231,8 @@ def _variables(group: h5py.Group | None) -> dict[str, h5py.Dataset]:
     if group is None:
         return {}
     return {
-        k: v for k, v in group.items()
+        k: v
+        for k, v in group.items()
         if isinstance(v, h5py.Dataset) and v.is_virtual and "raw_data" in v.attrs and not is_netcdf_dimension_only(v)
     }
 
@@ -238,11 +246,14 @@ def _index_coords(path, version: str, group: str | None, decode_times: bool) -> 
 def _same_decoding(a: h5py.Dataset, b: h5py.Dataset) -> bool:
     """True when both versions decode their stored values the same way (:data:`DECODING_ATTRS`)."""
     va, vb = visible_attrs(a.attrs), visible_attrs(b.attrs)
-    return not changed_attrs({k: va[k] for k in DECODING_ATTRS if k in va}, {k: vb[k] for k in DECODING_ATTRS if k in vb})
+    return not changed_attrs(
+        {k: va[k] for k in DECODING_ATTRS if k in va}, {k: vb[k] for k in DECODING_ATTRS if k in vb}
+    )
 
 
-def _assemble(name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDiff, out: xr.Dataset,
-              decode_times: bool) -> tuple[dict, np.ndarray]:
+def _assemble(
+    name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDiff, out: xr.Dataset, decode_times: bool
+) -> tuple[dict, np.ndarray]:
     """Read the candidate chunks; add ``name_diff`` to ``out``.
 
     Points are compared CF-decoded (each version with its own attributes), so
@@ -311,8 +322,7 @@ def _assemble(name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDiff, ou
     return counts, changed_points
 
 
-def _add_changed(name: str, b: h5py.Dataset, diff: DatasetDiff, changed: np.ndarray | None,
-                 out: xr.Dataset) -> None:
+def _add_changed(name: str, b: h5py.Dataset, diff: DatasetDiff, changed: np.ndarray | None, out: xr.Dataset) -> None:
     """Add ``name_changed``: True at the points of B that changed (all of them when ``changed`` is None)."""
     dims, scalar = _out_dims(name, b)
     if changed is None:  # added or replaced: every point of B is new
@@ -328,7 +338,9 @@ def _add_changed(name: str, b: h5py.Dataset, diff: DatasetDiff, changed: np.ndar
     if diff.shape_a is not None:
         attrs["shape_a"] = list(diff.shape_a)
     attrs["shape_b"] = list(diff.shape_b)
-    out[f"{name}_changed"] = xr.Variable((), changed.reshape(()), attrs) if scalar else xr.Variable(dims, changed, attrs)
+    out[f"{name}_changed"] = (
+        xr.Variable((), changed.reshape(()), attrs) if scalar else xr.Variable(dims, changed, attrs)
+    )
 
 
 def _empty_diff(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -356,7 +368,8 @@ def _add_counts(name: str, b: h5py.Dataset, diff: DatasetDiff, counts: dict | No
             per_chunk = per_chunk * sizes.reshape(shape)
     elif counts is None:  # lazy: counted per block of name_changed when computed
         per_chunk = out[f"{name}_changed"].data.map_blocks(
-            _count_block, chunks=tuple((1,) * g for g in grid), dtype=np.int64)
+            _count_block, chunks=tuple((1,) * g for g in grid), dtype=np.int64
+        )
     else:
         per_chunk = np.zeros(grid, dtype=np.int64)
         for index, n in counts.items():
@@ -389,7 +402,7 @@ EAGER_BYTES = 256 * 2**20
 
 def _is_lazy(lazy: bool | None, b: h5py.Dataset) -> bool:
     """Whether to diff ``b`` lazily: ``lazy`` if given, else when it exceeds :data:`EAGER_BYTES`."""
-    if b.ndim == 0 or b.shape == (1,) and _dims(b) == ():
+    if b.ndim == 0 or (b.shape == (1,) and _dims(b) == ()):
         return False  # a scalar: one point
     if lazy is not None:
         return bool(lazy)
@@ -411,8 +424,9 @@ class _StoredPair:
     def variable(self, which: int, name: str) -> xr.Variable:
         version = self.names[which]
         if version not in self._opened:
-            self._opened[version] = xr.open_dataset(self.path, engine="vhdf5", version=version, group=self.group,
-                                                    decode_cf=False)
+            self._opened[version] = xr.open_dataset(
+                self.path, engine="vhdf5", version=version, group=self.group, decode_cf=False
+            )
         return self._opened[version][name].variable
 
 
@@ -429,8 +443,7 @@ class _ChunkPair:
         raw_b = np.asarray(self.raw_b[region].values)
         clipped = tuple(slice(r.start, min(r.stop, n)) for r, n in zip(region, self.shape_a))
         changed = np.ones(raw_b.shape, dtype=bool)
-        delta = None if self.delta_dtype is None else np.full(raw_b.shape, _missing(self.delta_dtype),
-                                                              self.delta_dtype)
+        delta = None if self.delta_dtype is None else np.full(raw_b.shape, _missing(self.delta_dtype), self.delta_dtype)
         if all(c.stop > c.start for c in clipped):
             raw_a = np.asarray(self.raw_a[clipped].values)
             common = tuple(slice(0, n) for n in raw_a.shape)
@@ -451,8 +464,15 @@ def _missing(dtype: np.dtype):
     return np.timedelta64("NaT") if dtype.kind == "m" else np.nan
 
 
-def _assemble_lazy(name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDiff, out: xr.Dataset,
-                   decode_times: bool, stored: _StoredPair):
+def _assemble_lazy(
+    name: str,
+    a: h5py.Dataset,
+    b: h5py.Dataset,
+    diff: DatasetDiff,
+    out: xr.Dataset,
+    decode_times: bool,
+    stored: _StoredPair,
+):
     """Add a lazy ``name_diff`` to ``out``; return ``name_changed``'s dask array. Reads nothing.
 
     One block per chunk of B's grid: a chunk that is not a candidate (mapped
@@ -469,8 +489,17 @@ def _assemble_lazy(name: str, a: h5py.Dataset, b: h5py.Dataset, diff: DatasetDif
     if numeric:  # decoded dtypes, from no point
         dec_b = _decode(name, attrs_b, np.empty((0,) * b.ndim, b.dtype), decode_times)
         delta_dtype = _diff_dtype(dec_b.dtype.kind, dec_b.dtype)
-    pair = _ChunkPair(name, stored.variable(0, name), stored.variable(1, name), attrs_a, attrs_b, a.shape,
-                      numeric, decode_times, delta_dtype)
+    pair = _ChunkPair(
+        name,
+        stored.variable(0, name),
+        stored.variable(1, name),
+        attrs_a,
+        attrs_b,
+        a.shape,
+        numeric,
+        decode_times,
+        delta_dtype,
+    )
     candidates = set(diff.candidates)
     grid = chunk_grid_shape(b.shape, diff.chunks)
     # named, not tokenized: tokenizing would pickle the stored variables
@@ -565,6 +594,7 @@ def diff_datatree(
     nodes = {}
     for node in paths:
         inside = "/".join(x for x in (base.strip("/"), node.strip("/")) if x)
-        nodes[node] = diff_versions(path, a, b, group=f"/{inside}" if inside else None, decode_times=decode_times,
-                                    lazy=lazy)
+        nodes[node] = diff_versions(
+            path, a, b, group=f"/{inside}" if inside else None, decode_times=decode_times, lazy=lazy
+        )
     return xr.DataTree.from_dict(nodes)

@@ -55,9 +55,6 @@ import numpy as np
 
 from ..backend.hashtable import HashTable
 from ..backend.layout import NETCDF_DIMENSIONS, VERSION_DATA, VERSIONS
-from ..backend.raw_data import Filters, create_raw_data
-from ..backend.virtual import create_virtual_dataset_id
-from ..versions.rootview import enable_root_view, root_view_enabled
 from ..backend.names import (
     DIMENSIONS_ATTR,
     HIDDEN_GROUP_ATTRS,
@@ -65,6 +62,9 @@ from ..backend.names import (
     NETCDF_NOT_A_VARIABLE,
     SCALAR_DIM,
 )
+from ..backend.raw_data import Filters, create_raw_data
+from ..backend.virtual import create_virtual_dataset_id
+from ..versions.rootview import enable_root_view, root_view_enabled
 
 __all__ = [
     "DIMENSIONS_DATA",

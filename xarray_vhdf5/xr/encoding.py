@@ -26,8 +26,8 @@ from xarray.coding import strings
 from ..errors import IncompatibleDataError
 from ..staging import cast_for_storage
 from ..wrappers.group import InMemoryGroup
-from .streaming import is_dask_array
 from .staged_array import checked_string_encoding
+from .streaming import is_dask_array
 
 __all__ = [
     "DEFAULT_COMPRESSION",
@@ -385,8 +385,9 @@ def _attr_of_dtype(value, dtype: np.dtype, attrs: dict):
 
 
 #: Attributes whose stored value must also match the stored dtype to be kept.
-_DTYPE_BOUND_ATTRS = frozenset({"_FillValue", "missing_value", "valid_min", "valid_max", "valid_range",
-                                "scale_factor", "add_offset", "_Unsigned"})
+_DTYPE_BOUND_ATTRS = frozenset(
+    {"_FillValue", "missing_value", "valid_min", "valid_max", "valid_range", "scale_factor", "add_offset", "_Unsigned"}
+)
 
 
 def kept_attrs(stored: Any, new: dict, same_dtype: bool) -> dict:
@@ -427,8 +428,12 @@ def kept_attrs(stored: Any, new: dict, same_dtype: bool) -> dict:
         old = stored[key]
         if same_attr_value(old, value):
             out[key] = old
-        elif (key == "units" and isinstance(old, (str, bytes)) and isinstance(value, (str, bytes))
-              and _same_time_units(old, value, _hashable(new.get("calendar")))):
+        elif (
+            key == "units"
+            and isinstance(old, (str, bytes))
+            and isinstance(value, (str, bytes))
+            and _same_time_units(old, value, _hashable(new.get("calendar")))
+        ):
             out[key] = old
     return out
 
@@ -453,5 +458,3 @@ def _same_time_units(a, b, calendar) -> bool:
     except (ValueError, TypeError, OverflowError):
         return False
     return bool(np.array_equal(one, two))
-
-

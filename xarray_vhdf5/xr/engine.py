@@ -24,21 +24,21 @@ from xarray.core import indexing
 from ..backend.h5objects import object_info_by_name
 from ..backend.layout import version_path as root_path
 from ..backend.manifest import resolve_manifest
+from ..backend.names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 from ..backend.signature import not_hdf5_error, open_for_reading
 from ..versions import chunkmaps, refs
 from ..versions.history import lookup_as_of, lookup_version
 from ..versions.registry import VersionKey, VersionRegistry, is_versioned
 from ..versions.sharing import SharedFile, version_timestamp
 from .array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
-from ..backend.names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 
 __all__ = [
     "VHDF5BackendEntrypoint",
     "acquire_file",
     "close_read_handles",
     "group_dataset",
-    "opened",
     "open_version_group",
+    "opened",
     "register_read_handle",
 ]
 
@@ -63,9 +63,7 @@ def _open_file(filename_or_obj, verify: bool = False) -> SharedFile | CachingFil
     if hasattr(filename_or_obj, "read") and hasattr(filename_or_obj, "seek"):
         # File-like objects (h5py's fileobj driver); not picklable for dask workers.
         return CachingFileManager(h5py.File, filename_or_obj, mode="r")
-    raise TypeError(
-        f"engine='vhdf5' opens a path or a binary file object, got {type(filename_or_obj).__name__}"
-    )
+    raise TypeError(f"engine='vhdf5' opens a path or a binary file object, got {type(filename_or_obj).__name__}")
 
 
 def acquire_file(manager: CachingFileManager, filename_or_obj) -> h5py.File:
@@ -189,7 +187,7 @@ class _StoredView:
 
 def _members(manager, version: str, grp: h5py.Group) -> Iterator[tuple[str, Any]]:
     """``(name, dataset or _StoredView)`` of the datasets in ``grp``, in ``grp.keys()`` order."""
-    prefix = grp.name[len(root_path(version)):].strip("/")
+    prefix = grp.name[len(root_path(version)) :].strip("/")
     for key in grp.keys():
         bkey = key.encode("utf-8", "surrogateescape")
         if object_info_by_name(grp.id, bkey)[1] != h5o.TYPE_DATASET:
@@ -212,7 +210,7 @@ def _backend_array(manager, version: str, ds, shape, dtype, as_str: bool) -> Bac
             manifest = ds.stored.manifest(ds.name, verify=manager.verify)
         else:
             raw = ds.file[ds.attrs["raw_data"]]
-            lookup = chunkmaps.address_lookup(ds.file, ds.name[len(root_path(version)):].strip("/"), raw)
+            lookup = chunkmaps.address_lookup(ds.file, ds.name[len(root_path(version)) :].strip("/"), raw)
             manifest = resolve_manifest(ds, verify=manager.verify, addresses=lookup)
         if manifest.supported:
             return ManifestBackendArray(manager, version, ds.name, shape, dtype, timestamp, manifest)
@@ -444,9 +442,17 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             from .stacked import open_versions
 
             return open_versions(
-                filename_or_obj, version, group=group, drop_variables=drop_variables, verify=verify,
-                mask_and_scale=mask_and_scale, decode_times=decode_times, concat_characters=concat_characters,
-                decode_coords=decode_coords, use_cftime=use_cftime, decode_timedelta=decode_timedelta,
+                filename_or_obj,
+                version,
+                group=group,
+                drop_variables=drop_variables,
+                verify=verify,
+                mask_and_scale=mask_and_scale,
+                decode_times=decode_times,
+                concat_characters=concat_characters,
+                decode_coords=decode_coords,
+                use_cftime=use_cftime,
+                decode_timedelta=decode_timedelta,
             )
         manager = _open_file(filename_or_obj, verify=verify)
         decoders = dict(
@@ -492,10 +498,16 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
         from .datatree import open_groups_as_dict
 
         return open_groups_as_dict(
-            filename_or_obj, version=version, group=group, drop_variables=drop_variables,
-            mask_and_scale=mask_and_scale, decode_times=decode_times,
-            concat_characters=concat_characters, decode_coords=decode_coords,
-            use_cftime=use_cftime, decode_timedelta=decode_timedelta,
+            filename_or_obj,
+            version=version,
+            group=group,
+            drop_variables=drop_variables,
+            mask_and_scale=mask_and_scale,
+            decode_times=decode_times,
+            concat_characters=concat_characters,
+            decode_coords=decode_coords,
+            use_cftime=use_cftime,
+            decode_timedelta=decode_timedelta,
         )
 
     def open_datatree(
@@ -520,10 +532,16 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
         from .datatree import open_datatree
 
         return open_datatree(
-            filename_or_obj, version=version, group=group, drop_variables=drop_variables,
-            mask_and_scale=mask_and_scale, decode_times=decode_times,
-            concat_characters=concat_characters, decode_coords=decode_coords,
-            use_cftime=use_cftime, decode_timedelta=decode_timedelta,
+            filename_or_obj,
+            version=version,
+            group=group,
+            drop_variables=drop_variables,
+            mask_and_scale=mask_and_scale,
+            decode_times=decode_times,
+            concat_characters=concat_characters,
+            decode_coords=decode_coords,
+            use_cftime=use_cftime,
+            decode_timedelta=decode_timedelta,
         )
 
     def guess_can_open(self, filename_or_obj) -> bool:
@@ -538,5 +556,3 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
                 return is_versioned(f)
         except (OSError, ValueError):
             return False
-
-

@@ -324,8 +324,12 @@ def apply_write(staged: xr.Dataset, ds: xr.Dataset, *, mode: str, region: Region
             if mode == "r+" or slab:
                 raise IncompatibleDataError(
                     f"dataset contains non-pre-existing variables {[name]!r}, which is not allowed in "
-                    f"{where}" + (": a region write only writes into stored variables" if slab else
-                                  ". To allow writing new variables, set mode='a'")
+                    f"{where}"
+                    + (
+                        ": a region write only writes into stored variables"
+                        if slab
+                        else ". To allow writing new variables, set mode='a'"
+                    )
                 )
             _check_new_sizes(where, name, new, staged)
             writes.append((name, new, None))
@@ -365,8 +369,11 @@ def _check_labels(where: str, name: Hashable, new: xr.Variable, old: xr.Variable
         return
     pos = next((i for i, (a, b) in enumerate(zip(got, have)) if a != b), min(len(have), len(got)))
     inside = f" at {name}={slab[name]}" if name in slab else ""
-    hint = ("region='auto' finds the region from the labels" if name in slab else
-            "mode='w' commits a version that holds exactly this Dataset, labels included")
+    hint = (
+        "region='auto' finds the region from the labels"
+        if name in slab
+        else "mode='w' commits a version that holds exactly this Dataset, labels included"
+    )
     raise IncompatibleDataError(
         f"{where}: coordinate {name!r} differs from the stored one{inside}: {len(got)} labels against "
         f"{len(have)} stored, first difference at position {pos} ({_label(got, pos)} against "

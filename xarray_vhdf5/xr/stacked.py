@@ -33,8 +33,8 @@ import itertools
 import os
 import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -52,7 +52,7 @@ from ..versions.timestamps import parse_timestamp
 from .array import ManifestBackendArray
 from .engine import _members, _variable, open_version_group, opened
 
-__all__ = ["StackedBackendArray", "VERSION_DIM", "open_versions"]
+__all__ = ["VERSION_DIM", "StackedBackendArray", "open_versions"]
 
 #: The new leading dimension of :func:`open_versions`.
 VERSION_DIM = "version"
@@ -88,18 +88,28 @@ class _Member:
     through ``decoded``, nothing shared).
     """
 
-    __slots__ = ("raw", "decoded", "holder", "shape", "identity")
+    __slots__ = ("decoded", "holder", "identity", "raw", "shape")
 
     def __init__(self, raw: xr.Variable, decoded: xr.Variable, dtype: np.dtype):
         self.raw, self.decoded, self.shape = raw, decoded, decoded.shape
         array = getattr(raw._data, "array", None)  # the engine's LazilyIndexedArray(BackendArray)
-        shareable = (isinstance(array, ManifestBackendArray) and array.manifest is not None
-                     and array.manifest.supported and raw.shape == decoded.shape)
+        shareable = (
+            isinstance(array, ManifestBackendArray)
+            and array.manifest is not None
+            and array.manifest.supported
+            and raw.shape == decoded.shape
+        )
         self.holder = array if shareable else None
         #: decoding leaves the stored points as they are (stored straight into the output)
-        self.identity = (raw.dtype == decoded.dtype == dtype and raw.ndim > 0
-                         and all(k in ("_FillValue", "missing_value") and _nan_fill(raw.attrs[k], raw.dtype)
-                                 for k in _MASK_SCALE_ATTRS if k in raw.attrs))
+        self.identity = (
+            raw.dtype == decoded.dtype == dtype
+            and raw.ndim > 0
+            and all(
+                k in ("_FillValue", "missing_value") and _nan_fill(raw.attrs[k], raw.dtype)
+                for k in _MASK_SCALE_ATTRS
+                if k in raw.attrs
+            )
+        )
 
 
 def _nan_fill(value, dtype: np.dtype) -> bool:
@@ -111,8 +121,18 @@ def _nan_fill(value, dtype: np.dtype) -> bool:
 
 
 #: Attributes with which CF decoding changes stored values without changing their dtype.
-_MASK_SCALE_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned", "valid_min",
-                     "valid_max", "valid_range", "dtype", "_Encoding")
+_MASK_SCALE_ATTRS = (
+    "_FillValue",
+    "missing_value",
+    "scale_factor",
+    "add_offset",
+    "_Unsigned",
+    "valid_min",
+    "valid_max",
+    "valid_range",
+    "dtype",
+    "_Encoding",
+)
 
 
 class StackedBackendArray(BackendArray):
@@ -146,8 +166,9 @@ class StackedBackendArray(BackendArray):
     were resolved (else they are resolved again).
     """
 
-    def __init__(self, name: str, source: SharedFile, members: list, shape: tuple[int, ...], dtype, fill,
-                 decoders: dict):
+    def __init__(
+        self, name: str, source: SharedFile, members: list, shape: tuple[int, ...], dtype, fill, decoders: dict
+    ):
         self.name, self.source, self.members = name, source, members
         self.shape, self.dtype, self.fill = tuple(shape), np.dtype(dtype), fill
         self.decoders = decoders
@@ -187,15 +208,18 @@ class StackedBackendArray(BackendArray):
         is a view (slices); others go through a buffer and are decoded.
         """
         holders = [member.holder for _, member, _, _ in reads]
-        dests = [out[target] if member.identity and all(isinstance(k, slice) for k in target[1:]) else None
-                 for _, member, _, target in reads]
+        dests = [
+            out[target] if member.identity and all(isinstance(k, slice) for k in target[1:]) else None
+            for _, member, _, target in reads
+        ]
         locks = file_locks(self.source.path)
         while True:
             stamps = [getattr(h, "resolved", None) or self.source.resolved for h in holders]
             with locks.reading_bytes():
                 if all(self.source.current(locks, s) for s in stamps):
-                    raw = _read_chunks_once([(h.manifest, picked, dest) for h, (_, _, picked, _), dest
-                                             in zip(holders, reads, dests)])
+                    raw = _read_chunks_once(
+                        [(h.manifest, picked, dest) for h, (_, _, picked, _), dest in zip(holders, reads, dests)]
+                    )
                     break
             for h in holders:  # chunks moved (a deletion, modify_metadata): resolve again
                 self.source.apply(h, lambda manifest: None)
@@ -208,8 +232,9 @@ class StackedBackendArray(BackendArray):
         if member.raw.ndim == 0:
             values = values.reshape(())
         var = xr.Variable(member.raw.dims, values, member.raw.attrs, member.raw.encoding)
-        decoded = xr.conventions.decode_cf_variable(self.name, var, stack_char_dim=False, **_variable_decoders(
-            self.decoders))
+        decoded = xr.conventions.decode_cf_variable(
+            self.name, var, stack_char_dim=False, **_variable_decoders(self.decoders)
+        )
         return np.asarray(decoded.values, dtype=self.dtype)
 
 
@@ -258,8 +283,11 @@ def _axis_groups(idx: np.ndarray, chunk: int) -> list[tuple[int, np.ndarray, np.
     number = idx // chunk
     order = np.argsort(number, kind="stable")
     cuts = np.flatnonzero(np.diff(number[order])) + 1
-    return [(int(number[pos[0]]), pos, idx[pos] - int(number[pos[0]]) * chunk)
-            for pos in np.split(order, cuts)] if idx.size else []
+    return (
+        [(int(number[pos[0]]), pos, idx[pos] - int(number[pos[0]]) * chunk) for pos in np.split(order, cuts)]
+        if idx.size
+        else []
+    )
 
 
 def _read_chunks_once(reads: list) -> list[np.ndarray | None]:
@@ -292,8 +320,11 @@ def _read_chunks_once(reads: list) -> list[np.ndarray | None]:
         values = np.empty(shape, manifest.dtype) if dest is None else dest.reshape(shape)
         new = {ident: where for where, ident, _, _ in plan if ident is not None and ident not in cache}
         pool = _pool(len(new)) if manifest.filters else None
-        decoded = (pool.map(manifest.decoded_chunk, new.values()) if pool is not None
-                   else map(manifest.decoded_chunk, new.values()))
+        decoded = (
+            pool.map(manifest.decoded_chunk, new.values())
+            if pool is not None
+            else map(manifest.decoded_chunk, new.values())
+        )
         cache.update(zip(new, decoded))
         for where, ident, target, within in plan:
             if ident is None:
@@ -339,9 +370,11 @@ def _open_members(manager: SharedFile, f, version: VersionKey, group: str | None
     """``(name, timestamp, {var: (raw, decoded)}, coordinate names, attrs)`` of one version's group."""
     name, grp = open_version_group(f, version, group)
     dims_by_size: dict = {}
-    raw = {key: _variable(manager, name, item, dims_by_size)
-           for key, item in _members(manager, name, grp)
-           if not is_netcdf_dimension_only(item) and key not in drop}
+    raw = {
+        key: _variable(manager, name, item, dims_by_size)
+        for key, item in _members(manager, name, grp)
+        if not is_netcdf_dimension_only(item) and key not in drop
+    }
     at_root = grp.name == root_path(name)
     attrs = {k: v for k, v in grp.attrs.items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}
     decoded, attrs, coord_names = xr.conventions.decode_cf_variables(dict(raw), attrs, **decoders)
@@ -433,11 +466,19 @@ def open_versions(
     """
     if isinstance(versions, (str, bytes)) or not isinstance(versions, Sequence) or not len(versions):
         raise ValueError(f"versions must be a non-empty list of version keys, got {versions!r}")
-    decoders = dict(mask_and_scale=mask_and_scale, decode_times=decode_times,
-                    concat_characters=concat_characters, decode_coords=decode_coords,
-                    use_cftime=use_cftime, decode_timedelta=decode_timedelta)
-    drop = set() if drop_variables is None else ({drop_variables} if isinstance(drop_variables, str)
-                                                 else set(drop_variables))
+    decoders = dict(
+        mask_and_scale=mask_and_scale,
+        decode_times=decode_times,
+        concat_characters=concat_characters,
+        decode_coords=decode_coords,
+        use_cftime=use_cftime,
+        decode_timedelta=decode_timedelta,
+    )
+    drop = (
+        set()
+        if drop_variables is None
+        else ({drop_variables} if isinstance(drop_variables, str) else set(drop_variables))
+    )
     source = os.path.abspath(os.fspath(path))
     manager = SharedFile(source, verify=verify)
     opened_versions = []
@@ -447,17 +488,27 @@ def open_versions(
     names = [v[0] for v in opened_versions]
     labels = [key if isinstance(key, str) else name for key, name in zip(versions, names)]
     if len(set(labels)) != len(labels):
-        raise ValueError(f"versions {list(versions)!r} name the same label twice: each needs its own "
-                         "place along the version dimension")
+        raise ValueError(
+            f"versions {list(versions)!r} name the same label twice: each needs its own "
+            "place along the version dimension"
+        )
     ds = _stack(manager, opened_versions, decoders)
-    ds = ds.assign_coords({
-        VERSION_DIM: (VERSION_DIM, np.array(labels, dtype=object)),
-        "version_name": (VERSION_DIM, np.array(names, dtype=object)),
-        "version_time": (VERSION_DIM, np.array([np.datetime64(w, "ns") if w else np.datetime64("NaT", "ns")
-                                                for _, w, *_ in opened_versions], dtype="M8[ns]")),
-    })
-    ds.encoding.update(source=os.fspath(path), vhdf5_versions=names, vhdf5_group=group or "/",
-                       vhdf5_decode_times=decode_times)
+    ds = ds.assign_coords(
+        {
+            VERSION_DIM: (VERSION_DIM, np.array(labels, dtype=object)),
+            "version_name": (VERSION_DIM, np.array(names, dtype=object)),
+            "version_time": (
+                VERSION_DIM,
+                np.array(
+                    [np.datetime64(w, "ns") if w else np.datetime64("NaT", "ns") for _, w, *_ in opened_versions],
+                    dtype="M8[ns]",
+                ),
+            ),
+        }
+    )
+    ds.encoding.update(
+        source=os.fspath(path), vhdf5_versions=names, vhdf5_group=group or "/", vhdf5_decode_times=decode_times
+    )
     if chunks is not None:
         ds = _chunk(ds, chunks)
     return ds
@@ -470,10 +521,11 @@ def _stack(manager: SharedFile, opened_versions: list, decoders: dict) -> xr.Dat
     for _, _, members, coords, _ in opened_versions:
         order.update(dict.fromkeys(members))
         coord_names |= coords
-    if VERSION_DIM in order or any(VERSION_DIM in m[1].dims for _, _, ms, _, _ in opened_versions
-                                   for m in ms.values()):
-        raise ValueError(f"the group holds a variable or dimension named {VERSION_DIM!r}: open_versions "
-                         "stacks along a new dimension of that name")
+    if VERSION_DIM in order or any(VERSION_DIM in m[1].dims for _, _, ms, _, _ in opened_versions for m in ms.values()):
+        raise ValueError(
+            f"the group holds a variable or dimension named {VERSION_DIM!r}: open_versions "
+            "stacks along a new dimension of that name"
+        )
     sizes: dict[str, int] = {}
     for _, _, members, _, _ in opened_versions:
         for raw, dec in members.values():
@@ -489,7 +541,8 @@ def _stack(manager: SharedFile, opened_versions: list, decoders: dict) -> xr.Dat
             if p[1].dims != dims:
                 raise IncompatibleDataError(
                     f"variable {var!r} has dimensions {p[1].dims} in one version and {dims} in another: "
-                    "open_versions stacks a variable with the same dimensions in every version")
+                    "open_versions stacks a variable with the same dimensions in every version"
+                )
         if dims == (var,):
             index = _index(var, per, sizes[var])
             if index is not None:
@@ -512,16 +565,21 @@ def _index(var: str, per: list, size: int) -> xr.Variable | None:
         if v is not None and not v.equals(longest[: v.size]):
             return None
     present = [v for v in loaded if v is not None]
-    return xr.Variable((var,), longest.values, present[-1].attrs, present[-1].encoding) if longest.size == size \
-        else None
+    return (
+        xr.Variable((var,), longest.values, present[-1].attrs, present[-1].encoding) if longest.size == size else None
+    )
 
 
-def _stacked_variable(var: str, manager: SharedFile, per: list, dims: tuple, sizes: dict,
-                      decoders: dict) -> xr.Variable:
+def _stacked_variable(
+    var: str, manager: SharedFile, per: list, dims: tuple, sizes: dict, decoders: dict
+) -> xr.Variable:
     present = [p for p in per if p is not None]
     padded = tuple(sizes[d] for d in dims)
-    dtype = np.result_type(*[p[1].dtype for p in present]) if all(p[1].dtype.kind not in "OSU" for p in present) \
+    dtype = (
+        np.result_type(*[p[1].dtype for p in present])
+        if all(p[1].dtype.kind not in "OSU" for p in present)
         else np.dtype(object)
+    )
     needs_padding = any(p is None or p[1].shape != padded for p in per)
     fill = None
     if needs_padding:

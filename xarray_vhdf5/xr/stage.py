@@ -47,26 +47,35 @@ import xarray as xr
 from h5py import h5o
 
 from ..backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
-from ..backend.hashtable import hash_table_id, table_state
 from ..backend.h5objects import object_info_by_name
+from ..backend.hashtable import hash_table_id, table_state
 from ..backend.layout import VERSION_DATA, VERSIONS
+from ..backend.names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions
 from ..backend.slabmaps import slab_arrays
 from ..errors import IncompatibleDataError, StaleVersionError, UnsupportedError
 from ..staging import StagedChangesArray
 from ..versions import chunkmaps
-from ..versions.refs import branch_tip
 from ..versions.file import VersionedHDF5File
 from ..versions.mutation import open_for_writing
+from ..versions.refs import branch_tip
 from ..versions.registry import VersionRegistry
 from ..wrappers.group import InMemoryGroup
 from . import engine
-from .dimscales import attach_dimension_scales
-from ..backend.names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions
-from .staged_array import CF_ATTRS, CFCodec, CharArrayValues, RawRows, StagedVariableArray, StageFile, StageOrigin, same_file
-from .streaming import DEFAULT_MAX_BYTES
 from .commit_checks import check_sorted_index, refuse_empty_commit
+from .dimscales import attach_dimension_scales
 from .encoding import cf_encode_variables, inherit_stored_encoding, kept_attrs, prepare_fill_encoding
+from .staged_array import (
+    CF_ATTRS,
+    CFCodec,
+    CharArrayValues,
+    RawRows,
+    StagedVariableArray,
+    StageFile,
+    StageOrigin,
+    same_file,
+)
 from .stored import STORED_KEY, StoredValues, encode_appended
+from .streaming import DEFAULT_MAX_BYTES
 from .writer import next_version_name, write_variable
 
 __all__ = ["append_staged", "commit_staged", "is_staged", "stage_dataset"]
@@ -171,8 +180,7 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
             built = _staged_from_layout(layout) if layout is not None else _staged_array(dset)
         if built is None:
             if _is_char_array(var, dset):  # in memory, widening rather than truncating
-                variables[name] = xr.Variable(var.dims, CharArrayValues(var.values, str(name)), var.attrs,
-                                              var.encoding)
+                variables[name] = xr.Variable(var.dims, CharArrayValues(var.values, str(name)), var.attrs, var.encoding)
             continue
         arr, raw_path, state = built
         data = StagedVariableArray(arr, codec, StageOrigin(source, version, head, path), handle, raw_path, state)
@@ -224,8 +232,9 @@ def _staged_from_layout(layout: chunkmaps.StoredLayout) -> tuple[StagedChangesAr
     mapped = layout.starts >= 0
     indices = mapped.astype(np.intp)
     offsets = np.where(mapped, layout.starts, 0).astype(np.uint64)
-    arr = StagedChangesArray(layout.shape, layout.chunks, [raw], indices, offsets, fill_value=raw.fillvalue,
-                             dtype=raw.dtype)
+    arr = StagedChangesArray(
+        layout.shape, layout.chunks, [raw], indices, offsets, fill_value=raw.fillvalue, dtype=raw.dtype
+    )
     return arr, raw_path, state
 
 
@@ -247,10 +256,14 @@ def _restage(staged: xr.Dataset, version: str) -> None:
     """
     enc = staged.encoding
     group = (enc.get("vhdf5_group") or "/").strip("/")
-    handles = {id(v.data.handle): v.data.handle for v in staged.variables.values()
-               if isinstance(v.data, StagedVariableArray)}
+    handles = {
+        id(v.data.handle): v.data.handle for v in staged.variables.values() if isinstance(v.data, StagedVariableArray)
+    }
     opened = xr.open_dataset(
-        enc["source"], engine="vhdf5", version=version, group=group or None,
+        enc["source"],
+        engine="vhdf5",
+        version=version,
+        group=group or None,
         decode_times=enc.get("vhdf5_decode_times", True),
     )
     fresh = stage_dataset(opened)
@@ -433,7 +446,12 @@ def _encoded_attrs(name: str, var: xr.Variable) -> tuple[dict, np.dtype] | None:
 
 
 def _write_staged(
-    group: InMemoryGroup, name: str, var: xr.Variable, arr: StagedVariableArray, f: h5py.File, committed: set,
+    group: InMemoryGroup,
+    name: str,
+    var: xr.Variable,
+    arr: StagedVariableArray,
+    f: h5py.File,
+    committed: set,
     record: StoredValues | None = None,
 ) -> bool:
     """Hand ``arr``'s staged changes to ``group[name]``; False if it must be rewritten instead.
@@ -559,8 +577,10 @@ def commit_staged(
         vf = VersionedHDF5File(f)
         if branch is not None:  # opened from a branch: commits on it (versions.refs)
             if rebase:
-                raise UnsupportedError(f"commit(rebase=True) merges onto the current version; this Dataset "
-                                       f"was staged from branch {branch!r}: merge the branches instead")
+                raise UnsupportedError(
+                    f"commit(rebase=True) merges onto the current version; this Dataset "
+                    f"was staged from branch {branch!r}: merge the branches instead"
+                )
             head, make_current = parent, False
             current = branch_tip(f, branch)
             moved = current != parent
@@ -569,7 +589,8 @@ def commit_staged(
                     f"{source!r}: staged from version {parent!r} of branch {branch!r}, but the branch now "
                     f"points to {current!r}: committing would undo the versions since. Stage again from "
                     f"branch {branch!r}, or commit(force=True) to commit on top of {parent!r} without "
-                    "moving the branch")
+                    "moving the branch"
+                )
         else:
             current = vf.current_version
             moved = current != head
@@ -582,7 +603,11 @@ def commit_staged(
             )
         name = version if version is not None else next_version_name(vf)
         with vf.stage_version(
-            name, prev_version=parent, make_current=make_current, timestamp=timestamp, rebase=rebase and moved,
+            name,
+            prev_version=parent,
+            make_current=make_current,
+            timestamp=timestamp,
+            rebase=rebase and moved,
             branch=branch if branch is not None and not moved else None,
             # the scales reference the version's own datasets: attached inside its commit
             finish=attach_dimension_scales,
@@ -643,8 +668,15 @@ def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, m
         write_variable(target, str(var_name), var, progress=progress, max_bytes=max_bytes)
 
 
-def _write_stored(target: InMemoryGroup, name: str, var: xr.Variable, record: StoredValues | None, parent: str,
-                  path: str, f: h5py.File) -> bool:
+def _write_stored(
+    target: InMemoryGroup,
+    name: str,
+    var: xr.Variable,
+    record: StoredValues | None,
+    parent: str,
+    path: str,
+    f: h5py.File,
+) -> bool:
     """Commit in-memory ``var`` through the parent's dataset it was read from; False: rewrite it instead.
 
     Unchanged since ``record`` (:mod:`~xarray_vhdf5.xr.stored`): the dataset

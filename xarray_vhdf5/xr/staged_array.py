@@ -55,12 +55,20 @@ import xarray as xr
 
 from ..backend.hashtable import hash_table_id, table_extends, table_state
 from ..backend.signature import open_for_reading
-from ..versions import generation
-from ..versions.locking import file_locks
 from ..errors import StaleVersionError
 from ..staging import StagedChangesArray, cast_for_storage
+from ..versions import generation
+from ..versions.locking import file_locks
 
-__all__ = ["CFCodec", "CharArrayValues", "RawRows", "StageFile", "StageOrigin", "StagedVariableArray", "checked_string_encoding"]
+__all__ = [
+    "CFCodec",
+    "CharArrayValues",
+    "RawRows",
+    "StageFile",
+    "StageOrigin",
+    "StagedVariableArray",
+    "checked_string_encoding",
+]
 
 #: Attributes CF decoding moves from ``attrs`` into ``encoding``.
 CF_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned", "units", "calendar")
@@ -408,7 +416,11 @@ class RawRows:
     """
 
     def __init__(
-        self, handle: StageFile, raw_path: str, shape: tuple[int, ...], dtype: np.dtype,
+        self,
+        handle: StageFile,
+        raw_path: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
         table_state: tuple[int, bytes] | None = None,
     ):
         self.handle = handle
@@ -522,7 +534,12 @@ class StagedVariableArray(_ComputesAsNumpy):
     """
 
     def __init__(
-        self, staged: StagedChangesArray, codec: CFCodec, origin: StageOrigin, handle: StageFile, raw_path: str,
+        self,
+        staged: StagedChangesArray,
+        codec: CFCodec,
+        origin: StageOrigin,
+        handle: StageFile,
+        raw_path: str,
         base_table_state: tuple[int, bytes] | None = None,
     ):
         self.staged = staged
@@ -694,7 +711,8 @@ class StagedVariableArray(_ComputesAsNumpy):
             inner = tuple(k for k in key if k is not None)
             outer = tuple(
                 np.newaxis if k is None else (Ellipsis if k is Ellipsis else slice(None))
-                for k in key if k is None or not isinstance(k, (int, np.integer))
+                for k in key
+                if k is None or not isinstance(k, (int, np.integer))
             )
             return self.codec.decode(self._read_raw(inner))[outer]
         return self.codec.decode(self._read_raw(key))
@@ -856,5 +874,3 @@ def same_file(a: str | os.PathLike | None, b: str | os.PathLike | None) -> bool:
     if a is None or b is None:
         return False
     return os.path.realpath(os.fspath(a)) == os.path.realpath(os.fspath(b))
-
-

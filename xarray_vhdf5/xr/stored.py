@@ -43,9 +43,9 @@ import h5py
 import numpy as np
 import xarray as xr
 
+from ..backend.names import HIDDEN_VARIABLE_ATTRS, NETCDF_DIMENSION_ATTRS
 from ..errors import IncompatibleDataError
 from .encoding import cf_encode_variables, inherit_stored_encoding, kept_attrs, stored_values
-from ..backend.names import HIDDEN_VARIABLE_ATTRS, NETCDF_DIMENSION_ATTRS
 
 __all__ = ["STORED_KEY", "StoredValues", "encode_appended", "same_value"]
 
@@ -137,8 +137,13 @@ class StoredValues:
 
     def same_metadata(self, var: xr.Variable, version: str, path: str) -> bool:
         """True if ``var`` has this record's dims, attrs and encoding, and ``version``/``path`` are the record's."""
-        return (version == self.version and path == self.path and tuple(var.dims) == self.dims
-                and same_value(dict(var.attrs), self.attrs) and same_value(dict(var.encoding), self.encoding))
+        return (
+            version == self.version
+            and path == self.path
+            and tuple(var.dims) == self.dims
+            and same_value(dict(var.attrs), self.attrs)
+            and same_value(dict(var.encoding), self.encoding)
+        )
 
     def points_kept(self, var: xr.Variable, version: str, path: str) -> int | None:
         """How many of ``var``'s first points the stored dataset holds; None: rewrite it.
@@ -176,8 +181,9 @@ def _attr_names(dset) -> list[str]:
     list to choose the index, which for a virtual dataset copies every mapping.
     """
     names: list[str] = []
-    h5py.h5a.iterate(dset.id, lambda name, *_: names.append(name.decode("utf-8", "surrogateescape")),
-                     index_type=h5py.h5.INDEX_NAME)
+    h5py.h5a.iterate(
+        dset.id, lambda name, *_: names.append(name.decode("utf-8", "surrogateescape")), index_type=h5py.h5.INDEX_NAME
+    )
     return names
 
 

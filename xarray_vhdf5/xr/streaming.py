@@ -55,9 +55,9 @@ from ..backend.hashing import chunk_hash
 from ..backend.raw_data import is_fill_chunk
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
     "BufferPlan",
     "DaskChunkSource",
-    "DEFAULT_MAX_BYTES",
     "is_dask_array",
     "plan_buffers",
     "show_progress",
@@ -376,8 +376,9 @@ class DaskChunkSource:
     otherwise. ``versions.commit`` then writes them from this process alone.
     """
 
-    def __init__(self, array, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: bool | None = None,
-                 name: str | None = None):
+    def __init__(
+        self, array, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: bool | None = None, name: str | None = None
+    ):
         self.array = array
         self.max_bytes = int(max_bytes)
         self.progress = show_progress(progress)
@@ -432,8 +433,13 @@ class DaskChunkSource:
         if self.progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=math.prod(shape) * itemsize, unit="B", unit_scale=True,
-                       desc=f"committing {self.name}" if self.name else "committing", leave=False)
+            bar = tqdm(
+                total=math.prod(shape) * itemsize,
+                unit="B",
+                unit_scale=True,
+                desc=f"committing {self.name}" if self.name else "committing",
+                leave=False,
+            )
         try:
             for batch in _batches(plan, itemsize, self.max_bytes):
                 tasks = []
@@ -492,8 +498,9 @@ def _finish(chunk: np.ndarray, fillvalue) -> tuple[np.ndarray | None, bytes | No
     return chunk, chunk_hash(chunk)
 
 
-def stage_lazy_dataset(group, name: str, array, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                       progress: bool | None = None, **create_kwargs):
+def stage_lazy_dataset(
+    group, name: str, array, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: bool | None = None, **create_kwargs
+):
     """Stage a dask array in ``group`` (an ``InMemoryGroup``) without computing it.
 
     The dataset is created through ``group.create_dataset`` (which validates

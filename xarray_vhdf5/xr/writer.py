@@ -39,21 +39,22 @@ import numpy as np
 import xarray as xr
 
 from ..backend.chunks import guess_chunks_record
-from ..errors import IncompatibleDataError, NotVersionedError, StaleVersionError
-from ..versions.file import VersionedHDF5File
-from ..versions.mutation import open_for_writing
-from ..versions.registry import is_versioned
-from ..wrappers.group import InMemoryGroup
-from .dimscales import attach_dimension_scales
-from .engine import close_read_handles
 from ..backend.names import (
     DIMENSIONS_ATTR,
     MESSAGE_ATTR,
     names_dimensions,
 )
+from ..errors import IncompatibleDataError, NotVersionedError, StaleVersionError
+from ..versions.file import VersionedHDF5File
+from ..versions.mutation import open_for_writing
+from ..versions.registry import is_versioned
+from ..wrappers.group import InMemoryGroup
 from .commit_checks import check_appended_indexes, refuse_empty_commit
+from .dimscales import attach_dimension_scales
 from .encoding import cf_encode_variables, filters_of, inherit_stored_encoding, kept_attrs, stored_values
+from .engine import close_read_handles
 from .streaming import DEFAULT_MAX_BYTES, is_dask_array, stage_lazy_dataset
+
 __all__ = [
     "commit_dataset",
     "commit_datatree",
@@ -204,7 +205,11 @@ def write_variable(
     if _streamable(var):
         values = var.data  # dask: computed chunk by chunk at commit
         ds = stage_lazy_dataset(
-            group, name, values, max_bytes=max_bytes, progress=progress,
+            group,
+            name,
+            values,
+            max_bytes=max_bytes,
+            progress=progress,
             chunks=variable_chunks(name, var, growing),
             fillvalue=None if fill is None else np.asarray(fill, values.dtype)[()],
             **filters,
@@ -326,9 +331,19 @@ def commit_dataset(
     def write(target: InMemoryGroup) -> None:
         write_variables(target, dataset, progress=progress, max_bytes=max_bytes, allow_unsorted=allow_unsorted)
 
-    return _commit(path, version, group, write, prev_version=prev_version, message=message,
-                   timestamp=timestamp, make_current=make_current, expected_current=expected_current,
-                   durable=durable, allow_empty=allow_empty)
+    return _commit(
+        path,
+        version,
+        group,
+        write,
+        prev_version=prev_version,
+        message=message,
+        timestamp=timestamp,
+        make_current=make_current,
+        expected_current=expected_current,
+        durable=durable,
+        allow_empty=allow_empty,
+    )
 
 
 def commit_datatree(
@@ -382,19 +397,37 @@ def commit_datatree(
             keep.add(rel)
             write_variables(node_group, node.to_dataset(inherit=False), progress=progress, max_bytes=max_bytes)
         stale: list[str] = []
-        target.visititems(
-            lambda p, obj: stale.append(p) if isinstance(obj, InMemoryGroup) and p not in keep else None
-        )
+        target.visititems(lambda p, obj: stale.append(p) if isinstance(obj, InMemoryGroup) and p not in keep else None)
         for rel in stale:
             if rel in target:  # a parent may have gone already
                 del target[rel]
 
-    return _commit(path, version, group, write, prev_version=prev_version, message=message,
-                   timestamp=timestamp, make_current=make_current)
+    return _commit(
+        path,
+        version,
+        group,
+        write,
+        prev_version=prev_version,
+        message=message,
+        timestamp=timestamp,
+        make_current=make_current,
+    )
 
 
-def _commit(path, version, group, write, *, prev_version, message, timestamp, make_current,
-            expected_current=None, durable=False, allow_empty=True) -> str:
+def _commit(
+    path,
+    version,
+    group,
+    write,
+    *,
+    prev_version,
+    message,
+    timestamp,
+    make_current,
+    expected_current=None,
+    durable=False,
+    allow_empty=True,
+) -> str:
     """Stage a version, let ``write(target group)`` fill it, commit, then attach dimension scales."""
     path = os.fspath(path)
     # Lazily opened Datasets of this file (the data being committed, maybe) hold it
@@ -403,9 +436,7 @@ def _commit(path, version, group, write, *, prev_version, message, timestamp, ma
     hint = "commit into a new file (or an HDF5 file holding versions) instead; nothing was written"
     with open_for_writing(path, hint=hint, durable=durable) as f:
         if len(f) and not is_versioned(f):
-            raise NotVersionedError(
-                f"{path!r} is an HDF5 file without version history; commit into a new file instead"
-            )
+            raise NotVersionedError(f"{path!r} is an HDF5 file without version history; commit into a new file instead")
         vf = VersionedHDF5File(f)
         if expected_current is not None and vf.current_version != expected_current:
             raise StaleVersionError(
@@ -416,8 +447,13 @@ def _commit(path, version, group, write, *, prev_version, message, timestamp, ma
             )
         name = version if version is not None else next_version_name(vf)
         # The scales reference the version's own datasets: attached inside its commit.
-        with vf.stage_version(name, prev_version=prev_version, make_current=make_current, timestamp=timestamp,
-                              finish=attach_dimension_scales) as root:
+        with vf.stage_version(
+            name,
+            prev_version=prev_version,
+            make_current=make_current,
+            timestamp=timestamp,
+            finish=attach_dimension_scales,
+        ) as root:
             target = root if group in (None, "", "/") else root.require_group(group.strip("/"))
             write(target)
             if not allow_empty:
@@ -428,4 +464,3 @@ def _commit(path, version, group, write, *, prev_version, message, timestamp, ma
                 root.attrs[MESSAGE_ATTR] = message
         close_read_handles(path)  # opened during the commit, they would not survive its close
     return name
-
