@@ -1,6 +1,6 @@
 """Compiled reads and writes of the format's small attributes (private).
 
-A commit writes about ten attributes and reads about five (FORMAT.md: a
+A commit writes about ten attributes and reads about five (``docs/format.md``: a
 version's ``prev_version``, ``committed`` and ``timestamp``, a virtual
 dataset's ``raw_data`` and ``chunks``, ``largest_index``, ``current_version``).
 Through ``h5py.h5a`` each costs 50-110 us, most of it h5py making and

@@ -1,6 +1,6 @@
 """Compiled kernels building the slice pairs of the staging plans (private).
 
-These are steps 2-7 of the general plans algorithm of ``staged_changes.rst``
+These are steps 2-7 of the general plans algorithm of versioned-hdf5's ``staged_changes.rst``
 for the hot paths of :mod:`xarray_vhdf5.staging`:
 
 - :func:`slice_rows`: one axis, a slice with a positive step -> the selected

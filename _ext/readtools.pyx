@@ -1,6 +1,6 @@
 """Compiled kernels for basic indices: parsing, and the fused read of in-memory chunks (private).
 
-- :func:`parse_basic`: step 1 of the plans algorithm (``staged_changes.rst``) for
+- :func:`parse_basic`: step 1 of the plans algorithm (versioned-hdf5's ``staged_changes.rst``) for
   the hot path: a tuple of one slice or integer per axis -> the normalised
   slice of every axis.
 - :func:`read_basic`: ``__getitem__`` of such an index when every selected

@@ -1,7 +1,7 @@
 """Compiled kernel building the mappings of a virtual dataset (private).
 
 Creating a version's virtual dataset costs one ``H5Pset_virtual`` per stored
-chunk (FORMAT.md, "What the format costs"); from Python each mapping also pays
+chunk (``docs/format.md``, "Stored chunk maps"); from Python each mapping also pays
 two ``select_hyperslab`` calls through h5py, about 30 us in all. This kernel
 runs the same three libhdf5 calls per mapping in a C loop without the GIL,
 under h5py's ``phil`` lock, on the symbols resolved once by ``slicetools``

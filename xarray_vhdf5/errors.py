@@ -365,7 +365,7 @@ class StringTooLongError(ValueCastError):
 
     numpy and h5py truncate it silently (``"CHANGED"`` becomes ``"CHANGE"``);
     here nothing is written. A dataset's dtype is fixed by its first version
-    (FORMAT.md), so it cannot widen: store the variable as variable-length
+    (``docs/format.md``), so it cannot widen: store the variable as variable-length
     strings (``h5py.string_dtype()``, or xarray's ``str``/object dtype) from its
     first version, or write a shorter value. ``width`` is the dtype's width in
     characters (bytes for ``S``).

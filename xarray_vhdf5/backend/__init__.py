@@ -2,7 +2,7 @@
 virtual datasets, libhdf5's metadata cache, and the kernels that move data between
 HDF5 and numpy.
 
-This is the only layer that writes datasets to HDF5 (seed ``design.txt``, "Backend").
+This is the only layer that writes datasets to HDF5 (``docs/design.md``, "Layers").
 """
 
 from .chunkmap import build_slab_indices_and_offsets, build_slab_indices_and_offsets_reference

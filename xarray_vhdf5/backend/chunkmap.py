@@ -1,8 +1,8 @@
 """Where each chunk of a version's virtual dataset lives: ``slab_indices`` / ``slab_offsets``.
 
 A version's dataset is a virtual dataset whose mappings point chunks at rows
-of the dataset's ``raw_data`` (FORMAT.md, "Commit and dedup"); chunks without
-a mapping are entirely fill value.  The staging engine (``staged_changes.rst``)
+of the dataset's ``raw_data`` (``docs/format.md``, "Commit rules"); chunks without
+a mapping are entirely fill value.  The staging engine (versioned-hdf5's ``staged_changes.rst``)
 describes the same information with two arrays of one point per chunk::
 
     chunks = (10, 10), shape = (30, 50)        raw_data (chunks[0] rows per chunk)
@@ -48,7 +48,7 @@ __all__ = ["build_slab_indices_and_offsets", "build_slab_indices_and_offsets_ref
 def version_dataset_layout(vds: h5py.Dataset) -> tuple[tuple[int, ...], str]:
     """``(chunks, raw_data path)`` that a version's dataset names in its attributes.
 
-    FORMAT.md: every version's virtual dataset carries ``chunks`` (int64, its
+    ``docs/format.md``: every version's virtual dataset carries ``chunks`` (int64, its
     chunk shape in points) and ``raw_data`` (the absolute path of the raw_data
     its chunks map to), as versioned-hdf5 writes them.
 

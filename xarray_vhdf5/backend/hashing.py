@@ -1,7 +1,7 @@
 """SHA-256 hashing of chunks, identical to versioned-hdf5's data_version 4.
 
 Two libraries writing the same file must compute the same digest for the same
-chunk, or deduplication across them silently stops. The rule (FORMAT.md,
+chunk, or deduplication across them silently stops. The rule (``docs/format.md``,
 "Chunk hash"):
 
 - numeric and fixed-size data: SHA-256 over the C-contiguous bytes of the

@@ -1,6 +1,6 @@
 """The ``hash_table`` of one versioned dataset: SHA-256 digest -> rows of raw_data.
 
-On disk (FORMAT.md, "hash_table"): a chunked, compressed 1-d dataset of
+On disk (``docs/format.md``, "Layout"): a chunked, compressed 1-d dataset of
 :data:`~xarray_vhdf5.backend.layout.HASH_TABLE_DTYPE` rows; the attribute
 ``largest_index`` counts the valid rows and is written last in a commit, so
 rows past it (left by an interrupted commit) are ignored and overwritten.

@@ -1,7 +1,6 @@
 """Names, dtypes and constants of the on-disk format.
 
-The layout is the one versioned-hdf5 2.6.0 writes (``../shared/FORMAT.md`` in
-the project's steering folder; ``docs/format.md`` here)::
+The layout is the one versioned-hdf5 2.6.0 writes (``docs/format.md``)::
 
     /_version_data/
         <dataset path>/raw_data      unique chunks, concatenated along axis 0

@@ -1,7 +1,7 @@
 """A committed version's dataset as a manifest of immutable byte ranges, read without libhdf5.
 
 Committed chunks never change in place: raw_data only grows, and each of its
-chunks is written once, whole (FORMAT.md, "raw_data"). So once a version's
+chunks is written once, whole (``docs/format.md``, "Layout"). So once a version's
 virtual dataset is resolved, each of its chunks named by the file offset,
 stored size and filter mask of the raw_data chunk it maps, its points can be
 read with ``os.pread`` and decoded here, with no libhdf5 call, while another

@@ -2,7 +2,7 @@
 
 Each stored chunk occupies ``chunks[0]`` whole rows (edge chunks padded with
 the fill value), so chunk ``k`` of raw_data is rows ``k*chunks[0]`` to
-``(k+1)*chunks[0]``; its other axes are one chunk wide (FORMAT.md, "raw_data").
+``(k+1)*chunks[0]``; its other axes are one chunk wide (``docs/format.md``, "Layout").
 Chunks are only ever appended, never rewritten (outside version deletion).
 """
 
@@ -36,7 +36,7 @@ def reported_fillvalue(dtype: np.dtype, storage_fill: Any) -> Any:
         The dataset's dtype.
     storage_fill : scalar or None
         Its raw_data's fill value; None for variable-length strings, which are
-        stored without one (FORMAT.md, "raw_data").
+        stored without one (``docs/format.md``, "Layout").
 
     Returns
     -------

@@ -8,7 +8,7 @@ low-level API (``get_space``, ``select_hyperslab``, ``create_simple``,
 ``write``) each transfer costs 30-50 us, most of it h5py making and registering
 a Python object for every dataspace; the compiled kernel ``_ext/rowtools.pyx``
 makes the same libhdf5 calls (``H5Sselect_hyperslab`` + ``H5Dwrite`` /
-``H5Dread``, seed ``hdf5_h5dread_pipeline.md``) in 5-10 us.
+``H5Dread``, HDF5 User Guide, "Data Transfer") in 5-10 us.
 
 The functions here check the rows against the dataset, then use the kernel,
 or h5py's low-level calls, the reference path, when the kernels are not built

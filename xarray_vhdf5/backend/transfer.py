@@ -1,6 +1,6 @@
 """Transfer many n-dimensional slice pairs from an array-like into a numpy array.
 
-This is the data mover of the staging engine (``staged_changes.rst``,
+This is the data mover of the staging engine (versioned-hdf5's ``staged_changes.rst``,
 "read_many_slices"): every ``__getitem__``, ``__setitem__``, ``resize()`` and
 ``load()`` is broken into slice pairs, each covering at most one chunk, and
 each group of pairs between one source and one destination is moved by one

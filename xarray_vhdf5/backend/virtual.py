@@ -3,7 +3,7 @@
 Each stored chunk of the version is one mapping (source file ``"."``, source
 ``raw_data[start:stop, 0:n1, ...]``, destination the chunk's region); chunks
 that are all fill value have no mapping and read as the virtual dataset's fill
-value (FORMAT.md, "Commit and dedup"; HDF5 "Virtual Dataset" documentation).
+value (``docs/format.md``, "Commit rules"; HDF5 "Virtual Dataset" documentation).
 The mappings are built with h5py's low-level API (``h5p.PropDCID.set_virtual``
 and ``h5d.create``), about 5x cheaper per mapping than ``h5py.VirtualLayout``.
 """

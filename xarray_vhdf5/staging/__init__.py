@@ -1,6 +1,6 @@
 """The staging engine: a numpy-like array that holds every change in memory.
 
-:class:`StagedChangesArray` implements ``staged_changes.rst`` ("Staging
+:class:`StagedChangesArray` implements versioned-hdf5's ``staged_changes.rst`` ("Staging
 changes in memory"); a version's dataset is opened as one with
 ``base_slabs=[raw_data]`` and the slab arrays of
 :func:`xarray_vhdf5.backend.chunkmap.build_slab_indices_and_offsets`.

@@ -1,6 +1,6 @@
 """``StagedChangesArray``: a writeable, numpy-like array staging its changes in memory.
 
-The design is ``staged_changes.rst`` ("Staging changes in memory"): the data
+The design is versioned-hdf5's ``staged_changes.rst`` ("Staging changes in memory"): the data
 lives in *slabs*, array-likes holding chunks concatenated along axis 0::
 
     slabs[0]                 the full slab: one read-only chunk of the fill value
@@ -101,7 +101,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         ``shape`` / ``dtype``.
     xarray_vhdf5.errors.IncompatibleDataError
         Inconsistent shapes, chunk sizes, metadata arrays or slabs
-        (``staged_changes.rst``, the ``slab_indices`` / ``slab_offsets``
+        (versioned-hdf5's ``staged_changes.rst``, the ``slab_indices`` / ``slab_offsets``
         layout): a slab index out of range, a nonzero offset on the full
         slab, a chunk reaching beyond its base slab, a numpy base slab of
         another dtype, a fill value the dtype cannot hold.  Checked here
@@ -389,7 +389,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
     def __getitem__(self, idx: Any) -> Any:
         """``numpy``'s ``arr[idx]`` (a new array, or a numpy scalar).
 
-        ``staged_changes.rst``, "``__getitem__`` algorithm": a
+        versioned-hdf5's ``staged_changes.rst``, "``__getitem__`` algorithm": a
         :class:`~xarray_vhdf5.staging.plans.GetItemPlan`, then one
         ``read_many_slices`` per slab into a new array.  Nothing is cached and
         the array's state never changes.
@@ -400,7 +400,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
             Where numpy raises them (out of bounds, invalid index types).
         xarray_vhdf5.errors.UnsupportedError
             Valid numpy indices this engine does not support: the plans map
-            every axis independently (``staged_changes.rst``, "General plans
+            every axis independently (versioned-hdf5's ``staged_changes.rst``, "General plans
             algorithm", step 1), so at most one array index, no newaxis
             (:func:`~xarray_vhdf5.staging.index_mapper.map_index`).
         xarray_vhdf5.errors.ClosedFileError
@@ -461,7 +461,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
     def __setitem__(self, idx: Any, value: Any) -> None:
         """``numpy``'s ``arr[idx] = value``: broadcast, cast, staged in memory.
 
-        ``staged_changes.rst``, "``__setitem__`` algorithm": chunks partially
+        versioned-hdf5's ``staged_changes.rst``, "``__setitem__`` algorithm": chunks partially
         selected on the full or a base slab are first copied to a new staged
         slab, wholly selected ones get a new slab without being read, and the
         value is then written into the staged chunks.  Base slabs are never
@@ -493,7 +493,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
     def resize(self, shape: Sequence[int]) -> None:
         """Change the shape in place; new points get the fill value.
 
-        ``staged_changes.rst``, "``resize()`` algorithm": shrinking moves no
+        versioned-hdf5's ``staged_changes.rst``, "``resize()`` algorithm": shrinking moves no
         data; new chunks lie on the full slab; edge chunks that grow and do
         not lie on the full slab are moved off the base slabs and their new
         area is filled from the full slab.
@@ -511,7 +511,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
     def load(self) -> None:
         """Copy every chunk still on a base slab into memory (one new staged slab).
 
-        ``staged_changes.rst``, "``load()`` algorithm".  Afterwards no base slab
+        versioned-hdf5's ``staged_changes.rst``, "``load()`` algorithm".  Afterwards no base slab
         is referenced (all are dropped, "Reclaiming memory").
 
         Raises

@@ -2,7 +2,7 @@
 
 numpy-like attributes (``shape``, ``dtype``, ``size``, ``__array__``...) and
 the slab and metadata views (``slabs``, ``base_slabs``, ``slab_indices``,
-``slab_offsets``, ``has_changes``) of ``staged_changes.rst``, "Staging
+``slab_offsets``, ``has_changes``) of versioned-hdf5's ``staged_changes.rst``, "Staging
 changes in memory".  A mixin: the state (``_shape``, ``_slabs``...) is set by
 ``StagedChangesArray.__init__``.
 """

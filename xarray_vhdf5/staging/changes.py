@@ -1,6 +1,6 @@
 """What a commit needs from a staged array: the chunks that differ from its base state.
 
-``staged_changes.rst`` ("Plans", ``ChangesPlan``): a read-only plan listing
+versioned-hdf5's ``staged_changes.rst`` ("Plans", ``ChangesPlan``): a read-only plan listing
 every chunk whose ``(slab index, slab offset)`` is not the one it had when the
 array was built, with where its data lives, and every unchanged chunk on a
 base slab with its offset (for a version's dataset: its row in ``raw_data``,

@@ -1,6 +1,6 @@
 """Copy-on-write and lazy conversions of :class:`~xarray_vhdf5.staging.array.StagedChangesArray`.
 
-``staged_changes.rst``, "Copy-on-Write (CoW) mechanics" and "Hot-swapping
+versioned-hdf5's ``staged_changes.rst``, "Copy-on-Write (CoW) mechanics" and "Hot-swapping
 the base slabs": ``copy()``, ``astype()`` and ``refill()`` share the staged
 slabs and the metadata arrays as read-only views; the first write on either
 side replaces the view it touches with a private copy (:meth:`_writeable`,
@@ -67,7 +67,7 @@ class CopyOnWriteSlabs:
     def copy(self) -> Any:
         """A copy-on-write copy: no data is copied until either side writes.
 
-        ``staged_changes.rst``, "Copy-on-Write (CoW) mechanics": staged slabs
+        versioned-hdf5's ``staged_changes.rst``, "Copy-on-Write (CoW) mechanics": staged slabs
         and the metadata arrays become read-only views on both sides; the
         first write to one of them, on either side, replaces that view with a
         private writeable copy.  Base and full slabs are never copied.
@@ -91,7 +91,7 @@ class CopyOnWriteSlabs:
     def astype(self, dtype: Any, casting: str = "unsafe", base_slabs: Sequence[Any] | None = None) -> Any:
         """A copy of another dtype; staged slabs are converted on first access.
 
-        ``staged_changes.rst``, "Copy-on-Write (CoW) mechanics" and
+        versioned-hdf5's ``staged_changes.rst``, "Copy-on-Write (CoW) mechanics" and
         "Hot-swapping the base slabs".  Conversions run with numpy's floating
         point warnings silenced (slabs hold uninitialised areas).
 

@@ -1,4 +1,4 @@
-"""From a user's index to per-axis chunk selections: step 1 of the plans (``staged_changes.rst``).
+"""From a user's index to per-axis chunk selections: step 1 of the plans (versioned-hdf5's ``staged_changes.rst``).
 
 :func:`map_index` normalises anything numpy accepts on an ``h5py.Dataset``
 into one :class:`IndexChunkMapper` per axis plus the views that turn the
@@ -107,7 +107,7 @@ def map_index(idx: Any, shape: Sequence[int], chunk_size: Sequence[int]) -> Inde
     ValueError
         A slice step of zero.
     xarray_vhdf5.errors.UnsupportedError
-        Valid for numpy but not supported (``staged_changes.rst``: a plan maps
+        Valid for numpy but not supported (versioned-hdf5's ``staged_changes.rst``: a plan maps
         every axis independently): ``None`` / newaxis, more than one array
         index, n-d integer or boolean arrays, boolean scalars.
     """

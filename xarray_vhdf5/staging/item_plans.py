@@ -1,4 +1,4 @@
-"""The plans of ``__getitem__`` and ``__setitem__`` (``staged_changes.rst``, "Plans").
+"""The plans of ``__getitem__`` and ``__setitem__`` (versioned-hdf5's ``staged_changes.rst``, "Plans").
 
 :class:`GetItemPlan` transfers every selected chunk into a new ``out``
 array; :class:`SetItemPlan` stages the selected chunks (copying partially
@@ -39,7 +39,7 @@ class GetItemPlan:
     """``__getitem__``: transfer every selected chunk into a new ``out`` array.
 
     No masking, no distinction between full, base and staged slabs; never
-    changes the array's state and caches nothing (``staged_changes.rst``,
+    changes the array's state and caches nothing (versioned-hdf5's ``staged_changes.rst``,
     "``__getitem__`` algorithm").  For a basic index (``mapping.basic``) steps
     2-7 are one call of :func:`~xarray_vhdf5.staging.kernels.basic_slices`;
     otherwise :func:`~xarray_vhdf5.staging.kernels.gather_chunks` and
@@ -124,7 +124,7 @@ class GetItemPlan:
 class SetItemPlan(UpdatingPlan):
     """``__setitem__``: stage the selected chunks, then write the value into them.
 
-    The two passes of ``staged_changes.rst`` ("``__setitem__`` algorithm"):
+    The two passes of versioned-hdf5's ``staged_changes.rst`` ("``__setitem__`` algorithm"):
 
     1. chunks on the full or a base slab that the index covers *partially*
        are copied, whole, to a new staged slab; chunks it covers *wholly* get

@@ -1,4 +1,4 @@
-"""Plan-building kernels: steps 2-7 of the general plans algorithm (``staged_changes.rst``).
+"""Plan-building kernels: steps 2-7 of the general plans algorithm (versioned-hdf5's ``staged_changes.rst``).
 
 Three dumb, typed functions turn per-axis index selections into the n-d slice
 pairs that :func:`xarray_vhdf5.backend.transfer.read_many_slices` consumes::

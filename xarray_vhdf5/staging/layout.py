@@ -1,6 +1,6 @@
 """Construction of a :class:`~xarray_vhdf5.staging.array.StagedChangesArray`: layouts and checks.
 
-``staged_changes.rst``, "Staging changes in memory": the metadata arrays
+versioned-hdf5's ``staged_changes.rst``, "Staging changes in memory": the metadata arrays
 ``slab_indices`` (``numpy.intp``) and ``slab_offsets`` (``numpy.uint64``,
 points along axis 0) hold one point per chunk; slab 0 is the full slab, base
 slabs follow.  The transfers trust this metadata (no bounds checks in C), so

@@ -1,4 +1,4 @@
-"""The shared machinery of the staging plans (``staged_changes.rst``, "General plans algorithm").
+"""The shared machinery of the staging plans (versioned-hdf5's ``staged_changes.rst``, "General plans algorithm").
 
 Helpers that every plan uses to turn per-axis selections into
 :class:`~xarray_vhdf5.staging.transfer_plan.Transfer` objects, and the base

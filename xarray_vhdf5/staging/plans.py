@@ -1,6 +1,6 @@
 """The plans of :class:`~xarray_vhdf5.staging.array.StagedChangesArray`.
 
-``staged_changes.rst``, "Plans" and "General plans algorithm".
+versioned-hdf5's ``staged_changes.rst``, "Plans" and "General plans algorithm".
 
 Each plan decides everything an operation will do - which slabs to append,
 which slice pairs to transfer between which slabs, how ``slab_indices`` and

@@ -1,4 +1,4 @@
-"""The plans of ``load()`` and ``resize()`` (``staged_changes.rst``, "Plans").
+"""The plans of ``load()`` and ``resize()`` (versioned-hdf5's ``staged_changes.rst``, "Plans").
 
 :class:`LoadPlan` moves every chunk still on a base slab to one new staged
 slab; :class:`ResizePlan` changes the chunk grid, filling the new area of

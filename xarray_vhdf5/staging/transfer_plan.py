@@ -1,6 +1,6 @@
 """Slice transfers grouped by (source, destination) pair, and their execution.
 
-A :class:`TransferPlan` is the last step of every plan (``staged_changes.rst``,
+A :class:`TransferPlan` is the last step of every plan (versioned-hdf5's ``staged_changes.rst``,
 "General plans algorithm", steps 5-9): a list of :class:`Transfer`, each one
 call of :func:`xarray_vhdf5.backend.transfer.read_many_slices` between one
 source and one destination:

@@ -1,6 +1,6 @@
 """Committing a staged version: chunk, hash, append unseen chunks, build virtual datasets.
 
-A commit (seed ``design.txt``, "Backend" and "Versions"):
+A commit (``docs/design.md``, "Layers" and "A commit"):
 
 1. creates the version group (``committed=False``) and its subgroups and attrs;
 2. for each dataset: if it is unchanged from the previous version, copies the
@@ -148,7 +148,7 @@ def commit_version(
         # The format's attributes go through backend.h5attrs (the compiled attribute
         # kernel): the datatypes of ``group.attrs[...] = ...``, a tenth of the cost.
         # The timestamp is final from the start (the time the commit began, or the
-        # caller's); ``committed`` turns True last (FORMAT.md).
+        # caller's); ``committed`` turns True last (``docs/format.md``).
         report.timestamp = timestamp if timestamp is not None else now_utc()
         stamp = format_timestamp(report.timestamp)
         gid = group.id

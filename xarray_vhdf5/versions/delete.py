@@ -60,7 +60,7 @@ files so). In other files (libhdf5's default, every file versioned-hdf5 creates)
 the bytes were lost for good: the file kept its size and the next commits grew it
 by their whole size. :func:`delete_keeping_space` (what
 :func:`~xarray_vhdf5.versions.retention.expire` does in such files) leaves the
-freed slots allocated past ``largest_index``, the rows FORMAT.md calls garbage
+freed slots allocated past ``largest_index``, the leftover rows of ``docs/format.md``
 that the next commit overwrites: both libraries write their new chunks there, an
 uncompressed chunk over the old bytes, a compressed one there when it fits (else
 libhdf5 moves it). Measured (benchmarks/bench_space.py, 100 versions of 8 chunks
@@ -661,7 +661,7 @@ def delete_keeping_space(
     ``delete_versions`` keeps versioned-hdf5 2.6's signature and result (raw_data
     truncated to its kept chunks); this is the same deletion with
     ``keep_freed=True``: the slots freed stay allocated past ``largest_index``
-    (FORMAT.md's garbage rows), where both libraries write their next new
+    (the leftover rows of ``docs/format.md``), where both libraries write their next new
     chunks, over the old bytes (module docstring, "Space").
     :func:`~xarray_vhdf5.versions.retention.expire` deletes so unless the file
     :func:`persists_free_space`.

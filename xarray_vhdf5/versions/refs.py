@@ -12,7 +12,7 @@ points of it, as git's do:
 - a tag names one version and never moves (``reset`` refuses it; delete it and
   create it again).
 
-Storage (FORMAT.md, "Bookkeeping"): attributes of two groups,
+Storage (``docs/format.md``, "Branches and tags"): attributes of two groups,
 ``/__vhdf5__/refs/branches`` and ``/__vhdf5__/refs/tags``, each attribute named
 as the ref and holding the version's name. versioned-hdf5 2.6 never opens
 ``/__vhdf5__``: it reads, commits and deletes versions of such a file as of any

@@ -1,6 +1,6 @@
 """The versions group: which versions exist, their parents, timestamps, and lookups.
 
-Lookup rules are versioned-hdf5's (FORMAT.md, "Behaviour users rely on"):
+Lookup rules are versioned-hdf5's (versioned-hdf5 2.6's ``VersionedHDF5File.__getitem__``):
 ``None``/``0`` the current version, ``-n`` n steps back along ``prev_version``,
 a name, or a timestamp (exact, else the latest version at or before it).
 """

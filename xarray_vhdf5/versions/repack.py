@@ -16,7 +16,7 @@ What is copied, how:
   ``0 .. largest_index - 1`` in their slots, each copied as stored
   (``read_direct_chunk`` / ``write_direct_chunk``: not decompressed, not
   re-filtered; variable-length strings, whose stored chunks hold heap
-  addresses, by value). Rows past ``largest_index`` (FORMAT.md: garbage) are
+  addresses, by value). Rows past ``largest_index`` (``docs/format.md``, "Layout": leftovers) are
   not copied. Every row keeps its number, so the hash table and every virtual
   dataset stay valid as they are;
 - everything else (the version groups with their virtual datasets, dimension

@@ -3,8 +3,8 @@
 - :class:`InMemoryDataset`: a dataset of the previous version. Its staged
   array has one base slab, the dataset's ``raw_data``, and the previous
   version's virtual mapping as ``slab_indices`` / ``slab_offsets``; only the
-  chunks read or written are touched (seed ``design.txt``, "h5py Wrappers";
-  ``staged_changes.rst``). Until it is written to or resized, commit copies
+  chunks read or written are touched (``docs/design.md``, "Layers";
+  versioned-hdf5's ``staged_changes.rst``). Until it is written to or resized, commit copies
   the previous version's mapping as is.
 - :class:`InMemorySparseDataset`: created in this version from a shape, dtype
   and fill value without data; it holds only the chunks written to.

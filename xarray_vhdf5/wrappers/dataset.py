@@ -249,7 +249,7 @@ class StagedDatasetBase(DatasetAPI):
 
         Points never written read as it. ``b""`` for variable-length strings,
         as h5py and versioned-hdf5 2.6 say, though their raw_data stores no
-        fill value (``storage_fill`` is None then; FORMAT.md, "raw_data").
+        fill value (``storage_fill`` is None then; ``docs/format.md``, "Layout").
         Read-only, as in h5py: a dataset's fill value is fixed by its first
         version (``modify_metadata`` changes it).
         """

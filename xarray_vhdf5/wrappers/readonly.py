@@ -2,7 +2,7 @@
 
 HDF5 has no read-only datasets, and a version's virtual datasets share their
 chunks with every other version, so writing through h5py would corrupt history
-(seed ``design.txt``, "h5py Wrappers"). These wrappers read through h5py and
+(``docs/design.md``, "Layers"). These wrappers read through h5py and
 refuse every write with :class:`~xarray_vhdf5.errors.ReadOnlyError`.
 """
 

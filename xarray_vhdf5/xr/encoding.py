@@ -120,7 +120,7 @@ def inherit_stored_encoding(group: InMemoryGroup, variables: dict) -> dict:
     xarray drops a variable's encoding through arithmetic
     (``staged["SST"] = staged["SST"] + 1``), so the CF encoder would choose
     defaults (a NaN ``_FillValue`` for floats, no packing) where the dataset's
-    first version fixed another dtype and fill value (FORMAT.md: the commit
+    first version fixed another dtype and fill value (``docs/format.md``: the commit
     then refuses with :class:`~xarray_vhdf5.errors.IncompatibleDataError`),
     or give its stored numbers another meaning. As xarray's own zarr backend
     encodes variables written into an existing store as the store holds them,
