@@ -8,7 +8,7 @@ Implementations (``IMPLEMENTATIONS``):
   requires per version: hash the changed chunks (SHA-256), append the new ones to
   raw_data and their rows to hash_table, create the version group and its virtual
   dataset with one mapping per chunk (h5py's low-level API), and write the attributes
-  FORMAT.md lists (the group's ``prev_version``, ``committed`` first False then True,
+  ``docs/format.md`` lists (the group's ``prev_version``, ``committed`` first False then True,
   ``timestamp``, the virtual dataset's ``raw_data`` and ``chunks``, ``largest_index``,
   ``current_version``). No staging, no
   validation, no reading back: the cost any implementation of the format pays;
@@ -168,7 +168,7 @@ class FormatFloor:
 
     def _new_version_group(self, name: str, prev: str) -> h5py.Group:
         grp = self.versions.create_group(name)
-        # FORMAT.md: created with committed=False and its timestamp, marked committed last.
+        # ``docs/format.md``: created with committed=False and its timestamp, marked committed last.
         grp.attrs["prev_version"] = prev
         grp.attrs["committed"] = False
         grp.attrs["timestamp"] = "1970-01-01 00:00:00.000000+0000"
@@ -189,7 +189,7 @@ class FormatFloor:
         vspace.select_all()
         vds = h5d.create(grp.id, self.name.encode(), h5t.py_create(self.dtype), vspace, dcpl=dcpl)
         vds_attrs = h5py.AttributeManager(h5py.Dataset(vds))
-        vds_attrs["raw_data"] = raw_path  # FORMAT.md: the version dataset's attrs
+        vds_attrs["raw_data"] = raw_path  # ``docs/format.md``: the version dataset's attrs
         vds_attrs["chunks"] = np.asarray(self.chunks, dtype=np.int64)
 
     def read(self, name: str) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The on-disk layout xarray_vhdf5 writes is versioned-hdf5 2.6.0's (FORMAT.md).
+"""The on-disk layout xarray_vhdf5 writes is versioned-hdf5 2.6.0's (``docs/format.md``).
 
 First the layout checked attribute by attribute, then the chunk store's rules
 (fill chunks, dedup, carried datasets), then the same operations done by
@@ -555,7 +555,7 @@ def test_all_fill_edge_chunk(tmp_path):
 
     It compares chunks with the fill value by digest, and an edge chunk's digest (of its
     trimmed shape) never equals the full fill chunk's, so it stores ``[0.0] * 5`` below.
-    We skip every all-fill chunk (FORMAT.md's rule); the region then reads as the fill
+    We skip every all-fill chunk (``docs/format.md``'s rule); the region then reads as the fill
     value through the virtual dataset. Both files read the same in both libraries.
     """
     data = np.zeros((25, 3))

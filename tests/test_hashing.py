@@ -1,7 +1,7 @@
 """Chunk hashing, fill-chunk detection and chunk-shape choice against versioned-hdf5 2.6.0.
 
 Two libraries writing the same file must agree on the SHA-256 of every chunk, or
-deduplication silently stops across them (FORMAT.md, "Chunk hash"). The references
+deduplication silently stops across them (``docs/format.md``, "Chunk hash"). The references
 are versioned-hdf5's legacy ``Hashtable.hash`` (built on a real file) and
 ``versioned_hdf5.hash.hash_slab``, the hasher its 2.6 commits actually use.
 """
@@ -60,7 +60,7 @@ def slab_hash(chunk: np.ndarray, padded_shape: tuple[int, ...] | None = None) ->
 
 
 def independent_hash(chunk: np.ndarray) -> bytes:
-    """The data_version 4 rule, written out from FORMAT.md."""
+    """The data_version 4 rule, written out from ``docs/format.md``."""
     h = hashlib.sha256()
     if chunk.dtype.kind in "OT":
         for value in chunk.astype(object).flat:

@@ -701,7 +701,7 @@ def test_a_dataset_created_from_a_shape_alone_is_float64(vh, tmp_path):
 def test_string_datasets_report_h5pys_fill_value(vh, tmp_path, encoding):
     """Variable-length string datasets say ``fillvalue == b""`` staged and committed, as h5py does.
 
-    Their raw_data stores no fill value (FORMAT.md); versioned-hdf5 2.6 and h5py
+    Their raw_data stores no fill value (``docs/format.md``); versioned-hdf5 2.6 and h5py
     both report ``b""``, which we reported as None before. Chunks of nothing but
     empty strings are still not stored.
     """

@@ -329,7 +329,7 @@ def _merge_axis0_runs(f: h5py.File, version: str, name: str, runs) -> np.ndarray
 
 
 def test_merged_mappings_break_versioned_hdf5_not_us(tmp_path):
-    """Why a commit writes one mapping per stored chunk (FORMAT.md, "What the format costs").
+    """Why a commit writes one mapping per stored chunk (``docs/format.md``, "Stored chunk maps").
 
     libhdf5 charges per mapping when it creates a virtual dataset, so covering a run
     of chunks along axis 0 whose raw_data rows are consecutive with one mapping

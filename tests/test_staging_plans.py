@@ -1,8 +1,8 @@
 """Plans of ``StagedChangesArray``: what they print, move, drop, share and allocate.
 
-- The seed's example (``staged_changes.rst``): ``dset[2:5, 3:6] = 42`` on an
-  8x8 array of 2x2 chunks, all on one base slab, prints exactly the seed's
-  plan and leaves exactly the seed's ``slab_indices`` / ``slab_offsets``.
+- The example of versioned-hdf5's ``staged_changes.rst``: ``dset[2:5, 3:6] = 42`` on an
+  8x8 array of 2x2 chunks, all on one base slab, prints exactly that
+  document's plan and leaves exactly its ``slab_indices`` / ``slab_offsets``.
 - ``ChangesPlan`` lists exactly the chunks that differ from the base state.
 - ``resize()``: shrinking moves nothing, enlarging edge chunks moves them off
   the base slabs and fills the new area, new chunks are on the full slab.
@@ -59,7 +59,7 @@ slab_offsets:
 
 
 def seed_array(base=None) -> tuple[StagedChangesArray, np.ndarray]:
-    """The seed's state: 8x8, chunks 2x2, every chunk on slabs[1] in C order."""
+    """The example's state: 8x8, chunks 2x2, every chunk on slabs[1] in C order."""
     data = np.arange(64.0).reshape(8, 8)
     raw = data.reshape(4, 2, 4, 2).transpose(0, 2, 1, 3).reshape(32, 2) if base is None else base
     si = np.ones((4, 4), dtype=np.intp)
