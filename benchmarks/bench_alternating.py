@@ -158,7 +158,10 @@ class _OnePoint:
 
 
 class _OnePointAmong:
-    """One implementation's open file of ``MANY_DATASETS`` datasets like ``_OnePoint``'s; one point of one changes per version."""
+    """One implementation's open file of ``MANY_DATASETS`` datasets like ``_OnePoint``'s.
+
+    One point of one dataset changes per version.
+    """
 
     def __init__(self, impl: str, path: str, rng: np.random.Generator, history: int = MANY_HISTORY):
         self.impl, self.rng, self.n = impl, rng, 0
@@ -281,5 +284,6 @@ def test_history_flatness(benchmark, note, tmp_path):
         note(
             f"alternating history flatness {impl}: {FLAT_LONG}-{FLAT_LONG + end} versions / "
             f"{FLAT_SHORT}-{FLAT_SHORT + end} versions median {np.median(ratios):.2f}x "
-            f"({np.median(long) * 1e3:.2f} / {np.median(short) * 1e3:.2f} ms; rounds {' '.join(f'{r:.2f}' for r in ratios)})"
+            f"({np.median(long) * 1e3:.2f} / {np.median(short) * 1e3:.2f} ms; "
+            f"rounds {' '.join(f'{r:.2f}' for r in ratios)})"
         )

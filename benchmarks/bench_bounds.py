@@ -54,7 +54,8 @@ def test_lean_floor_ratios(benchmark, note, tmp_path, workload):
     for other in ("versioned_hdf5", "floor"):
         ratios = lean / np.asarray(times[other])
         note(
-            f"{label}: lean_floor / {other} median {np.median(ratios):.2f}x (rounds {' '.join(f'{r:.2f}' for r in ratios)})"
+            f"{label}: lean_floor / {other} median {np.median(ratios):.2f}x "
+            f"(rounds {' '.join(f'{r:.2f}' for r in ratios)})"
         )
     floor_vh = np.asarray(times["floor"]) / np.asarray(times["versioned_hdf5"])
     note(f"{label}: floor / versioned_hdf5 median {np.median(floor_vh):.2f}x")
@@ -74,7 +75,8 @@ def test_one_point_commit_bounds(benchmark, note, tmp_path):
     for impl in ("lean_floor", "floor", "xarray_vhdf5"):
         ratios = np.asarray(times[impl]) / vh
         note(
-            f"{label}: {impl} / versioned_hdf5 median {np.median(ratios):.2f}x (rounds {' '.join(f'{r:.2f}' for r in ratios)})"
+            f"{label}: {impl} / versioned_hdf5 median {np.median(ratios):.2f}x "
+            f"(rounds {' '.join(f'{r:.2f}' for r in ratios)})"
         )
     ours_lean = np.asarray(times["xarray_vhdf5"]) / np.asarray(times["lean_floor"])
     note(f"{label}: xarray_vhdf5 / lean_floor median {np.median(ours_lean):.2f}x")

@@ -540,7 +540,7 @@ PACKAGES = ("xarray_vhdf5", "h5py", "xarray", "pandas", "numpy", "benchmarks")
 
 
 def _module_of(filename: str) -> str:
-    if filename.startswith("~") or filename.startswith("<"):
+    if filename.startswith(("~", "<")):
         return "<built-in>"
     for marker in ("site-packages/", "/lib/python3", "/work/main/"):
         if marker in filename:

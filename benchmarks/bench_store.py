@@ -55,7 +55,8 @@ processes=True, dashboard_address=":0")`` by ``to_netcdf(engine="h5netcdf")``
 gives a new array; xarray takes dask.distributed's lock), and through the
 store's forks when the package has them: ``fork = store.fork()``,
 ``ds.to_zarr(fork, mode="w")`` on the workers (zarr's default zstd), then
-``store.merge(fork)`` and ``store.commit()`` on the client (the phases printed). Reported: wall time, the client process's
+``store.merge(fork)`` and ``store.commit()`` on the client (the phases
+printed). Reported: wall time, the client process's
 peak RSS above its RSS before the write (psutil, sampled every 5 ms in a
 thread), the workers' peak summed RSS, and the file's size. Three steps
 (first, middle, last) are checked against the same dask array computed locally.
@@ -196,12 +197,12 @@ def run_read(workdir: Path, rounds: int, profile: bool) -> pd.DataFrame:
     for kind, (compress, chunks) in variants.items():
         path = str(workdir / f"read-{len(table)}.h5")
         build_read_file(path, expected, compress, chunks)
-        for name, fn in READ_ROWS.items():
+        for fn in READ_ROWS.values():
             got = fn(path)
             xr.testing.assert_identical(got, _engine(path))
             np.testing.assert_array_equal(got["sst"].values, expected["sst"].values)
         load = os.getloadavg()[0]
-        medians = time_rows({name: (lambda fn=fn: fn(path)) for name, fn in READ_ROWS.items()}, rounds)
+        medians = time_rows({name: (lambda fn=fn, path=path: fn(path)) for name, fn in READ_ROWS.items()}, rounds)
         load = max(load, os.getloadavg()[0])
         base = medians["engine"]
         base_dask = medians["engine, chunks={}"]
@@ -242,7 +243,7 @@ def profile_store(path: str, rounds: int) -> str:
     chunks = [tuple(int(i) for i in ix) for ix in np.ndindex(*grid)]
     keys = ["sst/c/" + "/".join(map(str, ix)) for ix in chunks]
     store = VersionStore(path)
-    store.nodes  # opened before the timed gets
+    _ = store.nodes  # opened before the timed gets
     proto = default_buffer_prototype()
 
     async def serial():
@@ -254,7 +255,7 @@ def profile_store(path: str, rounds: int) -> str:
 
     def store_open():
         s = VersionStore(path)
-        s.nodes  # opens the file, builds the nodes and documents
+        _ = s.nodes  # opens the file, builds the nodes and documents
         s.close()
 
     def zarr_read():

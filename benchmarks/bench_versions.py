@@ -38,7 +38,7 @@ BETWEEN = np.datetime64("2020-01-01T00:08:20.500")
 EXACT = np.datetime64("2020-01-01T00:08:20")
 
 
-@pytest.fixture(scope="module", params=VERSIONED + ("h5py",))
+@pytest.fixture(scope="module", params=(*VERSIONED, "h5py"))
 def built(request, tmp_path_factory):
     path = str(tmp_path_factory.mktemp(request.param) / "many.h5")
     model = many_versions_file(request.param, path, N)
@@ -51,13 +51,13 @@ def _needs_versions(impl):
 
 
 def test_open_and_list(benchmark, built, record):
-    impl, path, model = built
+    impl, path, _model = built
     group = "open + list versions (1000)"
 
     def open_list():
         with h5py.File(path, "r") as f:
             if impl == "h5py":
-                return [n for n in f]
+                return list(f)
             return list(_versioned_file_class(impl)(f).versions)
 
     names = benchmark(open_list)
@@ -125,7 +125,7 @@ def test_one_point_from_each_version(benchmark, built, record):
 SIZES = {"1 chunk": (10, 10), "10000 chunks": (1000, 1000)}
 
 
-@pytest.fixture(scope="module", params=VERSIONED + ("h5py",))
+@pytest.fixture(scope="module", params=(*VERSIONED, "h5py"))
 def chunky(request, tmp_path_factory):
     """Datasets of (10, 10) chunks: 1 chunk and 10000 chunks, each chunk distinct."""
     impl = request.param

@@ -202,7 +202,7 @@ def test_delete_points(benchmark, points_file, tmp_path, impl, n):
     survivors = [f"v{i}" for i in range(100) if f"v{i}" not in doomed]
     with h5py.File(work, "r") as f:
         versions = f["_version_data/versions"]
-        assert sorted(versions) == sorted(survivors + ["__first_version__"])
+        assert sorted(versions) == sorted([*survivors, "__first_version__"])
         current = versions.attrs["current_version"]
         assert current == survivors[-1]
         sample = [current] + [str(v) for v in np.random.default_rng(7).choice(survivors, 5, replace=False)]
@@ -220,6 +220,6 @@ def test_delete_asv(benchmark, asv_files, tmp_path, impl, n):
     with h5py.File(work, "r") as f:
         versions = f["_version_data/versions"]
         survivors = [v for v in model if v not in doomed]
-        assert sorted(versions) == sorted(survivors + ["__first_version__", "init"])
+        assert sorted(versions) == sorted([*survivors, "__first_version__", "init"])
         for v in survivors:
             np.testing.assert_array_equal(versions[v]["values"][()], model[v], err_msg=v)

@@ -28,7 +28,8 @@ Run from the repository root with the development environment active (about 2 mi
     python benchmarks/peer_suite.py --sdist versioned_hdf5-2.6.0.tar.gz --keep /tmp/peer
 
 Exit status: 0 when every public test versioned-hdf5 passes also passes here or is listed
-as a deliberate difference, 1 otherwise, 2 when the sdist cannot be had (no network). ``tests/test_peer_suite_slow.py`` runs it.
+as a deliberate difference, 1 otherwise, 2 when the sdist cannot be had (no network).
+``tests/test_peer_suite_slow.py`` runs it.
 What it leaves out: versioned-hdf5's other test files (staging engine, hashing, wrappers'
 internals), which test its implementation rather than its API.
 """

@@ -22,7 +22,8 @@ Implementations (``IMPLEMENTATIONS``):
 
 Every workload returns the final array so the benchmark can check it against a
 numpy model (``expected_*``); with ``read=False`` it returns None (the memory
-measurement reads the final data after its measurement, ``read_final``). Shapes, chunks and counts are the ones of issues 4
+measurement reads the final data after its measurement, ``read_final``).
+Shapes, chunks and counts are the ones of issues 4
 and 6 and are documented in ``benchmarks/README.md``.
 """
 
@@ -151,9 +152,7 @@ class FormatFloor:
         c0 = self.chunks[0]
         self.raw.resize((self.n_rows * c0, *self.chunks[1:]))
         for row, chunk, _ in new:
-            self.raw[(slice(row * c0, row * c0 + chunk.shape[0]),) + tuple(slice(0, s) for s in chunk.shape[1:])] = (
-                chunk
-            )
+            self.raw[(slice(row * c0, row * c0 + chunk.shape[0]), *(slice(0, s) for s in chunk.shape[1:]))] = chunk
 
     def _append_hash_rows(self, new) -> None:
         self.hash_table.resize((self.n_rows,))
@@ -219,7 +218,7 @@ class LeanFloor(FormatFloor):
         for row, chunk, _ in new:
             if chunk.shape[1:] != self.chunks[1:]:  # whole rows: pad the trailing axes
                 padded = np.full((chunk.shape[0], *self.chunks[1:]), self.fill, dtype=self.dtype)
-                padded[(slice(None),) + tuple(slice(0, s) for s in chunk.shape[1:])] = chunk
+                padded[(slice(None), *(slice(0, s) for s in chunk.shape[1:]))] = chunk
                 chunk = padded
             write_rows(self.raw.id, row * c0, np.ascontiguousarray(chunk, dtype=self.dtype))
 

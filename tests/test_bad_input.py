@@ -345,7 +345,8 @@ def test_xarray_commit_keeps_longer_str_the_opened_encoding_would_cut(str_file):
 
 S = np.s_
 EMPTY_1D = [S[3:3], S[1:1:2], S[5:2], np.array([], int), [], S[2000:], S[-1:-1], S[..., 3:3]]
-EMPTY_2D = EMPTY_1D + [
+EMPTY_2D = [
+    *EMPTY_1D,
     S[:, 3:3],
     S[3:3, 1],
     S[1, 2:2],

@@ -48,7 +48,6 @@ def test_disjoint_edits_merge_and_record_the_merge_parent(tmp_path):
         with pytest.raises(NothingToCommitError, match="already merged"):
             vf.merge("qc")
         # the merge shares its chunks with both sides: chunks changed on one side only are not copied
-        raw = f["_version_data/x/raw_data"]
         # base 6, q1's chunks 0 and 4, m1's chunks 0 and 5, and the merge only its chunk 0 (the one
         # both sides changed); chunks 4 and 5 are mapped from q1 and m1, not written again
         assert f["_version_data/x/hash_table"].attrs["largest_index"] == 6 + 2 + 2 + 1

@@ -103,7 +103,7 @@ def test_region_auto_equals_the_explicit_slices(tmp_path):
 
 
 def test_a_transposed_variable_is_written_in_stored_order(stored):
-    path, base = stored
+    path, _base = stored
     part = _grid(seed=4).isel(time=slice(0, 2)).drop_vars("count").transpose("lon", "lat", "time")
     part.vhdf5.commit("v1", path=path, region="auto")
     np.testing.assert_array_equal(_current(path)["sst"].values[:2], part["sst"].transpose("time", "lat", "lon"))
@@ -148,7 +148,7 @@ def test_malformed_regions_are_refused_with_xarrays_messages(stored):
 
 
 def test_variables_outside_the_region_must_equal_the_stored_ones(stored):
-    path, base = stored
+    path, _base = stored
     part = _grid(seed=6).isel(time=slice(2, 4))  # lat and lon equal the stored ones: accepted, not written
     part.vhdf5.commit("v1", path=path, region="auto")
     moved = _grid(seed=6).isel(time=slice(2, 4)).assign_coords(lat=np.arange(NY) * 1.5 + 0.5)

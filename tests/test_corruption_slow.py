@@ -87,9 +87,9 @@ def read_everything(path) -> tuple[dict, list[tuple[tuple, BaseException]]]:
                             key = ("h5py", v, f"{group}/{name}".strip("/"))
                             try:
                                 values[key] = np.asarray(vf[v][key[2]][()])
-                            except Exception as exc:
+                            except Exception as exc:  # noqa: BLE001 every error a corrupt file raises is collected
                                 raised.append((key, exc))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 every error a corrupt file raises is collected
             raised.append((("h5py", "open"), exc))
         for v in VERSIONS:
             for group, names in GROUPS.items():
@@ -99,9 +99,9 @@ def read_everything(path) -> tuple[dict, list[tuple[tuple, BaseException]]]:
                             key = ("xarray", v, f"{group}/{name}".strip("/"))
                             try:
                                 values[key] = np.asarray(ds[name].values)
-                            except Exception as exc:
+                            except Exception as exc:  # noqa: BLE001 every error a corrupt file raises is collected
                                 raised.append((key, exc))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 every error a corrupt file raises is collected
                     raised.append((("xarray", v, group), exc))
     return values, raised
 
@@ -155,7 +155,7 @@ def repair_and_recheck(path, report: CheckReport, good: dict) -> str:
     failed = ""
     try:
         run_repair(str(path), report)
-    except Exception as exc:  # e.g. libhdf5 crashed the repairing process: each step left a valid file
+    except Exception as exc:  # noqa: BLE001 e.g. libhdf5 crashed the repairing process: each step left a valid file
         failed = f"failed ({type(exc).__name__}), "
     kept = [v for v in VERSIONS if v not in report.damaged_versions]
     result, _ = read_isolated(path, {k: v for k, v in good.items() if k[1] in kept})

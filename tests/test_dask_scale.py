@@ -286,7 +286,7 @@ def _commit_in_subprocess(tmp_path, shape) -> tuple[int, int, float]:
 
 @pytest.mark.parametrize("shape", [(375, 1000, 1000)], ids=["1.5GB"])
 def test_streamed_commit_memory_is_bounded(tmp_path, shape):
-    nbytes, growth, seconds = _commit_in_subprocess(tmp_path, shape)
+    nbytes, growth, _seconds = _commit_in_subprocess(tmp_path, shape)
     assert nbytes == 1_500_000_000
     # peak RSS growth over the process's RSS before the commit (VmHWM - VmRSS)
     assert growth < 300 * 1024 * 1024, f"peak RSS grew {growth / 2**20:.0f} MiB committing {nbytes / 1e9:.1f} GB"

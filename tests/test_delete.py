@@ -177,7 +177,7 @@ def snapshot(path, lib: str | None = None) -> dict:
             if v == FIRST:
                 continue
             names = []
-            versions[v].visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+            versions[v].visititems(lambda n, o, names=names: names.append(n) if isinstance(o, h5py.Dataset) else None)
             group = vf[v] if vf else versions[v]
             data[v] = {n: as_bytes(group[n][()]) for n in names}
             prevs[v] = versions[v].attrs["prev_version"]
@@ -497,7 +497,7 @@ def crash_child(path, doomed, stage=None, half_swap=None) -> int:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.parametrize("crash", STAGES + ["replace_members", "move_in"])
+@pytest.mark.parametrize("crash", [*STAGES, "replace_members", "move_in"])
 def test_crash_leaves_a_readable_file(tmp_path, crash):
     """Killed after any flush, every version reads its data; after a crash inside a link
     swap the next call puts the missing link back. Either way the next call finishes."""

@@ -60,7 +60,7 @@ def test_round_trip_identical(committed):
 
 
 def test_version_selection_by_index_and_time(committed):
-    path, ds, ds2 = committed
+    path, ds, _ds2 = committed
     with xr.open_dataset(path, engine="vhdf5", version=-1) as got:
         xr.testing.assert_identical(got, ds)
     with h5py.File(path) as f:
@@ -70,7 +70,7 @@ def test_version_selection_by_index_and_time(committed):
 
 
 def test_cf_decoding_options(committed):
-    path, ds, _ = committed
+    path, _ds, _ = committed
     with xr.open_dataset(path, engine="vhdf5", version="v1", decode_times=False, mask_and_scale=False) as raw:
         assert raw["time"].dtype == np.float64
         assert raw["time"].attrs["units"] == "hours since 2000-01-01"

@@ -215,7 +215,7 @@ def _power_cut_sweep(
     io.after_call = None
     f.close()
     damaged = 0
-    for k, images in enumerate(cuts):
+    for _k, images in enumerate(cuts):
         image = images[os.path.abspath(p)]
         if image is None:
             continue
@@ -224,7 +224,7 @@ def _power_cut_sweep(
             continue
         try:
             _check(image, before, new, new_x, kind)
-        except Exception:
+        except Exception:  # noqa: BLE001 any failure to read the cut image counts as damage
             damaged += 1
     return len(cuts), damaged
 

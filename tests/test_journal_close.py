@@ -30,7 +30,7 @@ def test_a_kill_at_any_write_of_a_commit_and_its_close_loses_nothing(tmp_path):
         p = tmp_path / f"k{n}.h5"
         shutil.copyfile(base, p)
 
-        def work():
+        def work(n=n, p=p):
             io = KillAtIO(n)
             f = open_file(p, io=io)
             io.arm()

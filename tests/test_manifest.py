@@ -82,13 +82,13 @@ def write_history(lib, path) -> None:
         with vf.stage_version("v2") as g:  # an edit; grow axis 0, shrink the last axis
             for name, (data, _, _) in sp.items():
                 d = g[name]
-                shape = d.shape[:-1] + (d.shape[-1] - 2,) if d.ndim > 1 else d.shape
-                d.resize((shape[0] + 5,) + shape[1:])
+                shape = (*d.shape[:-1], d.shape[-1] - 2) if d.ndim > 1 else d.shape
+                d.resize((shape[0] + 5, *shape[1:]))
                 d[(0,) * d.ndim] = data.flat[1]
         with vf.stage_version("v3") as g:  # shrink axis 0 to a partial edge chunk; one chunk back to fill
             for name, (_, chunks, _) in sp.items():
                 d = g[name]
-                d.resize((d.shape[0] - 8,) + d.shape[1:])
+                d.resize((d.shape[0] - 8, *d.shape[1:]))
                 d[tuple(slice(0, c) for c in chunks)] = d.fillvalue
         with vf.stage_version("v4") as g:  # grow every axis: the new points read as fill value
             for name in sp:

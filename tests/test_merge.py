@@ -403,7 +403,7 @@ def _commit(vf, name, edit, prev="v1", rebase=False):
 
 
 def test_stage_version_rebase_merges_disjoint_chunks(vfile):
-    f, vf = vfile
+    _f, vf = vfile
     _commit(vf, "v2", lambda g: g["x"].__setitem__(slice(0, 5), -1.0))
     _commit(vf, "v3", lambda g: g["x"].__setitem__(slice(15, 20), -2.0), rebase=True)
     assert vf.version_info("v3").prev_version == "v2"
@@ -416,7 +416,7 @@ def test_stage_version_rebase_merges_disjoint_chunks(vfile):
 
 
 def test_stage_version_rebase_conflict_commits_nothing(vfile):
-    f, vf = vfile
+    _f, vf = vfile
     _commit(vf, "v2", lambda g: g["y"].__setitem__((slice(None), 1), [10.0, 11.0, 12.0]))
 
     def ours(g):
@@ -435,7 +435,7 @@ def test_stage_version_rebase_conflict_commits_nothing(vfile):
 
 
 def test_stage_version_rebase_nan_and_same_values(vfile):
-    f, vf = vfile
+    _f, vf = vfile
     _commit(vf, "v2", lambda g: g["x"].__setitem__(slice(2, 4), [np.nan, 7.0]))
 
     def ours(g):
@@ -449,7 +449,7 @@ def test_stage_version_rebase_nan_and_same_values(vfile):
 
 
 def test_stage_version_rebase_append_on_one_side(vfile):
-    f, vf = vfile
+    _f, vf = vfile
 
     def append(g):
         n = g["x"].shape[0]
@@ -469,7 +469,7 @@ def test_stage_version_rebase_append_on_one_side(vfile):
 
 
 def test_stage_version_rebase_shrink_against_edit(vfile):
-    f, vf = vfile
+    _f, vf = vfile
     _commit(vf, "v2", lambda g: g["x"].__setitem__(17, -1.0))
     with pytest.raises(ConflictError) as info:
         _commit(vf, "v3", lambda g: g["x"].resize((15,)), rebase=True)
@@ -479,7 +479,7 @@ def test_stage_version_rebase_shrink_against_edit(vfile):
 
 
 def test_stage_version_rebase_attrs_and_datasets(vfile):
-    f, vf = vfile
+    _f, vf = vfile
 
     def theirs(g):
         g["x"].attrs["units"] = "km"
@@ -519,7 +519,7 @@ def test_stage_version_rebase_attrs_and_datasets(vfile):
 
 
 def test_stage_version_rebase_without_other_commit(vfile):
-    f, vf = vfile
+    _f, vf = vfile
     _commit(vf, "v2", lambda g: g["x"].__setitem__(0, 1.0), prev=None, rebase=True)
     assert vf.last_rebase is None and vf.version_info("v2").prev_version == "v1"
 

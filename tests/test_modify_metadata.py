@@ -92,7 +92,7 @@ def snapshot(path, lib: str | None = None) -> dict:
             if v == FIRST:
                 continue
             names = []
-            versions[v].visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+            versions[v].visititems(lambda n, o, names=names: names.append(n) if isinstance(o, h5py.Dataset) else None)
             group = vf[v] if vf else versions[v]
             for n in names:
                 out[v, n] = as_bytes(group[n][()])
@@ -320,7 +320,7 @@ def crash_child(path, name, kwargs, stage=None, half_swap=False) -> int:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.parametrize("crash", STAGES + ["half-swap"])
+@pytest.mark.parametrize("crash", [*STAGES, "half-swap"])
 def test_crash_leaves_a_readable_file(tmp_path, crash):
     """Killed after any flush, every version reads; running the same call again finishes."""
     path, ref = tmp_path / "crash.h5", tmp_path / "ref.h5"

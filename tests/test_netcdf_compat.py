@@ -159,7 +159,7 @@ def test_scale_layout(two_versions):
 
 
 def test_engine_hides_the_bookkeeping(two_versions):
-    path, ds, _ = two_versions
+    path, _ds, _ = two_versions
     ours = _via_engine(path, "v1")
     assert "station" not in ours.variables and SCALAR_DIM not in ours.dims
     for var in ours.variables.values():
@@ -183,7 +183,7 @@ def test_a_coordinate_added_later_to_a_bare_dimension(tmp_path):
 
 def test_versioned_hdf5_reads_and_stages_on_top(two_versions):
     vh = pytest.importorskip("versioned_hdf5")
-    path, ds, ds2 = two_versions
+    path, _ds, ds2 = two_versions
     with h5py.File(path, "a") as f:
         vf = vh.VersionedHDF5File(f)
         assert vf["v2"]["station"].shape == (5,)
@@ -204,7 +204,7 @@ def test_versioned_hdf5_reads_and_stages_on_top(two_versions):
 
 
 def test_our_staging_on_top_drops_stale_references_then_rebuilds(two_versions):
-    path, ds, ds2 = two_versions
+    path, _ds, ds2 = two_versions
     with h5py.File(path, "a") as f:
         vf = xv.VersionedHDF5File(f)
         with vf.stage_version("v3") as g:
@@ -215,7 +215,7 @@ def test_our_staging_on_top_drops_stale_references_then_rebuilds(two_versions):
             assert "DIMENSION_LIST" not in obj.attrs and "REFERENCE_LIST" not in obj.attrs
         assert v3["lat"].attrs["CLASS"] == b"DIMENSION_SCALE"
         # v2 is untouched
-        assert [f[r[0]].name for r in f[f"{VERSIONS}/v2/sst"].attrs["DIMENSION_LIST"]][0] == f"{VERSIONS}/v2/time"
+        assert next(f[r[0]].name for r in f[f"{VERSIONS}/v2/sst"].attrs["DIMENSION_LIST"]) == f"{VERSIONS}/v2/time"
         assert attach_dimension_scales(v3) == 5
     expected = ds2.copy(deep=True)
     expected["counts"][1] = 77

@@ -365,7 +365,7 @@ def test_merged_mappings_break_versioned_hdf5_not_us(tmp_path):
             try:
                 LIBS[lib].delete_versions(f, ["v1"])
                 deleted_right = np.array_equal(LIBS[lib].VersionedHDF5File(f)["v2"]["x"][()], points)
-            except Exception:  # versioned-hdf5: TypeError("Can't broadcast (10, 10) -> (0, 10)")
+            except Exception:  # noqa: BLE001 versioned-hdf5: TypeError("Can't broadcast (10, 10) -> (0, 10)")
                 deleted_right = False
         results[lib] = (staged_right, deleted_right)
     assert results == {"xarray_vhdf5": (True, True), "versioned_hdf5": (False, False)}

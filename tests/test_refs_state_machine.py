@@ -212,7 +212,7 @@ class RefsMachine(RuleBasedStateMachine):
             parents = self.parents[name]
             if parents:
                 rest = [p for p in parents[1:] if p not in gone]  # a merge parent is not re-linked
-                self.parents[name] = [surviving(parents[0])] + rest
+                self.parents[name] = [surviving(parents[0]), *rest]
         for name in doomed:
             del self.data[name], self.parents[name]
 

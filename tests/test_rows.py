@@ -54,7 +54,7 @@ def test_kernel_and_reference_write_and_read_the_same_points(f, case):
     dtype, shape = CASES[case]
     full = (shape[0] * 3, *shape[1:])
     data = _data(dtype, shape, 1)
-    part = data[:2, ...][(slice(None),) + tuple(slice(0, max(1, n - 1)) for n in shape[1:])].copy()
+    part = data[:2, ...][(slice(None), *(slice(0, max(1, n - 1)) for n in shape[1:]))].copy()
     stored = {}
     for path in ("cython", "python"):
         ds = f.create_dataset(path + case, shape=full, dtype=dtype, chunks=True, maxshape=(None, *shape[1:]))
@@ -67,7 +67,7 @@ def test_kernel_and_reference_write_and_read_the_same_points(f, case):
     np.testing.assert_array_equal(stored["cython"], stored["python"])
     expected = np.zeros(full, dtype=dtype)
     expected[1 : 1 + shape[0]] = data
-    expected[(slice(shape[0] + 3, shape[0] + 5),) + tuple(slice(0, s) for s in part.shape[1:])] = part
+    expected[(slice(shape[0] + 3, shape[0] + 5), *(slice(0, s) for s in part.shape[1:]))] = part
     np.testing.assert_array_equal(stored["cython"], expected)
 
 

@@ -161,7 +161,7 @@ def _keys(shape: tuple, dtype: np.dtype) -> list:
 def _read(ds, key):
     try:
         return _value(ds[key])
-    except Exception as exc:  # the error h5py raises is part of the parity
+    except Exception as exc:  # noqa: BLE001 the error h5py raises is part of the parity
         return ("raises", type(exc).__name__)
 
 
@@ -439,7 +439,7 @@ def test_a_reader_resolving_in_a_loop_does_not_starve_a_writer(tmp_path):
                         assert vf[name]["x"][i] == 1000.0 + i
                         seen.add(name)
                 assert vf["v1"]["x"][1] == -1.0
-            except Exception as exc:  # reported below
+            except Exception as exc:  # noqa: BLE001 reported below
                 errors.append(exc)
                 return
 

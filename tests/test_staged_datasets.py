@@ -576,7 +576,7 @@ def test_a_dataset_first_opened_after_another_handle_rewrote_it_is_refused(base,
     """Staged on v2 through a fresh handle, ``x`` not yet accessed; another handle deletes v2
     itself (the stage's id of v2's group outlives the unlink) or rebuilds v2's datasets: the
     first access raises instead of reading the old mappings over moved rows."""
-    path, data = base
+    path, _data = base
     with h5py.File(path, "r+") as f:
         with VersionedHDF5File(f).stage_version("v2") as g:
             g["x"][0:10, :] = -1.0  # a chunk of v2 only
@@ -731,7 +731,7 @@ def test_assigning_other_datasets_copies_data_and_attributes(base, tmp_path):
 
 
 def test_an_assigned_earlier_dataset_whose_version_is_deleted_meanwhile_is_refused(base):
-    path, data = base
+    path, _data = base
     with h5py.File(path, "a") as f:
         vf = VersionedHDF5File(f)
         with vf.stage_version("v2") as g:

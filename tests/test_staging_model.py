@@ -117,7 +117,7 @@ def check_invariants(arr: StagedChangesArray, ref: np.ndarray) -> None:
         seen[chunk] = True
         virtual = chunk_slices(chunk, arr.shape, arr.chunk_size)
         ext = [s.stop - s.start for s in virtual]
-        in_slab = (slice(off, off + ext[0]),) + tuple(slice(0, e) for e in ext[1:]) if ext else ()
+        in_slab = (slice(off, off + ext[0]), *(slice(0, e) for e in ext[1:])) if ext else ()
         block = slabs[slab][in_slab]
         np.testing.assert_array_equal(np.asarray(block, dtype=arr.dtype), ref[virtual])
     for chunk in zip(*np.nonzero(~seen)) if grid else ([()] if not seen[()] else []):

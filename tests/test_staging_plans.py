@@ -32,6 +32,7 @@ from xarray_vhdf5.staging import (
 )
 from xarray_vhdf5.testing.layouts import raw_data_layout, write_raw_data
 
+# The plan's repr is one long line by design (the first line below).
 SEED_PLAN = """\
 SetItemPlan<value_shape=(3, 3), value_view=[:, :], append 2 empty slabs, 7 slice transfers among 3 slab pairs, drop 0 slabs>
   slabs.append(np.empty((6, 2)))  # slabs[2]
@@ -55,7 +56,7 @@ slab_offsets:
 [[ 0  2  4  6]
  [ 8  0  0 14]
  [16  2  4 22]
- [24 26 28 30]]"""
+ [24 26 28 30]]"""  # noqa: E501
 
 
 def seed_array(base=None) -> tuple[StagedChangesArray, np.ndarray]:
@@ -537,7 +538,10 @@ def test_over_dataset_behaves_as_the_constructor(tmp_path):
 
 @pytest.mark.skipif(
     get_kernel_backend() != "cython",
-    reason="the bound is the compiled kernels'; the reference kernels read through h5py, which allocates the selection again",
+    reason=(
+        "the bound is the compiled kernels'; the reference kernels read through h5py, "
+        "which allocates the selection again"
+    ),
 )
 def test_staging_one_chunk_of_a_large_base_allocates_one_chunk(tmp_path):
     """A 400 MB HDF5 base of 8 MB chunks: editing one point allocates ~one chunk."""

@@ -255,7 +255,7 @@ class TestVersionStoreKit(StoreTests[VersionStore, Buffer]):
     def test_get_many(self, store) -> None:
         keys = sorted(expected_keys(store.path, self.VERSION))
         got = sync(_collect_aiterator(store._get_many((k, PROTO, None) for k in keys)))
-        got = dict((k, _bytes(b)) for k, b in got)
+        got = {k: _bytes(b) for k, b in got}
         assert sorted(got) == keys
         for key in keys:
             if "/c/" in key:

@@ -51,7 +51,7 @@ def days(n: int, start: int = 0, seed: int = 0) -> xr.Dataset:
         attrs={"title": "days"},
     )
     for name in ("sst", "count"):
-        ds[name].encoding["chunks"] = (2,) + ds[name].shape[1:]
+        ds[name].encoding["chunks"] = (2, *ds[name].shape[1:])
     return ds
 
 

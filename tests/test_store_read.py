@@ -136,7 +136,7 @@ def test_noaa_versions_read_as_the_engine(noaa_dir, tmp_path, name):
     with xr.open_dataset(source, decode_times=False) as src:
         src = src.load()
     path = tmp_path / "noaa.h5"
-    first = list(src.data_vars)[0]
+    first = next(iter(src.data_vars))
     if "TIME" in src.dims:
         src.isel(TIME=slice(0, 6)).vhdf5.commit("v1", path=path)
         # staged append (commit(append_dim=) decodes the stored times: year zero fails there)

@@ -51,7 +51,7 @@ def test_to_zarr_commit_round_trips(tmp_path_factory, drawn, extra):
     first = next(iter(ds.data_vars))
     dim = ds[first].dims[0]
     more = ds[[v for v in ds.data_vars if dim in ds[v].dims]].isel({dim: slice(0, extra)})
-    more = more.drop_vars([c for c in more.coords])
+    more = more.drop_vars(list(more.coords))
     more.to_zarr(store, mode="a", append_dim=dim)
     store.commit("v2")
     more.to_zarr(oracle_store, mode="a", append_dim=dim, consolidated=False)

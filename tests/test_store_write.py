@@ -59,7 +59,7 @@ def small(n_days: int = 6, start: int = 0, seed: int = 0) -> xr.Dataset:
     )
     ds["count"].encoding["_FillValue"] = np.int16(-1)
     for name in ("sst", "count"):
-        ds[name].encoding["chunks"] = (2,) + ds[name].shape[1:]
+        ds[name].encoding["chunks"] = (2, *ds[name].shape[1:])
     return ds
 
 
@@ -137,7 +137,7 @@ def test_coads_monthly_appends_along_TIME(tmp_path):
     for name in ds.variables:
         ds[name].encoding = {k: v for k, v in ds[name].encoding.items() if k in ("dtype", "_FillValue")}
         if ds[name].dims[:1] == ("TIME",):
-            ds[name].encoding["chunks"] = (2,) + ds[name].shape[1:]
+            ds[name].encoding["chunks"] = (2, *ds[name].shape[1:])
     path = tmp_path / "coads_daily.h5"
     memory = zarr.storage.MemoryStore()
     store = writable(path)

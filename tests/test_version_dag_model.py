@@ -878,7 +878,7 @@ def test_a_plain_h5py_reader_of_an_interrupted_commit_gets_corrupt_file_error(tm
         p = tmp_path / f"k{n}.h5"
         shutil.copyfile(base, p)
 
-        def work():
+        def work(n=n, p=p):
             io = KillAtIO(n)
             f = open_file(p, io=io)
             vf = VersionedHDF5File(f)

@@ -389,7 +389,9 @@ def test_unknown_version_message_is_bounded(path):
         for i in range(15):
             with vf.stage_version(f"v{i:02d}", timestamp=ts(i)):
                 pass
-        message = str(pytest.raises(VersionNotFoundError, vf.__getitem__, "nope").value)
+        with pytest.raises(VersionNotFoundError) as info:
+            vf["nope"]
+        message = str(info.value)
         assert "last 10 of 15" in message and "'v14'" in message and "'v04'" not in message
 
 

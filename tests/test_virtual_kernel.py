@@ -66,7 +66,7 @@ def test_compiled_equals_reference(tmp_path_factory, shape, chunk_seed):
         expected = np.zeros(shape)
         for index, start, stop in rows:
             region = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunks, shape))
-            src = (slice(start, stop),) + tuple(slice(0, r.stop - r.start) for r in region[1:])
+            src = (slice(start, stop), *(slice(0, r.stop - r.start) for r in region[1:]))
             expected[region] = data[src]
         np.testing.assert_array_equal(f["by_hand"][()], expected)
         # The whole creation (kernel: template copy, spaces, mappings, H5Dcreate2 in one call).

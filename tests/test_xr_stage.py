@@ -119,7 +119,7 @@ def test_edit_commit_reopen(coads, edit):
 
 
 def test_untouched_chunks_are_not_rewritten(coads):
-    src, path = coads
+    _src, path = coads
     with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
         staged = ds.vhdf5.stage()
         staged["SST"][5, 40:50, 60:70] += 0.5  # one chunk of (1, 90, 180)
@@ -320,7 +320,7 @@ def test_stage_a_group(coads):
 def test_failed_commit_keeps_the_file_and_the_edits(coads):
     from xarray_vhdf5.errors import VersionExistsError
 
-    src, path = coads
+    _src, path = coads
     before = _raw(path, "v1")
     with xr.open_dataset(path, engine="vhdf5", decode_times=False) as ds:
         staged = ds.vhdf5.stage()

@@ -285,7 +285,7 @@ def _write_slab(
     elif fillvalue is not None:
         slab[...] = fillvalue
     for k, (_, chunk) in enumerate(queue):
-        region = (slice(k * c0, k * c0 + chunk.shape[0]),) + tuple(slice(0, s) for s in chunk.shape[1:])
+        region = (slice(k * c0, k * c0 + chunk.shape[0]), *(slice(0, s) for s in chunk.shape[1:]))
         slab[region] = chunk
     _write_rows(raw_data, first, slab)
 
@@ -299,6 +299,6 @@ def _write_rows(raw_data: h5py.Dataset, first: int, data: np.ndarray) -> None:
     assignment, which converts.
     """
     if data.dtype != raw_data.dtype or data.dtype.kind not in "biufc":
-        raw_data[(slice(first, first + data.shape[0]),) + tuple(slice(0, s) for s in data.shape[1:])] = data
+        raw_data[(slice(first, first + data.shape[0]), *(slice(0, s) for s in data.shape[1:]))] = data
         return
     write_rows(raw_data.id, first, data)

@@ -98,7 +98,7 @@ def _send_check(conn, path: str, rehash: bool, skip: tuple[str, ...]) -> None:
             progress=lambda done, total: conn.send(("progress", done, total)),
             trace=lambda where: conn.send(("trace", where)),
         )
-    except BaseException as exc:  # sent to the parent, which raises it again
+    except BaseException as exc:  # noqa: BLE001 sent to the parent, which raises it again
         conn.send(_error_message(exc))
     else:
         conn.send(("done", report))
@@ -193,7 +193,7 @@ def run_check(path: str, rehash: bool, progress: Callable[[int, int], None] | No
     while True:
         last: list[str] = []
 
-        def on_message(message: tuple) -> None:
+        def on_message(message: tuple, last: list[str] = last) -> None:
             if message[0] == "trace":
                 last[:] = [message[1]]
             elif message[0] == "progress" and progress is not None:
@@ -224,7 +224,7 @@ def _send_repair(conn, path: str, report) -> None:
 
     try:
         done = _repair_path(path, report)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 sent to the parent, which raises it again
         conn.send(_error_message(exc))
     else:
         conn.send(("done", done))

@@ -97,7 +97,10 @@ def qc_target(ds: xr.Dataset, record_dim: str) -> QCTarget | None:
 
 
 def qc_correction(ds: xr.Dataset, record_dim: str, target: QCTarget | None = None) -> tuple[xr.Dataset, str]:
-    """A QC correction: +0.5 (one grid step of an integer-stored variable, if coarser) on a 10x10 patch (the last two axes besides ``record_dim``) of :func:`qc_target`.
+    """A QC correction: +0.5 on a 10x10 patch of :func:`qc_target`.
+
+    +0.5, or one grid step of an integer-stored variable if that is coarser; the patch spans
+    the last two axes besides ``record_dim``.
 
     The patch starts at the first valid (non-missing) point of the last step that has
     one, so the correction changes data. Returns the corrected Dataset and a description.

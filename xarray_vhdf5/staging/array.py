@@ -473,8 +473,8 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         IndexError, ValueError
             Where numpy raises them (bad index; value that cannot be
             broadcast to the selection).
-        xarray_vhdf5.errors.ValueOverflowError, xarray_vhdf5.errors.ValueTypeError, xarray_vhdf5.errors.ValueCastError, xarray_vhdf5.errors.StringTooLongError
-            A value the dtype cannot hold (numpy's ``OverflowError`` /
+        ValueOverflowError, ValueTypeError, ValueCastError, StringTooLongError
+            (from :mod:`xarray_vhdf5.errors`) A value the dtype cannot hold (numpy's ``OverflowError`` /
             ``TypeError`` / ``ValueError`` for such a scalar; also for arrays
             of another dtype, which numpy casts silently):
             :func:`~xarray_vhdf5.staging.casting.cast_for_storage`. Nothing is
@@ -537,4 +537,4 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         """
         for c in plan if plan is not None else self._changes_plan():
             slab = self._source(c.slab)
-            yield c, readonly(np.asarray(slab[c.in_slab + (Ellipsis,)]))
+            yield c, readonly(np.asarray(slab[(*c.in_slab, Ellipsis)]))

@@ -223,7 +223,7 @@ def column_slabs(arr: np.ndarray, chunk_size: tuple[int, ...]) -> tuple[list[np.
         return [readonly(arr)], si, so
     rows = np.arange(grid[0], dtype=np.uint64) * np.uint64(chunk_size[0])
     for col, j in enumerate(np.ndindex(*grid[1:]), start=1):
-        view = arr[(slice(None),) + tuple(slice(k * c, (k + 1) * c) for k, c in zip(j, chunk_size[1:]))]
+        view = arr[(slice(None), *(slice(k * c, (k + 1) * c) for k, c in zip(j, chunk_size[1:])))]
         slabs.append(readonly(view))
         si[(slice(None), *j)] = col
         so[(slice(None), *j)] = rows

@@ -14,6 +14,7 @@ trimmed at the array's edges.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -158,7 +159,7 @@ def runs(values: np.ndarray) -> list[tuple[int, int, int]]:
         return []
     cut = np.flatnonzero(values[1:] != values[:-1]) + 1
     bounds = [0, *cut.tolist(), len(values)]
-    return [(int(values[a]), a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [(int(values[a]), a, b) for a, b in itertools.pairwise(bounds)]
 
 
 def full_mappers(shape: Sequence[int], chunk_size: Sequence[int]) -> list[IndexChunkMapper]:
@@ -217,7 +218,8 @@ class MutatingPlan:
         return []
 
     def __repr__(self) -> str:
-        fields = self._header_fields() + [
+        fields = [
+            *self._header_fields(),
             f"append {len(self.appends)} empty slabs",
             self.transfers.summary(),
             f"drop {len(self.drops)} slabs",

@@ -183,7 +183,7 @@ def plan_fast_commit(state: _Version, overlay) -> FastPlan | str:
         change = _ArrayChange(node, tuple(shape), endian=endian, codecs=list(codecs[1:]))
         try:
             change.decode = _decoder(change)
-        except Exception as error:  # a codec numcodecs does not build here: the xr path decodes through zarr
+        except Exception as error:  # noqa: BLE001 a codec numcodecs does not build here: the xr path decodes through zarr
             return f"array {key!r}: its codecs do not build in numcodecs ({error})"
         new_attrs, old_attrs = doc.get("attributes") or {}, base.get("attributes") or {}
         if _json_key(new_attrs) != _json_key(old_attrs):

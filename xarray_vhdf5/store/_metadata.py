@@ -236,7 +236,7 @@ def _array_node(
     if coalesce_bytes and codecs is None and not scalar and shape and dtype.kind != "O":
         per_chunk = int(np.prod(chunks)) * dtype.itemsize
         k = max(1, min(-(-shape[0] // chunks[0]), coalesce_bytes // max(per_chunk, 1)))
-        zarr_chunks = (chunks[0] * k,) + chunks[1:]
+        zarr_chunks = (chunks[0] * k, *chunks[1:])
     return ArrayNode(
         key=key,
         source=ds.name[len(ds.parent.versioned_root.name) :].strip("/"),

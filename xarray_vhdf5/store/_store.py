@@ -614,9 +614,9 @@ class VersionStore(ListingFromList, Store):
             k = node.chunks[0] // node.stored_chunks[0] if node.shape else 1
             if k > 1:
                 rows = -(-found.shape[0] // k) * k
-                padded = np.zeros((rows,) + found.shape[1:], bool)
+                padded = np.zeros((rows, *found.shape[1:]), bool)
                 padded[: found.shape[0]] = found
-                found = padded.reshape((rows // k, k) + found.shape[1:]).any(axis=1)
+                found = padded.reshape((rows // k, k, *found.shape[1:])).any(axis=1)
         state.mapped[node.key] = found
         return found
 

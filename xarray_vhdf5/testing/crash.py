@@ -444,7 +444,7 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
         # VersionedHDF5File(h5py.File(path, "r")) before anything rolled an interrupted commit back
         try:
             with h5py.File(path, "r") as f:
-                vf_class(f).versions
+                _ = vf_class(f).versions
             out["h5py_probe"] = "ok"
         except Exception as exc:  # noqa: BLE001
             out["h5py_probe"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -453,7 +453,7 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
         if callable(getattr(vf_class, "open", None)):
             try:
                 with vf_class.open(path) as reader:
-                    reader.versions
+                    _ = reader.versions
                 out["reader_opened"] = True
             except Exception as exc:  # noqa: BLE001
                 out["reader_opened"], out["reader_error"] = False, f"{type(exc).__name__}: {exc}"[:300]
@@ -655,7 +655,7 @@ def _run_one(runner: _Runner, ctx, pool_factory, n: int, rng: random.Random, wor
     xr_versions = []
     if runner.package == "xarray_vhdf5":
         names = sorted(model)
-        xr_versions = sorted(set(rng.sample(names, min(2, len(names))) + [runner.current]))
+        xr_versions = sorted({*rng.sample(names, min(2, len(names))), runner.current})
     result = _verify(pool_factory, runner, xr_versions, next_spec)
     # an interrupted commit's parent: in its start record, else the file says (prev_version), else the
     # version that was current (the kinds that open the file inside the operation record it later)

@@ -87,7 +87,7 @@ def raw_data_layout(
     raw = _garbage((n_rows * chunk_size[0], *chunk_size[1:]), data.dtype, rng)
     for j, (block, chunks) in enumerate(zip(blocks, owners)):
         row = int(order[j]) * chunk_size[0]
-        where = (slice(row, row + block.shape[0]),) + tuple(slice(0, n) for n in block.shape[1:])
+        where = (slice(row, row + block.shape[0]), *(slice(0, n) for n in block.shape[1:]))
         raw[where] = block
         for chunk in chunks:
             slab_indices[chunk] = 1

@@ -260,7 +260,7 @@ def in_forked_child(work: Callable[[], object]) -> int:
         try:
             work()
             code = 0
-        except BaseException:
+        except BaseException:  # noqa: BLE001 the child exits with a code whatever went wrong
             traceback.print_exc()
         finally:
             os._exit(code)

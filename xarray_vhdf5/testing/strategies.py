@@ -188,7 +188,7 @@ def indices(draw: st.DrawFn, shape: Sequence[int], *, arrays: bool = True) -> An
         lo = draw(st.integers(0, ndim))
         hi = draw(st.integers(lo, ndim))
         if all(isinstance(e, slice) and e == slice(None) for e in elems[lo:hi]) or lo == hi:
-            elems = elems[:lo] + [Ellipsis] + elems[hi:]
+            elems = [*elems[:lo], Ellipsis, *elems[hi:]]
     elif style == 2:
         # Drop trailing full slices.
         while elems and isinstance(elems[-1], slice) and elems[-1] == slice(None):

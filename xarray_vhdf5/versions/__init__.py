@@ -6,6 +6,7 @@ from .commit import CommitReport, commit_version
 from .delete import delete_version, delete_versions
 from .file import VersionedHDF5File
 from .metadata import modify_metadata
+from .rechunk import RechunkReport, rechunk
 from .refs import (
     create_branch,
     create_tag,
@@ -24,6 +25,7 @@ __all__ = [
     "CommitCaches",
     "CommitReport",
     "MergeReport",
+    "RechunkReport",
     "RepackReport",
     "VersionInfo",
     "VersionRegistry",
@@ -46,6 +48,7 @@ __all__ = [
     "merge",
     "modify_metadata",
     "parse_timestamp",
+    "rechunk",
     "repack",
     "reset_branch",
     "to_utc_datetime",

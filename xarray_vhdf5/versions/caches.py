@@ -13,7 +13,8 @@ up by the next handle to the same file, on one condition: the file still
 carries the random *commit token* written with them (by the first commit
 through them) on this package's bookkeeping group (``/__vhdf5__``, or where a
 file written before keeps it: :mod:`~xarray_vhdf5.versions.bookkeeping`;
-versioned-hdf5's objects are left as it writes them). A file replaced by another one at the same path (or reusing the inode)
+versioned-hdf5's objects are left as it writes them). A file replaced by another
+one at the same path (or reusing the inode)
 has another token, or none, and gets fresh caches.
 
 Every entry is still checked before use, as within one handle: hash tables

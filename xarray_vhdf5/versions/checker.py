@@ -281,7 +281,7 @@ class Checker:
                 self.report.reroot.append(breaker)
                 self.problem(
                     ERROR,
-                    f"prev_version chain loops: {' -> '.join(loop + [name])} "
+                    f"prev_version chain loops: {' -> '.join([*loop, name])} "
                     f"(repair makes {FIRST_VERSION} the parent of {breaker!r})",
                 )
         current = self.report.current_version

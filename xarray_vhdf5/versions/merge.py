@@ -433,7 +433,7 @@ def _changed_chunks(
 
 def _read(arr: Any, shape: tuple[int, ...] | None, lo: np.ndarray, hi: np.ndarray, dtype: np.dtype):
     """``(present, values)`` of the box ``[lo, hi)`` on one side (values where present)."""
-    local = tuple(int(h - l) for l, h in zip(lo, hi))
+    local = tuple(int(h - a) for a, h in zip(lo, hi))
     present = np.zeros(local, dtype=bool)
     values = np.zeros(local, dtype=dtype)
     if arr is None or shape is None:
@@ -441,9 +441,9 @@ def _read(arr: Any, shape: tuple[int, ...] | None, lo: np.ndarray, hi: np.ndarra
     top = np.minimum(hi, np.asarray(shape, dtype=np.int64))
     if np.any(top <= lo):
         return present, values
-    inner = tuple(slice(0, int(t - l)) for l, t in zip(lo, top))
+    inner = tuple(slice(0, int(t - a)) for a, t in zip(lo, top))
     present[inner] = True
-    values[inner] = np.asarray(arr[tuple(slice(int(l), int(t)) for l, t in zip(lo, top))], dtype=dtype)
+    values[inner] = np.asarray(arr[tuple(slice(int(a), int(t)) for a, t in zip(lo, top))], dtype=dtype)
     return present, values
 
 
@@ -619,11 +619,11 @@ def merge_points(
         top = np.minimum(hi, r)
         if np.any(top <= lo):
             continue
-        inner = tuple(slice(0, int(t - l)) for l, t in zip(lo, top))
+        inner = tuple(slice(0, int(t - a)) for a, t in zip(lo, top))
         if not (ch_o & ~agree)[inner].any():
             continue  # ours changed nothing theirs did not change alike: theirs' chunk stays mapped
         values = np.where(ch_o, v_o, v_t)[inner]
-        merged[tuple(slice(int(l), int(t)) for l, t in zip(lo, top))] = values
+        merged[tuple(slice(int(a), int(t)) for a, t in zip(lo, top))] = values
         wrote = True
     if shape_conflict is not None:
         found.extend(_outside(s_t, s_o))
@@ -635,7 +635,7 @@ def merge_points(
         top = np.minimum(hi, r)
         if np.any(top <= lo):
             continue
-        region = tuple(slice(int(l), int(t)) for l, t in zip(lo, top))
+        region = tuple(slice(int(a), int(t)) for a, t in zip(lo, top))
         merged[region] = np.asarray(ours[region], dtype=dtype)
         wrote = True
     if not wrote and merged_shape == s_t:

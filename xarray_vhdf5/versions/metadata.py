@@ -101,7 +101,8 @@ from ..backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..backend.raw_data import ChunkWriter, Filters, create_raw_data
 from ..backend.transfer import read_many_slices
 from ..backend.virtual import create_virtual_dataset
-from ..errors import DatasetNotFoundError, IncompatibleDataError
+from ..errors import DatasetNotFoundError, IncompatibleDataError, MemoryBudgetError
+from ..resplit import parse_bytes
 from .delete import (
     MAP_CACHE_BYTES,
     SCRATCH,
@@ -119,6 +120,7 @@ from .delete import (
     version_dataset,
 )
 from .locking import file_locks
+from .rechunk import RechunkReport, resplit_version
 from .mutation import _JOURNALED, _no_live_writer, disk_path, mutating
 
 __all__ = [
@@ -279,11 +281,15 @@ def _same_metadata(raw: h5py.Dataset, t: _Target) -> bool:
 class _Rewriter:
     """Builds the new chunks of every version, once per distinct content (see module doc)."""
 
-    def __init__(self, h5file: h5py.Group, target: _Target, writer: ChunkWriter):
+    def __init__(self, h5file: h5py.Group, target: _Target, writer: ChunkWriter, resplit: RechunkReport | None = None):
         self.f, self.t, self.writer = h5file, target, writer
         self.memo: dict[tuple, tuple[int, int] | None] = {}
         self.chunks_read = 0
         self._fill_cache: dict[str, Any] = {}
+        #: Budget, progress and report of the resplit of versions whose chunks change.
+        self.resplit = resplit if resplit is not None else RechunkReport("", (), target.chunks)
+        self.max_mem: int | str | None = None
+        self.progress = False
 
     def _source_fill(self, src: h5py.Dataset) -> tuple[Any, Any, bool]:
         """(old fill, old fill cast to the new dtype, replace points equal to the old fill).
@@ -322,6 +328,28 @@ class _Rewriter:
         flat, starts = read_chunk_map(vds, src_chunks, src.name)
         row_of[flat] = starts.astype(np.int64)
         same = src_chunks == t.chunks
+        if not same:  # each old chunk read once, within the budget (see .rechunk)
+            old_fill, fill_cast, replace = self._source_fill(src)
+            out = resplit_version(
+                src=src,
+                shape=shape,
+                src_chunks=src_chunks,
+                row_of=row_of,
+                chunks=t.chunks,
+                dtype=t.dtype,
+                fill_cast=fill_cast,
+                replace=(old_fill, t.given_fill) if replace else None,
+                memo=self.memo,
+                add=self.writer.add,
+                max_mem=self.max_mem,
+                counters=self.resplit.counters,
+                plans=self.resplit.plans,
+                progress=self.progress,
+                desc=f"rechunk {vds.name}",
+            )
+            self.chunks_read = self.resplit.counters.input_reads
+            flat = np.fromiter(sorted(out), np.int64, len(out))
+            return flat, np.array([out[i][0] for i in flat.tolist()], np.int64)
         out: dict[int, tuple[int, int]] = {}
         pending: list = []
         nbytes = math.prod(t.chunks) * max(t.dtype.itemsize, 8)
@@ -375,8 +403,10 @@ class _Rewriter:
             self.chunks_read += len(count)
         for k, (flat_new, index, region, _, key) in enumerate(pending):
             chunk = buf[
-                (slice(k * c0, k * c0 + region[0].stop - region[0].start),)
-                + tuple(slice(0, r.stop - r.start) for r in region[1:])
+                (
+                    slice(k * c0, k * c0 + region[0].stop - region[0].start),
+                    *(slice(0, r.stop - r.start) for r in region[1:]),
+                )
             ]
             if replace:
                 with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -409,6 +439,8 @@ def modify_metadata(
     shuffle=UNCHANGED,
     fletcher32=UNCHANGED,
     scaleoffset=UNCHANGED,
+    max_mem: int | str | None = None,
+    progress: bool = False,
 ) -> ModifyReport:
     """Change the chunks, dtype, fill value or filters of a dataset in every version.
 
@@ -431,6 +463,13 @@ def modify_metadata(
         ``h5py.string_dtype()`` (or ``object``) for variable-length strings.
     fillvalue : scalar, optional
         New fill value; points equal to the old one become it (versioned-hdf5 2.6).
+    max_mem : int or str, optional
+        When the chunks change: bytes the resplit of one version may hold at once
+        (``"512MB"``; default :data:`~xarray_vhdf5.versions.rechunk.DEFAULT_MAX_MEM`,
+        raised to the plan's minimum). Each stored chunk of a version is read once
+        (see :mod:`~xarray_vhdf5.versions.rechunk`).
+    progress : bool
+        Progress bars (tqdm) over each version's resplit.
 
     Returns
     -------
@@ -448,6 +487,9 @@ def modify_metadata(
         the wrong number of axes: "shape and chunk_size must have the same
         dimensionality..." (versioned-hdf5 2.6's messages); not positive; a fill value for variable-length
         strings. Raised before anything is written.
+    MemoryBudgetError
+        ``max_mem`` given, the chunks change, and it is below one old chunk plus one
+        new chunk. Raised before anything is written.
     ReadOnlyError
         The file is open read-only.
     TypeError
@@ -467,6 +509,23 @@ def modify_metadata(
     interrupted run's target. Any call first finishes the interrupted runs of other
     datasets. A run interrupted before B is rolled back by those.
     """
+    return run_modify_metadata(
+        f,
+        dataset_name,
+        chunks=chunks,
+        compression=compression,
+        compression_opts=compression_opts,
+        dtype=dtype,
+        fillvalue=fillvalue,
+        shuffle=shuffle,
+        fletcher32=fletcher32,
+        scaleoffset=scaleoffset,
+        resplit=(max_mem, progress, None),
+    )
+
+
+def run_modify_metadata(f, dataset_name: str, *, resplit: tuple, **target) -> ModifyReport:
+    """:func:`modify_metadata`, with ``resplit = (max_mem, progress, RechunkReport or None)``."""
     h5file, _ = _open(f, "modify_metadata")
     with mutating(h5file, moves=True, what="modify_metadata"):
         name = str(dataset_name).strip("/")
@@ -474,18 +533,7 @@ def modify_metadata(
             for other in _pending_datasets(h5file):
                 if other != name:
                     _finish(h5file, other, keep_mark=True)
-        return _modify_metadata(
-            h5file,
-            dataset_name,
-            chunks=chunks,
-            compression=compression,
-            compression_opts=compression_opts,
-            dtype=dtype,
-            fillvalue=fillvalue,
-            shuffle=shuffle,
-            fletcher32=fletcher32,
-            scaleoffset=scaleoffset,
-        )
+        return _modify_metadata(h5file, dataset_name, resplit=resplit, **target)
 
 
 def finish_interrupted(h5file) -> list[str]:
@@ -638,6 +686,7 @@ def _modify_metadata(
     fletcher32,
     scaleoffset,
     keep_mark: bool = False,
+    resplit: tuple = (None, False, None),
 ) -> ModifyReport:
     Scratch.recover(h5file)
     name = str(dataset_name).strip("/")
@@ -674,6 +723,7 @@ def _modify_metadata(
     t = _target(base, bool(leftovers), shapes, chunks, dtype, fillvalue, filters)
     for src in sources | {base.name}:
         _check_cast(h5file[src].dtype, t.dtype)
+    _check_budget(resplit[0], tuple(int(c) for c in base.attrs["chunks"]), t)
     before = int(group["hash_table"].attrs.get("largest_index", 0))
     if not leftovers and _same_metadata(group["raw_data"], t):
         if interrupted:  # rolled back (died before B, or in F): no __vhdf5_new_<k> left to mark
@@ -683,7 +733,7 @@ def _modify_metadata(
 
     if not leftovers and not interrupted and sources == {group["raw_data"].name} and _journaled(h5file):
         del base  # an open h5py object would keep the old raw_data's bytes allocated
-        return _modify_in_place(h5file, name, group, holders, t, before)
+        return _modify_in_place(h5file, name, group, holders, t, before, resplit)
 
     attachments = {v: plan for v in holders if (plan := _attachment_plan(versions[v]))}
     # A: new raw_data, its hash table, every version's data, virtual datasets onto it.
@@ -695,7 +745,8 @@ def _modify_metadata(
     table_slot = scratch.reserve(f"{group.name}/hash_table")
     writer = ChunkWriter(new_raw, HashTable.create(scratch.group.create_group("tables")))
     writer.max_queued_bytes = BATCH_BYTES
-    rewriter = _Rewriter(h5file, t, writer)
+    rewriter = _Rewriter(h5file, t, writer, resplit[2])
+    rewriter.max_mem, rewriter.progress = resplit[0], resplit[1]
     maps, budget, first = {}, MAP_CACHE_BYTES, {}
     for version in holders:
         vds = versions[version][name]
@@ -757,12 +808,34 @@ def _modify_metadata(
     return ModifyReport(name, holders, before, after, rewriter.chunks_read)
 
 
+def _check_budget(max_mem, old_chunks: tuple[int, ...], t: _Target) -> None:
+    """Refuse a ``max_mem`` below one old and one new chunk, before anything is written.
+
+    Raises
+    ------
+    MemoryBudgetError
+        The budget is below that minimum (the message says it).
+    """
+    if max_mem is None or old_chunks == t.chunks:
+        return
+    budget = parse_bytes(max_mem)
+    least = (math.prod(old_chunks) + math.prod(t.chunks)) * max(t.dtype.itemsize, 1)
+    if budget < least:
+        raise MemoryBudgetError(
+            f"max_mem {budget} B is below the minimum of this rechunk, {least} B: one chunk of "
+            f"{old_chunks} and one of {t.chunks} points of {t.dtype}",
+            least,
+        )
+
+
 def _journaled(h5file: h5py.Group) -> bool:
     """Whether ``h5file`` writes through a rollback journal (opened by ``open_file`` or the xarray layer)."""
     return _JOURNALED.get(h5file.id.fileno) is not None
 
 
-def _modify_in_place(h5file, name: str, group: h5py.Group, holders: list[str], t: _Target, before: int) -> ModifyReport:
+def _modify_in_place(
+    h5file, name: str, group: h5py.Group, holders: list[str], t: _Target, before: int, resplit: tuple
+) -> ModifyReport:
     """Rewrite dataset ``name`` into the bytes of its old raw_data: the file does not grow to twice its size.
 
     For a handle writing through the rollback journal only: the mutation is whole
@@ -793,7 +866,8 @@ def _modify_in_place(h5file, name: str, group: h5py.Group, holders: list[str], t
             new_raw = create_raw_data(group, t.dtype, t.chunks, t.fillvalue, t.filters)
             writer = ChunkWriter(new_raw, HashTable.create(group))
             writer.max_queued_bytes = BATCH_BYTES
-            rewriter = _SideRewriter(h5file, t, writer, side_raw)
+            rewriter = _SideRewriter(h5file, t, writer, side_raw, resplit[2])
+            rewriter.max_mem, rewriter.progress = resplit[0], resplit[1]
             scratch = Scratch(h5file)
             rebuilt = {}
             for version in holders:
@@ -832,8 +906,8 @@ def _modify_in_place(h5file, name: str, group: h5py.Group, holders: list[str], t
 class _SideRewriter(_Rewriter):
     """A :class:`_Rewriter` reading the old chunks from their copy in the side file."""
 
-    def __init__(self, h5file, target, writer, side_raw: h5py.Dataset):
-        super().__init__(h5file, target, writer)
+    def __init__(self, h5file, target, writer, side_raw: h5py.Dataset, resplit: RechunkReport | None = None):
+        super().__init__(h5file, target, writer, resplit)
         self.side_raw = side_raw
 
     def _source(self, vds: h5py.Dataset) -> h5py.Dataset:

@@ -307,7 +307,7 @@ def _end_after_failure(f: h5py.File, jf: JournaledFile | None) -> None:
         return
     try:
         f.flush()
-    except Exception:
+    except Exception:  # noqa: BLE001 any flush failure leaves the journal for the next opener
         if jf is not None:
             jf.stale = True  # cache and file disagree: leave the journal for the next opener
         return

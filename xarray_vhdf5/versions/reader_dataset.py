@@ -274,7 +274,8 @@ class SharedVersionDataset:
         return out
 
     def _outer_key(self, args: tuple) -> tuple:
-        """``args`` h5py accepted, as :meth:`ChunkManifest.read <xarray_vhdf5.backend.manifest.ChunkManifest.read>` takes it."""
+        """``args`` h5py accepted, in the form
+        :meth:`ChunkManifest.read <xarray_vhdf5.backend.manifest.ChunkManifest.read>` takes."""
         if any(a is Ellipsis for a in args):
             at = next(i for i, a in enumerate(args) if a is Ellipsis)
             args = args[:at] + (slice(None),) * (self.ndim - len(args) + 1) + args[at + 1 :]

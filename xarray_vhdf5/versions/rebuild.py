@@ -163,7 +163,7 @@ def _hash_mapped(raw: h5py.Dataset, keys: set[tuple], block_bytes: int = 32 * 2*
             hi = max(hi, ordered[j][1])
         block = raw[lo:hi]
         for start, stop, trailing in ordered[i : j + 1]:
-            region = (slice(start - lo, stop - lo),) + tuple(slice(0, e) for e in trailing)
+            region = (slice(start - lo, stop - lo), *(slice(0, e) for e in trailing))
             out[(start, stop, trailing)] = chunk_hash(block[region])
         i = j + 1
     return out
@@ -280,7 +280,8 @@ def chunk_diff(a: h5py.Dataset, b: h5py.Dataset) -> dict[ndindex.Tuple, tuple[np
     dict
         ``region -> (A's data, B's data)`` for each stored chunk region whose
         raw_data rows differ (every stored region when A and B map different
-        raw_data), or that only one version stores (the other side is None). ``region`` is an ``ndindex.Tuple`` of ``slice(start,
+        raw_data), or that only one version stores (the other side is None).
+        ``region`` is an ``ndindex.Tuple`` of ``slice(start,
         stop, 1)``, in points, trimmed at that version's shape; the data are
         numpy arrays of the region.
 

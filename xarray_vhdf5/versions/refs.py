@@ -394,7 +394,10 @@ class RefMethods:
         return tags(self._refs_file(False))
 
     def create_branch(self, name: str, at: str | None = None) -> str:
-        """Create branch ``name`` at ``at`` (default the current version); returns its version (:func:`create_branch`)."""
+        """Create branch ``name`` at ``at`` (default the current version); returns its version.
+
+        See :func:`create_branch`.
+        """
         return create_branch(self._refs_file(True), name, at)
 
     def create_tag(self, name: str, at: str | None = None) -> str:

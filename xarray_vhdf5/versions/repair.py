@@ -55,7 +55,7 @@ from .rebuild import placeholder_digest
 __all__ = ["RepairReport", "repair"]
 
 #: What a deletion that cannot run on a damaged file raises (then the groups are only unlinked).
-_DELETE_FAILURES = DAMAGE_ERRORS + (VHDF5Error, NotImplementedError)
+_DELETE_FAILURES = (*DAMAGE_ERRORS, VHDF5Error, NotImplementedError)
 
 
 @dataclass

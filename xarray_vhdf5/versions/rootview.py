@@ -299,7 +299,10 @@ def _needs_repair(gid, own: bytes, fid) -> bool:
 
 
 def _collect(gid, members: set, attached: list) -> bool:
-    """Add the datasets under ``gid`` to ``members``, those with attachments to ``attached``; True if a scale is broken."""
+    """Add the datasets under ``gid`` to ``members``, those with attachments to ``attached``.
+
+    Returns True if a scale is broken.
+    """
     for name in member_names(gid):
         oid = h5py.h5o.open(gid, name)
         if isinstance(oid, h5py.h5g.GroupID):
@@ -348,7 +351,7 @@ def repair_attachments(version_group: h5py.Group) -> int:
     own = version_group.name + "/"
     plans = []
     members = list(_datasets(version_group))
-    for rel, dset in members:
+    for _rel, dset in members:
         targets = _targets(f, dset)
         if targets is not None:
             plans.append((dset, targets))

@@ -119,7 +119,10 @@ class VersionDataset:
     @property
     @_reads_file
     def fillvalue(self):
-        """As h5py reports it: raw_data's, ``b""`` for variable-length strings (:func:`~xarray_vhdf5.backend.raw_data.reported_fillvalue`)."""
+        """As h5py reports it: raw_data's, ``b""`` for variable-length strings.
+
+        See :func:`~xarray_vhdf5.backend.raw_data.reported_fillvalue`.
+        """
         return reported_fillvalue(self.dtype, None if is_vlen_string_dtype(self.dtype) else self.raw_data.fillvalue)
 
     @property

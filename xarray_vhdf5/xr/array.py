@@ -161,7 +161,8 @@ class ManifestBackendArray(BackendArray):
 
     Notes
     -----
-    ``IndexingSupport.OUTER_1VECTOR``, as :class:`VersionedBackendArray`. A read takes the ``MOVE`` lock shared, checks the file's
+    ``IndexingSupport.OUTER_1VECTOR``, as :class:`VersionedBackendArray`. A read
+    takes the ``MOVE`` lock shared, checks the file's
     moves counter and reads bytes; when chunks have moved it releases the
     lock, resolves the version again and retries. A version deleted
     meanwhile raises :class:`~xarray_vhdf5.errors.VersionNotFoundError`. A

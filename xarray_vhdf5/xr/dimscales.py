@@ -129,7 +129,10 @@ def _as_bytes(value) -> bytes | None:
 
 
 def _is_scale_class(oid) -> bool:
-    """``CLASS == "DIMENSION_SCALE"`` (any string padding; see :func:`~xarray_vhdf5.backend.names.is_dimension_scale`)."""
+    """``CLASS == "DIMENSION_SCALE"``, with any string padding.
+
+    See :func:`~xarray_vhdf5.backend.names.is_dimension_scale`.
+    """
     return _as_bytes(_attr(oid, b"CLASS")) == b"DIMENSION_SCALE"
 
 

@@ -444,7 +444,10 @@ def _hashable(value):
 
 @functools.lru_cache(maxsize=256)
 def _same_time_units(a, b, calendar) -> bool:
-    """Whether CF time units ``a`` and ``b`` (str or bytes) decode the same times (cached: a daily commit asks the same)."""
+    """Whether CF time units ``a`` and ``b`` (str or bytes) decode the same times.
+
+    Cached: a daily commit asks the same question each time.
+    """
     a = a.decode() if isinstance(a, bytes) else a
     b = b.decode() if isinstance(b, bytes) else b
     if not (isinstance(a, str) and isinstance(b, str)) or " since " not in a or " since " not in b:

@@ -191,7 +191,7 @@ class StackedBackendArray(BackendArray):
                 picked = tuple(idx[m] for (idx, _), m in zip(axes[1:], inside))
                 if any(p.size == 0 for p in picked):
                     continue
-                target = (j,) + _outer([np.flatnonzero(m) for m in inside])
+                target = (j, *_outer([np.flatnonzero(m) for m in inside]))
                 if member.holder is None:
                     out[target] = np.asarray(member.decoded[picked].values, dtype=self.dtype)
                 else:
@@ -326,7 +326,7 @@ def _read_chunks_once(reads: list) -> list[np.ndarray | None]:
             else map(manifest.decoded_chunk, new.values())
         )
         cache.update(zip(new, decoded))
-        for where, ident, target, within in plan:
+        for _where, ident, target, within in plan:
             if ident is None:
                 values[target] = manifest.fillvalue
                 continue
@@ -528,7 +528,7 @@ def _stack(manager: SharedFile, opened_versions: list, decoders: dict) -> xr.Dat
         )
     sizes: dict[str, int] = {}
     for _, _, members, _, _ in opened_versions:
-        for raw, dec in members.values():
+        for _raw, dec in members.values():
             for d, s in zip(dec.dims, dec.shape):
                 sizes[d] = max(sizes.get(d, 0), s)
     variables: dict[str, xr.Variable] = {}
@@ -585,12 +585,12 @@ def _stacked_variable(
     if needs_padding:
         dtype, fill = missing_value(dtype)
     members = [None if p is None else _Member(*p, dtype) for p in per]
-    array = StackedBackendArray(var, manager, members, (len(per),) + padded, dtype, fill, decoders)
+    array = StackedBackendArray(var, manager, members, (len(per), *padded), dtype, fill, decoders)
     last = present[-1][1]
     encoding = dict(last.encoding)
     if "preferred_chunks" in encoding:
         encoding["preferred_chunks"] = {VERSION_DIM: len(per), **encoding["preferred_chunks"]}
-    return xr.Variable((VERSION_DIM,) + dims, indexing.LazilyIndexedArray(array), last.attrs, encoding)
+    return xr.Variable((VERSION_DIM, *dims), indexing.LazilyIndexedArray(array), last.attrs, encoding)
 
 
 def _chunk(ds: xr.Dataset, chunks) -> xr.Dataset:

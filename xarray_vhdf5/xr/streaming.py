@@ -126,7 +126,7 @@ class BufferPlan:
 
     def buffers(self) -> Iterator[tuple[slice, ...]]:
         """Every buffer's region, in C order of the buffer grid."""
-        spans = [list(zip(e[:-1], e[1:])) for e in self.edges]
+        spans = [list(itertools.pairwise(e)) for e in self.edges]
         for combo in itertools.product(*spans):
             yield tuple(slice(a, b) for a, b in combo)
 
@@ -155,7 +155,7 @@ def _axis_edges(in_sizes: Sequence[int], chunk: int, size: int) -> dict[str, tup
 def _span(edges: Sequence[int], in_edges: Sequence[int]) -> int:
     """Largest extent of whole input blocks a buffer between ``edges`` touches, in points."""
     worst = 0
-    for a, b in zip(edges[:-1], edges[1:]):
+    for a, b in itertools.pairwise(edges):
         lo = in_edges[bisect.bisect_right(in_edges, a) - 1]
         hi = in_edges[bisect.bisect_left(in_edges, b)]
         worst = max(worst, hi - lo)
@@ -165,7 +165,7 @@ def _span(edges: Sequence[int], in_edges: Sequence[int]) -> int:
 def _estimate(options, modes, shape, chunks, itemsize) -> tuple[int, int, int]:
     """(input bytes computed for one buffer, bytes of one buffer, kept bytes) of a plan."""
     chosen = [options[k][m] for k, m in enumerate(modes)]
-    widths = [max((b - a for a, b in zip(e[:-1], e[1:])), default=0) for e in chosen]
+    widths = [max((b - a for a, b in itertools.pairwise(e)), default=0) for e in chosen]
     spans = [_span(e, options[k]["keep"]) for k, e in enumerate(chosen)]
     chunk_bytes = math.prod(chunks) * itemsize
     kept = 0
@@ -241,14 +241,14 @@ def plan_buffers(
     for k in reversed(range(len(shape))):
         if total(modes) <= max_bytes:
             break
-        trial = modes[:k] + ["keep"] + modes[k + 1 :]
+        trial = [*modes[:k], "keep", *modes[k + 1 :]]
         if total(trial) < total(modes):
             modes = trial
     for k in range(len(shape)):
         if total(modes) <= max_bytes:
             break
         # Recomputing inputs only pays when it brings memory within budget or halves it.
-        trial = modes[:k] + ["reread"] + modes[k + 1 :]
+        trial = [*modes[:k], "reread", *modes[k + 1 :]]
         if total(trial) <= max_bytes or 2 * total(trial) < total(modes):
             modes = trial
     inputs, buffer_bytes, kept = _estimate(options, modes, shape, chunks, itemsize)
@@ -316,16 +316,16 @@ def _gather(blocks, origins, lo, hi) -> np.ndarray:
     """The points ``[lo, hi)`` of the array from the pieces that hold them (C-contiguous)."""
     found = []
     for block, origin in zip(blocks, origins):
-        a = tuple(max(l, o) for l, o in zip(lo, origin))
+        a = tuple(max(x, o) for x, o in zip(lo, origin))
         b = tuple(min(h, o + n) for h, o, n in zip(hi, origin, block.shape))
         if all(x < y for x, y in zip(a, b)):
             found.append((block, origin, a, b))
     if len(found) == 1:
         block, origin, a, b = found[0]
         return np.ascontiguousarray(block[tuple(slice(x - o, y - o) for x, y, o in zip(a, b, origin))])
-    out = np.empty(tuple(h - l for l, h in zip(lo, hi)), dtype=blocks[0].dtype)
+    out = np.empty(tuple(h - a for a, h in zip(lo, hi)), dtype=blocks[0].dtype)
     for block, origin, a, b in found:
-        out[tuple(slice(x - l, y - l) for x, y, l in zip(a, b, lo))] = block[
+        out[tuple(slice(x - s, y - s) for x, y, s in zip(a, b, lo))] = block[
             tuple(slice(x - o, y - o) for x, y, o in zip(a, b, origin))
         ]
     return out
