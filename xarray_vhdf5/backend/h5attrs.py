@@ -3,12 +3,12 @@
 A commit writes a handful of attributes (a version's ``prev_version``,
 ``committed`` and ``timestamp``, a virtual dataset's ``raw_data`` and
 ``chunks``, a hash table's ``largest_index``, the file's ``current_version``)
-and reads a few back. Through ``h5py.AttributeManager`` each costs about
-140 us on this machine, most of it Python (dtype guessing, a temporary
-``AttributeManager`` per ``.attrs``); the same H5Acreate/H5Awrite/H5Aread
-calls through ``h5py.h5a`` cost 50-110 us, and 5-30 us made directly by the
-compiled kernel ``_ext/attrtools.pyx`` (h5py makes and registers an object for
-every HDF5 id it returns). Strings, bools and numbers go through the kernel;
+and reads a few back. Through ``h5py.AttributeManager`` each is mostly Python
+(dtype guessing, a temporary ``AttributeManager`` per ``.attrs``); the same
+H5Acreate/H5Awrite/H5Aread calls through ``h5py.h5a`` cost about half that, and
+a tenth made directly by the compiled kernel ``_ext/attrtools.pyx``
+(``docs/benchmarks.md``, "Costs of single operations"; h5py makes and registers an
+object for every HDF5 id it returns). Strings, bools and numbers go through the kernel;
 other values, and everything when the pure-Python kernels are selected
 (``XARRAY_VHDF5_KERNELS=python``), through ``h5py.h5a``, the reference path.
 The values are stored exactly as h5py's ``attrs[name] = value`` stores them
@@ -60,7 +60,7 @@ _TYPES: dict[tuple, h5t.TypeID] = {}
 
 
 def _h5type(dtype: np.dtype, logical: bool) -> h5t.TypeID:
-    """``h5t.py_create(dtype, logical)``, cached (each call costs 10-20 us).
+    """``h5t.py_create(dtype, logical)``, cached (each call builds a new type).
 
     Cached by ``dtype.str`` for plain dtypes and by h5py's ``vlen`` metadata
     (``str``: UTF-8, ``bytes``: ASCII) for variable-length strings; dtypes with
@@ -254,8 +254,8 @@ def reference_attribute_names(loc_id, obj_name: bytes, count: int | None = None)
     arrays. The object is not opened (a virtual dataset's would decode every
     mapping): its attributes are opened by index (``H5Aopen_by_idx``, name
     order) and their HDF5 datatypes walked, by the compiled attribute kernel
-    (about 5 us an attribute), or through ``h5py.h5a`` / ``h5t`` on the
-    reference path (:func:`type_holds_references`, 30-40 us).
+    (one C call an attribute), or through ``h5py.h5a`` / ``h5t`` on the
+    reference path (:func:`type_holds_references`).
 
     Parameters
     ----------

@@ -3,18 +3,19 @@
 - :func:`object_address`, :func:`object_address_by_name`: ``h5py.h5o.get_info``
   asks libhdf5 for every field of an object's info, header statistics and
   attribute count included. For a virtual dataset just created, that makes
-  libhdf5 encode its whole layout message again on each call: 0.8-1 ms for 400
-  mappings. The address alone (``H5O_INFO_BASIC``: ``H5Oget_info3``'s token,
-  whose first 8 bytes are the address with the native file format) costs
-  30-50 us. The functions are resolved in the libhdf5 h5py loaded
+  libhdf5 encode its whole layout message again on each call, every mapping
+  included. The address alone (``H5O_INFO_BASIC``: ``H5Oget_info3``'s token,
+  whose first 8 bytes are the address with the native file format) costs no
+  more for a virtual dataset than for any other. The functions are resolved in
+  the libhdf5 h5py loaded
   (:func:`libhdf5_function`, also used by ``versions.index`` for
   ``H5Gget_info``); without them, the h5py call is used.
 - :func:`member_names`: iterating an ``h5py.h5g.GroupID`` first reads the group's
-  creation property list to choose the order (about 50 us for one member); asking
-  for creation order and falling back to name order gives the same list in 10 us.
+  creation property list to choose the order; asking for creation order and
+  falling back to name order gives the same list without it (``docs/benchmarks.md``).
 - :func:`memory_type`: h5py builds the HDF5 memory datatype of a numpy dtype on
-  every read or write it is not given one (10-110 us, the most for compound
-  dtypes); the low-level paths take it from here, built once per dtype.
+  every read or write it is not given one (the most work for compound dtypes);
+  the low-level paths take it from here, built once per dtype.
 """
 
 from __future__ import annotations
@@ -209,7 +210,7 @@ def create_ordered_group(parent: h5py.Group, name: str) -> h5py.Group:
     The group is created as h5py creates it (links and attributes tracked and
     indexed in creation order, no object times, intermediate groups created,
     the name's character set ASCII when it is ASCII, else UTF-8); h5py builds
-    the property lists again on every call (about 40 us of 85).
+    the property lists again on every call (about half of the call's time).
 
     Raises
     ------

@@ -202,8 +202,8 @@ def hash_table_id(raw_data: h5py.Dataset) -> h5d.DatasetID:
 def table_state(dataset: h5py.Dataset | h5d.DatasetID) -> tuple[int, bytes]:
     """``(largest_index, digest of the last valid row)`` of a ``hash_table`` dataset (or its id).
 
-    One attribute and one row read, through h5py's low-level API (about 50 us;
-    the high-level ``dataset[n - 1]`` costs ten times that). Any rewrite of a
+    One attribute and one row read, through h5py's low-level API (the high-level
+    ``dataset[n - 1]`` builds several Python objects more). Any rewrite of a
     dataset's chunks by any library (deleting versions compacts raw_data and
     rebuilds the table; ``modify_metadata`` re-hashes every chunk) changes it,
     since rows are only ever appended otherwise.

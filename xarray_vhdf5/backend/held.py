@@ -6,7 +6,7 @@ it with the last one. A commit opens, reads and writes a dataset's
 
 - checking a hash table (:func:`~xarray_vhdf5.backend.hashtable.table_state`,
   on every commit) from a fresh handle reads and decompresses its whole last
-  chunk (4096 rows, 0.5-0.9 ms), from a held one about 0.1 ms;
+  chunk (4096 rows), from a held one it is in libhdf5's chunk cache;
 - an append rewrites the partial last chunk of raw_data and the next one reads
   it back (``resize``); HDF5's default chunk cache (1 MiB) does not hold a
   chunk of a few MiB, so each such chunk went to disk and back. raw_data is
@@ -40,8 +40,8 @@ class HeldDataset(h5py.Dataset):
     """A raw_data :class:`OpenDatasets` holds: ``name``, ``dtype`` and ``fillvalue`` asked once.
 
     h5py asks libhdf5 again on every access of these (``H5Iget_name``, the
-    datatype, the fill value of the creation property list: 5-15 us each, and
-    a commit reads them about ten times). A held handle is checked against the
+    datatype, the fill value of the creation property list, and a commit
+    reads them about ten times). A held handle is checked against the
     object linked at its path before each use, so its name is that path; a
     dataset's datatype and fill value are fixed when it is created.
 
@@ -105,8 +105,8 @@ class OpenDatasets:
         """The id the last commit made the virtual dataset at ``path`` with, if it is still the object there.
 
         ``address``: the object's address now (``UnopenedDataset.address``).
-        Opening a virtual dataset makes libhdf5 decode every mapping (about
-        8 us each); the id the commit created is still open. While an id is
+        Opening a virtual dataset makes libhdf5 decode every mapping; the id
+        the commit created is still open. While an id is
         open libhdf5 does not free the object's space, so the same address is
         the same object.
         """

@@ -280,7 +280,7 @@ def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``numpy.unique(values, return_inverse=True)`` for 1-d int64, by one stable sort.
 
     numpy 2's ``unique`` hashes, several times slower on the mostly sorted
-    rows of a chunk map (1 ms against 0.15 ms for 10,000).
+    rows of a chunk map than one stable sort.
     """
     if values.size == 0:
         return values.copy(), np.zeros(0, np.intp)

@@ -5,10 +5,11 @@ their digests to the ``hash_table``, one row and one name to the version index;
 and it reads the last row of a hash table back to check it
 (:func:`~xarray_vhdf5.backend.hashtable.table_state`). Through h5py's
 low-level API (``get_space``, ``select_hyperslab``, ``create_simple``,
-``write``) each transfer costs 30-50 us, most of it h5py making and registering
-a Python object for every dataspace; the compiled kernel ``_ext/rowtools.pyx``
+``write``) each transfer is mostly h5py making and registering a Python object
+for every dataspace; the compiled kernel ``_ext/rowtools.pyx``
 makes the same libhdf5 calls (``H5Sselect_hyperslab`` + ``H5Dwrite`` /
-``H5Dread``, HDF5 User Guide, "Data Transfer") in 5-10 us.
+``H5Dread``, HDF5 User Guide, "Data Transfer") without them, several times
+faster (``docs/benchmarks.md``, "Costs of single operations").
 
 The functions here check the rows against the dataset, then use the kernel,
 or h5py's low-level calls, the reference path, when the kernels are not built
@@ -142,9 +143,8 @@ def read_rows(dsid: h5d.DatasetID, start: int, out: np.ndarray) -> np.ndarray:
 def dataset_shape(dsid: h5d.DatasetID) -> tuple[int, ...]:
     """The dataset's current shape (``dsid.shape``), in points.
 
-    h5py makes and registers a dataspace object for it (about 15 us); the
-    kernel asks libhdf5 directly (``H5Dget_space`` +
-    ``H5Sget_simple_extent_dims``, about 2 us).
+    h5py makes and registers a dataspace object for it; the kernel asks
+    libhdf5 directly (``H5Dget_space`` + ``H5Sget_simple_extent_dims``).
 
     Parameters
     ----------

@@ -2,8 +2,8 @@
 
 Staging an existing dataset needs where each of its chunks lives in
 ``raw_data`` (:func:`~xarray_vhdf5.backend.chunkmap.build_slab_indices_and_offsets`).
-Reading that back from the virtual dataset costs libhdf5 about 20 us per
-mapping (9 ms for 400 chunks), every version. A commit already knows the
+Reading that back from the virtual dataset costs libhdf5 time per mapping,
+every version (``docs/benchmarks.md``). A commit already knows the
 answer (the rows it mapped), so :class:`SlabMapCache` keeps it for the
 versions it just wrote: staging the next version on top of them reads no
 mapping at all, like the format floor.

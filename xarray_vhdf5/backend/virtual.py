@@ -37,7 +37,7 @@ _UNSET = object()
 
 #: Per (dtype, fill value): the HDF5 file datatype and a creation property list with the
 #: virtual layout and the fill value, copied for each new virtual dataset (building
-#: them costs about 150 us a commit; a copy about 10).
+#: them is a dozen libhdf5 calls a commit; a copy is one).
 _TEMPLATES: dict[tuple, tuple[h5t.TypeID, h5p.PropDCID]] = {}
 
 
@@ -134,8 +134,8 @@ def create_virtual_dataset_id(
     h5py.h5d.DatasetID
         The new virtual dataset, of ``raw_data``'s dtype and shape ``shape``
         (points). An ``h5py.Dataset`` copies the new dataset's creation property
-        list, every mapping included, when it is made (about 0.1 ms for ten
-        mappings): commits, which only need the id, skip it.
+        list, every mapping included, when it is made: commits, which only
+        need the id, skip it.
 
     Raises
     ------
@@ -171,8 +171,8 @@ def create_virtual_dataset_id(
 def _create_compiled(group_id, name, tid, template, shape, raw_data, raw_name, dst_start, src_start, count):
     """``create_virtual_dataset_id``'s HDF5 calls in one kernel call (``_ext/vdstools.pyx``).
 
-    Template copy, dataspaces, mappings and ``H5Dcreate2`` in C: 0.65 to 0.4 ms
-    for a ten-mapping dataset, of which libhdf5's ``H5Dcreate`` is 0.28 ms.
+    Template copy, dataspaces, mappings and ``H5Dcreate2`` in C, one call from
+    Python; most of its time is libhdf5's ``H5Dcreate`` (``docs/benchmarks.md``).
     """
     from .._ext.vdstools import create_virtual_dataset as kernel
 
@@ -319,15 +319,15 @@ def carry_virtual_dataset(
     """Copy a version's dataset, unchanged, to ``group[name]`` with its attributes.
 
     One ``H5Ocopy`` in libhdf5: the mappings and every attribute are copied
-    without passing through Python (about 3 ms for 400 mappings, against 13 ms
-    for :func:`copy_virtual_dataset` and rewriting the attributes). Attributes
+    without passing through Python (several times faster than
+    :func:`copy_virtual_dataset` and rewriting the attributes). Attributes
     holding object or region references (e.g. dimension scales'
     ``DIMENSION_LIST``) are then deleted: they would point into the source's
     version (the xarray writer rebuilds dimension scales after a commit).
     Neither dataset is opened (libhdf5 would decode every mapping): the
     copy's attributes are read by index and told apart by their HDF5 datatype
-    (:func:`~xarray_vhdf5.backend.h5attrs.reference_attribute_names`; numpy
-    dtypes cost 40-90 us an attribute).
+    (:func:`~xarray_vhdf5.backend.h5attrs.reference_attribute_names`, without
+    building a numpy dtype per attribute).
 
     Parameters
     ----------

@@ -157,7 +157,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         the previous version's virtual mapping into that dataset (read back,
         or kept by the commit that wrote it: ``backend.slabmaps``). Skips the
         check that every chunk lies inside the base slab, which asks h5py for
-        the dataset's shape (about 30 us) and walks the chunks: the reads of
+        the dataset's shape and walks the chunks: the reads of
         an h5py dataset go through libhdf5, which refuses a selection beyond
         the extent (an ``HDF5Error``; the reference kernels raise
         ``IndexError`` first), so a wrong map cannot read out of bounds.

@@ -3,7 +3,7 @@
 A commit needs the dataset's hash table (every digest stored so far: loading it
 reads all its rows, O(history)) and, to stage the next version, where the last
 version's chunks live (decoding a virtual dataset's mappings costs libhdf5
-about 20 us a mapping). :class:`CommitCaches` keeps both after a commit.
+time per mapping: ``docs/benchmarks.md``). :class:`CommitCaches` keeps both after a commit.
 
 Pipelines often open the file for each commit (a daily job, xarray's
 ``commit(path=...)``). So that they too pay O(1) per commit, the caches of a

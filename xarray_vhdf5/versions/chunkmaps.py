@@ -2,8 +2,9 @@
 
 libhdf5 decodes every mapping of a virtual dataset whenever it opens one
 (``H5Dopen``) or copies its creation property list, which h5py does for
-``ds.attrs``: 65 and 34 ms for a version of 10,000 chunks, against 0.3 ms for
-opening an ordinary chunked dataset and reading a point. A commit of this
+``ds.attrs``: for a version of 10,000 chunks, two orders of magnitude more than
+opening an ordinary chunked dataset and reading a point
+(``docs/benchmarks.md``). A commit of this
 package already knows where each chunk of the version lies, so it stores
 that, in two places of its bookkeeping group ``/__vhdf5__``
 (:mod:`~xarray_vhdf5.versions.bookkeeping`), and a reader builds the
@@ -96,7 +97,7 @@ _COMPACT_DCPL.set_layout(h5d.COMPACT)
 
 def _create_map(parent: h5py.Group, name: str, numbers: np.ndarray) -> h5d.DatasetID:
     """Write a map (the module docstring's layout); returns the low-level id (h5py's
-    ``create_dataset`` costs about 0.4 ms a map more in Python)."""
+    ``create_dataset`` adds Python objects and checks per map)."""
     numbers = np.ascontiguousarray(numbers)
     if numbers.nbytes <= _COMPACT_BYTES:
         space = h5s.create_simple(numbers.shape)

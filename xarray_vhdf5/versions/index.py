@@ -34,8 +34,8 @@ is what changes with every link creation and removal:
   changes it. ``H5Gget_info`` answers both in O(1);
 - ``links``: for a group that does not track creation order (created by
   versioned-hdf5), a SHA-1 over every link's name and object address, in name
-  order: one pass over the link table (about 1 ms at 1000 versions), no version
-  group opened. A group deleted and re-created under the same name in one
+  order: one pass over the link table, no version group opened. A group
+  deleted and re-created under the same name in one
   session may get the freed address back, which this cannot see;
 - ``addr``: the versions group's own address (a replaced group).
 
@@ -424,7 +424,7 @@ def append(
         The index after this row, for ``stored_if_valid(held=...)`` before the
         next commit: both datasets stay open, so their last chunks stay in
         libhdf5's chunk cache (opening, reading, recompressing and writing them
-        back cost 0.3-0.4 ms a commit). Should the process die before libhdf5
+        back at every commit, otherwise). Should the process die before libhdf5
         flushes them, whatever part of a row is missing reads as zeros: a
         ``committed`` of 0 (the row is then re-read from the version group) or
         names that no longer split into as many entries as rows (the index is

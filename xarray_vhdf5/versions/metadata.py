@@ -551,7 +551,7 @@ def finish_interrupted(h5file) -> list[str]:
 
     ``VersionedHDF5File`` calls it when it opens a file writable and before each
     ``stage_version``. With nothing to do it costs an attribute and a link lookup
-    (about 3 us, whatever the number of datasets): every interrupted run leaves
+    (whatever the number of datasets): every interrupted run leaves
     :data:`MARK` on ``_version_data`` (see the module docstring), every interrupted
     deletion its scratch group; only then are the dataset groups walked.
 
@@ -613,7 +613,7 @@ def finish_interrupted(h5file) -> list[str]:
 
 
 def _marked(h5file: h5py.Group) -> bool:
-    """Whether ``_version_data`` carries :data:`MARK` (one attribute lookup, about 1.5 us).
+    """Whether ``_version_data`` carries :data:`MARK` (one attribute lookup).
 
     Raises
     ------

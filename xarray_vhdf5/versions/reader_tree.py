@@ -111,7 +111,7 @@ class _Tree:
         # Walked by links, depth first in name order (h5py's ``visit`` order), each member's
         # kind asked of its object header (H5Oget_info, basic fields): h5py's ``visit`` and
         # ``get(getclass=True)`` ask for every field, which decodes a virtual dataset's
-        # mappings (2.5 ms for 10,000).
+        # mappings, all of them.
         self._walk(group, "")
 
     def _walk(self, sub: h5py.Group, path: str) -> None:

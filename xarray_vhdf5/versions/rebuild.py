@@ -147,8 +147,8 @@ def _hash_mapped(raw: h5py.Dataset, keys: set[tuple], block_bytes: int = 32 * 2*
     """The ``chunk_hash`` of each ``(start, stop, trailing extents)`` region of ``raw``.
 
     raw_data is read in blocks of whole rows of at most about ``block_bytes``
-    (one read per block, instead of one per chunk: about 100 us each through
-    h5py), in row order; memory holds one block at a time.
+    (one read per block, instead of one ``H5Dread`` through h5py per chunk),
+    in row order; memory holds one block at a time.
     """
     row_bytes = max(1, int(np.prod(raw.shape[1:], dtype=np.int64)) * raw.dtype.itemsize)
     max_rows = max(1, block_bytes // row_bytes)

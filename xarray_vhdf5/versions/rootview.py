@@ -282,7 +282,7 @@ def needs_repair(version_group: h5py.Group) -> bool:
 def _needs_repair(gid, own: bytes, fid) -> bool:
     # Two passes: the version's own datasets (libhdf5 object identity: file and address),
     # then each attachment's first reference checked against them. Naming the target
-    # (H5Iget_name) would search the whole file for a path: about 0.3 ms a reference.
+    # (H5Iget_name) would search the whole file for a path, for every reference.
     members, attached = set(), []
     if _collect(gid, members, attached):
         return True

@@ -105,7 +105,7 @@ class InMemoryDataset(ChunkedStagedDataset):
             file_type = sid.get_type()
             raw = held.raw_data(sid, raw_path, math.prod(raw_chunks) * file_type.get_size())
             # The held raw_data's dtype when the datatypes are equal (as the format has them):
-            # h5py converts a datatype to a dtype again for every new id (about 20 us).
+            # h5py converts a datatype to a dtype again for every new id.
             dtype = raw.dtype if file_type == raw.file_type else sid.dtype
         else:
             raw = h5py.Dataset(h5d.open(sid, raw_path.encode()))

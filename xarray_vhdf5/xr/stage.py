@@ -200,8 +200,8 @@ def _cf_attrs(dset) -> dict:
     """The CF attributes of version dataset ``dset`` (those :class:`CFCodec` looks at), others unread.
 
     Looked up by name: iterating a virtual dataset's attributes through h5py
-    copies its creation property list, every mapping of it (2.5 ms at 330
-    mappings, growing with every daily version).
+    copies its creation property list, every mapping of it: a cost that grows
+    with every daily version.
     """
     attrs = dset.attrs
     return {key: attrs[key] for key in _CODEC_ATTRS if key in attrs}
