@@ -204,8 +204,8 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         self._dtype = dtype
         self._fill = fill
         self._n_base = len(base_slabs)
-        self._slabs: list[Any] = [np.broadcast_to(fill, chunk_size), *base_slabs]
-        self._lazy: list[tuple | None] = [None] * len(self._slabs)
+        self._slabs = [np.broadcast_to(fill, chunk_size), *base_slabs]
+        self._lazy = [None] * len(self._slabs)
         self._slab_indices = si
         self._slab_offsets = so
         self._refcounts = np.bincount(si.reshape(-1), minlength=len(self._slabs)).astype(np.intp)

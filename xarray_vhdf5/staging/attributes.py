@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from .layout import readonly, same_fill
+from .layout import ArrayState, readonly, same_fill
 
 __all__ = ["ArrayAttributes"]
 
 
-class ArrayAttributes:
+class ArrayAttributes(ArrayState):
     """numpy-like attributes and slab views (a mixin of ``StagedChangesArray``)."""
 
     # -- numpy-like attributes ---------------------------------------------

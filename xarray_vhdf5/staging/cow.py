@@ -13,24 +13,27 @@ first access (:meth:`_materialize`).  A mixin: the state is set by
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from ..errors import IncompatibleDataError
-from .layout import fill_array, fill_mask, readonly, same_fill
+from .layout import ArrayState, fill_array, fill_mask, readonly, same_fill
 
 __all__ = ["CopyOnWriteSlabs"]
 
+#: numpy's casting rules.
+Casting = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
 
-class CopyOnWriteSlabs:
+
+class CopyOnWriteSlabs(ArrayState):
     """Slab access with copy-on-write and lazy conversions (a mixin of ``StagedChangesArray``)."""
 
     # -- slab access (lazy conversions, copy-on-write) -------------------------
 
     def _materialize(self, i: int) -> np.ndarray:
         slab = self._slabs[i]
-        for step in self._lazy[i]:
+        for step in self._lazy[i] or ():
             if step[0] == "astype":
                 with np.errstate(all="ignore"):  # uninitialised areas may hold anything
                     slab = slab.astype(step[1], casting=step[2])
@@ -88,7 +91,7 @@ class CopyOnWriteSlabs:
         new._refcounts = self._refcounts.copy()
         return new
 
-    def astype(self, dtype: Any, casting: str = "unsafe", base_slabs: Sequence[Any] | None = None) -> Any:
+    def astype(self, dtype: Any, casting: Casting = "unsafe", base_slabs: Sequence[Any] | None = None) -> Any:
         """A copy of another dtype; staged slabs are converted on first access.
 
         versioned-hdf5's ``staged_changes.rst``, "Copy-on-Write (CoW) mechanics" and

@@ -109,6 +109,7 @@ class IndexMapping:
     def mappers(self) -> tuple[IndexChunkMapper, ...]:
         """One :class:`IndexChunkMapper` per axis (built on first use for basic indices)."""
         if self._mappers is None:
+            assert self.basic is not None and self.chunking is not None, "built eagerly for other indices"
             starts, steps, counts, kinds = self.basic
             shape, chunk_size = self.chunking
             self._mappers = tuple(
@@ -133,6 +134,7 @@ class IndexMapping:
         if self.getitem_view is not None:
             out = out[self.getitem_view]
         if self.array_first:
+            assert self.array_axis is not None
             out = out.reshape(_unmoved(self.shape, self.array_axis))
             return np.moveaxis(out, self.array_axis, 0)
         if out.shape != self.shape:
@@ -142,6 +144,7 @@ class IndexMapping:
     def to_normalised(self, value: np.ndarray) -> np.ndarray:
         """The normalised value (:attr:`norm_shape`) from numpy's value (:attr:`shape`)."""
         if self.array_first:
+            assert self.array_axis is not None
             value = np.moveaxis(value, 0, self.array_axis)
         value = value.reshape(self.expanded_shape)
         if self.setitem_view is not None:

@@ -83,7 +83,7 @@ class GetItemPlan:
     ):
         self.mapping = mapping
         self.output_shape = mapping.norm_shape
-        self._transfers = None
+        self._transfers: TransferPlan | None = None
         k = active()
         if mapping.basic is not None:
             self.groups, self.arrays = basic_groups(
@@ -103,13 +103,13 @@ class GetItemPlan:
             offset,
         )
         self.groups = pair_groups(groups.tolist(), expanded[5])
-        self.arrays = tuple(expanded[:5])
+        self.arrays = list(expanded[:5])
 
     @property
     def transfers(self) -> TransferPlan:
         """The transfers, from each slab to :data:`OUT` (one per slab, ascending)."""
         if self._transfers is None:
-            transfers = group_transfers(self.groups, list(self.arrays), None, OUT)
+            transfers = group_transfers(self.groups, self.arrays, None, OUT)
             self._transfers = TransferPlan(transfers, checked=True)
         return self._transfers
 
@@ -273,6 +273,7 @@ class SetItemPlan(UpdatingPlan):
         ``start + value_start * step`` on each axis.
         """
         src_start, dst_start, count, value_stride, slab_stride = arrays
+        assert mapping.basic is not None and mapping.chunking is not None, "a basic index"
         starts, steps = mapping.basic[0], mapping.basic[1]
         shape, _ = mapping.chunking
         grid = slab_indices.shape
@@ -280,7 +281,8 @@ class SetItemPlan(UpdatingPlan):
         step0 = chunk_size[0]
         counts = count[:k].tolist()
         flats, old_slab, old_offset, extents = [], [], [], []
-        partial, wholly = [], []
+        partial: list[int] = []
+        wholly: list[int] = []
         for r, value_start in enumerate(src_start[:k].tolist()):
             flat = 0
             extent = []

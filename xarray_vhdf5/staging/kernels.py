@@ -60,7 +60,7 @@ try:
     from .._ext import plantools as _plantools
     from .._ext import readtools as _readtools
 except ImportError:  # not built: only the reference implementations are usable
-    _plantools = _readtools = None
+    _plantools = _readtools = None  # type: ignore[assignment]  # every use is behind compiled_available()
 
 __all__ = [
     "KIND_REVERSE",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import h5py
 import numpy as np
@@ -27,6 +27,7 @@ from ..errors import IncompatibleDataError
 from .plan_common import slab_shape
 
 __all__ = [
+    "ArrayState",
     "BaseState",
     "as_shape",
     "check_base_slabs",
@@ -51,6 +52,36 @@ class BaseState(NamedTuple):
     slab_offsets: np.ndarray  # read-only
     dtype: np.dtype
     fill_value: np.ndarray  # 0-d
+
+
+class ArrayState:
+    """The state of a ``StagedChangesArray``, declared for its mixins.
+
+    Annotations only: ``StagedChangesArray._setup`` sets every attribute; the
+    mixins (:mod:`.attributes`, :mod:`.cow`) read and replace them, and call
+    the methods declared under ``TYPE_CHECKING``, which other classes of the
+    array define.
+    """
+
+    _shape: tuple[int, ...]
+    _chunk_size: tuple[int, ...]
+    _dtype: np.dtype
+    _fill: np.ndarray  # 0-d, of _dtype
+    _n_base: int  # base slabs are _slabs[1 : 1 + _n_base]
+    _slabs: list[Any]  # full, base, staged; None where dropped
+    _lazy: list[tuple | None]  # pending conversions of each slab
+    _slab_indices: np.ndarray  # intp, shape n_chunks
+    _slab_offsets: np.ndarray  # intp, shape n_chunks, in points along axis 0
+    _refcounts: np.ndarray  # intp, one per slab
+    _base: BaseState
+
+    if TYPE_CHECKING:
+
+        def __getitem__(self, idx: Any) -> Any: ...
+
+        def load(self) -> None: ...
+
+        def _materialize(self, i: int) -> np.ndarray: ...
 
 
 def readonly(arr: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ trimmed at the array's edges.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -123,6 +123,7 @@ def basic_groups(
     pairs (``src_start, dst_start, count, src_stride, dst_stride``) of
     :func:`~xarray_vhdf5.staging.kernels.basic_slices`.
     """
+    assert mapping.basic is not None and mapping.chunking is not None, "a basic index"
     starts, steps, counts, _ = mapping.basic
     shape, chunk_size = mapping.chunking
     groups, *arrays = kern.basic_slices(
@@ -203,7 +204,7 @@ class MutatingPlan:
         self.appends.append(shape)
         return self.n_slabs + len(self.appends) - 1
 
-    def _drop_unreferenced(self, candidates: Sequence[int]) -> None:
+    def _drop_unreferenced(self, candidates: Iterable[int]) -> None:
         self.drops = sorted(int(s) for s in set(candidates) if s > 0 and self.refcounts[s] == 0)
 
     @property

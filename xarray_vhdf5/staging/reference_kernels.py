@@ -166,7 +166,7 @@ def gather_chunks_reference(
 def expand_slices_reference(
     pos: np.ndarray,
     rows: tuple[np.ndarray, ...],
-    row_ptrs: tuple[np.ndarray, ...],
+    row_ptrs: tuple[np.ndarray | None, ...],
     src_side: int,
     dst_side: int,
     src_offset: np.ndarray | None = None,
@@ -202,8 +202,8 @@ def expand_slices_reference(
                 per_axis.append(rows[a][q : q + 1])
             else:
                 per_axis.append(rows[a][ptr[q] : ptr[q + 1]])
-        s_off = int(src_offset[p]) if src_side == SIDE_SLAB else 0
-        d_off = int(dst_offset[p]) if dst_side == SIDE_SLAB else 0
+        s_off = int(src_offset[p]) if src_offset is not None and src_side == SIDE_SLAB else 0
+        d_off = int(dst_offset[p]) if dst_offset is not None and dst_side == SIDE_SLAB else 0
         for combo in itertools.product(*per_axis):
             line = []
             for a, row in enumerate(combo):

@@ -26,7 +26,7 @@ converted with ``numpy.asarray`` as a whole.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import h5py
@@ -39,7 +39,7 @@ from ..errors import ClosedFileError
 try:
     from .._ext import slicetools as _slicetools
 except ImportError:  # not built: every transfer goes through the public function
-    _slicetools = None
+    _slicetools = None  # type: ignore[assignment]  # every use checks for None
 
 __all__ = ["OUT", "VALUE", "Transfer", "TransferPlan", "direct_copy_kernel", "move"]
 
@@ -67,7 +67,7 @@ class Transfer(NamedTuple):
     dst: int
     src_start: np.ndarray
     dst_start: np.ndarray
-    count: np.ndarray
+    count: np.ndarray  # type: ignore[assignment]  # shadows tuple.count: the kernel's argument name
     src_stride: np.ndarray
     dst_stride: np.ndarray
 
@@ -130,8 +130,9 @@ class TransferPlan:
     __slots__ = ("transfers",)
 
     def __init__(self, transfers: list[Transfer] | None = None, *, checked: bool = False):
+        self.transfers: list[Transfer]
         if checked:  # the caller guarantees that no transfer is empty
-            self.transfers = transfers
+            self.transfers = transfers if transfers is not None else []
         else:
             self.transfers = [t for t in (transfers or []) if t.n_slices]
 
@@ -177,7 +178,7 @@ def _mem_type_id(dtype: np.dtype) -> int | None:
     return None if tid is None else tid.id
 
 
-def _slice_loop(src: Any, dst: np.ndarray, arrays: tuple[np.ndarray, ...]) -> None:
+def _slice_loop(src: Any, dst: np.ndarray, arrays: Sequence[np.ndarray]) -> None:
     """``dst[...] = src[...]`` per slice pair, for array-likes numpy cannot view."""
     for ss, ds, c, sst, dst_s in zip(*(a.tolist() for a in arrays)):
         if not all(c):
@@ -203,7 +204,7 @@ def direct_copy_kernel(dst: np.ndarray) -> Any:
     return _slicetools.read_many_slices
 
 
-def move(src: Any, dst: np.ndarray, arrays: tuple[np.ndarray, ...], fresh: bool = False) -> None:
+def move(src: Any, dst: np.ndarray, arrays: Sequence[np.ndarray], fresh: bool = False) -> None:
     """Execute one transfer: ``read_many_slices(src, dst, *arrays)``.
 
     Parameters
@@ -227,6 +228,7 @@ def move(src: Any, dst: np.ndarray, arrays: tuple[np.ndarray, ...], fresh: bool 
     xarray_vhdf5.errors.HDF5Error
         libhdf5 failed reading ``src``.
     """
+    src_start, dst_start, count, src_stride, dst_stride = arrays
     if _slicetools is not None and dst.ndim and transfer.get_kernel_backend() == "cython":
         dtype = dst.dtype
         if type(src) is np.ndarray:
@@ -236,14 +238,14 @@ def move(src: Any, dst: np.ndarray, arrays: tuple[np.ndarray, ...], fresh: bool 
                 and dtype.kind != "T"
                 and (fresh or not np.may_share_memory(src, dst))
             ):
-                _slicetools.read_many_slices(src, dst, *arrays)
+                _slicetools.read_many_slices(src, dst, src_start, dst_start, count, src_stride, dst_stride)
                 return
         elif isinstance(src, h5py.Dataset):
             mem_type = _mem_type_id(dtype) if not src.dtype.hasobject else None
             if mem_type is not None and dst.flags.c_contiguous:
                 if not src.id.valid:
                     raise ClosedFileError("cannot read from a closed h5py dataset (its file was closed); reopen it")
-                _slicetools.read_many_slices(src, dst, *arrays, mem_type)
+                _slicetools.read_many_slices(src, dst, src_start, dst_start, count, src_stride, dst_stride, mem_type)
                 return
     if not isinstance(src, (np.ndarray, h5py.Dataset)):
         _slice_loop(src, dst, arrays)
