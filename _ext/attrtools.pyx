@@ -3,9 +3,10 @@
 A commit writes about ten attributes and reads about five (``docs/format.md``: a
 version's ``prev_version``, ``committed`` and ``timestamp``, a virtual
 dataset's ``raw_data`` and ``chunks``, ``largest_index``, ``current_version``).
-Through ``h5py.h5a`` each costs 50-110 us, most of it h5py making and
-registering an object per HDF5 id (attribute, type, dataspace); the libhdf5
-calls themselves take 5-30 us. These functions make the same calls
+Through ``h5py.h5a`` each is mostly h5py making and registering an object
+per HDF5 id (attribute, type, dataspace); the libhdf5 calls themselves take a
+fraction of that (``docs/benchmarks.md``, "Costs of single operations"). These
+functions make the same calls
 (``H5Aexists``, ``H5Aopen``/``H5Acreate2``, ``H5Awrite``/``H5Aread``,
 ``H5Aclose``) directly, under h5py's ``phil`` lock, on the symbols resolved by
 ``slicetools`` (shared through the ``slicetools._HDF5_API`` capsule).

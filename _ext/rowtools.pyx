@@ -3,11 +3,11 @@
 A commit writes a few rows to small datasets: the new chunks to ``raw_data``,
 their rows to the ``hash_table``, a row and a name to the version index; and
 reads back the last row of a hash table to check it. Through h5py's low-level
-API each costs 30-50 us, most of it h5py making and registering an object for
-each dataspace (``get_space``, ``create_simple``); libhdf5's own
-``H5Sselect_hyperslab`` + ``H5Dwrite``/``H5Dread`` take 5-10 us when the chunk
-is in the chunk cache (``hdf5_h5dread_pipeline.md``: the selection is the
-whole cost a small transfer adds to the copy).
+API each is mostly h5py making and registering an object for each dataspace
+(``get_space``, ``create_simple``); libhdf5's own ``H5Sselect_hyperslab`` +
+``H5Dwrite``/``H5Dread`` cost a fraction of that when the chunk is in the chunk
+cache (``docs/benchmarks.md``, "Costs of single operations"; HDF5 User Guide, "Data
+Transfer": the selection is the whole cost a small transfer adds to the copy).
 
 The functions are dumb: the rows are ``[start, start + shape[0])`` along
 axis 0 and all points from the origin to ``shape[a]`` on the other axes; the

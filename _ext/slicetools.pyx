@@ -425,7 +425,7 @@ def read_many_slices(
         with phil:
             dset_id = src.id.id
             # The rank from libhdf5 directly (h5py's ``src.ndim`` builds a dataspace
-            # object and its whole shape: 15-20 us, most of a one-chunk read).
+            # object and its whole shape, most of the cost of a one-chunk read).
             src_ndim = _dataset_rank(dset_id)
             if src_ndim < 0:
                 raise HDF5Error("libhdf5 could not open src's dataspace (a closed or invalid dataset?)")

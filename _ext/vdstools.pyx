@@ -2,7 +2,7 @@
 
 Creating a version's virtual dataset costs one ``H5Pset_virtual`` per stored
 chunk (``docs/format.md``, "Stored chunk maps"); from Python each mapping also pays
-two ``select_hyperslab`` calls through h5py, about 30 us in all. This kernel
+two ``select_hyperslab`` calls through h5py, each a Python object. This kernel
 runs the same three libhdf5 calls per mapping in a C loop without the GIL,
 under h5py's ``phil`` lock, on the symbols resolved once by ``slicetools``
 (shared through the ``slicetools._HDF5_API`` capsule). Every return code is

@@ -319,8 +319,8 @@ def read_attrs_of(loc_id, obj_name: bytes) -> dict[str, Any]:
     arrays otherwise). Attributes are opened by index through
     ``H5Aopen_by_idx`` on the group: for a virtual dataset, h5py's
     ``obj.attrs`` first opens the dataset (``H5Dopen``) and copies its
-    creation property list, both of which decode every mapping (65 and 34 ms
-    for a version of 10,000 chunks); opening by index decodes none.
+    creation property list, both of which decode every mapping (tens of ms
+    for a version of 10,000 chunks: ``docs/benchmarks.md``); opening by index decodes none.
 
     Parameters
     ----------

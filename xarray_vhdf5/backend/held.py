@@ -170,7 +170,7 @@ class OpenDatasets:
         bpath = path.encode()
         dsid = self._get(loc, bpath, chunk_bytes)
         wrapper = self._wrappers.get(bpath)
-        if wrapper is None or wrapper.id is not dsid:  # h5py.Dataset() costs about 20 us
+        if wrapper is None or wrapper.id is not dsid:  # an h5py.Dataset made once per id
             wrapper = self._wrappers[bpath] = HeldDataset(dsid, path, self._held[bpath][0])
         return wrapper
 

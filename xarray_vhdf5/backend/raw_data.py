@@ -294,8 +294,8 @@ def _write_rows(raw_data: h5py.Dataset, first: int, data: np.ndarray) -> None:
     """``raw_data[first : first + len(data), :n1, ...] = data`` (points from the origin on other axes).
 
     Numbers and bools of raw_data's dtype go through :func:`.rows.write_rows`
-    (the compiled row kernel: the high-level assignment costs about 0.25 ms
-    more, building selections and types); anything else through h5py's
+    (the compiled row kernel: the high-level assignment builds selections and
+    types in Python); anything else through h5py's
     assignment, which converts.
     """
     if data.dtype != raw_data.dtype or data.dtype.kind not in "biufc":
