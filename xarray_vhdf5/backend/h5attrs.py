@@ -32,7 +32,7 @@ from .transfer import get_kernel_backend
 try:
     from .._ext import attrtools as _attrtools
 except ImportError:  # no compiled kernels: the h5py path (transfer reports why)
-    _attrtools = None
+    _attrtools = None  # type: ignore[assignment]  # every use checks for None
 
 __all__ = [
     "attrs_by_index",
@@ -71,7 +71,7 @@ def _h5type(dtype: np.dtype, logical: bool) -> h5t.TypeID:
         return memory_type(dtype)
     meta = dtype.metadata
     if dtype.kind == "O" and meta and "vlen" in meta and len(meta) == 1:
-        key = ("vlen", meta["vlen"], logical)
+        key: tuple[Any, ...] = ("vlen", meta["vlen"], logical)
     elif meta is None and dtype.names is None and dtype.subdtype is None and dtype.kind != "O":
         key = (dtype.str, logical)
     else:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -75,7 +76,7 @@ def _fletcher32(data: memoryview, cd: tuple, size: int) -> memoryview:
     if len(data) < 4:
         raise ValueError("shorter than its 4-byte Fletcher-32 checksum")
     stored = int.from_bytes(data[-4:], "little")
-    computed = imagecodecs.h5checksum_fletcher32(data[:-4])
+    computed = imagecodecs.h5checksum_fletcher32(data[:-4])  # type: ignore[arg-type]  # takes any buffer
     swapped = ((computed & 0x00FF00FF) << 8) | ((computed >> 8) & 0x00FF00FF)
     if stored not in (computed, swapped):
         raise ValueError(f"Fletcher-32 checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")
@@ -175,7 +176,7 @@ def manifest_from_starts(
     fillvalue: np.ndarray,
     starts: np.ndarray,
     *,
-    addresses: np.ndarray | None = None,
+    addresses: Callable[[np.ndarray], np.ndarray] | None = None,
     verify: bool = False,
     reasons: list[str] | None = None,
 ) -> ChunkManifest:
@@ -558,18 +559,18 @@ class ChunkManifest:
         for i, (fid, _, _) in enumerate(self.filters[:-1]):
             applied = not (int(self.filter_masks[slot]) >> i) & 1
             sizes.append(sizes[-1] + (4 if applied and fid == h5py.h5z.FILTER_FLETCHER32 else 0))
-        data = memoryview(data)
+        view = memoryview(data)
         for i in reversed(range(len(self.filters))):
             if (int(self.filter_masks[slot]) >> i) & 1:
                 continue
             fid, _, cd = self.filters[i]
             try:
-                data = memoryview(DECODED_FILTERS[fid](data, cd, sizes[i])).cast("B")
+                view = memoryview(DECODED_FILTERS[fid](view, cd, sizes[i])).cast("B")
             except Exception as exc:  # every codec library raises its own class
                 raise self._fail(slot, where, f"filter {self.filter_names[i]} failed: {exc}") from exc
-        if data.nbytes != size:
-            raise self._fail(slot, where, f"decoded to {data.nbytes} bytes, expected {size}")
-        return np.frombuffer(data, self.dtype).reshape(self.chunks)
+        if view.nbytes != size:
+            raise self._fail(slot, where, f"decoded to {view.nbytes} bytes, expected {size}")
+        return np.frombuffer(view, self.dtype).reshape(self.chunks)
 
     def _slot(self, index: tuple[int, ...]) -> int:
         index = tuple(int(i) for i in index)

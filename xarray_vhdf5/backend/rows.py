@@ -28,7 +28,7 @@ from .transfer import get_kernel_backend
 try:
     from .._ext import rowtools as _rowtools
 except ImportError:  # no compiled kernels: the h5py path (transfer reports why)
-    _rowtools = None
+    _rowtools = None  # type: ignore[assignment]  # every use checks for None
 
 __all__ = ["dataset_shape", "read_rows", "write_rows"]
 

@@ -72,7 +72,7 @@ _HDF5_MAX_RANK = 32
 try:
     from .._ext import slicetools as _slicetools
 except ImportError as exc:  # not built, or libhdf5 symbols missing
-    _slicetools = None
+    _slicetools = None  # type: ignore[assignment]  # every use is behind the backend check
     _slicetools_error: ImportError | None = exc
 else:
     _slicetools_error = None
@@ -262,7 +262,7 @@ def _prepare(
     count: ArrayLike,
     src_stride: ArrayLike | None,
     dst_stride: ArrayLike | None,
-) -> tuple[Any, tuple[np.ndarray, ...]]:
+) -> tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Validate every argument; return the source and the five uint64 arrays."""
     if not isinstance(dst, np.ndarray):
         raise TypeError(f"dst must be a numpy.ndarray, got {type(dst).__name__}")
@@ -288,7 +288,7 @@ def _prepare(
     nslices = s_start.shape[0]
     d_start = _index_array("dst_start", dst_start, ndim)
     cnt = _index_array("count", count, ndim)
-    strides = []
+    strides: list[np.ndarray | None] = []
     for name, value in (("src_stride", src_stride), ("dst_stride", dst_stride)):
         if value is None:
             strides.append(None)
@@ -299,13 +299,10 @@ def _prepare(
             raise ValueError(f"{name} row {i} has a zero stride: {arr[i].tolist()}")
         strides.append(arr)
     named = [("dst_start", d_start), ("count", cnt), *zip(("src_stride", "dst_stride"), strides)]
-    for name, arr in named:
-        if arr is not None and arr.shape[0] != nslices:
-            raise ValueError(f"src_start has {nslices} slice pairs but {name} has {arr.shape[0]}")
-    if any(arr is None for arr in strides):
-        ones = np.ones((nslices, ndim), dtype=np.uint64)
-        strides = [ones if arr is None else arr for arr in strides]
-    s_stride, d_stride = strides
+    for name, given in named:
+        if given is not None and given.shape[0] != nslices:
+            raise ValueError(f"src_start has {nslices} slice pairs but {name} has {given.shape[0]}")
+    s_stride, d_stride = (np.ones((nslices, ndim), dtype=np.uint64) if arr is None else arr for arr in strides)
     _check_bounds("src", tuple(src.shape), s_start, cnt, s_stride)
     _check_bounds("dst", dst.shape, d_start, cnt, d_stride)
     if src_stride is not None or dst_stride is not None:

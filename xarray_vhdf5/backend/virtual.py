@@ -49,6 +49,7 @@ def _template(dtype: np.dtype, fillvalue: Any) -> tuple[h5t.TypeID, h5p.PropDCID
     """The cached ``(file datatype, virtual dcpl)`` of ``dtype`` and ``fillvalue`` (copy the dcpl to add mappings)."""
     vlen = is_vlen_string_dtype(dtype)
     fill = None if vlen else _fill_value_array(fillvalue, dtype)
+    fill_key: tuple[str, Any] | None
     if fill is None:
         fill_key = None
     elif fill.dtype.kind == "O":  # fixed-length strings go through a vlen string array
@@ -58,7 +59,7 @@ def _template(dtype: np.dtype, fillvalue: Any) -> tuple[h5t.TypeID, h5p.PropDCID
     # Only plain dtypes are cached: metadata (h5py's vlen, enum and reference types)
     # and compound fields choose other HDF5 types for the same ``dtype.str``.
     plain = dtype.metadata is None and dtype.names is None and dtype.subdtype is None
-    key = (dtype.str, fill_key) if plain else None
+    key = (dtype.str, fill_key)
     found = _TEMPLATES.get(key) if plain else None
     if found is None:
         dcpl = h5p.create(h5p.DATASET_CREATE)
@@ -276,11 +277,11 @@ def set_virtual_mappings(
         bad = np.nonzero(((cnt > dims) | (start > dims - np.minimum(cnt, dims))).any(axis=1))[0]  # no wrap
         if bad.size:
             raise _beyond(int(bad[0]), name, start, cnt, dims)
-    name = src_dset_name.encode()
+    name_bytes = src_dset_name.encode()
     for d, s, c in zip(dst.tolist(), src.tolist(), cnt.tolist()):
         vspace.select_hyperslab(tuple(d), tuple(c))
         src_space.select_hyperslab(tuple(s), tuple(c))
-        dcpl.set_virtual(vspace, b".", name, src_space)
+        dcpl.set_virtual(vspace, b".", name_bytes, src_space)
 
 
 def _fill_value_array(fillvalue: Any, dtype: np.dtype) -> np.ndarray:
