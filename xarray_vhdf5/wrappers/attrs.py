@@ -42,7 +42,7 @@ class StagedAttrs(MutableMapping):
     """
 
     def __init__(self, source: h5py.AttributeManager | None = None, skip: frozenset = frozenset(), obj_id=None):
-        self._source = source
+        self._source: Any = source  # an AttributeManager, or a callable making one
         self._skip = skip
         self._obj_id = obj_id  # the source object's id (``h5py`` ObjectID): count before iterating
         self._values: dict[str, Any] | None = None if source is not None else {}

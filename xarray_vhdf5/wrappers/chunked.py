@@ -16,6 +16,7 @@ says which chunks to hash and append; the others keep their ``raw_data`` rows.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import h5py
 import numpy as np
@@ -38,7 +39,7 @@ from .dataset_api import empty_selection
 
 __all__ = ["ChunkedStagedDataset", "InMemoryDataset", "InMemorySparseDataset"]
 
-_UNSET = object()  # a lazily read attribute not read yet
+_UNSET: Any = object()  # a lazily read attribute not read yet (stands in for any type)
 
 
 class ChunkedStagedDataset(StagedDatasetBase):
@@ -46,6 +47,8 @@ class ChunkedStagedDataset(StagedDatasetBase):
 
     _array: StagedChangesArray | None = None
     _data = None  # no whole-array copy, ever
+    _filters: Filters  # or _UNSET until read
+    _fillvalue: Any  # or _UNSET until read
 
     @property
     def staged_array(self) -> StagedChangesArray:
@@ -121,7 +124,7 @@ class InMemoryDataset(ChunkedStagedDataset):
         self.origin_name = name  # where its raw_data lives; differs after group.move()
         #: ``table_state`` of raw_data's hash table when the chunk map was taken (None: not
         #: known). A commit refuses the staged data if raw_data was rewritten since.
-        self.base_table_state = None
+        self.base_table_state: tuple[int, bytes] | None = None
         # Read on first use; the function holds the id only (referring to ``self`` would make
         # a reference cycle, which keeps staged data alive until the cyclic GC runs).
         self.attrs = StagedAttrs(lambda: h5py.Dataset(sid).attrs, skip=RESERVED_ATTRS, obj_id=sid)
@@ -206,7 +209,7 @@ class InMemoryDataset(ChunkedStagedDataset):
         table_id = held.hash_table_id(self.raw_data) if held is not None and cache is not None else None
         known = (
             cache.get(source, self.raw_data, self.source_shape, self.chunks, table_id, root.versions_state)
-            if cache is not None
+            if cache is not None and root is not None
             else None
         )
         if known is not None:  # this file handle committed the previous version
@@ -243,7 +246,12 @@ class InMemoryDataset(ChunkedStagedDataset):
                 return empty  # libhdf5 fails empty reads of many-mapping virtual datasets
         return self._array[index]
 
-    @ChunkedStagedDataset.staged_array.setter
+    @property
+    def staged_array(self) -> StagedChangesArray:
+        """The :class:`StagedChangesArray` holding the points (built on first use)."""
+        return super().staged_array
+
+    @staged_array.setter
     def staged_array(self, array: StagedChangesArray) -> None:
         """Replace the points by ``array``, staged elsewhere over the same raw_data.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
@@ -129,6 +129,10 @@ class _ReadView:
     """
 
     dataset: StagedDatasetBase
+
+    if TYPE_CHECKING:  # each view defines its reads
+
+        def __getitem__(self, index: Any) -> Any: ...
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -415,6 +419,8 @@ class InMemoryArrayDataset(StagedDatasetBase):
     maxshape : tuple of (int or None)
         Largest shape ``resize`` accepts (None: unlimited on that axis).
     """
+
+    _data: np.ndarray  # never None here
 
     def __init__(self, name, parent, data: np.ndarray, chunks, fillvalue, filters, maxshape, chunks_given: bool = True):
         super().__init__(name, parent, data.dtype, chunks, fillvalue, filters, maxshape)

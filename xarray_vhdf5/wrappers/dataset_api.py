@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
@@ -152,11 +152,23 @@ def chunk_slices(shape: tuple[int, ...], chunks: tuple[int, ...], sel=None) -> I
 class DatasetAPI:
     """Mixin of :class:`~xarray_vhdf5.wrappers.dataset.StagedDatasetBase`: h5py's Dataset conveniences."""
 
-    shape: tuple[int, ...]
-    size: int
-    dtype: np.dtype
     chunks: tuple[int, ...]
     parent: Any
+
+    if TYPE_CHECKING:  # defined by StagedDatasetBase and its subclasses
+
+        @property
+        def shape(self) -> tuple[int, ...]: ...
+
+        @property
+        def size(self) -> int: ...
+
+        @property
+        def dtype(self) -> np.dtype: ...
+
+        def __getitem__(self, index: Any) -> Any: ...
+
+        def __setitem__(self, index: Any, value: Any) -> None: ...
 
     @property
     def nbytes(self) -> int:

@@ -109,7 +109,7 @@ class InMemoryGroup(GroupAPI):
         self._root = root if root is not None else self
         #: On a version's root: the file handle's held datasets (``backend.held.OpenDatasets``).
         self.open_datasets = open_datasets
-        self._children: dict[str, InMemoryGroup | StagedDatasetBase] = {}
+        self._children: dict[str, InMemoryGroup | StagedDatasetBase | UnopenedDataset] = {}
         self.attrs = StagedAttrs(
             source.attrs if source is not None else None,
             skip=VERSION_ATTRS,
@@ -271,7 +271,11 @@ class InMemoryGroup(GroupAPI):
             if result is not None:
                 return result
             if isinstance(child, InMemoryGroup):
-                result = child.visititems(lambda p, o, rel=rel: func(f"{rel}/{p}", o))
+
+                def below(p: str, o: Any, rel: str = rel) -> Any:
+                    return func(f"{rel}/{p}", o)
+
+                result = child.visititems(below)
                 if result is not None:
                     return result
         return None
@@ -502,6 +506,7 @@ class InMemoryGroup(GroupAPI):
             replaced = None
         new_path = posixpath.join(group.name, last)
         committed = _committed_dataset(value, self._root)
+        ds: StagedDatasetBase
         if committed is not None:
             dsid, origin = committed
             ds = InMemoryDataset(new_path, group, dsid)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 
@@ -31,6 +31,14 @@ class GroupAPI(MutableMapping):
     _root: Any
     __eq__ = object.__eq__
     __hash__ = object.__hash__
+
+    if TYPE_CHECKING:  # defined by InMemoryGroup
+
+        def create_dataset(self, *args: Any, **kwds: Any) -> Any: ...
+
+        def visit(self, func: Callable[[str], Any]) -> Any: ...
+
+        def visititems(self, func: Callable[[str, Any], Any]) -> Any: ...
 
     @property
     def parent(self):

@@ -9,6 +9,7 @@ refuse every write with :class:`~xarray_vhdf5.errors.ReadOnlyError`.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import h5py
 import numpy as np
@@ -61,7 +62,7 @@ class VersionDataset:
 
     def __init__(self, dataset: h5py.Dataset, version: str | None = None):
         self.dataset = dataset
-        self._attrs = None
+        self._attrs: ReadOnlyAttrs | None = None
         self._version = version
 
     def _raise_if_closed(self) -> None:
@@ -170,8 +171,9 @@ class VersionDataset:
     @_reads_file
     def parent(self) -> VersionGroup:
         """The group holding this dataset, in the same version (read-only)."""
-        _root, version = split_version_path(self.dataset.name)
-        return VersionGroup(self.dataset.parent, version)
+        found = split_version_path(self.dataset.name)
+        assert found is not None, "a version's dataset"
+        return VersionGroup(self.dataset.parent, found[1])
 
     @property
     def id(self):
@@ -325,8 +327,8 @@ class VersionGroup:
             raise TypeError("VersionGroup needs a group, or a parent group and a path")
         self._group = group
         self.version = version
-        self._attrs = None
-        self._parent = parent
+        self._attrs: ReadOnlyAttrs | None = None
+        self._parent: Any = parent  # with _path: where to open the group on first use
         self._path = path
 
     @property
@@ -365,7 +367,7 @@ class VersionGroup:
             if self._group is None and isinstance(path, str) and path and not path.startswith("/"):
                 item = self._parent[f"{self._path}/{path}"]
             else:
-                item = self._group[path]
+                item = self.group[path]
         except Exception as exc:  # nothing asked before h5py fails
             self._raise_if_closed()
             if not isinstance(exc, KeyError):
@@ -384,7 +386,9 @@ class VersionGroup:
 
     def _root_name(self) -> str:
         """Path of the version's own group (``.../_version_data/versions/<version>``, at any depth)."""
-        return split_version_path(self.name)[0]
+        found = split_version_path(self.name)
+        assert found is not None, "a version's group"
+        return found[0]
 
     @property
     def parent(self) -> VersionGroup:
