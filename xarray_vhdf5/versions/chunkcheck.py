@@ -70,7 +70,7 @@ def filter_unavailable(message: str) -> bool:
 
 def _is_named(digests: np.ndarray) -> np.ndarray:
     """Rows whose digest is a chunk's: not zeros (a deleted chunk) nor a placeholder (24 zero bytes, a slot)."""
-    return digests[:, :24].any(axis=1) if len(digests) else np.zeros(0, bool)
+    return np.asarray(digests[:, :24].any(axis=1)) if len(digests) else np.zeros(0, bool)
 
 
 def _bits(value, dtype: np.dtype) -> bytes:
@@ -128,6 +128,18 @@ class DatasetState:
         """Whether versions' mappings can be checked against raw_data."""
         return self.raw is not None and self.chunks is not None
 
+    @property
+    def _raw_ok(self) -> h5py.Dataset:
+        """:attr:`raw` of a :attr:`usable` dataset (the callers check that first)."""
+        assert self.raw is not None, "checked by usable"
+        return self.raw
+
+    @property
+    def _chunks_ok(self) -> tuple[int, ...]:
+        """:attr:`chunks` of a :attr:`usable` dataset (the callers check that first)."""
+        assert self.chunks is not None, "checked by usable"
+        return self.chunks
+
     # -- one version's virtual dataset --------------------------------------------
     def check_mappings(
         self, vds: h5py.Dataset, version: str, vpath: str, problem: Report, keep: bool
@@ -161,7 +173,7 @@ class DatasetState:
             return bad(
                 f"its raw_data /_version_data/{self.path}/raw_data cannot be read (see the dataset's own problem)"
             )
-        raw, chunks = self.raw, self.chunks
+        raw, chunks = self._raw_ok, self._chunks_ok
         try:
             vchunks, _ = version_dataset_layout(vds)
             shape, maxshape, dtype = vds.shape, vds.maxshape, vds.dtype
@@ -318,7 +330,7 @@ class DatasetState:
         # try the whole chunk and every extent a version maps.
         retry = [s for s in mismatched if s not in verified and s in self.rows]
         free = sorted(s for s in self.rows if s not in mapped)
-        trailing = {tuple(int(e) for e in row) for row in keys[:, 2:]} | {tuple(int(n) for n in self.raw.shape[1:])}
+        trailing = {tuple(int(e) for e in row) for row in keys[:, 2:]} | {tuple(int(n) for n in self._raw_ok.shape[1:])}
         extra = self._row_regions(retry + free, sorted(trailing))
         matched: set[int] = set()
         for key, digest, error in self._hash_regions(extra, lambda n: None, touch):
@@ -353,7 +365,7 @@ class DatasetState:
             # chunk may have been trimmed to an extent no version maps any more.
             severity, verdict = (
                 ("error", "do not match their digests")
-                if self.raw.ndim == 1
+                if self._raw_ok.ndim == 1
                 else ("warning", "match their digests at no extent a version maps (damaged, or trimmed otherwise)")
             )
             problem(
@@ -366,9 +378,9 @@ class DatasetState:
 
     def _row_regions(self, starts: list[int], trailing: list[tuple[int, ...]]) -> np.ndarray:
         """Regions ``[start, stop, *extents]`` of the hash-table rows at ``starts``, for each trailing extent."""
-        n_raw = self.raw.shape[0]
+        n_raw = self._raw_ok.shape[0]
         rows = [[s, self.rows[s], *t] for s in starts if self.rows[s] <= n_raw for t in trailing]
-        return np.array(rows, dtype=np.int64).reshape(-1, 1 + self.raw.ndim)
+        return np.array(rows, dtype=np.int64).reshape(-1, 1 + self._raw_ok.ndim)
 
     def _hash_regions(self, keys: np.ndarray, advance: Callable[[int], None], touch: Callable[[str], bool]):
         """Yield ``(key, digest or None, error or None)`` for each region ``key`` of raw_data, in row order.
@@ -377,7 +389,7 @@ class DatasetState:
         block libhdf5 cannot read is read again region by region, so one
         damaged chunk is told from its neighbours.
         """
-        raw = self.raw
+        raw = self._raw_ok
         if not len(keys):
             return
         keys = keys[np.lexsort(keys.T[::-1])]
@@ -418,18 +430,18 @@ class DatasetState:
         if not self.bad:
             return damaged
         bad = np.array(sorted(self.bad), dtype=np.int64)
-        c0 = self.chunks[0]
+        c0 = self._chunks_ok[0]
         for version, vpath in self.holders:
             try:
                 vds = versions[version][vpath]
-                flat, starts = _chunk_map(vds, self.chunks, self.raw.name)
+                flat, starts = _chunk_map(vds, self._chunks_ok, self._raw_ok.name)
             except DAMAGE_ERRORS:
                 continue  # reported by check_mappings already
             hits = np.flatnonzero(np.isin(starts, bad))
             if not hits.size:
                 continue
             damaged.add(version)
-            index = np.unravel_index(flat[hits], chunk_grid_shape(vds.shape, self.chunks))
+            index = np.unravel_index(flat[hits], chunk_grid_shape(vds.shape, self._chunks_ok))
             shown = []
             for k in range(min(SHOWN, hits.size)):
                 start = int(starts[hits[k]])
@@ -526,7 +538,7 @@ def _allocated(raw: h5py.Dataset, chunks: tuple[int, ...], filesize: int | None,
 
 def _inspect_hash_table(group: h5py.Group, state: DatasetState, problem: Report) -> None:
     """Read the hash table's valid rows into ``state`` and check them against raw_data."""
-    c0, n_raw = state.chunks[0], state.raw.shape[0]
+    c0, n_raw = state._chunks_ok[0], state._raw_ok.shape[0]
     try:
         table = group["hash_table"]
         count = np.asarray(table.attrs["largest_index"]).reshape(-1)

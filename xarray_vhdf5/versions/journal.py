@@ -201,10 +201,12 @@ class JournaledFile(io.RawIOBase):
             cursor = max(cursor, e)
         if cursor < stop:
             gaps.append((cursor, stop))
+        journal = self._journal
+        assert journal is not None, "saved only during a mutation"
         for s, e in gaps:
             old = self.io.pread(self._fd, e - s, s)
             record = _RECORD.pack(s, len(old), _record_crc(s, old)) + old
-            self.io.pwrite(self._journal, record, self._journal_end)
+            self.io.pwrite(journal, record, self._journal_end)
             self._journal_end += len(record)
             self._synced = False
         if gaps:
@@ -339,7 +341,8 @@ def recover(path: str | os.PathLike, *, io: OsIO | None = None, fd: int | None =
             path=path,
         )
     own = fd is None
-    fd = io.open(path) if own else fd
+    if fd is None:
+        fd = io.open(path)
     try:
         at = _HEADER.size
         while at + _RECORD.size <= len(raw):

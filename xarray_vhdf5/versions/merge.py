@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import h5py
 import numpy as np
@@ -326,6 +326,14 @@ def mapped_array(vds: h5py.Dataset, raw_data: h5py.Dataset) -> StagedChangesArra
     return StagedChangesArray(vds.shape, chunks, [raw_data], indices, offsets, fill_value=fill, dtype=raw_data.dtype)
 
 
+class _Counts(TypedDict):
+    """Chunks changed by one side or both: :class:`PointMerge`'s counts."""
+
+    theirs_chunks: int
+    ours_chunks: int
+    both_chunks: int
+
+
 @dataclasses.dataclass
 class PointMerge:
     """What :func:`merge_points` decided for one dataset.
@@ -525,6 +533,7 @@ def merge_points(
             "merge_points needs a base, or theirs and ours both: a dataset only one side has is taken as it is"
         )
     ref = theirs if theirs is not None else base
+    assert ref is not None, "base is None only when theirs is given"
     chunks = tuple(ref.chunk_size)
     dtype = ref.dtype
     ndim = len(chunks)
@@ -550,7 +559,7 @@ def merge_points(
     changed_t = _changed_chunks(grid_u, chunks, s_b, loc_b, s_t, loc_t)
     changed_o = _changed_chunks(grid_u, chunks, s_b, loc_b, s_o, loc_o)
     both = changed_t & changed_o
-    counts = {
+    counts: _Counts = {
         "theirs_chunks": int(np.count_nonzero(changed_t & ~changed_o)),
         "ours_chunks": int(np.count_nonzero(changed_o & ~changed_t)),
         "both_chunks": int(np.count_nonzero(both)),
@@ -580,6 +589,7 @@ def merge_points(
         return PointMerge("deleted", **counts)
 
     # The merged shape; both sides resizing to different shapes is a conflict.
+    assert s_t is not None and s_o is not None, "both sides hold the dataset here"
     resized_t = base is None or s_t != s_b
     resized_o = base is None or s_o != s_b
     shape_conflict = None
@@ -614,7 +624,7 @@ def merge_points(
         clash = ch_t & ch_o & ~agree
         if clash.any():
             found.append(np.argwhere(clash) + lo)
-        if merged is None or found:
+        if merged is None or r is None or found:
             continue
         top = np.minimum(hi, r)
         if np.any(top <= lo):
@@ -631,6 +641,7 @@ def merge_points(
     conflicts = _sorted_unique(found, ndim)
     if len(conflicts) or shape_conflict is not None:
         return PointMerge("conflict", conflicts=conflicts, shape_conflict=shape_conflict, **counts)
+    assert merged is not None and r is not None, "no shape conflict: theirs was copied"
     for lo, hi in boxes(changed_o & ~changed_t):
         top = np.minimum(hi, r)
         if np.any(top <= lo):

@@ -72,8 +72,8 @@ class _Registry(VersionRegistry):
 
     def __init__(self, f: h5py.File, token: tuple):
         super().__init__(f)
-        self._current = VersionRegistry.current_version.fget(self)
-        self._data_version = VersionRegistry.data_version.fget(self)
+        self._current = super().current_version
+        self._data_version = super().data_version
         from . import refs
 
         self._refs = refs.snapshot(f)  # branches and tags, read with the list
@@ -209,13 +209,19 @@ class SharedVersionedFile:
                 self._listing = listing
             yield f
 
+    @property
+    def _read_listing(self) -> _Registry:
+        """The version list as last read (``__init__`` reads it first)."""
+        assert self._listing is not None, "read by __init__"
+        return self._listing
+
     def _versions(self) -> _Registry:
         """The version list, read again first if another process wrote the file since."""
         self._check_open()
-        if self._token() != self._listing.token:
+        if self._token() != self._read_listing.token:
             with self._handle():
                 pass
-        return self._listing
+        return self._read_listing
 
     def _check_open(self) -> None:
         if self._closed:
@@ -246,7 +252,7 @@ class SharedVersionedFile:
     def __repr__(self) -> str:
         if self._closed:
             return "<Closed SharedVersionedFile>"
-        return f'<SharedVersionedFile "{self.path}" (read-only, shared), {len(self._listing)} versions>'
+        return f'<SharedVersionedFile "{self.path}" (read-only, shared), {len(self._read_listing)} versions>'
 
     # -- the history ---------------------------------------------------------------------
     @property
@@ -344,8 +350,8 @@ class SharedVersionedFile:
         tree = self._cache.get(("tree", ident))
         if tree is None:
             with self._handle() as f:
-                name = self._listing.resolve(key)  # the listing may have been read again
-                ident = (name, self._listing.info(name).timestamp)
+                name = self._read_listing.resolve(key)  # the listing may have been read again
+                ident = (name, self._read_listing.info(name).timestamp)
                 tree = _Tree(f, name)
             self._cache.put(("tree", ident), tree, 1024)
         return SharedVersionGroup(self, tree)
@@ -363,7 +369,7 @@ class SharedVersionedFile:
             Every version is newer (or, ``exact``, none has that timestamp).
         """
         with self._handle() as f:
-            return SharedVersionGroup(self, _Tree(f, self._listing.at_time(timestamp, exact=exact)))
+            return SharedVersionGroup(self, _Tree(f, self._read_listing.at_time(timestamp, exact=exact)))
 
     def get_diff(self, name: str, version1: VersionKey, version2: VersionKey) -> dict:
         """The chunks of dataset ``name`` that differ between two versions, with their data.
@@ -388,7 +394,7 @@ class SharedVersionedFile:
         with self._handle() as f:
             datasets = []
             for key in (version1, version2):
-                version = self._listing.resolve(key)
+                version = self._read_listing.resolve(key)
                 obj = f[version_path(version)].get(name)
                 if not isinstance(obj, h5py.Dataset):
                     raise KeyError(f"no dataset {name!r} in version {version!r}")
@@ -408,10 +414,10 @@ class SharedVersionedFile:
             return []
         self._check_open()
         token, moves = self._counters()  # one read of the counters for both uses
-        if token != self._listing.token:
+        if token != self._read_listing.token:
             with self._handle():  # the version list read again
                 pass
-        listing = self._listing
+        listing = self._read_listing
         try:  # metadata are a snapshot: got again after chunks moved (modify_metadata, deletions)
             ident = (tree.version, listing.info(tree.version).timestamp, moves)
         except VersionNotFoundError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
@@ -279,7 +279,7 @@ class SharedVersionDataset:
         if any(a is Ellipsis for a in args):
             at = next(i for i, a in enumerate(args) if a is Ellipsis)
             args = args[:at] + (slice(None),) * (self.ndim - len(args) + 1) + args[at + 1 :]
-        key = []
+        key: list[Any] = []  # slices, integers and index arrays
         for axis, a in enumerate(args):
             if isinstance(a, (slice, int, np.integer)):
                 key.append(a)

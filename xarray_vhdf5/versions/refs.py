@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import h5py
 
@@ -93,11 +94,15 @@ def _listing(f, which: str) -> dict[str, str]:
     return out
 
 
-def _group(f: h5py.File, kind: str, create: bool = False) -> h5py.Group | None:
+def _group(f: h5py.File, kind: str) -> h5py.Group | None:
+    """The group of ``kind`` refs (``"branches"``, ``"tags"``), None if none was ever made."""
     path = f"/{BOOKKEEPING}/refs/{kind}"
-    if path in f:
-        return f[path]
-    return f.require_group(path) if create else None
+    return f[path] if path in f else None
+
+
+def _made_group(f: h5py.File, kind: str) -> h5py.Group:
+    """The group of ``kind`` refs, made if missing."""
+    return f.require_group(f"/{BOOKKEEPING}/refs/{kind}")
 
 
 def _read(f: h5py.File, kind: str) -> dict[str, str]:
@@ -249,7 +254,7 @@ def create_branch(f: h5py.File, name: str, at: str | None = None) -> str:
     with _writable(f) as f, mutating(f, what=f"create_branch({name!r})"):
         _check_new_name(f, name, "branch")
         version = _version(f, at)
-        _group(f, "branches", create=True).attrs[name] = version
+        _made_group(f, "branches").attrs[name] = version
     return version
 
 
@@ -258,7 +263,7 @@ def create_tag(f: h5py.File, name: str, at: str | None = None) -> str:
     with _writable(f) as f, mutating(f, what=f"create_tag({name!r})"):
         _check_new_name(f, name, "tag")
         version = _version(f, at)
-        _group(f, "tags", create=True).attrs[name] = version
+        _made_group(f, "tags").attrs[name] = version
     return version
 
 
@@ -270,7 +275,7 @@ def set_branch(f: h5py.File, name: str, version: str) -> None:
     if name == MAIN:
         _versions(f).attrs["current_version"] = version
     else:
-        _group(f, "branches", create=True).attrs[name] = version
+        _made_group(f, "branches").attrs[name] = version
 
 
 def follow_deletion(f: h5py.File, surviving) -> dict[str, str | None]:
@@ -282,6 +287,8 @@ def follow_deletion(f: h5py.File, surviving) -> dict[str, str | None]:
     """
     moved: dict[str, str | None] = {}
     group = _group(f, "branches")
+    if group is None:
+        return moved
     for name, version in _read(f, "branches").items():
         target = surviving(version)
         if target == version:
@@ -378,6 +385,13 @@ class RefMethods:
     and, when it writes, :class:`~xarray_vhdf5.errors.ReadOnlyError` on a file
     open read-only; otherwise as the function of this module it calls.
     """
+
+    f: h5py.File
+    _read_only: bool
+
+    if TYPE_CHECKING:  # defined by VersionedHDF5File
+
+        def _check_open(self) -> None: ...
 
     def _refs_file(self, write: bool) -> h5py.File:
         self._check_open()

@@ -81,6 +81,10 @@ class VersionRegistry:
     """
 
     def __init__(self, f: h5py.Group):
+        self._load(f)
+
+    def _load(self, f: h5py.Group) -> None:
+        """Read the versions of ``f`` (``__init__`` and :meth:`reload`)."""
         if not is_versioned(f):
             raise NotVersionedError(
                 f"{getattr(f.file, 'filename', f)!r} is not a versioned HDF5 file: "
@@ -93,8 +97,8 @@ class VersionRegistry:
         self._tracks_order = _index._tracks_order(self.group)
         # So is whether the handle may write the index (mode, SWMR).
         self._writable = _index.writable(self.vdata)
-        self._valid_index = None  # the stored index checked by index_valid(), for added()
-        self._held_index = None  # what the last append returned (see index.append)
+        self._valid_index: _index.StoredIndex | None = None  # the stored index checked by index_valid(), for added()
+        self._held_index: _index.StoredIndex | None = None  # what the last append returned (see index.append)
         entries = _index.load(self.vdata, self.group)
         #: True when the entries came from the stored index (False: scanned).
         self.loaded_from_index = entries is not None
@@ -136,7 +140,7 @@ class VersionRegistry:
 
     def reload(self) -> None:
         """Re-read the versions (from the index if valid, else by a scan, then saved)."""
-        self.__init__(self.vdata.parent)
+        self._load(self.vdata.parent)
 
     def replace(self, entries: _index.IndexEntries) -> None:
         """Take ``entries`` as the versions of the file (after a deletion)."""
