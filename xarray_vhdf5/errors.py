@@ -286,14 +286,23 @@ class ConflictError(StaleVersionError):
     ``points`` maps each dataset path to an ``(n, ndim)`` int64 array of the
     conflicting points' indices (in points, not chunks), in C order;
     ``attributes`` maps each object path (``"/"``: the root group) to the
-    sorted names of the attributes both sides changed differently. Nothing is
+    sorted names of the attributes both sides changed differently; ``keys``
+    lists the store keys in conflict (a zarr store's forks). Nothing is
     committed when it is raised.
     """
 
-    def __init__(self, message: str, *, points: dict | None = None, attributes: dict | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        points: dict | None = None,
+        attributes: dict | None = None,
+        keys: list[str] | None = None,
+    ):
         super().__init__(message)
         self.points = dict(points or {})
         self.attributes = dict(attributes or {})
+        self.keys = list(keys or [])
 
 
 class CorruptFileError(VHDF5Error, OSError):

@@ -329,7 +329,7 @@ def fast_commit(
     VersionExistsError
         ``version`` exists.
     """
-    overlay = store._session.overlay
+    overlay = store._writes.overlay
     parent = state.version
     source = store.path
     _drop_unchanged(store, state, plan, overlay)

@@ -316,7 +316,7 @@ _BASE = object()  # _read's answer: ask the base version
 def fork_store(store: VersionStore) -> StoreFork:
     """A :class:`StoreFork` of writable ``store`` (see :meth:`VersionStore.fork`)."""
     store._ensure_state()
-    session = store._session
+    session = store._writes
     spool = os.path.join(f"{store.path}.forks", uuid.uuid4().hex)
     for kind in _KINDS:
         os.makedirs(os.path.join(spool, kind))
@@ -327,6 +327,7 @@ def fork_store(store: VersionStore) -> StoreFork:
     seeds = {}
     for key in written:  # the store's pending writes, as the fork sees them
         data = overlay.value(key)
+        assert data is not None, "a written key has a value"
         _write_atomic(os.path.join(spool, _SEED, _name(key)), data)
         seeds[key] = _digest(data)
     for key in deleted:
@@ -338,16 +339,15 @@ def fork_store(store: VersionStore) -> StoreFork:
 
 
 def _conflict(message: str, key: str) -> ConflictError:
-    error = ConflictError(message + "; nothing merged")
-    error.keys = [key]
-    return error
+    return ConflictError(message + "; nothing merged", keys=[key])
 
 
 def merge_forks(store: VersionStore, forks: tuple[StoreFork, ...]) -> None:
     """Bring the writes of ``forks`` into ``store``'s pending writes (see :meth:`VersionStore.merge`)."""
-    session = store._session
+    session = store._writes
     overlay = session.overlay
-    changes: dict[str, tuple[str, str | None]] = {}  # key -> (spool, its file, or None: deleted)
+    # key -> (spool, its file or None: deleted, digest of what the fork wrote or None)
+    changes: dict[str, tuple[str, str | None, str | None]] = {}
     clears: list[str] = []
     for fork in forks:
         if not isinstance(fork, StoreFork) or fork.spool not in session.forks:
@@ -385,11 +385,11 @@ def merge_forks(store: VersionStore, forks: tuple[StoreFork, ...]) -> None:
                 changes[key] = (fork.spool, file if kind == _DATA else None, digest)
     for prefix in clears:
         overlay.delete_dir(prefix)
-    for key, (_, file, _) in changes.items():
-        if file is None:
+    for key, (_, spooled, _) in changes.items():
+        if spooled is None:
             overlay.delete(key)
         else:
-            overlay.set(key, Spooled(file))
+            overlay.set(key, Spooled(spooled))
     for fork in forks:
         session.spools.append(fork.spool)
         del session.forks[fork.spool]

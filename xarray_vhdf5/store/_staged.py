@@ -99,7 +99,8 @@ def _documents(state: _Version, overlay) -> dict[str, dict]:
 
 def _written_chunks(overlay, key: str, ndim: int) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
     """Chunk indices of array ``key`` zarr wrote, and those it deleted (not written again)."""
-    written, deleted = [], []
+    written: list[tuple[int, ...]] = []
+    deleted: list[tuple[int, ...]] = []
     for keys, out in ((overlay.written, written), (overlay.deleted, deleted)):
         for k in keys:
             m = _CHUNK_KEY.match(k)
@@ -230,8 +231,8 @@ def commit_store(
     """
     import zarr
 
-    session = store._session
     state = store._ensure_state()
+    session = store._writes
     overlay = session.overlay
     plan = _Plan(store, state, overlay)
     if FAST_COMMIT:
@@ -271,7 +272,7 @@ def commit_store(
 
 
 def _commit(store, state, plan, open_array, version, *, message, timestamp, make_current, allow_empty, force):
-    overlay = store._session.overlay
+    overlay = store._writes.overlay
     if state.version is None or not state.nodes:
         return _commit_new(
             store,

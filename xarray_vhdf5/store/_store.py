@@ -270,6 +270,12 @@ class VersionStore(ListingFromList, Store):
         """
         return self.read_only and self._session is None
 
+    @property
+    def _writes(self) -> Session:
+        """The pending writes of a writable store, once :meth:`_ensure_state` has run."""
+        assert self._session is not None, "a writable store's state is opened first"
+        return self._session
+
     # -- opening, pickling, equality ----------------------------------------------------------
     def _ensure_state(self) -> _Version:
         session = self._session
@@ -477,12 +483,12 @@ class VersionStore(ListingFromList, Store):
             allow_empty=allow_empty,
             force=force,
         )
-        overlay = self._session.overlay
+        overlay = self._writes.overlay
         if overlay.spill_dir is not None:
-            self._session.spools.append(overlay.spill_dir)
+            self._writes.spools.append(overlay.spill_dir)
         overlay.clear()
-        remove_spools(self._session.spools)
-        self._session.parent = name
+        remove_spools(self._writes.spools)
+        self._writes.parent = name
         self.version = name
         if self._state is not None:
             self._state.close()
@@ -719,7 +725,7 @@ class VersionStore(ListingFromList, Store):
             raise TypeError(f"VersionStore.set(): expected a zarr Buffer, got {type(value).__name__}")
         await self._get_state()
         data = value.to_bytes()
-        overlay = self._session.overlay
+        overlay = self._writes.overlay
         if overlay.nbytes + len(data) > overlay.budget:  # spills to a file: not on zarr's event loop
             await asyncio.to_thread(overlay.set, key, data)
         else:
@@ -729,13 +735,13 @@ class VersionStore(ListingFromList, Store):
         """Delete ``key`` (no error when absent); read-only stores raise ``ValueError``."""
         self._check_writable()
         await self._get_state()
-        self._session.overlay.delete(key)
+        self._writes.overlay.delete(key)
 
     async def delete_dir(self, prefix: str) -> None:
         """Delete every key under ``prefix`` (``""``: the whole store, as ``to_zarr(mode="w")`` does)."""
         self._check_writable()
         await self._get_state()
-        self._session.overlay.delete_dir(prefix)
+        self._writes.overlay.delete_dir(prefix)
 
     def _all_keys(self, state: _Version) -> list[str]:
         session = self._session

@@ -91,7 +91,7 @@ def commit_version(
     make_current: bool = True,
     timestamp: _dt.datetime | None = None,
     caches: CommitCaches | None = None,
-    finish: Callable[[h5py.Group], None] | None = None,
+    finish: Callable[[h5py.Group], object] | None = None,
     foreign: bool = True,
 ) -> CommitReport:
     """Write the staged tree ``root`` as version ``name`` on top of ``prev_version``.

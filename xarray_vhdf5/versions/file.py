@@ -471,7 +471,7 @@ class VersionedHDF5File(RefMethods):
         timestamp: _dt.datetime | np.datetime64 | None = None,
         *,
         rebase: bool = False,
-        finish: Callable[[h5py.Group], None] | None = None,
+        finish: Callable[[h5py.Group], object] | None = None,
         branch: str | None = None,
     ) -> Iterator[InMemoryGroup]:
         """Stage a new version; it is committed when the ``with`` block exits cleanly.
