@@ -274,6 +274,7 @@ class _Merger:
             self.report[path] = "added"
             return
         any_side = t if t is not None else (s if s is not None else b)
+        assert any_side is not None  # b or t is: added by the source only returned above
         raw = any_side.file[version_dataset_layout(any_side)[1]]
         b_arr = mapped_array(b, raw) if b is not None else None  # each side's mappings decoded once
         s_arr = mapped_array(s, raw) if s is not None else None

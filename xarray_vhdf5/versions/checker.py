@@ -270,8 +270,9 @@ class Checker:
                     version=g.name,
                 )
         for g in committed.values():
-            chain, name = [], g.name
-            while name in committed and name not in chain and name not in looped:
+            chain: list[str] = []
+            name: str | None = g.name
+            while name is not None and name in committed and name not in chain and name not in looped:
                 chain.append(name)
                 name = committed[name].prev
             if name in chain:
@@ -499,8 +500,8 @@ class Checker:
         current = self.report.current_version
         if current in committed:
             seen: set[str] = set()
-            name = current
-            while name in committed and name not in seen:
+            name: str | None = current
+            while name is not None and name in committed and name not in seen:
                 if name not in self.damaged:
                     return name
                 seen.add(name)

@@ -280,7 +280,7 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     source has no map.
     """
     bk, source = _stored_map(f, source_version, path)
-    if source is None:
+    if bk is None or source is None:  # (a stored map implies the group)
         return False
     name = _maps_path(version, path)
     if name in bk:

@@ -23,6 +23,7 @@ import datetime as _dt
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 import h5py
 import numpy as np
@@ -135,7 +136,7 @@ def commit_version(
                     f"{path!r}: {why} while this version was staged (by another handle: deleting "
                     "versions or modify_metadata); stage the version again"
                 )
-        if not _is_carried(path, ds):
+        if not _is_carried(ds, path):
             raw = _existing_raw_data(f, path, ds)
             if raw is not None:
                 _check_compatible(path, raw, ds, ds.dtype)
@@ -179,7 +180,7 @@ def _commit_dataset(
     f: h5py.File,
     version_group: h5py.Group,
     path: str,
-    ds: StagedDatasetBase,
+    ds: StagedDatasetBase | UnopenedDataset,
     caches: CommitCaches,
     raw: h5py.Dataset | None,
     table: HashTable | None,
@@ -197,7 +198,7 @@ def _commit_dataset(
         caches.slab_maps.carry(ds.source_path, ds.address, parent, last)
         _carry_map(f, ds.source_path, version, path, parent, last)
         return WriteStats()
-    if _is_carried(path, ds):
+    if _is_carried(ds, path):
         if ds.attrs.changed:
             _drop_object_references(ds.attrs)
             ds.attrs.write_to(copy_virtual_dataset(ds.source, parent, last, None))
@@ -212,6 +213,7 @@ def _commit_dataset(
             _writer_for(f, path, ds, ds.staged_array.dtype, caches, raw, table), ds, ds.staged_array
         )
     else:
+        assert isinstance(ds, InMemoryArrayDataset)  # the one staged kind that is not chunked
         data = ds._loaded()
         if hasattr(data, "iter_hashed_chunks"):
             writer, shape = _commit_streamed(_writer_for(f, path, ds, np.dtype(data.dtype), caches, raw, table), data)
@@ -402,7 +404,7 @@ def _commit_streamed(writer: ChunkWriter, source) -> tuple[ChunkWriter, tuple]:
     return writer, tuple(source.shape)
 
 
-def _is_carried(path: str, ds: StagedDatasetBase) -> bool:
+def _is_carried(ds: StagedDatasetBase, path: str) -> TypeGuard[InMemoryDataset]:
     """True for a dataset of the previous version left untouched at the same path."""
     return isinstance(ds, InMemoryDataset) and not ds.has_changes and ds.origin_name == path
 

@@ -416,7 +416,7 @@ class _Plan:
     chunks: tuple[int, ...]
     holders: list[str]
     n_kept: int = 0
-    moves: np.ndarray | None = None  # (n, 2): old slot, new slot
+    moves: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # (n, 2): old slot, new slot
     tombstone: np.ndarray | None = None
     final: np.ndarray | None = None
     rebuild: list[str] = field(default_factory=list)

@@ -91,7 +91,7 @@ class DatasetDiff:
         (another number of axes), ``"modified"`` or ``"unchanged"``.
     shape_a, shape_b : tuple of int or None
         Shapes in points (None where absent).
-    chunks : tuple of int or None
+    chunks : tuple of int
         B's chunk shape (A's for a removed dataset), in points.
     chunks_total : int
         Chunks of B's grid (A's for a removed dataset).
@@ -111,7 +111,7 @@ class DatasetDiff:
     status: str
     shape_a: tuple[int, ...] | None
     shape_b: tuple[int, ...] | None
-    chunks: tuple[int, ...] | None
+    chunks: tuple[int, ...]
     chunks_total: int = 0
     candidates: list[tuple[int, ...]] = field(default_factory=list)
     points_changed: int | None = None
@@ -168,9 +168,9 @@ def compare_datasets(
         ``points_changed`` and ``chunks_changed`` are None for a modified
         dataset: :func:`iter_chunk_changes` reads the candidates.
     """
-    if a is None and b is None:
-        raise ValueError(f"{path!r}: nothing to compare")
     if a is None:
+        if b is None:
+            raise ValueError(f"{path!r}: nothing to compare")
         chunks = _chunks_of(b)
         grid = tuple(-(-n // c) for n, c in zip(b.shape, chunks))
         return DatasetDiff(

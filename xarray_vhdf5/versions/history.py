@@ -445,13 +445,14 @@ class _Table:
     def rows_of(self, offsets: np.ndarray) -> np.ndarray | None:
         """Hash-table rows of the chunks starting at raw_data rows ``offsets`` (None: one is not in the table)."""
         offsets = np.asarray(offsets, dtype=np.int64)
-        if self._order is None:
+        if self._order is None or self._sorted is None:
             self._order = np.argsort(self.starts, kind="stable")
             self._sorted = self.starts[self._order]
-        where = np.searchsorted(self._sorted, offsets)
-        if len(offsets) and (where.max() >= self.n or not np.array_equal(self._sorted[where], offsets)):
+        order, starts = self._order, self._sorted
+        where = np.searchsorted(starts, offsets)
+        if len(offsets) and (where.max() >= self.n or not np.array_equal(starts[where], offsets)):
             return None
-        return self._order[where]
+        return order[where]
 
 
 def _inherit(parent: dict[str, Fingerprint] | None, described: dict) -> dict[str, Fingerprint] | None:
@@ -577,8 +578,8 @@ def _recorded_log(
         if mine is None:
             mine, decoded[name] = _decoded(registry.group[name])
         fingerprints[name] = mine
-    for name, spans in records.items():
-        for p, (n0, n1) in spans.items():
+    for name, kept in records.items():
+        for p, (n0, n1) in kept.items():
             owner = tables[p].owner[n0:n1]
             if (owner != -1).any():
                 return None
@@ -595,8 +596,8 @@ def _recorded_log(
             t.owner[k[now == -1]] = pos[name]
     first_unowned = {p: int(np.argmax(t.owner < 0)) if (t.owner < 0).any() else t.n for p, t in tables.items()}
     latest = {p: np.maximum.accumulate(t.owner) for p, t in tables.items()}
-    for name, spans in records.items():
-        for p, (_, n1) in spans.items():
+    for name, kept in records.items():
+        for p, (_, n1) in kept.items():
             if n1 and (first_unowned[p] < n1 or latest[p][n1 - 1] > pos[name]):
                 return None
     counts = np.zeros(len(order), np.int64)

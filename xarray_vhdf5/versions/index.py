@@ -309,7 +309,13 @@ def stored_if_valid(
     Anything else that changed the version list changed the fingerprint too,
     and the index is then read from the file.
     """
-    if held is not None and held.rows.valid and held.names.valid and _matches(held.fingerprint, versions, tracks_order):
+    if (
+        held is not None
+        and held.rows.valid
+        and held.names is not None
+        and held.names.valid
+        and _matches(held.fingerprint, versions, tracks_order)
+    ):
         return held
     stored = _stored(vdata)
     return stored if stored is not None and _matches(stored.fingerprint, versions, tracks_order) else None
@@ -432,6 +438,7 @@ def append(
     """
     if stored is None:
         stored = _stored(vdata)
+        assert stored is not None, "append() needs an index found valid before the version was added"
     rows_id, fp, names_id, rows_cap, names_cap, names_path = stored
     if names_id is None:
         names_id = h5d.open(vdata.id, names_path)

@@ -47,8 +47,12 @@ import io
 import os
 import struct
 import zlib
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptFileError
+
+if TYPE_CHECKING:  # typing only: generation reads the file through h5py, which this module does not need
+    from .generation import Counters
 
 __all__ = ["JOURNAL_SUFFIX", "JournaledFile", "OsIO", "journal_path", "recover", "roll_back_interrupted"]
 
@@ -143,7 +147,7 @@ class JournaledFile(io.RawIOBase):
         self.stale = False  # another process wrote the file: drop writes outside mutations
         #: The file's write counters as this handle last saw them, and their offset
         #: (set by :mod:`~xarray_vhdf5.versions.mutation`), to notice staleness at close.
-        self.seen = None
+        self.seen: Counters | None = None
         self.counters_offset: int | None = None
 
     # -- the mutation ------------------------------------------------------------------

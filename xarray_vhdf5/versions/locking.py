@@ -400,12 +400,12 @@ class FileLocks:
         try:
             with self._cond:
                 outermost = self._states[_WRITE].depth == 1
-                if outermost and _HAVE_OFD and not self._pid_locked:
+                if outermost and _HAVE_OFD and not self._pid_locked and self._fd is not None:
                     self._pid_locked = _try(self._fd, fcntl.F_WRLCK, _PIDS + os.getpid())
             yield
         finally:
             with self._cond:
-                if self._states[_WRITE].depth == 1 and self._pid_locked:
+                if self._states[_WRITE].depth == 1 and self._pid_locked and self._fd is not None:
                     _try(self._fd, fcntl.F_UNLCK, _PIDS + os.getpid())
                     self._pid_locked = False
             self._release(_WRITE, True)

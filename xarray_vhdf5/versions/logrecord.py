@@ -194,7 +194,8 @@ def _mapping(shape: tuple[int, ...], chunks: tuple[int, ...], chunk_rows) -> tup
     index = np.fromiter(
         itertools.chain.from_iterable(r[0] for r in chunk_rows), dtype=np.intp, count=n * len(grid)
     ).reshape(n, len(grid))
-    flat = np.ravel_multi_index(tuple(index.T), grid)
+    per_axis: list[np.ndarray] = list(index.T)  # typed: numpy's stubs take a bare array for one index
+    flat = np.ravel_multi_index(per_axis, grid)
     offsets = np.fromiter((r[1] for r in chunk_rows), dtype=np.uint64, count=n)
     order = np.argsort(flat, kind="stable")
     return flat[order], offsets[order]

@@ -74,6 +74,7 @@ def _disk_path(f: h5py.File | h5py.Group) -> str | None:
     except KeyError:
         pass
     jf = _JOURNALED.get(key)
+    path: str | None
     if jf is not None:
         path = jf.path
     else:

@@ -147,6 +147,7 @@ def _check_not_rewritten(path: str, ds: InMemoryDataset) -> None:
 def _ours_points(path: str, o: StagedDatasetBase, from_base: bool) -> tuple[Any, bool, bool]:
     """``(points, shares_rows, changed)`` of ours' dataset (see ``merge_points``'s ``ours``)."""
     if from_base:
+        assert isinstance(o, InMemoryDataset)  # the caller's from_base: a dataset of the base, staged
         if not o.has_changes:
             return None, True, False
         return o.staged_array, True, True
@@ -223,13 +224,14 @@ def rebase_staged(
             other.append(f"{path!r}: a dataset in ours, a group in theirs")
             continue
         t = t_obj
-        from_base = (
+        from_base = False
+        if (
             isinstance(o, InMemoryDataset)
             and b is not None
             and o.origin_name == path
             and o.source_path.decode() == b.name
-        )
-        if from_base:
+        ):
+            from_base = True
             _check_not_rewritten(path, o)
         outcome = _merge_dataset(path, b, t, o, from_base, into, report, points, attr_conflicts, shapes)
         if outcome is not None:
@@ -294,6 +296,7 @@ def _merge_dataset(path, b, t, o, from_base, into, report, points, attr_conflict
     conflicted = result is not None and result.result == "conflict"
 
     if o is None or t is None:  # deleted on one side: any attribute change of the other conflicts
+        assert b_attrs is not None  # added on one side only returned above: the base has it
         if o is None:
             clash = [] if t_attrs is None else changed_attr_names(b_attrs, t_attrs)
         else:
@@ -306,6 +309,7 @@ def _merge_dataset(path, b, t, o, from_base, into, report, points, attr_conflict
             del into[path]  # theirs left it as in the base
         return "deleted"
 
+    assert target is not None and t_attrs is not None  # in ours and in theirs from here on
     edits, clash = ({}, []) if o_attrs is None else merge_attrs(b_attrs, t_attrs, o_attrs)
     if clash:
         attr_conflicts[path] = clash
@@ -313,9 +317,10 @@ def _merge_dataset(path, b, t, o, from_base, into, report, points, attr_conflict
         return None
     outcome = "theirs" if result is None else result.result
     if outcome == "merged":
+        assert result is not None and result.array is not None  # "merged" always comes with the array
         target.staged_array = result.array
     elif outcome == "ours":
-        if from_base or (shares and isinstance(o, InMemoryDataset) and is_over(ours_pts, target.raw_data)):
+        if from_base or (shares and isinstance(o, InMemoryDataset) and is_over(o.staged_array, target.raw_data)):
             # ours' base state is the base's chunk map, which theirs kept: committed on theirs as is
             target.staged_array = ours_pts
         else:

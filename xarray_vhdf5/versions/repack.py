@@ -289,8 +289,8 @@ def _has_ref(dt: np.dtype) -> bool:
     base = h5py.check_dtype(vlen=dt)
     if base is not None and not isinstance(base, type):
         return _has_ref(np.dtype(base))
-    if dt.names:
-        return any(_has_ref(dt.fields[n][0]) for n in dt.names)
+    if dt.fields is not None:  # a compound type: (dtype, offset[, title]) per field
+        return any(_has_ref(field[0]) for field in dt.fields.values())
     return dt.subdtype is not None and _has_ref(dt.subdtype[0])
 
 

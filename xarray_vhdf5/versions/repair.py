@@ -335,6 +335,7 @@ def _rebuild_index(vdata: h5py.Group, versions: h5py.Group, out: RepairReport) -
         entries = version_index.IndexEntries(names, parents, np.array(stamps, np.int64), np.array(committed, bool))
         version_index.save(vdata, versions, entries)
         index = bookkeeping.open_group(vdata)
+        assert index is not None  # version_index.save just wrote into it
         if COMMIT_TOKEN in index.attrs:
             del index.attrs[COMMIT_TOKEN]
         out.index_rebuilt = True

@@ -185,9 +185,10 @@ def expire(
             if not keep_tags:
                 gone = set(doomed)
                 tag_group = refs._group(h5file, "tags")
-                for tag, version in refs.tags(h5file).items():
-                    if version in gone:
-                        del tag_group.attrs[tag]
+                if tag_group is not None:  # (tags live there: none without it)
+                    for tag, version in refs.tags(h5file).items():
+                        if version in gone:
+                            del tag_group.attrs[tag]
             if keep_freed is None:
                 keep_freed = not _delete.persists_free_space(h5file)
             return _delete._delete_versions(h5file, registry, doomed, keep_freed=keep_freed)

@@ -283,7 +283,8 @@ def _needs_repair(gid, own: bytes, fid) -> bool:
     # Two passes: the version's own datasets (libhdf5 object identity: file and address),
     # then each attachment's first reference checked against them. Naming the target
     # (H5Iget_name) would search the whole file for a path, for every reference.
-    members, attached = set(), []
+    members: set[h5py.h5d.DatasetID] = set()  # equal by file and address
+    attached: list[h5py.h5d.DatasetID] = []
     if _collect(gid, members, attached):
         return True
     for oid in attached:
@@ -298,7 +299,7 @@ def _needs_repair(gid, own: bytes, fid) -> bool:
     return False
 
 
-def _collect(gid, members: set, attached: list) -> bool:
+def _collect(gid, members: set[h5py.h5d.DatasetID], attached: list[h5py.h5d.DatasetID]) -> bool:
     """Add the datasets under ``gid`` to ``members``, those with attachments to ``attached``.
 
     Returns True if a scale is broken.

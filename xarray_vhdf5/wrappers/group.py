@@ -31,6 +31,7 @@ from ..backend.h5objects import member_names, object_info_by_name, relinked
 from ..backend.hashing import is_vlen_string_dtype
 from ..backend.layout import RESERVED_NAMES, VERSION_ATTRS, VERSION_DATA, split_version_path
 from ..backend.raw_data import Filters
+from ..backend.slabmaps import SlabMapCache
 from ..errors import DatasetMismatchError, IncompatibleDataError, ReadOnlyError, StaleVersionError
 from .attrs import RESERVED_ATTRS, StagedAttrs
 from .chunked import InMemoryDataset
@@ -120,10 +121,10 @@ class InMemoryGroup(GroupAPI):
         self.committed_as: str | None = None
         #: Set on a version's root by ``stage_version``: chunk maps of the last commit,
         #: and the versions group's state when staging began (``SlabMapCache.get``).
-        self.slab_maps = None
-        self.versions_state = None
+        self.slab_maps: SlabMapCache | None = None
+        self.versions_state: tuple[int, int] | None = None
         #: Set on a version's root by ``stage_version``: the h5py file or group it was given (``file``).
-        self.h5file = None
+        self.h5file: h5py.File | h5py.Group | None = None
         if source is not None:
             # Through the low-level API, in h5py's order (``Group.items()`` builds
             # more objects per member).
