@@ -212,8 +212,8 @@ def diff_versions(
                     attrs_changed.append(name)
                 every = not _same_decoding(da_, db)
             diff = compare_datasets(name, da_, db, every_chunk=every)
-            changes = {}
-            changed = None
+            changes: dict[tuple[int, ...], int] | None = {}
+            changed: np.ndarray | None = None
             if diff.status == "modified":
                 if _is_lazy(lazy, db):
                     changes, changed = None, _assemble_lazy(name, da_, db, diff, out, decode_times, stored)
@@ -307,6 +307,7 @@ def _assemble(
         if _diff_dtype(sample.dtype.kind, sample.dtype) is not None:
             values = _empty_diff(sample.dtype, b.shape)
     if values is not None:
+        assert diff.shape_a is not None and diff.shape_b is not None  # a modified dataset is in both versions
         attrs = {
             "long_name": f"{name}: B - A",
             "status": diff.status,
@@ -327,7 +328,8 @@ def _add_changed(name: str, b: h5py.Dataset, diff: DatasetDiff, changed: np.ndar
     dims, scalar = _out_dims(name, b)
     if changed is None:  # added or replaced: every point of B is new
         changed = np.broadcast_to(np.True_, b.shape)
-    attrs = {
+    assert diff.shape_b is not None  # added, modified or replaced: in B
+    attrs: dict[str, object] = {
         "long_name": f"{name}: changed points",
         "status": diff.status,
         "points_changed": diff.points_changed,  # left out of a lazy diff: not counted yet
@@ -346,6 +348,7 @@ def _add_changed(name: str, b: h5py.Dataset, diff: DatasetDiff, changed: np.ndar
 def _empty_diff(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     """An all-missing array for differences of values of ``dtype``."""
     out_dtype = _diff_dtype(dtype.kind, dtype)
+    assert out_dtype is not None, dtype  # callers check _diff_dtype first
     return np.full(shape, np.timedelta64("NaT") if out_dtype.kind == "m" else np.nan, dtype=out_dtype)
 
 
@@ -521,6 +524,7 @@ def _assemble_lazy(
                 delta_blocks[index] = dsa.full(shape, _missing(delta_dtype), dtype=delta_dtype, chunks=shape)
     changed = dsa.block(changed_blocks.tolist())
     if delta_dtype is not None:
+        assert diff.shape_a is not None and diff.shape_b is not None  # a modified dataset is in both versions
         attrs = {
             "long_name": f"{name}: B - A",
             "status": diff.status,
