@@ -1,6 +1,6 @@
 """The package's layers import one way, and no two modules import each other at import time.
 
-Layers, bottom up (docs/design.md, "Layers"): ``_ext`` < ``backend`` < ``staging`` <
+Layers, bottom up (docs/design.md, "Layers"): ``_ext`` < ``backend`` < ``staging`` < ``resplit`` <
 ``wrappers`` < ``versions`` < ``xr`` < ``store`` < ``cli``. Every ``import`` of the
 package's own modules is read from the source (``ast``), those inside functions too:
 none may reach a higher layer. Module-level imports may form no cycle.
@@ -13,7 +13,7 @@ import collections
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "xarray_vhdf5"
-LAYERS = ["_ext", "backend", "staging", "wrappers", "versions", "xr", "store", "cli"]
+LAYERS = ["_ext", "backend", "staging", "resplit", "wrappers", "versions", "xr", "store", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
 

@@ -102,7 +102,7 @@ from ..backend.raw_data import ChunkWriter, Filters, create_raw_data
 from ..backend.transfer import read_many_slices
 from ..backend.virtual import create_virtual_dataset
 from ..errors import DatasetNotFoundError, IncompatibleDataError, MemoryBudgetError
-from ..resplit import parse_bytes
+from ..resplit import minimum_memory, parse_bytes
 from .delete import (
     MAP_CACHE_BYTES,
     SCRATCH,
@@ -120,8 +120,8 @@ from .delete import (
     version_dataset,
 )
 from .locking import file_locks
-from .rechunk import RechunkReport, resplit_version
 from .mutation import _JOURNALED, _no_live_writer, disk_path, mutating
+from .rechunk import RechunkReport, resplit_version
 
 __all__ = [
     "BATCH_BYTES",
@@ -488,8 +488,8 @@ def modify_metadata(
         dimensionality..." (versioned-hdf5 2.6's messages); not positive; a fill value for variable-length
         strings. Raised before anything is written.
     MemoryBudgetError
-        ``max_mem`` given, the chunks change, and it is below one old chunk plus one
-        new chunk. Raised before anything is written.
+        ``max_mem`` given, the chunks change, and it is below the resplit's minimum
+        (two old chunks and one new one). Raised before anything is written.
     ReadOnlyError
         The file is open read-only.
     TypeError
@@ -809,7 +809,7 @@ def _modify_metadata(
 
 
 def _check_budget(max_mem, old_chunks: tuple[int, ...], t: _Target) -> None:
-    """Refuse a ``max_mem`` below one old and one new chunk, before anything is written.
+    """Refuse a ``max_mem`` below the resplit's minimum, before anything is written.
 
     Raises
     ------
@@ -819,11 +819,11 @@ def _check_budget(max_mem, old_chunks: tuple[int, ...], t: _Target) -> None:
     if max_mem is None or old_chunks == t.chunks:
         return
     budget = parse_bytes(max_mem)
-    least = (math.prod(old_chunks) + math.prod(t.chunks)) * max(t.dtype.itemsize, 1)
+    least = minimum_memory(old_chunks, t.chunks, max(t.dtype.itemsize, 1))
     if budget < least:
         raise MemoryBudgetError(
-            f"max_mem {budget} B is below the minimum of this rechunk, {least} B: one chunk of "
-            f"{old_chunks} and one of {t.chunks} points of {t.dtype}",
+            f"max_mem {budget} B is below the minimum of this rechunk, {least} B: two chunks of "
+            f"{old_chunks} (a buffer and one being read) and one of {t.chunks} points of {t.dtype}",
             least,
         )
 

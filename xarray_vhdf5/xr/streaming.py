@@ -47,12 +47,16 @@ import math
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..backend.chunks import chunk_slices
 from ..backend.hashing import chunk_hash
 from ..backend.raw_data import is_fill_chunk
+
+if TYPE_CHECKING:
+    from .resplit_source import ResplitBudget
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -294,7 +298,8 @@ def cut_blocks(
     pieces : list of (chunk_index, region inside the chunk, points)
         Parts of output chunks that straddle the buffer's edges (remainders).
     """
-    whole, remainders = [], []
+    whole: list[tuple[tuple[int, ...], np.ndarray | None, bytes | None]] = []
+    remainders: list[tuple[tuple[int, ...], tuple[slice, ...], np.ndarray]] = []
     ranges = [range(r.start // c, -(-r.stop // c)) for r, c in zip(region, chunks)]
     for index in itertools.product(*ranges):
         target = chunk_slices(index, shape, chunks)
@@ -499,7 +504,14 @@ def _finish(chunk: np.ndarray, fillvalue) -> tuple[np.ndarray | None, bytes | No
 
 
 def stage_lazy_dataset(
-    group, name: str, array, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: bool | None = None, **create_kwargs
+    group,
+    name: str,
+    array,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    progress: bool | None = None,
+    max_mem: int | str | ResplitBudget | None = None,
+    **create_kwargs,
 ):
     """Stage a dask array in ``group`` (an ``InMemoryGroup``) without computing it.
 
@@ -518,6 +530,9 @@ def stage_lazy_dataset(
         Its points, ``ndim >= 1``.
     max_bytes, progress
         See :class:`DaskChunkSource`.
+    max_mem : int or str, optional
+        Stream on the resplit engine within this many bytes instead
+        (:class:`~xarray_vhdf5.xr.resplit_source.ResplitChunkSource`).
     **create_kwargs
         ``chunks``, ``fillvalue``, compression... for ``create_dataset``.
 
@@ -530,5 +545,12 @@ def stage_lazy_dataset(
     ds = group.create_dataset(name, data=placeholder, **create_kwargs)
     # The staging wrappers keep a dataset's points in ``_data``; the commit asks
     # ``_loaded()`` for them and streams any object with ``iter_hashed_chunks``.
-    ds._data = DaskChunkSource(array, max_bytes=max_bytes, progress=progress, name=name)
+    if max_mem is not None:
+        from .resplit_source import ResplitBudget, ResplitChunkSource
+
+        budget = max_mem if isinstance(max_mem, ResplitBudget) else ResplitBudget(max_mem)
+        ds._data = ResplitChunkSource(array, max_mem=budget.max_mem, progress=progress, name=name)
+        budget.sources.append(ds._data)
+    else:
+        ds._data = DaskChunkSource(array, max_bytes=max_bytes, progress=progress, name=name)
     return ds

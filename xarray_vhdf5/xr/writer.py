@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from typing import TYPE_CHECKING
 
 import h5py
 import numpy as np
@@ -54,6 +55,9 @@ from .dimscales import attach_dimension_scales
 from .encoding import cf_encode_variables, filters_of, inherit_stored_encoding, kept_attrs, stored_values
 from .engine import close_read_handles
 from .streaming import DEFAULT_MAX_BYTES, is_dask_array, stage_lazy_dataset
+
+if TYPE_CHECKING:
+    from .resplit_source import ResplitBudget
 
 __all__ = [
     "commit_dataset",
@@ -116,6 +120,7 @@ def write_variables(
     progress: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     allow_unsorted: bool = True,
+    max_mem: int | str | ResplitBudget | None = None,
 ) -> None:
     """Replace the content of staged ``group`` by the CF-encoded ``dataset``.
 
@@ -133,6 +138,11 @@ def write_variables(
     allow_unsorted : bool
         False: refuse a dimension coordinate that grows (an append) and is
         no longer sorted as ``group``'s dataset was (:func:`check_sorted_index`).
+    max_mem : int or str, optional
+        Stream dask variables on the resplit engine within this many bytes, each
+        block computed once, one at a time
+        (:class:`~xarray_vhdf5.xr.resplit_source.ResplitChunkSource`), instead of
+        in parallel batches of ``max_bytes``.
 
     Raises
     ------
@@ -154,7 +164,7 @@ def write_variables(
         group.attrs[key] = value
     growing = frozenset(dataset.encoding.get("unlimited_dims") or ())
     for name, var in variables.items():
-        write_variable(group, str(name), var, progress=progress, max_bytes=max_bytes, growing=growing)
+        write_variable(group, str(name), var, progress=progress, max_bytes=max_bytes, growing=growing, max_mem=max_mem)
 
 
 def write_variable(
@@ -165,6 +175,7 @@ def write_variable(
     progress: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     growing: frozenset = frozenset(),
+    max_mem: int | str | ResplitBudget | None = None,
 ) -> None:
     """Write one CF-encoded variable as dataset ``name`` of staged ``group`` (replacing it).
 
@@ -209,6 +220,7 @@ def write_variable(
             name,
             values,
             max_bytes=max_bytes,
+            max_mem=max_mem,
             progress=progress,
             chunks=variable_chunks(name, var, growing),
             fillvalue=None if fill is None else np.asarray(fill, values.dtype)[()],
@@ -251,6 +263,7 @@ def commit_dataset(
     durable: bool = False,
     allow_empty: bool = False,
     allow_unsorted: bool = False,
+    max_mem: int | str | ResplitBudget | None = None,
 ) -> str:
     """Commit ``dataset`` as a new version of the file at ``path`` (created if missing).
 
@@ -300,6 +313,10 @@ def commit_dataset(
         Store a dimension coordinate that grows (an append) and is no longer
         sorted as the parent's was; default False:
         :class:`~xarray_vhdf5.errors.IncompatibleDataError`.
+    max_mem : int or str, optional
+        Stream dask variables on the resplit engine instead (each dask block
+        computed once, one at a time, within this many bytes; see
+        :mod:`xarray_vhdf5.xr.resplit_source`): for blocks that are files to read.
 
     Returns
     -------
@@ -329,7 +346,9 @@ def commit_dataset(
     """
 
     def write(target: InMemoryGroup) -> None:
-        write_variables(target, dataset, progress=progress, max_bytes=max_bytes, allow_unsorted=allow_unsorted)
+        write_variables(
+            target, dataset, progress=progress, max_bytes=max_bytes, allow_unsorted=allow_unsorted, max_mem=max_mem
+        )
 
     return _commit(
         path,

@@ -1,0 +1,361 @@
+"""Running a :class:`~xarray_vhdf5.resplit.ResplitPlan`: each input chunk read once, output chunks written.
+
+:func:`iter_resplit` walks the plan's buffers in storage order. For each buffer
+it reads the buffer's needed input chunks (one ``read_chunk`` call each: the
+only reads of the run), then hands out the output chunks the buffer touches, as
+:class:`OutputWrite` events:
+
+- an output chunk inside the buffer: the whole chunk (a view of the buffer);
+- a *kept* straddling one: its piece is copied into the cache; the whole chunk
+  is assembled and handed out with the buffer holding its last piece;
+- a *spilled* one: each piece is handed out as it comes (``pieces=True``, for a
+  target that takes partial writes: an HDF5 or Zarr array), or written into a
+  scratch file in the chunk's own layout and read back whole, in one read, with
+  its last piece (``pieces=False``, for a consumer that needs whole chunks: the
+  hash-and-store of a version's raw_data).
+
+The buffer and the array output chunks are assembled in are allocated once and
+reused: the ``data`` of a write is valid only until the next one is asked for.
+The executor counts what it does (:class:`ResplitCounters`) and the bytes it
+holds at once (buffer, input chunk being read, assembly array, kept pieces):
+``peak_buffer_bytes`` is measured from the arrays actually held, and never
+exceeds the plan's ``predicted_peak``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ._plan import ResplitPlan
+
+__all__ = ["OutputWrite", "ResplitCounters", "iter_resplit", "resplit_into"]
+
+
+@dataclass
+class ResplitCounters:
+    """What a resplit did. Bytes are of decoded points (``itemsize`` each).
+
+    Attributes
+    ----------
+    input_reads : int
+        ``read_chunk`` calls: input chunks read.
+    bytes_read : int
+        Bytes of the input chunks read.
+    chunk_writes : int
+        Output chunks handed out whole.
+    piece_writes : int
+        Pieces of spilled output chunks handed out (``pieces=True``), or written to the
+        spill file (all but the last piece of each, which completes it in memory).
+    bytes_written : int
+        Bytes handed out (whole chunks and pieces).
+    spill_bytes : int
+        Bytes written to the spill file.
+    peak_buffer_bytes : int
+        The most bytes of buffer, input chunk being copied, kept pieces and output
+        chunk being assembled held at once.
+    peak_kept_bytes : int
+        The most bytes of kept pieces held at once.
+    buffers : int
+        Buffers processed (those holding a needed input chunk).
+    seconds : float
+        Wall time of the run.
+    """
+
+    input_reads: int = 0
+    bytes_read: int = 0
+    chunk_writes: int = 0
+    piece_writes: int = 0
+    bytes_written: int = 0
+    spill_bytes: int = 0
+    peak_buffer_bytes: int = 0
+    peak_kept_bytes: int = 0
+    buffers: int = 0
+    seconds: float = 0.0
+
+    @property
+    def output_writes(self) -> int:
+        """Write operations: whole output chunks plus pieces."""
+        return self.chunk_writes + self.piece_writes
+
+
+class OutputWrite(NamedTuple):
+    """One write handed out by :func:`iter_resplit`.
+
+    Attributes
+    ----------
+    chunk : tuple of int
+        The output chunk's index in the output chunk grid.
+    region : tuple of slice
+        Where ``data`` goes in the array (points).
+    data : numpy.ndarray
+        The points; may be a view of the executor's buffer, valid until the next event.
+    whole : bool
+        ``region`` is the whole output chunk.
+    last : bool
+        No more writes to this output chunk follow (always True when ``whole``).
+    """
+
+    chunk: tuple[int, ...]
+    region: tuple[slice, ...]
+    data: np.ndarray
+    whole: bool
+    last: bool
+
+
+class _Spill:
+    """Spilled output chunks, each in a slot of a scratch file laid out as the chunk (C order)."""
+
+    def __init__(self, chunk_shape: tuple[int, ...], dtype: np.dtype, directory: str | None):
+        self.dtype = dtype
+        self.slot_bytes = -(-math.prod(chunk_shape) * dtype.itemsize // mmap_granularity()) * mmap_granularity()
+        self.file = tempfile.TemporaryFile(prefix="vhdf5-resplit-", dir=directory)
+        self.slots: dict[tuple[int, ...], int] = {}
+        self.free: list[int] = []
+        self.size = 0
+
+    def put(self, index: tuple[int, ...], shape: tuple[int, ...], where: tuple[slice, ...], data: np.ndarray) -> None:
+        slot = self.slots.get(index)
+        if slot is None:
+            slot = self.slots[index] = self.free.pop() if self.free else self.size // self.slot_bytes
+            if (slot + 1) * self.slot_bytes > self.size:
+                self.size = (slot + 1) * self.slot_bytes
+                os.ftruncate(self.file.fileno(), self.size)
+        # A map of the slot only for this write: its pages leave the process with the unmap.
+        mm = np.memmap(self.file, self.dtype, mode="r+", offset=slot * self.slot_bytes, shape=shape)
+        mm[where] = data
+        mm.flush()
+        del mm
+
+    def take(self, index: tuple[int, ...], out: np.ndarray) -> None:
+        slot = self.slots.pop(index)
+        view = out.data.cast("B")
+        got = os.preadv(self.file.fileno(), [view], slot * self.slot_bytes)
+        if got != out.nbytes:  # pragma: no cover - the scratch file is ours and sized above
+            raise OSError(f"the resplit spill file returned {got} of {out.nbytes} bytes")
+        self.free.append(slot)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def mmap_granularity() -> int:
+    import mmap
+
+    return mmap.ALLOCATIONGRANULARITY
+
+
+def _slices(grids, index) -> tuple[slice, ...]:
+    return tuple(slice(int(g.edges[i]), int(g.edges[i + 1])) for g, i in zip(grids, index, strict=True))
+
+
+def iter_resplit(
+    plan: ResplitPlan,
+    read_chunk: Callable[[tuple[int, ...]], Any],
+    dtype,
+    *,
+    pieces: bool = False,
+    spill_dir: str | None = None,
+    counters: ResplitCounters | None = None,
+    progress: bool = False,
+    desc: str | None = None,
+) -> Iterator[OutputWrite]:
+    """Run ``plan``, reading input chunks with ``read_chunk``; yield the output writes.
+
+    Parameters
+    ----------
+    plan : ResplitPlan
+        From :func:`~xarray_vhdf5.resplit.plan_resplit`.
+    read_chunk : callable
+        ``read_chunk(index)`` returns input chunk ``index`` (its index in the input
+        chunk grid) as an array of its (edge-trimmed) shape. Called once per
+        needed input chunk, in buffer order.
+    dtype : numpy dtype
+        The points' dtype (``itemsize`` should be the plan's).
+    pieces : bool
+        Hand out pieces of spilled output chunks as they come (``whole`` False);
+        otherwise spill them to a scratch file and hand the chunk out whole.
+    spill_dir : str, optional
+        Folder of the scratch file (default: the system's temporary folder).
+    counters : ResplitCounters, optional
+        Filled while running (pass one to read it after the loop).
+    progress : bool
+        A tqdm progress bar over the buffers.
+    desc : str, optional
+        Its label.
+
+    Yields
+    ------
+    OutputWrite
+        Use (or copy) ``data`` before asking for the next write: it is a view of
+        the reused buffer or assembly array.
+
+    Raises
+    ------
+    ValueError
+        ``read_chunk`` returned an array of another shape than the input chunk's.
+    """
+    dtype = np.dtype(dtype)
+    c = counters if counters is not None else ResplitCounters()
+    t0 = time.perf_counter()
+    ig, og, bg = plan.in_grids, plan.out_grids, plan.buffer_grids
+    m = plan.buffer_chunks
+    single = all(k == 1 for k in m)
+    # Per axis: the outputs each buffer touches, and the buffer holding each output's last piece.
+    touch = [b.locate_chunks(o) for b, o in zip(bg, og, strict=True)]
+    last_buffer = [o.locate_chunks(b)[1] for o, b in zip(og, bg, strict=True)]
+    out_shape = tuple(int(g.sizes.max()) for g in og)
+    spill = None if pieces or plan.spilled_outputs == 0 else _Spill(out_shape, dtype, spill_dir)
+    cache: dict[tuple[int, ...], list[tuple[tuple[slice, ...], np.ndarray]]] = {}
+    kept = 0
+    # Reused for every buffer and every assembled chunk (flat, so that each view is contiguous).
+    store = None if single else np.empty(math.prod(plan.buffer_shape), dtype=dtype)
+    scratch: np.ndarray | None = None
+    held = 0 if store is None else store.nbytes
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=plan.n_buffers, unit="buffer", desc=desc or "resplit", leave=False)
+
+    def note(extra: int) -> None:
+        c.peak_buffer_bytes = max(c.peak_buffer_bytes, held + kept + extra)
+
+    def assembly(shape: tuple[int, ...]) -> np.ndarray:
+        nonlocal scratch, held
+        if scratch is None:
+            scratch = np.empty(math.prod(out_shape), dtype=dtype)
+            held += scratch.nbytes
+        return scratch[: math.prod(shape)].reshape(shape)
+
+    try:
+        for bidx in itertools.product(*(range(g.n) for g in bg)):
+            if bar is not None:
+                bar.update(1)
+            in_ranges = [range(b * k, min((b + 1) * k, g.n)) for b, k, g in zip(bidx, m, ig, strict=True)]
+            need = plan.needed_inputs[tuple(slice(r.start, r.stop) for r in in_ranges)]
+            if not need.any():
+                continue
+            c.buffers += 1
+            region = _slices(bg, bidx)
+            origin = tuple(s.start for s in region)
+            bshape = tuple(s.stop - s.start for s in region)
+            if store is None:  # the buffer is one input chunk: the array read
+                buffer = np.asarray(read_chunk(bidx))
+                if buffer.shape != bshape:
+                    raise ValueError(f"read_chunk({bidx}) returned shape {buffer.shape}, expected {bshape}")
+                c.input_reads += 1
+                c.bytes_read += buffer.nbytes
+                note(2 * buffer.nbytes)  # and the previous one, which the consumer may still hold
+            else:
+                buffer = store[: math.prod(bshape)].reshape(bshape)
+                for local in zip(*np.nonzero(need), strict=True):
+                    index = tuple(r.start + int(i) for r, i in zip(in_ranges, local, strict=True))
+                    where = _slices(ig, index)
+                    data = np.asarray(read_chunk(index))
+                    want = tuple(s.stop - s.start for s in where)
+                    if data.shape != want:
+                        raise ValueError(f"read_chunk({index}) returned shape {data.shape}, expected {want}")
+                    c.input_reads += 1
+                    c.bytes_read += data.nbytes
+                    note(data.nbytes)
+                    buffer[tuple(slice(s.start - o, s.stop - o) for s, o in zip(where, origin, strict=True))] = data
+                    del data
+            ranges = [range(int(lo[b]), int(hi[b]) + 1) for (lo, hi), b in zip(touch, bidx, strict=True)]
+            for oidx in itertools.product(*ranges):
+                if not plan.needed[oidx]:
+                    continue
+                oregion = _slices(og, oidx)
+                lo = [max(a.start, b.start) for a, b in zip(oregion, region, strict=True)]
+                hi = [min(a.stop, b.stop) for a, b in zip(oregion, region, strict=True)]
+                piece = buffer[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, origin, strict=True))]
+                if not plan.straddle[oidx]:
+                    c.chunk_writes += 1
+                    c.bytes_written += piece.nbytes
+                    yield OutputWrite(oidx, oregion, piece, True, True)
+                    continue
+                where = tuple(slice(a - s.start, b - s.start) for a, b, s in zip(lo, hi, oregion, strict=True))
+                last = all(int(lb[i]) == b for lb, i, b in zip(last_buffer, oidx, bidx, strict=True))
+                cshape = tuple(s.stop - s.start for s in oregion)
+                if plan.keep[oidx]:
+                    if not last:
+                        cache.setdefault(oidx, []).append((where, piece.copy()))
+                        kept += piece.nbytes
+                        c.peak_kept_bytes = max(c.peak_kept_bytes, kept)
+                        note(0)
+                        continue
+                    whole = assembly(cshape)
+                    note(0)
+                    whole[where] = piece
+                    for w, kept_piece in cache.pop(oidx):
+                        whole[w] = kept_piece
+                        kept -= kept_piece.nbytes
+                    c.chunk_writes += 1
+                    c.bytes_written += whole.nbytes
+                    yield OutputWrite(oidx, oregion, whole, True, True)
+                elif spill is None:
+                    c.piece_writes += 1
+                    c.bytes_written += piece.nbytes
+                    yield OutputWrite(oidx, tuple(slice(a, b) for a, b in zip(lo, hi, strict=True)), piece, False, last)
+                else:
+                    if not last:
+                        c.piece_writes += 1
+                        spill.put(oidx, cshape, where, piece)
+                        c.spill_bytes += piece.nbytes
+                        continue
+                    whole = assembly(cshape)
+                    note(0)
+                    spill.take(oidx, whole)
+                    whole[where] = piece
+                    c.chunk_writes += 1
+                    c.bytes_written += whole.nbytes
+                    yield OutputWrite(oidx, oregion, whole, True, True)
+            del buffer, piece
+        if cache:  # pragma: no cover - every point of a kept chunk lies in some buffer
+            raise AssertionError(f"{len(cache)} kept output chunks were left incomplete")
+    finally:
+        if spill is not None:
+            spill.close()
+        if bar is not None:
+            bar.close()
+        c.seconds += time.perf_counter() - t0
+
+
+def resplit_into(
+    plan: ResplitPlan,
+    read_chunk: Callable[[tuple[int, ...]], Any],
+    target,
+    *,
+    progress: bool = False,
+    desc: str | None = None,
+) -> ResplitCounters:
+    """Run ``plan`` into an array-like ``target`` (numpy, h5py or zarr array) of the plan's shape.
+
+    Whole output chunks are assigned in one ``target[region] = data`` each; pieces
+    of spilled ones in one assignment each (a partial chunk write for HDF5 and Zarr).
+
+    Parameters
+    ----------
+    plan, read_chunk
+        As for :func:`iter_resplit`.
+    target : array-like
+        Supports ``target[tuple of slices] = array`` and has ``dtype``.
+    progress, desc
+        As for :func:`iter_resplit`.
+
+    Returns
+    -------
+    ResplitCounters
+    """
+    counters = ResplitCounters()
+    for w in iter_resplit(plan, read_chunk, target.dtype, pieces=True, counters=counters, progress=progress, desc=desc):
+        target[w.region] = w.data
+    return counters
