@@ -331,6 +331,7 @@ def fast_commit(
     """
     overlay = store._writes.overlay
     parent = state.version
+    assert parent is not None  # plan_fast_commit gives no plan without a base version
     source = store.path
     _drop_unchanged(store, state, plan, overlay)
     engine.close_read_handles(source)

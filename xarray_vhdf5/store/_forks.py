@@ -40,12 +40,13 @@ write disjoint chunks (xarray's ``safe_chunks``).
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, unquote
 
 from zarr.abc.store import ByteRequest, Store
@@ -149,7 +150,8 @@ class StoreFork(ListingFromList, Store):
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(
+        StoreFork.__init__(  # the state __getstate__ above made: this class's arguments
+            self,
             state["path"],
             state["version"],
             state["group"],
@@ -203,7 +205,7 @@ class StoreFork(ListingFromList, Store):
             os.path.exists(self._file(_SEED_GONE, key)) or any(key.startswith(p) for p in self._names(_SEED_CLEARED))
         )
 
-    def _read(self, key: str) -> bytes | object | None:
+    def _read(self, key: str) -> bytes | Literal[_Ask.BASE] | None:
         """The fork's bytes of ``key``, None if it has none, or ``_BASE``: ask the base version."""
         try:
             with open(self._file(_DATA, key), "rb") as f:
@@ -310,7 +312,13 @@ class _Nothing:
     """The base of a fork of a store over no version."""
 
 
-_BASE = object()  # _read's answer: ask the base version
+class _Ask(enum.Enum):
+    """A sentinel of one member (an enum: the checker narrows ``is _BASE`` tests)."""
+
+    BASE = "base"
+
+
+_BASE = _Ask.BASE  # _read's answer: ask the base version
 
 
 def fork_store(store: VersionStore) -> StoreFork:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 __all__ = ["ListingFromList"]
 
 
 class ListingFromList:
     """Mixed into a ``zarr.abc.store.Store`` whose ``list()`` yields every key once."""
+
+    if TYPE_CHECKING:  # declared for the checker only: defined here it would hide the store's
+
+        def list(self) -> AsyncIterator[str]: ...
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
         """The keys starting with ``prefix``."""

@@ -216,6 +216,7 @@ def _array_node(
     shape, chunks = tuple(ds.shape), tuple(int(c) for c in ds.chunks)
     scalar = not dims and shape == (1,)
     manifest = ds.manifest
+    why: str | None
     if manifest is None:
         codecs, why = None, "read through libhdf5 (variable-length strings or a filter without a decoder)"
         fill = ds.fillvalue
@@ -258,6 +259,7 @@ def _array_metadata(node: ArrayNode):
 
     dtype = node.dtype
     endian = "big" if dtype.byteorder == ">" else "little"
+    serializer: dict[str, Any]  # zarr's codec JSON
     if dtype.kind == "O":
         serializer = {"name": "vlen-utf8", "configuration": {}}
     elif dtype.itemsize == 1 or dtype.kind in "SV":  # no byte order to state

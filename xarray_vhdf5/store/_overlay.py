@@ -88,11 +88,12 @@ class Overlay:
             except FileNotFoundError:
                 pass
 
-    def _spill(self, key: str, data: bytes) -> Spooled:
-        if self.spill_dir is None:
-            self.spill_dir = os.path.join(self.spill_root, f"{uuid.uuid4().hex}-overlay")
-            os.makedirs(self.spill_dir)
-        path = os.path.join(self.spill_dir, quote(key, safe="") or "%")
+    def _spill(self, root: str, key: str, data: bytes) -> Spooled:
+        spill_dir = self.spill_dir
+        if spill_dir is None:
+            spill_dir = self.spill_dir = os.path.join(root, f"{uuid.uuid4().hex}-overlay")
+            os.makedirs(spill_dir)
+        path = os.path.join(spill_dir, quote(key, safe="") or "%")
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -113,7 +114,7 @@ class Overlay:
             self._forget(key)
             if isinstance(data, bytes):
                 if self.spill_root is not None and self.nbytes + len(data) > self.budget:
-                    data = self._spill(key, data)
+                    data = self._spill(self.spill_root, key, data)
                 else:
                     self.nbytes += len(data)
             self.written[key] = data

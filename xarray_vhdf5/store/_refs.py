@@ -206,7 +206,7 @@ def _array_refs(node: ArrayNode, ds, url: str, inline_threshold: int, max_inline
         return _Array(zarray, attrs, refs)
     grid = node.grid
     slots = manifest.slots if manifest is not None else np.zeros(grid, np.int32)
-    unmapped_differs = manifest is not None and dtype.kind != "O" and not _same(manifest.fillvalue, zarr_fill)
+    unmapped_differs = manifest is not None and zarr_fill is not None and not _same(manifest.fillvalue, zarr_fill)
     fill_chunk: str | None = None
     inlined = 0
     for index in np.ndindex(*grid):

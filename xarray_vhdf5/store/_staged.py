@@ -53,6 +53,7 @@ from ..errors import NothingToCommitError, StaleVersionError, UnsupportedError
 from ..xr.stage import commit_staged, stage_dataset
 from ..xr.staged_array import StagedVariableArray
 from ..xr.writer import commit_dataset
+from ._metadata import ArrayNode
 
 if TYPE_CHECKING:
     from ._store import VersionStore, _Version
@@ -328,16 +329,15 @@ def _variable(key: str, doc: dict, state: _Version, overlay, staged: xr.Dataset,
     node = state.nodes.get(key)
     base = staged.variables.get(key)
     doc_key = f"{key}/zarr.json"
-    continues = (
-        node is not None
+    if not (
+        isinstance(node, ArrayNode)
         and base is not None
         and not overlay.hides(doc_key)
         and not any(p.startswith(key + "/") or (key + "/").startswith(p) for p in overlay.cleared)
         and node.dtype == dtype
         and tuple(node.chunks) == chunks
         and base.ndim == len(shape)
-    )
-    if not continues:
+    ):
         attrs = _attrs(doc.get("attributes") or {}, None, {}, dtype)
         # zarr's chunk grid, unless the base holds the name: its raw_data fixed the chunk shape
         # (the commit inherits it; zarr's grid then differs from the stored one)

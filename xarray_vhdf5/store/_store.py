@@ -340,7 +340,8 @@ class VersionStore(ListingFromList, Store):
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(
+        VersionStore.__init__(  # the state __getstate__ above made: this class's arguments
+            self,
             state["path"],
             state["version"],
             state["group"],
@@ -583,7 +584,9 @@ class VersionStore(ListingFromList, Store):
             out: Any = np.ascontiguousarray(ds.decoded_chunk(stored_index)).tobytes()
             import numcodecs
 
-            for config in numcodecs_pipeline(ds.manifest.filters, ds.dtype)[0]:
+            configs = numcodecs_pipeline(ds.manifest.filters, ds.dtype)[0]
+            assert configs is not None  # node.codecs were made from this pipeline
+            for config in configs:
                 out = numcodecs.get_codec(config).encode(out)
             return bytes(out)
         manifest = ds.manifest
@@ -622,7 +625,7 @@ class VersionStore(ListingFromList, Store):
                 rows = -(-found.shape[0] // k) * k
                 padded = np.zeros((rows, *found.shape[1:]), bool)
                 padded[: found.shape[0]] = found
-                found = padded.reshape((rows // k, k, *found.shape[1:])).any(axis=1)
+                found = np.asarray(padded.reshape((rows // k, k, *found.shape[1:])).any(axis=1))  # typed: an array
         state.mapped[node.key] = found
         return found
 
