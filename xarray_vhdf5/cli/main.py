@@ -1,4 +1,4 @@
-"""The ``vhdf5`` command line (click): ``demo``, ``log``, ``diff``, ``check``, ``refs``.
+"""The ``vhdf5`` command line (click): ``demo``, ``log``, ``diff``, ``check``, ``refs``, ``rechunk``, ``export``.
 
 Tables are formatted in :mod:`.log` and :mod:`.diff`; FILE is opened by
 :func:`xarray_vhdf5.backend.signature.open_h5file` (a clear error for a file that is not HDF5)."""
@@ -11,10 +11,11 @@ import click
 
 from ..backend.signature import open_h5file
 from ..errors import VHDF5Error
+from .branches import branch, cherry_pick, merge, tag
 from .check import check
 from .diff import format_diff
 from .log import LOG_HELP
-from .branches import branch, cherry_pick, merge, tag
+from .rechunk import export, ingest, rechunk
 from .refs import refs
 from .repack import expire, repack
 
@@ -34,10 +35,19 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--source", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="netCDF/HDF5 file with a record dimension (default: the shipped NOAA COADS subset).")
-@click.option("--out", type=click.Path(dir_okay=False), default="vhdf5-demo.h5", show_default=True,
-              help="Versioned HDF5 file to create.")
+@click.option(
+    "--source",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="netCDF/HDF5 file with a record dimension (default: the shipped NOAA COADS subset).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default="vhdf5-demo.h5",
+    show_default=True,
+    help="Versioned HDF5 file to create.",
+)
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
 def demo(source: str | None, out: str, force: bool) -> None:
     """Ingest a climate file one record step per version, QC-correct it, and verify every version."""
@@ -78,9 +88,12 @@ def log(file: str, graph: bool) -> None:
 @click.argument("a")
 @click.argument("b")
 @click.option("--group", default=None, help="Compare only this group of both versions (and its subgroups).")
-@click.option("--mappings-only", is_flag=True,
-              help="Compare the chunk mappings and attributes only: read no chunk data "
-                   "(chunks and points changed are not counted: '?').")
+@click.option(
+    "--mappings-only",
+    is_flag=True,
+    help="Compare the chunk mappings and attributes only: read no chunk data "
+    "(chunks and points changed are not counted: '?').",
+)
 def diff(file: str, a: str, b: str, group: str | None, mappings_only: bool) -> None:
     """Show what changed from version A to version B of FILE: datasets, attributes, chunks and points.
 
@@ -94,8 +107,8 @@ def diff(file: str, a: str, b: str, group: str | None, mappings_only: bool) -> N
     are, and compared point by point as stored (NaN equals NaN). A dataset
     differs if it was added, removed, changed shape, points or attributes.
     """
-    from ..versions.diff import diff_versions
     from ..backend.names import is_netcdf_dimension_only
+    from ..versions.diff import diff_versions
     from .diff import attribute_changes
 
     try:
@@ -116,6 +129,9 @@ cli.add_command(merge)
 cli.add_command(cherry_pick)
 cli.add_command(expire)
 cli.add_command(repack)
+cli.add_command(rechunk)
+cli.add_command(export)
+cli.add_command(ingest)
 
 
 def main() -> None:

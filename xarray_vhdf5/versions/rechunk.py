@@ -37,7 +37,7 @@ from ..backend.chunks import chunk_grid_shape
 from ..errors import DatasetNotFoundError, IncompatibleDataError
 from ..resplit import ResplitCounters, ResplitPlan, iter_resplit, minimum_memory, parse_bytes, plan_resplit
 
-__all__ = ["DEFAULT_MAX_MEM", "RechunkReport", "rechunk", "resplit_version"]
+__all__ = ["DEFAULT_MAX_MEM", "RechunkReport", "dimension_names", "rechunk", "resplit_version"]
 
 #: Memory budget of a rechunk when none is given, bytes (raised to a plan's minimum if below it).
 DEFAULT_MAX_MEM = 256 * 2**20
@@ -303,7 +303,8 @@ def rechunk(
     raw = h5file["_version_data"][key]["raw_data"]
     current = tuple(int(c) for c in raw.attrs["chunks"])
     latest = _largest_shape(h5file, key) or tuple(raw.shape)
-    new = _chunks_argument(chunks, latest, _dims(h5file, key), current)
+    del raw  # an open raw_data is not freed when modify_metadata unlinks it: its bytes could not be reused
+    new = _chunks_argument(chunks, latest, dimension_names(h5file, key), current)
     report = RechunkReport(key, current, new)
     kept = dict.fromkeys(("compression", "compression_opts", "shuffle", "fletcher32", "scaleoffset"), UNCHANGED)
     result = run_modify_metadata(
@@ -326,7 +327,7 @@ def _largest_shape(h5file, name: str) -> tuple[int, ...] | None:
     return best
 
 
-def _dims(h5file, name: str) -> tuple[str, ...] | None:
+def dimension_names(h5file, name: str) -> tuple[str, ...] | None:
     """netCDF dimension names of the current version's dataset, from its dimension scales."""
     versions = h5file["_version_data"]["versions"]
     current = versions.attrs.get("current_version")

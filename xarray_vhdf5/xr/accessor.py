@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import pandas as pd
 import xarray as xr
 
+from .chunkverbs import ChunkVerbs
 from .refverbs import RefVerbs
 from .writer import commit_dataset, commit_datatree
 
@@ -61,8 +62,8 @@ def version_log_frame(path: str | os.PathLike) -> pd.DataFrame:
 
 
 @xr.register_dataset_accessor("vhdf5")
-class VHDF5DatasetAccessor(RefVerbs):
-    """Versioning operations on a Dataset: ``ds.vhdf5.commit(...)``, ``ds.vhdf5.version``, refs."""
+class VHDF5DatasetAccessor(RefVerbs, ChunkVerbs):
+    """Versioning operations on a Dataset: ``ds.vhdf5.commit(...)``, ``ds.vhdf5.version``, refs, rechunk."""
 
     def __init__(self, dataset: xr.Dataset):
         self._ds = dataset
@@ -197,29 +198,64 @@ class VHDF5DatasetAccessor(RefVerbs):
         if path is None:
             raise TypeError(f"commit({what}) needs path=: the versioned HDF5 file to write into")
         if prev_version is not None or force:
-            raise ValueError(f"commit({what}) writes onto the current version: prev_version= and force= "
-                             "do not apply (stage a version yourself to write elsewhere)")
+            raise ValueError(
+                f"commit({what}) writes onto the current version: prev_version= and force= "
+                "do not apply (stage a version yourself to write elsewhere)"
+            )
         if is_staged(self._ds):
-            raise ValueError(f"commit({what}) writes a plain Dataset; a staged Dataset is edited in place "
-                             "(staged[name][...] = values, staged.vhdf5.append(other, dim=...)) and committed "
-                             "with staged.vhdf5.commit()")
+            raise ValueError(
+                f"commit({what}) writes a plain Dataset; a staged Dataset is edited in place "
+                "(staged[name][...] = values, staged.vhdf5.append(other, dim=...)) and committed "
+                "with staged.vhdf5.commit()"
+            )
 
-    def _staged_commit(self, path, version, create, edit, *, group, message, timestamp, make_current, progress,
-                       max_bytes, rebase, allow_empty, allow_unsorted) -> str:
+    def _staged_commit(
+        self,
+        path,
+        version,
+        create,
+        edit,
+        *,
+        group,
+        message,
+        timestamp,
+        make_current,
+        progress,
+        max_bytes,
+        rebase,
+        allow_empty,
+        allow_unsorted,
+    ) -> str:
         """Open the current version, stage it, ``edit(staged)``, commit; a file without versions: commit as is."""
         from .region import open_current
 
         current = open_current(path, group, create=create)
         if current is None:  # no version yet: this Dataset is the first
-            return self.commit(version, path, group=group, message=message, timestamp=timestamp,
-                               make_current=make_current, progress=progress, max_bytes=max_bytes,
-                               allow_empty=allow_empty, allow_unsorted=allow_unsorted)
+            return self.commit(
+                version,
+                path,
+                group=group,
+                message=message,
+                timestamp=timestamp,
+                make_current=make_current,
+                progress=progress,
+                max_bytes=max_bytes,
+                allow_empty=allow_empty,
+                allow_unsorted=allow_unsorted,
+            )
         with current:
             staged = edit(current.vhdf5.stage())
             try:
-                return staged.vhdf5.commit(version, message=message, timestamp=timestamp, make_current=make_current,
-                                           progress=progress, max_bytes=max_bytes, rebase=rebase,
-                                           allow_empty=allow_empty)
+                return staged.vhdf5.commit(
+                    version,
+                    message=message,
+                    timestamp=timestamp,
+                    make_current=make_current,
+                    progress=progress,
+                    max_bytes=max_bytes,
+                    rebase=rebase,
+                    allow_empty=allow_empty,
+                )
             finally:
                 staged.close()
 
@@ -234,19 +270,27 @@ class VHDF5DatasetAccessor(RefVerbs):
         if append_dim is not None:
             if region is not None:
                 if region != "auto" and append_dim in region:
-                    raise ValueError(f"cannot list the same dimension in both ``append_dim`` and ``region`` with "
-                                     f"commit(), got {append_dim!r} in both")
-                raise UnsupportedError("commit(append_dim=, region=): appending and writing into a region in one "
-                                       "commit is not supported; commit them one after the other")
+                    raise ValueError(
+                        f"cannot list the same dimension in both ``append_dim`` and ``region`` with "
+                        f"commit(), got {append_dim!r} in both"
+                    )
+                raise UnsupportedError(
+                    "commit(append_dim=, region=): appending and writing into a region in one "
+                    "commit is not supported; commit them one after the other"
+                )
             if append_dim not in self._ds.dims:
-                raise ValueError(f"append_dim={append_dim!r} is not a dimension of this Dataset (dimensions: "
-                                 f"{list(map(str, self._ds.dims))})")
+                raise ValueError(
+                    f"append_dim={append_dim!r} is not a dimension of this Dataset (dimensions: "
+                    f"{list(map(str, self._ds.dims))})"
+                )
 
             def edit(staged):
                 return append_staged(staged, self._ds, append_dim, allow_unsorted=kw["allow_unsorted"])
         else:
+
             def edit(staged):
                 return apply_write(staged, self._ds, mode=mode, region=region)
+
         return self._staged_commit(path, version, mode == "a" and region is None, edit, **kw)
 
     def commit(
@@ -426,9 +470,22 @@ class VHDF5DatasetAccessor(RefVerbs):
         mode = choose_mode(mode, append_dim, region)
         if mode in ("a", "r+"):
             return self._mode_commit(
-                path, version, mode, append_dim, region, group=group, prev_version=prev_version, message=message,
-                timestamp=timestamp, make_current=make_current, progress=progress, max_bytes=max_bytes,
-                force=force, rebase=rebase, allow_empty=allow_empty, allow_unsorted=allow_unsorted,
+                path,
+                version,
+                mode,
+                append_dim,
+                region,
+                group=group,
+                prev_version=prev_version,
+                message=message,
+                timestamp=timestamp,
+                make_current=make_current,
+                progress=progress,
+                max_bytes=max_bytes,
+                force=force,
+                rebase=rebase,
+                allow_empty=allow_empty,
+                allow_unsorted=allow_unsorted,
             )
         if mode == "w-" and path is not None and has_a_version(path):
             raise HistoryExistsError(
@@ -440,8 +497,15 @@ class VHDF5DatasetAccessor(RefVerbs):
         staged = is_staged(self._ds) and (path is None or same_file(path, self._ds.encoding.get("source")))
         if staged and group is None and prev_version is None:
             return commit_staged(
-                self._ds, version, message=message, timestamp=timestamp, force=force, rebase=rebase,
-                make_current=make_current, progress=progress, allow_empty=allow_empty,
+                self._ds,
+                version,
+                message=message,
+                timestamp=timestamp,
+                force=force,
+                rebase=rebase,
+                make_current=make_current,
+                progress=progress,
+                allow_empty=allow_empty,
                 **({} if max_bytes is None else {"max_bytes": max_bytes}),
             )
         if rebase:
@@ -461,9 +525,18 @@ class VHDF5DatasetAccessor(RefVerbs):
                 prev_version = opened_from
                 expected_current = None if force else opened_from
         return commit_dataset(
-            self._ds, path, version, group=group, prev_version=prev_version,
-            message=message, timestamp=timestamp, make_current=make_current, progress=progress,
-            expected_current=expected_current, allow_empty=allow_empty, allow_unsorted=allow_unsorted,
+            self._ds,
+            path,
+            version,
+            group=group,
+            prev_version=prev_version,
+            message=message,
+            timestamp=timestamp,
+            make_current=make_current,
+            progress=progress,
+            expected_current=expected_current,
+            allow_empty=allow_empty,
+            allow_unsorted=allow_unsorted,
             **({} if max_bytes is None else {"max_bytes": max_bytes}),
         )
 
@@ -493,7 +566,8 @@ class VHDF5DataTreeAccessor(RefVerbs):
         if self.source is None or self.version is None:
             raise ValueError(
                 f"dt.vhdf5.{what} needs a DataTree opened with xr.open_datatree(path, engine='vhdf5') "
-                "(it reads encoding['source'] and encoding['vhdf5_version'])")
+                "(it reads encoding['source'] and encoding['vhdf5_version'])"
+            )
         return self.source
 
     @property
@@ -536,8 +610,14 @@ class VHDF5DataTreeAccessor(RefVerbs):
             decode_times = self._tree.encoding.get("vhdf5_decode_times", True)
         if lazy is None and any(v.chunks is not None for node in self._tree.subtree for v in node.variables.values()):
             lazy = True
-        return diff_datatree(source, other, self.version, group=self._tree.encoding.get("vhdf5_group"),
-                             decode_times=decode_times, lazy=lazy)
+        return diff_datatree(
+            source,
+            other,
+            self.version,
+            group=self._tree.encoding.get("vhdf5_group"),
+            decode_times=decode_times,
+            lazy=lazy,
+        )
 
     def stage(self) -> xr.DataTree:
         """An editable, lazy copy of this tree; edits stay in memory until :meth:`commit` (no ``path``).
@@ -602,16 +682,33 @@ class VHDF5DataTreeAccessor(RefVerbs):
             from .datatree import commit_staged_tree
 
             if group is not None or prev_version is not None:
-                raise ValueError("a staged tree commits into the groups and on the version it was staged from: "
-                                 "group= and prev_version= do not apply")
-            return commit_staged_tree(self._tree, version, message=message, timestamp=timestamp, force=force,
-                                      make_current=make_current, progress=progress, max_bytes=max_bytes,
-                                      allow_empty=allow_empty)
+                raise ValueError(
+                    "a staged tree commits into the groups and on the version it was staged from: "
+                    "group= and prev_version= do not apply"
+                )
+            return commit_staged_tree(
+                self._tree,
+                version,
+                message=message,
+                timestamp=timestamp,
+                force=force,
+                make_current=make_current,
+                progress=progress,
+                max_bytes=max_bytes,
+                allow_empty=allow_empty,
+            )
         if path is None:
             raise TypeError("commit() needs path=: the versioned HDF5 file to commit into")
         return commit_datatree(
-            self._tree, path, version, group=group, prev_version=prev_version,
-            message=message, timestamp=timestamp, make_current=make_current, progress=progress,
+            self._tree,
+            path,
+            version,
+            group=group,
+            prev_version=prev_version,
+            message=message,
+            timestamp=timestamp,
+            make_current=make_current,
+            progress=progress,
             **({} if max_bytes is None else {"max_bytes": max_bytes}),
         )
 

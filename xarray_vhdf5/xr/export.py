@@ -215,7 +215,7 @@ def export_netcdf(
     raw = _open_raw(path, version)
     _check_dims(chunks, raw)
     if os.path.exists(target) and not overwrite:
-        raise FileExistsError(f"{target} exists; pass overwrite=True to replace it")
+        raise FileExistsError(f"{target} exists; pass overwrite=True (vhdf5 export --overwrite) to replace it")
     name = raw.encoding["vhdf5_version"]
     report = ExportReport(str(path), str(target), name)
     with h5py.File(path, "r") as f, h5netcdf.File(target, "w") as out:
@@ -452,7 +452,7 @@ def split_version(
     for block in np.ndindex(*[len(r) for r in grid]):
         target = file_of(dict(zip(split_dims, block, strict=True)))
         if os.path.exists(target) and not overwrite:
-            raise FileExistsError(f"{target} exists; pass overwrite=True to replace it")
+            raise FileExistsError(f"{target} exists; pass overwrite=True (vhdf5 export --overwrite) to replace it")
         report.files.append(target)
     with h5py.File(path, "r") as f:
         group = _version_group(f, name)
