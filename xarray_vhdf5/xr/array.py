@@ -97,7 +97,7 @@ def _read_outer(source, key: tuple, shape: tuple[int, ...]) -> np.ndarray:
     selected = _selected_shape(key, shape)
     if 0 in selected:
         return np.zeros(selected, dtype=source.dtype)
-    hdf5_key = []
+    hdf5_key: list[slice | np.ndarray] = []
     reorder = None
     for axis, k in enumerate(key):
         if isinstance(k, np.ndarray) and k.ndim == 1 and k.dtype.kind in "iu":

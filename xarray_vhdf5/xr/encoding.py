@@ -187,7 +187,7 @@ def _inherit_char_array(var: xr.Variable, dataset) -> xr.Variable:
     """
     if "dtype" in var.encoding or np.dtype(dataset.dtype) != np.dtype("S1") or len(dataset.shape) != var.ndim + 1:
         return var
-    extra = {"dtype": np.dtype("S1")}
+    extra: dict[str, Any] = {"dtype": np.dtype("S1")}
     if var.dtype.kind in "UO" and "_Encoding" in dataset.attrs and "_Encoding" not in var.attrs:
         value = dataset.attrs["_Encoding"]
         extra["_Encoding"] = value.decode() if isinstance(value, bytes) else str(value)

@@ -294,13 +294,13 @@ def group_dataset(
         if not is_netcdf_dimension_only(item)
     }
     at_root = grp.name == root_path(version)
-    attrs = {k: v for k, v in grp.attrs.items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}
+    stored_attrs = {k: v for k, v in grp.attrs.items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}
     if drop_variables is not None:
         drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables)
         variables = {k: v for k, v in variables.items() if k not in drop}
-    variables, attrs, coord_names = xr.conventions.decode_cf_variables(variables, attrs, **decoders)
-    ds = xr.Dataset(variables, attrs=attrs)
-    ds = ds.set_coords(coord_names.intersection(variables))
+    decoded, attrs, coord_names = xr.conventions.decode_cf_variables(variables, stored_attrs, **decoders)
+    ds = xr.Dataset(decoded, attrs=attrs)
+    ds = ds.set_coords(coord_names.intersection(decoded))
     ds.encoding.update(
         source=source,
         vhdf5_version=version,

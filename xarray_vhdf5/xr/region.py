@@ -143,7 +143,7 @@ def open_current(path: str | os.PathLike, group: str | None, *, create: bool) ->
             )
         return None
     try:
-        return xr.open_dataset(path, engine="vhdf5", **({} if group is None else {"group": group}))
+        return xr.open_dataset(path, engine="vhdf5", group=group)
     except (NotVersionedError, VersionNotFoundError):
         if not create or (group is not None and has_a_version(path)):
             raise
@@ -204,20 +204,22 @@ def resolve_region(stored: xr.Dataset, ds: xr.Dataset, region: Region | None) ->
         region = dict.fromkeys(ds.dims, "auto")
     if not isinstance(region, Mapping):
         raise TypeError(f"``region`` must be a dict, got {type(region)}")
-    region = dict(region)
+    slices: dict[Hashable, slice] = {}
     for dim, value in region.items():
         if dim not in ds.dims:
             raise ValueError(
                 f"all keys in ``region`` are not in Dataset dimensions, got {list(region)} and {list(ds.dims)}"
             )
         if isinstance(value, str) and value == "auto":
-            region[dim] = _auto_slice(stored, ds, dim)
+            slices[dim] = _auto_slice(stored, ds, dim)
         elif not isinstance(value, slice):
             raise TypeError(f"all values in ``region`` must be slice objects or 'auto', got region={region}")
         elif value.step not in (1, None):
             raise ValueError(f"step on all slices in ``region`` must be 1 or None, got region={region}")
+        else:
+            slices[dim] = value
     out = {}
-    for dim, value in region.items():
+    for dim, value in slices.items():
         if dim not in stored.dims:
             raise IncompatibleDataError(
                 f"region dimension {dim!r} is not a dimension of the stored version (its dimensions: "

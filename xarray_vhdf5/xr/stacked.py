@@ -182,7 +182,7 @@ class StackedBackendArray(BackendArray):
         # fill None: no version needs padding, every point is written below
         out = np.empty(shape, self.dtype) if self.fill is None else np.full(shape, self.fill, self.dtype)
         if out.size:
-            shared: list[tuple[int, _Member, tuple]] = []
+            shared: list[tuple[int, _Member, tuple, tuple]] = []  # (j, member, points per axis, target)
             for j, i in enumerate(axes[0][0].tolist()):
                 member = self.members[i]
                 if member is None:
@@ -200,14 +200,15 @@ class StackedBackendArray(BackendArray):
                 self._read_shared(shared, out)
         return out.reshape(tuple(idx.size for idx, kept in axes if kept))
 
-    def _read_shared(self, reads: list, out: np.ndarray) -> None:
+    def _read_shared(self, reads: list[tuple[int, _Member, tuple, tuple]], out: np.ndarray) -> None:
         """Fill ``out[target]`` for each read ``(j, member, points per axis, target)``: chunks read once.
 
         Stored points whose decoding changes nothing (same dtype, no mask or
         scale attribute) are written straight into ``out`` when ``target``
         is a view (slices); others go through a buffer and are decoded.
         """
-        holders = [member.holder for _, member, _, _ in reads]
+        holders = [member.holder for _, member, _, _ in reads if member.holder is not None]
+        assert len(holders) == len(reads)  # only members with a holder are read here
         dests = [
             out[target] if member.identity and all(isinstance(k, slice) for k in target[1:]) else None
             for _, member, _, target in reads
@@ -225,6 +226,7 @@ class StackedBackendArray(BackendArray):
                 self.source.apply(h, lambda manifest: None)
         for (_, member, _, target), values, dest in zip(reads, raw, dests):
             if dest is None:
+                assert values is not None  # without a dest, _read_chunks_once returns the points
                 out[target] = self._decode(member, values)
 
     def _decode(self, member: _Member, values: np.ndarray) -> np.ndarray:
@@ -376,8 +378,8 @@ def _open_members(manager: SharedFile, f, version: VersionKey, group: str | None
         if not is_netcdf_dimension_only(item) and key not in drop
     }
     at_root = grp.name == root_path(name)
-    attrs = {k: v for k, v in grp.attrs.items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}
-    decoded, attrs, coord_names = xr.conventions.decode_cf_variables(dict(raw), attrs, **decoders)
+    stored_attrs = {k: v for k, v in grp.attrs.items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}
+    decoded, attrs, coord_names = xr.conventions.decode_cf_variables(dict(raw), stored_attrs, **decoders)
     members = {k: (raw[k], decoded[k]) for k in decoded}
     stamp = version_timestamp(f, name)
     when = parse_timestamp(stamp).replace(tzinfo=None) if stamp is not None else None
@@ -584,7 +586,7 @@ def _stacked_variable(
     fill = None
     if needs_padding:
         dtype, fill = missing_value(dtype)
-    members = [None if p is None else _Member(*p, dtype) for p in per]
+    members = [None if p is None else _Member(p[0], p[1], dtype) for p in per]  # p: (raw, decoded)
     array = StackedBackendArray(var, manager, members, (len(per), *padded), dtype, fill, decoders)
     last = present[-1][1]
     encoding = dict(last.encoding)

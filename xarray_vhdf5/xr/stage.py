@@ -178,7 +178,7 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
         built = None
         if codec is not None:
             built = _staged_from_layout(layout) if layout is not None else _staged_array(dset)
-        if built is None:
+        if codec is None or built is None:  # (built only with a codec)
             if _is_char_array(var, dset):  # in memory, widening rather than truncating
                 variables[name] = xr.Variable(var.dims, CharArrayValues(var.values, str(name)), var.attrs, var.encoding)
             continue
@@ -737,7 +737,7 @@ def _rebase_plans(f: h5py.File, report, rebased) -> list:
         length, read through the stage's handle once it reopens, which checks
         the state again).
     """
-    plans = []
+    plans: list[tuple[StagedVariableArray, str, tuple | None]] = []
     for arr, path, committed in rebased:
         if not committed:
             plans.append((arr, path, None))

@@ -47,7 +47,7 @@ import operator
 import os
 import weakref
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import h5py
 import numpy as np
@@ -75,6 +75,8 @@ CF_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsig
 #: The ``encoding`` keys that decide how values are stored.
 CF_ENCODING = (*CF_ATTRS, "dtype")
 _MASK_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned")
+#: The units xarray decodes times to (``numpy.datetime_data(dtype)[0]``), as its coders take them.
+_TIME_UNITS: dict[str, Literal["s", "ms", "us", "ns"]] = {"s": "s", "ms": "ms", "us": "us", "ns": "ns"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,17 +205,22 @@ class CFCodec:
             return out if out.dtype.itemsize >= self.dtype.itemsize else out.astype(self.dtype)
         kind = self.dtype.kind
         var = xr.Variable(tuple(f"_d{i}" for i in range(raw.ndim)), raw, attrs=dict(self.decoded))
-        unit = np.datetime_data(self.dtype)[0] if kind in "Mm" else None
-        out = xr.conventions.decode_cf_variable(
+        times: xr.coders.CFDatetimeCoder | bool = False
+        deltas: xr.coders.CFTimedeltaCoder | bool = False
+        if kind == "M":
+            times = xr.coders.CFDatetimeCoder(time_unit=_TIME_UNITS[np.datetime_data(self.dtype)[0]])
+        elif kind == "m":
+            deltas = xr.coders.CFTimedeltaCoder(time_unit=_TIME_UNITS[np.datetime_data(self.dtype)[0]])
+        shown = xr.conventions.decode_cf_variable(
             "_staged",
             var,
             concat_characters=False,
             mask_and_scale=any(k in self.decoded for k in _MASK_ATTRS),
-            decode_times=xr.coders.CFDatetimeCoder(time_unit=unit) if kind == "M" else False,
-            decode_timedelta=xr.coders.CFTimedeltaCoder(time_unit=unit) if kind == "m" else False,
+            decode_times=times,
+            decode_timedelta=deltas,
             stack_char_dim=False,
         )
-        return np.asarray(out.values)
+        return np.asarray(shown.values)
 
     def encode(self, value: Any, name: str | None = None) -> np.ndarray:
         """Shown values -> stored values, cast to the stored dtype without changing any.
@@ -326,10 +333,11 @@ class StageFile:
         """The file's write counters (read as bytes), or its (mtime, size) when it has none."""
         if f is not None:
             self._offset = generation.locate(f)
-        if getattr(self, "_offset", None) is None:
+        offset: int | None = getattr(self, "_offset", None)
+        if offset is None:
             st = os.stat(self.path)
             return ("stat", st.st_mtime_ns, st.st_size)
-        return tuple(generation.read_at_bytes(file_locks(self.path).pread(16, self._offset).ljust(16, b"\0")))
+        return tuple(generation.read_at_bytes(file_locks(self.path).pread(16, offset).ljust(16, b"\0")))
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[None]:
@@ -451,7 +459,8 @@ def _bounding_box(key: tuple, shape: tuple[int, ...]) -> tuple[tuple, tuple] | N
         pos = next(i for i, k in enumerate(key) if not isinstance(k, np.ndarray) and k is Ellipsis)
         key = key[:pos] + (slice(None),) * (len(shape) - len(key) + 1) + key[pos + 1 :]
     key = key + (slice(None),) * (len(shape) - len(key))
-    box, rel = [], []
+    box: list[slice] = []
+    rel: list[np.ndarray | slice | int] = []  # per axis: the index relative to the box
     for k, n in zip(key, shape):
         if isinstance(k, (list, np.ndarray)):
             k = np.asarray(k)
