@@ -136,7 +136,7 @@ def export(
             if spec is not None:
                 raise click.UsageError("--split keeps the stored chunks; give --chunks or --split, not both")
             report = split_version(
-                file, target, blocks, version=version, max_mem=max_mem, overwrite=overwrite, progress=progress
+                file, target, dict(blocks), version=version, max_mem=max_mem, overwrite=overwrite, progress=progress
             )
         elif target.rstrip("/").endswith(".zarr"):
             report = export_zarr(

@@ -78,7 +78,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import itertools
 import math
 import os
 import warnings
@@ -327,10 +326,9 @@ class _Rewriter:
         row_of = np.full(math.prod(old_grid), -1, np.int64)
         flat, starts = read_chunk_map(vds, src_chunks, src.name)
         row_of[flat] = starts.astype(np.int64)
-        same = src_chunks == t.chunks
-        if not same:  # each old chunk read once, within the budget (see .rechunk)
+        if src_chunks != t.chunks:  # each old chunk read once, within the budget (see .rechunk)
             old_fill, fill_cast, replace = self._source_fill(src)
-            out = resplit_version(
+            rows = resplit_version(
                 src=src,
                 shape=shape,
                 src_chunks=src_chunks,
@@ -348,24 +346,21 @@ class _Rewriter:
                 desc=f"rechunk {vds.name}",
             )
             self.chunks_read = self.resplit.counters.input_reads
-            flat = np.fromiter(sorted(out), np.int64, len(out))
-            return flat, np.array([out[i][0] for i in flat.tolist()], np.int64)
+            flat = np.fromiter(sorted(rows), np.int64, len(rows))
+            return flat, np.array([rows[i][0] for i in flat.tolist()], np.int64)
+        # Unchanged chunks: each new chunk is its old one, cast (a key is the old chunk's row).
         out: dict[int, tuple[int, int]] = {}
         pending: list = []
         nbytes = math.prod(t.chunks) * max(t.dtype.itemsize, 8)
         for flat_new, index in enumerate(np.ndindex(*chunk_grid_shape(shape, t.chunks))):
             region = chunk_slices(index, shape, t.chunks)
             extent = tuple(r.stop - r.start for r in region)
-            if same:
-                olds = [flat_new]
-                key = (src_name, extent, int(row_of[flat_new]))
-            else:
-                ranges = [range(r.start // c, -(-r.stop // c)) for r, c in zip(region, src_chunks)]
-                olds = [int(np.ravel_multi_index(i, old_grid)) for i in itertools.product(*ranges)]
-                key = (src_name, index, extent, tuple(int(row_of[o]) for o in olds))
+            olds = [flat_new]
+            key = (src_name, extent, int(row_of[flat_new]))
             if key in self.memo:
-                if self.memo[key] is not None:
-                    out[flat_new] = self.memo[key]
+                known = self.memo[key]
+                if known is not None:
+                    out[flat_new] = known
                 continue
             pending.append((flat_new, index, region, olds, key))
             if len(pending) * nbytes >= BATCH_BYTES:
@@ -692,7 +687,7 @@ def _modify_metadata(
     name = str(dataset_name).strip("/")
     group = h5file[VERSION_DATA].get(name) if name else None
     interrupted = isinstance(group, h5py.Group) and any(k.startswith(NEW_PREFIX) for k in group)
-    if interrupted and "raw_data" not in group:  # killed inside step C: link the new raw_data
+    if interrupted and isinstance(group, h5py.Group) and "raw_data" not in group:  # killed inside step C
         newest = max((k for k in group if k.startswith(NEW_PREFIX)), key=lambda k: int(k[len(NEW_PREFIX) :]))
         group["raw_data"] = group[newest]["raw_data"]
     paths = dataset_paths(h5file)
@@ -783,7 +778,8 @@ def _modify_metadata(
     second = {}
     for version in holders:
         current = versions[version][name]
-        flat, starts = maps.pop(version, None) or read_chunk_map(current, t.chunks, new_raw.name)
+        known = maps.pop(version, None)
+        flat, starts = known if known is not None else read_chunk_map(current, t.chunks, new_raw.name)
         sname = second[version] = scratch.reserve(current.name)
         created = create_virtual_dataset(
             scratch.group, sname, raw, current.shape, t.chunks, chunk_rows(current.shape, t.chunks, flat, starts)

@@ -8,7 +8,8 @@ when ``xarray_vhdf5`` is imported, and when the ``vhdf5`` engine opens a file.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
+from typing import Any
 
 import pandas as pd
 import xarray as xr
@@ -310,7 +311,7 @@ class VHDF5DatasetAccessor(RefVerbs, ChunkVerbs):
         allow_empty: bool = False,
         allow_unsorted: bool = False,
         append_dim: str | None = None,
-        region: Mapping[str, slice | str] | str | None = None,
+        region: Mapping[Hashable, slice | str] | str | None = None,
         mode: str | None = None,
     ) -> str:
         """Commit this Dataset as a new version of the file at ``path``.
@@ -506,7 +507,7 @@ class VHDF5DatasetAccessor(RefVerbs, ChunkVerbs):
                 make_current=make_current,
                 progress=progress,
                 allow_empty=allow_empty,
-                **({} if max_bytes is None else {"max_bytes": max_bytes}),
+                **_max_bytes(max_bytes),
             )
         if rebase:
             raise ValueError(
@@ -537,8 +538,13 @@ class VHDF5DatasetAccessor(RefVerbs, ChunkVerbs):
             expected_current=expected_current,
             allow_empty=allow_empty,
             allow_unsorted=allow_unsorted,
-            **({} if max_bytes is None else {"max_bytes": max_bytes}),
+            **_max_bytes(max_bytes),
         )
+
+
+def _max_bytes(max_bytes: int | None) -> dict[str, Any]:
+    """``max_bytes=`` for the commit functions, when given (else their default)."""
+    return {} if max_bytes is None else {"max_bytes": max_bytes}
 
 
 @xr.register_datatree_accessor("vhdf5")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
 
 import xarray as xr
 
@@ -24,7 +25,6 @@ class ChunkVerbs:
     """Mixed into the Dataset accessor; it provides ``_ds``, ``_encoding`` and ``_opened(what)``."""
 
     _ds: xr.Dataset
-    _encoding: dict
 
     def _opened(self, what: str) -> str:  # pragma: no cover - provided by the accessor
         raise NotImplementedError
@@ -92,9 +92,9 @@ class ChunkVerbs:
         out = xr.open_dataset(
             path,
             engine="vhdf5",
-            version=self._encoding["vhdf5_version"],
+            version=self._ds.encoding["vhdf5_version"],
             group=group or None,
-            decode_times=self._encoding.get("vhdf5_decode_times", True),
+            decode_times=self._ds.encoding.get("vhdf5_decode_times", True),
         )
         out.encoding["vhdf5_rechunk"] = reports
         return out
@@ -143,7 +143,7 @@ class ChunkVerbs:
         """
         path = self._opened("export")
         kind = format or ("zarr" if str(target).rstrip("/").endswith(".zarr") else "netcdf")
-        version = self._encoding["vhdf5_version"]
+        version = self._ds.encoding["vhdf5_version"]
         if kind == "netcdf":
             return export_netcdf(
                 path, target, version=version, chunks=chunks, max_mem=max_mem, overwrite=overwrite, progress=progress
@@ -157,7 +157,7 @@ class ChunkVerbs:
     def split(
         self,
         folder: str | os.PathLike,
-        blocks: Mapping[Hashable, int],
+        blocks: Mapping[Any, int],
         *,
         max_mem: int | str | None = None,
         overwrite: bool = False,
@@ -179,7 +179,7 @@ class ChunkVerbs:
             path,
             folder,
             blocks,
-            version=self._encoding["vhdf5_version"],
+            version=self._ds.encoding["vhdf5_version"],
             max_mem=max_mem,
             overwrite=overwrite,
             progress=progress,

@@ -382,7 +382,7 @@ class _OpenFiles:
 def split_version(
     path: str | os.PathLike,
     folder: str | os.PathLike,
-    blocks: Mapping[Hashable, int],
+    blocks: Mapping[Any, int],
     *,
     version: str | None = None,
     max_mem: int | str | None = None,
