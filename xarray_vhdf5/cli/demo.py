@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -218,7 +219,7 @@ def _ingest_and_verify(src, record_dim, target, path, out, commit_dataset, echo,
     """Commit every step and the QC version into ``path``, print the log and sizes, verify every version."""
     n = src.sizes[record_dim]
     expected: dict[str, xr.Dataset] = {}
-    steps = range(1, n + 1)
+    steps: Iterable[int] = range(1, n + 1)
     if progress:
         from tqdm import tqdm
 

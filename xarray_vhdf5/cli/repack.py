@@ -110,6 +110,7 @@ def repack(file: str, out: str | None, dry_run: bool) -> None:
             close()
     except (VHDF5Error, OSError) as err:
         raise click.ClickException(str(err)) from None
+    assert report.size_after is not None  # a repack, not a plan: it measured the new file
     click.echo(
         f"repacked {file} -> {report.out}: {_mb(report.size_before)} -> {_mb(report.size_after)} "
         f"({_mb(report.size_before - report.size_after)} given back)"

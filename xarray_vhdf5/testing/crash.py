@@ -208,9 +208,11 @@ def build_template(path: str, package: str, family: str) -> None:
 def _vf_class(package: str):
     if package == "xarray_vhdf5":
         from ..versions.file import VersionedHDF5File
-    else:
-        from versioned_hdf5 import VersionedHDF5File
-    return VersionedHDF5File
+
+        return VersionedHDF5File
+    import versioned_hdf5
+
+    return versioned_hdf5.VersionedHDF5File
 
 
 # ---------------------------------------------------------------------------------------
@@ -317,10 +319,12 @@ def child_loop(
                 ledger.append({"phase": "start", "t": time.monotonic(), **record}, fsync=False)
                 with _open_writable(kind, path) as f:
                     if package == "xarray_vhdf5":
-                        from xarray_vhdf5 import modify_metadata
+                        from xarray_vhdf5 import modify_metadata as modify
                     else:
-                        from versioned_hdf5 import modify_metadata
-                    modify_metadata(f, "x", chunks=tuple(state["chunks"]), compression=state["compression"])
+                        import versioned_hdf5
+
+                        modify = versioned_hdf5.modify_metadata
+                    modify(f, "x", chunks=tuple(state["chunks"]), compression=state["compression"])
         except Exception as exc:  # noqa: BLE001 - the parent counts it
             ledger.append(
                 {
@@ -492,17 +496,14 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
                     out["read_errors"][v] = f"{type(exc).__name__}: {exc}"[:300]
     except Exception as exc:  # noqa: BLE001
         out["open_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    from ..versions.check import check_file
+
     try:
-        from ..versions.check import check_file
-    except ImportError:
-        check_file = None
-    if check_file is not None:
-        try:
-            report = check_file(path)
-            out["check_ok"] = bool(report.ok)
-            out["check_errors"] = [str(p) for p in report.errors][:10]
-        except Exception as exc:  # noqa: BLE001
-            out["check_ok"], out["check_errors"] = False, [f"check_file raised {type(exc).__name__}: {exc}"[:500]]
+        report = check_file(path)
+        out["check_ok"] = bool(report.ok)
+        out["check_errors"] = [str(p) for p in report.errors][:10]
+    except Exception as exc:  # noqa: BLE001
+        out["check_ok"], out["check_errors"] = False, [f"check_file raised {type(exc).__name__}: {exc}"[:500]]
     if next_commit is not None:
         try:
             out["next_parent"], out["next_hash"] = _next_commit(package, kind, path, next_commit)
@@ -671,7 +672,12 @@ def _run_one(runner: _Runner, ctx, pool_factory, n: int, rng: random.Random, wor
     if parent in runner.arrays:
         arrays = _edit(runner.arrays[parent], next_spec)
         next_expected = data_hash(arrays["x"], arrays["y"])
-    elif parent is not None and interrupted_arrays is not None and parent == interrupted.get("version"):
+    elif (
+        parent is not None
+        and interrupted is not None
+        and interrupted_arrays is not None
+        and parent == interrupted.get("version")
+    ):
         arrays = _edit(interrupted_arrays, next_spec)
         next_expected = data_hash(arrays["x"], arrays["y"])
     counts = classify(model, runner.before, returned, deleted, interrupted, expected_interrupted, result, next_expected)
@@ -710,6 +716,8 @@ def _run_one(runner: _Runner, ctx, pool_factory, n: int, rng: random.Random, wor
     present = set(result["versions"])
     if interrupted is not None:
         if interrupted["op"] == "commit" and interrupted["version"] in present:
+            # its data are known: else classify counted it partial, and the runner was reset above
+            assert interrupted_arrays is not None
             runner.arrays[interrupted["version"]] = interrupted_arrays
         elif interrupted["op"] == "delete":
             for v in interrupted["versions"]:
@@ -722,7 +730,9 @@ def _run_one(runner: _Runner, ctx, pool_factory, n: int, rng: random.Random, wor
                 "compression": result["x_compression"][any_version],
             }
     if result["next_ok"]:
+        assert parent is not None  # the next commit says on which version it was made
         base = interrupted_arrays if parent == (interrupted or {}).get("version") else runner.arrays[parent]
+        assert base is not None  # the interrupted commit's data are known (as above)
         runner.arrays[next_spec["version"]] = _edit(base, next_spec)
         runner.current = next_spec["version"]
     runner.before = {v: data_hash(a["x"], a["y"]) for v, a in runner.arrays.items()}

@@ -148,7 +148,7 @@ def classify(
     dict
         The counts of :data:`COUNT_COLUMNS` (except ``kills``/``in_op``) and ``problems``.
     """
-    c = {k: 0 for k in COUNT_COLUMNS if k not in ("kills", "in_op")}
+    c: dict[str, int] = {k: 0 for k in COUNT_COLUMNS if k not in ("kills", "in_op")}
     problems: list[str] = []
     probe = result.get("h5py_probe")
     if probe not in (None, "ok") and not result.get("journal_left"):
@@ -221,5 +221,4 @@ def classify(
     elif result["next_ok"] and next_expected is not None and result["next_hash"] != next_expected:
         c["next_commit_failed"] = 1
         problems.append("next commit holds wrong data")
-    c["problems"] = problems
-    return c
+    return {**c, "problems": problems}

@@ -161,7 +161,7 @@ class PowerCutIO(OsIO):
                     exists, data = True, bytearray()
                 elif op[0] == "unlink":
                     exists, data = False, None
-                elif not exists:
+                elif data is None:  # (exists is False: the file is not there)
                     continue
                 elif op[0] == "write":
                     _, offset, chunk = op

@@ -323,10 +323,10 @@ def check_race(path: str, ledger_paths: list[str]) -> RaceReport:
         if v == "base" or parent not in model:
             continue
         expected = model[parent].copy()
-        record = records.get(v)
-        if record is not None:
-            r0, r1, c0, c1 = record["box"]
-            expected[r0:r1, c0:c1] = record["value"]
+        box_edit = records.get(v)
+        if box_edit is not None:
+            r0, r1, c0, c1 = box_edit["box"]
+            expected[r0:r1, c0:c1] = box_edit["value"]
         model[v] = expected
         wrong = int(np.count_nonzero(data[v] != expected))
         if wrong:
