@@ -199,3 +199,18 @@ def test_parse_bytes(text, expected):
 def test_parse_bytes_refuses_what_is_not_a_size(bad):
     with pytest.raises(ValueError, match="size in bytes"):
         parse_bytes(bad)
+
+
+@pytest.mark.parametrize("budget", ["64kB", "2MB"])
+def test_threaded_writes_into_zarr_keep_pieces_of_a_chunk_in_order(budget):
+    """Pieces of a spilled output chunk are read-modify-writes: in flight together they would clobber."""
+    zarr = pytest.importorskip("zarr")
+    shape, i, o = (48, 40, 40), (1, 40, 40), (48, 8, 8)
+    a = np.random.default_rng(3).random(shape).astype("f4")
+    plan = plan_resplit(shape, i, o, 4, budget)
+    target = zarr.create_array(store={}, shape=shape, chunks=o, dtype="f4")
+    counters = resplit_into(plan, _counting_reader(a, i)[0], target, threads=4)
+    np.testing.assert_array_equal(target[:], a)
+    assert counters.output_writes == plan.output_writes
+    if budget == "64kB":
+        assert plan.piece_writes > plan.spilled_outputs > 0  # several pieces per spilled chunk

@@ -334,6 +334,7 @@ def resplit_into(
     read_chunk: Callable[[tuple[int, ...]], Any],
     target,
     *,
+    threads: int | None = None,
     progress: bool = False,
     desc: str | None = None,
 ) -> ResplitCounters:
@@ -348,6 +349,13 @@ def resplit_into(
         As for :func:`iter_resplit`.
     target : array-like
         Supports ``target[tuple of slices] = array`` and has ``dtype``.
+    threads : int, optional
+        Assignments run in this many threads (Zarr encodes and stores outside the
+        GIL), each on a copy of its points; writes to one output chunk stay in
+        order. Default: up to 4 (the CPUs) when the copies in flight (two per
+        thread, one output chunk each) fit in what the plan leaves of
+        ``max_mem``, else 1; always 1 for h5py datasets (libhdf5 runs one call at
+        a time).
     progress, desc
         As for :func:`iter_resplit`.
 
@@ -356,6 +364,49 @@ def resplit_into(
     ResplitCounters
     """
     counters = ResplitCounters()
-    for w in iter_resplit(plan, read_chunk, target.dtype, pieces=True, counters=counters, progress=progress, desc=desc):
-        target[w.region] = w.data
+    events = iter_resplit(plan, read_chunk, target.dtype, pieces=True, counters=counters, progress=progress, desc=desc)
+    workers = _writer_threads(plan, target, threads)
+    if workers == 1:
+        for w in events:
+            target[w.region] = w.data
+        return counters
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    def assign(region: tuple[slice, ...], data: np.ndarray) -> None:
+        target[region] = data
+
+    pending: dict[tuple[int, ...], Future] = {}  # the last write to each output chunk still running
+    inflight: list[Future] = []
+    with ThreadPoolExecutor(workers, thread_name_prefix="vhdf5-resplit") as pool:
+        for w in events:
+            before = pending.get(w.chunk)
+            if before is not None:
+                before.result()  # a piece of the same chunk: its read-modify-write must come after
+            while len(inflight) >= 2 * workers:
+                inflight.pop(0).result()
+            future = pool.submit(assign, w.region, np.array(w.data))
+            inflight.append(future)
+            if w.whole or w.last:
+                pending.pop(w.chunk, None)
+            else:
+                pending[w.chunk] = future
+        for future in inflight:
+            future.result()
     return counters
+
+
+def _writer_threads(plan: ResplitPlan, target, threads: int | None) -> int:
+    """Threads for :func:`resplit_into` (see its ``threads``)."""
+    if threads is not None:
+        if int(threads) < 1:
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        return int(threads)
+    module = type(target).__module__.split(".")[0]
+    if module in ("h5py", "h5netcdf", "numpy"):
+        return 1
+    out_bytes = math.prod(int(g.sizes.max()) for g in plan.out_grids) * plan.itemsize
+    spare = plan.max_mem - plan.predicted_peak
+    workers = min(4, os.cpu_count() or 1)
+    while workers > 1 and 2 * workers * out_bytes > spare:
+        workers -= 1
+    return workers

@@ -351,15 +351,26 @@ class ResplitPlan:
         return self.needed & self.straddle & ~self.keep
 
     def __repr__(self) -> str:
-        mib = 2.0**20
         return (
             f"<ResplitPlan shape {self.shape}, {self.itemsize} B/point: buffer {self.buffer_shape} "
             f"(Λ {self.aggregate_shape}), {self.n_buffers} buffers; reads {self.input_reads}, "
             f"writes {self.output_writes} ({self.whole_writes} whole, {self.piece_writes} pieces of "
             f"{self.spilled_outputs} spilled), seeks {self.seeks} (naive {self.naive_seeks}); kept "
-            f"{self.kept_bytes / mib:.1f} MiB, predicted peak {self.predicted_peak / mib:.1f} MiB of "
-            f"max_mem {self.max_mem / mib:.1f} MiB>"
+            f"{_human(self.kept_bytes)}, predicted peak {_human(self.predicted_peak)} of max_mem "
+            f"{_human(self.max_mem)}>"
         )
+
+
+def _human(n: int) -> str:
+    """Bytes with a binary unit: ``"512 B"``, ``"1.5 KiB"``, ``"488.3 MiB"``."""
+    if n < 1024:
+        return f"{n} B"
+    size, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:.1f} {unit}"
 
 
 def naive_seeks(
