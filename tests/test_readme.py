@@ -42,7 +42,7 @@ def _source() -> xr.Dataset:
 
 def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     blocks = _blocks()
-    assert len(blocks) == 10, "README examples changed: update this test"
+    assert len(blocks) == 11, "README examples changed: update this test"
     monkeypatch.chdir(tmp_path)
     src = _source()
     src.to_netcdf("sst.nc", engine="h5netcdf")
@@ -54,7 +54,7 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     finally:
         if isinstance(ns.get("f"), h5py.File):
             ns["f"].close()
-        for name in ("ds", "latest", "old", "prev", "dask", "v1", "paper", "days", "remote", "first"):
+        for name in ("ds", "latest", "old", "prev", "dask", "v1", "paper", "days", "remote", "first", "rechunked"):
             if isinstance(ns.get(name), xr.Dataset):
                 ns[name].close()
 
@@ -117,3 +117,12 @@ def test_readme_examples_run_as_written(tmp_path, monkeypatch):
     assert ns["first"].sizes["time"] == 3
     with h5py.File("zarr.h5", "r") as f:
         assert xarray_vhdf5.VersionedHDF5File(f).versions == ["day-3", "day-4", "day-1-fixed"]
+
+    # Rechunking and exporting: sst.h5's current version in new chunks, every version unchanged,
+    # and its Zarr export equal to it.
+    with xr.open_dataset("sst.h5", engine="vhdf5") as current:
+        assert current["sst"].encoding["chunks"] == (365, 16, 16)  # room for the appends to come
+        with xr.open_zarr("sst.zarr", consolidated=False) as exported:
+            xr.testing.assert_identical(exported.load(), current.load())
+    with xr.open_dataset("sst.h5", engine="vhdf5", version=ns["name"]) as third:
+        np.testing.assert_array_equal(third["sst"].values[4], today["sst"].values[0])
