@@ -17,6 +17,7 @@ import h5py
 import numpy as np
 
 from ..errors import IncompatibleDataError
+from .encode import ChunkEncoder, encoder_pool
 from .h5attrs import read_attr
 from .hashing import chunk_hash, is_vlen_string_dtype
 from .hashtable import HashTable
@@ -200,6 +201,8 @@ class ChunkWriter:
         self._queue: list[tuple[int, np.ndarray]] = []
         self._queued_bytes = 0
         self.stats = WriteStats()
+        #: Encodes chunks in threads when raw_data's filters allow it (see :mod:`.encode`), else None.
+        self.encoder = ChunkEncoder.of(raw_data)
 
     #: Queued chunk data is written out when it reaches this many bytes, so a
     #: commit of a dataset larger than memory holds at most this much.
@@ -260,7 +263,10 @@ class ChunkWriter:
         dsid = self.raw_data.id
         if dataset_shape(dsid)[0] < self._next_row:
             dsid.set_extent((self._next_row, *self.chunks[1:]))  # h5py's resize() without its checks
-        _write_slab(self.raw_data, first, self._queue, self.chunks, self.fillvalue)
+        if self.encoder is not None and all(c.dtype == self.raw_data.dtype for _, c in self._queue):
+            _write_encoded(self.raw_data, self._queue, self.chunks, self.fillvalue, self.encoder)
+        else:
+            _write_slab(self.raw_data, first, self._queue, self.chunks, self.fillvalue)
         self._queue = []
         self._queued_bytes = 0
 
@@ -288,6 +294,33 @@ def _write_slab(
         region = (slice(k * c0, k * c0 + chunk.shape[0]), *(slice(0, s) for s in chunk.shape[1:]))
         slab[region] = chunk
     _write_rows(raw_data, first, slab)
+
+
+def _write_encoded(
+    raw_data: h5py.Dataset,
+    queue: Sequence[tuple[int, np.ndarray]],
+    chunks: tuple[int, ...],
+    fillvalue: Any,
+    encoder: ChunkEncoder,
+) -> None:
+    """Encode queued chunks in the encoding threads, then store each with ``write_direct_chunk``.
+
+    An edge chunk is padded with the fill value first, as libhdf5 fills a chunk
+    it allocates before writing part of it.
+    """
+    dtype = raw_data.dtype
+
+    def encode(chunk: np.ndarray) -> bytes:
+        if chunk.shape != chunks:
+            whole = np.zeros(chunks, dtype=dtype) if fillvalue is None else np.full(chunks, fillvalue, dtype=dtype)
+            whole[tuple(slice(0, s) for s in chunk.shape)] = chunk
+            chunk = whole
+        return encoder.encode(chunk)
+
+    rest = (0,) * (len(chunks) - 1)
+    dsid = raw_data.id
+    for (start, _), data in zip(queue, encoder_pool().map(encode, [c for _, c in queue]), strict=True):
+        dsid.write_direct_chunk((start, *rest), data, 0)
 
 
 def _write_rows(raw_data: h5py.Dataset, first: int, data: np.ndarray) -> None:
