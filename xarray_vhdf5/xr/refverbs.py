@@ -7,6 +7,8 @@ the file and version an object was opened from (``encoding["source"]`` and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from ..versions import refs
@@ -31,6 +33,13 @@ def refs_frame(path) -> pd.DataFrame:
 
 class RefVerbs:
     """Mixed into the accessors; they provide ``_encoding`` and ``_opened(what)`` (the source path)."""
+
+    if TYPE_CHECKING:  # what the accessors provide
+
+        @property
+        def _encoding(self) -> dict: ...
+
+        def _opened(self, what: str) -> str: ...
 
     @property
     def branch(self) -> str | None:
