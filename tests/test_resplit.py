@@ -214,3 +214,18 @@ def test_threaded_writes_into_zarr_keep_pieces_of_a_chunk_in_order(budget):
     assert counters.output_writes == plan.output_writes
     if budget == "64kB":
         assert plan.piece_writes > plan.spilled_outputs > 0  # several pieces per spilled chunk
+
+
+@pytest.mark.parametrize("budget", ["64kB", "2MB"])
+def test_encoded_writes_into_a_compressed_hdf5_dataset(tmp_path, budget):
+    """Whole chunks encoded in threads and stored directly; pieces through libhdf5; edge chunks padded."""
+    h5py = pytest.importorskip("h5py")
+    shape, i, o = (50, 41, 37), (1, 41, 37), (50, 8, 8)
+    a = np.random.default_rng(4).random(shape).astype("f4")
+    plan = plan_resplit(shape, i, o, 4, budget)
+    with h5py.File(tmp_path / "t.h5", "w") as f:
+        ds = f.create_dataset("x", shape=shape, chunks=o, dtype="f4", compression="gzip", shuffle=True, fillvalue=-1)
+        counters = resplit_into(plan, _counting_reader(a, i)[0], ds, threads=3)
+        assert counters.output_writes == plan.output_writes
+    with h5py.File(tmp_path / "t.h5", "r") as f:
+        np.testing.assert_array_equal(f["x"][()], a)

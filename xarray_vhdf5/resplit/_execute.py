@@ -33,8 +33,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import h5py
 import numpy as np
 
+from ..backend.encode import ChunkEncoder
+from ._grid import AxisGrid
 from ._plan import ResplitPlan
 
 __all__ = ["OutputWrite", "ResplitCounters", "iter_resplit", "resplit_into"]
@@ -354,8 +357,10 @@ def resplit_into(
         GIL), each on a copy of its points; writes to one output chunk stay in
         order. Default: up to 4 (the CPUs) when the copies in flight (two per
         thread, one output chunk each) fit in what the plan leaves of
-        ``max_mem``, else 1; always 1 for h5py datasets (libhdf5 runs one call at
-        a time).
+        ``max_mem``, else 1. An HDF5 dataset (h5py, h5netcdf) takes one call at a
+        time; when its chunks are the output chunks and its filters can be applied
+        outside libhdf5, whole chunks are encoded in the threads and stored with
+        ``write_direct_chunk`` (:mod:`xarray_vhdf5.backend.encode`).
     progress, desc
         As for :func:`iter_resplit`.
 
@@ -365,6 +370,12 @@ def resplit_into(
     """
     counters = ResplitCounters()
     events = iter_resplit(plan, read_chunk, target.dtype, pieces=True, counters=counters, progress=progress, desc=desc)
+    direct = _direct_target(plan, target)
+    if direct is not None and threads != 1:
+        workers = threads or _spare_threads(plan)
+        if workers > 1:
+            _encode_into(events, direct, workers)
+            return counters
     workers = _writer_threads(plan, target, threads)
     if workers == 1:
         for w in events:
@@ -395,6 +406,70 @@ def resplit_into(
     return counters
 
 
+def _direct_target(plan: ResplitPlan, target) -> tuple[h5py.Dataset, ChunkEncoder] | None:
+    """An HDF5 dataset (h5py, or an h5netcdf variable's) whose chunks are the plan's and whose
+    filters :class:`~xarray_vhdf5.backend.encode.ChunkEncoder` applies, with its encoder."""
+    ds = target if isinstance(target, h5py.Dataset) else getattr(target, "_h5ds", None)
+    if not isinstance(ds, h5py.Dataset) or ds.chunks is None:
+        return None
+    chunks = tuple(int(c) for c in ds.chunks)
+    grids = tuple(AxisGrid.regular(s, c) for s, c in zip(plan.shape, chunks, strict=True))
+    if ds.shape != plan.shape or grids != plan.out_grids or ds.dtype != target.dtype:
+        return None
+    encoder = ChunkEncoder.of(ds)
+    return None if encoder is None else (ds, encoder)
+
+
+def _spare_threads(plan: ResplitPlan) -> int:
+    """Threads whose copies in flight (two each, one output chunk) fit what the plan leaves of max_mem."""
+    out_bytes = math.prod(int(g.sizes.max()) for g in plan.out_grids) * plan.itemsize
+    workers = min(4, os.cpu_count() or 1)
+    while workers > 1 and 2 * workers * out_bytes > plan.max_mem - plan.predicted_peak:
+        workers -= 1
+    return workers
+
+
+def _encode_into(events: Iterator[OutputWrite], direct: tuple[h5py.Dataset, ChunkEncoder], workers: int) -> None:
+    """Whole output chunks encoded in threads and stored with ``write_direct_chunk``, in order; pieces assigned.
+
+    libhdf5 compresses one chunk at a time; here the chunks' filters run in
+    ``workers`` threads (see :mod:`xarray_vhdf5.backend.encode`) and libhdf5 only
+    stores the bytes. Edge chunks are padded with the dataset's fill value.
+    """
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    ds, encoder = direct
+    chunks = encoder.chunks
+    fill = ds.fillvalue
+
+    def encode(data: np.ndarray) -> bytes:
+        if data.shape != chunks:
+            whole = np.full(chunks, fill, dtype=ds.dtype)
+            whole[tuple(slice(0, n) for n in data.shape)] = data
+            data = whole
+        return encoder.encode(data)
+
+    queue: deque[tuple[tuple[int, ...], Future]] = deque()
+    dsid = ds.id
+
+    def store_first() -> None:
+        offset, future = queue.popleft()
+        dsid.write_direct_chunk(offset, future.result(), 0)
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="vhdf5-encode") as pool:
+        for w in events:
+            if not w.whole:
+                ds[w.region] = w.data  # a piece of a spilled chunk: libhdf5's read-modify-write
+                continue
+            while len(queue) >= 2 * workers:
+                store_first()
+            offset = tuple(r.start for r in w.region)
+            queue.append((offset, pool.submit(encode, np.array(w.data))))
+        while queue:
+            store_first()
+
+
 def _writer_threads(plan: ResplitPlan, target, threads: int | None) -> int:
     """Threads for :func:`resplit_into` (see its ``threads``)."""
     if threads is not None:
@@ -404,9 +479,4 @@ def _writer_threads(plan: ResplitPlan, target, threads: int | None) -> int:
     module = type(target).__module__.split(".")[0]
     if module in ("h5py", "h5netcdf", "numpy"):
         return 1
-    out_bytes = math.prod(int(g.sizes.max()) for g in plan.out_grids) * plan.itemsize
-    spare = plan.max_mem - plan.predicted_peak
-    workers = min(4, os.cpu_count() or 1)
-    while workers > 1 and 2 * workers * out_bytes > spare:
-        workers -= 1
-    return workers
+    return _spare_threads(plan)
