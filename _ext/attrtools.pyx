@@ -8,8 +8,8 @@ per HDF5 id (attribute, type, dataspace); the libhdf5 calls themselves take a
 fraction of that (``docs/benchmarks.md``, "Costs of single operations"). These
 functions make the same calls
 (``H5Aexists``, ``H5Aopen``/``H5Acreate2``, ``H5Awrite``/``H5Aread``,
-``H5Aclose``) directly, under h5py's ``phil`` lock, on the symbols resolved by
-``slicetools`` (shared through the ``slicetools._HDF5_API`` capsule).
+``H5Aclose``) directly, under h5py's ``phil`` lock, through the symbol table
+``H5`` cimported from ``_hdf5api`` (the one place libhdf5's symbols are resolved).
 
 They are dumb: the datatypes come from the caller, who also decides which
 values come here (``xarray_vhdf5.backend.h5attrs``, which keeps the h5py path
@@ -20,32 +20,33 @@ the caller uses h5py); a libhdf5 failure raises
 :class:`xarray_vhdf5.errors.HDF5Error` naming the call.
 """
 
-from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.stdint cimport int64_t
 
-from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, HDF5API, HDF5_API_CAPSULE_NAME, hid_t, hsize_t, htri_t
+from hdf5 cimport (
+    H5_INDEX_NAME,
+    H5_ITER_INC,
+    H5P_DEFAULT,
+    H5S_MAX_RANK,
+    H5S_SCALAR,
+    H5S_SIMPLE,
+    H5T_ARRAY,
+    H5T_COMPOUND,
+    H5T_INTEGER,
+    H5T_REFERENCE,
+    H5T_STRING,
+    H5T_VLEN,
+    hid_t,
+    hsize_t,
+    htri_t,
+)
+from xarray_vhdf5._ext._hdf5api cimport H5
 
 import numpy as np
 from h5py._objects import phil
 
-from xarray_vhdf5._ext.slicetools import _HDF5_API
 from xarray_vhdf5.errors import HDF5Error
 
 __all__ = ["read_int64", "read_vlen_str", "reference_attr_names", "write_buffer", "write_vlen_str"]
-
-cdef HDF5API *H5 = <HDF5API *>PyCapsule_GetPointer(_HDF5_API, HDF5_API_CAPSULE_NAME)
-
-cdef enum:
-    H5S_SCALAR = 0
-    H5S_SIMPLE = 1
-    H5T_INTEGER = 0
-    H5T_STRING = 3
-    H5T_COMPOUND = 6
-    H5T_REFERENCE = 7
-    H5T_VLEN = 9
-    H5T_ARRAY = 10
-    H5_INDEX_NAME = 0
-    H5_ITER_INC = 0
 
 
 cdef int _fail(const char *call, bytes name) except -1:

@@ -1,12 +1,13 @@
 # Capture of libhdf5's error stack right after a failed call, shared by the
-# kernels (slicetools, rowtools): the first failure's HDF5 function, the loop
+# kernels (slicetools, rowtools, vdstools): the first failure's HDF5 function, the loop
 # row it happened on, and the outermost and innermost entries of the stack
 # (H5Ewalk2, H5Epublic.h), so the Python exception can say what libhdf5 said.
 # Runs without the GIL; the message is made into a str afterwards.
 
 from libc.stdio cimport snprintf
 
-from hdf5 cimport H5E_DEFAULT, H5E_WALK_DOWNWARD, H5E_error2_t, HDF5API, herr_t
+from hdf5 cimport H5E_DEFAULT, H5E_WALK_DOWNWARD, H5E_error2_t, herr_t
+from xarray_vhdf5._ext._hdf5api cimport H5
 
 cdef enum:
     MSG_LEN = 512   # captured HDF5 error messages
@@ -35,7 +36,7 @@ cdef inline herr_t _walk_cb(unsigned n, const H5E_error2_t *err, void *data) noe
     return 0
 
 
-cdef inline void record_failure(HDF5API *H5, Failure *fail, const char *func, Py_ssize_t row) noexcept nogil:
+cdef inline void record_failure(Failure *fail, const char *func, Py_ssize_t row) noexcept nogil:
     """Record a failed HDF5 call; must run right after it (any later API call
     clears the thread's error stack). The first failure is kept."""
     if fail.failed:

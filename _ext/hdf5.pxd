@@ -1,7 +1,7 @@
 # Hand-written declarations of the few libhdf5 types, constants and function
 # signatures the kernels use.  No HDF5 header is included: h5py wheels bundle
 # libhdf5 without headers, so the kernels resolve the functions at import time
-# with dlsym() on the h5py extension's handle (see slicetools.pyx) and call them
+# with dlsym() on the h5py extension's handle (see _hdf5api.pyx) and call them
 # through the function-pointer types below.
 #
 # ABI assumptions (HDF5 >= 1.10, checked against the HDF5 public headers and
@@ -12,8 +12,7 @@
 #            is declared as uint64_t to match numpy's uint64 arrays exactly)
 #   hssize_t int64_t,  herr_t / htri_t  int,  H5S_seloper_t  a C enum (int),
 #   ssize_t  (H5Pget_virtual_*name return type) == Py_ssize_t on POSIX
-#   H5S_SELECT_SET = 0 (== h5py.h5s.SELECT_SET), H5P_DEFAULT = 0,
-#   H5E_DEFAULT = 0, H5E_WALK_DOWNWARD = 1
+#   the constants in the enum below (tests/test_hdf5_constants.py)
 #   H5E_error2_t  {hid_t cls_id, maj_num, min_num; unsigned line;
 #                  const char *func_name, *file_name, *desc}  (H5Epublic.h)
 #
@@ -34,13 +33,26 @@ ctypedef int herr_t
 ctypedef int htri_t
 ctypedef int H5S_seloper_t
 
+# Every constant the kernels use, declared here only; tests/test_hdf5_constants.py
+# checks each value against h5py (or, for the few h5py does not expose, against
+# libhdf5's behaviour).
 cdef enum:
-    H5S_SELECT_SET = 0
+    H5S_SELECT_SET = 0       # H5S_seloper_t
     H5S_ALL = 0
     H5P_DEFAULT = 0
     H5E_DEFAULT = 0
-    H5E_WALK_DOWNWARD = 1
+    H5E_WALK_DOWNWARD = 1    # H5E_direction_t
     H5S_MAX_RANK = 32
+    H5S_SCALAR = 0           # H5S_class_t
+    H5S_SIMPLE = 1
+    H5T_INTEGER = 0          # H5T_class_t
+    H5T_STRING = 3
+    H5T_COMPOUND = 6
+    H5T_REFERENCE = 7
+    H5T_VLEN = 9
+    H5T_ARRAY = 10
+    H5_INDEX_NAME = 0        # H5_index_t
+    H5_ITER_INC = 0          # H5_iter_order_t
 
 ctypedef struct H5E_error2_t:
     hid_t cls_id
@@ -91,8 +103,7 @@ ctypedef hid_t (*H5Pcopy_ft)(hid_t plist_id) noexcept nogil
 ctypedef herr_t (*H5Sselect_all_ft)(hid_t space_id) noexcept nogil
 ctypedef hid_t (*H5Dcreate2_ft)(hid_t loc_id, const char *name, hid_t type_id, hid_t space_id,
                                 hid_t lcpl_id, hid_t dcpl_id, hid_t dapl_id) noexcept nogil
-# Attributes (attrtools.pyx). H5S_SCALAR = 0 (H5S_class_t), H5T_INTEGER = 0,
-# H5T_FLOAT = 1, H5T_STRING = 3, H5T_ENUM = 8 (H5T_class_t).
+# Attributes (attrtools.pyx).
 ctypedef htri_t (*H5Aexists_ft)(hid_t obj_id, const char *attr_name) noexcept nogil
 ctypedef hid_t (*H5Aopen_ft)(hid_t obj_id, const char *attr_name, hid_t aapl_id) noexcept nogil
 ctypedef hid_t (*H5Acreate2_ft)(hid_t loc_id, const char *attr_name, hid_t type_id, hid_t space_id,
@@ -120,9 +131,9 @@ ctypedef int (*H5Sget_simple_extent_dims_ft)(hid_t space_id, hsize_t *dims,
 ctypedef int (*H5Sget_simple_extent_type_ft)(hid_t space_id) noexcept nogil
 ctypedef herr_t (*H5free_memory_ft)(void *mem) noexcept nogil
 
-# The resolved entry points (filled once, at import, by slicetools.pyx, which
-# shares the filled struct with the other kernel modules through the PyCapsule
-# ``xarray_vhdf5._ext.slicetools._HDF5_API`` named by HDF5_API_CAPSULE_NAME).
+# The resolved entry points: the one instance, ``H5``, is filled once at import
+# by _hdf5api.pyx and cimported by every kernel from
+# ``xarray_vhdf5/_ext/_hdf5api.pxd``.
 ctypedef struct HDF5API:
     H5Dget_space_ft H5Dget_space
     H5Dget_create_plist_ft H5Dget_create_plist
@@ -168,10 +179,3 @@ ctypedef struct HDF5API:
     H5Tget_member_type_ft H5Tget_member_type
     H5Aopen_by_idx_ft H5Aopen_by_idx
     H5Aget_name_ft H5Aget_name
-
-# Name of the PyCapsule holding a pointer to slicetools' filled HDF5API struct.
-cdef extern from *:
-    """
-    #define HDF5_API_CAPSULE_NAME "xarray_vhdf5._ext.slicetools.HDF5API"
-    """
-    const char *HDF5_API_CAPSULE_NAME

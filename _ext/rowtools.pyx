@@ -16,25 +16,21 @@ memory type and the C-contiguous buffer come from the caller
 calls as the reference path). They only check the selection against the
 dataset's extent, on the dataspace they open anyway, and return a code when
 it does not fit. The calls run under
-h5py's ``phil`` lock and without the GIL, on the symbols ``slicetools``
-resolves. A libhdf5 failure raises :class:`xarray_vhdf5.errors.HDF5Error`
+h5py's ``phil`` lock and without the GIL, through the symbol table ``H5``
+cimported from ``_hdf5api``. A libhdf5 failure raises :class:`xarray_vhdf5.errors.HDF5Error`
 naming the call and quoting libhdf5's error stack (``h5failure.pxd``).
 """
 
-from cpython.pycapsule cimport PyCapsule_GetPointer
-
 from h5failure cimport Failure, failure_detail, record_failure
 from hyperslab cimport hyperslab_outside
-from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, H5S_SELECT_SET, HDF5API, HDF5_API_CAPSULE_NAME, herr_t, hid_t, hsize_t
+from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, H5S_SELECT_SET, herr_t, hid_t, hsize_t
+from xarray_vhdf5._ext._hdf5api cimport H5
 
 from h5py._objects import phil
 
-from xarray_vhdf5._ext.slicetools import _HDF5_API
 from xarray_vhdf5.errors import HDF5Error
 
 __all__ = ["extent", "read_rows", "write_rows"]
-
-cdef HDF5API *H5 = <HDF5API *>PyCapsule_GetPointer(_HDF5_API, HDF5_API_CAPSULE_NAME)
 
 
 cdef int _fill_dims(tuple shape, hsize_t start, hsize_t *offset, hsize_t *count) except -1:
@@ -61,7 +57,7 @@ cdef int _transfer_nogil(
     cdef int outcome = 0
     file_space = H5.H5Dget_space(dset_id)
     if file_space < 0:
-        record_failure(H5, fail, b"H5Dget_space", -1)
+        record_failure(fail, b"H5Dget_space", -1)
         return -1
     # The extent is checked here, on the dataspace this call needs anyway
     # (asking h5py for ``shape`` costs more than the whole transfer).
@@ -74,11 +70,11 @@ cdef int _transfer_nogil(
         return outcome
     mem_space = H5.H5Screate_simple(rank, count, NULL)
     if mem_space < 0:
-        record_failure(H5, fail, b"H5Screate_simple", -1)
+        record_failure(fail, b"H5Screate_simple", -1)
         H5.H5Sclose(file_space)
         return -1
     if H5.H5Sselect_hyperslab(file_space, H5S_SELECT_SET, offset, NULL, count, NULL) < 0:
-        record_failure(H5, fail, b"H5Sselect_hyperslab", -1)
+        record_failure(fail, b"H5Sselect_hyperslab", -1)
         outcome = -1
     else:
         if write:
@@ -86,7 +82,7 @@ cdef int _transfer_nogil(
         else:
             status = H5.H5Dread(dset_id, mem_type, mem_space, file_space, H5P_DEFAULT, buf)
         if status < 0:
-            record_failure(H5, fail, b"H5Dwrite" if write else b"H5Dread", -1)
+            record_failure(fail, b"H5Dwrite" if write else b"H5Dread", -1)
             outcome = -1
     H5.H5Sclose(mem_space)
     H5.H5Sclose(file_space)

@@ -9,23 +9,9 @@ item sizes) are done here.
 
 How libhdf5 is reached
 ----------------------
-HDF5 object ids (``dset.id.id``) are only meaningful inside the libhdf5
-instance that h5py loaded, and h5py wheels bundle that library (under
-``h5py.libs/``) without headers.  So at import this module
-``dlopen()``-s the already loaded h5py extension ``h5py.defs``
-(``RTLD_NOW | RTLD_LOCAL``; the library is already mapped, dlopen only bumps
-its reference count) and resolves each function with ``dlsym()`` on that
-handle.  ``dlsym`` searches the handle's object and its dependency tree, i.e.
-exactly the libhdf5 h5py is linked against, whether it is the bundled copy of
-a wheel or a system HDF5.  The function pointers live in the module-level C
-struct ``H5``; their types are declared by hand in ``_ext/hdf5.pxd`` (no HDF5
-header is needed).  A missing symbol raises ImportError at import.
-
-Why not the functions h5py exports in ``h5py.defs.__pyx_capi__``?  Those
-wrappers translate HDF5 errors into Python exceptions, so they must be called
-with the GIL held (called without it they abort the interpreter on the first
-error).  Calling libhdf5 directly lets the per-slice loops run entirely in C
-without the GIL, with every return code checked here.
+Through the symbol table ``H5`` that :mod:`xarray_vhdf5._ext._hdf5api`
+resolves once, in h5py's own libhdf5 (its docstring says how and why); this
+module only cimports it.
 
 Locking: libhdf5 is not (necessarily) thread-safe and h5py serialises every
 call behind its global re-entrant lock ``h5py._objects.phil``.  The kernels
@@ -44,73 +30,15 @@ from libc.stdint cimport int64_t, uint64_t
 from libc.stdio cimport snprintf
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset, strcmp
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 cimport numpy as cnp
-from cpython.pycapsule cimport PyCapsule_New
 
 from stridedcopy cimport copy_box
 from h5failure cimport Failure, failure_detail, record_failure
-from hdf5 cimport (
-    H5P_DEFAULT,
-    H5S_MAX_RANK,
-    H5S_SELECT_SET,
-    H5Dget_create_plist_ft,
-    H5Dget_space_ft,
-    H5Dread_ft,
-    H5Dwrite_ft,
-    H5Ewalk2_ft,
-    H5Pset_virtual_ft,
-    HDF5_API_CAPSULE_NAME,
-    H5Pclose_ft,
-    H5Pget_virtual_count_ft,
-    H5Pget_virtual_dsetname_ft,
-    H5Pget_virtual_filename_ft,
-    H5Pget_virtual_srcspace_ft,
-    H5Pget_virtual_vspace_ft,
-    H5Sclose_ft,
-    H5Screate_simple_ft,
-    H5Sget_select_bounds_ft,
-    H5Sget_select_npoints_ft,
-    H5Sget_simple_extent_ndims_ft,
-    H5Sselect_hyperslab_ft,
-    H5Aclose_ft,
-    H5Acreate2_ft,
-    H5Adelete_ft,
-    H5Aexists_ft,
-    H5Aget_space_ft,
-    H5Aget_type_ft,
-    H5Aopen_ft,
-    H5Aread_ft,
-    H5Awrite_ft,
-    H5free_memory_ft,
-    H5Pcopy_ft,
-    H5Sselect_all_ft,
-    H5Dcreate2_ft,
-    H5Screate_ft,
-    H5Sget_simple_extent_dims_ft,
-    H5Sget_simple_extent_type_ft,
-    H5Tclose_ft,
-    H5Tequal_ft,
-    H5Tget_class_ft,
-    H5Tget_size_ft,
-    H5Tget_super_ft,
-    H5Tget_nmembers_ft,
-    H5Tget_member_type_ft,
-    H5Aopen_by_idx_ft,
-    H5Aget_name_ft,
-    H5Tis_variable_str_ft,
-    HDF5API,
-    herr_t,
-    hid_t,
-    hsize_t,
-    hssize_t,
-)
-
-import os
+from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, H5S_SELECT_SET, herr_t, hid_t, hsize_t, hssize_t
+from xarray_vhdf5._ext._hdf5api cimport H5
 
 import h5py
-import h5py.defs
 import numpy as np
 from h5py._objects import phil
 
@@ -118,126 +46,11 @@ from xarray_vhdf5.errors import HDF5Error
 
 cnp.import_array()
 
-__all__ = ["read_many_slices", "build_slab_indices_and_offsets", "HDF5_LIBRARY_SOURCE"]
+__all__ = ["read_many_slices", "build_slab_indices_and_offsets"]
 
 cdef enum:
     MAX_NDIM = 64   # numpy's NPY_MAXDIMS (HDF5 dataspaces: H5S_MAX_RANK = 32)
     NAME_LEN = 1024 # captured virtual source names (truncated)
-
-# ---------------------------------------------------------------------------
-# Symbol resolution
-# ---------------------------------------------------------------------------
-
-cdef HDF5API H5
-cdef void *_h5py_handle = NULL
-
-#: Path of the object whose dependency tree the HDF5 symbols were resolved in.
-HDF5_LIBRARY_SOURCE = h5py.defs.__file__
-
-
-cdef void *_sym(void *handle, const char *name) except NULL:
-    dlerror()  # clear any stale error
-    cdef void *ptr = dlsym(handle, name)
-    if ptr == NULL:
-        err = dlerror()
-        raise ImportError(
-            f"xarray_vhdf5: libhdf5 symbol {name.decode()!r} not found through "
-            f"{HDF5_LIBRARY_SOURCE!r} (the h5py extension whose libhdf5 the kernels "
-            f"must share): {err.decode() if err != NULL else 'no dlerror message'}. "
-            f"The h5py build is too old or unusual; set XARRAY_VHDF5_KERNELS=python "
-            f"to use the pure-Python reference kernels."
-        )
-    return ptr
-
-
-cdef int _load_hdf5_symbols() except -1:
-    global _h5py_handle
-    path = os.fsencode(HDF5_LIBRARY_SOURCE)
-    cdef void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        err = dlerror()
-        raise ImportError(
-            f"xarray_vhdf5: cannot dlopen {HDF5_LIBRARY_SOURCE!r} to reach h5py's "
-            f"libhdf5: {err.decode() if err != NULL else 'no dlerror message'}"
-        )
-    if sizeof(hsize_t) != 8 or sizeof(hid_t) != 8:
-        raise ImportError("xarray_vhdf5: unexpected HDF5 type sizes in _ext/hdf5.pxd")
-    # The handle is kept for the life of the process (never dlclose()d): the
-    # function pointers below point into libraries it keeps mapped.
-    _h5py_handle = handle
-    H5.H5Dget_space = <H5Dget_space_ft>_sym(handle, b"H5Dget_space")
-    H5.H5Dget_create_plist = <H5Dget_create_plist_ft>_sym(handle, b"H5Dget_create_plist")
-    H5.H5Dread = <H5Dread_ft>_sym(handle, b"H5Dread")
-    H5.H5Dwrite = <H5Dwrite_ft>_sym(handle, b"H5Dwrite")
-    H5.H5Screate_simple = <H5Screate_simple_ft>_sym(handle, b"H5Screate_simple")
-    H5.H5Sclose = <H5Sclose_ft>_sym(handle, b"H5Sclose")
-    H5.H5Sselect_hyperslab = <H5Sselect_hyperslab_ft>_sym(handle, b"H5Sselect_hyperslab")
-    H5.H5Sget_select_bounds = <H5Sget_select_bounds_ft>_sym(handle, b"H5Sget_select_bounds")
-    H5.H5Sget_select_npoints = <H5Sget_select_npoints_ft>_sym(
-        handle, b"H5Sget_select_npoints"
-    )
-    H5.H5Sget_simple_extent_ndims = <H5Sget_simple_extent_ndims_ft>_sym(
-        handle, b"H5Sget_simple_extent_ndims"
-    )
-    H5.H5Pclose = <H5Pclose_ft>_sym(handle, b"H5Pclose")
-    H5.H5Pget_virtual_count = <H5Pget_virtual_count_ft>_sym(handle, b"H5Pget_virtual_count")
-    H5.H5Pget_virtual_vspace = <H5Pget_virtual_vspace_ft>_sym(
-        handle, b"H5Pget_virtual_vspace"
-    )
-    H5.H5Pget_virtual_srcspace = <H5Pget_virtual_srcspace_ft>_sym(
-        handle, b"H5Pget_virtual_srcspace"
-    )
-    H5.H5Pget_virtual_dsetname = <H5Pget_virtual_dsetname_ft>_sym(
-        handle, b"H5Pget_virtual_dsetname"
-    )
-    H5.H5Pget_virtual_filename = <H5Pget_virtual_filename_ft>_sym(
-        handle, b"H5Pget_virtual_filename"
-    )
-    H5.H5Ewalk2 = <H5Ewalk2_ft>_sym(handle, b"H5Ewalk2")
-    H5.H5Pset_virtual = <H5Pset_virtual_ft>_sym(handle, b"H5Pset_virtual")
-    H5.H5Aexists = <H5Aexists_ft>_sym(handle, b"H5Aexists")
-    H5.H5Aopen = <H5Aopen_ft>_sym(handle, b"H5Aopen")
-    H5.H5Acreate2 = <H5Acreate2_ft>_sym(handle, b"H5Acreate2")
-    H5.H5Adelete = <H5Adelete_ft>_sym(handle, b"H5Adelete")
-    H5.H5Aclose = <H5Aclose_ft>_sym(handle, b"H5Aclose")
-    H5.H5Awrite = <H5Awrite_ft>_sym(handle, b"H5Awrite")
-    H5.H5Aread = <H5Aread_ft>_sym(handle, b"H5Aread")
-    H5.H5Aget_type = <H5Aget_type_ft>_sym(handle, b"H5Aget_type")
-    H5.H5Aget_space = <H5Aget_space_ft>_sym(handle, b"H5Aget_space")
-    H5.H5Tequal = <H5Tequal_ft>_sym(handle, b"H5Tequal")
-    H5.H5Tclose = <H5Tclose_ft>_sym(handle, b"H5Tclose")
-    H5.H5Tget_class = <H5Tget_class_ft>_sym(handle, b"H5Tget_class")
-    H5.H5Tis_variable_str = <H5Tis_variable_str_ft>_sym(handle, b"H5Tis_variable_str")
-    H5.H5Screate = <H5Screate_ft>_sym(handle, b"H5Screate")
-    H5.H5Sget_simple_extent_dims = <H5Sget_simple_extent_dims_ft>_sym(handle, b"H5Sget_simple_extent_dims")
-    H5.H5Sget_simple_extent_type = <H5Sget_simple_extent_type_ft>_sym(handle, b"H5Sget_simple_extent_type")
-    H5.H5free_memory = <H5free_memory_ft>_sym(handle, b"H5free_memory")
-    H5.H5Pcopy = <H5Pcopy_ft>_sym(handle, b"H5Pcopy")
-    H5.H5Sselect_all = <H5Sselect_all_ft>_sym(handle, b"H5Sselect_all")
-    H5.H5Dcreate2 = <H5Dcreate2_ft>_sym(handle, b"H5Dcreate2")
-    H5.H5Tget_size = <H5Tget_size_ft>_sym(handle, b"H5Tget_size")
-    H5.H5Tget_super = <H5Tget_super_ft>_sym(handle, b"H5Tget_super")
-    H5.H5Tget_nmembers = <H5Tget_nmembers_ft>_sym(handle, b"H5Tget_nmembers")
-    H5.H5Tget_member_type = <H5Tget_member_type_ft>_sym(handle, b"H5Tget_member_type")
-    H5.H5Aopen_by_idx = <H5Aopen_by_idx_ft>_sym(handle, b"H5Aopen_by_idx")
-    H5.H5Aget_name = <H5Aget_name_ft>_sym(handle, b"H5Aget_name")
-    return 0
-
-
-_load_hdf5_symbols()
-
-#: The filled symbol table, for the other kernel modules (one loader, one place).
-_HDF5_API = PyCapsule_New(<void *>&H5, HDF5_API_CAPSULE_NAME, NULL)
-
-
-# ---------------------------------------------------------------------------
-# Error capture
-# ---------------------------------------------------------------------------
-
-cdef inline void _record(Failure *fail, const char *func, Py_ssize_t row) noexcept nogil:
-    """``h5failure.record_failure`` on this module's symbol table."""
-    record_failure(&H5, fail, func, row)
-
 
 # ---------------------------------------------------------------------------
 # Kernel 1: read_many_slices
@@ -265,11 +78,11 @@ cdef int _h5_read_loop(
 
     file_space = H5.H5Dget_space(dset_id)
     if file_space < 0:
-        _record(fail, b"H5Dget_space", -1)
+        record_failure(fail, b"H5Dget_space", -1)
         return -1
     mem_space = H5.H5Screate_simple(ndim, dst_shape, NULL)
     if mem_space < 0:
-        _record(fail, b"H5Screate_simple", -1)
+        record_failure(fail, b"H5Screate_simple", -1)
     else:
         for i in range(nslices):
             off = i * ndim
@@ -284,21 +97,21 @@ cdef int _h5_read_loop(
                 file_space, H5S_SELECT_SET, src_start + off, src_stride + off,
                 count + off, NULL,
             ) < 0:
-                _record(fail, b"H5Sselect_hyperslab (source)", i)
+                record_failure(fail, b"H5Sselect_hyperslab (source)", i)
                 break
             if H5.H5Sselect_hyperslab(
                 mem_space, H5S_SELECT_SET, dst_start + off, dst_stride + off,
                 count + off, NULL,
             ) < 0:
-                _record(fail, b"H5Sselect_hyperslab (destination)", i)
+                record_failure(fail, b"H5Sselect_hyperslab (destination)", i)
                 break
             if H5.H5Dread(dset_id, mem_type_id, mem_space, file_space, H5P_DEFAULT, buf) < 0:
-                _record(fail, b"H5Dread", i)
+                record_failure(fail, b"H5Dread", i)
                 break
         if H5.H5Sclose(mem_space) < 0:
-            _record(fail, b"H5Sclose", -1)
+            record_failure(fail, b"H5Sclose", -1)
     if H5.H5Sclose(file_space) < 0:
-        _record(fail, b"H5Sclose", -1)
+        record_failure(fail, b"H5Sclose", -1)
     return -1 if fail.failed else 0
 
 
@@ -531,19 +344,19 @@ cdef int _block_bounds(
     cdef int rc = 0
     rank = H5.H5Sget_simple_extent_ndims(space)
     if rank < 0:
-        _record(fail, b"H5Sget_simple_extent_ndims", j)
+        record_failure(fail, b"H5Sget_simple_extent_ndims", j)
         rc = -1
     elif rank != ndim:
         st.error = MAP_RANK
         st.axis = rank
         rc = -1
     elif H5.H5Sget_select_bounds(space, start, end) < 0:
-        _record(fail, which, j)
+        record_failure(fail, which, j)
         rc = -1
     else:
         npoints = H5.H5Sget_select_npoints(space)
         if npoints < 0:
-            _record(fail, b"H5Sget_select_npoints", j)
+            record_failure(fail, b"H5Sget_select_npoints", j)
             rc = -1
         else:
             for d in range(ndim):
@@ -552,7 +365,7 @@ cdef int _block_bounds(
                 st.error = MAP_NOT_BLOCK
                 rc = -1
     if H5.H5Sclose(space) < 0:
-        _record(fail, b"H5Sclose", j)
+        record_failure(fail, b"H5Sclose", j)
         rc = -1
     if fail.failed:
         st.error = MAP_HDF5
@@ -572,7 +385,7 @@ cdef int _check_name(
     else:
         n = H5.H5Pget_virtual_dsetname(dcpl, <size_t>j, NULL, 0)
     if n < 0:
-        _record(fail, b"H5Pget_virtual_filename" if is_file else b"H5Pget_virtual_dsetname", j)
+        record_failure(fail, b"H5Pget_virtual_filename" if is_file else b"H5Pget_virtual_dsetname", j)
         st.error = MAP_HDF5
         return -1
     buf = <char *>malloc(n + 1)
@@ -587,7 +400,7 @@ cdef int _check_name(
     else:
         n = H5.H5Pget_virtual_dsetname(dcpl, <size_t>j, buf, n + 1)
     if n < 0:
-        _record(fail, b"H5Pget_virtual_filename" if is_file else b"H5Pget_virtual_dsetname", j)
+        record_failure(fail, b"H5Pget_virtual_filename" if is_file else b"H5Pget_virtual_dsetname", j)
         st.error = MAP_HDF5
         rc = -1
     elif strcmp(buf, expected) != 0:
@@ -618,11 +431,11 @@ cdef int _build_map(
 
     dcpl = H5.H5Dget_create_plist(dset_id)
     if dcpl < 0:
-        _record(fail, b"H5Dget_create_plist", -1)
+        record_failure(fail, b"H5Dget_create_plist", -1)
         st.error = MAP_HDF5
         return -1
     if H5.H5Pget_virtual_count(dcpl, &nmap) < 0:
-        _record(fail, b"H5Pget_virtual_count", -1)
+        record_failure(fail, b"H5Pget_virtual_count", -1)
         st.error = MAP_HDF5
         nmap = 0
     for j in range(<Py_ssize_t>nmap):
@@ -633,7 +446,7 @@ cdef int _build_map(
             break
         space = H5.H5Pget_virtual_vspace(dcpl, <size_t>j)
         if space < 0:
-            _record(fail, b"H5Pget_virtual_vspace", j)
+            record_failure(fail, b"H5Pget_virtual_vspace", j)
             st.error = MAP_HDF5
             break
         if _block_bounds(space, ndim, st.vstart, st.vend, st, fail, j,
@@ -641,7 +454,7 @@ cdef int _build_map(
             break
         space = H5.H5Pget_virtual_srcspace(dcpl, <size_t>j)
         if space < 0:
-            _record(fail, b"H5Pget_virtual_srcspace", j)
+            record_failure(fail, b"H5Pget_virtual_srcspace", j)
             st.error = MAP_HDF5
             break
         if _block_bounds(space, ndim, st.sstart, st.send, st, fail, j,
@@ -690,7 +503,7 @@ cdef int _build_map(
             break
 
     if H5.H5Pclose(dcpl) < 0:
-        _record(fail, b"H5Pclose", -1)
+        record_failure(fail, b"H5Pclose", -1)
         st.error = MAP_HDF5
     return -1 if st.error else 0
 

@@ -4,8 +4,8 @@ Creating a version's virtual dataset costs one ``H5Pset_virtual`` per stored
 chunk (``docs/format.md``, "Stored chunk maps"); from Python each mapping also pays
 two ``select_hyperslab`` calls through h5py, each a Python object. This kernel
 runs the same three libhdf5 calls per mapping in a C loop without the GIL,
-under h5py's ``phil`` lock, on the symbols resolved once by ``slicetools``
-(shared through the ``slicetools._HDF5_API`` capsule). Every return code is
+under h5py's ``phil`` lock, through the symbol table ``H5`` resolved once by
+``_hdf5api`` (cimported from it). Every return code is
 checked; a failure raises :class:`xarray_vhdf5.errors.HDF5Error` naming the
 call and the mapping. The Python wrapper
 (:func:`xarray_vhdf5.backend.virtual.create_virtual_dataset_id`) holds the
@@ -15,20 +15,16 @@ keeps both equal.
 """
 
 from libc.stdint cimport uint64_t
-from cpython.pycapsule cimport PyCapsule_GetPointer
-
 from h5failure cimport Failure, failure_detail, record_failure
 from hyperslab cimport hyperslab_outside
-from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, H5S_SELECT_SET, HDF5API, HDF5_API_CAPSULE_NAME, hid_t, hsize_t
+from hdf5 cimport H5P_DEFAULT, H5S_MAX_RANK, H5S_SELECT_SET, hid_t, hsize_t
+from xarray_vhdf5._ext._hdf5api cimport H5
 
 from h5py._objects import phil
 
-from xarray_vhdf5._ext.slicetools import _HDF5_API
 from xarray_vhdf5.errors import HDF5Error
 
 __all__ = ["create_virtual_dataset"]
-
-cdef HDF5API *H5 = <HDF5API *>PyCapsule_GetPointer(_HDF5_API, HDF5_API_CAPSULE_NAME)
 
 
 cdef Py_ssize_t _mapping_loop(
@@ -82,12 +78,12 @@ cdef hid_t _create_loop(
     cdef Py_ssize_t failed
     src_space = H5.H5Dget_space(raw_id)
     if src_space < 0:
-        record_failure(H5, fail, b"H5Dget_space (raw_data)", -1)
+        record_failure(fail, b"H5Dget_space (raw_data)", -1)
         return -1
     bad_side[0] = H5.H5Sget_simple_extent_dims(src_space, sdims, NULL)
     if bad_side[0] != ndim:  # raw_data's rank (or -1: unreadable): bad = -2
         if bad_side[0] < 0:
-            record_failure(H5, fail, b"H5Sget_simple_extent_dims (raw_data)", -1)
+            record_failure(fail, b"H5Sget_simple_extent_dims (raw_data)", -1)
         else:
             bad[0] = -2
         H5.H5Sclose(src_space)
@@ -102,26 +98,26 @@ cdef hid_t _create_loop(
         return -1
     dcpl = H5.H5Pcopy(dcpl_template)
     if dcpl < 0:
-        record_failure(H5, fail, b"H5Pcopy", -1)
+        record_failure(fail, b"H5Pcopy", -1)
     else:
         vspace = H5.H5Screate_simple(ndim, vdims, NULL)
         if vspace < 0:
-            record_failure(H5, fail, b"H5Screate_simple", -1)
+            record_failure(fail, b"H5Screate_simple", -1)
         else:
             failed = _mapping_loop(dcpl, vspace, src_space, src_dset_name, ndim, dst_start, src_start, count, n, &which)
             if failed >= 0:
                 if which == 0:
-                    record_failure(H5, fail, b"H5Sselect_hyperslab (virtual space)", failed)
+                    record_failure(fail, b"H5Sselect_hyperslab (virtual space)", failed)
                 elif which == 1:
-                    record_failure(H5, fail, b"H5Sselect_hyperslab (source space)", failed)
+                    record_failure(fail, b"H5Sselect_hyperslab (source space)", failed)
                 else:
-                    record_failure(H5, fail, b"H5Pset_virtual", failed)
+                    record_failure(fail, b"H5Pset_virtual", failed)
             elif H5.H5Sselect_all(vspace) < 0:
-                record_failure(H5, fail, b"H5Sselect_all", -1)
+                record_failure(fail, b"H5Sselect_all", -1)
             else:
                 dset = H5.H5Dcreate2(loc_id, name, type_id, vspace, H5P_DEFAULT, dcpl, H5P_DEFAULT)
                 if dset < 0:
-                    record_failure(H5, fail, b"H5Dcreate2", -1)
+                    record_failure(fail, b"H5Dcreate2", -1)
             H5.H5Sclose(vspace)
         H5.H5Pclose(dcpl)
     H5.H5Sclose(src_space)

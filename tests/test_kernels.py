@@ -561,7 +561,11 @@ def test_environment_variable(value, expected, tmp_path):
 def test_symbols_come_from_h5py():
     import h5py.defs
 
-    assert slicetools.HDF5_LIBRARY_SOURCE == h5py.defs.__file__
+    from xarray_vhdf5._ext import _hdf5api
+
+    assert _hdf5api.HDF5_LIBRARY_SOURCE == h5py.defs.__file__
+    # The table is exported to the kernels through Cython's C-API dict, once.
+    assert set(_hdf5api.__pyx_capi__) == {"H5"}
 
 
 def _import_copy_of_package(root, cwd):

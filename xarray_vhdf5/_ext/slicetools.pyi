@@ -8,10 +8,7 @@ import h5py
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["HDF5_LIBRARY_SOURCE", "build_slab_indices_and_offsets", "read_many_slices"]
-
-#: Path of the h5py extension whose libhdf5 the kernels resolved their symbols in.
-HDF5_LIBRARY_SOURCE: str
+__all__ = ["build_slab_indices_and_offsets", "read_many_slices"]
 
 def read_many_slices(
     src: h5py.Dataset | np.ndarray,
