@@ -569,7 +569,7 @@ def test_symbols_come_from_h5py():
 
 
 def _import_copy_of_package(root, cwd):
-    """Run ``import xarray_vhdf5`` from ``cwd`` on a copy of the package's sources in ``root``.
+    """Import ``xarray_vhdf5.VersionedHDF5File`` from ``cwd`` on a copy of the package's sources in ``root``.
 
     The copy holds no compiled kernels, as a checkout does before it is built;
     the editable-install finders of this environment are removed first, so the
@@ -585,6 +585,8 @@ def _import_copy_of_package(root, cwd):
         sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__]
         try:
             import xarray_vhdf5
+            # the package imports its modules on first use (xarray_vhdf5/__init__.py)
+            from xarray_vhdf5 import VersionedHDF5File
         except ImportError as exc:
             print(exc)
         else:
@@ -617,3 +619,30 @@ def test_missing_kernels_outside_a_checkout_asks_to_rebuild(tmp_path):
     message = _import_copy_of_package(tmp_path, tmp_path)
     assert "are unavailable" in message and "Rebuild the package" in message
     assert "XARRAY_VHDF5_KERNELS=python" in message and "source checkout" not in message
+
+
+def test_one_door_to_libhdf5():
+    """Symbols resolved in one module, compiled kernels imported in one module.
+
+    Only ``_ext/_hdf5api.pyx`` cimports ``dlsym``; every other kernel that calls
+    libhdf5 cimports its table; and only ``backend/_kernels.py`` imports
+    ``xarray_vhdf5._ext`` (the other modules take the kernels from it).
+    """
+    import re
+    from pathlib import Path
+
+    root = Path(transfer.__file__).resolve().parents[2]
+    sources = sorted((root / "_ext").glob("*.p*"))
+    assert sources, "no kernel sources found beside the package"
+    for path in sources:
+        text = path.read_text()
+        if path.name != "_hdf5api.pyx":
+            assert "posix.dlfcn" not in text and "PyCapsule" not in text, path.name
+        if re.search(r"\bH5\.H5", text) and path.name != "_hdf5api.pyx":
+            assert "from xarray_vhdf5._ext._hdf5api cimport H5" in text, path.name
+    importers = [
+        path.relative_to(root).as_posix()
+        for path in sorted((root / "xarray_vhdf5").rglob("*.py"))
+        if re.search(r"^\s*(from|import)\s+(\.\.|xarray_vhdf5\.)_ext\b", path.read_text(), re.MULTILINE)
+    ]
+    assert importers == ["xarray_vhdf5/backend/_kernels.py"]

@@ -1,7 +1,9 @@
 """Compiled kernels (private).
 
-Built by meson from ``_ext/<name>.pyx`` at the repository root; see the module
-docstring of :mod:`xarray_vhdf5._ext.slicetools` for how they reach libhdf5.
-Use them through :mod:`xarray_vhdf5.backend.transfer` and
-:mod:`xarray_vhdf5.backend.chunkmap`, which validate every input.
+Built by meson from ``_ext/<name>.pyx`` at the repository root. They reach
+libhdf5 through one symbol table, resolved once by :mod:`._hdf5api` (its
+docstring says how). Python imports them in one place,
+:mod:`xarray_vhdf5.backend._kernels`, and uses them through the backend
+modules that validate every input (:mod:`xarray_vhdf5.backend.transfer`,
+:mod:`xarray_vhdf5.backend.chunkmap`, ...).
 """

@@ -40,6 +40,7 @@ import numpy as np
 
 from ..errors import ClosedFileError, IncompatibleDataError, UnsupportedError
 from . import transfer
+from ._kernels import slicetools as _slicetools
 from .h5attrs import read_attr
 
 __all__ = ["build_slab_indices_and_offsets", "build_slab_indices_and_offsets_reference", "version_dataset_layout"]
@@ -176,7 +177,7 @@ def build_slab_indices_and_offsets(
     shape, chunks, name = _validate(dset, shape, chunks, raw_data)
     if transfer.get_kernel_backend() == "python":
         return _reference(dset, shape, chunks, name)
-    return transfer._slicetools.build_slab_indices_and_offsets(dset, shape, chunks, name)
+    return _slicetools.build_slab_indices_and_offsets(dset, shape, chunks, name)
 
 
 def build_slab_indices_and_offsets_reference(

@@ -26,13 +26,9 @@ import numpy as np
 from h5py import h5, h5a, h5s, h5t
 from h5py._hl.base import Empty
 
+from ._kernels import attrtools as _attrtools  # None if not built: every use checks
 from .h5objects import memory_type, object_info_by_name
 from .transfer import get_kernel_backend
-
-try:
-    from .._ext import attrtools as _attrtools
-except ImportError:  # no compiled kernels: the h5py path (transfer reports why)
-    _attrtools = None  # type: ignore[assignment]  # every use checks for None
 
 __all__ = [
     "attrs_by_index",

@@ -22,13 +22,9 @@ from __future__ import annotations
 import numpy as np
 from h5py import h5d, h5s
 
+from ._kernels import rowtools as _rowtools  # None if not built: every use checks
 from .h5objects import memory_type
 from .transfer import get_kernel_backend
-
-try:
-    from .._ext import rowtools as _rowtools
-except ImportError:  # no compiled kernels: the h5py path (transfer reports why)
-    _rowtools = None  # type: ignore[assignment]  # every use checks for None
 
 __all__ = ["dataset_shape", "read_rows", "write_rows"]
 

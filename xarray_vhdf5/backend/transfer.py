@@ -48,6 +48,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..errors import ClosedFileError, UnsupportedError
+from ._kernels import slicetools as _slicetools  # None if not built: every use is behind the backend check
+from ._kernels import slicetools_error as _slicetools_error
 
 __all__ = [
     "KERNELS_ENV_VAR",
@@ -67,15 +69,7 @@ KERNEL_BACKENDS: tuple[str, ...] = ("cython", "python")
 KERNELS_ENV_VAR = "XARRAY_VHDF5_KERNELS"
 
 # HDF5 dataspaces have at most H5S_MAX_RANK axes.
-_HDF5_MAX_RANK = 32
-
-try:
-    from .._ext import slicetools as _slicetools
-except ImportError as exc:  # not built, or libhdf5 symbols missing
-    _slicetools = None  # type: ignore[assignment]  # every use is behind the backend check
-    _slicetools_error: ImportError | None = exc
-else:
-    _slicetools_error = None
+_H5S_MAX_RANK = 32
 
 
 def _source_checkout() -> Path | None:
@@ -350,7 +344,7 @@ def _hdf5_mem_type(src: h5py.Dataset, dst: np.ndarray) -> h5py.h5t.TypeID | None
     """The HDF5 memory type for ``dst``, or None when the C path cannot read into it."""
     if not (_is_fixed_size(src.dtype) and _is_fixed_size(dst.dtype)):
         return None  # variable-length data: h5py converts to Python objects
-    if not dst.flags.c_contiguous or dst.ndim > _HDF5_MAX_RANK:
+    if not dst.flags.c_contiguous or dst.ndim > _H5S_MAX_RANK:
         return None
     try:
         return h5py.h5t.py_create(dst.dtype)

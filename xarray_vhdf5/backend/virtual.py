@@ -18,6 +18,7 @@ import numpy as np
 from h5py import h5a, h5d, h5o, h5p, h5s, h5t
 
 from ..errors import HDF5Error
+from ._kernels import vdstools as _vdstools
 from .h5attrs import reference_attribute_names, write_attr
 from .hashing import is_vlen_string_dtype
 from .transfer import get_kernel_backend
@@ -175,8 +176,9 @@ def _create_compiled(group_id, name, tid, template, shape, raw_data, raw_name, d
     Template copy, dataspaces, mappings and ``H5Dcreate2`` in C, one call from
     Python; most of its time is libhdf5's ``H5Dcreate`` (``docs/benchmarks.md``).
     """
-    from .._ext.vdstools import create_virtual_dataset as kernel
-
+    if _vdstools is None:  # the other kernels built, this one not: a broken build
+        raise ImportError("the compiled kernel xarray_vhdf5._ext.vdstools is unavailable; rebuild the package")
+    kernel = _vdstools.create_virtual_dataset
     arrays = [np.ascontiguousarray(a, dtype=np.uint64) for a in (dst_start, src_start, count)]
     try:
         result = kernel(

@@ -40,6 +40,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backend import transfer
+from ..backend._kernels import plantools as _plantools  # None if not built (both or neither):
+from ..backend._kernels import readtools as _readtools  # every use is behind _compiled()
 from .read_basic import read_basic_reference
 from .reference_kernels import (
     KIND_REVERSE,
@@ -55,12 +57,6 @@ from .reference_kernels import (
     parse_basic_reference,
     slice_rows_reference,
 )
-
-try:
-    from .._ext import plantools as _plantools
-    from .._ext import readtools as _readtools
-except ImportError:  # not built: only the reference implementations are usable
-    _plantools = _readtools = None  # type: ignore[assignment]  # every use is behind compiled_available()
 
 __all__ = [
     "KIND_REVERSE",

@@ -33,13 +33,9 @@ import h5py
 import numpy as np
 
 from ..backend import transfer
+from ..backend._kernels import slicetools as _slicetools  # None if not built: every use checks
 from ..backend.h5objects import memory_type
 from ..errors import ClosedFileError
-
-try:
-    from .._ext import slicetools as _slicetools
-except ImportError:  # not built: every transfer goes through the public function
-    _slicetools = None  # type: ignore[assignment]  # every use checks for None
 
 __all__ = ["OUT", "VALUE", "Transfer", "TransferPlan", "direct_copy_kernel", "move"]
 
