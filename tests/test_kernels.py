@@ -626,7 +626,8 @@ def test_one_door_to_libhdf5():
 
     Only ``_ext/_hdf5api.pyx`` cimports ``dlsym``; every other kernel that calls
     libhdf5 cimports its table; and only ``backend/_kernels.py`` imports
-    ``xarray_vhdf5._ext`` (the other modules take the kernels from it).
+    ``xarray_vhdf5._ext`` (the other modules take the kernels from it); only
+    ``backend/_libhdf5.py`` declares ctypes functions and structs.
     """
     import re
     from pathlib import Path
@@ -646,3 +647,10 @@ def test_one_door_to_libhdf5():
         if re.search(r"^\s*(from|import)\s+(\.\.|xarray_vhdf5\.)_ext\b", path.read_text(), re.MULTILINE)
     ]
     assert importers == ["xarray_vhdf5/backend/_kernels.py"]
+    # The ctypes side: libhdf5 functions and their structs declared in one module.
+    ctypes_declarers = [
+        path.relative_to(root).as_posix()
+        for path in sorted((root / "xarray_vhdf5").rglob("*.py"))
+        if re.search(r"ctypes\.(CDLL|Structure)\b", path.read_text())
+    ]
+    assert ctypes_declarers == ["xarray_vhdf5/backend/_libhdf5.py"]

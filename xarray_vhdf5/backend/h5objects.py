@@ -7,9 +7,10 @@
   included. The address alone (``H5O_INFO_BASIC``: ``H5Oget_info3``'s token,
   whose first 8 bytes are the address with the native file format) costs no
   more for a virtual dataset than for any other. The functions are resolved in
-  the libhdf5 h5py loaded
-  (:func:`libhdf5_function`, also used by ``versions.index`` for
-  ``H5Gget_info``); without them, the h5py call is used.
+  the libhdf5 h5py loaded, through ctypes (``backend/_libhdf5.py``, which
+  declares their structs); without them, the h5py call is used.
+- :func:`link_counters`: a group's number of links and creation-order counter
+  from one ``H5Gget_info`` call, which h5py does not wrap.
 - :func:`member_names`: iterating an ``h5py.h5g.GroupID`` first reads the group's
   creation property list to choose the order; asking for creation order and
   falling back to name order gives the same list without it (``docs/benchmarks.md``).
@@ -26,9 +27,19 @@ import h5py
 import numpy as np
 from h5py import h5g, h5o, h5p, h5t
 
+from ._libhdf5 import (
+    H5O_INFO_BASIC,
+    H5O_INFO_NUM_ATTRS,
+    H5G_info_t,
+    H5Gget_info,
+    H5O_info2_t,
+    H5Oget_info3,
+    H5Oget_info_by_name3,
+)
+
 __all__ = [
     "create_ordered_group",
-    "libhdf5_function",
+    "link_counters",
     "member_names",
     "memory_type",
     "object_address",
@@ -37,54 +48,35 @@ __all__ = [
     "relinked",
 ]
 
-_H5O_INFO_BASIC = 0x0001
-_H5O_INFO_NUM_ATTRS = 0x0004  # H5Opublic.h (HDF5 >= 1.12)
-
-
-class _Info2(ctypes.Structure):  # H5O_info2_t (HDF5 >= 1.12)
-    _fields_ = [
-        ("fileno", ctypes.c_ulong),
-        ("token", ctypes.c_uint8 * 16),
-        ("type", ctypes.c_int),
-        ("rc", ctypes.c_uint),
-        ("atime", ctypes.c_long),
-        ("mtime", ctypes.c_long),
-        ("ctime", ctypes.c_long),
-        ("btime", ctypes.c_long),
-        ("num_attrs", ctypes.c_uint64),
-    ]
-
-
-def libhdf5_function(name: str, argtypes: list, restype=ctypes.c_int):
-    """A function of the libhdf5 h5py is linked with, through ctypes (None if not found).
-
-    ``dlsym`` on one of h5py's extensions searches its dependencies, i.e.
-    exactly the libhdf5 h5py loaded (bundled or system). Call it holding
-    ``h5py._objects.phil``, as h5py does.
-    """
-    try:
-        fn = getattr(ctypes.CDLL(h5o.__file__), name)
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = argtypes
-    fn.restype = restype
-    return fn
-
-
-_GET_INFO3 = libhdf5_function("H5Oget_info3", [ctypes.c_int64, ctypes.POINTER(_Info2), ctypes.c_uint])
-_GET_INFO_BY_NAME3 = libhdf5_function(
-    "H5Oget_info_by_name3", [ctypes.c_int64, ctypes.c_char_p, ctypes.POINTER(_Info2), ctypes.c_uint, ctypes.c_int64]
-)
-
 
 def object_address(obj_id) -> int:
     """The file address of the object ``obj_id`` (an h5py ObjectID), as ``h5o.get_info(obj_id).addr``."""
-    if _GET_INFO3 is not None:
-        info = _Info2()
+    if H5Oget_info3 is not None:
+        info = H5O_info2_t()
         with h5py._objects.phil:
-            if _GET_INFO3(obj_id.id, ctypes.byref(info), _H5O_INFO_BASIC) >= 0:
+            if H5Oget_info3(obj_id.id, ctypes.byref(info), H5O_INFO_BASIC) >= 0:
                 return int.from_bytes(bytes(info.token)[:8], "little")
     return int(h5o.get_info(obj_id).addr)
+
+
+def link_counters(group_id) -> tuple[int, int] | None:
+    """``(nlinks, max_corder)`` of the group ``group_id`` (an h5py GroupID) from one ``H5Gget_info`` call.
+
+    ``max_corder`` is libhdf5's creation-order counter: meaningful only for a
+    group that tracks creation order (it stays 0 otherwise).
+
+    Returns
+    -------
+    tuple of (int, int), or None
+        None when libhdf5 does not export ``H5Gget_info`` or the call fails.
+    """
+    if H5Gget_info is None:
+        return None
+    info = H5G_info_t()
+    with h5py._objects.phil:
+        if H5Gget_info(group_id.id, ctypes.byref(info)) < 0:
+            return None
+    return int(info.nlinks), int(info.max_corder)
 
 
 def object_address_by_name(loc_id, path: bytes) -> int:
@@ -102,7 +94,7 @@ def object_address_by_name(loc_id, path: bytes) -> int:
     KeyError
         Nothing at ``path``.
     """
-    return _info_by_name(loc_id, path, _H5O_INFO_BASIC)[0]
+    return _info_by_name(loc_id, path, H5O_INFO_BASIC)[0]
 
 
 def object_info_by_name(loc_id, path: bytes) -> tuple[int, int, int]:
@@ -114,7 +106,7 @@ def object_info_by_name(loc_id, path: bytes) -> tuple[int, int, int]:
     for all, which makes libhdf5 encode a virtual dataset's layout again.
     Arguments and errors as :func:`object_address_by_name`.
     """
-    return _info_by_name(loc_id, path, _H5O_INFO_BASIC | _H5O_INFO_NUM_ATTRS)
+    return _info_by_name(loc_id, path, H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS)
 
 
 def relinked(loc_id, path: bytes, address: int) -> str | None:
@@ -139,10 +131,10 @@ def relinked(loc_id, path: bytes, address: int) -> str | None:
 
 def _info_by_name(loc_id, path: bytes, fields: int) -> tuple[int, int, int]:
     """``H5Oget_info_by_name3`` asking for ``fields`` (the attribute count is 0 unless asked)."""
-    if _GET_INFO_BY_NAME3 is not None:
-        info = _Info2()
+    if H5Oget_info_by_name3 is not None:
+        info = H5O_info2_t()
         with h5py._objects.phil:
-            status = _GET_INFO_BY_NAME3(loc_id.id, path, ctypes.byref(info), fields, 0)
+            status = H5Oget_info_by_name3(loc_id.id, path, ctypes.byref(info), fields, 0)
         if status >= 0:
             return int.from_bytes(bytes(info.token)[:8], "little"), int(info.type), int(info.num_attrs)
     try:  # libhdf5's answer through h5py, whose error says why

@@ -44,7 +44,6 @@ is what changes with every link creation and removal:
 
 from __future__ import annotations
 
-import ctypes
 import datetime as _dt
 import hashlib
 import weakref
@@ -55,7 +54,7 @@ import numpy as np
 from h5py import h5d
 
 from ..backend.h5attrs import read_attr, write_attr
-from ..backend.h5objects import libhdf5_function, object_address
+from ..backend.h5objects import link_counters, object_address
 from ..backend.hashtable import BOOKKEEPING_FILTER
 from ..backend.layout import FIRST_VERSION, VERSION_INDEX
 from ..backend.rows import read_rows, write_rows
@@ -157,19 +156,6 @@ def scan(versions: h5py.Group) -> IndexEntries:
 # -- the fingerprint ------------------------------------------------------------------
 
 
-class _GroupInfo(ctypes.Structure):
-    # H5G_info_t (H5Gpublic.h): storage type, number of links, max creation order, mounted.
-    _fields_ = [
-        ("storage_type", ctypes.c_int),
-        ("nlinks", ctypes.c_uint64),
-        ("max_corder", ctypes.c_int64),
-        ("mounted", ctypes.c_bool),
-    ]
-
-
-_H5G_GET_INFO = libhdf5_function("H5Gget_info", [ctypes.c_int64, ctypes.POINTER(_GroupInfo)])
-
-
 def _tracks_order(versions: h5py.Group) -> bool:
     return bool(versions.id.get_create_plist().get_link_creation_order() & h5py.h5p.CRT_ORDER_TRACKED)
 
@@ -190,12 +176,7 @@ def _creation_counters(versions: h5py.Group, tracks_order: bool | None) -> tuple
     """``(nlinks, max_corder)`` from one ``H5Gget_info`` call; None for a group not tracking creation order."""
     if tracks_order is None:
         tracks_order = _tracks_order(versions)
-    if _H5G_GET_INFO is not None and tracks_order:
-        info = _GroupInfo()
-        with h5py._objects.phil:
-            if _H5G_GET_INFO(versions.id.id, ctypes.byref(info)) >= 0:
-                return int(info.nlinks), int(info.max_corder)
-    return None
+    return link_counters(versions.id) if tracks_order else None
 
 
 _ADDRESSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
