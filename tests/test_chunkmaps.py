@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-import xarray_vhdf5.xr.engine as engine
+import xarray_vhdf5.xr._reading as reading
 from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5.backend.manifest import resolve_manifest
 from xarray_vhdf5.versions import chunkmaps
@@ -242,7 +242,7 @@ def test_xarray_opens_a_mapped_version_without_decoding_its_mappings(tmp_path, m
     def refuse(*args, **kwargs):
         raise AssertionError("decoded the virtual dataset's mappings")
 
-    monkeypatch.setattr(engine, "resolve_manifest", refuse)
+    monkeypatch.setattr(reading, "resolve_manifest", refuse)
     for version, want in (("a", ds), ("b", changed)):
         with xr.open_dataset(path, engine="vhdf5", version=version) as got:
             assert got["t"].encoding["chunks"] == (4, 10)

@@ -75,7 +75,7 @@ from xarray_vhdf5 import VersionedHDF5File, open_file
 from xarray_vhdf5.errors import ConflictError, StaleVersionError
 from xarray_vhdf5.testing.powercut import KillAtIO, in_forked_child
 from xarray_vhdf5.versions.journal import JOURNAL_SUFFIX
-from xarray_vhdf5.xr import engine
+from xarray_vhdf5.xr import _reading
 
 FIRST = "__first_version__"
 FLOATS = (0.0, -0.0, 1.5, -2.0, np.nan, 7.0)
@@ -395,7 +395,7 @@ class VersionDagMachine(RuleBasedStateMachine):
     def _main(self) -> VersionedHDF5File:
         """The main handle's VersionedHDF5File, opened (as ``kind``) if closed."""
         if self.f is None:
-            engine.close_read_handles(self.path)
+            _reading.close_read_handles(self.path)
             self.f = open_file(self.path) if self.kind == "open_file" else h5py.File(self.path, "a")
             self.vf = VersionedHDF5File(self.f)
         return self.vf
@@ -404,7 +404,7 @@ class VersionDagMachine(RuleBasedStateMachine):
         """``(vf, done)``: the main handle, or (kind ``none``) one opened for one mutation."""
         if self.kind != "none":
             return self._main(), lambda: None
-        engine.close_read_handles(self.path)
+        _reading.close_read_handles(self.path)
         f = open_file(self.path)
         return VersionedHDF5File(f), f.close
 
@@ -413,7 +413,7 @@ class VersionDagMachine(RuleBasedStateMachine):
         if self.f is not None and self.kind == "open_file":
             return h5py.File(self.path, "r", locking=False)
         if self.f is None:
-            engine.close_read_handles(self.path)
+            _reading.close_read_handles(self.path)
         return h5py.File(self.path, "r")
 
     def _add(self, name: str, parent: str, arrays: dict, make_current: bool) -> None:
@@ -484,7 +484,7 @@ class VersionDagMachine(RuleBasedStateMachine):
         if how == "open_file":
             by_h5py(open_file(self.path))
         elif how == "h5py":
-            engine.close_read_handles(self.path)  # a stage's read-only handle would refuse mode "a"
+            _reading.close_read_handles(self.path)  # a stage's read-only handle would refuse mode "a"
             by_h5py(h5py.File(self.path, "a"))
         elif how == "process":
             _in_child(lambda: by_h5py(open_file(self.path)))
@@ -589,7 +589,7 @@ class VersionDagMachine(RuleBasedStateMachine):
             vf, done = self._main(), lambda: None
         else:
             self._close_main()
-            engine.close_read_handles(self.path)
+            _reading.close_read_handles(self.path)
             f = h5py.File(self.path, "a")
             vf, done = VersionedHDF5File(f), f.close
         make_current = data.draw(st.booleans(), label="A make_current")
@@ -668,7 +668,7 @@ class VersionDagMachine(RuleBasedStateMachine):
             The mutation the child runs.
         """
         self._close_main()
-        engine.close_read_handles(self.path)
+        _reading.close_read_handles(self.path)
         candidates = sorted(n for n in self.versions if n != self.current)
         if kind == "commit":
             n = data.draw(st.integers(1, 70), label="kill at write")

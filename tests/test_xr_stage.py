@@ -348,7 +348,7 @@ def _rewritten_under_stage(tmp_path):
     to its staged length (a check on the length alone cannot see the move).
     """
     from xarray_vhdf5 import VersionedHDF5File, delete_versions
-    from xarray_vhdf5.xr import engine
+    from xarray_vhdf5.xr import _reading
 
     path = tmp_path / "moved.h5"
     with h5py.File(path, "w") as f:
@@ -365,7 +365,7 @@ def _rewritten_under_stage(tmp_path):
     with xr.open_dataset(path, engine="vhdf5") as ds:
         staged = ds.vhdf5.stage()
     staged["x"][25] = 99.0  # chunks 0, 1 and 3 stay mapped to their raw_data rows
-    engine.close_read_handles(str(path))  # lets another writer in
+    _reading.close_read_handles(str(path))  # lets another writer in
     with h5py.File(path, "a") as f:
         shape = f["_version_data/x/raw_data"].shape
         delete_versions(f, ["v1"])
@@ -411,12 +411,12 @@ def _staged_arange(path) -> xr.Dataset:
 def test_commit_after_other_commits_keeps_working(tmp_path):
     """Commits only append raw_data rows: a stage stays valid across them (and is rebased by its own)."""
     from xarray_vhdf5 import VersionedHDF5File
-    from xarray_vhdf5.xr import engine
+    from xarray_vhdf5.xr import _reading
 
     path = tmp_path / "grown.h5"
     staged = _staged_arange(path)
     staged["x"][5] = -1.0
-    engine.close_read_handles(str(path))
+    _reading.close_read_handles(str(path))
     with h5py.File(path, "a") as f:
         with VersionedHDF5File(f).stage_version("side", make_current=False) as g:
             g["x"][:] = 3.0
@@ -435,7 +435,7 @@ def test_commit_after_other_commits_keeps_working(tmp_path):
 def test_reopening_reads_each_hash_table_once_for_all_copies(tmp_path, monkeypatch):
     """Copies of a staged variable (``append`` and ``copy`` make them) share raw_data: reopening
     the stage's file reads that hash table's state once, and a rewrite is still refused for all."""
-    from xarray_vhdf5.xr import engine, staged_array
+    from xarray_vhdf5.xr import _reading, staged_array
 
     path = tmp_path / "copies.h5"
     staged = _staged_arange(path)
@@ -443,7 +443,7 @@ def test_reopening_reads_each_hash_table_once_for_all_copies(tmp_path, monkeypat
     calls = []
     real = staged_array.table_state
     monkeypatch.setattr(staged_array, "table_state", lambda table: calls.append(1) or real(table))
-    engine.close_read_handles(str(path))
+    _reading.close_read_handles(str(path))
     handle = copies[0]["x"].variable._data.handle
     assert all(c["x"].variable._data.handle is handle for c in copies) and len(handle.arrays) >= 4
     handle.close()  # reopened by the next read, which checks every array registered
@@ -461,7 +461,7 @@ def test_a_rewritten_raw_data_refuses_only_its_own_variables(tmp_path):
     """Reopening the stage's file finds ``x``'s raw_data rewritten and ``y``'s untouched:
     ``y`` stays readable (and so does a copy of it), ``x`` and its copies raise."""
     from xarray_vhdf5 import VersionedHDF5File, delete_versions
-    from xarray_vhdf5.xr import engine
+    from xarray_vhdf5.xr import _reading
 
     path = tmp_path / "two.h5"
     with h5py.File(path, "w") as f:
@@ -479,7 +479,7 @@ def test_a_rewritten_raw_data_refuses_only_its_own_variables(tmp_path):
     staged["x"][0] = 2.0  # x's commit would map its other chunks to moved rows
     y_copy = staged["y"].copy(deep=False)
     x_copies = [staged["x"].copy(deep=True), copy.copy(staged["x"].data)]  # made before the rewrite
-    engine.close_read_handles(str(path))
+    _reading.close_read_handles(str(path))
     with h5py.File(path, "a") as f:
         y_table = f["_version_data/y/hash_table"][()]
         x_rows = f["_version_data/x/raw_data"].shape[0]

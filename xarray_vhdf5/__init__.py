@@ -9,11 +9,21 @@ The on-disk format is versioned-hdf5's, so files are interchangeable with the
 - :class:`VersionedHDF5File` is the h5py-level API (versioned-hdf5's);
   :func:`open_file` opens a file for it with every commit journaled.
 - :class:`VersionStore` is a version as a zarr-python 3 store
-  (``xr.open_zarr(VersionStore(path, version=...))``); imported on first use,
-  so that ``import xarray_vhdf5`` does not import zarr.
+  (``xr.open_zarr(VersionStore(path, version=...))``).
+
+The names are imported from their modules on first use (PEP 562): xarray
+imports this package whenever it lists its engines (the ``vhdf5`` entry point
+lives in it), and that must not load h5py, the version history, zarr or the
+compiled kernels. ``import xarray_vhdf5`` registers the ``.vhdf5`` accessors,
+which load on first use (:mod:`xarray_vhdf5._accessors`).
 """
 
-from . import errors
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from . import _accessors, errors
 from .errors import (
     AxisOutOfBoundsError,
     ClosedFileError,
@@ -36,35 +46,39 @@ from .errors import (
     VersionNotFoundError,
     VHDF5Error,
 )
-from .versions import (
-    MergeReport,
-    VersionedHDF5File,
-    cherry_pick,
-    create_branch,
-    create_tag,
-    delete_branch,
-    delete_tag,
-    delete_version,
-    delete_versions,
-    expire,
-    list_branches,
-    list_tags,
-    merge,
-    modify_metadata,
-    repack,
-    reset_branch,
-)
-from .versions.mutation import open_file
-from .wrappers import (
-    DatasetWrapper,
-    InMemoryArrayDataset,
-    InMemoryDataset,
-    InMemoryGroup,
-    InMemorySparseDataset,
-    VersionDataset,
-    VersionGroup,
-)
-from .xr import VHDF5BackendEntrypoint, commit_dataset, open_versions
+
+if TYPE_CHECKING:
+    from .store import VersionStore
+    from .versions import (
+        MergeReport,
+        VersionedHDF5File,
+        cherry_pick,
+        create_branch,
+        create_tag,
+        delete_branch,
+        delete_tag,
+        delete_version,
+        delete_versions,
+        expire,
+        list_branches,
+        list_tags,
+        merge,
+        modify_metadata,
+        repack,
+        reset_branch,
+    )
+    from .versions.mutation import open_file
+    from .wrappers import (
+        DatasetWrapper,
+        InMemoryArrayDataset,
+        InMemoryDataset,
+        InMemoryGroup,
+        InMemorySparseDataset,
+        VersionDataset,
+        VersionGroup,
+    )
+    from .xr import commit_dataset, open_versions
+    from .xr.engine import VHDF5BackendEntrypoint
 
 __version__ = "0.1.0"
 
@@ -122,13 +136,64 @@ __all__ = [
 ]
 
 
-#: Names of the zarr layer (xarray_vhdf5.store), imported on first use.
-_STORE_NAMES = frozenset({"VersionStore"})
+#: The modules the lazily imported names come from.
+_HOMES = {
+    **dict.fromkeys(
+        (
+            "MergeReport",
+            "VersionedHDF5File",
+            "cherry_pick",
+            "create_branch",
+            "create_tag",
+            "delete_branch",
+            "delete_tag",
+            "delete_version",
+            "delete_versions",
+            "expire",
+            "list_branches",
+            "list_tags",
+            "merge",
+            "modify_metadata",
+            "repack",
+            "reset_branch",
+        ),
+        "versions",
+    ),
+    "open_file": "versions.mutation",
+    **dict.fromkeys(
+        (
+            "DatasetWrapper",
+            "InMemoryArrayDataset",
+            "InMemoryDataset",
+            "InMemoryGroup",
+            "InMemorySparseDataset",
+            "VersionDataset",
+            "VersionGroup",
+        ),
+        "wrappers",
+    ),
+    "VHDF5BackendEntrypoint": "xr.engine",
+    "commit_dataset": "xr.writer",
+    "open_versions": "xr.stacked",
+    "VersionStore": "store",
+}
 
 
-def __getattr__(name: str):
-    if name in _STORE_NAMES:
-        from . import store
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        # a subpackage (xarray_vhdf5.versions, .xr, .store ...) not imported yet
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
 
-        return getattr(store, name)
-    raise AttributeError(f"module 'xarray_vhdf5' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+_accessors.install()

@@ -47,7 +47,7 @@ from ..versions import chunkmaps
 from ..versions.file import VersionedHDF5File
 from ..versions.history import same_attr_value
 from ..versions.mutation import open_for_writing
-from ..xr import engine
+from ..xr import _reading
 from ..xr.commit_checks import refuse_empty_commit
 from ..xr.dimscales import attach_dimension_scales
 from ..xr.writer import next_version_name
@@ -334,7 +334,7 @@ def fast_commit(
     assert parent is not None  # plan_fast_commit gives no plan without a base version
     source = store.path
     _drop_unchanged(store, state, plan, overlay)
-    engine.close_read_handles(source)
+    _reading.close_read_handles(source)
     with open_for_writing(source) as f:
         vf = VersionedHDF5File(f)
         current = vf.current_version
@@ -356,7 +356,7 @@ def fast_commit(
             root.attrs.pop(MESSAGE_ATTR, None)
             if message is not None:
                 root.attrs[MESSAGE_ATTR] = message
-    engine.close_read_handles(source)
+    _reading.close_read_handles(source)
     return name
 
 

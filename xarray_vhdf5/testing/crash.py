@@ -102,7 +102,15 @@ MAX_VERSIONS = 40
 #: Damaged files kept (copied beside the others, with the child's ledger) per package and kind.
 KEEP_DAMAGED = 3
 
-_PRELOAD = ("h5py", "xarray", "xarray_vhdf5", "xarray_vhdf5.xr.engine", "versioned_hdf5", "xarray_vhdf5.testing.crash")
+_PRELOAD = (
+    "h5py",
+    "xarray",
+    "xarray_vhdf5",
+    "xarray_vhdf5.xr.accessor",
+    "xarray_vhdf5.xr._reading",
+    "versioned_hdf5",
+    "xarray_vhdf5.testing.crash",
+)
 
 
 def available_kinds(package: str) -> list[str]:

@@ -88,7 +88,15 @@ FULL_READ_EVERY = 25
 # processes, ledgers, lock timing
 
 
-def process_context(preload: tuple[str, ...] = ("h5py", "xarray", "xarray_vhdf5", "xarray_vhdf5.xr.engine")):
+def process_context(
+    preload: tuple[str, ...] = (
+        "h5py",
+        "xarray",
+        "xarray_vhdf5",
+        "xarray_vhdf5.xr.accessor",
+        "xarray_vhdf5.xr._reading",
+    ),
+):
     """A ``forkserver`` multiprocessing context whose server has imported ``preload``.
 
     Children fork from a process that imported the libraries but opened no

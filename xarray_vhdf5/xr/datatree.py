@@ -1,7 +1,7 @@
 """A version's group tree as an ``xr.DataTree``: ``xr.open_datatree(path, engine="vhdf5")``.
 
 Each group of a version (its root and every subgroup, at any depth) becomes one
-node, opened lazily as :func:`~xarray_vhdf5.xr.engine.group_dataset` opens a
+node, opened lazily as :func:`~xarray_vhdf5.xr._reading.group_dataset` opens a
 single group; all nodes share one ``CachingFileManager``, so the file is
 opened once and the tree pickles for dask. Coordinates of a parent group are
 inherited by its children, as ``DataTree`` does for every engine (a child
@@ -20,7 +20,8 @@ import h5py
 import xarray as xr
 
 from ..versions.registry import VersionKey
-from .engine import BRANCH_KEY, _open_file, _source, group_dataset, open_version_group, opened, opened_branch
+from ._reading import file_source, group_dataset, open_version_group, opened, opened_branch, source_path
+from .engine import BRANCH_KEY
 
 __all__ = ["commit_staged_tree", "open_datatree", "open_groups_as_dict", "stage_datatree"]
 
@@ -69,8 +70,8 @@ def open_groups_as_dict(
     NotVersionedError, NotHDF5Error, VersionNotFoundError, KeyError
         As ``xr.open_dataset(..., engine="vhdf5")``.
     """
-    manager = _open_file(filename_or_obj)
-    source = _source(filename_or_obj)
+    manager = file_source(filename_or_obj)
+    source = source_path(filename_or_obj)
     try:
         with opened(manager, filename_or_obj) as f:
             name, root = open_version_group(f, version, group)
@@ -248,7 +249,7 @@ def commit_staged_tree(
     from ..versions.file import VersionedHDF5File
     from ..versions.mutation import open_for_writing
     from ..versions.refs import branch_tip
-    from . import engine
+    from . import _reading
     from .commit_checks import refuse_empty_commit
     from .dimscales import attach_dimension_scales
     from .stage import HEAD_KEY, _fill_group, _rebase, _rebase_plans, is_staged
@@ -265,7 +266,7 @@ def commit_staged_tree(
     max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     encoded = {path: xr.conventions.encode_dataset_coordinates(ds) for path, ds in groups.items()}
     rebased: dict[str, list] = {path: [] for path in groups}
-    engine.close_read_handles(source)
+    _reading.close_read_handles(source)
     with open_for_writing(source) as f:
         vf = VersionedHDF5File(f)
         if branch is not None:  # opened from a branch: commits on it, as a staged Dataset does
@@ -301,7 +302,7 @@ def commit_staged_tree(
             if message is not None:
                 root.attrs[MESSAGE_ATTR] = message
         plans = {path: _rebase_plans(f, vf.last_commit, rebased[path]) for path in groups}
-    engine.close_read_handles(source)
+    _reading.close_read_handles(source)
     for path, ds in groups.items():
         _rebase(ds, plans[path], name, make_current)
         tree[path].encoding = dict(ds.encoding)

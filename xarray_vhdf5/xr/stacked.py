@@ -49,8 +49,8 @@ from ..versions.locking import file_locks
 from ..versions.registry import VersionKey
 from ..versions.sharing import SharedFile, version_timestamp
 from ..versions.timestamps import parse_timestamp
+from ._reading import dataset_members, lazy_variable, open_version_group, opened
 from .array import ManifestBackendArray
-from .engine import _members, _variable, open_version_group, opened
 
 __all__ = ["VERSION_DIM", "StackedBackendArray", "open_versions"]
 
@@ -373,8 +373,8 @@ def _open_members(manager: SharedFile, f, version: VersionKey, group: str | None
     name, grp = open_version_group(f, version, group)
     dims_by_size: dict = {}
     raw = {
-        key: _variable(manager, name, item, dims_by_size)
-        for key, item in _members(manager, name, grp)
+        key: lazy_variable(manager, name, item, dims_by_size)
+        for key, item in dataset_members(manager, name, grp)
         if not is_netcdf_dimension_only(item) and key not in drop
     }
     at_root = grp.name == root_path(name)

@@ -60,10 +60,11 @@ from ..versions.mutation import open_for_writing
 from ..versions.refs import branch_tip
 from ..versions.registry import VersionRegistry
 from ..wrappers.group import InMemoryGroup
-from . import engine
+from . import _reading
 from .commit_checks import check_sorted_index, refuse_empty_commit
 from .dimscales import attach_dimension_scales
 from .encoding import cf_encode_variables, inherit_stored_encoding, kept_attrs, prepare_fill_encoding
+from .engine import BRANCH_KEY
 from .staged_array import (
     CF_ATTRS,
     CFCodec,
@@ -87,7 +88,7 @@ HEAD_KEY = "vhdf5_staged_head"
 def _open_handle(path: str) -> StageFile:
     handle = StageFile(path)
     # registered with the engine's handles, so a commit closes it before opening the file for writing
-    engine.register_read_handle(path, handle)
+    _reading.register_read_handle(path, handle)
     return handle
 
 
@@ -570,9 +571,9 @@ def commit_staged(
         raise ValueError("commit(force=True, rebase=True): choose one (force branches, rebase merges)")
     group = (staged.encoding.get("vhdf5_group") or "/").strip("/")
     variables, attrs = xr.conventions.encode_dataset_coordinates(staged)
-    engine.close_read_handles(source)
+    _reading.close_read_handles(source)
     rebased: list[tuple[StagedVariableArray, str, bool]] = []
-    branch = staged.encoding.get(engine.BRANCH_KEY)
+    branch = staged.encoding.get(BRANCH_KEY)
     with open_for_writing(source) as f:
         vf = VersionedHDF5File(f)
         if branch is not None:  # opened from a branch: commits on it (versions.refs)
@@ -621,7 +622,7 @@ def commit_staged(
                 root.attrs[MESSAGE_ATTR] = message
         merged = vf.last_rebase is not None
         plans = None if merged else _rebase_plans(f, vf.last_commit, rebased)
-    engine.close_read_handles(source)
+    _reading.close_read_handles(source)
     if merged:
         _restage(staged, name)
     else:

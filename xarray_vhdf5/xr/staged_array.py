@@ -29,7 +29,7 @@ copy that keeps it.
 
 File handles: the base slab is the raw_data ``h5py.Dataset`` of a read-only
 handle owned by the stage (:class:`StageFile`), registered with the engine's
-handles so that :func:`~xarray_vhdf5.xr.engine.close_read_handles` closes it
+handles so that :func:`~xarray_vhdf5.xr._reading.close_read_handles` closes it
 before a commit opens the file for writing (libhdf5 refuses a read-write open
 while the process holds a read-only one). Before closing, each array swaps
 its base slab for a :class:`RawRows` (same rows, read through the stage's
@@ -309,7 +309,7 @@ def checked_string_encoding(name: str, var: xr.Variable) -> xr.Variable:
 class StageFile:
     """The read-only handle a stage owns on its file, shared by its arrays.
 
-    :meth:`close` (called by :func:`~xarray_vhdf5.xr.engine.close_read_handles`
+    :meth:`close` (called by :func:`~xarray_vhdf5.xr._reading.close_read_handles`
     before a commit, and by the staged Dataset's ``close()``) first detaches
     every array from the handle (their base slab becomes a :class:`RawRows`,
     which reopens the file when read), so staged changes survive it.

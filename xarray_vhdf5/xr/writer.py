@@ -50,10 +50,10 @@ from ..versions.file import VersionedHDF5File
 from ..versions.mutation import open_for_writing
 from ..versions.registry import is_versioned
 from ..wrappers.group import InMemoryGroup
+from ._reading import close_read_handles
 from .commit_checks import check_appended_indexes, refuse_empty_commit
 from .dimscales import attach_dimension_scales
 from .encoding import cf_encode_variables, filters_of, inherit_stored_encoding, kept_attrs, stored_values
-from .engine import close_read_handles
 from .streaming import DEFAULT_MAX_BYTES, is_dask_array, stage_lazy_dataset
 
 if TYPE_CHECKING:

@@ -1,0 +1,315 @@
+"""What the ``vhdf5`` engine reads with: files, version groups and lazy variables.
+
+The machinery behind :class:`~xarray_vhdf5.xr.engine.VHDF5BackendEntrypoint`,
+shared with :mod:`~xarray_vhdf5.xr.datatree` (a version's group tree) and
+:mod:`~xarray_vhdf5.xr.stacked` (many versions at once). Kept apart from the
+entry point so that xarray, which imports every installed engine whenever it
+lists them, imports only that small module (h5py, the version history and the
+compiled kernels load on the first open).
+
+Uses xarray's public backend API (``BackendArray``, ``CachingFileManager``)
+and leaves CF decoding to :func:`xarray.conventions.decode_cf_variables`, so
+``decode_times``, ``mask_and_scale`` etc. behave as with every other engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import h5py
+import numpy as np
+import xarray as xr
+from h5py import h5o
+from xarray.backends import BackendArray, CachingFileManager
+from xarray.core import indexing
+
+from ..backend.h5objects import object_info_by_name
+from ..backend.layout import version_path as root_path
+from ..backend.manifest import resolve_manifest
+from ..backend.names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
+from ..backend.signature import not_hdf5_error
+from ..versions import chunkmaps, refs
+from ..versions.history import lookup_as_of, lookup_version
+from ..versions.registry import VersionKey, VersionRegistry
+from ..versions.sharing import SharedFile, version_timestamp
+from .array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
+
+__all__ = [
+    "NOT_HDF5_HINT",
+    "acquire_file",
+    "close_read_handles",
+    "dataset_members",
+    "file_source",
+    "group_dataset",
+    "lazy_variable",
+    "open_version_group",
+    "opened",
+    "opened_branch",
+    "register_read_handle",
+    "source_path",
+]
+
+#: The managers this process opened, by real path (see :func:`close_read_handles`).
+_MANAGERS: dict[str, weakref.WeakSet] = {}
+
+
+NOT_HDF5_HINT = (
+    "engine='vhdf5' reads versioned HDF5 files; open this file with another engine "
+    "(engine='scipy' or 'netcdf4' for netCDF-3), and commit it as a version with "
+    "ds.vhdf5.commit(version, path=...) to start a version history"
+)
+
+
+def file_source(filename_or_obj, verify: bool = False) -> SharedFile | CachingFileManager:
+    """A :class:`SharedFile` for a path (nothing held open), a ``CachingFileManager`` for a file object."""
+    if isinstance(filename_or_obj, (str, os.PathLike)):
+        return SharedFile(os.path.abspath(os.fspath(filename_or_obj)), verify=verify)
+    if hasattr(filename_or_obj, "read") and hasattr(filename_or_obj, "seek"):
+        # File-like objects (h5py's fileobj driver); not picklable for dask workers.
+        return CachingFileManager(h5py.File, filename_or_obj, mode="r")
+    raise TypeError(f"engine='vhdf5' opens a path or a binary file object, got {type(filename_or_obj).__name__}")
+
+
+def acquire_file(manager: CachingFileManager, filename_or_obj) -> h5py.File:
+    """Open the file of ``manager`` (made by ``file_source(filename_or_obj)``).
+
+    Raises
+    ------
+    NotHDF5Error
+        ``filename_or_obj`` is not an HDF5 file (e.g. netCDF-3): an ``OSError``
+        that names the file and what it is, instead of libhdf5's "file
+        signature not found".
+    OSError
+        libhdf5's, for any other failure (a missing, unreadable or damaged file).
+    """
+    try:
+        return manager.acquire()
+    except OSError as exc:
+        error = not_hdf5_error(filename_or_obj, hint=NOT_HDF5_HINT)
+        if error is None:
+            raise
+        raise error from exc
+
+
+@contextlib.contextmanager
+def opened(source: SharedFile | CachingFileManager, filename_or_obj) -> Iterator[h5py.File]:
+    """The file of ``source`` while a version is resolved (see :func:`file_source`).
+
+    A :class:`SharedFile` gives a fresh read-only handle under the file's lock,
+    closed at the end; a ``CachingFileManager`` its cached handle, left open
+    for the arrays (closed with the Dataset). Raises as :func:`acquire_file`,
+    and :class:`~xarray_vhdf5.errors.FileBusyError` when a writer held the file
+    past the reader's timeout.
+    """
+    if isinstance(source, SharedFile):
+        with source.open(hint=NOT_HDF5_HINT) as f:
+            yield f
+    else:
+        yield acquire_file(source, filename_or_obj)
+
+
+def register_read_handle(path: str | os.PathLike, handle) -> None:
+    """Have :func:`close_read_handles` close ``handle`` (anything with ``close()``; kept weakly)."""
+    _MANAGERS.setdefault(os.path.realpath(os.fspath(path)), weakref.WeakSet()).add(handle)
+
+
+def close_read_handles(path: str | os.PathLike) -> None:
+    """Close the read-only handles this engine holds on ``path`` in this process.
+
+    libhdf5 cannot open a file for writing while the same process has it open
+    read-only, so the writer calls this before committing into a file that
+    lazily opened Datasets read from. Their arrays stay usable: the
+    ``CachingFileManager`` reopens the file on the next read (read-only
+    opens are allowed while the writer has it open). Handles held by other
+    processes (dask workers) are not affected: libhdf5's file locking then
+    refuses the writer.
+    """
+    for manager in list(_MANAGERS.get(os.path.realpath(os.fspath(path)), ())):
+        manager.close()
+
+
+def open_version_group(f: h5py.File, version: VersionKey, group: str | None, as_of=None) -> tuple[str, h5py.Group]:
+    """Resolve ``version`` and return ``(version name, the HDF5 group to read)``.
+
+    ``version`` as :func:`~xarray_vhdf5.versions.history.lookup_version` takes it;
+    with ``as_of``, the version its line (a branch) had then
+    (:func:`~xarray_vhdf5.versions.history.lookup_as_of`).
+
+    Raises
+    ------
+    NotVersionedError
+        ``f`` has no version history.
+    VersionNotFoundError
+        No such version (the message says what was given and what exists).
+    VersionKeyTypeError
+        ``version`` of another type (a ``TypeError``).
+    KeyError
+        ``group`` does not exist in that version.
+    """
+    registry = VersionRegistry(f)
+    name = lookup_version(registry, version) if as_of is None else lookup_as_of(registry, version, as_of)
+    root = registry.group[name]
+    if group in (None, "", "/"):
+        return name, root
+    path = group.strip("/")
+    if path not in root or not isinstance(root[path], h5py.Group):
+        raise KeyError(f"no group {group!r} in version {name!r}; groups: {sorted(_groups(root))}")
+    return name, root[path]
+
+
+def opened_branch(f: h5py.File, version: VersionKey, name: str) -> str | None:
+    """The branch ``version`` named, other than ``main``, when it named one and no version; else None."""
+    if not isinstance(version, str) or version == refs.MAIN or version == name:
+        return None
+    return version if refs.snapshot(f)[1].get(version) == name else None
+
+
+def _groups(root: h5py.Group) -> list[str]:
+    found: list[str] = []
+    root.visititems(lambda p, o: found.append(p) if isinstance(o, h5py.Group) else None)
+    return found
+
+
+class _StoredView:
+    """What :func:`lazy_variable` reads of a version's dataset, from its stored chunk map.
+
+    Stands for the ``h5py.Dataset`` (``name``, ``attrs``, ``shape``, ``dtype``,
+    ``file``), which is never opened: libhdf5 would decode every mapping of
+    the virtual dataset (:mod:`~xarray_vhdf5.versions.chunkmaps`).
+    """
+
+    def __init__(self, name: str, stored: chunkmaps.StoredLayout):
+        self.name, self.stored = name, stored
+        self.attrs, self.shape, self.dtype = stored.attrs, stored.shape, stored.raw_data.dtype
+        self.file = stored.raw_data.file
+
+
+def dataset_members(manager, version: str, grp: h5py.Group) -> Iterator[tuple[str, Any]]:
+    """``(name, dataset or _StoredView)`` of the datasets in ``grp``, in ``grp.keys()`` order."""
+    prefix = grp.name[len(root_path(version)) :].strip("/")
+    for key in grp.keys():
+        bkey = key.encode("utf-8", "surrogateescape")
+        if object_info_by_name(grp.id, bkey)[1] != h5o.TYPE_DATASET:
+            continue
+        stored = chunkmaps.load(grp.file, version, f"{prefix}/{key}" if prefix else key)
+        if stored is not None:
+            yield key, _StoredView(f"{grp.name}/{key}", stored)
+        else:
+            yield key, grp[key]
+
+
+def _backend_array(manager, version: str, ds, shape, dtype, as_str: bool) -> BackendArray:
+    if not isinstance(manager, SharedFile):
+        return VersionedBackendArray(manager, ds.name, shape, dtype, as_str)
+    timestamp = version_timestamp(ds.file, version)
+    if ds.dtype.kind != "O" and "raw_data" in ds.attrs:  # a versioned dataset: its chunks as bytes
+        # Resolved now, under the lock the open holds: a read while this process
+        # commits (a dask variable of this file streamed into it) needs no lock then.
+        if isinstance(ds, _StoredView):
+            manifest = ds.stored.manifest(ds.name, verify=manager.verify)
+        else:
+            raw = ds.file[ds.attrs["raw_data"]]
+            lookup = chunkmaps.address_lookup(ds.file, ds.name[len(root_path(version)) :].strip("/"), raw)
+            manifest = resolve_manifest(ds, verify=manager.verify, addresses=lookup)
+        if manifest.supported:
+            return ManifestBackendArray(manager, version, ds.name, shape, dtype, timestamp, manifest)
+    return HandleBackendArray(manager, version, ds.name, shape, dtype, as_str, timestamp)
+
+
+def lazy_variable(manager, version: str, ds, dims_by_size: dict) -> xr.Variable:
+    """The lazy variable of ``ds``: an ``h5py.Dataset`` of a version, or a :class:`_StoredView` of one."""
+    attrs = visible_attrs(ds.attrs)
+    dims = ds.attrs.get(DIMENSIONS_ATTR)
+    if dims is None:
+        dims = phony_dims(ds.shape, dims_by_size)
+    else:
+        dims = tuple(d.decode() if isinstance(d, bytes) else str(d) for d in np.atleast_1d(dims))
+    string_info = h5py.check_string_dtype(ds.dtype)
+    as_str = string_info is not None and string_info.encoding == "utf-8" and ds.dtype.kind == "O"
+    dtype = np.dtype(object) if ds.dtype.kind == "O" else ds.dtype
+    shape = ds.shape if dims or ds.shape != (1,) else ()  # scalars are stored as one point
+    array = _backend_array(manager, version, ds, shape, dtype, as_str)
+    data = indexing.LazilyIndexedArray(array)
+    chunks = tuple(int(c) for c in ds.attrs["chunks"]) if "chunks" in ds.attrs else None
+    encoding: dict[str, Any] = {"dtype": ds.dtype if ds.dtype.kind != "O" else str}
+    if ds.dtype.kind in "fc" and "_FillValue" not in attrs:
+        # Stored without one (e.g. by versioned-hdf5): so written back, not with the
+        # NaN that xarray's encoder adds to floats whose encoding is silent.
+        encoding["_FillValue"] = None
+    if chunks is not None and shape:
+        encoding["chunks"] = chunks
+        encoding["preferred_chunks"] = dict(zip(dims, chunks))
+    if isinstance(ds, _StoredView):
+        raw = ds.stored.raw_data
+    else:
+        raw = ds.file[ds.attrs["raw_data"]] if "raw_data" in ds.attrs else None
+    if raw is not None and raw.compression is not None:
+        encoding["compression"] = raw.compression
+        encoding["compression_opts"] = raw.compression_opts
+    if raw is not None and raw.shuffle:
+        encoding["shuffle"] = True
+    return xr.Variable(dims, data, attrs, encoding)
+
+
+def source_path(filename_or_obj) -> str | None:
+    """The path ``filename_or_obj`` names, for ``encoding["source"]``; None for a file object."""
+    return os.fspath(filename_or_obj) if isinstance(filename_or_obj, (str, os.PathLike)) else None
+
+
+def group_dataset(
+    manager,
+    version: str,
+    grp: h5py.Group,
+    source: str | None,
+    drop_variables: str | Iterable[str] | None,
+    decoders: dict[str, Any],
+) -> xr.Dataset:
+    """The lazy, CF-decoded Dataset of one group of a version (no close callback set).
+
+    Parameters
+    ----------
+    manager : SharedFile or xarray.backends.CachingFileManager
+        Opens the file; the variables keep it (they pickle with it).
+    version : str
+        The resolved version name.
+    grp : h5py.Group
+        The version group or one of its subgroups.
+    source : str or None
+        Path of the file, stored in ``encoding["source"]``.
+    drop_variables : str or iterable of str, optional
+        Variables not to open.
+    decoders : dict
+        ``mask_and_scale``, ``decode_times``, ... for
+        :func:`xarray.conventions.decode_cf_variables`.
+
+    Notes
+    -----
+    netCDF-4 phony dimension scales (see :mod:`~xarray_vhdf5.xr.dimscales`) are
+    not variables and are skipped; dimensions come from ``_ARRAY_DIMENSIONS``.
+    """
+    dims_by_size: dict = {}
+    variables = {
+        key: lazy_variable(manager, version, item, dims_by_size)
+        for key, item in dataset_members(manager, version, grp)
+        if not is_netcdf_dimension_only(item)
+    }
+    at_root = grp.name == root_path(version)
+    stored_attrs = {k: v for k, v in grp.attrs.items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}
+    if drop_variables is not None:
+        drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables)
+        variables = {k: v for k, v in variables.items() if k not in drop}
+    decoded, attrs, coord_names = xr.conventions.decode_cf_variables(variables, stored_attrs, **decoders)
+    ds = xr.Dataset(decoded, attrs=attrs)
+    ds = ds.set_coords(coord_names.intersection(decoded))
+    ds.encoding.update(
+        source=source,
+        vhdf5_version=version,
+        vhdf5_group=grp.name[len(root_path(version)) :] or "/",
+        # how its times were decoded: ds.vhdf5.diff decodes the other version alike
+        vhdf5_decode_times=decoders.get("decode_times", True),
+    )
+    return ds
