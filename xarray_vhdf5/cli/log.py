@@ -1,10 +1,16 @@
-"""``vhdf5 log FILE``: print the version history as a table."""
+"""``vhdf5 log FILE``: print the version history as a table.
+
+The table is formatted from the log's DataFrame
+(:func:`~xarray_vhdf5.versions.history.log_frame`, what ``ds.vhdf5.versions`` shows).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..versions.history import LogEntry
+import pandas as pd
+
+from ..versions.history import LogEntry, log_frame
 
 __all__ = ["LOG_HELP", "format_graph", "format_log", "format_table", "format_totals", "human_bytes"]
 
@@ -35,7 +41,7 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} GiB"  # pragma: no cover
 
 
-def format_log(entries: Sequence[LogEntry]) -> str:
+def format_log(entries: Sequence[LogEntry] | pd.DataFrame) -> str:
     """The log as an aligned text table, one row per version, then a totals line.
 
     Columns: version, timestamp (UTC), parent, new chunks (chunks the version
@@ -45,31 +51,32 @@ def format_log(entries: Sequence[LogEntry]) -> str:
 
     Parameters
     ----------
-    entries : sequence of LogEntry
-        :func:`xarray_vhdf5.versions.history.version_log`.
+    entries : sequence of LogEntry, or pandas.DataFrame
+        :func:`xarray_vhdf5.versions.history.version_log`, or its
+        :func:`~xarray_vhdf5.versions.history.log_frame` (the table is made from that).
 
     Returns
     -------
     str
         The table (header, rule, rows) and :func:`format_totals`, without a final newline.
     """
+    frame = entries if isinstance(entries, pd.DataFrame) else log_frame(entries)
     header = ("version", "timestamp (UTC)", "parent", "new chunks", "on disk", "uncompressed", "changed", "message")
-    rows = [header]
-    for e in entries:
-        rows.append(
-            (
-                e.name,
-                e.timestamp.strftime("%Y-%m-%d %H:%M:%S"),
-                e.parent,
-                str(e.new_chunks),
-                human_bytes(e.new_bytes_on_disk),
-                human_bytes(e.new_bytes),
-                ",".join(e.changed) if len(e.changed) <= 3 else f"{len(e.changed)} datasets",
-                e.message or "",
-            )
-        )
+    shown = pd.DataFrame(
+        {
+            "timestamp": frame["timestamp"].dt.strftime("%Y-%m-%d %H:%M:%S"),
+            "parent": frame["parent"],
+            "new_chunks": frame["new_chunks"].astype(str),
+            "on_disk": frame["new_bytes_on_disk"].map(human_bytes),
+            "uncompressed": frame["new_bytes"].map(human_bytes),
+            "changed": frame["changed"].map(lambda c: ",".join(c) if len(c) <= 3 else f"{len(c)} datasets"),
+            "message": frame["message"].map(lambda m: m if isinstance(m, str) else ""),  # missing: NaN or None
+        },
+        index=frame.index,
+    )
+    rows = [header, *((name, *cells) for name, *cells in shown.itertuples())]
     lines = format_table(rows)
-    lines.append(format_totals(entries))
+    lines.append(format_totals(frame))
     return "\n".join(lines)
 
 
@@ -81,13 +88,15 @@ def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def format_totals(entries: Sequence[LogEntry]) -> str:
-    """One line: the chunks all versions stored, their bytes on disk (compressed) and uncompressed."""
-    chunks = sum(e.new_chunks for e in entries)
-    disk = sum(e.new_bytes_on_disk for e in entries)
-    raw = sum(e.new_bytes for e in entries)
+def format_totals(entries: Sequence[LogEntry] | pd.DataFrame) -> str:
+    """One line: the chunks all versions stored, their bytes on disk (compressed) and uncompressed.
+
+    ``entries`` as :func:`format_log` takes them.
+    """
+    frame = entries if isinstance(entries, pd.DataFrame) else log_frame(entries)
+    chunks, disk, raw = (int(frame[c].sum()) for c in ("new_chunks", "new_bytes_on_disk", "new_bytes"))
     return (
-        f"{_count(len(entries), 'version')} stored {_count(chunks, 'chunk')}: {human_bytes(disk)} on disk, "
+        f"{_count(len(frame), 'version')} stored {_count(chunks, 'chunk')}: {human_bytes(disk)} on disk, "
         f"{human_bytes(raw)} uncompressed"
     )
 

@@ -52,12 +52,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import h5py
 import numpy as np
+import pandas as pd
 from h5py import h5a, h5d, h5g
 
 from ..backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
@@ -81,11 +82,13 @@ from .registry import VersionRegistry
 from .timestamps import to_utc_datetime
 
 __all__ = [
+    "LOG_COLUMNS",
     "DatasetState",
     "LogEntry",
     "changed_attrs",
     "compared_attrs",
     "dataset_state",
+    "log_frame",
     "lookup_as_of",
     "lookup_version",
     "same_attr_value",
@@ -357,6 +360,38 @@ def version_log(
     if variables_only:
         log = [_without_dimension_only(registry.group, e) for e in log]
     return log
+
+
+#: The columns of :func:`log_frame`, after its index ``name``.
+LOG_COLUMNS = ("timestamp", "parent", "message", "changed", "new_chunks", "new_bytes", "new_bytes_on_disk")
+
+
+def log_frame(entries: Sequence[LogEntry]) -> pd.DataFrame:
+    """The version log as a DataFrame: one row per entry, in their order.
+
+    The one table of the log: ``ds.vhdf5.versions`` and ``vhdf5 log`` show it.
+
+    Parameters
+    ----------
+    entries : sequence of LogEntry
+        :func:`version_log`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index ``name`` (the version, str); columns (:data:`LOG_COLUMNS`)
+        ``timestamp`` (datetime64, UTC), ``parent`` (str), ``message`` (str;
+        missing, as pandas marks it, for none), ``changed`` (tuple of str), ``new_chunks``,
+        ``new_bytes`` and ``new_bytes_on_disk`` (int64: chunks the version
+        stored, their bytes uncompressed and in the file).
+    """
+    frame = pd.DataFrame.from_records(
+        [(e.name, *(getattr(e, c) for c in LOG_COLUMNS)) for e in entries], columns=["name", *LOG_COLUMNS]
+    )
+    frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
+    for column in ("new_chunks", "new_bytes", "new_bytes_on_disk"):
+        frame[column] = frame[column].astype("int64")
+    return frame.set_index("name")
 
 
 def _without_dimension_only(versions: h5py.Group, entry: LogEntry) -> LogEntry:
