@@ -5,8 +5,13 @@ chunks of one raw_data, ``_version_data/<name>/raw_data``, which is the
 only raw_data versioned-hdf5 2.6 reads and writes for the dataset (see
 ``docs/format.md``). New chunks therefore mean a new raw_data for the whole
 history, which is what ``modify_metadata(chunks=)`` builds (every version
-rewritten, deduplicated, crash-safe, the old raw_data's bytes reused: see
-:mod:`.metadata`). :func:`rechunk` is that operation with a memory budget and
+rewritten, deduplicated, crash-safe: see :mod:`.metadata`). Through a handle
+of :func:`~xarray_vhdf5.versions.mutation.open_file` (journaled, as the CLI
+and the ``.vhdf5`` accessor open it) the new raw_data takes the old one's
+bytes and the file keeps its size; through a plain ``h5py.File`` the old
+raw_data stays until the new one is complete, so the file grows by the new
+raw_data (its old bytes are free inside the file for later commits, and
+``vhdf5 repack`` gives them back). :func:`rechunk` is that operation with a memory budget and
 a report; versioned-hdf5 then sees an ordinary file whose dataset has the new
 chunks in every version, as its own ``modify_metadata`` would leave it.
 
@@ -260,7 +265,9 @@ def rechunk(
     Parameters
     ----------
     f : VersionedHDF5File or h5py.File
-        The file, open writable.
+        The file, open writable; open it with
+        :func:`~xarray_vhdf5.versions.mutation.open_file` for the rewrite to
+        reuse the old chunks' space (see the module docs).
     name : str
         The dataset's path in the versions.
     chunks : tuple or dict
