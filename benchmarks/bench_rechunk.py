@@ -67,6 +67,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # memory.py, beside this script
+from memory import _reset_peak, _status
+
 HERE = Path(__file__).resolve().parent
 VAR = "tas"
 LAT, LON = 360, 720
@@ -74,21 +77,6 @@ SAMPLES = 20
 
 
 # --------------------------------------------------------------------------- child side
-
-
-def _status() -> dict[str, int]:
-    out = {}
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0]) * 1024
-    return out
-
-
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
 
 
 class _Meter:
