@@ -4,7 +4,7 @@
 kernel (:mod:`xarray_vhdf5._ext.readtools`): a basic index (one slice or
 integer per axis) whose chunks all lie on up-to-date numpy slabs is copied in
 one call.  Everything else goes through a
-:class:`~xarray_vhdf5.staging.plans.GetItemPlan`
+:class:`~xarray_vhdf5.staging.item_plans.GetItemPlan`
 (``StagedChangesArray._getitem_general``).  Here, on random arrays, chunkings,
 dtypes, basic indices and edit histories:
 

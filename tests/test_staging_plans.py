@@ -153,7 +153,7 @@ def test_basic_setitem_plan_equals_the_general_plan(backend, monkeypatch):
     """A basic index (ints and slices) plans from its slice pairs alone
     (``SetItemPlan._plan_small``): the same appends, transfers, drops and moves
     as the per-axis mappers of the general path, on arrays in many states."""
-    from xarray_vhdf5.staging.index_mapper import map_index, map_index_general
+    from xarray_vhdf5.staging._map_index import map_index, map_index_general
 
     rng = np.random.default_rng(7)
     shape, chunks = (9, 7, 5), (2, 3, 2)

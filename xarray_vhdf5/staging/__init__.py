@@ -12,29 +12,25 @@ Layers, bottom up::
     read_basic.py         reference of the fused __getitem__ fast path (compiled read_basic)
     kernels.py            plan-building kernels: dispatch compiled _ext/plantools vs references
     chunk_mapper.py       IndexChunkMapper: the selection along one axis, by chunk
-    index_mapping.py      IndexMapping: a normalised index and the views back to numpy
+    _normalised_index.py  IndexMapping: a normalised index and the views back to numpy
     index_elements.py     Ellipsis expansion, array indices validated with ndindex
-    index_mapper.py       map_index: a user's index -> one IndexChunkMapper per axis
+    _map_index.py         map_index: a user's index -> its IndexMapping (one
+                          IndexChunkMapper per axis)
     transfer_plan.py      TransferPlan: slice pairs per (source, destination); execution
-    plan_common.py        helpers and base classes shared by the plans
+    _plan_base.py         what the plans share: the overview, helpers, base classes
     item_plans.py         GetItemPlan, SetItemPlan
     shape_plans.py        LoadPlan, ResizePlan
-    plans.py              the four plans in one namespace
     changes.py            ChangesPlan: what a commit needs
     array.py              StagedChangesArray
 """
 
+from ._map_index import IndexChunkMapper, IndexMapping, map_index
+from ._plan_base import slab_shape
 from .array import StagedChangesArray
 from .casting import cast_for_storage
 from .changes import ChangedChunk, ChangesPlan
-from .index_mapper import IndexChunkMapper, IndexMapping, map_index
-from .plans import (
-    GetItemPlan,
-    LoadPlan,
-    ResizePlan,
-    SetItemPlan,
-    slab_shape,
-)
+from .item_plans import GetItemPlan, SetItemPlan
+from .shape_plans import LoadPlan, ResizePlan
 from .transfer_plan import OUT, VALUE, Transfer, TransferPlan
 
 __all__ = [

@@ -14,7 +14,7 @@ and two arrays with one point per chunk say where each chunk lives:
 ``slab_indices`` (``numpy.intp``, an index in ``slabs``) and ``slab_offsets``
 (``numpy.uint64``, "hsize_t": the chunk's first row along axis 0 of its
 slab, in points).  Every method builds a plan
-(:mod:`xarray_vhdf5.staging.plans`) and executes it; the ``_*_plan()``
+(:mod:`xarray_vhdf5.staging._plan_base`) and executes it; the ``_*_plan()``
 methods return the plan without executing it.
 
 Slabs that no chunk references any more are replaced by None (staged *and*
@@ -39,11 +39,12 @@ import numpy as np
 
 from ..errors import IncompatibleDataError
 from . import kernels
+from ._map_index import IndexMapping, map_index
 from .attributes import ArrayAttributes
 from .casting import cast_for_storage
 from .changes import ChangedChunk, ChangesPlan
 from .cow import CopyOnWriteSlabs
-from .index_mapper import IndexMapping, map_index
+from .item_plans import GetItemPlan, SetItemPlan
 from .layout import (
     BaseState,
     as_shape,
@@ -58,7 +59,7 @@ from .layout import (
     readonly,
     same_fill,
 )
-from .plans import GetItemPlan, LoadPlan, ResizePlan, SetItemPlan
+from .shape_plans import LoadPlan, ResizePlan
 from .transfer_plan import VALUE, direct_copy_kernel, move
 
 __all__ = ["StagedChangesArray"]
@@ -390,7 +391,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         """``numpy``'s ``arr[idx]`` (a new array, or a numpy scalar).
 
         versioned-hdf5's ``staged_changes.rst``, "``__getitem__`` algorithm": a
-        :class:`~xarray_vhdf5.staging.plans.GetItemPlan`, then one
+        :class:`~xarray_vhdf5.staging.item_plans.GetItemPlan`, then one
         ``read_many_slices`` per slab into a new array.  Nothing is cached and
         the array's state never changes.
 
@@ -402,7 +403,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
             Valid numpy indices this engine does not support: the plans map
             every axis independently (versioned-hdf5's ``staged_changes.rst``, "General plans
             algorithm", step 1), so at most one array index, no newaxis
-            (:func:`~xarray_vhdf5.staging.index_mapper.map_index`).
+            (:func:`~xarray_vhdf5.staging._map_index.map_index`).
         xarray_vhdf5.errors.ClosedFileError
             A base slab's file was closed.
         xarray_vhdf5.errors.HDF5Error
@@ -530,7 +531,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
         Yields
         ------
         chunk : ChangedChunk
-            See :class:`~xarray_vhdf5.staging.plans.ChangesPlan`.
+            See :class:`~xarray_vhdf5.staging.changes.ChangesPlan`.
         data : numpy.ndarray
             Read-only view of the chunk's points (trimmed at the edges);
             for chunks on the full slab, a broadcast of the fill value.

@@ -1,11 +1,11 @@
 """The selection along one axis, broken down by chunk: :class:`IndexChunkMapper`.
 
-Built by :func:`~xarray_vhdf5.staging.index_mapper.map_index` (one per axis)
+Built by :func:`~xarray_vhdf5.staging._map_index.map_index` (one per axis)
 from a normalised slice (:meth:`IndexChunkMapper.from_slice`, rows by the
 ``slice_rows`` kernel) or from integer points
 (:meth:`IndexChunkMapper.from_points`, rows by the vectorised
 :func:`_point_rows`).  The normalisation rules are in the docstring of
-:mod:`xarray_vhdf5.staging.index_mapper`; the row tables in
+:mod:`xarray_vhdf5.staging._map_index`; the row tables in
 :mod:`xarray_vhdf5.staging.kernels`.  Units: points.
 """
 
@@ -24,7 +24,7 @@ class IndexChunkMapper:
     """The selection along one axis, broken down by chunk.
 
     Every selection is normalised to ascending, distinct points (see
-    :mod:`xarray_vhdf5.staging.index_mapper`).  Along the axis, a chunk is
+    :mod:`xarray_vhdf5.staging._map_index`).  Along the axis, a chunk is
     *selected* when it holds at least one of the points, *whole* when it
     holds nothing else (edge chunks are trimmed at ``axis_size``).  For each
     selected chunk, *rows* are its 1-d slice pairs: points ``chunk_start +

@@ -1,12 +1,12 @@
 """A user's index as one element per axis: Ellipsis expansion and array validation.
 
-The element-wise part of :func:`~xarray_vhdf5.staging.index_mapper.map_index`:
+The element-wise part of :func:`~xarray_vhdf5.staging._map_index.map_index`:
 :func:`expand_index` spreads the index over the axes (numpy's rules for Ellipsis and
 for too many indices), :func:`as_array_index` validates and normalises an
 integer or boolean array index with ndindex (numpy's errors and messages),
 :func:`axis_error` is numpy's out-of-bounds error.  What numpy accepts but
 staged arrays do not raises :class:`~xarray_vhdf5.errors.UnsupportedError`.
-Used by :mod:`xarray_vhdf5.staging.index_mapper` only.
+Used by :mod:`xarray_vhdf5.staging._map_index` only.
 """
 
 from __future__ import annotations

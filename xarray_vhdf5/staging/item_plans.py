@@ -3,7 +3,7 @@
 :class:`GetItemPlan` transfers every selected chunk into a new ``out``
 array; :class:`SetItemPlan` stages the selected chunks (copying partially
 selected ones off the full / base slabs) and writes the value into them.
-Both start from an :class:`~xarray_vhdf5.staging.index_mapper.IndexMapping`
+Both start from an :class:`~xarray_vhdf5.staging._map_index.IndexMapping`
 and never touch data.
 """
 
@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .index_mapper import IndexMapping
-from .kernels import SIDE_SLAB, SIDE_VALUE, Gathered, active
-from .plan_common import (
+from ._map_index import IndexMapping
+from ._plan_base import (
     UpdatingPlan,
     axis_tables,
     basic_groups,
@@ -26,6 +25,7 @@ from .plan_common import (
     slab_shape,
     whole_tables,
 )
+from .kernels import SIDE_SLAB, SIDE_VALUE, Gathered, active
 from .transfer_plan import OUT, VALUE, Transfer, TransferPlan
 
 __all__ = ["SMALL_PLAN_CHUNKS", "GetItemPlan", "SetItemPlan"]
@@ -48,7 +48,7 @@ class GetItemPlan:
     Parameters
     ----------
     mapping : IndexMapping
-        The normalised index (:func:`~xarray_vhdf5.staging.index_mapper.map_index`).
+        The normalised index (:func:`~xarray_vhdf5.staging._map_index.map_index`).
     slab_indices : numpy.ndarray of intp
         C-contiguous chunk grid.
     slab_offsets : numpy.ndarray of uint64

@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from ..errors import IncompatibleDataError
-from .plan_common import slab_shape
+from ._plan_base import slab_shape
 
 __all__ = [
     "ArrayState",

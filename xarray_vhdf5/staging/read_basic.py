@@ -44,7 +44,7 @@ def read_basic_reference(
     None when it does not apply - not a basic index, a 0-d array, a dtype
     holding Python objects or of no fixed size, a chunk elsewhere, metadata
     reaching beyond a slab - and the general path
-    (:class:`~xarray_vhdf5.staging.plans.GetItemPlan`) must answer instead.
+    (:class:`~xarray_vhdf5.staging.item_plans.GetItemPlan`) must answer instead.
 
     ``tests/test_plantools.py`` checks the compiled kernel against this
     function, ``tests/test_staging_fastpath.py`` both against the general path.

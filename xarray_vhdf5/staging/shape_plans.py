@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import SIDE_SLAB, gather_chunks
-from .plan_common import (
+from ._plan_base import (
     MutatingPlan,
     UpdatingPlan,
     axis_tables,
@@ -21,6 +20,7 @@ from .plan_common import (
     runs,
     slab_shape,
 )
+from .kernels import SIDE_SLAB, gather_chunks
 
 __all__ = ["LoadPlan", "ResizePlan"]
 

@@ -1,6 +1,39 @@
-"""The shared machinery of the staging plans (versioned-hdf5's ``staged_changes.rst``, "General plans algorithm").
+"""The plans of :class:`~xarray_vhdf5.staging.array.StagedChangesArray`: what they share.
 
-Helpers that every plan uses to turn per-axis selections into
+versioned-hdf5's ``staged_changes.rst``, "Plans" and "General plans algorithm".
+
+Each plan decides everything an operation will do - which slabs to append,
+which slice pairs to transfer between which slabs, how ``slab_indices`` and
+``slab_offsets`` change, which slabs to drop - from shapes, chunks and
+indices alone.  Plans never touch data; the array executes them.  They
+pretty-print their instructions (``repr``) for debugging::
+
+    SetItemPlan<value_shape=(3, 3), value_view=[:, :], append 2 empty slabs,
+    7 slice transfers among 3 slab pairs, drop 0 slabs>
+      slabs.append(np.empty((6, 2)))  # slabs[2]
+      slabs.append(np.empty((2, 2)))  # slabs[3]
+      # 3 transfers from slabs[1] to slabs[2]
+      slabs[2][0:2, 0:2] = slabs[1][10:12, 0:2]
+      ...
+
+==============  ==================================================================
+GetItemPlan     ``__getitem__``: every selected chunk -> ``out``.
+SetItemPlan     ``__setitem__``: partially selected chunks on the full / base slabs
+                are copied to a new staged slab; wholly selected ones get a fresh
+                slab; then the value is written into the staged chunks.
+ResizePlan      ``resize()``: new chunks on the full slab; enlarged edge chunks
+                moved off the base slabs and their new area filled from the full
+                slab.
+LoadPlan        ``load()``: every chunk on a base slab -> one new staged slab.
+==============  ==================================================================
+
+The first two are in :mod:`~xarray_vhdf5.staging.item_plans`, the last two in
+:mod:`~xarray_vhdf5.staging.shape_plans`, all four re-exported by
+:mod:`xarray_vhdf5.staging`; the commit's view,
+:class:`~xarray_vhdf5.staging.changes.ChangesPlan`, is in
+:mod:`xarray_vhdf5.staging.changes`.
+
+This module holds what they share: helpers that turn per-axis selections into
 :class:`~xarray_vhdf5.staging.transfer_plan.Transfer` objects, and the base
 classes of the plans that change the array (:class:`MutatingPlan`: appends,
 transfers, drops; :class:`UpdatingPlan`: plus point updates of
@@ -19,7 +52,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .index_mapper import IndexChunkMapper, IndexMapping
+from ._map_index import IndexChunkMapper, IndexMapping
 from .kernels import KernelSet, expand_slices
 from .transfer_plan import Transfer, TransferPlan
 

@@ -39,9 +39,9 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from . import kernels
+from ._normalised_index import IndexMapping
 from .chunk_mapper import IndexChunkMapper
 from .index_elements import as_array_index, axis_error, expand_index
-from .index_mapping import IndexMapping
 
 __all__ = ["IndexChunkMapper", "IndexMapping", "map_index", "map_index_general"]
 

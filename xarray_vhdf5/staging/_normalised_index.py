@@ -1,6 +1,6 @@
 """A user's index, normalised, and the way back to numpy's result: :class:`IndexMapping`.
 
-Built by :func:`~xarray_vhdf5.staging.index_mapper.map_index` (the rules are
+Built by :func:`~xarray_vhdf5.staging._map_index.map_index` (the rules are
 in that module's docstring); the plans read its per-axis mappers (or, for a
 basic index, :attr:`IndexMapping.basic`), the array applies its views to the
 normalised result (:meth:`IndexMapping.to_result`) or value
