@@ -53,13 +53,22 @@ def test_versions_dataframe(history):
     with xr.open_dataset(path, engine="vhdf5") as ds:
         log = ds.vhdf5.versions
     assert list(log.index) == ["v1", "v2"] and log.index.name == "name"
-    assert list(log.columns) == ["timestamp", "parent", "message", "changed", "new_chunks", "new_bytes"]
+    assert list(log.columns) == [
+        "timestamp",
+        "parent",
+        "message",
+        "changed",
+        "new_chunks",
+        "new_bytes",
+        "new_bytes_on_disk",
+    ]
     assert isinstance(log["timestamp"].dtype, pd.DatetimeTZDtype)
     assert log.loc["v2", "parent"] == "v1" and log.loc["v2", "message"] == "QC"
     assert log.loc["v2", "changed"] == ("flag", "sst")
     assert log.loc["v2", "new_chunks"] == 2  # one chunk of sst, one of flag
     assert log.loc["v2", "new_bytes"] == 10 * 30 * 4 + 10 * 10 * 2
     assert log.loc["v1", "new_chunks"] > 12 and log["new_bytes"].dtype == np.int64
+    assert 0 < log.loc["v2", "new_bytes_on_disk"] and log["new_bytes_on_disk"].dtype == np.int64
 
 
 def test_versions_hides_netcdf_phony_scales(tmp_path):

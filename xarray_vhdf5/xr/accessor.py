@@ -35,9 +35,10 @@ def version_log_frame(path: str | os.PathLike) -> pd.DataFrame:
         ``changed`` (tuple of dataset paths added, removed, or whose shape,
         dtype, chunk mapping or attributes differ from the parent's; netCDF-4
         phony dimension scales left out), ``new_chunks`` (int, chunks the
-        version stored: mapped by no earlier version) and ``new_bytes`` (int,
-        uncompressed bytes of those chunks; ``vhdf5 log`` also shows them on
-        disk). See :mod:`xarray_vhdf5.versions.history`.
+        version stored: mapped by no earlier version), ``new_bytes`` and
+        ``new_bytes_on_disk`` (int, those chunks' bytes uncompressed and in the
+        file). The table ``vhdf5 log`` prints
+        (:func:`~xarray_vhdf5.versions.history.log_frame`).
 
     Raises
     ------
@@ -46,20 +47,12 @@ def version_log_frame(path: str | os.PathLike) -> pd.DataFrame:
         it is not an HDF5 file).
     """
     from ..backend.signature import open_h5file
-    from ..versions.history import version_log
+    from ..versions.history import log_frame, version_log
 
     with open_h5file(path, "r", hint="a version log needs a versioned HDF5 file") as f:
         # variables_only: phony dimension scales left out of ``changed``, from the log's
         # records, with no version dataset opened (each open decodes its mappings)
-        entries = version_log(f, variables_only=True)
-        rows = [(e.name, e.timestamp, e.parent, e.message, e.changed, e.new_chunks, e.new_bytes) for e in entries]
-    frame = pd.DataFrame.from_records(
-        rows, columns=["name", "timestamp", "parent", "message", "changed", "new_chunks", "new_bytes"]
-    )
-    frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
-    frame["new_chunks"] = frame["new_chunks"].astype("int64")
-    frame["new_bytes"] = frame["new_bytes"].astype("int64")
-    return frame.set_index("name")
+        return log_frame(version_log(f, variables_only=True))
 
 
 @xr.register_dataset_accessor("vhdf5")
