@@ -344,3 +344,25 @@ def test_a_truncated_file_is_a_corrupt_file_error_naming_it(tmp_path):
     assert isinstance(info.value, OSError) and "truncated" in str(info.value)
     with pytest.raises(CorruptFileError):
         VF.open(p).versions
+
+
+def test_a_reused_inode_gets_its_own_locks_while_the_deleted_files_are_held(tmp_path):
+    """The registry is keyed by (device, inode): a file created where a deleted one's inode is
+    reused must not be handed the deleted file's locks, still held by a reader left open.
+    (Seen in the docs build: two examples' temporary ``coads.h5`` shared an inode.)"""
+    from xarray_vhdf5.versions import locking
+
+    old, new = tmp_path / "old.h5", tmp_path / "new.h5"
+    old.write_bytes(b"x")
+    new.write_bytes(b"y")
+    held = locking.file_locks(old)
+    with held.reading_bytes():
+        st = os.stat(new)
+        # what inode reuse does: the new file's key finds the locks of a path gone
+        os.remove(old)
+        with locking._REGISTRY_LOCK:
+            locking._REGISTRY[(st.st_dev, st.st_ino)] = held
+        got = locking.file_locks(new)
+        assert got is not held and got.path == os.path.realpath(new)
+        with got.writing():  # its descriptor opens the new file
+            pass

@@ -468,15 +468,28 @@ def file_locks(path: str | os.PathLike) -> FileLocks:
     real = os.path.realpath(path)
     with _REGISTRY_LOCK:
         locks = _REGISTRY.get(key)
+        if locks is not None and locks.path != real and not _same_file(locks.path, key):
+            # The inode of a deleted file, reused by this one while the old file's locks are
+            # still held (a reader left open): they are not this file's. Its holders keep them.
+            locks = None
         if locks is None:
             locks = _REGISTRY[key] = FileLocks(real)
-        elif locks.path != real:  # the inode of a deleted file, reused, or another link
+        elif locks.path != real:  # another link to the same file
             with locks._cond:
                 if locks._idle():
                     locks.path = real
         if locks.path == real:
             _LAST[path] = (key, locks)
         return locks
+
+
+def _same_file(path: str, key: tuple[int, int]) -> bool:
+    """Whether ``path`` still names the file ``(st_dev, st_ino)``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == key
 
 
 def _after_fork_in_child() -> None:
