@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 from h5py import h5, h5d, h5g, h5o, h5p, h5s, h5t
 
-import xarray_vhdf5
 from xarray_vhdf5.backend import _libhdf5
 from xarray_vhdf5.backend._libhdf5 import libhdf5_function
 
-PACKAGE = Path(xarray_vhdf5.__file__).resolve().parent
+# The checkout's sources (an installed package holds no .pyx/.pxd): tests run from the repository.
+PACKAGE = Path(__file__).resolve().parents[1] / "xarray_vhdf5"
 KERNEL_SOURCES = PACKAGE.parent / "_ext"
 
 # `H5T_STRING = 3`, `_H5S_MAX_RANK = 32`, `H5O_INFO_BASIC = 0x0001`, `H5_ITER_INC = 0`.
