@@ -366,3 +366,25 @@ def test_a_reused_inode_gets_its_own_locks_while_the_deleted_files_are_held(tmp_
         assert got is not held and got.path == os.path.realpath(new)
         with got.writing():  # its descriptor opens the new file
             pass
+
+
+def test_a_relative_path_after_a_chdir_names_the_new_file(tmp_path, monkeypatch):
+    """``coads.h5`` in another folder is another file, even when its inode was reused."""
+    from xarray_vhdf5.versions import locking
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    (first / "f.h5").write_bytes(b"x")
+    (second / "f.h5").write_bytes(b"y")
+    monkeypatch.chdir(first)
+    held = locking.file_locks("f.h5")
+    with held.reading_bytes():
+        os.remove(first / "f.h5")
+        monkeypatch.chdir(second)
+        st = os.stat("f.h5")
+        with locking._REGISTRY_LOCK:  # what inode reuse does
+            locking._REGISTRY[(st.st_dev, st.st_ino)] = held
+            locking._LAST["f.h5"] = ((st.st_dev, st.st_ino), held)  # as a relative key would have it
+        got = locking.file_locks("f.h5")
+        assert got.path == os.path.realpath(second / "f.h5")

@@ -459,7 +459,7 @@ def file_locks(path: str | os.PathLike) -> FileLocks:
     FileNotFoundError
         ``path`` does not exist.
     """
-    path = os.fspath(path)
+    path = os.path.abspath(path)  # a relative path names another file after a chdir
     st = os.stat(path)
     key = (st.st_dev, st.st_ino)
     known = _LAST.get(path)
