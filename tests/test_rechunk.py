@@ -211,3 +211,22 @@ def test_cli_rechunk_export_split_ingest(coads, tmp_path):
     assert result.exit_code != 0 and "below the minimum" in result.output
     result = run(cli, ["rechunk", str(path), "SST", "--chunks", "a,b"])
     assert result.exit_code != 0 and "expected sizes such as" in result.output
+
+
+def test_export_of_a_group_writes_that_group(tmp_path):
+    """A Dataset opened with ``group=`` exports and splits that group, not the version's root."""
+    path = tmp_path / "g.h5"
+    inner = xr.Dataset(
+        {"t": (("time", "x"), np.arange(24.0).reshape(6, 4))}, coords={"time": np.arange(6), "x": np.arange(4)}
+    )
+    xr.Dataset({"root_only": ("y", np.arange(3.0))}).vhdf5.commit("v1", path=path)
+    inner.vhdf5.commit("v2", path=path, group="station")
+    opened = xr.open_dataset(path, engine="vhdf5", group="station")
+    report = opened.vhdf5.export(tmp_path / "station.nc", chunks={"time": 3})
+    assert report.counters["t"].input_reads >= 1
+    got = xr.open_dataset(tmp_path / "station.nc")
+    xr.testing.assert_identical(got.load(), opened.load())
+    assert "root_only" not in got
+    parts = opened.vhdf5.split(tmp_path / "parts", {"time": 2})
+    assert len(parts.files) == 3
+    xr.testing.assert_identical(xr.open_mfdataset(parts.files, combine="by_coords").load(), opened.load())

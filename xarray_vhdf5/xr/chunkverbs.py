@@ -80,7 +80,7 @@ class ChunkVerbs:
         path = self._opened("rechunk")
         ds = self._ds
         names = _chosen(ds, chunks, variables)
-        group = (ds.encoding.get("vhdf5_group") or "/").strip("/")
+        group = _group_of(ds) or ""
         reports: dict[str, RechunkReport] = {}
         with open_file(path, "r+") as f:
             for name in names:
@@ -144,14 +144,12 @@ class ChunkVerbs:
         path = self._opened("export")
         kind = format or ("zarr" if str(target).rstrip("/").endswith(".zarr") else "netcdf")
         version = self._ds.encoding["vhdf5_version"]
+        group = _group_of(self._ds)
+        options: dict[str, Any] = dict(chunks=chunks, max_mem=max_mem, overwrite=overwrite, progress=progress)
         if kind == "netcdf":
-            return export_netcdf(
-                path, target, version=version, chunks=chunks, max_mem=max_mem, overwrite=overwrite, progress=progress
-            )
+            return export_netcdf(path, target, version=version, group=group, **options)
         if kind == "zarr":
-            return export_zarr(
-                path, target, version=version, chunks=chunks, max_mem=max_mem, overwrite=overwrite, progress=progress
-            )
+            return export_zarr(path, target, version=version, group=group, **options)
         raise ValueError(f"format must be 'netcdf' or 'zarr', got {format!r}")
 
     def split(
@@ -180,10 +178,16 @@ class ChunkVerbs:
             folder,
             blocks,
             version=self._ds.encoding["vhdf5_version"],
+            group=_group_of(self._ds),
             max_mem=max_mem,
             overwrite=overwrite,
             progress=progress,
         )
+
+
+def _group_of(ds: xr.Dataset) -> str | None:
+    """The group inside the version this Dataset was opened from (None: the root)."""
+    return (ds.encoding.get("vhdf5_group") or "/").strip("/") or None
 
 
 def _chosen(ds: xr.Dataset, chunks, variables) -> list[Hashable]:

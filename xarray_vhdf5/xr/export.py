@@ -136,8 +136,8 @@ def _budget(max_mem, in_chunks, out_chunks, itemsize: int) -> int:
     return max(DEFAULT_MAX_MEM, minimum_memory(in_chunks, out_chunks, itemsize))
 
 
-def _open_raw(path, version) -> xr.Dataset:
-    return xr.open_dataset(path, engine="vhdf5", version=version, decode_cf=False)
+def _open_raw(path, version, group: str | None) -> xr.Dataset:
+    return xr.open_dataset(path, engine="vhdf5", version=version, group=group, decode_cf=False)
 
 
 def _stored(group: h5py.Group, name: str, var: xr.Variable) -> h5py.Dataset | None:
@@ -158,8 +158,11 @@ def _filters(ds: h5py.Dataset, netcdf: bool) -> dict:
     return {"compression": compression, "compression_opts": opts, "shuffle": bool(raw.shuffle)}
 
 
-def _version_group(f: h5py.File, version: str) -> h5py.Group:
-    return f["_version_data"]["versions"][version]
+def _version_group(f: h5py.File, version: str, group: str | None = None) -> h5py.Group:
+    """The version's group (``group``: a group inside the version, as ``engine="vhdf5"`` takes it)."""
+    node = f["_version_data"]["versions"][version]
+    inner = (group or "").strip("/")
+    return node[inner] if inner else node
 
 
 def export_netcdf(
@@ -167,6 +170,7 @@ def export_netcdf(
     target: str | os.PathLike,
     *,
     version: str | None = None,
+    group: str | None = None,
     chunks=None,
     max_mem: int | str | None = None,
     overwrite: bool = False,
@@ -183,6 +187,8 @@ def export_netcdf(
     version : str, optional
         A version name, branch, tag or anything ``engine="vhdf5"`` takes as
         ``version`` (default: the current version).
+    group : str, optional
+        A group inside the version (``engine="vhdf5"``'s ``group``); default the root.
     chunks : dict or tuple, optional
         Output chunks (points): ``{dimension: size}`` (-1: whole dimension;
         dimensions not named keep the source's chunks) or a tuple for the
@@ -212,19 +218,19 @@ def export_netcdf(
     """
     import h5netcdf
 
-    raw = _open_raw(path, version)
+    raw = _open_raw(path, version, group)
     _check_dims(chunks, raw)
     if os.path.exists(target) and not overwrite:
         raise FileExistsError(f"{target} exists; pass overwrite=True (vhdf5 export --overwrite) to replace it")
     name = raw.encoding["vhdf5_version"]
     report = ExportReport(str(path), str(target), name)
     with h5py.File(path, "r") as f, h5netcdf.File(target, "w") as out:
-        group = _version_group(f, name)
+        node = _version_group(f, name, group)
         out.attrs.update(raw.attrs)
         for dim, size in raw.sizes.items():
             out.dimensions[dim] = size
         for vname, var in raw.variables.items():
-            _netcdf_variable(out, group, str(vname), var, chunks, max_mem, report, progress)
+            _netcdf_variable(out, node, str(vname), var, chunks, max_mem, report, progress)
     raw.close()
     return report
 
@@ -267,6 +273,7 @@ def export_zarr(
     target,
     *,
     version: str | None = None,
+    group: str | None = None,
     chunks=None,
     max_mem: int | str | None = None,
     overwrite: bool = False,
@@ -287,7 +294,7 @@ def export_zarr(
         The versioned file.
     target : str, os.PathLike or zarr store
         Where to write the store.
-    version, chunks, max_mem, overwrite, progress
+    version, group, chunks, max_mem, overwrite, progress
         As for :func:`export_netcdf`.
     zarr_format : int, optional
         2 or 3 (default: zarr-python's, 3).
@@ -306,15 +313,15 @@ def export_zarr(
     import zarr
 
     # Raw values and attributes (no CF decoding): what the file stores is what the store gets.
-    ds = xr.open_dataset(path, engine="vhdf5", version=version, chunks={}, decode_cf=False)
+    ds = xr.open_dataset(path, engine="vhdf5", version=version, group=group, chunks={}, decode_cf=False)
     _check_dims(chunks, ds)
     name = ds.encoding["vhdf5_version"]
     report = ExportReport(str(path), str(target), name)
     with h5py.File(path, "r") as f:
-        group = _version_group(f, name)
+        node = _version_group(f, name, group)
         streamed, encoding = {}, {}
         for vname, var in ds.variables.items():
-            stored = _stored(group, str(vname), var)
+            stored = _stored(node, str(vname), var)
             if stored is not None and not isinstance(var, xr.IndexVariable) and stored.dtype == _raw_dtype(var):
                 current = tuple(int(c) for c in stored.attrs["chunks"])
                 streamed[str(vname)] = stored
@@ -385,6 +392,7 @@ def split_version(
     blocks: Mapping[Any, int],
     *,
     version: str | None = None,
+    group: str | None = None,
     max_mem: int | str | None = None,
     prefix: str | None = None,
     overwrite: bool = False,
@@ -406,7 +414,7 @@ def split_version(
         ``<prefix>_<dim><index>[_<dim><index>...].nc``, indices zero-padded.
     blocks : dict
         ``{dimension: points per file}`` for the dimensions to split along.
-    version, max_mem, overwrite, progress
+    version, group, max_mem, overwrite, progress
         As for :func:`export_netcdf`.
     prefix : str, optional
         Default: the versioned file's stem.
@@ -425,7 +433,7 @@ def split_version(
     """
     import h5netcdf
 
-    raw = _open_raw(path, version)
+    raw = _open_raw(path, version, group)
     if not blocks:
         raise IncompatibleDataError("split needs the points per file of at least one dimension, e.g. {'time': 30}")
     _check_dims(blocks, raw)
@@ -455,7 +463,7 @@ def split_version(
             raise FileExistsError(f"{target} exists; pass overwrite=True (vhdf5 export --overwrite) to replace it")
         report.files.append(target)
     with h5py.File(path, "r") as f:
-        group = _version_group(f, name)
+        node = _version_group(f, name, group)
         # every file: dimensions, attributes, the variables along no split dimension
         for block, target in zip(np.ndindex(*[len(r) for r in grid]), report.files, strict=True):
             where = dict(zip(split_dims, block, strict=True))
@@ -468,7 +476,7 @@ def split_version(
                     region = tuple(extent(d, where[d]) if d in where else slice(0, n) for d, n in var.sizes.items())
                     along = any(d in where for d in var.dims)
                     _netcdf_variable(
-                        out, group, str(vname), var, None, max_mem, report, False, region if along else None
+                        out, node, str(vname), var, None, max_mem, report, False, region if along else None
                     )
         # the variables along split dimensions: one resplit each, an output chunk per file
         files = _OpenFiles()
@@ -478,7 +486,7 @@ def split_version(
                     continue
                 vname = str(vname)
                 out_chunks = tuple(int(blocks[d]) if d in blocks else n for d, n in var.sizes.items())
-                stored = _stored(group, vname, var)
+                stored = _stored(node, vname, var)
                 if stored is not None:
                     read_chunk, in_chunks = _version_chunk_reader(stored)
                 else:  # strings, unstored: the values, read once
