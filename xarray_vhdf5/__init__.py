@@ -34,6 +34,7 @@ from .errors import (
     FileBusyError,
     HDF5Error,
     IncompatibleDataError,
+    MemoryBudgetError,
     NotHDF5Error,
     NotVersionedError,
     ReadOnlyError,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from .store import VersionStore
     from .versions import (
         MergeReport,
+        RechunkReport,
         VersionedHDF5File,
         cherry_pick,
         create_branch,
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
         list_tags,
         merge,
         modify_metadata,
+        rechunk,
         repack,
         reset_branch,
     )
@@ -79,6 +82,7 @@ if TYPE_CHECKING:
     )
     from .xr import commit_dataset, open_versions
     from .xr.engine import VHDF5BackendEntrypoint
+    from .xr.export import export_netcdf, export_zarr, merge_files, split_version
 
 __version__ = "0.1.0"
 
@@ -97,10 +101,12 @@ __all__ = [
     "InMemoryGroup",
     "InMemorySparseDataset",
     "IncompatibleDataError",
+    "MemoryBudgetError",
     "MergeReport",
     "NotHDF5Error",
     "NotVersionedError",
     "ReadOnlyError",
+    "RechunkReport",
     "RefExistsError",
     "RefNotFoundError",
     "StaleVersionError",
@@ -125,14 +131,19 @@ __all__ = [
     "delete_versions",
     "errors",
     "expire",
+    "export_netcdf",
+    "export_zarr",
     "list_branches",
     "list_tags",
     "merge",
+    "merge_files",
     "modify_metadata",
     "open_file",
     "open_versions",
+    "rechunk",
     "repack",
     "reset_branch",
+    "split_version",
 ]
 
 
@@ -154,11 +165,14 @@ _HOMES = {
             "list_tags",
             "merge",
             "modify_metadata",
+            "RechunkReport",
+            "rechunk",
             "repack",
             "reset_branch",
         ),
         "versions",
     ),
+    **dict.fromkeys(("export_netcdf", "export_zarr", "merge_files", "split_version"), "xr.export"),
     "open_file": "versions.mutation",
     **dict.fromkeys(
         (
