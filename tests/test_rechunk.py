@@ -188,7 +188,13 @@ def test_split_and_merge_round_trip(coads, tmp_path):
 def test_cli_rechunk_export_split_ingest(coads, tmp_path):
     path, v1, v2 = coads
     run = CliRunner().invoke
-    result = run(cli, ["rechunk", str(path), "SST", "--chunks", "TIME=-1,COADSY=45,COADSX=45", "--max-mem", "4MB"])
+    before = path.read_bytes()
+    args = ["rechunk", str(path), "SST", "--chunks", "TIME=-1,COADSY=45,COADSX=45", "--max-mem", "4MB"]
+    result = run(cli, [*args, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("SST: <ResplitPlan shape (12, 90, 180)") and "reads 64" in result.output
+    assert path.read_bytes() == before  # nothing written
+    result = run(cli, args)
     assert result.exit_code == 0, result.output
     assert "(3, 23, 45) -> (12, 45, 45) in 2 versions" in result.output and "1.00 per needed chunk" in result.output
     xr.testing.assert_identical(xr.open_dataset(path, engine="vhdf5", version="v1", decode_times=False).load(), v1)

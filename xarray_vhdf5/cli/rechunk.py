@@ -63,7 +63,8 @@ def _summary(name: str, plan, counters) -> str:
 @click.argument("variables", nargs=-1, required=True)
 @click.option("--chunks", required=True, help=_CHUNKS_HELP)
 @click.option("--max-mem", default=None, help=_MEM_HELP + " Default 256 MiB.")
-def rechunk(file: str, variables: tuple[str, ...], chunks: str, max_mem: str | None) -> None:
+@click.option("--dry-run", is_flag=True, help="Print each variable's plan (its largest version) and write nothing.")
+def rechunk(file: str, variables: tuple[str, ...], chunks: str, max_mem: str | None, dry_run: bool) -> None:
     """Give VARIABLES of FILE new chunks in every version, each stored chunk read once per version.
 
     \b
@@ -77,6 +78,9 @@ def rechunk(file: str, variables: tuple[str, ...], chunks: str, max_mem: str | N
     from ..versions.rechunk import dimension_names
 
     spec = parse_chunks(chunks)
+    if dry_run:
+        _print_plans(file, variables, spec, max_mem)
+        return
     try:
         with open_file(file, "r+") as f:
             for name in variables:
@@ -94,6 +98,23 @@ def rechunk(file: str, variables: tuple[str, ...], chunks: str, max_mem: str | N
                     f"({report.reads_per_input_chunk:.2f} per needed chunk), peak "
                     f"{report.counters.peak_buffer_bytes / 2**20:.1f} MiB"
                 )
+    except (VHDF5Error, OSError) as err:
+        raise click.ClickException(str(err)) from None
+
+
+def _print_plans(file: str, variables: tuple[str, ...], spec, max_mem: str | None) -> None:
+    """``vhdf5 rechunk --dry-run``: each variable's plan, the file opened read-only."""
+    from ..backend.signature import open_h5file
+    from ..versions.rechunk import dimension_names, rechunk_plan
+
+    try:
+        with open_h5file(file, "r") as f:
+            for name in variables:
+                wanted = spec
+                if isinstance(spec, dict):
+                    dims = dimension_names(f, name.strip("/")) or ()
+                    wanted = {d: v for d, v in spec.items() if d in dims}
+                click.echo(f"{name}: {rechunk_plan(f, name, wanted, max_mem=max_mem)!r}")
     except (VHDF5Error, OSError) as err:
         raise click.ClickException(str(err)) from None
 

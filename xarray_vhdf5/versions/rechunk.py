@@ -42,7 +42,7 @@ from ..backend.chunks import chunk_grid_shape
 from ..errors import DatasetNotFoundError, IncompatibleDataError
 from ..resplit import ResplitCounters, ResplitPlan, iter_resplit, minimum_memory, parse_bytes, plan_resplit
 
-__all__ = ["DEFAULT_MAX_MEM", "RechunkReport", "dimension_names", "rechunk", "resplit_version"]
+__all__ = ["DEFAULT_MAX_MEM", "RechunkReport", "dimension_names", "rechunk", "rechunk_plan", "resplit_version"]
 
 #: Memory budget of a rechunk when none is given, bytes (raised to a plan's minimum if below it).
 DEFAULT_MAX_MEM = 256 * 2**20
@@ -320,6 +320,41 @@ def rechunk(
     report.versions = list(result.versions)
     report.stored_before, report.stored_after = result.chunks_before, result.chunks_after
     return report
+
+
+def rechunk_plan(f, name: str, chunks, *, max_mem: int | str | None = None) -> ResplitPlan:
+    """The plan :func:`rechunk` would make for the largest version of ``name``, nothing written.
+
+    The largest version reads all its chunks (chunks an earlier version already
+    produced are skipped in a real run, so a run reads at most this much per
+    version). For ``vhdf5 rechunk --dry-run``.
+
+    Parameters
+    ----------
+    f : VersionedHDF5File or h5py.File
+        The file (read-only is enough).
+    name, chunks, max_mem
+        As for :func:`rechunk`.
+
+    Raises
+    ------
+    DatasetNotFoundError, IncompatibleDataError, MemoryBudgetError
+        As :func:`rechunk` raises them.
+    """
+    from .delete import dataset_paths
+
+    h5file = f if isinstance(f, (h5py.File, h5py.Group)) else f.f  # a VersionedHDF5File's h5py file
+    key = str(name).strip("/")
+    if key not in dataset_paths(h5file):
+        shown = ", ".join(map(repr, dataset_paths(h5file))) or "none"
+        raise DatasetNotFoundError(f"no versioned dataset {name!r} in this file; datasets: {shown}")
+    raw = h5file["_version_data"][key]["raw_data"]
+    current = tuple(int(c) for c in raw.attrs["chunks"])
+    shape = _largest_shape(h5file, key) or tuple(raw.shape)
+    new = _chunks_argument(chunks, shape, dimension_names(h5file, key), current)
+    itemsize = max(raw.dtype.itemsize, 1)
+    budget = max_mem if max_mem is not None else max(DEFAULT_MAX_MEM, minimum_memory(current, new, itemsize))
+    return plan_resplit(shape, current, new, itemsize, budget)
 
 
 def _largest_shape(h5file, name: str) -> tuple[int, ...] | None:
