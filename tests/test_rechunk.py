@@ -236,3 +236,14 @@ def test_export_of_a_group_writes_that_group(tmp_path):
     parts = opened.vhdf5.split(tmp_path / "parts", {"time": 2})
     assert len(parts.files) == 3
     xr.testing.assert_identical(xr.open_mfdataset(parts.files, combine="by_coords").load(), opened.load())
+
+
+def test_export_of_an_empty_variable(tmp_path):
+    """A variable with a zero-length dimension has no chunk to resplit: it is created, empty."""
+    path = tmp_path / "e.h5"
+    xr.Dataset({"a": (("t", "x"), np.zeros((0, 4), "f4")), "b": ("x", np.arange(4.0))}).vhdf5.commit("v1", path=path)
+    opened = xr.open_dataset(path, engine="vhdf5")
+    opened.vhdf5.export(tmp_path / "e.nc")
+    xr.testing.assert_identical(xr.open_dataset(tmp_path / "e.nc").load(), opened.load())
+    opened.vhdf5.export(tmp_path / "e.zarr")
+    xr.testing.assert_identical(xr.open_zarr(tmp_path / "e.zarr", consolidated=False).load(), opened.load())

@@ -143,7 +143,7 @@ def _open_raw(path, version, group: str | None) -> xr.Dataset:
 def _stored(group: h5py.Group, name: str, var: xr.Variable) -> h5py.Dataset | None:
     """The version's dataset ``name`` if the resplit can stream it (numeric, ``ndim >= 1``, stored)."""
     ds = group.get(name)
-    if not isinstance(ds, h5py.Dataset) or var.ndim == 0 or var.dtype.kind not in "biufc":
+    if not isinstance(ds, h5py.Dataset) or var.ndim == 0 or var.size == 0 or var.dtype.kind not in "biufc":
         return None
     if ds.shape != var.shape or "raw_data" not in ds.attrs:
         return None
