@@ -49,7 +49,7 @@ import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (the engine and accessor)
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.testing import crash, loops, race, stress
+from xarray_vhdf5.testing import crash, loops, processes, race, stress
 
 pytestmark = pytest.mark.slow
 
@@ -147,7 +147,7 @@ def test_readers_resolving_back_to_back_do_not_starve_a_writer(tmp_path):
 
     path = str(tmp_path / "f.h5")
     _small_file(path)
-    ctx = stress.process_context()
+    ctx = processes.process_context()
     stop = ctx.Event()
     readers = [ctx.Process(target=loops.resolve_loop, args=(path, stop, 0.01)) for _ in range(3)]
     for r in readers:
@@ -176,7 +176,7 @@ def test_readers_never_refuse_a_plain_h5py_writer(tmp_path):
     """
     path = str(tmp_path / "f.h5")
     _small_file(path)
-    ctx = stress.process_context()
+    ctx = processes.process_context()
     stop = ctx.Event()
     readers = [ctx.Process(target=loops.open_loop, args=(path, stop)) for _ in range(4)]
     for r in readers:
@@ -201,7 +201,7 @@ def test_a_writer_committing_back_to_back_does_not_starve_a_reader(tmp_path, mon
     """Ten xr.open_dataset calls while another process commits in a loop: each opens within 2 s."""
     path = str(tmp_path / "f.h5")
     _small_file(path)
-    ctx = stress.process_context()
+    ctx = processes.process_context()
     stop = ctx.Event()
     writer = ctx.Process(target=loops.commit_loop, args=(path, stop))
     writer.start()
@@ -237,7 +237,7 @@ def test_stage_while_another_process_commits_never_fails(tmp_path):
     path = str(tmp_path / "f.h5")
     out = str(tmp_path / "stage.json")
     _small_file(path)
-    ctx = stress.process_context()
+    ctx = processes.process_context()
     stop = ctx.Event()
     writer = ctx.Process(target=loops.commit_loop, args=(path, stop, 0.01))
     writer.start()
@@ -270,7 +270,7 @@ def test_staged_commits_racing_another_writer_never_drop_its_commits(tmp_path):
     path = str(tmp_path / "f.h5")
     out = str(tmp_path / "staged.json")
     xr.Dataset({"x": ("i", np.zeros(1000))}).vhdf5.commit("base", path=path)
-    ctx = stress.process_context()
+    ctx = processes.process_context()
     stop = ctx.Event()
     # The other writer pauses 50 ms between commits, so that some staged commits find
     # their staged-from version still current and land (the rest are refused).

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from .kill_report import COUNT_COLUMNS, INFORMATIVE_COLUMNS, KillReport, classify, data_hash
-from .stress import Ledger, process_context
+from .processes import Ledger, process_context
 
 __all__ = [
     "COUNT_COLUMNS",

@@ -1,6 +1,6 @@
 """Processes that contend for one file: a busy reader, a resolver, a committer, a stager.
 
-Each loop runs in its own process (``multiprocessing``, :func:`~xarray_vhdf5.testing.stress.process_context`)
+Each loop runs in its own process (``multiprocessing``, :func:`~xarray_vhdf5.testing.processes.process_context`)
 beside another, so that the tests of :mod:`xarray_vhdf5.versions.locking` can
 show who waits for whom: readers opening or resolving versions back to back
 must not starve a writer, a writer committing back to back must not starve
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from .stress import _describe, _write_json
+from .processes import describe_error, write_json
 
 __all__ = ["commit_loop", "open_loop", "resolve_loop", "stage_loop", "staged_commit_loop"]
 
@@ -125,8 +125,8 @@ def stage_loop(path: str, seconds: float, result_path: str) -> None:
         except FileBusyError:
             pass
         except Exception as exc:  # noqa: BLE001 - what the caller looks for
-            failures.append(f"try {tries}: {_describe(exc, where=True)}")
-    _write_json(result_path, {"tries": tries, "failures": failures})
+            failures.append(f"try {tries}: {describe_error(exc, where=True)}")
+    write_json(result_path, {"tries": tries, "failures": failures})
 
 
 def staged_commit_loop(path: str, seconds: float, result_path: str) -> None:
@@ -170,5 +170,5 @@ def staged_commit_loop(path: str, seconds: float, result_path: str) -> None:
                     stale += 1
                 staged.close()
         except Exception as exc:  # noqa: BLE001 - reported
-            failures.append(f"{name}: {_describe(exc, where=True)}")
-    _write_json(result_path, {"landed": landed, "stale": stale, "failures": failures[:10]})
+            failures.append(f"{name}: {describe_error(exc, where=True)}")
+    write_json(result_path, {"landed": landed, "stale": stale, "failures": failures[:10]})

@@ -7,8 +7,8 @@ one of three routes (:data:`RACE_MODES`: a staged xarray commit, a journaled
 :func:`check_race` replays the ledgers against the file: every commit landed
 or was refused with one of the package's errors, no edit is lost, every
 version reads its edits. The writer-with-readers run is in
-:mod:`xarray_vhdf5.testing.stress`, whose helpers (ledger, lock timing,
-process context) this module uses.
+:mod:`xarray_vhdf5.testing.stress`; the helpers both use (ledger, lock timing,
+process context) are in :mod:`xarray_vhdf5.testing.processes`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .stress import Ledger, _describe, _write_json, instrument_locks, process_context
+from .processes import Ledger, describe_error, instrument_locks, process_context, write_json
 
 __all__ = [
     "OWN_ROWS",
@@ -165,11 +165,11 @@ def race_writer(
         except BlockingIOError as exc:  # h5py.File(path, "a"): libhdf5's lock, held by the other writer
             record["outcome"], record["message"] = "open refused", str(exc)[:200]
         except Exception as exc:  # noqa: BLE001
-            record["outcome"], record["message"] = "failed", _describe(exc) + "\n" + traceback.format_exc()[-3000:]
+            record["outcome"], record["message"] = "failed", describe_error(exc) + "\n" + traceback.format_exc()[-3000:]
         ledger.append(record)
     ledger.close()
     commits_ms = np.asarray(commit_s) * 1e3
-    _write_json(
+    write_json(
         result_path,
         {
             "writer": writer,

@@ -32,7 +32,9 @@ Racing writers (:func:`run_racing_writers`)
     :func:`check_race` then replays the landed edits along the file's version
     chain with numpy and compares every version.
 
-Lock waits are measured inside each process by :func:`instrument_locks`,
+The daily variable and its model are in :mod:`.daymodel`; process starts,
+ledgers and lock timing in :mod:`.processes`.
+Lock waits are measured inside each process by :func:`~.processes.instrument_locks`,
 which times how long each of the :class:`~xarray_vhdf5.versions.locking.FileLocks`
 context managers takes to enter.
 
@@ -44,36 +46,26 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import os
 import random
 import time
-import traceback
-from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+
+from .daymodel import GRID, DayModel, count_wrong, day_dataset
+from .processes import Ledger, LockWaits, describe_error, instrument_locks, process_context, write_json
 
 __all__ = [
     "DELETE_EVERY",
     "EDIT_EVERY",
-    "DayModel",
-    "Ledger",
-    "LockWaits",
     "StressReport",
-    "day_block",
     "h5py_reader_available",
-    "instrument_locks",
-    "process_context",
     "reader_process",
     "run_writer_and_readers",
     "writer_process",
 ]
 
-#: Grid of the daily variable (lat, lon) and its chunks along (time, lat, lon).
-GRID = (90, 180)
-CHUNKS = (8, 90, 180)
 #: The writer edits a box of an earlier day every this many commits.
 EDIT_EVERY = 7
 #: The writer deletes an old version every this many commits.
@@ -83,312 +75,6 @@ DELETE_LAG = 40
 #: Readers read at most this many days per read, and the whole variable every ``FULL_READ_EVERY`` reads.
 SLAB_DAYS = 16
 FULL_READ_EVERY = 25
-
-# ---------------------------------------------------------------------------------------
-# processes, ledgers, lock timing
-
-
-def process_context(
-    preload: tuple[str, ...] = (
-        "h5py",
-        "xarray",
-        "xarray_vhdf5",
-        "xarray_vhdf5.xr.accessor",
-        "xarray_vhdf5.xr._reading",
-    ),
-):
-    """A ``forkserver`` multiprocessing context whose server has imported ``preload``.
-
-    Children fork from a process that imported the libraries but opened no
-    file, so they start in tens of milliseconds and share no HDF5 state with
-    the caller. Falls back to ``spawn`` where ``forkserver`` is unavailable.
-
-    Parameters
-    ----------
-    preload : tuple of str
-        Modules the server imports (its children inherit them).
-
-    Returns
-    -------
-    multiprocessing.context.BaseContext
-    """
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(list(preload))
-    return ctx
-
-
-class Ledger:
-    """An append-only JSON-lines file: one record per line, readable while it is written.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The file (created on the first :meth:`append`).
-
-    Notes
-    -----
-    Each record is written with one ``write`` of a whole line on an
-    ``O_APPEND`` descriptor; :meth:`read` returns only whole lines, so a reader
-    never sees half a record, and a process killed while appending leaves at
-    most one partial last line, which is ignored.
-    """
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = os.fspath(path)
-        self._fd: int | None = None
-        self._offset = 0
-        self._buffer = b""
-        self._records: list[dict] = []
-
-    def append(self, record: dict, fsync: bool = True) -> None:
-        """Append ``record`` (JSON-serialisable) as one line; ``fsync`` it before returning."""
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(self._fd, (json.dumps(record) + "\n").encode())
-        if fsync:
-            os.fsync(self._fd)
-
-    def read(self) -> list[dict]:
-        """Every whole record written so far (read incrementally; the list is shared, do not modify)."""
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return self._records
-        self._offset += len(data)
-        data = self._buffer + data
-        *lines, self._buffer = data.split(b"\n")
-        self._records.extend(json.loads(line) for line in lines if line)
-        return self._records
-
-    def close(self) -> None:
-        """Close the descriptor used by :meth:`append`."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-@dataclass
-class LockWaits:
-    """Time each lock took to enter in this process, by lock (``writing``, ``moving``, ...).
-
-    Attributes
-    ----------
-    waits : dict of str to list of float
-        Seconds each acquisition waited.
-    holds : dict of str to list of float
-        Seconds each acquisition held the lock (from entering to leaving).
-    """
-
-    waits: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    holds: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-
-    def max_ms(self, *names: str) -> float:
-        """Longest wait among the locks ``names`` (all when none given), in ms; 0 without any."""
-        names = names or tuple(self.waits)
-        values = [w for n in names for w in self.waits.get(n, ())]
-        return 1e3 * max(values, default=0.0)
-
-    def summary(self) -> dict[str, dict[str, float]]:
-        """Per lock: ``count``; the waits' ``max_ms``, ``p99_ms``, ``median_ms``, ``over_100ms`` (a count);
-        the holdings' ``held_max_ms`` and ``held_median_ms``."""
-        out = {}
-        for name, values in self.waits.items():
-            arr = np.asarray(values)
-            held = np.asarray(self.holds.get(name, ()))
-            out[name] = {
-                "count": int(arr.size),
-                "max_ms": float(1e3 * arr.max()) if arr.size else 0.0,
-                "p99_ms": float(1e3 * np.quantile(arr, 0.99)) if arr.size else 0.0,
-                "median_ms": float(1e3 * np.median(arr)) if arr.size else 0.0,
-                "over_100ms": int((arr > 0.1).sum()),
-                "held_max_ms": float(1e3 * held.max()) if held.size else 0.0,
-                "held_median_ms": float(1e3 * np.median(held)) if held.size else 0.0,
-            }
-        return out
-
-
-class _TimedLock:
-    def __init__(self, manager, waits: list[float], holds: list[float]):
-        self._manager = manager
-        self._waits = waits
-        self._holds = holds
-        self._entered = 0.0
-
-    def __enter__(self):
-        start = time.perf_counter()
-        try:
-            value = self._manager.__enter__()
-        except BaseException:  # a timeout (FileBusyError): the wait counts too
-            self._waits.append(time.perf_counter() - start)
-            raise
-        self._entered = time.perf_counter()
-        self._waits.append(self._entered - start)
-        return value
-
-    def __exit__(self, *exc):
-        try:
-            return self._manager.__exit__(*exc)
-        finally:
-            self._holds.append(time.perf_counter() - self._entered)
-
-
-def instrument_locks() -> LockWaits:
-    """Time every lock acquisition of this process from now on (patches ``FileLocks``' methods).
-
-    Each of ``FileLocks.writing``, ``resolving``, ``moving`` and
-    ``reading_bytes`` is wrapped so that the time its context manager takes to
-    enter (the wait for other processes and threads, plus the system calls) is
-    recorded, also when it gives up (``FileBusyError``), and how long the lock
-    was held. Re-entrant acquisitions are recorded too (they take microseconds).
-    Meant for child processes of a stress run; calling it twice in one
-    process records each acquisition once per call.
-
-    Returns
-    -------
-    LockWaits
-        Filled in as locks are taken.
-    """
-    from ..versions.locking import FileLocks
-
-    timing = LockWaits()
-    for name in ("writing", "resolving", "moving", "reading_bytes"):
-        original = getattr(FileLocks, name)
-
-        def wrapper(self, *args, _original=original, _name=name, **kwargs):
-            return _TimedLock(_original(self, *args, **kwargs), timing.waits[_name], timing.holds[_name])
-
-        wrapper.__doc__ = original.__doc__
-        setattr(FileLocks, name, wrapper)
-    return timing
-
-
-def _describe(exc: BaseException, where: bool = False) -> str:
-    """``"Type: message"`` (the message cut at 300 characters); ``where``: and the package frames it passed."""
-    text = f"{type(exc).__name__}: {str(exc)[:300]}"
-    if where:
-        frames = [
-            f"{os.path.basename(f.filename)}:{f.name}"
-            for f in traceback.extract_tb(exc.__traceback__)
-            if "xarray_vhdf5" in f.filename and "testing" not in f.filename
-        ]
-        text += f" (in {' -> '.join(frames)})"
-    return text
-
-
-def _write_json(path: str, value: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(value, fh)
-    os.replace(tmp, path)
-
-
-# ---------------------------------------------------------------------------------------
-# the daily variable and its model
-
-
-def day_block(first: int, stop: int) -> np.ndarray:
-    """The values of days ``first`` to ``stop - 1`` as appended, before any edit: float32 ``(n, 90, 180)``.
-
-    Day ``d`` holds ``d + 0.25 * lat_index + 0.001 * lon_index`` (in float32),
-    so every day and point differs.
-    """
-    days = np.arange(first, stop, dtype=np.float32)[:, None, None]
-    lat = (np.arange(GRID[0], dtype=np.float32) * np.float32(0.25))[None, :, None]
-    lon = (np.arange(GRID[1], dtype=np.float32) * np.float32(0.001))[None, None, :]
-    return (days + lat + lon).astype(np.float32)
-
-
-def day_dataset(day: int):
-    """The one-day ``xarray.Dataset`` the writer appends (``time`` = ``day``, sst chunks :data:`CHUNKS`)."""
-    import xarray as xr
-
-    sst = xr.Variable(("time", "lat", "lon"), day_block(day, day + 1))
-    sst.encoding["chunks"] = CHUNKS
-    return xr.Dataset({"sst": sst}, coords={"time": np.array([float(day)])})
-
-
-class DayModel:
-    """What each version of the writer's file holds, from its :class:`Ledger`.
-
-    Ledger records of the writer (:func:`writer_process`):
-
-    - ``{"op": "commit", "version": name, "ntime": n, "edit": [t, i0, i1, j0, j1, value] or None}``
-      after a commit returned: the version holds days ``0 .. n-1``, with the
-      edits of every commit up to this one applied in order;
-    - ``{"op": "deleting", "versions": [...]}`` before a deletion and
-      ``{"op": "deleted", "versions": [...]}`` after it returned.
-
-    Parameters
-    ----------
-    ledger : Ledger
-        The writer's ledger (read again by :meth:`refresh`).
-    """
-
-    def __init__(self, ledger: Ledger):
-        self.ledger = ledger
-        self.order: dict[str, int] = {}  # version -> index in self.commits
-        self.commits: list[dict] = []
-        self.edits: list[tuple[int, list]] = []  # (commit index, edit)
-        self.deleting: set[str] = set()
-        self.deleted: set[str] = set()
-        self._seen = 0
-
-    def refresh(self) -> DayModel:
-        """Read the records appended since the last call."""
-        records = self.ledger.read()
-        for record in records[self._seen :]:
-            if record["op"] == "commit":
-                self.order[record["version"]] = len(self.commits)
-                self.commits.append(record)
-                if record["edit"] is not None:
-                    self.edits.append((len(self.commits) - 1, record["edit"]))
-            elif record["op"] == "deleting":
-                self.deleting.update(record["versions"])
-            elif record["op"] == "deleted":
-                self.deleted.update(record["versions"])
-        self._seen = len(records)
-        return self
-
-    def live(self) -> list[str]:
-        """Committed versions not deleted nor being deleted, oldest first."""
-        gone = self.deleting | self.deleted
-        return [c["version"] for c in self.commits if c["version"] not in gone]
-
-    def ntime(self, version: str) -> int:
-        """Days held by ``version``."""
-        return self.commits[self.order[version]]["ntime"]
-
-    def expected(self, version: str, first: int = 0, stop: int | None = None) -> np.ndarray:
-        """``sst[first:stop]`` of ``version`` as the writer committed it.
-
-        Raises
-        ------
-        KeyError
-            ``version`` is not in the ledger.
-        """
-        index = self.order[version]
-        n = self.commits[index]["ntime"]
-        stop = n if stop is None else min(stop, n)
-        out = day_block(first, stop)
-        for commit_index, (t, i0, i1, j0, j1, value) in self.edits:
-            if commit_index > index:
-                break
-            if first <= t < stop:
-                out[t - first, i0:i1, j0:j1] = np.float32(value)
-        return out
-
-
-def count_wrong(got: np.ndarray, expected: np.ndarray) -> int:
-    """Points of ``got`` not bit-for-bit equal to ``expected`` (all of them if the shapes differ)."""
-    got = np.asarray(got)
-    if got.shape != expected.shape or got.dtype != expected.dtype:
-        return int(max(got.size, expected.size, 1))
-    return int(np.count_nonzero(got.view(np.uint32) != expected.view(np.uint32)))
-
 
 # ---------------------------------------------------------------------------------------
 # the writer
@@ -470,13 +156,13 @@ def writer_process(
             commit_s.append(time.perf_counter() - start)
             staged = grown
         except Exception as exc:  # noqa: BLE001 - counted and reported
-            failures.append(f"commit {name}: {_describe(exc)}")
+            failures.append(f"commit {name}: {describe_error(exc)}")
             with contextlib.suppress(Exception):
                 staged.close()
             try:
                 staged = stage()
             except Exception as exc2:  # noqa: BLE001
-                failures.append(f"stage after failed commit: {_describe(exc2)}")
+                failures.append(f"stage after failed commit: {describe_error(exc2)}")
                 time.sleep(0.05)
             day = staged.sizes["time"]
             continue
@@ -495,15 +181,15 @@ def writer_process(
                 deletes += 1
                 ledger.append({"op": "deleted", "versions": [victim]}, fsync=False)
             except Exception as exc:  # noqa: BLE001
-                failures.append(f"delete {victim}: {_describe(exc)}")
+                failures.append(f"delete {victim}: {describe_error(exc)}")
             try:
                 staged = stage()
             except Exception as exc:  # noqa: BLE001
-                failures.append(f"stage after delete: {_describe(exc)}")
+                failures.append(f"stage after delete: {describe_error(exc)}")
     staged.close()
     ledger.close()
     commits = np.asarray(commit_s) * 1e3
-    _write_json(
+    write_json(
         result_path,
         {
             "role": "writer",
@@ -640,7 +326,7 @@ def _classify(exc: BaseException, version: str, model: DayModel, stats: _ReaderS
                 stats.deleted_errors += 1
                 return
             time.sleep(0.01)
-    stats.errors.append(f"{version}: {_describe(exc)}")
+    stats.errors.append(f"{version}: {describe_error(exc)}")
 
 
 def reader_process(
@@ -692,7 +378,7 @@ def reader_process(
             check_read(model, version, first, stop_day, sst, times, stats)
         if pause:
             time.sleep(pause)
-    _write_json(result_path, stats.result(timing))
+    write_json(result_path, stats.result(timing))
 
 
 def _dask_reader(path: str, ledger_path: str, stop_at: float, seed: int, pause: float = 0.0) -> dict:
