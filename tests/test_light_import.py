@@ -20,7 +20,14 @@ import xarray_vhdf5
 import xarray_vhdf5.xr
 
 #: The modules of the package that listing xarray's engines may import.
-LIGHT = {"xarray_vhdf5", "xarray_vhdf5._accessors", "xarray_vhdf5.errors", "xarray_vhdf5.xr", "xarray_vhdf5.xr.engine"}
+LIGHT = {
+    "xarray_vhdf5",
+    "xarray_vhdf5._accessors",
+    "xarray_vhdf5._lazy",
+    "xarray_vhdf5.errors",
+    "xarray_vhdf5.xr",
+    "xarray_vhdf5.xr.engine",
+}
 
 
 def _run(code: str, cwd) -> dict:

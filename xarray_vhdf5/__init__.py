@@ -20,10 +20,10 @@ which load on first use (:mod:`xarray_vhdf5._accessors`).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import _accessors, errors
+from ._lazy import lazy_attribute
 from .errors import (
     AxisOutOfBoundsError,
     ClosedFileError,
@@ -194,16 +194,7 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        # a subpackage (xarray_vhdf5.versions, .xr, .store ...) not imported yet
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    return lazy_attribute(__name__, _HOMES, name)
 
 
 def __dir__() -> list[str]:

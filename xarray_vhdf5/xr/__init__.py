@@ -7,8 +7,9 @@ its engines, loads only the entry point.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from .._lazy import lazy_attribute
 
 if TYPE_CHECKING:
     from . import accessor
@@ -76,16 +77,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        # a submodule (xarray_vhdf5.xr.diff, .accessor ...) not imported yet
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    return lazy_attribute(__name__, _HOMES, name)
 
 
 def __dir__() -> list[str]:
