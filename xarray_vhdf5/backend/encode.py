@@ -49,7 +49,7 @@ def encoder_pool() -> ThreadPoolExecutor:
 
 
 class ChunkEncoder:
-    """raw_data's filter pipeline, applied to whole (padded) chunks; see the module docs.
+    """raw_data's filter pipeline, applied to whole chunks; see the module docs.
 
     Made by :meth:`of`, which returns None when the pipeline cannot be applied here.
 
@@ -57,15 +57,19 @@ class ChunkEncoder:
     ----------
     filters : tuple of (int, tuple)
         ``(filter id, cd_values)`` in pipeline (encoding) order.
-    chunk_nbytes : int
-        Bytes of one whole chunk before filtering.
+    dtype : numpy.dtype
+        The dataset's dtype.
+    chunks : tuple of int
+        Its chunk shape, points.
+    fillvalue : numpy.ndarray, 0-d
+        What pads an edge chunk (the dataset's fill value, as libhdf5 pads it).
     """
 
-    def __init__(self, filters: tuple[tuple[int, tuple], ...], dtype: np.dtype, chunks: tuple[int, ...]):
+    def __init__(self, filters: tuple[tuple[int, tuple], ...], dtype: np.dtype, chunks: tuple[int, ...], fillvalue):
         self.filters = filters
         self.dtype = np.dtype(dtype)
         self.chunks = tuple(chunks)
-        self.chunk_nbytes = int(np.prod(chunks)) * self.dtype.itemsize
+        self.fillvalue = np.asarray(0 if fillvalue is None else fillvalue, dtype=self.dtype)
 
     @classmethod
     def of(cls, raw_data: h5py.Dataset) -> ChunkEncoder | None:
@@ -82,21 +86,41 @@ class ChunkEncoder:
             filters.append((int(fid), tuple(int(c) for c in cd)))
         if not filters:
             return None
-        return cls(tuple(filters), dtype, tuple(raw_data.chunks))
+        return cls(tuple(filters), dtype, tuple(raw_data.chunks), raw_data.fillvalue)
 
     def encode(self, chunk: np.ndarray) -> bytes:
-        """The stored bytes of one whole chunk (shape :attr:`chunks`, raw_data's dtype), every filter applied.
+        """The stored bytes of one chunk, every filter applied.
+
+        Parameters
+        ----------
+        chunk : numpy.ndarray
+            The chunk's points, raw_data's dtype, shape :attr:`chunks` or, for an
+            edge chunk, trimmed (each side at most the chunk's): it is then padded
+            with :attr:`fillvalue`, as libhdf5 fills a chunk it allocates.
+
+        Returns
+        -------
+        bytes
+            What ``write_direct_chunk`` stores with filter mask 0.
 
         Raises
         ------
         ValueError
-            ``chunk`` is not a whole chunk of raw_data's dtype.
+            ``chunk`` has another dtype, another number of axes, or a side larger than the chunk's.
         """
-        if chunk.shape != self.chunks or chunk.dtype != self.dtype:
+        if (
+            chunk.dtype != self.dtype
+            or chunk.ndim != len(self.chunks)
+            or any(n > c for n, c in zip(chunk.shape, self.chunks, strict=True))
+        ):
             raise ValueError(
-                f"a whole chunk of shape {self.chunks} and dtype {self.dtype} was expected, "
+                f"a chunk of at most {self.chunks} points of {self.dtype} was expected, "
                 f"got shape {chunk.shape} and dtype {chunk.dtype}"
             )
+        if chunk.shape != self.chunks:
+            whole = np.full(self.chunks, self.fillvalue, dtype=self.dtype)
+            whole[tuple(slice(0, n) for n in chunk.shape)] = chunk
+            chunk = whole
         data: Any = np.ascontiguousarray(chunk).view(np.uint8).reshape(-1)
         for fid, cd in self.filters:
             if fid == _SHUFFLE:

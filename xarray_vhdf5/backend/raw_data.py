@@ -264,7 +264,7 @@ class ChunkWriter:
         if dataset_shape(dsid)[0] < self._next_row:
             dsid.set_extent((self._next_row, *self.chunks[1:]))  # h5py's resize() without its checks
         if self.encoder is not None and all(c.dtype == self.raw_data.dtype for _, c in self._queue):
-            _write_encoded(self.raw_data, self._queue, self.chunks, self.fillvalue, self.encoder)
+            _write_encoded(self.raw_data, self._queue, self.encoder)
         else:
             _write_slab(self.raw_data, first, self._queue, self.chunks, self.fillvalue)
         self._queue = []
@@ -296,30 +296,11 @@ def _write_slab(
     _write_rows(raw_data, first, slab)
 
 
-def _write_encoded(
-    raw_data: h5py.Dataset,
-    queue: Sequence[tuple[int, np.ndarray]],
-    chunks: tuple[int, ...],
-    fillvalue: Any,
-    encoder: ChunkEncoder,
-) -> None:
-    """Encode queued chunks in the encoding threads, then store each with ``write_direct_chunk``.
-
-    An edge chunk is padded with the fill value first, as libhdf5 fills a chunk
-    it allocates before writing part of it.
-    """
-    dtype = raw_data.dtype
-
-    def encode(chunk: np.ndarray) -> bytes:
-        if chunk.shape != chunks:
-            whole = np.zeros(chunks, dtype=dtype) if fillvalue is None else np.full(chunks, fillvalue, dtype=dtype)
-            whole[tuple(slice(0, s) for s in chunk.shape)] = chunk
-            chunk = whole
-        return encoder.encode(chunk)
-
-    rest = (0,) * (len(chunks) - 1)
+def _write_encoded(raw_data: h5py.Dataset, queue: Sequence[tuple[int, np.ndarray]], encoder: ChunkEncoder) -> None:
+    """Encode queued chunks in the encoding threads, then store each with ``write_direct_chunk``."""
+    rest = (0,) * (raw_data.ndim - 1)
     dsid = raw_data.id
-    for (start, _), data in zip(queue, encoder_pool().map(encode, [c for _, c in queue]), strict=True):
+    for (start, _), data in zip(queue, encoder_pool().map(encoder.encode, [c for _, c in queue]), strict=True):
         dsid.write_direct_chunk((start, *rest), data, 0)
 
 

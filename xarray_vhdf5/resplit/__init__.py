@@ -14,15 +14,17 @@ and under ``versions``, ``xr`` and ``cli``, which use it for ``rechunk``,
 
 from ._execute import OutputWrite, ResplitCounters, iter_resplit, resplit_into
 from ._grid import AxisGrid, parse_bytes
-from ._plan import ResplitPlan, minimum_memory, naive_seeks, plan_resplit
+from ._plan import DEFAULT_MAX_MEM, ResplitPlan, default_budget, minimum_memory, naive_seeks, plan_resplit
 from ._sources import array_chunk_reader, version_chunk_reader
 
 __all__ = [
+    "DEFAULT_MAX_MEM",
     "AxisGrid",
     "OutputWrite",
     "ResplitCounters",
     "ResplitPlan",
     "array_chunk_reader",
+    "default_budget",
     "iter_resplit",
     "minimum_memory",
     "naive_seeks",

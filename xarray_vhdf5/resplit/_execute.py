@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import mmap
 import os
 import tempfile
 import time
@@ -114,12 +115,16 @@ class OutputWrite(NamedTuple):
     last: bool
 
 
+#: A spill slot's size is a multiple of this, so that each slot can be mapped on its own.
+_GRANULE = mmap.ALLOCATIONGRANULARITY
+
+
 class _Spill:
     """Spilled output chunks, each in a slot of a scratch file laid out as the chunk (C order)."""
 
     def __init__(self, chunk_shape: tuple[int, ...], dtype: np.dtype, directory: str | None):
         self.dtype = dtype
-        self.slot_bytes = -(-math.prod(chunk_shape) * dtype.itemsize // mmap_granularity()) * mmap_granularity()
+        self.slot_bytes = -(-math.prod(chunk_shape) * dtype.itemsize // _GRANULE) * _GRANULE
         self.file = tempfile.TemporaryFile(prefix="vhdf5-resplit-", dir=directory)
         self.slots: dict[tuple[int, ...], int] = {}
         self.free: list[int] = []
@@ -148,12 +153,6 @@ class _Spill:
 
     def close(self) -> None:
         self.file.close()
-
-
-def mmap_granularity() -> int:
-    import mmap
-
-    return mmap.ALLOCATIONGRANULARITY
 
 
 def _slices(grids, index) -> tuple[slice, ...]:
@@ -433,23 +432,13 @@ def _encode_into(events: Iterator[OutputWrite], direct: tuple[h5py.Dataset, Chun
     """Whole output chunks encoded in threads and stored with ``write_direct_chunk``, in order; pieces assigned.
 
     libhdf5 compresses one chunk at a time; here the chunks' filters run in
-    ``workers`` threads (see :mod:`xarray_vhdf5.backend.encode`) and libhdf5 only
-    stores the bytes. Edge chunks are padded with the dataset's fill value.
+    ``workers`` threads (see :mod:`xarray_vhdf5.backend.encode`, which pads edge
+    chunks with the fill value) and libhdf5 only stores the bytes.
     """
     from collections import deque
     from concurrent.futures import Future, ThreadPoolExecutor
 
     ds, encoder = direct
-    chunks = encoder.chunks
-    fill = ds.fillvalue
-
-    def encode(data: np.ndarray) -> bytes:
-        if data.shape != chunks:
-            whole = np.full(chunks, fill, dtype=ds.dtype)
-            whole[tuple(slice(0, n) for n in data.shape)] = data
-            data = whole
-        return encoder.encode(data)
-
     queue: deque[tuple[tuple[int, ...], Future]] = deque()
     dsid = ds.id
 
@@ -465,7 +454,7 @@ def _encode_into(events: Iterator[OutputWrite], direct: tuple[h5py.Dataset, Chun
             while len(queue) >= 2 * workers:
                 store_first()
             offset = tuple(r.start for r in w.region)
-            queue.append((offset, pool.submit(encode, np.array(w.data))))
+            queue.append((offset, pool.submit(encoder.encode, np.array(w.data))))
         while queue:
             store_first()
 

@@ -58,7 +58,10 @@ import numpy as np
 from ..errors import MemoryBudgetError
 from ._grid import AxisGrid, parse_bytes
 
-__all__ = ["ResplitPlan", "minimum_memory", "naive_seeks", "plan_resplit"]
+__all__ = ["DEFAULT_MAX_MEM", "ResplitPlan", "default_budget", "minimum_memory", "naive_seeks", "plan_resplit"]
+
+#: The budget of a resplit when the caller gives none, bytes (raised to the minimum: :func:`default_budget`).
+DEFAULT_MAX_MEM = 256 * 2**20
 
 
 def minimum_memory(in_chunks, out_chunks, itemsize: int) -> int:
@@ -72,6 +75,11 @@ def minimum_memory(in_chunks, out_chunks, itemsize: int) -> int:
         Bytes per point.
     """
     return (2 * math.prod(int(c) for c in in_chunks) + math.prod(int(c) for c in out_chunks)) * int(itemsize)
+
+
+def default_budget(in_chunks, out_chunks, itemsize: int) -> int:
+    """:data:`DEFAULT_MAX_MEM`, or the resplit's :func:`minimum_memory` when that is larger (bytes)."""
+    return max(DEFAULT_MAX_MEM, minimum_memory(in_chunks, out_chunks, itemsize))
 
 
 def _along(vector: np.ndarray, axis: int, ndim: int) -> np.ndarray:

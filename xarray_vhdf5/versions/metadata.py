@@ -199,7 +199,7 @@ def modify_metadata(
         New fill value; points equal to the old one become it (versioned-hdf5 2.6).
     max_mem : int or str, optional
         When the chunks change: bytes the resplit of one version may hold at once
-        (``"512MB"``; default :data:`~xarray_vhdf5.versions.rechunk.DEFAULT_MAX_MEM`,
+        (``"512MB"``; default :data:`~xarray_vhdf5.resplit.DEFAULT_MAX_MEM`,
         raised to the plan's minimum). Each stored chunk of a version is read once
         (see :mod:`~xarray_vhdf5.versions.rechunk`).
     progress : bool

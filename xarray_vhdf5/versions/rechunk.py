@@ -40,12 +40,16 @@ import numpy as np
 
 from ..backend.chunks import chunk_grid_shape
 from ..errors import DatasetNotFoundError, IncompatibleDataError
-from ..resplit import ResplitCounters, ResplitPlan, iter_resplit, minimum_memory, parse_bytes, plan_resplit
+from ..resplit import (
+    ResplitCounters,
+    ResplitPlan,
+    default_budget,
+    iter_resplit,
+    parse_bytes,
+    plan_resplit,
+)
 
-__all__ = ["DEFAULT_MAX_MEM", "RechunkReport", "dimension_names", "rechunk", "rechunk_plan", "resplit_version"]
-
-#: Memory budget of a rechunk when none is given, bytes (raised to a plan's minimum if below it).
-DEFAULT_MAX_MEM = 256 * 2**20
+__all__ = ["RechunkReport", "dimension_names", "rechunk", "rechunk_plan", "resplit_version"]
 
 
 @dataclass
@@ -170,7 +174,7 @@ def resplit_version(
     add : callable
         ``add(index, chunk)`` stores a new chunk (a ``ChunkWriter.add``), returning its rows or None.
     max_mem : int, str or None
-        The budget of the plan (default :data:`DEFAULT_MAX_MEM`, at least the plan's minimum).
+        The budget of the plan (default :data:`~xarray_vhdf5.resplit.DEFAULT_MAX_MEM`, at least the plan's minimum).
     counters : ResplitCounters
         Summed into.
     plans : list
@@ -198,7 +202,7 @@ def resplit_version(
         return out
     itemsize = max(dtype.itemsize, 1)
     if max_mem is None:
-        max_mem = max(DEFAULT_MAX_MEM, minimum_memory(src_chunks, chunks, itemsize))
+        max_mem = default_budget(src_chunks, chunks, itemsize)
     plan = plan_resplit(shape, src_chunks, chunks, itemsize, max_mem, needed=needed.reshape(grid))
     plans.append(plan)
     read_chunk = raw_rows_reader(src, shape, src_chunks, row_of, dtype, fill_cast)
@@ -276,7 +280,7 @@ def rechunk(
         with netCDF dimensions (axes not named keep their size).
     max_mem : int or str, optional
         Bytes the resplit may hold at once (``"512MB"``); default
-        :data:`DEFAULT_MAX_MEM`. The chunk writer's queue (1 MiB) and HDF5's
+        :data:`~xarray_vhdf5.resplit.DEFAULT_MAX_MEM`. The chunk writer's queue (1 MiB) and HDF5's
         caches come on top.
     progress : bool
         Progress bars (tqdm) over each version's buffers.
@@ -353,7 +357,7 @@ def rechunk_plan(f, name: str, chunks, *, max_mem: int | str | None = None) -> R
     shape = _largest_shape(h5file, key) or tuple(raw.shape)
     new = _chunks_argument(chunks, shape, dimension_names(h5file, key), current)
     itemsize = max(raw.dtype.itemsize, 1)
-    budget = max_mem if max_mem is not None else max(DEFAULT_MAX_MEM, minimum_memory(current, new, itemsize))
+    budget = max_mem if max_mem is not None else default_budget(current, new, itemsize)
     return plan_resplit(shape, current, new, itemsize, budget)
 
 

@@ -37,20 +37,19 @@ import xarray as xr
 
 from ..errors import IncompatibleDataError
 from ..resplit import (
+    DEFAULT_MAX_MEM,
     ResplitCounters,
     ResplitPlan,
+    default_budget,
     iter_resplit,
-    minimum_memory,
     parse_bytes,
     plan_resplit,
     resplit_into,
 )
 from ..resplit import version_chunk_reader as _version_chunk_reader
 
-__all__ = ["DEFAULT_MAX_MEM", "ExportReport", "export_netcdf", "export_zarr", "merge_files", "split_version"]
+__all__ = ["ExportReport", "export_netcdf", "export_zarr", "merge_files", "split_version"]
 
-#: Budget of an export when none is given, bytes (raised to a plan's minimum if below it).
-DEFAULT_MAX_MEM = 256 * 2**20
 #: Output files a split keeps open at once.
 _OPEN_FILES = 16
 
@@ -133,7 +132,7 @@ def _check_dims(chunks, dataset: xr.Dataset) -> None:
 def _budget(max_mem, in_chunks, out_chunks, itemsize: int) -> int:
     if max_mem is not None:
         return parse_bytes(max_mem)
-    return max(DEFAULT_MAX_MEM, minimum_memory(in_chunks, out_chunks, itemsize))
+    return default_budget(in_chunks, out_chunks, itemsize)
 
 
 def _open_raw(path, version, group: str | None) -> xr.Dataset:
