@@ -247,3 +247,23 @@ def test_export_of_an_empty_variable(tmp_path):
     xr.testing.assert_identical(xr.open_dataset(tmp_path / "e.nc").load(), opened.load())
     opened.vhdf5.export(tmp_path / "e.zarr")
     xr.testing.assert_identical(xr.open_zarr(tmp_path / "e.zarr", consolidated=False).load(), opened.load())
+
+
+@pytest.mark.parametrize("filters", [{"compression": "lzf"}, {"scaleoffset": 0}])
+def test_version_chunk_reader_reads_what_libhdf5_reads(tmp_path, filters):
+    """Chunks the manifest decodes (lzf) and chunks it leaves to h5py (scale-offset) read the same."""
+    from xarray_vhdf5.resplit import plan_resplit, resplit_into, version_chunk_reader
+
+    path = tmp_path / "f.h5"
+    data = np.arange(30 * 14, dtype="i4").reshape(30, 14) % 97
+    with h5py.File(path, "w") as f:
+        with xarray_vhdf5.VersionedHDF5File(f).stage_version("v1") as g:
+            g.create_dataset("x", data=data, chunks=(4, 5), **filters)
+    with h5py.File(path, "r") as f:
+        read_chunk, chunks = version_chunk_reader(f["_version_data/versions/v1/x"])
+        assert chunks == (4, 5)
+        out = np.zeros_like(data)
+        plan = plan_resplit(data.shape, chunks, (30, 3), 4, "1MB")
+        counters = resplit_into(plan, read_chunk, out)
+    np.testing.assert_array_equal(out, data)
+    assert counters.input_reads == 8 * 3

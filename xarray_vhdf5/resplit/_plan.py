@@ -331,10 +331,6 @@ class ResplitPlan:
     candidates: list = field(default_factory=list)
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
     def buffer_shape(self) -> tuple[int, ...]:
         """The largest buffer, points along each axis."""
         return tuple(int(g.sizes.max()) for g in self.buffer_grids)
