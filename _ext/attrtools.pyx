@@ -12,7 +12,7 @@ functions make the same calls
 ``H5`` cimported from ``_hdf5api`` (the one place libhdf5's symbols are resolved).
 
 They are dumb: the datatypes come from the caller, who also decides which
-values come here (``xarray_vhdf5.backend.h5attrs``, which keeps the h5py path
+values come here (``xarray_vhdf5._backend.h5attrs``, which keeps the h5py path
 as the reference; ``tests/test_h5attrs.py`` checks both write the same
 attributes and read the same values). Return codes: 0 done, 1 no such
 attribute, 2 an attribute this module does not read (another class or shape:

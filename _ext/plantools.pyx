@@ -1,7 +1,7 @@
 """Compiled kernels building the slice pairs of the staging plans (private).
 
 These are steps 2-7 of the general plans algorithm of versioned-hdf5's ``staged_changes.rst``
-for the hot paths of :mod:`xarray_vhdf5.staging`:
+for the hot paths of :mod:`xarray_vhdf5._staging`:
 
 - :func:`slice_rows`: one axis, a slice with a positive step -> the selected
   chunks and, per chunk, its 1-d slice pair ("row"): first point in the
@@ -18,7 +18,7 @@ for the hot paths of :mod:`xarray_vhdf5.staging`:
 
 The kernels are deliberately dumb: no policy, no masks, no knowledge of
 slabs beyond their indices.  The Python wrappers and pure-Python reference
-implementations live in :mod:`xarray_vhdf5.staging.kernels`; the two are
+implementations live in :mod:`xarray_vhdf5._staging.kernels`; the two are
 checked against each other by ``tests/test_plantools.py``.  Only the checks
 that protect the kernels' own memory accesses (ranks, lengths, indices into
 the arrays they read) are done here; they are O(input), never O(output).

@@ -9,7 +9,7 @@
   without building index arrays.
 
 Python wrappers and the pure-Python references live in
-:mod:`xarray_vhdf5.staging.kernels` and :mod:`xarray_vhdf5.staging.read_basic`;
+:mod:`xarray_vhdf5._staging.kernels` and :mod:`xarray_vhdf5._staging.read_basic`;
 ``tests/test_plantools.py`` and ``tests/test_staging_fastpath.py`` check them
 against each other. Units: points for starts, counts and steps; bytes only
 for the strides of the copy loop.
@@ -45,7 +45,7 @@ cdef extern from "Python.h":
 
 __all__ = ["parse_basic", "read_basic"]
 
-# ``parse_basic`` kinds (equal to ``xarray_vhdf5.staging.reference_kernels.KIND_*``).
+# ``parse_basic`` kinds (equal to ``xarray_vhdf5._staging.reference_kernels.KIND_*``).
 cdef enum:
     KIND_SLICE = 0
     KIND_REVERSE = 1

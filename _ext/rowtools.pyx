@@ -12,7 +12,7 @@ Transfer": the selection is the whole cost a small transfer adds to the copy).
 The functions are dumb: the rows are ``[start, start + shape[0])`` along
 axis 0 and all points from the origin to ``shape[a]`` on the other axes; the
 memory type and the C-contiguous buffer come from the caller
-(``xarray_vhdf5.backend.rows``, which checks them and keeps h5py's low-level
+(``xarray_vhdf5._backend.rows``, which checks them and keeps h5py's low-level
 calls as the reference path). They only check the selection against the
 dataset's extent, on the dataspace they open anyway, and return a code when
 it does not fit. The calls run under

@@ -2,7 +2,7 @@
 
 The kernels are deliberately dumb: they trust their inputs.  Every bound is
 checked, and negative values are rejected, by the Python wrappers in
-:mod:`xarray_vhdf5.backend.transfer` and :mod:`xarray_vhdf5.backend.chunkmap`,
+:mod:`xarray_vhdf5._backend.transfer` and :mod:`xarray_vhdf5._backend.chunkmap`,
 which also hold the pure-Python reference implementations.  Only O(1) sanity
 checks that protect the kernels' own memory accesses (array shapes, ranks,
 item sizes) are done here.
@@ -190,7 +190,7 @@ def read_many_slices(
     const uint64_t[:, ::1] dst_stride not None,
     hid_t mem_type_id=-1,
 ):
-    """Private kernel; see ``xarray_vhdf5.backend.transfer.read_many_slices``.
+    """Private kernel; see ``xarray_vhdf5._backend.transfer.read_many_slices``.
 
     No bounds checks: the caller guarantees every selection is in range.
     ``src`` is an ``h5py.Dataset`` (then ``dst`` must be C-contiguous and
@@ -550,7 +550,7 @@ cdef str _map_failure_message(MapState *st, Failure *fail, int ndim, str expecte
 
 
 def build_slab_indices_and_offsets(dset, shape, chunks, str raw_data_name not None):
-    """Private kernel; see ``xarray_vhdf5.backend.chunkmap``.
+    """Private kernel; see ``xarray_vhdf5._backend.chunkmap``.
 
     ``dset`` is an open virtual ``h5py.Dataset``; ``shape`` and ``chunks``
     tuples of ints of the same length (chunks > 0), ``raw_data_name`` the

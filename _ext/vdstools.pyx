@@ -8,7 +8,7 @@ under h5py's ``phil`` lock, through the symbol table ``H5`` resolved once by
 ``_hdf5api`` (cimported from it). Every return code is
 checked; a failure raises :class:`xarray_vhdf5.errors.HDF5Error` naming the
 call and the mapping. The Python wrapper
-(:func:`xarray_vhdf5.backend.virtual.create_virtual_dataset_id`) holds the
+(:func:`xarray_vhdf5._backend.virtual.create_virtual_dataset_id`) holds the
 pure-Python reference path (h5py's low-level calls,
 ``backend.virtual.set_virtual_mappings``); ``tests/test_virtual_kernel.py``
 keeps both equal.
@@ -136,7 +136,7 @@ def create_virtual_dataset(
     const uint64_t[:, ::1] src_start not None,
     const uint64_t[:, ::1] count not None,
 ):
-    """Private kernel; see ``xarray_vhdf5.backend.virtual.create_virtual_dataset_id``.
+    """Private kernel; see ``xarray_vhdf5._backend.virtual.create_virtual_dataset_id``.
 
     Copies the virtual-layout creation property list ``dcpl_template``, adds one
     mapping per row (``shape[dst_start : dst_start + count]`` <- ``"."`` /

@@ -85,7 +85,7 @@ def test_one_point_commit_bounds(benchmark, note, tmp_path):
 
 def test_virtual_dataset_cost(benchmark, note, tmp_path):
     """Median time to create a virtual dataset of N chunk mappings into one raw_data."""
-    from xarray_vhdf5.backend.virtual import create_virtual_dataset_id
+    from xarray_vhdf5._backend.virtual import create_virtual_dataset_id
 
     chunks = (100, 100)
     created: dict[int, list[float]] = {n: [] for n in MAPPINGS}

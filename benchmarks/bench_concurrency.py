@@ -3,7 +3,7 @@
 Run: ``pytest benchmarks/bench_concurrency.py --benchmark-only -s`` (about 3 minutes;
 ``BENCH_CONCURRENCY_SECONDS=10 BENCH_RACE_COMMITS=20`` for a quick look)
 
-Two workloads of :mod:`xarray_vhdf5.testing.stress`, one round each (the
+Two workloads of :mod:`xarray_vhdf5.testing._stress`, one round each (the
 measurement is what happens during the round, not its length):
 
 - ``writer with readers``: one writer process appends a day of a
@@ -35,7 +35,8 @@ import os
 import pandas as pd
 import pytest
 
-from xarray_vhdf5.testing import race, stress
+from xarray_vhdf5.testing import _race as race
+from xarray_vhdf5.testing import _stress as stress
 
 SECONDS = float(os.environ.get("BENCH_CONCURRENCY_SECONDS", "60"))
 COMMITS = int(os.environ.get("BENCH_RACE_COMMITS", "100"))

@@ -523,7 +523,7 @@ def time_logs(path: str) -> dict:
     frame = version_log_frame(path)
     frame_s = time.perf_counter() - start
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import xarray_vhdf5.cli.main"], check=True)
+    subprocess.run([sys.executable, "-c", "import xarray_vhdf5.cli._main"], check=True)
     import_s = time.perf_counter() - start
     return {
         "vhdf5 log (s)": cli_s,

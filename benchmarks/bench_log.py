@@ -4,8 +4,8 @@ A file of ``N`` daily versions (``xarray_vhdf5.VersionedHDF5File``: each stages 
 version, grows a (t, 130) float32 of (1, 130) chunks by one row and writes it) is
 built once (not timed). Then, on a fresh ``h5py.File`` each round:
 
-- ``version_log (records)``: :func:`xarray_vhdf5.versions.history.version_log`,
-  which reads the per-commit records (:mod:`xarray_vhdf5.versions.logrecord`);
+- ``version_log (records)``: :func:`xarray_vhdf5._versions.history.version_log`,
+  which reads the per-commit records (:mod:`xarray_vhdf5._versions.logrecord`);
 - ``version_log (decoded)``: the same with ``records=False``, decoding every
   version's virtual-dataset mappings (the computation before the records,
   O(versions x chunks)): the baseline;
@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.versions.history import version_log
-from xarray_vhdf5.xr.accessor import version_log_frame
+from xarray_vhdf5._versions.history import version_log
+from xarray_vhdf5.xr._accessor import version_log_frame
 
 N = 1000
 

@@ -15,7 +15,7 @@ series of one year; ``--time-chunk`` changes 365) within ``--max-mem`` (512 MB):
 - ``ours -> zarr``: ``plan_resplit`` + ``version_chunk_reader`` (each stored
   chunk read with one ``pread`` and decoded, no libhdf5 call) + ``resplit_into``
   a Zarr array (format 2, the same codec as every other method's output);
-- ``ours in-file``: ``xarray_vhdf5.versions.rechunk.rechunk`` on a copy of the
+- ``ours in-file``: ``xarray_vhdf5._versions.rechunk.rechunk`` on a copy of the
   file (the history gets the new chunks; the copy is made before timing);
 - ``ours export`` / ``vhdf5 rechunk`` CLI: when ``vhdf5 export`` exists (not yet
   at the time of writing: see the results file);
@@ -362,8 +362,8 @@ def child_ours_h5(spec: dict) -> dict:
 
 
 def child_ours_export(spec: dict) -> dict:
-    """``xarray_vhdf5.xr.export.export_zarr`` (``ds.vhdf5.export``): the version to a Zarr v2 store."""
-    from xarray_vhdf5.xr.export import export_zarr
+    """``xarray_vhdf5.xr._export.export_zarr`` (``ds.vhdf5.export``): the version to a Zarr v2 store."""
+    from xarray_vhdf5.xr._export import export_zarr
 
     meter = _Meter()
     r = export_zarr(
@@ -390,7 +390,7 @@ def _cli(spec: dict, argv: list[str]) -> dict:
 
     vhdf5 = str(Path(sys.executable).with_name("vhdf5"))
     subprocess.run(
-        [sys.executable, "-c", "import xarray_vhdf5.cli.main, xarray_vhdf5.xr.export, zarr, h5py, xarray"], check=True
+        [sys.executable, "-c", "import xarray_vhdf5.cli._main, xarray_vhdf5.xr._export, zarr, h5py, xarray"], check=True
     )
     base = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     t = time.perf_counter()
@@ -437,7 +437,7 @@ def child_cli_rechunk(spec: dict) -> dict:
 def child_ours_infile(spec: dict) -> dict:
     import h5py
 
-    from xarray_vhdf5.versions.rechunk import rechunk
+    from xarray_vhdf5._versions.rechunk import rechunk
 
     shutil.copyfile(spec["source"], spec["out"])
     f = h5py.File(spec["out"], "r+")

@@ -40,8 +40,8 @@ import h5py
 import numpy as np
 
 from xarray_vhdf5 import VersionedHDF5File, modify_metadata
-from xarray_vhdf5.versions.delete import delete_keeping_space
-from xarray_vhdf5.versions.repack import repack
+from xarray_vhdf5._versions.delete import delete_keeping_space
+from xarray_vhdf5._versions.repack import repack
 
 ROWS = 4096  # float64 rows per chunk: 32 KiB
 GZIP = {"compression": "gzip", "compression_opts": 1, "shuffle": True}

@@ -1,4 +1,4 @@
-"""Benchmarks of the staging engine (:mod:`xarray_vhdf5.staging`) against its peers.
+"""Benchmarks of the staging engine (:mod:`xarray_vhdf5._staging`) against its peers.
 
 What is measured
 ----------------
@@ -48,7 +48,7 @@ import h5py
 import numpy as np
 import pytest
 
-from xarray_vhdf5.staging import StagedChangesArray
+from xarray_vhdf5._staging import StagedChangesArray
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

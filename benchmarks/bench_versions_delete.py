@@ -40,7 +40,7 @@ RESULTS: dict[tuple[str, int, str], dict[str, float]] = {}
 
 def _delete_function(impl):
     if impl == "xarray_vhdf5":
-        from xarray_vhdf5.versions import delete_versions
+        from xarray_vhdf5._versions import delete_versions
     else:
         from versioned_hdf5 import delete_versions
     return delete_versions

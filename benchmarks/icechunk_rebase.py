@@ -21,7 +21,7 @@ rebasing with each of icechunk's conflict solvers:
 The same with chunks of 4 points (the two points in different chunks) is the
 control: every solver keeps both. For each solver the script prints the committed values and which side's point
 was lost. A chunk-level solver has no point to merge, only a chunk to pick;
-``xarray_vhdf5.versions.merge`` merges the two points (both survive) and
+``xarray_vhdf5._versions.merge`` merges the two points (both survive) and
 raises ``ConflictError`` only for a point written on both sides to different
 values.
 """

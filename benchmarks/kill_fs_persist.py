@@ -2,7 +2,7 @@
 
 Measured 2026-11-26: before journaled closes, 5 of 59 fs_persist files no longer opened
 (libhdf5 writes the free-space managers at close, after the last mutation's flush), 0 of
-59 default files; with the close journaled (versions/mutation.py), 0 of 59 either way.
+59 default files; with the close journaled (_versions/mutation.py), 0 of 59 either way.
 """
 
 import os
@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 
 from xarray_vhdf5 import VersionedHDF5File, open_file
-from xarray_vhdf5.versions.journal import OsIO
+from xarray_vhdf5._versions.journal import OsIO
 
 KW = dict(fs_strategy="fsm", fs_persist=True, fs_threshold=1) if len(sys.argv) > 1 else {}
 base = "/tmp/kt_base.h5"

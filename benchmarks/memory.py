@@ -81,7 +81,7 @@ def _child(workload: str, impl: str, path: str, metadata_cache_bytes: str | None
 
 def _count_trims() -> list[int]:
     """Count xarray_vhdf5's metadata-cache trims in this process (so a run shows the setting it ran with)."""
-    from xarray_vhdf5.versions import file as vfile
+    from xarray_vhdf5._versions import file as vfile
 
     count = [0]
     trim = vfile.trim_metadata_cache

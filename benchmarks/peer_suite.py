@@ -74,9 +74,9 @@ SHIM = {
             return stub
     """,
     "backend": """
-        from xarray_vhdf5.backend import DATA_VERSION
-        from xarray_vhdf5.backend.layout import DEFAULT_CHUNKS_1D
-        from xarray_vhdf5.versions import initialize
+        from xarray_vhdf5._backend import DATA_VERSION
+        from xarray_vhdf5._backend.layout import DEFAULT_CHUNKS_1D
+        from xarray_vhdf5._versions import initialize
 
         from ._private import private
 
@@ -106,9 +106,9 @@ SHIM = {
             globals()[_name] = private("replay." + _name)
     """,
     "versions": """
-        from xarray_vhdf5.backend import TIMESTAMP_FORMAT as TIMESTAMP_FMT
-        from xarray_vhdf5.backend.layout import FIRST_VERSION
-        from xarray_vhdf5.versions import VersionRegistry
+        from xarray_vhdf5._backend import TIMESTAMP_FORMAT as TIMESTAMP_FMT
+        from xarray_vhdf5._backend.layout import FIRST_VERSION
+        from xarray_vhdf5._versions import VersionRegistry
 
 
         def all_versions(f, *, include_first=False):
@@ -119,7 +119,7 @@ SHIM = {
     """,
     "wrappers": """
         from numpy.exceptions import AxisError
-        from xarray_vhdf5.wrappers import (
+        from xarray_vhdf5._wrappers import (
             DatasetWrapper,
             InMemoryArrayDataset,
             InMemoryDataset,

@@ -1,6 +1,6 @@
 """Reproducer: ``rechunk`` on a plain ``h5py.File`` doubles the file; ``vhdf5 rechunk`` does not (issue 22).
 
-``xarray_vhdf5.versions.rechunk.rechunk`` documents ``f`` as "VersionedHDF5File or
+``xarray_vhdf5._versions.rechunk.rechunk`` documents ``f`` as "VersionedHDF5File or
 h5py.File" and the history as rewritten "into the old raw_data's space". Given
 ``h5py.File(path, "r+")`` the file ends at about twice its size (measured in
 ``bench_rechunk.py``: 2.20 GB -> 4.52 GB uncompressed, 0.90 GB -> 1.77 GB gzip);
@@ -21,7 +21,7 @@ import h5py
 import numpy as np
 
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.versions.rechunk import rechunk
+from xarray_vhdf5._versions.rechunk import rechunk
 
 with tempfile.TemporaryDirectory() as tmp:
     src = os.path.join(tmp, "src.h5")

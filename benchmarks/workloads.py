@@ -39,9 +39,9 @@ import h5py
 import numpy as np
 from h5py import h5d, h5g, h5o, h5p, h5s, h5t
 
-from xarray_vhdf5.backend.h5attrs import write_attr
-from xarray_vhdf5.backend.rows import write_rows
-from xarray_vhdf5.backend.virtual import create_virtual_dataset_id
+from xarray_vhdf5._backend.h5attrs import write_attr
+from xarray_vhdf5._backend.rows import write_rows
+from xarray_vhdf5._backend.virtual import create_virtual_dataset_id
 
 IMPLEMENTATIONS = ("xarray_vhdf5", "versioned_hdf5", "floor", "h5py")
 

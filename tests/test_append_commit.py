@@ -73,7 +73,7 @@ def test_the_append_checks_hold(tmp_path):
 
 def test_a_stale_append_is_refused_or_rebased(tmp_path, monkeypatch):
     """Another writer commits between the open and the commit: StaleVersionError, or a merge with rebase."""
-    from xarray_vhdf5.xr import accessor
+    from xarray_vhdf5.xr import _accessor as accessor
 
     path = tmp_path / "sst.h5"
     _day(0).vhdf5.commit("d0", path=path)

@@ -24,6 +24,7 @@ import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (registers the .vhdf5 accessor)
 from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5._staging import cast_for_storage
 from xarray_vhdf5.errors import (
     StringTooLongError,
     ValueCastError,
@@ -31,7 +32,6 @@ from xarray_vhdf5.errors import (
     ValueTypeError,
     VHDF5Error,
 )
-from xarray_vhdf5.staging import cast_for_storage
 
 BUILTINS = (OverflowError, TypeError, ValueError)
 

@@ -1,6 +1,6 @@
 """This package's bookkeeping group at the root (``/__vhdf5__``), and files that kept it in ``_version_data``.
 
-See :mod:`xarray_vhdf5.versions.bookkeeping`. Files written before the move kept
+See :mod:`xarray_vhdf5._versions.bookkeeping`. Files written before the move kept
 the same group, with the same members, at ``/_version_data/__vhdf5_version_index__``;
 the fixture :func:`legacy` makes such a file by moving the group back there (a
 link move: the bytes, the counters' offset included, stay where a writer of
@@ -22,10 +22,10 @@ import xarray as xr
 
 import xarray_vhdf5 as xv
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.versions import bookkeeping, generation
-from xarray_vhdf5.versions.caches import COMMIT_TOKEN
-from xarray_vhdf5.versions.check import check_file
-from xarray_vhdf5.versions.registry import VersionRegistry
+from xarray_vhdf5._versions import bookkeeping, generation
+from xarray_vhdf5._versions.caches import COMMIT_TOKEN
+from xarray_vhdf5._versions.check import check_file
+from xarray_vhdf5._versions.registry import VersionRegistry
 
 versioned_hdf5 = pytest.importorskip("versioned_hdf5")
 
@@ -196,8 +196,8 @@ _HELD = """
 import sys, h5py, numpy as np
 from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5.errors import StaleVersionError
-from xarray_vhdf5.versions import generation
-from xarray_vhdf5.versions.mutation import _OFFSETS, check_fresh
+from xarray_vhdf5._versions import generation
+from xarray_vhdf5._versions.mutation import _OFFSETS, check_fresh
 path = sys.argv[1]
 # Read-only: a stale *writable* handle would write its stale superblock when closed (see
 # tests/test_concurrency.py::test_a_stale_handle_is_refused_not_written).

@@ -1,4 +1,4 @@
-"""Merging branches and cherry-picking (versions/branchmerge.py), against a numpy model."""
+"""Merging branches and cherry-picking (_versions/branchmerge.py), against a numpy model."""
 
 from __future__ import annotations
 

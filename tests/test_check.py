@@ -20,12 +20,12 @@ import xarray as xr
 from click.testing import CliRunner
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.backend import chunk_hash
-from xarray_vhdf5.cli.check import progress_bar, run_check, run_repair
-from xarray_vhdf5.cli.main import cli
+from xarray_vhdf5._backend import chunk_hash
+from xarray_vhdf5._versions.check import ERROR, WARNING, check_file, corrupt_file_error
+from xarray_vhdf5._versions.repair import repair
+from xarray_vhdf5.cli._check import progress_bar, run_check, run_repair
+from xarray_vhdf5.cli._main import cli
 from xarray_vhdf5.errors import CorruptFileError, NotHDF5Error, NotVersionedError
-from xarray_vhdf5.versions.check import ERROR, WARNING, check_file, corrupt_file_error
-from xarray_vhdf5.versions.repair import repair
 
 VERSIONS = "_version_data/versions"
 STR = h5py.string_dtype()
@@ -504,7 +504,7 @@ def test_cli_refuses_a_file_that_is_not_hdf5(tmp_path):
 
 def test_the_cli_check_survives_libhdf5_crashing_the_process(ours, monkeypatch):
     """libhdf5 crashes the process on some damaged metadata: the check runs again without that object."""
-    from xarray_vhdf5.versions import check as check_module
+    from xarray_vhdf5._versions import check as check_module
 
     real, crashes = check_module.check_file, "/_version_data/versions/v2/x"
 

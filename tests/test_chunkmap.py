@@ -18,12 +18,12 @@ import h5py
 import numpy as np
 import pytest
 
-from xarray_vhdf5._ext import slicetools
-from xarray_vhdf5.backend.chunkmap import (
+from xarray_vhdf5._backend.chunkmap import (
     build_slab_indices_and_offsets,
     build_slab_indices_and_offsets_reference,
 )
-from xarray_vhdf5.backend.transfer import kernel_backend, read_many_slices
+from xarray_vhdf5._backend.transfer import kernel_backend, read_many_slices
+from xarray_vhdf5._ext import slicetools
 from xarray_vhdf5.errors import ClosedFileError, HDF5Error, UnsupportedError
 
 with warnings.catch_warnings():

@@ -1,4 +1,4 @@
-"""Stored chunk maps (versions/chunkmaps.py): the same manifest as the mappings, or none at all.
+"""Stored chunk maps (_versions/chunkmaps.py): the same manifest as the mappings, or none at all.
 
 A commit stores each version's chunk map and raw_data's chunk addresses, so
 readers build a dataset's manifest without libhdf5 decoding its virtual
@@ -18,9 +18,9 @@ import xarray as xr
 
 import xarray_vhdf5.xr._reading as reading
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.backend.manifest import resolve_manifest
-from xarray_vhdf5.versions import chunkmaps
-from xarray_vhdf5.versions.mutation import open_file
+from xarray_vhdf5._backend.manifest import resolve_manifest
+from xarray_vhdf5._versions import chunkmaps
+from xarray_vhdf5._versions.mutation import open_file
 
 FIELDS = ("slots", "rows", "offsets", "nbytes", "filter_masks", "fillvalue", "raw_fillvalue")
 
@@ -251,7 +251,7 @@ def test_xarray_opens_a_mapped_version_without_decoding_its_mappings(tmp_path, m
 
 def test_attributes_by_index_equal_h5py(tmp_path):
     """read_attrs_of / attrs_by_index give what ``dict(obj.attrs)`` gives, value types and dtypes included."""
-    from xarray_vhdf5.backend.h5attrs import attrs_by_index, read_attrs_of
+    from xarray_vhdf5._backend.h5attrs import attrs_by_index, read_attrs_of
 
     path = tmp_path / "attrs.h5"
     with h5py.File(path, "w") as f:

@@ -12,9 +12,9 @@ import xarray as xr
 from click.testing import CliRunner
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.cli.log import human_bytes
-from xarray_vhdf5.cli.main import cli
-from xarray_vhdf5.versions.history import version_log
+from xarray_vhdf5._versions.history import version_log
+from xarray_vhdf5.cli._log import human_bytes
+from xarray_vhdf5.cli._main import cli
 
 #: NOAA files with a record (TIME) dimension, the ones the demo versions.
 NOAA_RECORD_FILES = ["coads_climatology.cdf", "ocean_atlas_subset.nc", "esku_heat_budget.cdf"]

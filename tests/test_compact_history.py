@@ -21,8 +21,8 @@ import xarray as xr
 
 import xarray_vhdf5  # noqa: F401
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.backend.chunks import RECORD_CHUNK_MIN_BYTES, guess_chunks_record
-from xarray_vhdf5.versions.mutation import open_file
+from xarray_vhdf5._backend.chunks import RECORD_CHUNK_MIN_BYTES, guess_chunks_record
+from xarray_vhdf5._versions.mutation import open_file
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (the accessor)
-from xarray_vhdf5.xr.encoding import DEFAULT_COMPRESSION
+from xarray_vhdf5.xr._encoding import DEFAULT_COMPRESSION
 
 
 def _ds() -> xr.Dataset:

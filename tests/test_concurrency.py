@@ -1,6 +1,6 @@
 """Several processes on one file: locks, stale handles, path-commit staleness, kills.
 
-See :mod:`xarray_vhdf5.versions.locking` and :mod:`xarray_vhdf5.versions.mutation`.
+See :mod:`xarray_vhdf5._versions.locking` and :mod:`xarray_vhdf5._versions.mutation`.
 The long stress runs (a writer with four readers for a minute, racing writers,
 random SIGKILLs) are in ``tests/test_concurrency_slow.py`` (marker ``slow``).
 """
@@ -21,10 +21,10 @@ import pytest
 import xarray as xr
 
 from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5._versions import generation
+from xarray_vhdf5._versions.locking import file_locks
+from xarray_vhdf5._versions.mutation import open_for_writing
 from xarray_vhdf5.errors import CorruptFileError, FileBusyError, StaleVersionError
-from xarray_vhdf5.versions import generation
-from xarray_vhdf5.versions.locking import file_locks
-from xarray_vhdf5.versions.mutation import open_for_writing
 
 
 def _make(path, n=3):
@@ -40,7 +40,7 @@ def _make(path, n=3):
 
 _HOLD = """
 import sys
-from xarray_vhdf5.versions.locking import file_locks
+from xarray_vhdf5._versions.locking import file_locks
 with file_locks(sys.argv[1]).writing():
     print("locked", flush=True)
     sys.stdin.readline()
@@ -350,7 +350,7 @@ def test_a_reused_inode_gets_its_own_locks_while_the_deleted_files_are_held(tmp_
     """The registry is keyed by (device, inode): a file created where a deleted one's inode is
     reused must not be handed the deleted file's locks, still held by a reader left open.
     (Seen in the docs build: two examples' temporary ``coads.h5`` shared an inode.)"""
-    from xarray_vhdf5.versions import locking
+    from xarray_vhdf5._versions import locking
 
     old, new = tmp_path / "old.h5", tmp_path / "new.h5"
     old.write_bytes(b"x")
@@ -370,7 +370,7 @@ def test_a_reused_inode_gets_its_own_locks_while_the_deleted_files_are_held(tmp_
 
 def test_a_relative_path_after_a_chdir_names_the_new_file(tmp_path, monkeypatch):
     """``coads.h5`` in another folder is another file, even when its inode was reused."""
-    from xarray_vhdf5.versions import locking
+    from xarray_vhdf5._versions import locking
 
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()

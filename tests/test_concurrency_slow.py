@@ -21,7 +21,7 @@ Environment variables:
     Commit attempts of each of the two racing writers.
 ``VHDF5_KILLS`` (200)
     SIGKILLs against this package, spread over its kinds of operation
-    (:data:`xarray_vhdf5.testing.crash.KINDS`: commits on a held-open file,
+    (:data:`xarray_vhdf5.testing._crash.KINDS`: commits on a held-open file,
     open-commit-close, xarray path and staged commits, ``delete_versions``,
     ``modify_metadata``; the h5py-level ones also through ``open_file``, the
     journaled opener); the kinds versioned-hdf5 2.6 has get as many kills each.
@@ -29,8 +29,8 @@ Environment variables:
     A file to which the result tables are appended (and every kill, one row
     each, to ``<file>.kills.csv``).
 
-The workloads and checks are in :mod:`xarray_vhdf5.testing.stress` (writer with
-readers, racing writers) and :mod:`xarray_vhdf5.testing.crash` (kills).
+The workloads and checks are in :mod:`xarray_vhdf5.testing._stress` (writer with
+readers, racing writers) and :mod:`xarray_vhdf5.testing._crash` (kills).
 """
 
 from __future__ import annotations
@@ -49,7 +49,11 @@ import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (the engine and accessor)
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.testing import crash, loops, processes, race, stress
+from xarray_vhdf5.testing import _crash as crash
+from xarray_vhdf5.testing import _loops as loops
+from xarray_vhdf5.testing import _processes as processes
+from xarray_vhdf5.testing import _race as race
+from xarray_vhdf5.testing import _stress as stress
 
 pytestmark = pytest.mark.slow
 
@@ -142,8 +146,8 @@ def test_readers_resolving_back_to_back_do_not_starve_a_writer(tmp_path):
     in before it, and it waited out its timeout: with readers in tight loops,
     3 commits in 60 s and 4 FileBusyError.
     """
+    from xarray_vhdf5._versions.locking import file_locks
     from xarray_vhdf5.errors import FileBusyError
-    from xarray_vhdf5.versions.locking import file_locks
 
     path = str(tmp_path / "f.h5")
     _small_file(path)
@@ -372,7 +376,7 @@ def test_plain_h5py_writer_and_open_for_writing_do_not_deadlock(tmp_path):
     ``open_for_writing`` held WRITE and waited for the flock; both waited until
     a timeout (10 s), and one of them failed with FileBusyError.
     """
-    from xarray_vhdf5.versions.mutation import open_for_writing
+    from xarray_vhdf5._versions.mutation import open_for_writing
 
     path = str(tmp_path / "f.h5")
     with h5py.File(path, "w") as f, VersionedHDF5File(f).stage_version("v0") as g:

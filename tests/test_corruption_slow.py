@@ -32,9 +32,9 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.cli.check import run_check, run_repair
+from xarray_vhdf5._versions.check import CheckReport, corrupt_file_error
+from xarray_vhdf5.cli._check import run_check, run_repair
 from xarray_vhdf5.errors import CorruptFileError, NotHDF5Error, NotVersionedError
-from xarray_vhdf5.versions.check import CheckReport, corrupt_file_error
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from xarray_vhdf5.xr.streaming import DaskChunkSource, cut_blocks, plan_buffers, show_progress
+from xarray_vhdf5.xr._streaming import DaskChunkSource, cut_blocks, plan_buffers, show_progress
 
 
 def _digests(path, name) -> set[bytes]:

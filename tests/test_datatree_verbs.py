@@ -7,7 +7,7 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.backend.manifest import ChunkManifest
+from xarray_vhdf5._backend.manifest import ChunkManifest
 
 
 def _tree() -> xr.DataTree:

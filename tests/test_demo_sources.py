@@ -13,8 +13,8 @@ import pytest
 import xarray as xr
 from click.testing import CliRunner
 
-import xarray_vhdf5.cli.demo as demo
-from xarray_vhdf5.cli.main import cli
+import xarray_vhdf5.cli._demo as demo
+from xarray_vhdf5.cli._main import cli
 
 DATA = Path(__file__).parent / "data" / "cf"
 
@@ -106,7 +106,7 @@ def test_demo_corrects_the_last_step_that_has_a_valid_point(tmp_path):
 
 
 def test_a_demo_that_fails_midway_leaves_no_file(tmp_path, monkeypatch):
-    from xarray_vhdf5.xr import writer
+    from xarray_vhdf5.xr import _writer as writer
 
     calls = []
     real = writer.commit_dataset

@@ -12,8 +12,8 @@ import xarray as xr
 from click.testing import CliRunner
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.cli.main import cli
-from xarray_vhdf5.versions.diff import compare_datasets, diff_versions, equal_points
+from xarray_vhdf5._versions.diff import compare_datasets, diff_versions, equal_points
+from xarray_vhdf5.cli._main import cli
 
 
 def _sample() -> xr.Dataset:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from xarray_vhdf5.backend.manifest import ChunkManifest
-from xarray_vhdf5.xr.diff import diff_versions
+from xarray_vhdf5._backend.manifest import ChunkManifest
+from xarray_vhdf5.xr._diff import diff_versions
 
 COUNTS = ("points_changed", "chunks_changed")  # counted by an eager diff only
 

@@ -13,8 +13,8 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (the accessor)
-import xarray_vhdf5.versions.commit as commit_module
-from xarray_vhdf5.backend.layout import version_path
+import xarray_vhdf5._versions.commit as commit_module
+from xarray_vhdf5._backend.layout import version_path
 
 
 def _scales(group: h5py.Group) -> dict[str, tuple[bool, str | None]]:

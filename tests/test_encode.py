@@ -1,4 +1,4 @@
-"""Chunks encoded outside libhdf5 (backend/encode.py) read back through libhdf5 and versioned-hdf5 as written."""
+"""Chunks encoded outside libhdf5 (_backend/encode.py) read back through libhdf5 and versioned-hdf5 as written."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import versioned_hdf5
 
 import xarray_vhdf5
-from xarray_vhdf5.backend.encode import ChunkEncoder
+from xarray_vhdf5._backend.encode import ChunkEncoder
 
 FILTERS = [
     {"compression": "gzip", "compression_opts": 1},

@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.xr.engine import VHDF5BackendEntrypoint
+from xarray_vhdf5.xr._engine import VHDF5BackendEntrypoint
 
 
 def _sample(n_time: int = 6) -> xr.Dataset:
@@ -261,7 +261,7 @@ def test_damaged_or_missing_hdf5_file(tmp_path):
 
 
 def test_hdf5_signature_after_a_user_block(tmp_path):
-    from xarray_vhdf5.backend.signature import has_hdf5_signature
+    from xarray_vhdf5._backend.signature import has_hdf5_signature
 
     path = tmp_path / "userblock.h5"
     with h5py.File(path, "w", userblock_size=1024) as f:

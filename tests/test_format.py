@@ -17,7 +17,7 @@ import versioned_hdf5
 
 import xarray_vhdf5
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.versions.bookkeeping import PATH as BOOKKEEPING
+from xarray_vhdf5._versions.bookkeeping import PATH as BOOKKEEPING
 
 TIMESTAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}\+0000$")
 HASH_TABLE_DTYPE = np.dtype([("hash", "u1", (32,)), ("shape", "<i8", (2,))])
@@ -186,7 +186,7 @@ def test_hash_table_layout(two_versions):
         assert [(s, e) for _, s, e in rows] == [(0, 4096), (4096, 8192), (8192, 10000), (12288, 16384)]
         assert len({d for d, _, _ in rows}) == 4
         data = np.arange(10000, dtype="f8")
-        assert rows[2][0] == xarray_vhdf5.backend.chunk_hash(data[8192:])
+        assert rows[2][0] == xarray_vhdf5._backend.chunk_hash(data[8192:])
 
         b_rows = hash_rows(f, "grp/b")
         assert len(b_rows) == 12
@@ -587,6 +587,6 @@ def test_all_fill_edge_chunk(tmp_path):
     ],
 )
 def test_split_version_path(path, expected):
-    from xarray_vhdf5.backend.layout import split_version_path
+    from xarray_vhdf5._backend.layout import split_version_path
 
     assert split_version_path(path) == expected

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from h5py import h5a
 
-from xarray_vhdf5.backend import h5attrs
-from xarray_vhdf5.backend.h5attrs import read_attr, write_attr
-from xarray_vhdf5.backend.transfer import kernel_backend
+from xarray_vhdf5._backend import h5attrs
+from xarray_vhdf5._backend.h5attrs import read_attr, write_attr
+from xarray_vhdf5._backend.transfer import kernel_backend
 
 pytestmark = pytest.mark.skipif(h5attrs._kernel() is None, reason="compiled kernels not built or not selected")
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from versioned_hdf5.hash import hash_slab
 from versioned_hdf5.hashtable import Hashtable
 
-from xarray_vhdf5.backend import chunk_hash, guess_chunks_h5py, is_fill_chunk, normalize_chunks
-from xarray_vhdf5.backend.layout import DEFAULT_CHUNKS_1D
+from xarray_vhdf5._backend import chunk_hash, guess_chunks_h5py, is_fill_chunk, normalize_chunks
+from xarray_vhdf5._backend.layout import DEFAULT_CHUNKS_1D
 from xarray_vhdf5.errors import IncompatibleDataError, UnsupportedError
 
 StringDType = np.dtypes.StringDType

@@ -2,7 +2,7 @@
 
 The kernels and the ctypes calls declare libhdf5's constants by hand (no HDF5
 header is available with h5py's wheels): ``_ext/hdf5.pxd``, ``_ext/*.pyx``,
-``xarray_vhdf5/backend/_libhdf5.py``, a few in Python modules. The declarations
+``xarray_vhdf5/_backend/_libhdf5.py``, a few in Python modules. The declarations
 are found by parsing those sources (any ``H5x_NAME = <number>``, in code or in a
 comment), so a constant declared tomorrow is checked too: against the same
 constant of ``h5py.h5t`` / ``h5s`` / ``h5p`` / ``h5d`` / ``h5o`` / ``h5g`` /
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from h5py import h5, h5d, h5g, h5o, h5p, h5s, h5t
 
-from xarray_vhdf5.backend import _libhdf5
-from xarray_vhdf5.backend._libhdf5 import libhdf5_function
+from xarray_vhdf5._backend import _libhdf5
+from xarray_vhdf5._backend._libhdf5 import libhdf5_function
 
 # The checkout's sources (an installed package holds no .pyx/.pxd): tests run from the repository.
 PACKAGE = Path(__file__).resolve().parents[1] / "xarray_vhdf5"

@@ -1,4 +1,4 @@
-"""The version log (``xarray_vhdf5.versions.history``): changed datasets, stored chunks and their bytes."""
+"""The version log (``xarray_vhdf5._versions.history``): changed datasets, stored chunks and their bytes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.versions.history import changed_attrs, compared_attrs, version_log
+from xarray_vhdf5._versions.history import changed_attrs, compared_attrs, version_log
 
 
 def _log(path) -> dict:

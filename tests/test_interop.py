@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import xarray_vhdf5
-from xarray_vhdf5.backend import chunk_hash
+from xarray_vhdf5._backend import chunk_hash
 
 FORMAT_ATTRS = {"raw_data", "chunks", "committed", "prev_version", "timestamp"}
 STR = h5py.string_dtype()

@@ -1,6 +1,6 @@
 """The rollback journal: every mutation whole or absent after a kill or a power cut.
 
-Two crash models (:mod:`xarray_vhdf5.testing.powercut`):
+Two crash models (:mod:`xarray_vhdf5.testing._powercut`):
 
 - SIGKILL at the n-th write of a mutation, for every n until the mutation
   completes (forked children: deterministic crash points);
@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.testing.powercut import KillAtIO, PowerCutIO
-from xarray_vhdf5.versions.journal import JOURNAL_SUFFIX, JournaledFile, journal_path, recover
-from xarray_vhdf5.versions.mutation import open_file
+from xarray_vhdf5._versions.journal import JOURNAL_SUFFIX, JournaledFile, journal_path, recover
+from xarray_vhdf5._versions.mutation import open_file
+from xarray_vhdf5.testing._powercut import KillAtIO, PowerCutIO
 
 N = 60
 
@@ -288,7 +288,7 @@ def test_a_held_open_writer_makes_another_writer_wait_then_fail(tmp_path, monkey
         [
             sys.executable,
             "-c",
-            "import sys, time; from xarray_vhdf5.versions.mutation import open_file; "
+            "import sys, time; from xarray_vhdf5._versions.mutation import open_file; "
             f"f = open_file({p!r}); print('open', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

@@ -3,7 +3,7 @@
 libhdf5 writes a file's free-space managers when it closes a file created with
 ``fs_persist=True``, after the last mutation's flush. Unjournaled, a process killed
 during those writes left files that no longer open ("invalid file space strategy");
-``open_file``'s handles now journal that close (``versions/mutation.py``).
+``open_file``'s handles now journal that close (``_versions/mutation.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 
 from xarray_vhdf5 import VersionedHDF5File, open_file
-from xarray_vhdf5.testing.powercut import KillAtIO, in_forked_child
+from xarray_vhdf5.testing._powercut import KillAtIO, in_forked_child
 
 FS_PERSIST = {"fs_strategy": "fsm", "fs_persist": True, "fs_threshold": 1}
 

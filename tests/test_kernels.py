@@ -25,15 +25,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xarray_vhdf5._ext import slicetools
-from xarray_vhdf5.backend import transfer
-from xarray_vhdf5.backend.transfer import (
+from xarray_vhdf5._backend import transfer
+from xarray_vhdf5._backend.transfer import (
     get_kernel_backend,
     kernel_backend,
     read_many_slices,
     read_many_slices_reference,
     set_kernel_backend,
 )
+from xarray_vhdf5._ext import slicetools
 from xarray_vhdf5.errors import ClosedFileError, HDF5Error, UnsupportedError
 
 DTYPES = [
@@ -537,7 +537,7 @@ def test_environment_variable(value, expected, tmp_path):
     code = textwrap.dedent(
         """
         try:
-            from xarray_vhdf5.backend.transfer import get_kernel_backend
+            from xarray_vhdf5._backend.transfer import get_kernel_backend
             print(get_kernel_backend())
         except ValueError as exc:
             assert "XARRAY_VHDF5_KERNELS" in str(exc), exc
@@ -625,9 +625,9 @@ def test_one_door_to_libhdf5():
     """Symbols resolved in one module, compiled kernels imported in one module.
 
     Only ``_ext/_hdf5api.pyx`` cimports ``dlsym``; every other kernel that calls
-    libhdf5 cimports its table; and only ``backend/_kernels.py`` imports
+    libhdf5 cimports its table; and only ``_backend/_kernels.py`` imports
     ``xarray_vhdf5._ext`` (the other modules take the kernels from it); only
-    ``backend/_libhdf5.py`` declares ctypes functions and structs.
+    ``_backend/_libhdf5.py`` declares ctypes functions and structs.
     """
     import re
     from pathlib import Path
@@ -646,11 +646,11 @@ def test_one_door_to_libhdf5():
         for path in sorted((root / "xarray_vhdf5").rglob("*.py"))
         if re.search(r"^\s*(from|import)\s+(\.\.|xarray_vhdf5\.)_ext\b", path.read_text(), re.MULTILINE)
     ]
-    assert importers == ["xarray_vhdf5/backend/_kernels.py"]
+    assert importers == ["xarray_vhdf5/_backend/_kernels.py"]
     # The ctypes side: libhdf5 functions and their structs declared in one module.
     ctypes_declarers = [
         path.relative_to(root).as_posix()
         for path in sorted((root / "xarray_vhdf5").rglob("*.py"))
         if re.search(r"ctypes\.(CDLL|Structure)\b", path.read_text())
     ]
-    assert ctypes_declarers == ["xarray_vhdf5/backend/_libhdf5.py"]
+    assert ctypes_declarers == ["xarray_vhdf5/_backend/_libhdf5.py"]

@@ -1,7 +1,7 @@
 """The package's layers import one way, and no two modules import each other at import time.
 
-Layers, bottom up (docs/design.md, "Layers"): ``_ext`` < ``backend`` < ``staging`` < ``resplit`` <
-``wrappers`` < ``versions`` < ``xr`` < ``store`` < ``cli``. Every ``import`` of the
+Layers, bottom up (docs/design.md, "Layers"): ``_ext`` < ``_backend`` < ``_staging`` < ``resplit`` <
+``_wrappers`` < ``_versions`` < ``xr`` < ``store`` < ``cli``. Every ``import`` of the
 package's own modules is read from the source (``ast``), those inside functions too:
 none may reach a higher layer. Module-level imports may form no cycle.
 """
@@ -13,7 +13,7 @@ import collections
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "xarray_vhdf5"
-LAYERS = ["_ext", "backend", "staging", "resplit", "wrappers", "versions", "xr", "store", "cli"]
+LAYERS = ["_ext", "_backend", "_staging", "resplit", "_wrappers", "_versions", "xr", "store", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
 
@@ -113,12 +113,48 @@ def test_no_import_cycles():
 def test_the_checks_find_what_they_look_for(tmp_path):
     """A lower layer importing a higher one, and two modules importing each other, are reported."""
     root = tmp_path / "xarray_vhdf5"
-    for sub in ("backend", "versions", "xr"):
+    for sub in ("_backend", "_versions", "xr"):
         (root / sub).mkdir(parents=True)
         (root / sub / "__init__.py").write_text("")
     (root / "__init__.py").write_text("")
-    (root / "backend" / "low.py").write_text("def f():\n    from ..xr import engine\n")
-    (root / "versions" / "a.py").write_text("from .b import x\n")
-    (root / "versions" / "b.py").write_text("from . import a\nx = 1\n")
-    assert upward_imports(root) == ["xarray_vhdf5.backend.low -> xarray_vhdf5.xr (line 2)"]
-    assert import_cycles(root) == [["xarray_vhdf5.versions.a", "xarray_vhdf5.versions.b"]]
+    (root / "_backend" / "low.py").write_text("def f():\n    from ..xr import engine\n")
+    (root / "_versions" / "a.py").write_text("from .b import x\n")
+    (root / "_versions" / "b.py").write_text("from . import a\nx = 1\n")
+    assert upward_imports(root) == ["xarray_vhdf5._backend.low -> xarray_vhdf5.xr (line 2)"]
+    assert import_cycles(root) == [["xarray_vhdf5._versions.a", "xarray_vhdf5._versions.b"]]
+
+
+#: The public modules: everything else is an implementation module (a name or a package
+#: starting with ``_``), re-exported where public (docs/design.md, "The public face").
+PUBLIC_MODULES = {
+    "xarray_vhdf5",
+    "xarray_vhdf5.errors",
+    "xarray_vhdf5.xr",
+    "xarray_vhdf5.store",
+    "xarray_vhdf5.resplit",
+    "xarray_vhdf5.cli",
+    "xarray_vhdf5.testing",
+    "xarray_vhdf5.testing.layouts",
+    "xarray_vhdf5.testing.snapshot",
+    "xarray_vhdf5.testing.strategies",
+}
+
+
+def public_modules(root: Path) -> set[str]:
+    """The modules under ``root`` with no ``_``-prefixed part in their dotted name."""
+    names = {_module_name(p, root) for p in root.rglob("*.py")}
+    return {n for n in names if not any(part.startswith("_") for part in n.split("."))}
+
+
+def test_implementation_modules_are_private():
+    assert public_modules(PACKAGE) == PUBLIC_MODULES
+
+
+def test_every_public_name_resolves():
+    """Each name a public module lists in ``__all__`` can be imported from it."""
+    import importlib
+
+    for name in sorted(PUBLIC_MODULES):
+        module = importlib.import_module(name)
+        for attr in getattr(module, "__all__", []):
+            assert getattr(module, attr) is not None, f"{name}.{attr}"

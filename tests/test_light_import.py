@@ -26,7 +26,7 @@ LIGHT = {
     "xarray_vhdf5._lazy",
     "xarray_vhdf5.errors",
     "xarray_vhdf5.xr",
-    "xarray_vhdf5.xr.engine",
+    "xarray_vhdf5.xr._engine",
 }
 
 
@@ -66,7 +66,7 @@ def test_the_entry_point_imports_no_h5py_nor_kernels(tmp_path):
     got = _run(
         """
         import json, sys
-        from xarray_vhdf5.xr.engine import VHDF5BackendEntrypoint
+        from xarray_vhdf5.xr._engine import VHDF5BackendEntrypoint
         can = VHDF5BackendEntrypoint().guess_can_open("a.txt")
         print(json.dumps({"can": can, "modules": sorted(sys.modules)}))
         """,
@@ -77,7 +77,7 @@ def test_the_entry_point_imports_no_h5py_nor_kernels(tmp_path):
         m
         for m in got["modules"]
         if m.split(".")[0] == "h5py"
-        or m.startswith(("xarray_vhdf5._ext", "xarray_vhdf5.versions", "xarray_vhdf5.backend"))
+        or m.startswith(("xarray_vhdf5._ext", "xarray_vhdf5._versions", "xarray_vhdf5._backend"))
     ]
     assert heavy == []
 
@@ -91,7 +91,7 @@ def test_import_registers_the_accessors(tmp_path):
         import xarray as xr
         xr.backends.list_engines()
         import xarray_vhdf5
-        from xarray_vhdf5.xr.accessor import VHDF5DatasetAccessor, VHDF5DataTreeAccessor
+        from xarray_vhdf5.xr._accessor import VHDF5DatasetAccessor, VHDF5DataTreeAccessor
         print(json.dumps({
             "dataset": type(xr.Dataset().vhdf5) is VHDF5DatasetAccessor,
             "class": xr.Dataset.vhdf5 is VHDF5DatasetAccessor,
@@ -110,7 +110,7 @@ def test_accessor_module_imported_directly_replaces_the_stand_in(tmp_path):
         """
         import json
         import xarray as xr
-        import xarray_vhdf5.xr.accessor as accessor
+        import xarray_vhdf5.xr._accessor as accessor
         print(json.dumps({
             "dataset": type(xr.Dataset().vhdf5) is accessor.VHDF5DatasetAccessor,
             "tree": xr.DataTree.vhdf5 is accessor.VHDF5DataTreeAccessor,
@@ -147,9 +147,9 @@ def test_every_public_name_resolves(module):
 
 
 def test_lazy_names_are_the_defining_modules_objects():
-    from xarray_vhdf5.versions.file import VersionedHDF5File
-    from xarray_vhdf5.xr.engine import VHDF5BackendEntrypoint
-    from xarray_vhdf5.xr.stacked import open_versions
+    from xarray_vhdf5._versions.file import VersionedHDF5File
+    from xarray_vhdf5.xr._engine import VHDF5BackendEntrypoint
+    from xarray_vhdf5.xr._stacked import open_versions
 
     assert xarray_vhdf5.VersionedHDF5File is VersionedHDF5File
     assert xarray_vhdf5.VHDF5BackendEntrypoint is VHDF5BackendEntrypoint

@@ -9,9 +9,9 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (the accessor)
-from xarray_vhdf5.cli.log import format_log, format_totals
-from xarray_vhdf5.versions.history import LOG_COLUMNS, log_frame, version_log
-from xarray_vhdf5.xr.accessor import version_log_frame
+from xarray_vhdf5._versions.history import LOG_COLUMNS, log_frame, version_log
+from xarray_vhdf5.cli._log import format_log, format_totals
+from xarray_vhdf5.xr._accessor import version_log_frame
 
 
 @pytest.fixture

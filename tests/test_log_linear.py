@@ -1,9 +1,9 @@
 """The version log from the commits' records (issue 19) agrees with the log decoded from the mappings.
 
 Every test builds a history, then compares ``version_log(f)`` (records where
-they hold, :mod:`xarray_vhdf5.versions.logrecord`) with
+they hold, :mod:`xarray_vhdf5._versions.logrecord`) with
 ``version_log(f, records=False)`` (every version's mappings decoded, the
-definition in :mod:`xarray_vhdf5.versions.history`), and counts the versions
+definition in :mod:`xarray_vhdf5._versions.history`), and counts the versions
 the record path had to decode: none for histories this package wrote, exactly
 the versions without a record that holds otherwise.
 """
@@ -20,9 +20,9 @@ import versioned_hdf5
 import xarray as xr
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.versions import history
-from xarray_vhdf5.versions.bookkeeping import PATH as BOOKKEEPING
-from xarray_vhdf5.versions.history import version_log
+from xarray_vhdf5._versions import history
+from xarray_vhdf5._versions.bookkeeping import PATH as BOOKKEEPING
+from xarray_vhdf5._versions.history import version_log
 
 
 def _logs(path, monkeypatch) -> tuple[list, list, list[str]]:
@@ -330,7 +330,7 @@ def test_xarray_commits_agree_and_the_frame_matches(tmp_path, monkeypatch):
     edited.vhdf5.commit("attrs", path=path, message="units")  # the whole Dataset again: chunks deduplicated
     fast, slow, decoded = _logs(path, monkeypatch)
     assert fast == slow and decoded == []
-    frame = xv.xr.accessor.version_log_frame(path)
+    frame = xv.xr.version_log_frame(path)
     with h5py.File(path, "r") as f:
         only = version_log(f, variables_only=True)
     assert [e.changed for e in only] == list(frame["changed"])

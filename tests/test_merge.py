@@ -22,10 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5._staging import StagedChangesArray
+from xarray_vhdf5._versions.merge import DELETED, merge_attrs, merge_points, same_points
 from xarray_vhdf5.errors import ConflictError, StaleVersionError
-from xarray_vhdf5.staging import StagedChangesArray
-from xarray_vhdf5.versions.merge import DELETED, merge_attrs, merge_points, same_points
-from xarray_vhdf5.xr.staged_array import StagedVariableArray
+from xarray_vhdf5.xr._staged_array import StagedVariableArray
 
 NAN2 = np.array([0x7FF8000000000001], dtype=np.uint64).view(np.float64)[0]  # another NaN payload
 POOL = [0.0, -0.0, 1.0, 2.0, np.nan, NAN2]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.backend.mdc import trim_metadata_cache
+from xarray_vhdf5._backend.mdc import trim_metadata_cache
 
 CONFIG_FIELDS = ("max_size", "min_size", "incr_mode", "decr_mode", "epoch_length", "evictions_enabled")
 

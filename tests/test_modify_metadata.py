@@ -21,9 +21,9 @@ import versioned_hdf5
 
 import xarray_vhdf5
 from xarray_vhdf5 import IncompatibleDataError, ReadOnlyError
+from xarray_vhdf5._versions import delete as delete_mod
+from xarray_vhdf5._versions import delete_versions, metadata, modify_metadata
 from xarray_vhdf5.errors import DatasetNotFoundError
-from xarray_vhdf5.versions import delete as delete_mod
-from xarray_vhdf5.versions import delete_versions, metadata, modify_metadata
 
 LIBS = {"ours": xarray_vhdf5, "ref": versioned_hdf5}
 STR = h5py.string_dtype()

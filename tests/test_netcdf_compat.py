@@ -13,8 +13,8 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.backend.names import NETCDF_NOT_A_VARIABLE, SCALAR_DIM
-from xarray_vhdf5.xr.dimscales import DIMENSIONS_DATA, attach_dimension_scales, netcdf_only_attrs
+from xarray_vhdf5._backend.names import NETCDF_NOT_A_VARIABLE, SCALAR_DIM
+from xarray_vhdf5.xr._dimscales import DIMENSIONS_DATA, attach_dimension_scales, netcdf_only_attrs
 
 VERSIONS = "/_version_data/versions"
 

@@ -3,7 +3,7 @@
 Oracle: the Datasets committed. Each version group must read back as the
 Dataset committed as it, whatever the versions around it (growing, shrinking,
 edited histories), in every netCDF tool, and the file's root group must show
-the current version (``versions/rootview.py``). ``ncdump`` and ``h5dump`` are
+the current version (``_versions/rootview.py``). ``ncdump`` and ``h5dump`` are
 used when on PATH (Debian's ``netcdf-bin`` and ``hdf5-tools``), else skipped.
 """
 
@@ -19,7 +19,7 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.versions.rootview import disable_root_view, enable_root_view, root_view_enabled
+from xarray_vhdf5._versions.rootview import disable_root_view, enable_root_view, root_view_enabled
 
 netCDF4 = pytest.importorskip("netCDF4")
 
@@ -277,7 +277,7 @@ def test_root_view_off_for_h5py_level_files_and_can_be_turned_off(tmp_path, hist
     with h5py.File(path, "w") as f:
         with xv.VersionedHDF5File(f).stage_version("v1") as g:
             g.create_dataset("x", data=np.arange(4.0))
-        # as versioned-hdf5 leaves it, but for this package's bookkeeping group (versions/bookkeeping.py)
+        # as versioned-hdf5 leaves it, but for this package's bookkeeping group (_versions/bookkeeping.py)
         assert sorted(f) == ["__vhdf5__", "_version_data"] and not root_view_enabled(f)
         enable_root_view(f)
         np.testing.assert_array_equal(f["x"][:], np.arange(4.0))

@@ -9,9 +9,9 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5.backend.manifest import ChunkManifest
+from xarray_vhdf5._backend.manifest import ChunkManifest
 from xarray_vhdf5.errors import VersionNotFoundError
-from xarray_vhdf5.xr.stacked import missing_value
+from xarray_vhdf5.xr._stacked import missing_value
 
 STACK_COORDS = ["version", "version_name", "version_time"]
 

@@ -887,7 +887,7 @@ def test_modify_metadata_chunks_false(vh, tmp_path):
     """``chunks=False`` asks for an unchunked dataset, which the versioned format cannot store:
     ours raises IncompatibleDataError (a ValueError) and changes nothing. versioned-hdf5
     2.6 raises ValueError for a never-written dataset it still holds as staged, and
-    otherwise takes False for True (the documented difference; see versions/metadata.py)."""
+    otherwise takes False for True (the documented difference; see _versions/metadata.py)."""
     with h5py.File(tmp_path / "f.h5", "w") as f:
         vfile = vh.VersionedHDF5File(f)
         with vfile.stage_version("r0") as g:

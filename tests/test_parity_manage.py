@@ -166,7 +166,7 @@ def test_modify_metadata(tmp_path, name, kwargs):
 def test_del_item(tmp_path):
     """``del vf[name]``: versioned-hdf5 2.6 only unlinks the version group (its children
     keep a dangling prev_version and raw_data keeps the chunks); xarray_vhdf5 does what
-    ``delete_versions`` does (versions/file.py, ``__delitem__``). The survivors read the
+    ``delete_versions`` does (_versions/file.py, ``__delitem__``). The survivors read the
     same in both; the current version moves to the deleted one's parent in both."""
     results = {}
     for vh_name, (result, snap) in play(_del_v4_and_v2, tmp_path, timestamps=True).items():
@@ -203,7 +203,7 @@ def _vlen_empty_chunks(vh, f):
 
 def test_vlen_empty_chunks(tmp_path):
     """A whole chunk of empty vlen strings is not stored by either library (b"" is the
-    fill value of versioned-hdf5 2.6's vlen raw_data; backend/raw_data.py ``is_fill_chunk``);
+    fill value of versioned-hdf5 2.6's vlen raw_data; _backend/raw_data.py ``is_fill_chunk``);
     both read it back as empty strings and store the same chunks."""
     played = play(_vlen_empty_chunks, tmp_path, timestamps=True)
     (ref, ref_file), (got, our_file) = played["versioned_hdf5"], played["xarray_vhdf5"]

@@ -19,9 +19,9 @@ import pytest
 import versioned_hdf5 as vh
 
 import xarray_vhdf5 as xv
+from xarray_vhdf5._versions import forget_shared_caches
+from xarray_vhdf5._versions.rebuild import placeholder_digest
 from xarray_vhdf5.errors import ReadOnlyError, VersionNotFoundError
-from xarray_vhdf5.versions import forget_shared_caches
-from xarray_vhdf5.versions.rebuild import placeholder_digest
 
 LIBS = {"versioned_hdf5": vh, "xarray_vhdf5": xv}
 
@@ -245,7 +245,7 @@ def test_rebuild_refuses_a_read_only_file(tmp_path):
 def test_rebuilt_table_reaches_a_slot_above_an_unmapped_one(tmp_path):
     """A raw_data slot no version maps, below a mapped one: the table still reaches the top slot
     (versioned-hdf5 appends at largest_index * chunks[0]), naming the free slot with a placeholder digest."""
-    from xarray_vhdf5.versions.rebuild import table_rows
+    from xarray_vhdf5._versions.rebuild import table_rows
 
     with h5py.File(tmp_path / "gap.h5", "w") as f:
         _a_then_b(f)  # a: slots 0 and 1; b: slot 2
@@ -258,7 +258,7 @@ def test_rebuilt_table_reaches_a_slot_above_an_unmapped_one(tmp_path):
 def test_chunk_diff_of_datasets_over_two_raw_data_compares_no_rows(tmp_path):
     """Two datasets whose chunks sit at the same rows of their own raw_data: equal row numbers say
     nothing, every stored region is reported."""
-    from xarray_vhdf5.versions.rebuild import chunk_diff
+    from xarray_vhdf5._versions.rebuild import chunk_diff
 
     with h5py.File(tmp_path / "two.h5", "w") as f:
         vf = _a_then_b(f)

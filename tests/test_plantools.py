@@ -1,7 +1,7 @@
 """Plan kernels: compiled ``_ext/plantools`` == pure-Python references.
 
 Random inputs (hypothesis) for the three kernels of
-:mod:`xarray_vhdf5.staging.kernels`; each compiled result must equal the
+:mod:`xarray_vhdf5._staging.kernels`; each compiled result must equal the
 reference exactly (values, dtypes, shapes, C-contiguity).  The references are
 themselves checked against brute-force definitions: every point of a slice
 lands in exactly one row; the gathered chunks are the cartesian product,
@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from xarray_vhdf5._backend.transfer import kernel_backend
 from xarray_vhdf5._ext import plantools, readtools
-from xarray_vhdf5.backend.transfer import kernel_backend
-from xarray_vhdf5.staging import kernels
-from xarray_vhdf5.staging.kernels import (
+from xarray_vhdf5._staging import kernels
+from xarray_vhdf5._staging.kernels import (
     KIND_REVERSE,
     KIND_SCALAR,
     SIDE_SLAB,

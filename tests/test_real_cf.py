@@ -35,8 +35,8 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (registers the accessor)
-from xarray_vhdf5.backend.names import SCALAR_DIM
-from xarray_vhdf5.xr.dimscales import netcdf_only_attrs
+from xarray_vhdf5._backend.names import SCALAR_DIM
+from xarray_vhdf5.xr._dimscales import netcdf_only_attrs
 
 DATA = Path(__file__).parent / "data" / "cf"
 VERSIONS = "/_version_data/versions"

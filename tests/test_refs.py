@@ -1,4 +1,4 @@
-"""Branches and tags (versions/refs.py): storage, resolution, commits on branches, interop."""
+"""Branches and tags (_versions/refs.py): storage, resolution, commits on branches, interop."""
 
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def test_accessor_verbs(path):
 def test_cli_branch_tag_and_graph(path):
     from click.testing import CliRunner
 
-    from xarray_vhdf5.cli.main import cli
+    from xarray_vhdf5.cli._main import cli
 
     run = CliRunner().invoke
     assert run(cli, ["branch", str(path), "qc", "--at", "v1"]).output == "created branch qc at v1\n"
@@ -223,7 +223,7 @@ def test_cli_branch_tag_and_graph(path):
 def test_cli_merge_and_cherry_pick(path):
     from click.testing import CliRunner
 
-    from xarray_vhdf5.cli.main import cli
+    from xarray_vhdf5.cli._main import cli
 
     run = CliRunner().invoke
     xv.create_branch(path, "qc", at="v1")

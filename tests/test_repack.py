@@ -14,14 +14,14 @@ from click.testing import CliRunner
 
 import xarray_vhdf5
 from xarray_vhdf5 import VersionedHDF5File, create_branch, create_tag, delete_versions, list_branches, list_tags
-from xarray_vhdf5.cli.main import cli
-from xarray_vhdf5.versions.check import check_file
-from xarray_vhdf5.versions.delete import delete_keeping_space, persists_free_space
-from xarray_vhdf5.versions.repack import TEMP_SUFFIX, repack, repack_plan
+from xarray_vhdf5._versions.check import check_file
+from xarray_vhdf5._versions.delete import delete_keeping_space, persists_free_space
+from xarray_vhdf5._versions.repack import TEMP_SUFFIX, repack, repack_plan
+from xarray_vhdf5.cli._main import cli
 
 ROWS = 1024
-#: The module (``xarray_vhdf5.versions.repack`` is the function, as ``merge`` is).
-repack_mod = importlib.import_module("xarray_vhdf5.versions.repack")
+#: The module (``xarray_vhdf5._versions.repack`` is the function, as ``merge`` is).
+repack_mod = importlib.import_module("xarray_vhdf5._versions.repack")
 
 
 def _data(i: int) -> np.ndarray:
@@ -255,7 +255,7 @@ def test_a_failed_modify_in_place_rolls_the_file_back(tmp_path, monkeypatch):
     path = tmp_path / "m.h5"
     _big(path, 200_000)
     before = path.read_bytes()
-    metadata = importlib.import_module("xarray_vhdf5.versions.metadata")
+    metadata = importlib.import_module("xarray_vhdf5._versions.metadata")
     real = metadata._SideRewriter.version
     calls = []
 

@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.backend import raw_data
+from xarray_vhdf5._backend import raw_data
 
 
 def test_growing_to_two_billion_points_touches_only_written_chunks(tmp_path, monkeypatch):

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xarray_vhdf5 import VersionedHDF5File, create_branch, create_tag, list_branches, list_tags, open_file
-from xarray_vhdf5.versions import expire
-from xarray_vhdf5.versions.check import check_file
+from xarray_vhdf5._versions import expire
+from xarray_vhdf5._versions.check import check_file
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 FIRST = "__first_version__"
@@ -233,7 +233,7 @@ def test_rebuilt_versions_keep_their_dimension_scales(tmp_path, keep_freed):
     """
     import xarray as xr
 
-    from xarray_vhdf5.versions.delete import delete_keeping_space
+    from xarray_vhdf5._versions.delete import delete_keeping_space
 
     path = tmp_path / "nc.h5"
     rng = np.random.default_rng(0)

@@ -6,10 +6,10 @@ import h5py
 import numpy as np
 import pytest
 
-from xarray_vhdf5.backend import rows
-from xarray_vhdf5.backend.layout import HASH_TABLE_DTYPE
-from xarray_vhdf5.backend.rows import read_rows, write_rows
-from xarray_vhdf5.backend.transfer import kernel_backend
+from xarray_vhdf5._backend import rows
+from xarray_vhdf5._backend.layout import HASH_TABLE_DTYPE
+from xarray_vhdf5._backend.rows import read_rows, write_rows
+from xarray_vhdf5._backend.transfer import kernel_backend
 from xarray_vhdf5.errors import HDF5Error
 
 try:
@@ -134,8 +134,8 @@ def test_dataset_shape_is_h5py_s(f, path):
 def test_the_kernel_refuses_a_buffer_of_another_size_and_rows_past_the_end(f):
     """Its own memory: the buffer must hold exactly the rows asked for; a start near 2**64
     cannot wrap the extent check around."""
+    from xarray_vhdf5._backend.h5objects import memory_type
     from xarray_vhdf5._ext import rowtools
-    from xarray_vhdf5.backend.h5objects import memory_type
 
     ds = f.create_dataset("k", shape=(4, 3), dtype="f8")
     mtype = memory_type(np.dtype("f8")).id

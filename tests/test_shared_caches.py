@@ -1,4 +1,4 @@
-"""Commit caches shared between successive handles to one file (``versions/caches.py``)."""
+"""Commit caches shared between successive handles to one file (``_versions/caches.py``)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import xarray_vhdf5
-import xarray_vhdf5.backend.hashtable as hashtable
-import xarray_vhdf5.wrappers.chunked as chunked
+import xarray_vhdf5._backend.hashtable as hashtable
+import xarray_vhdf5._wrappers.chunked as chunked
 from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5._versions import forget_shared_caches
+from xarray_vhdf5._versions.caches import COMMIT_TOKEN
 from xarray_vhdf5.errors import StaleVersionError
-from xarray_vhdf5.versions import forget_shared_caches
-from xarray_vhdf5.versions.caches import COMMIT_TOKEN
 
 SHAPE, CHUNKS = (40, 6), (10, 6)
 
@@ -141,7 +141,7 @@ def test_token_is_checked_only_when_the_index_was_written_again(tmp_path, counti
     """Commits appending to the version index keep the token without reading it back; a commit
     that finds the index stale (versioned-hdf5 committed meanwhile) puts it on the index written
     again, and a later handle shares the caches."""
-    import xarray_vhdf5.versions.caches as caches
+    import xarray_vhdf5._versions.caches as caches
 
     versioned_hdf5 = pytest.importorskip("versioned_hdf5")
     path = str(tmp_path / "f.h5")
@@ -206,8 +206,8 @@ def test_kept_caches_do_not_hold_the_file_open(tmp_path, counting):
 
 
 def test_held_hash_tables_follow_a_rebuilt_table(tmp_path):
-    from xarray_vhdf5.backend.hashtable import table_state
-    from xarray_vhdf5.backend.held import OpenDatasets
+    from xarray_vhdf5._backend.hashtable import table_state
+    from xarray_vhdf5._backend.held import OpenDatasets
 
     path = str(tmp_path / "f.h5")
     _commit(path, "v1", lambda g: _create(g, np.arange(np.prod(SHAPE), dtype="f8").reshape(SHAPE)))
@@ -229,7 +229,7 @@ def test_held_hash_tables_follow_a_rebuilt_table(tmp_path):
 
 
 def test_held_raw_data_has_a_chunk_cache_of_a_few_chunks_and_follows_a_rebuild(tmp_path):
-    from xarray_vhdf5.backend.held import CACHED_CHUNKS, OpenDatasets
+    from xarray_vhdf5._backend.held import CACHED_CHUNKS, OpenDatasets
 
     path = str(tmp_path / "f.h5")
     big = (64, 128, 128)  # 8 MiB float64 chunks: beyond HDF5's default cache
@@ -247,7 +247,7 @@ def test_held_raw_data_has_a_chunk_cache_of_a_few_chunks_and_follows_a_rebuild(t
 
 def test_held_raw_data_answers_what_h5py_answers_and_follows_a_rebuild(tmp_path):
     """The held wrapper keeps name, dtype and fill value: the same as h5py's, until the dataset is replaced."""
-    from xarray_vhdf5.backend.held import HeldDataset, OpenDatasets
+    from xarray_vhdf5._backend.held import HeldDataset, OpenDatasets
 
     with h5py.File(tmp_path / "f.h5", "w") as f:
         f.create_dataset("g/raw_data", shape=(8, 2), chunks=(4, 2), dtype="<i2", fillvalue=-7)
@@ -294,7 +294,7 @@ def test_commits_after_versioned_hdf5_rewrote_raw_data_through_the_same_handle(t
 def test_object_address_is_h5o_get_info_addr(tmp_path):
     from h5py import h5o
 
-    from xarray_vhdf5.backend.h5objects import object_address, object_address_by_name
+    from xarray_vhdf5._backend.h5objects import object_address, object_address_by_name
 
     with h5py.File(tmp_path / "a.h5", "w") as f:
         for obj in (f["/"], f.create_group("g"), f.create_dataset("d", data=np.arange(5))):
@@ -307,8 +307,8 @@ def test_object_address_is_h5o_get_info_addr(tmp_path):
 def test_memory_types_are_h5py_s_built_once(tmp_path):
     from h5py import h5t
 
-    from xarray_vhdf5.backend.h5objects import memory_type
-    from xarray_vhdf5.backend.layout import HASH_TABLE_DTYPE
+    from xarray_vhdf5._backend.h5objects import memory_type
+    from xarray_vhdf5._backend.layout import HASH_TABLE_DTYPE
 
     enum = h5py.enum_dtype({"A": 0, "B": 1}, basetype="i1")
     for dtype in (np.dtype("<f8"), np.dtype(">i4"), np.dtype(bool), np.dtype("S7"), HASH_TABLE_DTYPE, enum):
@@ -322,7 +322,7 @@ def test_memory_types_are_h5py_s_built_once(tmp_path):
 @pytest.mark.parametrize("name", ["v1", "ünïcode", "a/b"])
 def test_ordered_groups_are_created_as_h5py_creates_them(tmp_path, name):
     """``create_ordered_group`` (property lists made once) against ``create_group(track_order=True)``."""
-    from xarray_vhdf5.backend.h5objects import create_ordered_group
+    from xarray_vhdf5._backend.h5objects import create_ordered_group
 
     with h5py.File(tmp_path / "f.h5", "w") as f:
         ours, ref = f.create_group("ours"), f.create_group("ref")
@@ -341,7 +341,7 @@ def test_ordered_groups_are_created_as_h5py_creates_them(tmp_path, name):
 @pytest.mark.parametrize("n", [0, 3, 40])  # 40 links: dense storage
 def test_member_names_list_in_h5py_order(tmp_path, track_order, n):
     """``member_names`` gives h5py's iteration order: creation order when tracked, else by name."""
-    from xarray_vhdf5.backend.h5objects import member_names
+    from xarray_vhdf5._backend.h5objects import member_names
 
     with h5py.File(tmp_path / "m.h5", "w") as f:
         g = f.create_group("g", track_order=track_order)
@@ -359,7 +359,7 @@ def test_member_names_list_in_h5py_order(tmp_path, track_order, n):
 def test_chunk_maps_skip_the_version_stamp_only_while_the_versions_group_is_unchanged(first, monkeypatch):
     """A version deleted and made again under the same name between two commits: its chunk map
     is not taken from the cache, whether or not the stamp is read; the data staged is the new one."""
-    import xarray_vhdf5.backend.slabmaps as slabmaps
+    import xarray_vhdf5._backend.slabmaps as slabmaps
 
     stamps = []
     real = slabmaps._version_stamp

@@ -25,6 +25,9 @@ import versioned_hdf5
 import xarray as xr
 
 from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5._versions.locking import file_locks
+from xarray_vhdf5._versions.reader import SharedVersionDataset, SharedVersionedFile, SharedVersionGroup
+from xarray_vhdf5._versions.sharing import SharedFile
 from xarray_vhdf5.errors import (
     ClosedFileError,
     CorruptFileError,
@@ -33,9 +36,6 @@ from xarray_vhdf5.errors import (
     ReadOnlyError,
     VersionNotFoundError,
 )
-from xarray_vhdf5.versions.locking import file_locks
-from xarray_vhdf5.versions.reader import SharedVersionDataset, SharedVersionedFile, SharedVersionGroup
-from xarray_vhdf5.versions.sharing import SharedFile
 
 STR = h5py.string_dtype()
 
@@ -494,7 +494,7 @@ def test_a_waiting_writer_thread_goes_before_new_reader_threads(tmp_path):
 
 _HOLD_SHARED = """
 import sys
-from xarray_vhdf5.versions.locking import file_locks
+from xarray_vhdf5._versions.locking import file_locks
 with file_locks(sys.argv[1]).resolving():
     print("held", flush=True)
     sys.stdin.readline()
@@ -515,7 +515,7 @@ def test_a_writer_that_timed_out_opens_the_gate_again(tmp_path):
             with file_locks(p).writing(timeout=0.3):
                 pass
         run = _run(
-            "import sys\nfrom xarray_vhdf5.versions.locking import file_locks\n"
+            "import sys\nfrom xarray_vhdf5._versions.locking import file_locks\n"
             "with file_locks(sys.argv[1]).resolving(timeout=0.5): print('in')",
             p,
         )

@@ -13,10 +13,10 @@ from xarray_vhdf5 import (
     ReadOnlyError,
     VersionedHDF5File,
 )
-from xarray_vhdf5.backend.chunkmap import build_slab_indices_and_offsets
+from xarray_vhdf5._backend.chunkmap import build_slab_indices_and_offsets
+from xarray_vhdf5._staging import StagedChangesArray
+from xarray_vhdf5._versions import forget_shared_caches
 from xarray_vhdf5.errors import StaleVersionError
-from xarray_vhdf5.staging import StagedChangesArray
-from xarray_vhdf5.versions import forget_shared_caches
 
 SHAPE, CHUNKS = (100, 60), (10, 20)  # 10 x 3 = 30 chunks
 
@@ -179,7 +179,7 @@ def test_write_after_commit_refused(base):
 
 
 def test_next_stage_reuses_the_commit_chunk_map(base, monkeypatch):
-    import xarray_vhdf5.wrappers.chunked as chunked
+    import xarray_vhdf5._wrappers.chunked as chunked
 
     calls = []
     real = chunked.build_slab_indices_and_offsets
@@ -315,7 +315,7 @@ def test_names_the_format_uses_are_refused(tmp_path, name):
 
 def _count_wholesale_loads(monkeypatch) -> list:
     """Every load of all of an object's attributes: h5py's iteration, or by index (``attrs_by_index``)."""
-    import xarray_vhdf5.wrappers.attrs as staged_attrs
+    import xarray_vhdf5._wrappers.attrs as staged_attrs
 
     iterated: list = []
     real_iter, real_by_index = h5py.AttributeManager.__iter__, staged_attrs.attrs_by_index
@@ -382,8 +382,8 @@ def test_reference_datatypes_are_told_apart_as_h5py_dtypes_tell_them(tmp_path, k
     against h5py's dtype view of the same attributes: references alone, in arrays, compounds
     (netCDF's REFERENCE_LIST) and vlen sequences (DIMENSION_LIST); strings of both kinds,
     numbers, enums are not. A missing object raises KeyError."""
-    from xarray_vhdf5.backend.h5attrs import reference_attribute_names
-    from xarray_vhdf5.backend.transfer import kernel_backend
+    from xarray_vhdf5._backend.h5attrs import reference_attribute_names
+    from xarray_vhdf5._backend.transfer import kernel_backend
 
     with h5py.File(tmp_path / "t.h5", "w") as f:
         d = f.create_dataset("d", data=np.arange(3))
@@ -416,8 +416,8 @@ def test_reference_datatypes_are_told_apart_as_h5py_dtypes_tell_them(tmp_path, k
 def test_untouched_datasets_are_copied_without_being_opened(base, monkeypatch):
     """Staging opens only the datasets accessed; the others are copied as they are by the commit
     (same mappings, attributes, data). Their chunk maps: see the next-stage test below."""
-    import xarray_vhdf5.wrappers.chunked as chunked
-    import xarray_vhdf5.wrappers.group as group_module
+    import xarray_vhdf5._wrappers.chunked as chunked
+    import xarray_vhdf5._wrappers.group as group_module
 
     path, data = base
     with h5py.File(path, "r+") as f:
@@ -518,7 +518,7 @@ def test_an_edited_dataset_keeps_its_attributes_as_stored(base):
 def test_a_dataset_the_last_commit_made_is_not_opened_again(base, monkeypatch):
     """Staging on top of this handle's last commit takes the virtual dataset's id that commit
     made (libhdf5 decodes every mapping on open); a dataset replaced since is opened anew."""
-    import xarray_vhdf5.wrappers.group as group_module
+    import xarray_vhdf5._wrappers.group as group_module
 
     path, data = base
     opened = []
@@ -594,7 +594,7 @@ def test_a_dataset_first_opened_after_another_handle_rewrote_it_is_refused(base,
 def test_a_carried_dataset_keeps_its_chunk_map_for_the_next_stage(base, monkeypatch, touch):
     """Copied unchanged (never opened, only read, or with new attributes): the chunk map the
     handle's last commit kept moves to the copy, and staging on top reads no mapping."""
-    import xarray_vhdf5.wrappers.chunked as chunked
+    import xarray_vhdf5._wrappers.chunked as chunked
 
     path, data = base
     maps = []

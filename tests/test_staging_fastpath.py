@@ -4,12 +4,12 @@
 kernel (:mod:`xarray_vhdf5._ext.readtools`): a basic index (one slice or
 integer per axis) whose chunks all lie on up-to-date numpy slabs is copied in
 one call.  Everything else goes through a
-:class:`~xarray_vhdf5.staging.item_plans.GetItemPlan`
+:class:`~xarray_vhdf5._staging.item_plans.GetItemPlan`
 (``StagedChangesArray._getitem_general``).  Here, on random arrays, chunkings,
 dtypes, basic indices and edit histories:
 
 - the compiled kernel and its pure-Python reference
-  (:func:`~xarray_vhdf5.staging.kernels.read_basic_reference`) both decline
+  (:func:`~xarray_vhdf5._staging.kernels.read_basic_reference`) both decline
   (None) or both return numpy's result;
 - ``arr[idx]`` equals ``arr._getitem_general(idx)`` and numpy's ``ref[idx]``
   (value, shape, dtype, scalar vs array);
@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xarray_vhdf5._ext import readtools
-from xarray_vhdf5.staging import StagedChangesArray
-from xarray_vhdf5.staging.kernels import read_basic_reference
+from xarray_vhdf5._staging import StagedChangesArray
+from xarray_vhdf5._staging.kernels import read_basic_reference
 from xarray_vhdf5.testing.strategies import (
     basic_indices,
     chunked_shapes,

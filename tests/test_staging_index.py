@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xarray_vhdf5.backend.transfer import kernel_backend
+from xarray_vhdf5._backend.transfer import kernel_backend
+from xarray_vhdf5._staging import IndexChunkMapper, StagedChangesArray, map_index
 from xarray_vhdf5.errors import UnsupportedError
-from xarray_vhdf5.staging import IndexChunkMapper, StagedChangesArray, map_index
 from xarray_vhdf5.testing.strategies import chunked_shapes, indices
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -25,8 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xarray_vhdf5.backend.transfer import kernel_backend
-from xarray_vhdf5.staging import StagedChangesArray
+from xarray_vhdf5._backend.transfer import kernel_backend
+from xarray_vhdf5._staging import StagedChangesArray
 from xarray_vhdf5.testing.layouts import chunk_slices, raw_data_layout, write_raw_data
 from xarray_vhdf5.testing.strategies import (
     SAFE_CASTS,

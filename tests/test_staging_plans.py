@@ -20,9 +20,8 @@ import h5py
 import numpy as np
 import pytest
 
-from xarray_vhdf5.backend.transfer import get_kernel_backend, kernel_backend
-from xarray_vhdf5.errors import ClosedFileError, HDF5Error, IncompatibleDataError
-from xarray_vhdf5.staging import (
+from xarray_vhdf5._backend.transfer import get_kernel_backend, kernel_backend
+from xarray_vhdf5._staging import (
     ChangesPlan,
     GetItemPlan,
     LoadPlan,
@@ -30,6 +29,7 @@ from xarray_vhdf5.staging import (
     SetItemPlan,
     StagedChangesArray,
 )
+from xarray_vhdf5.errors import ClosedFileError, HDF5Error, IncompatibleDataError
 from xarray_vhdf5.testing.layouts import raw_data_layout, write_raw_data
 
 # The plan's repr is one long line by design (the first line below).
@@ -153,7 +153,7 @@ def test_basic_setitem_plan_equals_the_general_plan(backend, monkeypatch):
     """A basic index (ints and slices) plans from its slice pairs alone
     (``SetItemPlan._plan_small``): the same appends, transfers, drops and moves
     as the per-axis mappers of the general path, on arrays in many states."""
-    from xarray_vhdf5.staging._map_index import map_index, map_index_general
+    from xarray_vhdf5._staging._map_index import map_index, map_index_general
 
     rng = np.random.default_rng(7)
     shape, chunks = (9, 7, 5), (2, 3, 2)

@@ -2,7 +2,7 @@
 
 Each workload runs twice from the same first version: once with the fast
 path (the default), once with ``_staged.FAST_COMMIT = False`` (every commit
-through :func:`~xarray_vhdf5.xr.stage.commit_staged`). The two files must
+through :func:`~xarray_vhdf5.xr._stage.commit_staged`). The two files must
 store the same thing: per dataset the same hash-table entries (the SHA-256
 of every chunk written, and their row ranges), raw_data of the same shape,
 and per version the same datasets, values, dtypes, attributes and
@@ -18,9 +18,9 @@ import pytest
 import xarray as xr
 import zarr
 
+from xarray_vhdf5._versions import VersionedHDF5File
 from xarray_vhdf5.store import VersionStore, _staged
 from xarray_vhdf5.store._fastcommit import plan_fast_commit
-from xarray_vhdf5.versions import VersionedHDF5File
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Consolidated metadata is currently not part:UserWarning",

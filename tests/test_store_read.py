@@ -623,7 +623,7 @@ def test_reads_survive_a_commit_and_a_deletion(tmp_path):
 _MOVER = """
 import sys, numpy as np
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.versions.mutation import open_for_writing
+from xarray_vhdf5._versions.mutation import open_for_writing
 path = sys.argv[1]
 for i, old in enumerate(["v0", "v1", "loop0", "loop1", "loop2"]):
     with open_for_writing(path, timeout=60) as f:  # deleting frees rows below the last ones: they move

@@ -30,7 +30,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 import xarray_vhdf5
-from xarray_vhdf5.cli.main import cli
+from xarray_vhdf5.cli._main import cli
 from xarray_vhdf5.errors import UnsupportedError, VersionNotFoundError
 from xarray_vhdf5.store import UnreferencedArrayWarning, version_refs
 

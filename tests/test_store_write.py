@@ -4,7 +4,7 @@ Oracle: the same ``to_zarr`` calls on a zarr ``MemoryStore``; after each
 commit, ``xr.open_dataset(path, engine="vhdf5")`` and ``xr.open_zarr`` of the
 store must equal ``xr.open_zarr(memory)`` (xarray's own zarr semantics, e.g.
 an append replacing the group's attributes). Chunk addresses from the
-version's :class:`~xarray_vhdf5.backend.manifest.ChunkManifest` show which
+version's :class:`~xarray_vhdf5._backend.manifest.ChunkManifest` show which
 chunks a commit wrote. zarr's conformance kit runs on the writable mode.
 
 The kit's tests are coroutines for pytest-asyncio, which this project does not
@@ -28,9 +28,9 @@ from zarr.core.sync import sync
 from zarr.testing.store import StoreTests
 
 import xarray_vhdf5
+from xarray_vhdf5._versions import VersionedHDF5File
 from xarray_vhdf5.errors import NothingToCommitError, ReadOnlyError, StaleVersionError
 from xarray_vhdf5.store import VersionStore
-from xarray_vhdf5.versions import VersionedHDF5File
 
 DATA = os.path.join(os.path.dirname(xarray_vhdf5.__file__), "data", "coads_sst_airt.nc")
 

@@ -72,9 +72,9 @@ from hypothesis.stateful import (
 )
 
 from xarray_vhdf5 import VersionedHDF5File, open_file
+from xarray_vhdf5._versions.journal import JOURNAL_SUFFIX
 from xarray_vhdf5.errors import ConflictError, StaleVersionError
-from xarray_vhdf5.testing.powercut import KillAtIO, in_forked_child
-from xarray_vhdf5.versions.journal import JOURNAL_SUFFIX
+from xarray_vhdf5.testing._powercut import KillAtIO, in_forked_child
 from xarray_vhdf5.xr import _reading
 
 FIRST = "__first_version__"
@@ -820,7 +820,7 @@ def test_delete_nothing_keeps_the_netcdf_dimension_scales(tmp_path):
     it is dropped: ``vhdf5 check`` then reports version ``v0`` damaged, ``x``
     reads the fill value, and a staged xarray commit raises ``KeyError: 'x'``.
     """
-    from xarray_vhdf5.versions.check import check_file
+    from xarray_vhdf5._versions.check import check_file
 
     p = tmp_path / "dims.h5"
     xr.Dataset({"a": (("x",), np.arange(10.0))}).vhdf5.commit("v0", path=p)

@@ -1,4 +1,4 @@
-"""The persisted version index (``xarray_vhdf5.versions.index``).
+"""The persisted version index (``xarray_vhdf5._versions.index``).
 
 A fresh open must answer from the index without opening version groups, and
 every change versioned-hdf5 2.6 can make to the version list (commit, commit
@@ -20,9 +20,9 @@ import versioned_hdf5
 
 import xarray_vhdf5
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5.versions import index as vindex
-from xarray_vhdf5.versions.bookkeeping import PATH as BOOKKEEPING
-from xarray_vhdf5.versions.registry import VersionRegistry
+from xarray_vhdf5._versions import index as vindex
+from xarray_vhdf5._versions.bookkeeping import PATH as BOOKKEEPING
+from xarray_vhdf5._versions.registry import VersionRegistry
 
 T0 = dt.datetime(2021, 3, 1, tzinfo=dt.UTC)
 MAKERS = ("xarray_vhdf5", "versioned_hdf5")

@@ -9,8 +9,8 @@ from h5py import h5d, h5p, h5s, h5t
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xarray_vhdf5.backend.transfer import kernel_backend
-from xarray_vhdf5.backend.virtual import create_virtual_dataset_id, mapping_arrays, set_virtual_mappings
+from xarray_vhdf5._backend.transfer import kernel_backend
+from xarray_vhdf5._backend.virtual import create_virtual_dataset_id, mapping_arrays, set_virtual_mappings
 from xarray_vhdf5.errors import HDF5Error
 
 
@@ -130,7 +130,7 @@ def test_hdf5_failure_raises_not_crashes(tmp_path):
 
 def test_cached_creation_templates_keep_each_dtype_and_fill_value(tmp_path):
     """create_virtual_dataset reuses one property list per (dtype, fill value): never the wrong one."""
-    from xarray_vhdf5.backend.virtual import create_virtual_dataset
+    from xarray_vhdf5._backend.virtual import create_virtual_dataset
 
     cases = [
         ("f8-0", "f8", 0.0),

@@ -168,8 +168,8 @@ def test_a_file_that_is_not_hdf5_is_named_and_left_alone(noaa_dir, tmp_path):
     ds = xr.Dataset({"v": ("i", np.arange(3.0))})
     attempts = {
         "commit": lambda: ds.vhdf5.commit("v1", path=path),
-        "log": lambda: xv.xr.accessor.version_log_frame(path),
-        "diff": lambda: xv.xr.diff.diff_versions(path, "a", "b"),
+        "log": lambda: xv.xr.version_log_frame(path),
+        "diff": lambda: xv.xr.diff_versions(path, "a", "b"),
     }
     for what, attempt in attempts.items():
         with pytest.raises(

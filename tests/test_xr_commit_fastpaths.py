@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from xarray_vhdf5.backend.hashtable import hash_table_id, table_extends
-from xarray_vhdf5.backend.layout import version_path
-from xarray_vhdf5.xr.stage import _staged_array
-from xarray_vhdf5.xr.staged_array import StagedVariableArray
+from xarray_vhdf5._backend.hashtable import hash_table_id, table_extends
+from xarray_vhdf5._backend.layout import version_path
+from xarray_vhdf5.xr._stage import _staged_array
+from xarray_vhdf5.xr._staged_array import StagedVariableArray
 
 CHUNKS = (4, 3, 5)
 T1, T2 = np.datetime64("2026-01-01T00:00"), np.datetime64("2026-01-02T00:00")

@@ -15,6 +15,7 @@ import pytest
 import xarray as xr
 
 from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5._versions.history import version_log
 from xarray_vhdf5.errors import (
     IncompatibleDataError,
     NothingToCommitError,
@@ -22,7 +23,6 @@ from xarray_vhdf5.errors import (
     VersionNotFoundError,
     VHDF5Error,
 )
-from xarray_vhdf5.versions.history import version_log
 
 #: Attributes holding object references into the version's own group: rewritten by every commit.
 _REFERENCES = {"REFERENCE_LIST", "DIMENSION_LIST"}

@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 
 from xarray_vhdf5.errors import IncompatibleDataError, StaleVersionError
-from xarray_vhdf5.xr.staged_array import StagedVariableArray
+from xarray_vhdf5.xr._staged_array import StagedVariableArray
 
 
 def _raw(path, version):
@@ -435,7 +435,8 @@ def test_commit_after_other_commits_keeps_working(tmp_path):
 def test_reopening_reads_each_hash_table_once_for_all_copies(tmp_path, monkeypatch):
     """Copies of a staged variable (``append`` and ``copy`` make them) share raw_data: reopening
     the stage's file reads that hash table's state once, and a rewrite is still refused for all."""
-    from xarray_vhdf5.xr import _reading, staged_array
+    from xarray_vhdf5.xr import _reading
+    from xarray_vhdf5.xr import _staged_array as staged_array
 
     path = tmp_path / "copies.h5"
     staged = _staged_arange(path)

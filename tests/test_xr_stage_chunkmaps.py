@@ -1,4 +1,4 @@
-"""``stage()`` builds its staged arrays from the commit's stored chunk map (``versions/chunkmaps.py``).
+"""``stage()`` builds its staged arrays from the commit's stored chunk map (``_versions/chunkmaps.py``).
 
 A version's virtual dataset with many mappings is then not opened (libhdf5
 would decode every mapping); the staged values, edits and commits must be
@@ -13,8 +13,8 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (the accessor)
-from xarray_vhdf5.versions.chunkmaps import MIN_CHUNKS
-from xarray_vhdf5.xr import stage as stage_module
+from xarray_vhdf5._versions.chunkmaps import MIN_CHUNKS
+from xarray_vhdf5.xr import _stage as stage_module
 
 DAYS = MIN_CHUNKS + 6  # one chunk a day: past the size that gets a stored map
 

@@ -18,7 +18,7 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (registers the .vhdf5 accessor)
-from xarray_vhdf5.xr.staged_array import RawRows
+from xarray_vhdf5.xr._staged_array import RawRows
 
 SHAPE = (64, 256, 256)
 CHUNKS = (1, 256, 256)

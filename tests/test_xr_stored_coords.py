@@ -1,4 +1,4 @@
-"""Staged in-memory coordinates are committed through their stored dataset while unchanged (``xr/stored.py``).
+"""Staged in-memory coordinates are committed through their stored dataset while unchanged (``xr/_stored.py``).
 
 Each test that edits a coordinate checks that the record is not trusted
 then: the committed version shows the edit, as ``xr.open_dataset`` reads it.
@@ -14,8 +14,8 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (the accessor)
-from xarray_vhdf5.xr import stage as stage_module
-from xarray_vhdf5.xr.stored import STORED_KEY, StoredValues, same_value
+from xarray_vhdf5.xr import _stage as stage_module
+from xarray_vhdf5.xr._stored import STORED_KEY, StoredValues, same_value
 
 
 def _day(t: int) -> xr.Dataset:

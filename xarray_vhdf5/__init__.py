@@ -49,8 +49,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .store import VersionStore
-    from .versions import (
+    from ._versions import (
         MergeReport,
         RechunkReport,
         VersionedHDF5File,
@@ -70,8 +69,8 @@ if TYPE_CHECKING:
         repack,
         reset_branch,
     )
-    from .versions.mutation import open_file
-    from .wrappers import (
+    from ._versions.mutation import open_file
+    from ._wrappers import (
         DatasetWrapper,
         InMemoryArrayDataset,
         InMemoryDataset,
@@ -80,9 +79,10 @@ if TYPE_CHECKING:
         VersionDataset,
         VersionGroup,
     )
+    from .store import VersionStore
     from .xr import commit_dataset, open_versions
-    from .xr.engine import VHDF5BackendEntrypoint
-    from .xr.export import export_netcdf, export_zarr, merge_files, split_version
+    from .xr._engine import VHDF5BackendEntrypoint
+    from .xr._export import export_netcdf, export_zarr, merge_files, split_version
 
 __version__ = "0.1.0"
 
@@ -170,10 +170,10 @@ _HOMES = {
             "repack",
             "reset_branch",
         ),
-        "versions",
+        "_versions",
     ),
-    **dict.fromkeys(("export_netcdf", "export_zarr", "merge_files", "split_version"), "xr.export"),
-    "open_file": "versions.mutation",
+    **dict.fromkeys(("export_netcdf", "export_zarr", "merge_files", "split_version"), "xr._export"),
+    "open_file": "_versions.mutation",
     **dict.fromkeys(
         (
             "DatasetWrapper",
@@ -184,11 +184,11 @@ _HOMES = {
             "VersionDataset",
             "VersionGroup",
         ),
-        "wrappers",
+        "_wrappers",
     ),
-    "VHDF5BackendEntrypoint": "xr.engine",
-    "commit_dataset": "xr.writer",
-    "open_versions": "xr.stacked",
+    "VHDF5BackendEntrypoint": "xr._engine",
+    "commit_dataset": "xr._writer",
+    "open_versions": "xr._stacked",
     "VersionStore": "store",
 }
 

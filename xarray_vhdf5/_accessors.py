@@ -1,11 +1,11 @@
 """The ``.vhdf5`` accessors, registered by ``import xarray_vhdf5`` and loaded on first use.
 
-:mod:`xarray_vhdf5.xr.accessor` registers the accessors through xarray's
+:mod:`xarray_vhdf5.xr._accessor` registers the accessors through xarray's
 extension API (:func:`xarray.register_dataset_accessor`,
 :func:`xarray.register_datatree_accessor`), but importing it loads the whole
 package: h5py, the version history and the compiled kernels. The package's
 ``__init__`` runs whenever xarray lists its engines (the entry point
-:mod:`xarray_vhdf5.xr.engine` lies inside the package), so it only puts a
+:mod:`xarray_vhdf5.xr._engine` lies inside the package), so it only puts a
 :class:`LazyAccessor` in the accessors' place; the first ``ds.vhdf5`` (or
 ``xr.Dataset.vhdf5``) imports the accessor module, whose registration then
 replaces it.
@@ -24,7 +24,7 @@ __all__ = ["ACCESSOR_MODULE", "NAME", "LazyAccessor", "install"]
 NAME = "vhdf5"
 
 #: The module whose import registers the real accessors.
-ACCESSOR_MODULE = "xarray_vhdf5.xr.accessor"
+ACCESSOR_MODULE = "xarray_vhdf5.xr._accessor"
 
 
 class LazyAccessor:

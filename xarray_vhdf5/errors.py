@@ -127,7 +127,7 @@ class RefNotFoundError(VersionNotFoundError):
     """No branch or tag of that name, or one whose version was deleted (a ``KeyError``).
 
     Raised by ``reset_branch``, ``delete_branch``, ``delete_tag`` and by opening
-    a version through a ref whose version is gone (:mod:`xarray_vhdf5.versions.refs`).
+    a version through a ref whose version is gone (:mod:`xarray_vhdf5._versions.refs`).
     """
 
 
@@ -265,7 +265,7 @@ class FileBusyError(VHDF5Error, BlockingIOError):
     A writer (a commit, ``delete_versions``, ``modify_metadata``) waits for the
     writer before it; a reader opening a version waits for a commit to finish
     writing the file's metadata. Both wait ``timeout`` seconds (see
-    :mod:`xarray_vhdf5.versions.locking`), then raise this: a
+    :mod:`xarray_vhdf5._versions.locking`), then raise this: a
     ``BlockingIOError`` (an ``OSError``), as libhdf5's own lock refusal is in
     h5py. ``holder_pid`` is the process holding the lock when it is known,
     else None; ``path`` the file.

@@ -52,7 +52,7 @@ assert list(log.index) == ["2024-06-03", "qc-1"]
 # The same log from the command line, as `vhdf5 log sst.h5` prints it.
 from click.testing import CliRunner  # noqa: E402
 
-from xarray_vhdf5.cli.main import cli  # noqa: E402
+from xarray_vhdf5.cli._main import cli  # noqa: E402
 
 result = CliRunner().invoke(cli, ["log", "sst.h5"])
 assert result.exit_code == 0, result.output

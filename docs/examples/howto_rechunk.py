@@ -52,7 +52,7 @@ xr.testing.assert_identical(xr.open_zarr("february.zarr", consolidated=False).lo
 # [start-split]
 weeks = rechunked.vhdf5.split("weeks", {"time": 7})
 print(len(weeks.files), "files:", os.path.basename(weeks.files[0]), "...")
-from xarray_vhdf5.xr.export import merge_files  # noqa: E402
+from xarray_vhdf5.xr._export import merge_files  # noqa: E402
 
 merged = merge_files("weeks", "merged.h5", "all-weeks", chunks={"time": 60, "lat": 9, "lon": 9})
 print(merged.counters["sst"].input_reads, "files read once each")

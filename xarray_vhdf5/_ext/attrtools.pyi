@@ -1,4 +1,4 @@
-# Stub of the private compiled kernel _ext/attrtools.pyx (see backend/h5attrs.py).
+# Stub of the private compiled kernel _ext/attrtools.pyx (see _backend/h5attrs.py).
 import numpy as np
 
 def write_buffer(obj_id: int, name: bytes, file_type: int, mem_type: int, shape: tuple, buffer: np.ndarray) -> int: ...

@@ -1,6 +1,6 @@
 """Type stub of the compiled plan kernels (``_ext/plantools.pyx``); private.
 
-Use :mod:`xarray_vhdf5.staging.kernels`, which documents the invariants the
+Use :mod:`xarray_vhdf5._staging.kernels`, which documents the invariants the
 callers guarantee and holds the pure-Python reference implementations.
 """
 

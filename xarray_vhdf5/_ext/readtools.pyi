@@ -1,6 +1,6 @@
 """Type stub of the compiled basic-index kernels (``_ext/readtools.pyx``); private.
 
-Use :mod:`xarray_vhdf5.staging.kernels`, which documents the invariants and
+Use :mod:`xarray_vhdf5._staging.kernels`, which documents the invariants and
 holds the pure-Python references.
 """
 

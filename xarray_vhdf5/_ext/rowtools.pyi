@@ -1,4 +1,4 @@
-# Stub of the private compiled kernel _ext/rowtools.pyx (see backend/rows.py).
+# Stub of the private compiled kernel _ext/rowtools.pyx (see _backend/rows.py).
 import numpy as np
 
 def write_rows(dset_id: int, start: int, shape: tuple, mem_type: int, itemsize: int, buffer: np.ndarray) -> int: ...

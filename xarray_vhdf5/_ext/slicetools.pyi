@@ -1,6 +1,6 @@
 """Type stub of the compiled kernels (``_ext/slicetools.pyx``); private.
 
-Use :mod:`xarray_vhdf5.backend.transfer` and :mod:`xarray_vhdf5.backend.chunkmap`,
+Use :mod:`xarray_vhdf5._backend.transfer` and :mod:`xarray_vhdf5._backend.chunkmap`,
 which validate every argument: the kernels do no bounds checking.
 """
 

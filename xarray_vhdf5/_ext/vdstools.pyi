@@ -1,4 +1,4 @@
-# Stub of the private compiled kernel _ext/vdstools.pyx (see backend/virtual.py).
+# Stub of the private compiled kernel _ext/vdstools.pyx (see _backend/virtual.py).
 import numpy as np
 
 def create_virtual_dataset(

@@ -1,5 +1,5 @@
 """The ``vhdf5`` command line: ``vhdf5 demo``, ``vhdf5 log FILE``."""
 
-from .main import cli, main
+from ._main import cli, main
 
 __all__ = ["cli", "main"]

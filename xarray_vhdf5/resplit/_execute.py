@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import h5py
 import numpy as np
 
-from ..backend.encode import ChunkEncoder
+from .._backend.encode import ChunkEncoder
 from ._grid import AxisGrid
 from ._plan import ResplitPlan
 
@@ -359,7 +359,7 @@ def resplit_into(
         ``max_mem``, else 1. An HDF5 dataset (h5py, h5netcdf) takes one call at a
         time; when its chunks are the output chunks and its filters can be applied
         outside libhdf5, whole chunks are encoded in the threads and stored with
-        ``write_direct_chunk`` (:mod:`xarray_vhdf5.backend.encode`).
+        ``write_direct_chunk`` (:mod:`xarray_vhdf5._backend.encode`).
     progress, desc
         As for :func:`iter_resplit`.
 
@@ -407,7 +407,7 @@ def resplit_into(
 
 def _direct_target(plan: ResplitPlan, target) -> tuple[h5py.Dataset, ChunkEncoder] | None:
     """An HDF5 dataset (h5py, or an h5netcdf variable's) whose chunks are the plan's and whose
-    filters :class:`~xarray_vhdf5.backend.encode.ChunkEncoder` applies, with its encoder."""
+    filters :class:`~xarray_vhdf5._backend.encode.ChunkEncoder` applies, with its encoder."""
     ds = target if isinstance(target, h5py.Dataset) else getattr(target, "_h5ds", None)
     if not isinstance(ds, h5py.Dataset) or ds.chunks is None:
         return None
@@ -432,7 +432,7 @@ def _encode_into(events: Iterator[OutputWrite], direct: tuple[h5py.Dataset, Chun
     """Whole output chunks encoded in threads and stored with ``write_direct_chunk``, in order; pieces assigned.
 
     libhdf5 compresses one chunk at a time; here the chunks' filters run in
-    ``workers`` threads (see :mod:`xarray_vhdf5.backend.encode`, which pads edge
+    ``workers`` threads (see :mod:`xarray_vhdf5._backend.encode`, which pads edge
     chunks with the fill value) and libhdf5 only stores the bytes.
     """
     from collections import deque

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import h5py
 import numpy as np
 
-from ..backend.manifest import resolve_manifest
+from .._backend.manifest import resolve_manifest
 from ._grid import AxisGrid
 
 __all__ = ["array_chunk_reader", "version_chunk_reader"]
@@ -39,7 +39,7 @@ def version_chunk_reader(vds: h5py.Dataset) -> tuple[Callable[[tuple[int, ...]],
     """``read_chunk`` over one version's dataset, one stored chunk per call, and its chunk shape.
 
     Each call reads and decodes one raw_data chunk through the dataset's
-    :class:`~xarray_vhdf5.backend.manifest.ChunkManifest` (``os.pread`` of its
+    :class:`~xarray_vhdf5._backend.manifest.ChunkManifest` (``os.pread`` of its
     byte range, no libhdf5 call); an unmapped chunk is the fill value, with no
     read. A dataset the manifest cannot decode (variable-length strings, a
     filter without a decoder) is read through h5py, one chunk's hyperslab per

@@ -17,14 +17,14 @@ that case from the overlay (:mod:`._overlay`) alone, without opening anything:
 - every codec after ``bytes`` is one numcodecs decodes (:data:`_NUMCODECS`).
 
 :func:`fast_commit` then does in one ``stage_version`` what
-:func:`~xarray_vhdf5.xr.stage.commit_staged` would do for such a write: the
+:func:`~xarray_vhdf5.xr._stage.commit_staged` would do for such a write: the
 stale-parent check, each changed dataset's staged array taken from the base
-version's stored chunk map (:func:`~xarray_vhdf5.versions.chunkmaps.load`,
+version's stored chunk map (:func:`~xarray_vhdf5._versions.chunkmaps.load`,
 the virtual dataset not decoded), resized to zarr's shape, every chunk zarr
 wrote decoded with the array's codecs and assigned (its part inside the
 shape), chunks zarr deleted filled, changed attributes set, the message
 written, dimension scales attached inside the commit
-(:func:`~xarray_vhdf5.xr.dimscales.attach_dimension_scales`), the empty
+(:func:`~xarray_vhdf5.xr._dimscales.attach_dimension_scales`), the empty
 commit refused. Everything else goes through the ``xr`` layer as before
 (:mod:`._staged`). ``tests/test_store_fastcommit.py`` checks that both paths
 store the same chunks and attributes.
@@ -39,18 +39,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..backend.hashtable import hash_table_id, table_state
-from ..backend.names import MESSAGE_ATTR
+from .._backend.hashtable import hash_table_id, table_state
+from .._backend.names import MESSAGE_ATTR
+from .._staging import StagedChangesArray
+from .._versions import chunkmaps
+from .._versions.file import VersionedHDF5File
+from .._versions.history import same_attr_value
+from .._versions.mutation import open_for_writing
 from ..errors import StaleVersionError
-from ..staging import StagedChangesArray
-from ..versions import chunkmaps
-from ..versions.file import VersionedHDF5File
-from ..versions.history import same_attr_value
-from ..versions.mutation import open_for_writing
 from ..xr import _reading
-from ..xr.commit_checks import refuse_empty_commit
-from ..xr.dimscales import attach_dimension_scales
-from ..xr.writer import next_version_name
+from ..xr._commit_checks import refuse_empty_commit
+from ..xr._dimscales import attach_dimension_scales
+from ..xr._writer import next_version_name
 from ._metadata import ArrayNode
 
 if TYPE_CHECKING:
@@ -277,7 +277,7 @@ def _region(index: tuple[int, ...], chunks: tuple[int, ...], shape: tuple[int, .
 def _stage_array(f, target, parent: str, path: str) -> None:
     """Give staged dataset ``target`` its array from the parent's stored chunk map, when there is one.
 
-    Without one (fewer than :data:`~xarray_vhdf5.versions.chunkmaps.MIN_CHUNKS`
+    Without one (fewer than :data:`~xarray_vhdf5._versions.chunkmaps.MIN_CHUNKS`
     chunks, or a map not to trust) the dataset builds it from its virtual
     dataset on first use, as any staged dataset does.
     """

@@ -1,17 +1,17 @@
 """A committed version as Zarr v3 nodes: the arrays and groups a store presents, and their ``zarr.json``.
 
 Built once per store from the version's group tree, as the ``vhdf5`` engine
-reads it (:mod:`xarray_vhdf5.xr.engine`), so that ``xr.open_zarr(store)``
+reads it (:mod:`xarray_vhdf5.xr._engine`), so that ``xr.open_zarr(store)``
 gives the Dataset ``xr.open_dataset(path, engine="vhdf5")`` gives:
 
 - an array per dataset of the version, at its path below the store's group;
-  netCDF-4's dimension-only scales (:func:`~xarray_vhdf5.backend.names.is_netcdf_dimension_only`)
+  netCDF-4's dimension-only scales (:func:`~xarray_vhdf5._backend.names.is_netcdf_dimension_only`)
   are not arrays;
 - ``dimension_names`` from ``_ARRAY_DIMENSIONS``, else ``phony_dim_<n>`` as
-  the engine names them (:func:`~xarray_vhdf5.backend.names.phony_dims`);
+  the engine names them (:func:`~xarray_vhdf5._backend.names.phony_dims`);
   scalars (stored as one point with ``_ARRAY_DIMENSIONS == []``) are 0-d;
 - ``attributes``: the dataset's user attributes
-  (:func:`~xarray_vhdf5.backend.names.visible_attrs`) as JSON, ``_FillValue``
+  (:func:`~xarray_vhdf5._backend.names.visible_attrs`) as JSON, ``_FillValue``
   encoded as xarray's zarr backend reads it for Zarr v3
   (``xarray.backends.zarr.FillValueCoder``); a group's attributes, without the
   version's own (``timestamp``, ``prev_version``, ...) at the root. The
@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
+from .._backend.names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 from ..errors import UnsupportedError
 from ._codecs import zarr_v3_codecs
 
@@ -171,7 +171,7 @@ def version_nodes(
     ----------
     group : SharedVersionGroup
         The version's group or a subgroup of it
-        (:class:`~xarray_vhdf5.versions.SharedVersionedFile`).
+        (:class:`~xarray_vhdf5._versions.SharedVersionedFile`).
     numcodecs : bool
         Pass deflate, shuffle and Fletcher-32 through as numcodecs codecs (see :mod:`._codecs`).
     verify : bool

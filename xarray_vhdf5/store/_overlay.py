@@ -10,7 +10,7 @@ zarr encoded them (``zarr.json`` documents, chunks after the array's codecs):
 - memory is the encoded (often compressed) size of what was written, not the
   decoded size; nothing is decoded until :meth:`VersionStore.commit`, which
   decodes only the written chunks, with zarr's own codec pipeline, and stages
-  them into their variable's :class:`~xarray_vhdf5.staging.StagedChangesArray`
+  them into their variable's :class:`~xarray_vhdf5._staging.StagedChangesArray`
   (:mod:`._staged`).
 
 Past a memory budget (:data:`MEMORY_BUDGET`: 64 MiB of written values, the

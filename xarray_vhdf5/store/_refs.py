@@ -70,9 +70,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..backend.names import DIMENSIONS_ATTR
+from .._backend.names import DIMENSIONS_ATTR
+from .._versions import VersionedHDF5File
 from ..errors import UnsupportedError
-from ..versions import VersionedHDF5File
 from ._codecs import numcodecs_pipeline
 from ._metadata import ArrayNode, GroupNode, version_nodes
 

@@ -10,9 +10,9 @@ stale-parent check, dedupe by chunk hash):
    and ``dimension_names``.
 2. The base version is opened raw (``engine="vhdf5", decode_cf=False``: the
    values zarr holds are the stored, CF-encoded ones) and staged
-   (:func:`~xarray_vhdf5.xr.stage.stage_dataset`): each chunk-mapped variable
-   is a :class:`~xarray_vhdf5.xr.staged_array.StagedVariableArray` over its
-   :class:`~xarray_vhdf5.staging.StagedChangesArray`.
+   (:func:`~xarray_vhdf5.xr._stage.stage_dataset`): each chunk-mapped variable
+   is a :class:`~xarray_vhdf5.xr._staged_array.StagedVariableArray` over its
+   :class:`~xarray_vhdf5._staging.StagedChangesArray`.
 3. An array the base holds with the same dtype and chunk shape (zarr's
    ``mode="a"``, ``append_dim=``, ``region=``) keeps its staged array: it is
    resized to the new shape, every chunk zarr wrote is decoded (zarr's own
@@ -26,8 +26,8 @@ stale-parent check, dedupe by chunk hash):
    strings, in-memory index coordinates that changed) are read whole through
    zarr and written as new variables with zarr's chunk shape, deduplicated by
    chunk hash against every earlier version.
-5. :func:`~xarray_vhdf5.xr.stage.commit_staged` writes the version; with no
-   base (a new file, a new group), :func:`~xarray_vhdf5.xr.writer.commit_dataset`.
+5. :func:`~xarray_vhdf5.xr._stage.commit_staged` writes the version; with no
+   base (a new file, a new group), :func:`~xarray_vhdf5.xr._writer.commit_dataset`.
 
 The common case, chunk writes and growth of arrays the base holds with their
 dtype, chunks and codecs (the daily ``append_dim=``), skips steps 2-5: the
@@ -50,9 +50,9 @@ import numpy as np
 import xarray as xr
 
 from ..errors import NothingToCommitError, StaleVersionError, UnsupportedError
-from ..xr.stage import commit_staged, stage_dataset
-from ..xr.staged_array import StagedVariableArray
-from ..xr.writer import commit_dataset
+from ..xr._stage import commit_staged, stage_dataset
+from ..xr._staged_array import StagedVariableArray
+from ..xr._writer import commit_dataset
 from ._metadata import ArrayNode
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ def _region(index: tuple[int, ...], chunks: tuple[int, ...], shape: tuple[int, .
 
 
 #: A new array larger than this (bytes) is committed as a dask array over zarr's chunks: streamed
-#: in batches of ``max_bytes`` (the writer's :mod:`~xarray_vhdf5.xr.streaming`), not read whole.
+#: in batches of ``max_bytes`` (the writer's :mod:`~xarray_vhdf5.xr._streaming`), not read whole.
 STREAM_BYTES = 16 * 2**20
 
 
@@ -381,7 +381,7 @@ def _commit_new(
     from ._store import _has_history
 
     if state.version is None and not force and _has_history(store.path):
-        from ..versions import VersionedHDF5File
+        from .._versions import VersionedHDF5File
 
         with VersionedHDF5File.open(store.path) as reader:
             current = reader.current_version

@@ -3,12 +3,12 @@
 ``VersionStore(path, version=...)`` presents one version's group tree as Zarr
 v3 keys: ``zarr.json`` documents synthesized from the HDF5 datasets
 (:mod:`._metadata`) and chunk keys ``<array>/c/<i>/<j>`` served from the
-version's chunks in raw_data (:mod:`xarray_vhdf5.backend.manifest`), as the
+version's chunks in raw_data (:mod:`xarray_vhdf5._backend.manifest`), as the
 file holds them when their filters are Zarr codecs (:mod:`._codecs`), else
 decoded. Nothing is copied: a chunk key is a byte range of the file, read with
 ``os.pread`` while other processes commit (the version's chunks never change;
 chunks moved by a delete are resolved again, as every reader of this package
-does, :class:`~xarray_vhdf5.versions.SharedVersionedFile`).
+does, :class:`~xarray_vhdf5._versions.SharedVersionedFile`).
 
 Keys (Zarr v3 storage, "Chunk key encoding", default with ``/``)::
 
@@ -37,8 +37,8 @@ import numpy as np
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from .._versions import VersionedHDF5File
 from ..errors import DatasetNotFoundError, NotVersionedError, ReadOnlyError, VersionNotFoundError
-from ..versions import VersionedHDF5File
 from ._codecs import numcodecs_pipeline
 from ._forks import StoreFork, fork_store, merge_forks, remove_spools
 from ._listing import ListingFromList
@@ -170,7 +170,7 @@ class VersionStore(ListingFromList, Store):
         not exist yet, or be an HDF5 file holding nothing.
     version : str, int, datetime, numpy.datetime64 or None
         Which version, as ``xr.open_dataset(path, engine="vhdf5", version=...)``
-        takes it (:func:`~xarray_vhdf5.versions.history.lookup_version`); None:
+        takes it (:func:`~xarray_vhdf5._versions.history.lookup_version`); None:
         the current one. Resolved to a name when the store opens; a pickled
         store (for dask workers) carries the name, so every worker reads the
         same version whatever is committed meanwhile. Writable: the base of
@@ -216,7 +216,7 @@ class VersionStore(ListingFromList, Store):
     -----
     ``xr.open_zarr(store)`` gives the Dataset ``xr.open_dataset(path,
     engine="vhdf5", version=...)`` gives (:mod:`._metadata` says how). The
-    store keeps one :class:`~xarray_vhdf5.versions.SharedVersionedFile` open;
+    store keeps one :class:`~xarray_vhdf5._versions.SharedVersionedFile` open;
     it never blocks a writer of the file.
 
     A writable store keeps zarr's writes encoded, in memory up to a budget
@@ -428,7 +428,7 @@ class VersionStore(ListingFromList, Store):
         neither read nor rewritten (:mod:`._staged`). New arrays, deleted
         arrays, attribute changes and shape changes are applied. Dimension
         scales, netCDF bookkeeping and the stale-parent check are
-        ``ds.vhdf5.commit``'s (:func:`~xarray_vhdf5.xr.stage.commit_staged`).
+        ``ds.vhdf5.commit``'s (:func:`~xarray_vhdf5.xr._stage.commit_staged`).
 
         Parameters
         ----------

@@ -8,7 +8,16 @@
 - :mod:`xarray_vhdf5.testing.snapshot`: everything a versioned file stores as
   plain values, compared path by path (the parity tests against versioned-hdf5).
 
-Import the submodules explicitly; importing this package imports nothing.
+The submodules load on first use (``xarray_vhdf5.testing.strategies``, PEP 562):
+importing this package imports nothing.
 """
 
+from typing import Any
+
+from .._lazy import lazy_attribute
+
 __all__ = ["layouts", "snapshot", "strategies"]
+
+
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(__name__, {}, name)

@@ -166,7 +166,7 @@ def basic_indices(draw: st.DrawFn, shape: Sequence[int]) -> tuple:
 
 @st.composite
 def indices(draw: st.DrawFn, shape: Sequence[int], *, arrays: bool = True) -> Any:
-    """Any index :func:`~xarray_vhdf5.staging.map_index` supports, valid for ``shape``.
+    """Any index :func:`~xarray_vhdf5._staging.map_index` supports, valid for ``shape``.
 
     Per axis an integer, a slice or (on at most one axis, if ``arrays``) an
     integer / boolean array; sometimes one Ellipsis, sometimes fewer

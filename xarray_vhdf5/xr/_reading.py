@@ -1,8 +1,8 @@
 """What the ``vhdf5`` engine reads with: files, version groups and lazy variables.
 
-The machinery behind :class:`~xarray_vhdf5.xr.engine.VHDF5BackendEntrypoint`,
-shared with :mod:`~xarray_vhdf5.xr.datatree` (a version's group tree) and
-:mod:`~xarray_vhdf5.xr.stacked` (many versions at once). Kept apart from the
+The machinery behind :class:`~xarray_vhdf5.xr._engine.VHDF5BackendEntrypoint`,
+shared with :mod:`~xarray_vhdf5.xr._datatree` (a version's group tree) and
+:mod:`~xarray_vhdf5.xr._stacked` (many versions at once). Kept apart from the
 entry point so that xarray, which imports every installed engine whenever it
 lists them, imports only that small module (h5py, the version history and the
 compiled kernels load on the first open).
@@ -27,16 +27,16 @@ from h5py import h5o
 from xarray.backends import BackendArray, CachingFileManager
 from xarray.core import indexing
 
-from ..backend.h5objects import object_info_by_name
-from ..backend.layout import version_path as root_path
-from ..backend.manifest import resolve_manifest
-from ..backend.names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
-from ..backend.signature import not_hdf5_error
-from ..versions import chunkmaps, refs
-from ..versions.history import lookup_as_of, lookup_version
-from ..versions.registry import VersionKey, VersionRegistry
-from ..versions.sharing import SharedFile, version_timestamp
-from .array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
+from .._backend.h5objects import object_info_by_name
+from .._backend.layout import version_path as root_path
+from .._backend.manifest import resolve_manifest
+from .._backend.names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
+from .._backend.signature import not_hdf5_error
+from .._versions import chunkmaps, refs
+from .._versions.history import lookup_as_of, lookup_version
+from .._versions.registry import VersionKey, VersionRegistry
+from .._versions.sharing import SharedFile, version_timestamp
+from ._array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
 
 __all__ = [
     "NOT_HDF5_HINT",
@@ -135,9 +135,9 @@ def close_read_handles(path: str | os.PathLike) -> None:
 def open_version_group(f: h5py.File, version: VersionKey, group: str | None, as_of=None) -> tuple[str, h5py.Group]:
     """Resolve ``version`` and return ``(version name, the HDF5 group to read)``.
 
-    ``version`` as :func:`~xarray_vhdf5.versions.history.lookup_version` takes it;
+    ``version`` as :func:`~xarray_vhdf5._versions.history.lookup_version` takes it;
     with ``as_of``, the version its line (a branch) had then
-    (:func:`~xarray_vhdf5.versions.history.lookup_as_of`).
+    (:func:`~xarray_vhdf5._versions.history.lookup_as_of`).
 
     Raises
     ------
@@ -179,7 +179,7 @@ class _StoredView:
 
     Stands for the ``h5py.Dataset`` (``name``, ``attrs``, ``shape``, ``dtype``,
     ``file``), which is never opened: libhdf5 would decode every mapping of
-    the virtual dataset (:mod:`~xarray_vhdf5.versions.chunkmaps`).
+    the virtual dataset (:mod:`~xarray_vhdf5._versions.chunkmaps`).
     """
 
     def __init__(self, name: str, stored: chunkmaps.StoredLayout):
@@ -288,7 +288,7 @@ def group_dataset(
 
     Notes
     -----
-    netCDF-4 phony dimension scales (see :mod:`~xarray_vhdf5.xr.dimscales`) are
+    netCDF-4 phony dimension scales (see :mod:`~xarray_vhdf5.xr._dimscales`) are
     not variables and are skipped; dimensions come from ``_ARRAY_DIMENSIONS``.
     """
     dims_by_size: dict = {}

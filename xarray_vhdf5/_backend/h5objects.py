@@ -1,0 +1,244 @@
+"""Small helpers on HDF5 objects that h5py's API makes slow: addresses and memory types.
+
+- :func:`object_address`, :func:`object_address_by_name`: ``h5py.h5o.get_info``
+  asks libhdf5 for every field of an object's info, header statistics and
+  attribute count included. For a virtual dataset just created, that makes
+  libhdf5 encode its whole layout message again on each call, every mapping
+  included. The address alone (``H5O_INFO_BASIC``: ``H5Oget_info3``'s token,
+  whose first 8 bytes are the address with the native file format) costs no
+  more for a virtual dataset than for any other. The functions are resolved in
+  the libhdf5 h5py loaded, through ctypes (``_backend/_libhdf5.py``, which
+  declares their structs); without them, the h5py call is used.
+- :func:`link_counters`: a group's number of links and creation-order counter
+  from one ``H5Gget_info`` call, which h5py does not wrap.
+- :func:`member_names`: iterating an ``h5py.h5g.GroupID`` first reads the group's
+  creation property list to choose the order; asking for creation order and
+  falling back to name order gives the same list without it (``docs/benchmarks.md``).
+- :func:`memory_type`: h5py builds the HDF5 memory datatype of a numpy dtype on
+  every read or write it is not given one (the most work for compound dtypes);
+  the low-level paths take it from here, built once per dtype.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import h5py
+import numpy as np
+from h5py import h5g, h5o, h5p, h5t
+
+from ._libhdf5 import (
+    H5O_INFO_BASIC,
+    H5O_INFO_NUM_ATTRS,
+    H5G_info_t,
+    H5Gget_info,
+    H5O_info2_t,
+    H5Oget_info3,
+    H5Oget_info_by_name3,
+)
+
+__all__ = [
+    "create_ordered_group",
+    "link_counters",
+    "member_names",
+    "memory_type",
+    "object_address",
+    "object_address_by_name",
+    "object_info_by_name",
+    "relinked",
+]
+
+
+def object_address(obj_id) -> int:
+    """The file address of the object ``obj_id`` (an h5py ObjectID), as ``h5o.get_info(obj_id).addr``."""
+    if H5Oget_info3 is not None:
+        info = H5O_info2_t()
+        with h5py._objects.phil:
+            if H5Oget_info3(obj_id.id, ctypes.byref(info), H5O_INFO_BASIC) >= 0:
+                return int.from_bytes(bytes(info.token)[:8], "little")
+    return int(h5o.get_info(obj_id).addr)
+
+
+def link_counters(group_id) -> tuple[int, int] | None:
+    """``(nlinks, max_corder)`` of the group ``group_id`` (an h5py GroupID) from one ``H5Gget_info`` call.
+
+    ``max_corder`` is libhdf5's creation-order counter: meaningful only for a
+    group that tracks creation order (it stays 0 otherwise).
+
+    Returns
+    -------
+    tuple of (int, int), or None
+        None when libhdf5 does not export ``H5Gget_info`` or the call fails.
+    """
+    if H5Gget_info is None:
+        return None
+    info = H5G_info_t()
+    with h5py._objects.phil:
+        if H5Gget_info(group_id.id, ctypes.byref(info)) < 0:
+            return None
+    return int(info.nlinks), int(info.max_corder)
+
+
+def object_address_by_name(loc_id, path: bytes) -> int:
+    """The file address of the object at ``path`` from ``loc_id``, as ``h5o.get_info(loc_id, name=path).addr``.
+
+    Parameters
+    ----------
+    loc_id : h5py ObjectID
+        Any object of the file (``path`` absolute) or the group ``path`` is relative to.
+    path : bytes
+        The object's path.
+
+    Raises
+    ------
+    KeyError
+        Nothing at ``path``.
+    """
+    return _info_by_name(loc_id, path, H5O_INFO_BASIC)[0]
+
+
+def object_info_by_name(loc_id, path: bytes) -> tuple[int, int, int]:
+    """``(address, type, number of attributes)`` of the object at ``path`` from ``loc_id``.
+
+    ``type`` is ``h5py.h5o.TYPE_GROUP``, ``TYPE_DATASET`` or
+    ``TYPE_NAMED_DATATYPE``. Asks libhdf5 for those fields only
+    (``H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS``): h5py's ``h5o.get_info`` asks
+    for all, which makes libhdf5 encode a virtual dataset's layout again.
+    Arguments and errors as :func:`object_address_by_name`.
+    """
+    return _info_by_name(loc_id, path, H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS)
+
+
+def relinked(loc_id, path: bytes, address: int) -> str | None:
+    """Whether the object at ``path`` is no longer the one at ``address``: None if it still is.
+
+    Used to tell that another handle deleted or rebuilt an object staged from
+    (an object is told by its address: one replaced by another that libhdf5
+    places at the freed address is not told apart).
+
+    Returns
+    -------
+    str or None
+        ``"was deleted"`` (nothing at ``path``), ``"was replaced"`` (another
+        address), or None.
+    """
+    try:
+        now = object_address_by_name(loc_id, path)
+    except KeyError:
+        return "was deleted"
+    return None if now == address else "was replaced"
+
+
+def _info_by_name(loc_id, path: bytes, fields: int) -> tuple[int, int, int]:
+    """``H5Oget_info_by_name3`` asking for ``fields`` (the attribute count is 0 unless asked)."""
+    if H5Oget_info_by_name3 is not None:
+        info = H5O_info2_t()
+        with h5py._objects.phil:
+            status = H5Oget_info_by_name3(loc_id.id, path, ctypes.byref(info), fields, 0)
+        if status >= 0:
+            return int.from_bytes(bytes(info.token)[:8], "little"), int(info.type), int(info.num_attrs)
+    try:  # libhdf5's answer through h5py, whose error says why
+        full = h5o.get_info(loc_id, name=path)
+    except (KeyError, RuntimeError) as exc:  # h5py raises RuntimeError for a missing name
+        raise KeyError(f"no object at {path.decode('utf-8', 'replace')!r}: {exc}") from None
+    return int(full.addr), int(full.type), int(full.num_attrs)
+
+
+_MEMORY_TYPES: dict[tuple[np.dtype, str], h5t.TypeID] = {}
+
+
+def memory_type(dtype: np.dtype) -> h5t.TypeID | None:
+    """The HDF5 memory datatype of ``dtype`` (``h5py.h5t.py_create(dtype)``), built once per dtype.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        Numbers, bools, fixed-length bytes or compounds of them.
+
+    Returns
+    -------
+    h5py.h5t.TypeID or None
+        None for the dtypes the low-level read and write paths leave to h5py:
+        object (variable-length strings), numpy's StringDType, zero-size, and
+        those with no HDF5 equivalent (e.g. datetime64). The types are kept,
+        hence open, for the process's life.
+    """
+    dtype = np.dtype(dtype)
+    key = (dtype, repr(dtype.metadata))  # h5py's enum dtypes differ from their base only there
+    tid = _MEMORY_TYPES.get(key)
+    if tid is not None:
+        return tid
+    if dtype.hasobject or dtype.kind == "T" or dtype.itemsize == 0:
+        return None
+    try:
+        tid = h5t.py_create(dtype)
+    except TypeError:
+        return None
+    _MEMORY_TYPES[key] = tid
+    return tid
+
+
+def _group_plists() -> tuple[h5p.PropGCID, dict[int, h5p.PropLCID]]:
+    gcpl = h5p.create(h5p.GROUP_CREATE)
+    order = h5p.CRT_ORDER_TRACKED | h5p.CRT_ORDER_INDEXED
+    gcpl.set_link_creation_order(order)
+    gcpl.set_attr_creation_order(order)
+    gcpl.set_obj_track_times(False)
+    lcpls = {}
+    for coding in (h5t.CSET_ASCII, h5t.CSET_UTF8):
+        lcpl = h5p.create(h5p.LINK_CREATE)
+        lcpl.set_create_intermediate_group(True)
+        lcpl.set_char_encoding(coding)
+        lcpls[coding] = lcpl
+    return gcpl, lcpls
+
+
+_GCPL_ORDERED, _LCPLS = _group_plists()
+
+
+def create_ordered_group(parent: h5py.Group, name: str) -> h5py.Group:
+    """``parent.create_group(name, track_order=True)``, with property lists made once.
+
+    The group is created as h5py creates it (links and attributes tracked and
+    indexed in creation order, no object times, intermediate groups created,
+    the name's character set ASCII when it is ASCII, else UTF-8); h5py builds
+    the property lists again on every call (about half of the call's time).
+
+    Raises
+    ------
+    ValueError
+        ``name`` exists in ``parent`` (h5py's error).
+    """
+    try:
+        bname, coding = name.encode("ascii"), h5t.CSET_ASCII
+    except UnicodeEncodeError:
+        bname, coding = name.encode("utf-8"), h5t.CSET_UTF8
+    return h5py.Group(h5g.create(parent.id, bname, lcpl=_LCPLS[coding], gcpl=_GCPL_ORDERED))
+
+
+def member_names(gid: h5g.GroupID) -> list[bytes]:
+    """The names of the links in the group ``gid``, in h5py's iteration order.
+
+    h5py lists a group's members in creation order when the group tracks it
+    (``track_order=True``), else in name order (``h5py.h5g.GroupID.__iter__``).
+    libhdf5 refuses creation order for a group without a creation-order index
+    ("no creation order index to query"), so the order is asked first and the
+    name order used on that refusal.
+
+    Parameters
+    ----------
+    gid : h5py.h5g.GroupID
+        An open group.
+
+    Returns
+    -------
+    list of bytes
+        The link names, as libhdf5 stores them.
+    """
+    names: list[bytes] = []
+    try:
+        gid.links.iterate(names.append, idx_type=h5py.h5.INDEX_CRT_ORDER)
+    except RuntimeError:  # no creation-order index: h5py lists by name
+        names.clear()
+        gid.links.iterate(names.append, idx_type=h5py.h5.INDEX_NAME)
+    return names

@@ -1,0 +1,109 @@
+"""Where this package keeps its bookkeeping: the root-level group ``/__vhdf5__``.
+
+The group holds what versioned-hdf5's format has no place for (``docs/format.md``):
+
+- ``rows``, ``names``: the version index (:mod:`~xarray_vhdf5._versions.index`);
+- ``generation``: the write counters (:mod:`~xarray_vhdf5._versions.generation`);
+- ``log``: one record per commit, what ``vhdf5 log`` shows (:mod:`~xarray_vhdf5._versions.logrecord`);
+- ``chunk_maps``, ``chunk_addresses``: where each version's chunks lie, so readers
+  need not decode virtual datasets (:mod:`~xarray_vhdf5._versions.chunkmaps`);
+- attribute ``commit_token``: whose caches may be taken up
+  (:mod:`~xarray_vhdf5._versions.caches`).
+
+It lives at the root, outside ``/_version_data``, so that versioned-hdf5 and
+anyone listing ``_version_data`` see only what versioned-hdf5 writes there
+(versioned-hdf5 2.6 reads ``/_version_data`` only, never the root group).
+netCDF-C lists every group of the file, so ``ncdump`` shows it as a group (as
+it shows ``_version_data``); the variables of the root group, what xarray's
+``netcdf4`` and ``h5netcdf`` engines read, are untouched.
+
+**Files written before.** They kept the same group, with the same members, at
+``/_version_data/__vhdf5_version_index__`` (:data:`LEGACY_PATH`). It is read
+there, and the next mutation (:func:`~xarray_vhdf5._versions.mutation.mutating`:
+under the ``WRITE`` lock, journaled with the mutation) moves it to
+:data:`PATH` with one link move (:func:`migrate`). A link move re-points names
+only: the group, its datasets and their bytes stay where they are, so the
+counters keep their byte offset, and a process that located them before the
+move (``mutation._OFFSETS``, a reader's cached offset) still reads and writes
+the live counters. Lookups try :data:`PATH` first, then :data:`LEGACY_PATH`.
+"""
+
+from __future__ import annotations
+
+import h5py
+from h5py import h5g, h5o
+
+from .._backend.layout import BOOKKEEPING, VERSION_DATA, VERSION_INDEX
+
+__all__ = ["LEGACY_PATH", "PATH", "SEARCH", "find", "migrate", "open_group", "require_group"]
+
+#: Absolute path of the bookkeeping group.
+PATH = f"/{BOOKKEEPING}"
+#: Its path in files written before it moved to the root.
+LEGACY_PATH = f"/{VERSION_DATA}/{VERSION_INDEX}"
+#: Where to look, in order (as bytes, for h5py's low-level API).
+SEARCH = (PATH.encode(), LEGACY_PATH.encode())
+
+
+def _exists(loc, path: bytes) -> bool:
+    """True when ``path`` (absolute, two levels at most) names an object of the file of ``loc``."""
+    parent = path.rsplit(b"/", 1)[0]
+    if parent and not loc.links.exists(parent):
+        return False
+    return bool(loc.links.exists(path))
+
+
+def find(loc: h5py.Group | h5py.File) -> str | None:
+    """The absolute path of the bookkeeping group of the file of ``loc``, or None when it has none.
+
+    Parameters
+    ----------
+    loc : h5py.Group or h5py.File
+        Any group of the file (absolute paths resolve from the file's root).
+
+    Returns
+    -------
+    str or None
+        :data:`PATH`, else :data:`LEGACY_PATH` (a file not written since the
+        move), else None.
+    """
+    gid = loc.id
+    for path in SEARCH:
+        if _exists(gid, path):
+            return path.decode()
+    return None
+
+
+def open_group(loc: h5py.Group | h5py.File) -> h5py.Group | None:
+    """The bookkeeping group (at :data:`PATH`, else :data:`LEGACY_PATH`), or None."""
+    path = find(loc)
+    return None if path is None else h5py.Group(h5o.open(loc.id, path.encode()))
+
+
+def require_group(loc: h5py.Group | h5py.File) -> h5py.Group:
+    """The bookkeeping group where it is (see :func:`open_group`); created at :data:`PATH` if absent.
+
+    The caller may write the file. A file keeping it at :data:`LEGACY_PATH`
+    keeps it there until :func:`migrate` moves it (under the ``WRITE`` lock).
+    """
+    grp = open_group(loc)
+    if grp is None:
+        grp = h5py.Group(h5g.create(loc.id, PATH.encode()))
+    return grp
+
+
+def migrate(f: h5py.File | h5py.Group) -> bool:
+    """Move a bookkeeping group kept at :data:`LEGACY_PATH` to :data:`PATH`; True when moved.
+
+    Called by a mutation, under the ``WRITE`` lock, before its body. Nothing
+    is done when the group is already at :data:`PATH` or absent, or when both
+    places are taken (the group at :data:`PATH` is the one used; the other
+    stays, untouched). Object addresses and the counters' byte offset do not
+    change (a link move).
+    """
+    gid = f.id
+    new, old = SEARCH
+    if not _exists(gid, old) or gid.links.exists(new):
+        return False
+    h5g.open(gid, b"/").move(old, new)
+    return True

@@ -1,0 +1,411 @@
+"""Stored chunk maps: open a version's dataset without libhdf5 decoding its mappings.
+
+libhdf5 decodes every mapping of a virtual dataset whenever it opens one
+(``H5Dopen``) or copies its creation property list, which h5py does for
+``ds.attrs``: for a version of 10,000 chunks, two orders of magnitude more than
+opening an ordinary chunked dataset and reading a point
+(``docs/benchmarks.md``). A commit of this
+package already knows where each chunk of the version lies, so it stores
+that, in two places of its bookkeeping group ``/__vhdf5__``
+(:mod:`~xarray_vhdf5._versions.bookkeeping`), and a reader builds the
+dataset's manifest of byte ranges (:class:`~xarray_vhdf5._backend.manifest.ChunkManifest`)
+from them, reading the virtual dataset's attributes by index through its
+group (:func:`~xarray_vhdf5._backend.h5attrs.read_attrs_of`) and never
+opening it:
+
+``chunk_maps/<version>/<dataset path>``
+    int32, the dataset's chunk grid (``ceil(shape / chunks)``): per chunk the
+    number of the raw_data chunk it maps (its first row divided by the rows a
+    chunk holds), -1 for a chunk of fill value (unmapped); in the object
+    header up to 32 KB, else chunked and deflated. Attributes ``shape`` (int64, points), ``vds`` and ``raw``
+    (the object addresses of the version's virtual dataset and of raw_data
+    when the map was written). Written once, by the commit of the version,
+    for datasets of at least :data:`MIN_CHUNKS` chunks (smaller ones decode
+    fast).
+``chunk_addresses/<dataset path>``
+    uint64 ``(n, 3)``, one row per raw_data chunk (row ``k`` for raw_data rows
+    ``k * chunks[0]`` on): its file offset, stored size in bytes and HDF5
+    filter mask; an offset of :data:`UNKNOWN` for a chunk not resolved.
+    Attributes ``raw`` and ``table``: the object addresses of raw_data and of
+    its hash table. Appended to by each commit (unfiltered, so the last chunk
+    is rewritten in place).
+
+Neither is ever the only copy of anything: both restate what the virtual
+datasets and raw_data's chunk index say, and each is used only while the
+objects it describes are the ones it was written for, else the reader
+decodes the mappings as before. Every other writer that changes those
+objects replaces one of them:
+
+- a map holds the object addresses of the version's virtual dataset and of
+  raw_data, and the version's ``timestamp``: versioned-hdf5's deletion
+  compacts raw_data in place but creates a new virtual dataset for every
+  version whose chunks moved, and a version deleted and committed again
+  under its name has another timestamp;
+- an address table holds the addresses of raw_data and of the hash table
+  (versioned-hdf5's deletion writes a new hash table), and a row counts only
+  below the hash table's ``largest_index`` (the chunks a commit finished
+  writing; rows past it are overwritten by the next commit); other rows are
+  resolved through libhdf5;
+- this package's own chunk-moving mutations (deletion, ``modify_metadata``)
+  drop every map and table first (:func:`forget`, from
+  :func:`~xarray_vhdf5._versions.mutation.mutating`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+import h5py
+import numpy as np
+from h5py import h5d, h5p, h5s, h5t
+
+from .._backend.h5attrs import read_attr, read_attrs_of, write_attr
+from .._backend.h5objects import object_address, object_address_by_name
+from .._backend.hashtable import hash_table_path
+from .._backend.layout import VERSION_DATA
+from .._backend.manifest import chunk_addresses, manifest_from_starts
+from . import bookkeeping
+
+__all__ = ["MAP_FORMAT", "MIN_CHUNKS", "UNKNOWN", "StoredLayout", "address_lookup", "carry", "forget", "load", "record"]
+
+#: Layout of a map's values (attribute ``format``): 2, int32 chunk numbers. Maps of
+#: another format (1: int64 first rows, written only by development builds) are not used.
+MAP_FORMAT = 2
+#: Datasets with fewer chunks get no stored map (decoding their mappings is cheap).
+MIN_CHUNKS = 64
+#: Offset of an address row not resolved.
+UNKNOWN = np.uint64(2**64 - 1)
+_MAPS, _ADDRESSES = "chunk_maps", "chunk_addresses"
+_ADDRESS_ROWS = 1024  # HDF5 chunk of an address table, in rows (24 KB)
+#: Maps up to this many bytes are stored in their object header (HDF5's compact layout:
+#: no chunk index, whose B-tree node alone takes 2-4 KB); larger ones chunked and deflated
+#: (written once; with byte shuffle, numbers that mostly count up shrink 10-50x).
+_COMPACT_BYTES = 32 * 1024
+
+
+def _chunk_numbers(starts: np.ndarray, rows_per_chunk: int) -> np.ndarray:
+    """int32 raw_data chunk numbers (first row // rows per chunk) of a chunk map, -1 kept."""
+    numbers = np.where(starts >= 0, starts // rows_per_chunk, -1)
+    if numbers.size and int(numbers.max()) >= 2**31:  # pragma: no cover - 2**31 chunks
+        return numbers.astype(np.int64)
+    return numbers.astype(np.int32)
+
+
+_COMPACT_DCPL = h5p.create(h5p.DATASET_CREATE)
+_COMPACT_DCPL.set_layout(h5d.COMPACT)
+
+
+def _create_map(parent: h5py.Group, name: str, numbers: np.ndarray) -> h5d.DatasetID:
+    """Write a map (the module docstring's layout); returns the low-level id (h5py's
+    ``create_dataset`` adds Python objects and checks per map)."""
+    numbers = np.ascontiguousarray(numbers)
+    if numbers.nbytes <= _COMPACT_BYTES:
+        space = h5s.create_simple(numbers.shape)
+        dsid = h5d.create(parent.id, name.encode(), h5t.py_create(numbers.dtype), space, dcpl=_COMPACT_DCPL)
+        dsid.write(h5s.ALL, h5s.ALL, numbers)
+        return dsid
+    return parent.create_dataset(
+        name, data=numbers, chunks=True, compression="gzip", compression_opts=1, shuffle=True
+    ).id
+
+
+class StoredLayout:
+    """What a reader needs of one version's dataset, from the stored map: no virtual dataset opened.
+
+    Attributes
+    ----------
+    shape, chunks : tuple of int
+        In points.
+    raw_data : h5py.Dataset
+        The dataset's raw_data (open in the handle it was loaded through).
+    attrs : dict
+        The virtual dataset's attributes, as ``dict(vds.attrs)`` (the format's
+        ``raw_data`` and ``chunks`` included).
+    starts : numpy.ndarray of int64, shape ``ceil(shape / chunks)``
+        Per chunk its first row of raw_data, -1 unmapped.
+    addresses : callable
+        Rows of raw_data (uint64, first rows of chunks) -> their chunks'
+        ``(offset, size, filter mask)``, uint64 ``(n, 3)``: from the address
+        table, else libhdf5 (while the handle is open).
+    """
+
+    __slots__ = ("addresses", "attrs", "chunks", "raw_data", "shape", "starts")
+
+    def __init__(self, shape, chunks, raw_data, attrs, starts, addresses):
+        self.shape, self.chunks, self.raw_data, self.attrs = shape, chunks, raw_data, attrs
+        self.starts, self.addresses = starts, addresses
+
+    def manifest(self, name: str, verify: bool = False):
+        """The :class:`~xarray_vhdf5._backend.manifest.ChunkManifest` of the dataset (``name``: its HDF5 path).
+
+        The virtual dataset's fill value is raw_data's (this package's commits make it so).
+        """
+        dtype = self.raw_data.dtype
+        return manifest_from_starts(
+            name,
+            self.raw_data,
+            self.shape,
+            self.chunks,
+            dtype,
+            np.asarray(self.raw_data.fillvalue, dtype),
+            self.starts,
+            addresses=self.addresses,
+            verify=verify,
+        )
+
+
+def _maps_path(version: str, path: str) -> str:
+    return f"{_MAPS}/{version}/{path}"
+
+
+def _address_path(path: str) -> str:
+    return f"{_ADDRESSES}/{path}"
+
+
+def record(
+    f: h5py.File,
+    version: str,
+    path: str,
+    vds_id,
+    raw: h5py.Dataset,
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    slab_indices: np.ndarray,
+    slab_offsets: np.ndarray,
+    committed_before: int,
+) -> bool:
+    """Store the map of ``version``'s dataset ``path`` and extend raw_data's address table.
+
+    Called by the commit writing the dataset, inside its mutation, once
+    raw_data and the hash table are written (the version is not committed
+    yet: should the commit not finish, neither is used, see the module
+    docstring).
+
+    Parameters
+    ----------
+    f : h5py.File
+        Open for writing.
+    version : str
+        The version being committed.
+    path : str
+        The dataset's path in the version (``"x"``, ``"grp/x"``).
+    vds_id : h5py.h5d.DatasetID
+        The version's new virtual dataset.
+    raw : h5py.Dataset
+        Its raw_data.
+    shape, chunks : tuple of int
+        In points.
+    slab_indices, slab_offsets : numpy.ndarray
+        The version's chunk map (:func:`~xarray_vhdf5._backend.slabmaps.slab_arrays`):
+        1 where a chunk is stored, its first raw_data row (points).
+    committed_before : int
+        The hash table's ``largest_index`` before this commit: address rows
+        from there on are resolved again (an interrupted commit may have
+        left rows there that this one overwrote).
+
+    Returns
+    -------
+    bool
+        Whether a map was stored (not for fewer than :data:`MIN_CHUNKS`
+        chunks, nor variable-length data).
+    """
+    if slab_indices.size < MIN_CHUNKS or raw.dtype.hasobject:
+        return False
+    starts = np.where(slab_indices != 0, slab_offsets.astype(np.int64), -1)
+    bk = bookkeeping.require_group(f)
+    name = _maps_path(version, path)
+    if name in bk:  # a version re-created under a deleted one's name
+        del bk[name]
+    parent = bk.require_group(posixpath.dirname(name))
+    mapped = _create_map(parent, posixpath.basename(name), _chunk_numbers(starts, chunks[0]))
+    write_attr(mapped, "shape", np.asarray(shape, np.int64))
+    write_attr(mapped, "vds", np.int64(object_address(vds_id)))
+    write_attr(mapped, "raw", np.int64(object_address(raw.id)))
+    write_attr(mapped, "timestamp", _timestamp(f, version))
+    write_attr(mapped, "format", np.int64(MAP_FORMAT))
+    _extend_addresses(bk, path, raw, chunks[0], starts, committed_before)
+    return True
+
+
+def _timestamp(f: h5py.File, version: str) -> str:
+    return str(read_attr(f[f"{VERSION_DATA}/versions/{version}"].id, "timestamp"))
+
+
+def _table_owner(raw: h5py.Dataset) -> tuple[int, int]:
+    """The object addresses of raw_data and of its hash table: what an address table is valid for."""
+    return object_address(raw.id), object_address_by_name(raw.id, hash_table_path(raw))
+
+
+def _extend_addresses(
+    bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int, starts: np.ndarray, committed_before: int
+) -> None:
+    """Resolve the address rows ``starts`` needs that the table lacks (or may hold stale)."""
+    name = _address_path(path)
+    table = bk.get(name)
+    owner = _table_owner(raw)
+    if table is not None and _owner_of(table) != owner:
+        del bk[name]  # raw_data or its hash table were rewritten: every row may be stale
+        table = None
+    needed = int(starts.max()) // rows_per_chunk + 1 if starts.size and starts.max() >= 0 else 0
+    have = 0 if table is None else min(table.shape[0], committed_before)
+    if needed <= have:
+        return
+    if table is None:
+        parent = bk.require_group(posixpath.dirname(name))
+        table = parent.create_dataset(
+            posixpath.basename(name), shape=(0, 3), maxshape=(None, 3), dtype=np.uint64, chunks=(_ADDRESS_ROWS, 3)
+        )
+        write_attr(table.id, "raw", np.int64(owner[0]))
+        write_attr(table.id, "table", np.int64(owner[1]))
+    rows = np.arange(have, needed, dtype=np.uint64) * np.uint64(rows_per_chunk)
+    addr, nbytes, masks = chunk_addresses(raw, rows, rows_per_chunk)
+    addr = np.where(nbytes > 0, addr, UNKNOWN)  # never allocated: resolved by the reader
+    if table.shape[0] < needed:
+        table.resize((needed, 3))
+    table[have:needed] = np.stack([addr, nbytes, masks.astype(np.uint64)], axis=1)
+
+
+def _owner_of(table: h5py.Dataset) -> tuple[int, int] | None:
+    try:
+        return int(read_attr(table.id, "raw", expect="int")), int(read_attr(table.id, "table", expect="int"))
+    except KeyError:
+        return None
+
+
+def carry(f: h5py.File, source_version: str, version: str, path: str, vds_address: int) -> bool:
+    """Store the map of a dataset committed unchanged: the source version's map, for its copy.
+
+    ``vds_address``: the object address of the copy (the new version's
+    virtual dataset, same mappings). Returns False (nothing stored) when the
+    source has no map.
+    """
+    bk, source = _stored_map(f, source_version, path)
+    if bk is None or source is None:  # (a stored map implies the group)
+        return False
+    name = _maps_path(version, path)
+    if name in bk:
+        del bk[name]
+    parent = bk.require_group(posixpath.dirname(name))
+    mapped = _create_map(parent, posixpath.basename(name), source[()])
+    for key in ("shape", "raw"):
+        write_attr(mapped, key, read_attr(source.id, key, expect="int"))
+    write_attr(mapped, "vds", np.int64(vds_address))
+    write_attr(mapped, "timestamp", _timestamp(f, version))
+    write_attr(mapped, "format", np.int64(MAP_FORMAT))
+    return True
+
+
+def _stored_map(f: h5py.File, version: str, path: str) -> tuple[h5py.Group | None, h5py.Dataset | None]:
+    """The bookkeeping group and the map of ``version``'s dataset ``path`` (None where absent)."""
+    bk = bookkeeping.open_group(f)
+    stored = None if bk is None else bk.get(_maps_path(version, path))
+    return bk, stored if isinstance(stored, h5py.Dataset) else None
+
+
+def forget(f: h5py.File) -> None:
+    """Drop every stored map and address table.
+
+    Called at the start of this package's mutations that move chunks
+    (deletion, ``modify_metadata``: :func:`~xarray_vhdf5._versions.mutation.mutating`
+    with ``moves=True``), inside them: journaled with them.
+    """
+    bk = bookkeeping.open_group(f)
+    if bk is None:
+        return
+    for name in (_MAPS, _ADDRESSES):
+        if name in bk:
+            del bk[name]
+
+
+def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
+    """The stored layout of ``version``'s dataset ``path``, or None when there is none to trust.
+
+    The caller checked that the version index is trusted (the module
+    docstring); this checks the addresses of the virtual dataset and of
+    raw_data, and resolves through libhdf5 the address rows it cannot use.
+
+    Parameters
+    ----------
+    f : h5py.File
+        Open (read-only is enough).
+    version, path : str
+        The version's name and the dataset's path in it.
+
+    Returns
+    -------
+    StoredLayout or None
+    """
+    bk, stored = _stored_map(f, version, path)
+    if stored is None:
+        return None
+    group_path, _, leaf = f"{VERSION_DATA}/versions/{version}/{path}".rpartition("/")
+    group = f.get(group_path)
+    if not isinstance(group, h5py.Group):
+        return None
+    try:
+        vds_address = object_address_by_name(group.id, leaf.encode())
+    except KeyError:
+        return None
+    try:
+        if (
+            int(read_attr(stored.id, "format", expect="int")) != MAP_FORMAT
+            or vds_address != int(read_attr(stored.id, "vds", expect="int"))
+            or str(read_attr(stored.id, "timestamp")) != _timestamp(f, version)
+        ):
+            return None
+    except KeyError:  # an attribute missing: not a map this module wrote whole
+        return None
+    attrs = read_attrs_of(group.id, leaf.encode())
+    raw_path, chunks = attrs.get("raw_data"), attrs.get("chunks")
+    if not isinstance(raw_path, str) or chunks is None:
+        return None
+    raw = f.get(raw_path)
+    if not isinstance(raw, h5py.Dataset) or object_address(raw.id) != int(read_attr(stored.id, "raw", expect="int")):
+        return None
+    chunks = tuple(int(c) for c in np.atleast_1d(chunks))
+    shape = tuple(int(n) for n in read_attr(stored.id, "shape", expect="int"))
+    numbers = stored[()]
+    grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
+    if numbers.shape != grid or len(chunks) != raw.ndim or numbers.dtype.kind != "i":
+        return None
+    if numbers.size and int(numbers.max()) * chunks[0] >= raw.shape[0]:  # not raw_data's chunks
+        return None
+    starts = np.where(numbers >= 0, numbers.astype(np.int64) * chunks[0], -1)
+    return StoredLayout(shape, chunks, raw, attrs, starts, lambda rows: _addresses(bk, path, raw, chunks[0], rows))
+
+
+def address_lookup(f: h5py.File, path: str, raw: h5py.Dataset):
+    """A ``rows -> (offset, size, mask)`` lookup through raw_data's address table, or None without one.
+
+    For :func:`~xarray_vhdf5._backend.manifest.resolve_manifest` of a dataset that has no
+    stored map (fewer than :data:`MIN_CHUNKS` chunks, or committed by another library):
+    its mappings are decoded, its chunks' addresses read from the table where it can be
+    trusted (:func:`_addresses`), else asked of libhdf5.
+    """
+    bk = bookkeeping.open_group(f)
+    if bk is None or _address_path(path) not in bk or raw.chunks is None:
+        return None
+    return lambda rows: _addresses(bk, path, raw, raw.chunks[0], rows)
+
+
+def _addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int, rows: np.ndarray) -> np.ndarray:
+    """``(offset, size, mask)`` of the raw_data chunks starting at ``rows`` (sorted): the table's, else libhdf5's."""
+    out = np.zeros((rows.size, 3), np.uint64)
+    if rows.size == 0:
+        return out
+    k = rows.astype(np.intp) // rows_per_chunk
+    table = bk.get(_address_path(path))
+    usable = 0
+    if isinstance(table, h5py.Dataset) and _owner_of(table) == _table_owner(raw):
+        # the chunks a commit finished writing (rows past them are overwritten by the next)
+        committed = int(read_attr(raw.file[hash_table_path(raw).decode()].id, "largest_index", expect="int"))
+        usable = min(table.shape[0], committed)
+    n = int(np.searchsorted(k, usable))  # rows[:n] have a usable row of the table
+    if n:
+        block = table[int(k[0]) : int(k[n - 1]) + 1]
+        out[:n] = block[k[:n] - k[0]]
+    missing = np.concatenate([np.flatnonzero(out[:n, 0] == UNKNOWN), np.arange(n, rows.size)])
+    if missing.size:
+        addr, nbytes, masks = chunk_addresses(raw, rows[missing], rows_per_chunk)
+        out[missing] = np.stack([addr, nbytes, masks.astype(np.uint64)], axis=1)
+    return out

@@ -1,0 +1,360 @@
+"""Rolling a damaged file back to its last whole version (``vhdf5 check --repair``).
+
+:func:`repair` acts on a :class:`~xarray_vhdf5._versions.check.CheckReport` of the
+same file, and only on what it names:
+
+- ``current_version`` moves to the report's last whole version (the newest
+  undamaged version along the current version's ancestry);
+- the damaged versions and the groups left by interrupted commits are deleted
+  with :func:`~xarray_vhdf5._versions.delete.delete_versions`: their children
+  are re-parented to the nearest surviving ancestor and the chunks only they
+  mapped are dropped from raw_data (compaction). When compaction cannot run
+  (it reads every surviving version's mappings and the hash tables of the
+  datasets concerned: a damaged one stops it), the groups are only unlinked,
+  their children re-parented, and the report says so;
+- versions whose ``prev_version`` names no version (or closes a loop) get
+  ``__first_version__`` as parent;
+- hash-table rows whose chunk failed its check are retired: their digest is
+  replaced by the placeholder of their raw_data slot
+  (:func:`~xarray_vhdf5._versions.rebuild.placeholder_digest`), so no later
+  commit deduplicates new data onto a damaged chunk. Their rows stay (commits
+  still append above them);
+- the version index is rebuilt from the remaining version groups (or, if that
+  fails, its datasets deleted: it is rebuilt at the next writable open), without the commit
+  token that lets a new handle take up the commit caches a process kept.
+
+Each step is a mutation of the file (:func:`~xarray_vhdf5._versions.mutation.mutating`:
+locked, flushed, counted); each leaves a valid file, so a repair interrupted
+between two can be run again.
+
+Versions that check out are never deleted and their data never rewritten;
+their ``prev_version`` changes only when their parent is deleted. Damage
+outside the versions (a hash table that cannot be read) is left as found:
+``rebuild_hash_tables`` rebuilds tables from the versions.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import h5py
+import numpy as np
+
+from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
+from ..errors import FileBusyError, StaleVersionError, VHDF5Error
+from . import bookkeeping
+from . import index as version_index
+from .caches import COMMIT_TOKEN
+from .check import CheckReport
+from .chunkcheck import DAMAGE_ERRORS, describe
+from .delete import Scratch, _open, delete_versions
+from .mutation import mutating
+from .rebuild import placeholder_digest
+
+__all__ = ["RepairReport", "repair"]
+
+#: What a deletion that cannot run on a damaged file raises (then the groups are only unlinked).
+_DELETE_FAILURES = (*DAMAGE_ERRORS, VHDF5Error, NotImplementedError)
+
+
+@dataclass
+class RepairReport:
+    """What :func:`repair` changed.
+
+    Attributes
+    ----------
+    current_version_before, current_version : str or None
+        ``current_version`` before and after.
+    removed : list of str
+        Damaged versions deleted.
+    leftovers_removed : list of str
+        Groups of interrupted commits deleted.
+    reparented : dict of str to str
+        Surviving versions whose parent was deleted: name -> new parent.
+    rerooted : list of str
+        Versions whose ``prev_version`` named no version: now ``__first_version__``.
+    retired_rows : dict of str to int
+        Per dataset, hash-table rows whose digest was replaced by a placeholder.
+    compacted : bool
+        Whether the chunks only deleted versions mapped were dropped from raw_data.
+    index_rebuilt : bool
+        Whether the version index was rebuilt (False: deleted, or untouched).
+    notes : list of str
+        What could not be done, and why.
+    """
+
+    current_version_before: str | None
+    current_version: str | None
+    removed: list[str] = field(default_factory=list)
+    leftovers_removed: list[str] = field(default_factory=list)
+    reparented: dict[str, str] = field(default_factory=dict)
+    rerooted: list[str] = field(default_factory=list)
+    retired_rows: dict[str, int] = field(default_factory=dict)
+    compacted: bool = False
+    index_rebuilt: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything in the file was changed."""
+        return bool(
+            self.current_version != self.current_version_before
+            or self.removed
+            or self.leftovers_removed
+            or self.rerooted
+            or self.retired_rows
+            or self.index_rebuilt
+        )
+
+    def __str__(self) -> str:
+        if not self.changed and not self.notes:
+            return "nothing to repair"
+        lines = []
+        if self.current_version != self.current_version_before:
+            lines.append(f"current version: {self.current_version_before} -> {self.current_version}")
+        if self.removed:
+            lines.append(f"deleted damaged versions: {', '.join(self.removed)}")
+        if self.leftovers_removed:
+            lines.append(f"deleted leftovers of interrupted commits: {', '.join(self.leftovers_removed)}")
+        if self.reparented:
+            lines.append("re-parented: " + ", ".join(f"{v} -> {p}" for v, p in self.reparented.items()))
+        if self.rerooted:
+            lines.append(f"parent set to {FIRST_VERSION}: {', '.join(self.rerooted)}")
+        if self.retired_rows:
+            lines.append(
+                "hash-table rows of damaged chunks retired: "
+                + ", ".join(f"{d}: {n}" for d, n in self.retired_rows.items())
+            )
+        if self.removed or self.leftovers_removed:
+            lines.append("raw_data compacted" if self.compacted else "raw_data not compacted (groups unlinked only)")
+        if self.index_rebuilt:
+            lines.append("version index rebuilt")
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+def repair(f, report: CheckReport) -> RepairReport:
+    """Roll a damaged file back to the last whole version ``report`` found, where it can.
+
+    Parameters
+    ----------
+    f : h5py.File, h5py.Group or VersionedHDF5File
+        The checked file, open writable (a ``VersionedHDF5File`` has its caches
+        dropped and its versions re-read; other handles on the file must be
+        reopened).
+    report : CheckReport
+        :func:`~xarray_vhdf5._versions.check.check_file`'s report of this file
+        as it is now (run with ``rehash=True`` to find damaged chunks).
+
+    Returns
+    -------
+    RepairReport
+        What was changed (see the module docstring); check the file again to
+        see what is left.
+
+    Raises
+    ------
+    ValueError
+        ``report`` is of another file, or names a last whole version the file
+        no longer holds (checked before anything is written).
+    FileBusyError, StaleVersionError
+        Another writer holds the file, or wrote it since this handle read it
+        (:func:`~xarray_vhdf5._versions.mutation.mutating`); the steps done
+        before are kept, each leaving a valid file.
+    ReadOnlyError
+        The file is open read-only.
+    TypeError, ClosedFileError
+        ``f`` is not an open h5py file or VersionedHDF5File.
+    """
+    h5file, registry = _open(f, "repair")
+    _same_file(h5file, report)
+    vdata = h5file[VERSION_DATA]
+    versions = vdata[VERSIONS]
+    existing = set(versions)
+    target = report.last_whole_version or FIRST_VERSION
+    if target not in existing and target != FIRST_VERSION:
+        raise ValueError(f"the report's last whole version {target!r} is not in the file: check it again")
+    out = RepairReport(report.current_version, report.current_version)
+    damaged = [v for v in report.damaged_versions if v in existing and v != FIRST_VERSION]
+    leftovers = [v for v in report.leftover_groups if v in existing and v not in damaged]
+    doomed = damaged + leftovers
+    rerooted = [v for v in report.reroot if v in existing and v not in doomed]
+    if rerooted:
+        with mutating(h5file, what="repair"):
+            out.rerooted = [v for v in rerooted if _set_parent(versions, v, FIRST_VERSION, out)]
+    if doomed:
+        try:
+            deleted = delete_versions(h5file, doomed)  # a mutation of its own
+        except (FileBusyError, StaleVersionError):  # another writer, not damage
+            raise
+        except _DELETE_FAILURES as exc:
+            out.notes.append(f"raw_data could not be compacted ({describe(exc)}): the groups were unlinked only")
+            with mutating(h5file, what="repair"):
+                _unlink(h5file, doomed, out)
+        else:
+            out.compacted = True
+            out.reparented.update(deleted.reparented)
+        gone = set(versions)
+        out.removed = [v for v in damaged if v not in gone]
+        out.leftovers_removed = [v for v in leftovers if v not in gone]
+    if report.current_version != target or doomed or report.bad_rows or out.changed or report.index_wrong:
+        with mutating(h5file, what="repair"):
+            if report.current_version != target or doomed:
+                try:
+                    versions.attrs["current_version"] = target
+                    out.current_version = target
+                except DAMAGE_ERRORS as exc:
+                    out.notes.append(f"current_version could not be written: {describe(exc)}")
+            for path, rows in report.bad_rows.items():
+                retired = _retire_rows(vdata, path, rows, out)
+                if retired:
+                    out.retired_rows[path] = retired
+            if out.changed or report.index_wrong:
+                _rebuild_index(vdata, versions, out)
+    damaged_set = set(report.damaged_versions)
+    left = sorted({p.dataset for p in report.errors if p.dataset is not None and p.version not in damaged_set})
+    if left:
+        out.notes.append(
+            f"rolling back does not fix the hash tables or raw_data of {', '.join(map(repr, left))}; "
+            "rebuild_hash_tables(f, paths) writes hash tables again from the versions"
+        )
+    if registry is not None:
+        registry.reload()
+    return out
+
+
+def _same_file(h5file: h5py.Group, report: CheckReport) -> None:
+    try:
+        same = os.path.samefile(h5file.file.filename, report.path)
+    except (OSError, TypeError, ValueError):
+        same = os.path.abspath(h5file.file.filename) == os.path.abspath(report.path)
+    if not same:
+        raise ValueError(f"the report is of {report.path!r}, not of {h5file.file.filename!r}")
+
+
+def _set_parent(versions: h5py.Group, name: str, parent: str, out: RepairReport) -> bool:
+    try:
+        versions[name].attrs["prev_version"] = parent
+    except DAMAGE_ERRORS as exc:
+        out.notes.append(f"the parent of {name!r} could not be set to {parent!r}: {describe(exc)}")
+        return False
+    return True
+
+
+def _parent(versions: h5py.Group, name: str) -> str:
+    try:
+        prev = versions[name].attrs.get("prev_version", FIRST_VERSION)
+    except DAMAGE_ERRORS:
+        return FIRST_VERSION
+    return prev.decode() if isinstance(prev, bytes) else str(prev)
+
+
+def _unlink(h5file: h5py.Group, doomed: list[str], out: RepairReport) -> None:
+    """Delete the groups ``doomed`` without compaction, re-parenting their children (as delete_versions)."""
+    try:
+        Scratch.recover(h5file)  # a deletion that failed halfway leaves its scratch group
+    except DAMAGE_ERRORS as exc:
+        out.notes.append(f"the scratch group of an interrupted deletion could not be cleared: {describe(exc)}")
+    versions = h5file[VERSION_DATA][VERSIONS]
+    gone = set(doomed)
+    parents = {n: _parent(versions, n) for n in versions if n != FIRST_VERSION}
+
+    def surviving(name: str) -> str:
+        seen: set[str] = set()
+        while name in gone and name not in seen:
+            seen.add(name)
+            name = parents.get(name, FIRST_VERSION)
+        return FIRST_VERSION if name in gone or name not in parents else name
+
+    for name, prev in parents.items():
+        if name not in gone and prev in gone:
+            new = surviving(prev)
+            if _set_parent(versions, name, new, out):
+                out.reparented[name] = new
+    for name in doomed:
+        if name in versions:
+            try:
+                del versions[name]
+            except DAMAGE_ERRORS as exc:
+                out.notes.append(f"the group of {name!r} could not be deleted: {describe(exc)}")
+
+
+def _retire_rows(vdata: h5py.Group, path: str, rows: list[tuple[int, bytes]], out: RepairReport) -> int:
+    """Give the hash-table rows ``(first raw_data row, digest)`` of ``path`` placeholder digests."""
+    try:
+        group = vdata[path]
+        table = group["hash_table"]
+        c0 = int(np.atleast_1d(group["raw_data"].attrs["chunks"])[0])
+        n = int(np.asarray(table.attrs["largest_index"]).reshape(-1)[0])
+        stored = table[:n]
+    except DAMAGE_ERRORS as exc:
+        if path in vdata:
+            out.notes.append(f"the hash table of {path!r} could not be read to retire damaged rows: {describe(exc)}")
+        return 0
+    wanted = {(int(s), bytes(d)) for s, d in rows}
+    digests = np.ascontiguousarray(stored["hash"], dtype=np.uint8).reshape(n, 32)
+    starts = np.asarray(stored["shape"], dtype=np.int64).reshape(n, 2)[:, 0]
+    hits = [i for i in range(n) if (int(starts[i]), bytes(digests[i])) in wanted]
+    for i in hits:
+        row = stored[i : i + 1].copy()
+        row["hash"] = np.frombuffer(placeholder_digest(int(starts[i]) // c0), np.uint8)
+        try:
+            table[i : i + 1] = row
+        except DAMAGE_ERRORS as exc:
+            out.notes.append(f"row {i} of the hash table of {path!r} could not be retired: {describe(exc)}")
+            return hits.index(i)
+    return len(hits)
+
+
+def _rebuild_index(vdata: h5py.Group, versions: h5py.Group, out: RepairReport) -> None:
+    """Rewrite the version index from the version groups, and drop its commit token.
+
+    A group whose attributes cannot be read (damaged, and its link could not
+    be deleted either) is left out: the index then still lets this package
+    open the file, where a scan of the version groups would fail on it.
+    Without the token, no process takes up the commit caches it kept for the
+    file (:mod:`~xarray_vhdf5._versions.caches`): they may hold a hash table
+    whose rows were just retired, which its checks (``largest_index`` and the
+    last digest) cannot see.
+    """
+    names, parents, stamps, committed, left_out = [], [], [], [], []
+    try:
+        for name in versions:
+            if name == FIRST_VERSION:
+                continue
+            try:
+                prev, stamp, done = version_index.read_group_entry(versions[name])
+            except DAMAGE_ERRORS:
+                left_out.append(name)
+                continue
+            names.append(name)
+            parents.append(prev)
+            stamps.append(stamp)
+            committed.append(done)
+        entries = version_index.IndexEntries(names, parents, np.array(stamps, np.int64), np.array(committed, bool))
+        version_index.save(vdata, versions, entries)
+        index = bookkeeping.open_group(vdata)
+        assert index is not None  # version_index.save just wrote into it
+        if COMMIT_TOKEN in index.attrs:
+            del index.attrs[COMMIT_TOKEN]
+        out.index_rebuilt = True
+    except DAMAGE_ERRORS as exc:
+        try:  # the group stays: it holds the file's write counters (versions.generation)
+            index = bookkeeping.open_group(vdata)
+            for member in ("rows", "names"):
+                if index is not None and member in index:
+                    del index[member]
+            out.notes.append(
+                f"the version index could not be rebuilt ({describe(exc)}): it was deleted, "
+                "and is rebuilt when the file is next opened writable"
+            )
+        except DAMAGE_ERRORS as exc2:
+            out.notes.append(f"the version index could neither be rebuilt nor deleted: {describe(exc2)}")
+        return
+    if left_out:
+        out.notes.append(
+            f"the version index leaves out {', '.join(map(repr, left_out))}, whose group cannot be "
+            "read: this package opens the file without it (a scan of the version groups, as "
+            "versioned-hdf5 makes, still fails on it)"
+        )

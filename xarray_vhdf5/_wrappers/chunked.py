@@ -1,0 +1,392 @@
+"""Staged datasets held chunk by chunk in a :class:`~xarray_vhdf5._staging.StagedChangesArray`.
+
+- :class:`InMemoryDataset`: a dataset of the previous version. Its staged
+  array has one base slab, the dataset's ``raw_data``, and the previous
+  version's virtual mapping as ``slab_indices`` / ``slab_offsets``; only the
+  chunks read or written are touched (``docs/design.md``, "Layers";
+  versioned-hdf5's ``staged_changes.rst``). Until it is written to or resized, commit copies
+  the previous version's mapping as is.
+- :class:`InMemorySparseDataset`: created in this version from a shape, dtype
+  and fill value without data; it holds only the chunks written to.
+
+At commit (:mod:`xarray_vhdf5._versions.commit`) the array's changes plan
+says which chunks to hash and append; the others keep their ``raw_data`` rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import h5py
+import numpy as np
+from h5py import h5d, h5i
+
+from .._backend.chunkmap import build_slab_indices_and_offsets
+from .._backend.h5attrs import read_attr
+from .._backend.h5objects import object_address, relinked
+from .._backend.hashing import is_vlen_string_dtype
+from .._backend.hashtable import table_state
+from .._backend.held import HeldDataset
+from .._backend.raw_data import Filters
+from .._backend.rows import dataset_shape
+from .._staging import StagedChangesArray
+from ..errors import IncompatibleDataError
+from .attrs import RESERVED_ATTRS, StagedAttrs
+from .closed import RESTAGE, closed_file_error, reads_file
+from .dataset import StagedDatasetBase
+from .dataset_api import empty_selection
+
+__all__ = ["ChunkedStagedDataset", "InMemoryDataset", "InMemorySparseDataset"]
+
+_UNSET: Any = object()  # a lazily read attribute not read yet (stands in for any type)
+
+
+class ChunkedStagedDataset(StagedDatasetBase):
+    """A staged dataset whose points live in a :class:`StagedChangesArray`."""
+
+    _array: StagedChangesArray | None = None
+    _data = None  # no whole-array copy, ever
+    _filters: Filters  # or _UNSET until read
+    _fillvalue: Any  # or _UNSET until read
+
+    @property
+    def staged_array(self) -> StagedChangesArray:
+        """The :class:`StagedChangesArray` holding the points (built on first use)."""
+        if self._array is None:
+            self._array = self._build_array()
+        return self._array
+
+    def _build_array(self) -> StagedChangesArray:
+        raise NotImplementedError  # pragma: no cover - defined by subclasses
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.staged_array.shape
+
+    def __getitem__(self, index):
+        return self.staged_array[index]
+
+    def _set(self, index, value: np.ndarray) -> None:
+        self.staged_array[index] = value
+
+    def _resize_to(self, new_shape: tuple[int, ...]) -> None:
+        self.staged_array.resize(new_shape)
+
+
+class InMemoryDataset(ChunkedStagedDataset):
+    """A dataset of the previous version, staged for editing in the new version.
+
+    Its points are a :class:`StagedChangesArray` over the dataset's
+    ``raw_data`` (one base slab), built from the previous version's virtual
+    mapping on first access: reads fetch only the chunks they select, a write
+    copies the touched chunks into memory (whole chunks are not read), and
+    the commit hashes and appends only those.
+
+    Parameters
+    ----------
+    name : str
+        Path of the dataset inside the version.
+    parent : InMemoryGroup
+        The staged group holding it.
+    source : h5py.Dataset or h5py.h5d.DatasetID
+        The previous version's virtual dataset (the h5py object is made on
+        first use of :attr:`source`: it copies the creation property list,
+        every mapping included).
+    """
+
+    def __init__(self, name: str, parent, source: h5py.Dataset | h5d.DatasetID):
+        sid = source.id if isinstance(source, h5py.Dataset) else source
+        raw_chunks = tuple(int(c) for c in read_attr(sid, "chunks", expect="int"))
+        raw_path = read_attr(sid, "raw_data", expect="str")
+        raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
+        raw_path = "/" + raw_path.lstrip("/")  # from the file's root
+        held = parent._root.open_datasets if parent is not None else None
+        #: The previous version's shape: a virtual dataset's never changes (maxshape == shape).
+        self.source_shape = dataset_shape(sid)
+        if held is not None:  # held open by the file handle, with a chunk cache of a few chunks
+            file_type = sid.get_type()
+            raw = held.raw_data(sid, raw_path, math.prod(raw_chunks) * file_type.get_size())
+            # The held raw_data's dtype when the datatypes are equal (as the format has them):
+            # h5py converts a datatype to a dtype again for every new id.
+            dtype = raw.dtype if file_type == raw.file_type else sid.dtype
+        else:
+            raw = h5py.Dataset(h5d.open(sid, raw_path.encode()))
+            dtype = sid.dtype
+        self._source = source
+        self.raw_data = raw
+        self.raw_path = raw_path
+        #: Where the source was opened (``rewritten`` checks it is still there).
+        self.source_path = h5i.get_name(sid)
+        # Fill value and filters are read from raw_data on first use (most commits
+        # of an unchanged or edited dataset never look at them).
+        super().__init__(name, parent, dtype, raw_chunks, _UNSET, _UNSET, (None,) * len(self.source_shape))
+        self.origin_name = name  # where its raw_data lives; differs after group.move()
+        #: ``table_state`` of raw_data's hash table when the chunk map was taken (None: not
+        #: known). A commit refuses the staged data if raw_data was rewritten since.
+        self.base_table_state: tuple[int, bytes] | None = None
+        # Read on first use; the function holds the id only (referring to ``self`` would make
+        # a reference cycle, which keeps staged data alive until the cyclic GC runs).
+        self.attrs = StagedAttrs(lambda: h5py.Dataset(sid).attrs, skip=RESERVED_ATTRS, obj_id=sid)
+
+    @property
+    def source(self) -> h5py.Dataset:
+        """The previous version's virtual dataset."""
+        if not isinstance(self._source, h5py.Dataset):
+            self._source = h5py.Dataset(self._source)
+        return self._source
+
+    def rewritten(self) -> str | None:
+        """Why the previous version's dataset or its raw_data is no longer what was staged, or None.
+
+        Another handle may rewrite them while this version is staged:
+        ``modify_metadata`` replaces raw_data and the virtual datasets,
+        deleting versions (here or in versioned-hdf5) rebuilds the survivors'
+        virtual datasets. The objects staged are then no longer those linked at
+        their paths (two ``H5Oget_info_by_name3`` calls).
+
+        Returns
+        -------
+        str or None
+            Which object was deleted or replaced, with its path; None when both
+            are still the objects staged.
+        """
+        sid = self.source_id
+        raw = self.raw_data
+        staged = (
+            ("the previous version's dataset", self.source_path, object_address(sid)),
+            (
+                "its raw_data",
+                self.raw_path.encode(),
+                raw.address if isinstance(raw, HeldDataset) else object_address(raw.id),
+            ),
+        )
+        for what, path, addr in staged:
+            why = relinked(sid, path, addr)
+            if why is not None:
+                return f"{what} ({path.decode()}) {why}"
+        return None
+
+    def _raise_if_closed(self) -> None:
+        if not self.source_id.valid:
+            raise closed_file_error(f"staged dataset {self.name!r}", RESTAGE) from None
+
+    @property
+    def source_id(self) -> h5d.DatasetID:
+        """Its low-level id (no h5py object made)."""
+        return self._source.id if isinstance(self._source, h5py.Dataset) else self._source
+
+    @property
+    @reads_file
+    def storage_fill(self):
+        """The fill value of its raw_data (None for variable-length strings); ``fillvalue`` reports it."""
+        if self._fillvalue is _UNSET:
+            self._fillvalue = None if is_vlen_string_dtype(self.dtype) else self.raw_data.fillvalue
+        return self._fillvalue
+
+    @storage_fill.setter
+    def storage_fill(self, value) -> None:
+        self._fillvalue = value
+
+    @property
+    @reads_file
+    def filters(self) -> Filters:
+        """The HDF5 filters of its raw_data."""
+        if self._filters is _UNSET:
+            self._filters = Filters.of(self.raw_data)
+        return self._filters
+
+    @filters.setter
+    def filters(self, value: Filters) -> None:
+        self._filters = value
+
+    @reads_file
+    def _build_array(self) -> StagedChangesArray:
+        source = self.source_id
+        root = self.parent._root if self.parent is not None else None
+        cache = getattr(root, "slab_maps", None)
+        held = getattr(root, "open_datasets", None)
+        table_id = held.hash_table_id(self.raw_data) if held is not None and cache is not None else None
+        known = (
+            cache.get(source, self.raw_data, self.source_shape, self.chunks, table_id, root.versions_state)
+            if cache is not None and root is not None
+            else None
+        )
+        if known is not None:  # this file handle committed the previous version
+            slab_indices, slab_offsets, self.base_table_state = known
+        else:
+            if table_id is not None:  # before the map: a rewrite after it is then seen
+                self.base_table_state = table_state(table_id)
+            slab_indices, slab_offsets = build_slab_indices_and_offsets(
+                self.source, self.source_shape, self.chunks, self.raw_data
+            )
+        return StagedChangesArray._over_dataset(
+            self.source_shape,
+            self.chunks,
+            self.raw_data,
+            slab_indices,
+            slab_offsets,
+            self.storage_fill,
+            self.dtype,
+        )
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.source_shape if self._array is None else self._array.shape
+
+    def __getitem__(self, index):
+        if self._array is None:  # nothing staged: h5py reads the virtual dataset
+            try:
+                return self.source[index]
+            except (OSError, RuntimeError):  # libhdf5 failed (h5py's index errors are not these)
+                self._raise_if_closed()
+                empty = empty_selection(self.source_shape, self.dtype, index)
+                if empty is None:
+                    raise
+                return empty  # libhdf5 fails empty reads of many-mapping virtual datasets
+        return self._array[index]
+
+    @property
+    def staged_array(self) -> StagedChangesArray:
+        """The :class:`StagedChangesArray` holding the points (built on first use)."""
+        return super().staged_array
+
+    @staged_array.setter
+    def staged_array(self, array: StagedChangesArray) -> None:
+        """Replace the points by ``array``, staged elsewhere over the same raw_data.
+
+        Raises
+        ------
+        TypeError
+            ``array`` is not a :class:`StagedChangesArray`.
+        IncompatibleDataError
+            Its chunk size or dtype differ from the dataset's, or its base
+            slabs are not exactly this dataset's ``raw_data`` (another h5py
+            handle to the same dataset in the same file is fine: the commit
+            never reads base slabs, it reuses their rows).
+        """
+        self._check_open()
+        if not isinstance(array, StagedChangesArray):
+            raise TypeError(f"staged_array must be a StagedChangesArray, got {type(array).__name__}")
+        if tuple(array.chunk_size) != self.chunks:
+            raise IncompatibleDataError(
+                f"dataset {self.name!r}: staged array has chunk_size {tuple(array.chunk_size)}, "
+                f"expected {self.chunks} (the chunks of its raw_data)"
+            )
+        both_strings = is_vlen_string_dtype(array.dtype) and is_vlen_string_dtype(self.dtype)
+        if array.dtype != self.dtype and not both_strings:
+            raise IncompatibleDataError(
+                f"dataset {self.name!r}: staged array has dtype {array.dtype}, expected {self.dtype}"
+            )
+        if not is_over(array, self.raw_data):
+            raise IncompatibleDataError(
+                f"dataset {self.name!r}: the staged array's base slabs must be its raw_data "
+                f"{self.raw_data.name!r} in {self.raw_data.file.filename!r}"
+            )
+        self._array = array
+        self._replaced = True
+
+    #: Set when :attr:`staged_array` was replaced: the points may differ from the
+    #: previous version's even when the new array holds no in-memory change (a
+    #: merge maps another version's chunks).
+    _replaced = False
+
+    @property
+    def has_changes(self) -> bool:
+        """True once the points were written to, resized or replaced (attrs do not count)."""
+        return self._replaced or (self._array is not None and self._array.has_changes)
+
+
+class InMemorySparseDataset(ChunkedStagedDataset):
+    """A dataset created in this version from shape, dtype and fill value, without data.
+
+    No memory is used until written: unwritten chunks read as the fill
+    value and are not stored at commit (versioned-hdf5's
+    ``InMemorySparseDataset``).
+
+    Parameters
+    ----------
+    name : str
+        Path of the dataset inside the version.
+    parent : InMemoryGroup
+        The staged group holding it.
+    shape : tuple of int
+        In points, at least one axis.
+    dtype : numpy.dtype
+    chunks : tuple of int
+        Chunk shape, in points.
+    fillvalue : scalar or None
+        None for variable-length strings (they read as ``b""``).
+    filters : Filters
+    maxshape : tuple of (int or None)
+    """
+
+    def __init__(
+        self,
+        name,
+        parent,
+        shape,
+        dtype,
+        chunks,
+        fillvalue,
+        filters,
+        maxshape,
+        chunks_given: bool = True,
+        fillvalue_given: bool = True,
+    ):
+        super().__init__(name, parent, dtype, chunks, fillvalue, filters, maxshape)
+        self._array = StagedChangesArray.full(shape, self.chunks, fillvalue, dtype=self._dtype)
+        #: False when ``chunks`` was guessed: an existing raw_data's chunks then win.
+        self.chunks_given = chunks_given
+        #: False when no fill value was given: an existing raw_data's fill value then wins.
+        self.fillvalue_given = fillvalue_given
+
+
+def is_over(array: StagedChangesArray, raw_data: h5py.Dataset) -> bool:
+    """True when ``array``'s only base slab is ``raw_data`` (any handle to it)."""
+    bases = array.base_slabs
+    if len(bases) != 1:
+        return len(bases) == 0
+    base = bases[0]
+    if base is None:
+        return True  # no chunk on it any more
+    if base is raw_data:  # the handle the file holds (backend.held): no lookup
+        return True
+    if not isinstance(base, h5py.Dataset):
+        return False
+    try:
+        return base.name == raw_data.name and base.file.filename == raw_data.file.filename
+    except ValueError:  # a closed handle: its rows are still raw_data's
+        return False
+
+
+def split_unchanged(
+    array: StagedChangesArray, plan, base_shape: tuple[int, ...]
+) -> tuple[list[tuple[tuple[int, ...], int, int]], list[tuple[int, ...]]]:
+    """Sort the chunks a commit need not re-stage: reused as stored, or re-trimmed.
+
+    ``plan`` is ``array._changes_plan()``; its unchanged chunks lie on the
+    base slab (raw_data) at ``slab_offsets``. Those whose extent is the one
+    they had in ``base_shape`` (the previous version's shape) keep their
+    rows. An edge chunk that ``resize`` shrank is stored anew, trimmed,
+    as versioned-hdf5 does: a mapping covering only part of a stored chunk
+    would break versioned-hdf5's ``delete_versions`` on the file.
+
+    Returns
+    -------
+    reused : list of (chunk index, start, stop)
+        Rows in raw_data along axis 0, ``stop - start`` the chunk's extent.
+    retrimmed : list of tuple of int
+        Indices of the chunks to read, hash and store again.
+    """
+    if not len(plan.unchanged):
+        return [], []
+    chunk = np.asarray(array.chunk_size, dtype=np.int64)
+    origin = plan.unchanged.astype(np.int64) * chunk
+    extent = np.minimum(chunk, np.asarray(array.shape, dtype=np.int64) - origin)
+    base_extent = np.minimum(chunk, np.asarray(base_shape, dtype=np.int64) - origin)
+    same = np.all(extent == base_extent, axis=1)
+    start = plan.unchanged_slab_offsets.astype(np.int64)[same]
+    stop = start + extent[same, 0]
+    reused = list(zip(map(tuple, plan.unchanged[same].tolist()), start.tolist(), stop.tolist()))
+    return reused, list(map(tuple, plan.unchanged[~same].tolist()))

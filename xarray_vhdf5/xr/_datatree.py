@@ -1,0 +1,309 @@
+"""A version's group tree as an ``xr.DataTree``: ``xr.open_datatree(path, engine="vhdf5")``.
+
+Each group of a version (its root and every subgroup, at any depth) becomes one
+node, opened lazily as :func:`~xarray_vhdf5.xr._reading.group_dataset` opens a
+single group; all nodes share one ``CachingFileManager``, so the file is
+opened once and the tree pickles for dask. Coordinates of a parent group are
+inherited by its children, as ``DataTree`` does for every engine (a child
+group stores only its own variables; see
+:func:`~xarray_vhdf5.xr._writer.commit_datatree`).
+
+Follows xarray's h5netcdf backend (``open_groups_as_dict`` then
+``DataTree.from_dict``), with xarray's public API only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import h5py
+import xarray as xr
+
+from .._versions.registry import VersionKey
+from ._engine import BRANCH_KEY
+from ._reading import file_source, group_dataset, open_version_group, opened, opened_branch, source_path
+
+__all__ = ["commit_staged_tree", "open_datatree", "open_groups_as_dict", "stage_datatree"]
+
+
+def _walk_groups(root: h5py.Group, path: str = "/") -> list[tuple[str, h5py.Group]]:
+    """``[("/", root), ("/a", ...), ("/a/b", ...)]``: depth first, in creation order."""
+    found = [(path, root)]
+    for key, item in root.items():
+        if isinstance(item, h5py.Group):
+            found += _walk_groups(item, f"{path.rstrip('/')}/{key}")
+    return found
+
+
+def open_groups_as_dict(
+    filename_or_obj,
+    *,
+    version: VersionKey = None,
+    group: str | None = None,
+    drop_variables: str | Iterable[str] | None = None,
+    **decoders,
+) -> dict[str, xr.Dataset]:
+    """Open every group of ``version`` below ``group`` as lazy Datasets.
+
+    Parameters
+    ----------
+    filename_or_obj : str, os.PathLike or binary file object
+        The versioned HDF5 file.
+    version : str, int, datetime, numpy.datetime64 or None
+        The version (see ``xr.open_dataset(..., engine="vhdf5")``); default the current one.
+    group : str, optional
+        The group that becomes the root ``"/"`` (default the version's root).
+    drop_variables : str or iterable of str, optional
+        Variables not to open, in every group.
+    **decoders
+        ``mask_and_scale``, ``decode_times``, ... as for every xarray engine.
+
+    Returns
+    -------
+    dict of str to xarray.Dataset
+        ``{"/": root, "/child": ..., "/child/grandchild": ...}``, parents first;
+        each Dataset holds only the variables of its own group. Closing any of
+        them closes the shared file handle (it reopens on the next read).
+
+    Raises
+    ------
+    NotVersionedError, NotHDF5Error, VersionNotFoundError, KeyError
+        As ``xr.open_dataset(..., engine="vhdf5")``.
+    """
+    manager = file_source(filename_or_obj)
+    source = source_path(filename_or_obj)
+    try:
+        with opened(manager, filename_or_obj) as f:
+            name, root = open_version_group(f, version, group)
+            groups = {
+                path: group_dataset(manager, name, grp, source, drop_variables, decoders)
+                for path, grp in _walk_groups(root)
+            }
+            branch = opened_branch(f, version, name)
+            if branch is not None:  # dt.vhdf5.stage() then commits on that branch
+                for ds in groups.values():
+                    ds.encoding[BRANCH_KEY] = branch
+    except BaseException:
+        manager.close()
+        raise
+    for ds in groups.values():
+        ds.set_close(manager.close)
+    return groups
+
+
+def open_datatree(
+    filename_or_obj,
+    *,
+    version: VersionKey = None,
+    group: str | None = None,
+    drop_variables: str | Iterable[str] | None = None,
+    **decoders,
+) -> xr.DataTree:
+    """Open ``version``'s group tree as a lazy ``xr.DataTree``.
+
+    Parameters
+    ----------
+    filename_or_obj, version, group, drop_variables, **decoders
+        See :func:`open_groups_as_dict`.
+
+    Returns
+    -------
+    xarray.DataTree
+        One node per group; ``tree.encoding`` and every node's Dataset hold
+        ``source``, ``vhdf5_version`` and ``vhdf5_group``.
+
+    Raises
+    ------
+    NotVersionedError, NotHDF5Error, VersionNotFoundError, KeyError
+        As ``xr.open_dataset(..., engine="vhdf5")``.
+    ValueError
+        The groups do not form a valid DataTree (a child's variables do not
+        align with the coordinates it inherits).
+    """
+    groups = open_groups_as_dict(
+        filename_or_obj, version=version, group=group, drop_variables=drop_variables, **decoders
+    )
+    try:
+        tree = xr.DataTree.from_dict(groups)
+    except BaseException:
+        for ds in groups.values():
+            ds.close()
+        raise
+    for path, ds in groups.items():
+        tree[path].set_close(ds.close)
+        tree[path].encoding = dict(ds.encoding)
+    return tree
+
+
+def _tree_from(groups: dict[str, xr.Dataset]) -> xr.DataTree:
+    """``DataTree.from_dict(groups)`` with each node's encoding and close callback from its Dataset."""
+    tree = xr.DataTree.from_dict(groups)
+    for path, ds in groups.items():
+        tree[path].encoding = dict(ds.encoding)
+        tree[path].set_close(ds.close)
+    return tree
+
+
+def stage_datatree(tree: xr.DataTree) -> xr.DataTree:
+    """The editable, lazy copy of a tree opened with ``xr.open_datatree(path, engine="vhdf5")``.
+
+    Every node is staged as ``ds.vhdf5.stage()`` stages a Dataset
+    (:func:`~xarray_vhdf5.xr._stage.stage_dataset`): item assignments
+    (``staged["child/sst"][0, :3] = x``) change only the chunks they touch, in
+    memory, until :func:`commit_staged_tree` (``staged.vhdf5.commit()``)
+    commits every group in one version.
+
+    Parameters
+    ----------
+    tree : xarray.DataTree
+        Opened with ``engine="vhdf5"`` from a path (every node's ``encoding``
+        names the file, version and group).
+
+    Returns
+    -------
+    xarray.DataTree
+        Same nodes, variables, attributes and encodings.
+
+    Raises
+    ------
+    ValueError
+        A node was not opened with ``engine="vhdf5"`` from a path, or the
+        nodes come from different files or versions.
+    VersionNotFoundError
+        The version was deleted since.
+    """
+    from ._stage import stage_dataset
+
+    groups = {node.path: node.to_dataset(inherit=False) for node in tree.subtree}
+    _same_origin(groups, "dt.vhdf5.stage()")
+    staged: dict[str, xr.Dataset] = {}
+    try:
+        for path, ds in groups.items():
+            staged[path] = stage_dataset(ds)
+    except BaseException:
+        for ds in staged.values():
+            ds.close()
+        raise
+    return _tree_from(staged)
+
+
+def _same_origin(groups: dict[str, xr.Dataset], what: str) -> tuple[str, str]:
+    """The ``(source, version)`` every node was opened from; raises ValueError when they differ or lack one."""
+    origins = {(ds.encoding.get("source"), ds.encoding.get("vhdf5_version")) for ds in groups.values()}
+    source, version = next(iter(origins))
+    if len(origins) != 1 or source is None or version is None:
+        raise ValueError(
+            f"{what} needs a DataTree opened with xr.open_datatree(path, engine='vhdf5') (every "
+            f"node from one file and version); its nodes come from {sorted(map(str, origins))}"
+        )
+    return source, version
+
+
+def commit_staged_tree(
+    tree: xr.DataTree,
+    version: str | None = None,
+    *,
+    message: str | None = None,
+    timestamp=None,
+    force: bool = False,
+    make_current: bool = True,
+    progress: bool | None = None,
+    max_bytes: int | None = None,
+    allow_empty: bool = False,
+) -> str:
+    """Commit a tree from :func:`stage_datatree` as one new version: each group as ``commit_staged`` commits one.
+
+    Only the changed chunks of staged variables are written; other variables
+    are deduplicated by hash. Groups of the version outside the tree (it was
+    opened below its root) are carried unchanged.
+
+    Parameters
+    ----------
+    tree : xarray.DataTree
+        From :func:`stage_datatree` (nodes may have been edited, added to or assigned).
+    version, message, timestamp, force, make_current, progress, max_bytes, allow_empty
+        As :func:`~xarray_vhdf5.xr._stage.commit_staged` (``rebase`` is not
+        offered for trees).
+
+    Returns
+    -------
+    str
+        The new version's name; every node is rebased on it (its encoding
+        names it, its staged arrays have no changes left).
+
+    Raises
+    ------
+    ValueError
+        The tree does not come from :func:`stage_datatree`, or its nodes from
+        different files or versions.
+    StaleVersionError
+        Another version was committed since the tree was staged (on its
+        branch, or the current version) and ``force`` is False; nothing is written.
+    NothingToCommitError
+        Nothing changed and ``allow_empty`` is False; nothing is written.
+    VersionExistsError, IncompatibleDataError, FileBusyError
+        As :func:`~xarray_vhdf5.xr._stage.commit_staged`; nothing is written.
+    """
+    from .._backend.names import MESSAGE_ATTR
+    from .._versions.file import VersionedHDF5File
+    from .._versions.mutation import open_for_writing
+    from .._versions.refs import branch_tip
+    from ..errors import StaleVersionError
+    from . import _reading
+    from ._commit_checks import refuse_empty_commit
+    from ._dimscales import attach_dimension_scales
+    from ._stage import HEAD_KEY, _fill_group, _rebase, _rebase_plans, is_staged
+    from ._streaming import DEFAULT_MAX_BYTES
+    from ._writer import next_version_name
+
+    groups = {node.path: node.to_dataset(inherit=False) for node in tree.subtree}
+    source, parent = _same_origin(groups, "dt.vhdf5.commit() without path=")
+    heads = {ds.encoding.get(HEAD_KEY) for ds in groups.values()}
+    if not all(is_staged(ds) for ds in groups.values()) or len(heads) != 1 or None in heads:
+        raise ValueError("commit() without path= needs a DataTree from dt.vhdf5.stage(); stage the opened tree first")
+    head = heads.pop()
+    branch = groups["/"].encoding.get(BRANCH_KEY)
+    max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    encoded = {path: xr.conventions.encode_dataset_coordinates(ds) for path, ds in groups.items()}
+    rebased: dict[str, list] = {path: [] for path in groups}
+    _reading.close_read_handles(source)
+    with open_for_writing(source) as f:
+        vf = VersionedHDF5File(f)
+        if branch is not None:  # opened from a branch: commits on it, as a staged Dataset does
+            head, make_current = parent, False
+            current = branch_tip(f, branch)
+        else:
+            current = vf.current_version
+        moved = current != head
+        if moved and not force:
+            where = f"branch {branch!r} now points to" if branch is not None else "the current version is now"
+            raise StaleVersionError(
+                f"{source!r}: the tree was staged from version {parent!r}, but {where} {current!r}: committing "
+                f"would undo the versions since. Stage again, or commit(force=True) to commit on top of "
+                f"{parent!r} anyway (a branch)"
+            )
+        name = version if version is not None else next_version_name(vf)
+        with vf.stage_version(
+            name,
+            prev_version=parent,
+            make_current=make_current,
+            timestamp=timestamp,
+            branch=branch if branch is not None and not moved else None,
+            finish=attach_dimension_scales,
+        ) as root:
+            for path, ds in groups.items():
+                group = (ds.encoding.get("vhdf5_group") or "/").strip("/")
+                target = root.require_group(group) if group else root
+                variables, attrs = encoded[path]
+                _fill_group(target, group, ds, variables, attrs, f, rebased[path], progress, max_bytes)
+            if not allow_empty:
+                refuse_empty_commit(root, f, parent, name)
+            root.attrs.pop(MESSAGE_ATTR, None)
+            if message is not None:
+                root.attrs[MESSAGE_ATTR] = message
+        plans = {path: _rebase_plans(f, vf.last_commit, rebased[path]) for path in groups}
+    _reading.close_read_handles(source)
+    for path, ds in groups.items():
+        _rebase(ds, plans[path], name, make_current)
+        tree[path].encoding = dict(ds.encoding)
+    return name
