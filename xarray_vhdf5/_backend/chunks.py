@@ -1,26 +1,32 @@
 """The chunk grid of a dataset: choosing chunk shapes and walking chunks.
 
-All shapes and counts here are in points (array elements), never bytes.
+All shapes and counts here are in points (array elements), never bytes. The one home
+of the regular-grid arithmetic (grid shape, a chunk's points, edge chunks trimmed,
+zero-length axes holding no chunk); the layers above call it rather than redo it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
+from ndindex import ChunkSize
 
 from ..errors import IncompatibleDataError, UnsupportedError
 from .layout import DEFAULT_CHUNKS_1D
 
 __all__ = [
     "RECORD_CHUNK_MIN_BYTES",
+    "chunk_extents",
     "chunk_grid_shape",
     "chunk_slices",
+    "chunks_meeting",
     "guess_chunks_h5py",
     "guess_chunks_record",
     "iter_chunks",
     "normalize_chunks",
+    "padded_shape",
 ]
 
 #: Upper bound of a chunk chosen by ``guess_chunks_record``, in bytes.
@@ -153,20 +159,53 @@ def guess_chunks_record(shape: tuple[int, ...], itemsize: int, *, growing: bool 
     return tuple(chunks)
 
 
-def chunk_grid_shape(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
-    """Number of chunks along each axis (edge chunks included)."""
-    return tuple(math.ceil(s / c) for s, c in zip(shape, chunks, strict=True))
+def chunk_grid_shape(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:
+    """Number of chunks along each axis, edge chunks included: ``ceil(shape / chunks)``.
+
+    A zero-length axis has no chunks (``ndindex.ChunkSize.num_chunks`` counts one there,
+    so it is not used). ``shape`` and ``chunks`` in points, one entry per axis each.
+    """
+    return tuple(-(-n // c) for n, c in zip(shape, chunks, strict=True))
 
 
-def chunk_slices(index: tuple[int, ...], shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[slice, ...]:
-    """The region of chunk ``index`` (in chunk coordinates), trimmed at the edges."""
-    return tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunks, shape, strict=True))
+def padded_shape(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:
+    """Shape of the whole grid of chunks, edge chunks padded to full size, in points."""
+    return tuple(g * c for g, c in zip(chunk_grid_shape(shape, chunks), chunks))
+
+
+def chunk_slices(index: Sequence[int], shape: Sequence[int], chunks: Sequence[int]) -> tuple[slice, ...]:
+    """The points of chunk ``index`` (in chunk coordinates): ``slice(start, stop)`` per axis, trimmed at the edges."""
+    return tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, chunks, shape, strict=True))
+
+
+def chunk_extents(coords: Sequence[np.ndarray], shape: Sequence[int], chunks: Sequence[int]) -> tuple[np.ndarray, ...]:
+    """Lengths of many chunks along each axis, trimmed at the edges, in points (vectorised).
+
+    Parameters
+    ----------
+    coords : sequence of numpy.ndarray of int
+        One array per axis: the chunk coordinates along that axis (``numpy.nonzero``
+        of a per-chunk mask gives them).
+    shape, chunks : sequence of int
+        In points.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Per axis, ``min(chunks[a], shape[a] - coords[a] * chunks[a])``, of the dtype of ``coords[a]``.
+    """
+    return tuple(np.minimum(c, n - k * c) for k, n, c in zip(coords, shape, chunks, strict=True))
 
 
 def iter_chunks(
     shape: tuple[int, ...], chunks: tuple[int, ...], *, axis0_fastest: bool = False
 ) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...]]]:
     """Yield ``(chunk_index, region)`` for every chunk, in C order by default.
+
+    ``region`` is :func:`chunk_slices` of the chunk; an array with a zero-length axis
+    has no chunk. Plain Python, not ``ndindex.ChunkSize.indices``: a commit walks every
+    chunk, and on 10,000 chunks ndindex took 26 ms against 11 ms here (it also yields
+    one empty chunk for a zero-length axis).
 
     Parameters
     ----------
@@ -189,3 +228,25 @@ def iter_chunks(
         return
     for index in np.ndindex(*grid):
         yield index, chunk_slices(index, shape, chunks)
+
+
+def chunks_meeting(region: Sequence[slice], shape: Sequence[int], chunks: Sequence[int]) -> Iterator[tuple[slice, ...]]:
+    """For each chunk meeting ``region``, in C order, the points they share: ``slice(start, stop, 1)`` per axis.
+
+    What h5py's ``Dataset.iter_chunks`` yields. Built on ``ndindex.ChunkSize.as_subchunks``
+    (used only by ``iter_chunks``, a convenience no hot path calls).
+
+    Parameters
+    ----------
+    region : sequence of slice
+        One ``slice(start, stop)`` per axis, step 1, ``0 <= start <= stop <= shape``, in points.
+    shape, chunks : sequence of int
+        In points.
+    """
+    if any(s.stop <= s.start for s in region):
+        return iter(())
+    bounds = [(s.start, s.stop) for s in region]
+    subchunks = ChunkSize(tuple(chunks)).as_subchunks(tuple(region), tuple(shape))
+    return (
+        tuple(slice(max(c.start, a), min(c.stop, b), 1) for c, (a, b) in zip(chunk.args, bounds)) for chunk in subchunks
+    )

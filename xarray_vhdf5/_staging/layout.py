@@ -17,12 +17,13 @@ everything is validated here, once, when an array is built:
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import h5py
 import numpy as np
 
+from .._backend.chunks import chunk_extents, chunk_slices, padded_shape
+from .._backend.chunks import chunk_grid_shape as grid_of
 from ..errors import IncompatibleDataError
 from ._plan_base import slab_shape
 
@@ -150,11 +151,6 @@ def check_chunking(shape: tuple[int, ...], chunk_size: tuple[int, ...]) -> None:
         raise IncompatibleDataError(f"chunk_size {chunk_size} must be >= 1 on every axis")
 
 
-def grid_of(shape: Sequence[int], chunk_size: Sequence[int]) -> tuple[int, ...]:
-    """Chunks along each axis: ``ceil(shape / chunk_size)``."""
-    return tuple(-(-n // c) for n, c in zip(shape, chunk_size))
-
-
 def default_dtype(dtype: Any, base_slabs: list[Any], fill_value: Any) -> np.dtype:
     """``dtype``, else that of the first base slab, else of ``fill_value``, else float64."""
     if dtype is not None:
@@ -223,8 +219,7 @@ def check_base_slabs(
             continue
         # Every chunk on this slab must fit in it (its extent, trimmed at the edges).
         coords = np.nonzero(on)
-        for a in range(ndim):
-            ext = np.minimum(chunk_size[a], shape[a] - coords[a] * chunk_size[a])
+        for a, ext in enumerate(chunk_extents(coords, shape, chunk_size)):
             end = ext + (so[on].astype(np.int64) if a == 0 else 0)
             if end.max() > sshape[a]:
                 j = int(end.argmax())
@@ -254,7 +249,7 @@ def column_slabs(arr: np.ndarray, chunk_size: tuple[int, ...]) -> tuple[list[np.
         return [readonly(arr)], si, so
     rows = np.arange(grid[0], dtype=np.uint64) * np.uint64(chunk_size[0])
     for col, j in enumerate(np.ndindex(*grid[1:]), start=1):
-        view = arr[(slice(None), *(slice(k * c, (k + 1) * c) for k, c in zip(j, chunk_size[1:])))]
+        view = arr[(slice(None), *chunk_slices(j, arr.shape[1:], chunk_size[1:]))]
         slabs.append(readonly(view))
         si[(slice(None), *j)] = col
         so[(slice(None), *j)] = rows
@@ -271,11 +266,11 @@ def packed_slab(arr: np.ndarray, chunk_size: tuple[int, ...]) -> tuple[np.ndarra
         return np.array(arr, copy=True), np.zeros((), dtype=np.uint64)
     grid = grid_of(arr.shape, chunk_size)
     n_chunks = int(np.prod(grid, dtype=np.intp))
-    padded_shape = tuple(g * c for g, c in zip(grid, chunk_size))
-    if padded_shape == arr.shape:
+    full = padded_shape(arr.shape, chunk_size)
+    if full == arr.shape:
         padded = arr
     else:
-        padded = np.empty(padded_shape, dtype=arr.dtype)
+        padded = np.empty(full, dtype=arr.dtype)
         padded[tuple(slice(0, n) for n in arr.shape)] = arr
     split = [x for g, c in zip(grid, chunk_size) for x in (g, c)]
     ndim = arr.ndim

@@ -12,13 +12,14 @@ version's points, not the staged ones; here it returns what ``ds[...]`` returns.
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
+
+from .._backend.chunks import chunks_meeting
 
 __all__ = ["DatasetAPI", "FieldsView", "chunk_slices", "empty_selection"]
 
@@ -139,14 +140,9 @@ def chunk_slices(shape: tuple[int, ...], chunks: tuple[int, ...], sel=None) -> I
 
     ``shape`` and ``chunks`` in points; ``sel`` as :meth:`DatasetAPI.iter_chunks`
     takes it (checked before the first chunk is yielded: the errors are raised
-    at the call).
+    at the call). The grid is :func:`~xarray_vhdf5._backend.chunks.chunks_meeting`'s.
     """
-    region = _selection_slices(sel, shape)
-    ranges = [range(s.start // c, (s.stop - 1) // c + 1) for s, c in zip(region, chunks)]
-    return (
-        tuple(slice(max(i * c, s.start), min((i + 1) * c, s.stop), 1) for i, c, s in zip(index, chunks, region))
-        for index in itertools.product(*ranges)
-    )
+    return chunks_meeting(_selection_slices(sel, shape), shape, chunks)
 
 
 class DatasetAPI:

@@ -19,12 +19,9 @@ from typing import Any
 import h5py
 import numpy as np
 
+from .._backend.chunks import chunk_grid_shape, chunk_slices, iter_chunks
+
 __all__ = ["chunk_slices", "raw_data_layout", "write_raw_data"]
-
-
-def chunk_slices(chunk: Sequence[int], shape: Sequence[int], chunk_size: Sequence[int]) -> tuple[slice, ...]:
-    """Points of chunk ``chunk`` in an array of ``shape`` (trimmed at the edges)."""
-    return tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(chunk, chunk_size, shape))
 
 
 def raw_data_layout(
@@ -63,15 +60,15 @@ def raw_data_layout(
         Row of each mapped chunk in ``raw``, in points.
     """
     shape = data.shape
-    grid = tuple(-(-n // c) for n, c in zip(shape, chunk_size))
+    grid = chunk_grid_shape(shape, chunk_size)
     slab_indices = np.zeros(grid, dtype=np.intp)
     slab_offsets = np.zeros(grid, dtype=np.uint64)
     fill = np.array(fill_value, dtype=data.dtype)
     unique: dict[bytes, int] = {}
     blocks: list[np.ndarray] = []
     owners: list[list[tuple[int, ...]]] = []
-    for chunk in np.ndindex(*grid):
-        block = data[chunk_slices(chunk, shape, chunk_size)]
+    for chunk, region in iter_chunks(shape, tuple(chunk_size)):
+        block = data[region]
         if block.size and bool(np.all(block == fill)):
             continue
         key = block.tobytes() + str(block.shape).encode() if not data.dtype.hasobject else None
