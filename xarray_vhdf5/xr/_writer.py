@@ -447,7 +447,11 @@ def _commit(
     durable=False,
     allow_empty=True,
 ) -> str:
-    """Stage a version, let ``write(target group)`` fill it, commit, then attach dimension scales."""
+    """Stage a version, let ``write(target group)`` fill it, and commit it with its dimension scales.
+
+    The scales are attached inside the commit (``finish=``), before the version is marked
+    committed: a failure there commits nothing (``tests/test_commit_dimscales_atomic.py``).
+    """
     path = os.fspath(path)
     # Lazily opened Datasets of this file (the data being committed, maybe) hold it
     # read-only, which would keep libhdf5 from opening it for writing; they reopen it.
