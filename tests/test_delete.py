@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 import xarray_vhdf5
 from xarray_vhdf5 import ReadOnlyError, UnsupportedError, VersionNotFoundError
-from xarray_vhdf5._versions import delete as delete_mod
 from xarray_vhdf5._versions import delete_version, delete_versions
+from xarray_vhdf5._versions import scratch as delete_mod
 
 LIBS = {"ours": xarray_vhdf5, "ref": versioned_hdf5}
 STR = h5py.string_dtype()

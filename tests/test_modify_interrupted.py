@@ -22,9 +22,9 @@ import pytest
 import versioned_hdf5
 
 import xarray_vhdf5
-from xarray_vhdf5._versions import delete as delete_mod
 from xarray_vhdf5._versions import delete_versions, modify_metadata
 from xarray_vhdf5._versions import metadata as metadata_mod
+from xarray_vhdf5._versions import scratch as delete_mod
 from xarray_vhdf5._versions.check import check_file
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -21,8 +21,8 @@ import versioned_hdf5
 
 import xarray_vhdf5
 from xarray_vhdf5 import IncompatibleDataError, ReadOnlyError
-from xarray_vhdf5._versions import delete as delete_mod
 from xarray_vhdf5._versions import delete_versions, metadata, modify_metadata
+from xarray_vhdf5._versions import scratch as delete_mod
 from xarray_vhdf5.errors import DatasetNotFoundError
 
 LIBS = {"ours": xarray_vhdf5, "ref": versioned_hdf5}

@@ -27,7 +27,7 @@ from .._backend.raw_data import ChunkWriter, Filters
 from .._backend.transfer import read_many_slices
 from ..errors import IncompatibleDataError, MemoryBudgetError
 from ..resplit import minimum_memory, parse_bytes
-from .delete import read_chunk_map
+from .objects import read_chunk_map
 from .rechunk import RechunkReport, resplit_version
 
 __all__ = ["BATCH_BYTES", "UNCHANGED"]

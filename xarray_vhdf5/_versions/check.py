@@ -311,8 +311,8 @@ def check_file(
         An h5py file that is closed.
     """
     from .checker import Checker  # here: it imports this module
-    from .delete import check_file_argument
     from .file import VersionedHDF5File  # here: file.py's imports would cycle
+    from .objects import check_file_argument
 
     if isinstance(path_or_h5file, VersionedHDF5File):
         path_or_h5file._check_open()

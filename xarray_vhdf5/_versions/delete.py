@@ -40,12 +40,8 @@ D. the rebuilt virtual datasets swapped in (old and new read the same data: both
 E. raw_data truncated to ``K`` slots, unreferenced dataset groups and the scratch
    group deleted.
 
-A swap is two link moves (old -> scratch, new -> its place); groups whose links track
-creation order get their later members moved out and back too, so datasets keep
-their order. A crash between the two moves of a swap leaves a name missing: the next
-:func:`delete_versions` or :func:`~xarray_vhdf5._versions.metadata.modify_metadata`
-first replays the journal (moves each pending object whose destination is missing
-into place) and deletes the scratch group.
+The scratch group, its journal and the swaps are :mod:`.scratch`'s: a crash between
+the two moves of a swap is finished by the next run (:meth:`.scratch.Scratch.recover`).
 
 Memory: the chunk maps of one version at a time (one point per chunk, 16 bytes per
 stored chunk; cached up to :data:`MAP_CACHE_BYTES` to avoid reading them twice), the
@@ -71,33 +67,37 @@ each, every other one deleted, then 50 commits): the 50 commits grew the file by
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import h5py
 import numpy as np
 
-from .._backend.chunkmap import build_slab_indices_and_offsets
-from .._backend.chunks import chunk_grid_shape
 from .._backend.hashing import is_vlen_string_dtype
-from .._backend.hashtable import BOOKKEEPING_FILTER
 from .._backend.layout import (
     FIRST_VERSION,
-    HASH_TABLE_CHUNKS,
     HASH_TABLE_DTYPE,
     NETCDF_DIMENSIONS,
     VERSION_DATA,
     VERSIONS,
 )
 from .._backend.virtual import create_virtual_dataset
-from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError, UnsupportedError, VersionNotFoundError
+from ..errors import ReadOnlyError, UnsupportedError, VersionNotFoundError
 from . import index as version_index
 from . import refs, rootview
 from .mutation import mutating
+from .objects import (
+    _open,
+    check_file_argument,
+    chunk_rows,
+    copy_attrs,
+    dataset_paths,
+    read_chunk_map,
+    version_dataset,
+    write_hash_table,
+)
+from .scratch import Scratch, _attachment_plan, _barrier, _reattach, _str, relink_plan
 
 __all__ = [
     "MAP_CACHE_BYTES",
@@ -109,274 +109,8 @@ __all__ = [
     "persists_free_space",
 ]
 
-#: Group (inside ``_version_data``) holding objects that are not yet, or no longer, linked.
-SCRATCH = "__vhdf5_scratch__"
 #: Upper bound, in bytes, of the chunk maps kept in memory between the two passes.
 MAP_CACHE_BYTES = 32 * 1024 * 1024
-#: Called with the stage name after every barrier's flush (crash-injection tests).
-_barrier_hook: Callable[[str], None] | None = None
-
-
-# -- shared with metadata.py ----------------------------------------------------------
-
-
-def _open(f, caller: str = "delete_versions") -> tuple[h5py.Group, Any]:
-    """The h5py group holding ``_version_data`` and the VersionRegistry to keep in sync.
-
-    Raises
-    ------
-    TypeError
-        ``f`` is neither an h5py.File (or Group) nor a VersionedHDF5File (e.g. a path).
-    ClosedFileError
-        ``f`` is closed.
-    ReadOnlyError, NotVersionedError
-        ``f`` is open read-only, or holds no version history.
-    """
-    check_file_argument(caller, f)
-    if isinstance(f, (h5py.File, h5py.Group)):
-        h5file, registry = f, None
-    else:
-        f._check_open()
-        h5file, registry = f.f, f._registry
-        # Deleting or rewriting versions frees objects whose addresses key its caches.
-        f._caches.clear()
-    if h5file.file.mode == "r":
-        raise ReadOnlyError(f"{h5file.file.filename!r} is open read-only; open it with mode 'a'")
-    if f"{VERSION_DATA}/{VERSIONS}" not in h5file:
-        raise NotVersionedError(f"{h5file.file.filename!r} has no /{VERSION_DATA}/{VERSIONS} group")
-    return h5file, registry
-
-
-def check_file_argument(caller: str, f: object, *, versioned_file: bool = True) -> None:
-    """Check the file argument of ``caller``: an open h5py.File (or Group), or a VersionedHDF5File.
-
-    Parameters
-    ----------
-    caller : str
-        The public function or class checking it (for the message).
-    f : object
-        What it was given.
-    versioned_file : bool
-        Whether a VersionedHDF5File is taken too (False for ``VersionedHDF5File`` itself).
-
-    Raises
-    ------
-    TypeError
-        ``f`` is none of these, e.g. a path (the message says to open it first;
-        versioned-hdf5 2.6 takes no path either).
-    ClosedFileError
-        ``f`` is an h5py object whose file is closed (a VersionedHDF5File checks
-        itself: ``_check_open``).
-    """
-    from .file import VersionedHDF5File  # here: file.py imports this module
-
-    kinds = (h5py.File, h5py.Group, VersionedHDF5File) if versioned_file else (h5py.File, h5py.Group)
-    if not isinstance(f, kinds):
-        takes = "an open h5py.File or VersionedHDF5File" if versioned_file else "an open h5py.File"
-        if isinstance(f, (str, bytes, os.PathLike)):
-            call = f"{caller}(h5py.File(path, 'a'){', ...' if versioned_file else ''})"
-            raise TypeError(f"{caller}() takes {takes}, not a path ({f!r}): open the file first, {call}")
-        raise TypeError(f"{caller}() takes {takes}, got {type(f).__name__}")
-    if isinstance(f, (h5py.File, h5py.Group)) and not f.id.valid:
-        raise ClosedFileError(f"{caller}() was given a closed h5py file; reopen it first")
-
-
-def _barrier(h5file: h5py.Group, stage: str) -> None:
-    """Flush: everything before reaches the file before anything after is written."""
-    h5file.file.flush()
-    if _barrier_hook is not None:
-        _barrier_hook(stage)
-
-
-def _str(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def dataset_paths(h5file: h5py.Group) -> list[str]:
-    """Paths of every versioned dataset (a group under ``_version_data`` holding ``raw_data``)."""
-    found: list[str] = []
-
-    def walk(group: h5py.Group, prefix: str) -> None:
-        for name in group:
-            if not prefix and name in (VERSIONS, SCRATCH):
-                continue
-            obj = group.get(name)
-            if isinstance(obj, h5py.Group) and not name.startswith("__vhdf5_"):
-                if "raw_data" in obj:
-                    found.append(prefix + name)
-                else:
-                    walk(obj, f"{prefix}{name}/")
-
-    walk(h5file[VERSION_DATA], "")
-    return found
-
-
-def version_dataset(versions: h5py.Group, version: str, path: str) -> h5py.Dataset | None:
-    """The dataset ``path`` of version group ``version``, or None."""
-    obj = versions[version].get(path)
-    return obj if isinstance(obj, h5py.Dataset) else None
-
-
-def read_chunk_map(vds: h5py.Dataset, chunks: tuple[int, ...], raw_name: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(flat chunk indices, first rows in raw_data)`` of the stored chunks of ``vds``, C order.
-
-    A dataset that is not virtual (old files' all-fill datasets) stores no chunk.
-
-    Raises
-    ------
-    ValueError
-        A mapping does not read whole chunks of ``raw_name`` (the message says what to do).
-    """
-    if not vds.is_virtual or vds.size == 0:
-        return np.empty(0, np.int64), np.empty(0, np.uint64)
-    try:
-        si, so = build_slab_indices_and_offsets(vds, vds.shape, chunks, raw_name)
-    except ValueError as exc:
-        raise ValueError(
-            f"{exc}. If a modify_metadata() was interrupted, run it again on this dataset "
-            "to finish it before deleting versions"
-        ) from None
-    flat = np.flatnonzero(si)
-    return flat, so.ravel()[flat]
-
-
-def chunk_rows(shape: tuple[int, ...], chunks: tuple[int, ...], flat: np.ndarray, starts: np.ndarray):
-    """``[(chunk index, start, stop), ...]`` for create_virtual_dataset (stop trimmed at the edge)."""
-    if flat.size == 0:
-        return []
-    index = np.stack(np.unravel_index(flat, chunk_grid_shape(shape, chunks)), axis=1)
-    starts = starts.astype(np.int64)
-    stops = starts + np.minimum(chunks[0], shape[0] - index[:, 0] * chunks[0])
-    return list(zip(map(tuple, index.tolist()), starts.tolist(), stops.tolist()))
-
-
-def copy_attrs(src: h5py.HLObject, dst: h5py.HLObject, skip: Iterable[str] = ()) -> None:
-    """Copy the attributes of ``src`` to ``dst`` with their HDF5 dtypes (``skip``: names to leave)."""
-    skip = set(skip)
-    for name in src.attrs:
-        if name in skip:
-            continue
-        aid = src.attrs.get_id(name)
-        tid = aid.get_type()
-        if tid.get_class() == h5py.h5t.STRING and not tid.is_variable_str():
-            # The file type itself, so that its padding stays: a dimension scale's CLASS
-            # must stay null-terminated (numpy's "S" dtype would make it null-padded).
-            if name in dst.attrs:
-                del dst.attrs[name]
-            new = h5py.h5a.create(dst.id, name.encode(), tid, aid.get_space())
-            value = src.attrs[name]
-            if not isinstance(value, h5py.Empty):
-                new.write(np.ascontiguousarray(np.asarray(value, dtype=aid.dtype).reshape(aid.shape)))
-            continue
-        dst.attrs.create(name, src.attrs[name], dtype=aid.dtype)
-
-
-def write_hash_table(group: h5py.Group, name: str, rows: np.ndarray) -> h5py.Dataset:
-    """Create a hash table ``group[name]`` holding ``rows`` (as ``HashTable.create`` does)."""
-    ds = group.create_dataset(
-        name,
-        shape=(max(len(rows), 1),),
-        dtype=HASH_TABLE_DTYPE,
-        chunks=HASH_TABLE_CHUNKS,
-        maxshape=(None,),
-        **BOOKKEEPING_FILTER,
-    )
-    if len(rows):
-        ds[: len(rows)] = rows
-    ds.attrs["largest_index"] = np.int64(len(rows))
-    return ds
-
-
-class Scratch:
-    """The scratch group: new objects waiting to be linked in, and old ones unlinked.
-
-    ``reserve(target)`` names a slot for an object meant to end at ``target``; the
-    journal of (slot, target) pairs is written by :meth:`write_journal` before the
-    barrier that ends epoch A, so :meth:`recover` can finish an interrupted swap.
-    """
-
-    def __init__(self, h5file: h5py.Group):
-        self.f = h5file
-        self.path = f"/{VERSION_DATA}/{SCRATCH}"
-        self.journal: list[tuple[str, str]] = []
-        self._count = 0
-        self._group: h5py.Group | None = None
-
-    @property
-    def group(self) -> h5py.Group:
-        if self._group is None:
-            self._group = self.f.require_group(self.path)
-        return self._group
-
-    def _name(self, prefix: str) -> str:
-        self._count += 1
-        return f"{prefix}{self._count}"
-
-    def reserve(self, target: str) -> str:
-        """Name (in the scratch group) of an object that will be moved to ``target``."""
-        name = self._name("pending")
-        self.journal.append((name, target))
-        return name
-
-    def write_journal(self) -> None:
-        self.group.attrs["journal"] = json.dumps(self.journal)
-
-    def move_in(self, name: str, target: str) -> None:
-        """Move scratch object ``name`` to ``target``, the object there (if any) to the trash."""
-        if target in self.f:
-            self.f.move(target, f"{self.path}/{self._name('trash')}")
-        self.f.move(f"{self.path}/{name}", target)
-
-    def replace_members(self, parent_path: str, new: dict[str, str], relink: dict[str, str]) -> None:
-        """Replace members ``new`` (member -> scratch name) of a group, keeping link order.
-
-        ``relink`` (member -> reserved scratch name) lists the members after the first
-        replaced one in a group that tracks creation order (see :func:`relink_plan`):
-        they are moved out and back in their order, after the replaced ones.
-        """
-        order = [n for n in list(self.f[parent_path]) if n in new or n in relink]
-        for n in order:
-            tmp = relink.get(n) or self._name("trash")
-            self.f.move(f"{parent_path}/{n}", f"{self.path}/{tmp}")
-        for n in order:
-            self.f.move(f"{self.path}/{new.get(n) or relink[n]}", f"{parent_path}/{n}")
-
-    def remove(self) -> None:
-        if self.path in self.f:
-            del self.f[self.path]
-
-    @classmethod
-    def recover(cls, h5file: h5py.Group) -> bool:
-        """Finish the swaps an interrupted run left half done, then delete the scratch group.
-
-        Returns True when there was a scratch group.
-        """
-        path = f"/{VERSION_DATA}/{SCRATCH}"
-        if path not in h5file:
-            return False
-        group = h5file[path]
-        for name, target in json.loads(_str(group.attrs.get("journal", "[]"))):
-            parent = target.rsplit("/", 1)[0] or "/"
-            if name in group and parent in h5file and target not in h5file:
-                h5file.move(f"{path}/{name}", target)
-        del h5file[path]
-        _barrier(h5file, "recovered")
-        return True
-
-
-def relink_plan(h5file: h5py.Group, parent_path: str, replaced: Iterable[str], scratch: Scratch) -> dict[str, str]:
-    """Members of ``parent_path`` to move out and back so replaced ones keep their place.
-
-    Only for groups that track link creation order (xarray_vhdf5 creates version
-    groups so, for netCDF's variable order); others list names alphabetically.
-    """
-    parent = h5file[parent_path]
-    if not parent.id.get_create_plist().get_link_creation_order():
-        return {}
-    names = list(parent)
-    replaced = set(replaced)
-    first = min(names.index(n) for n in replaced)
-    return {n: scratch.reserve(f"{parent_path}/{n}") for n in names[first:] if n not in replaced}
 
 
 # -- the plan -------------------------------------------------------------------------
@@ -523,69 +257,6 @@ def _rebuild_vds(h5file, scratch: Scratch, plan: _Plan, version: str, remap: np.
     # Attachments are references to objects: made again after the swap (_reattach).
     copy_attrs(old, vds, skip=("raw_data", "chunks", "DIMENSION_LIST", "REFERENCE_LIST"))
     return name
-
-
-_ATTACHMENTS = ("DIMENSION_LIST", "REFERENCE_LIST")
-
-
-def _version_datasets(group: h5py.Group, prefix: str = ""):
-    """``(path inside the version, dataset)`` of every dataset hard-linked under ``group``."""
-    for key in group:
-        if not isinstance(group.get(key, getlink=True), h5py.HardLink):
-            continue
-        obj = group[key]
-        if isinstance(obj, h5py.Dataset):
-            yield prefix + key, obj
-        elif isinstance(obj, h5py.Group):
-            yield from _version_datasets(obj, f"{prefix}{key}/")
-
-
-def _attachment_plan(group: h5py.Group) -> dict[str, list[str | None]]:
-    """Per dataset of a version with a ``DIMENSION_LIST``: per axis, the path (inside the version) of its scale.
-
-    Read before a deletion replaces some of the version's datasets: the
-    references name the objects replaced, which the deletion frees.
-    """
-    own = group.name + "/"
-    plan: dict[str, list[str | None]] = {}
-    for rel, dset in _version_datasets(group):
-        if "DIMENSION_LIST" not in dset.attrs:
-            continue
-        axes: list[str | None] = []
-        for refs_of_axis in dset.attrs["DIMENSION_LIST"]:
-            target = None
-            for ref in refs_of_axis[:1]:
-                try:
-                    name = group.file[ref].name or ""
-                except (KeyError, ValueError, OSError):  # already dangling
-                    name = ""
-                target = name[len(own) :] if name.startswith(own) else None
-            axes.append(target)
-        plan[rel] = axes
-    return plan
-
-
-def _reattach(group: h5py.Group, plan: dict[str, list[str | None]]) -> None:
-    """Attach each dataset of ``plan`` to its scales again (lists of every dataset of the version rebuilt)."""
-    members = list(_version_datasets(group))
-    for _, dset in members:
-        for key in _ATTACHMENTS:
-            if key in dset.attrs:
-                del dset.attrs[key]
-    for rel, axes in plan.items():
-        dset = group.get(rel)
-        if not isinstance(dset, h5py.Dataset):
-            continue
-        for axis, target in enumerate(axes):
-            scale = group.get(target) if target else None
-            if (
-                isinstance(scale, h5py.Dataset)
-                and scale.id != dset.id
-                and h5py.h5ds.is_scale(scale.id)
-                and axis < dset.ndim
-                and scale.shape == (dset.shape[axis],)
-            ):
-                h5py.h5ds.attach_scale(dset.id, scale.id, axis)
 
 
 def persists_free_space(h5file: h5py.Group) -> bool:

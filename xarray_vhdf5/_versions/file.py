@@ -28,10 +28,11 @@ from ..errors import (
 )
 from .caches import caches_for
 from .commit import CommitReport, commit_version
-from .delete import DeleteReport, check_file_argument, delete_versions
+from .delete import DeleteReport, delete_versions
 from .index import touch as touch_index
 from .metadata import finish_interrupted
 from .mutation import check_fresh, mutating, note_opened, refuse_interrupted
+from .objects import check_file_argument
 from .reader import SharedVersionedFile
 from .rebase import RebaseReport, rebase_staged
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables

@@ -99,24 +99,11 @@ from ._rewrite import (
     _Target,
     _target,
 )
-from .delete import (
-    MAP_CACHE_BYTES,
-    SCRATCH,
-    Scratch,
-    _attachment_plan,
-    _barrier,
-    _open,
-    _reattach,
-    check_file_argument,
-    chunk_rows,
-    copy_attrs,
-    dataset_paths,
-    read_chunk_map,
-    relink_plan,
-    version_dataset,
-)
+from .delete import MAP_CACHE_BYTES
 from .locking import file_locks
 from .mutation import _JOURNALED, _no_live_writer, disk_path, mutating
+from .objects import _open, check_file_argument, chunk_rows, copy_attrs, dataset_paths, read_chunk_map, version_dataset
+from .scratch import SCRATCH, Scratch, _attachment_plan, _barrier, _reattach, relink_plan
 
 __all__ = [
     "BATCH_BYTES",

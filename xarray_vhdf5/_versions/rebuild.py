@@ -47,17 +47,9 @@ from .._backend.chunkmap import version_dataset_layout
 from .._backend.chunks import chunk_grid_shape
 from .._backend.hashing import chunk_hash, is_vlen_string_dtype
 from .._backend.layout import DATA_VERSION, HASH_TABLE_DTYPE, VERSION_DATA, VERSIONS
-from .delete import (
-    Scratch,
-    _barrier,
-    _open,
-    chunk_rows,
-    dataset_paths,
-    read_chunk_map,
-    version_dataset,
-    write_hash_table,
-)
 from .mutation import mutating
+from .objects import _open, chunk_rows, dataset_paths, read_chunk_map, version_dataset, write_hash_table
+from .scratch import Scratch, _barrier
 
 __all__ = [
     "chunk_diff",

@@ -301,8 +301,8 @@ def rechunk(
     ReadOnlyError, ClosedFileError, TypeError
         As :func:`~xarray_vhdf5._versions.metadata.modify_metadata` raises them.
     """
-    from .delete import _open, dataset_paths
     from .metadata import UNCHANGED, run_modify_metadata
+    from .objects import _open, dataset_paths
 
     if max_mem is not None:
         parse_bytes(max_mem)  # a bad budget fails before anything is opened
@@ -345,7 +345,7 @@ def rechunk_plan(f, name: str, chunks, *, max_mem: int | str | None = None) -> R
     DatasetNotFoundError, IncompatibleDataError, MemoryBudgetError
         As :func:`rechunk` raises them.
     """
-    from .delete import dataset_paths
+    from .objects import dataset_paths
 
     h5file = f if isinstance(f, (h5py.File, h5py.Group)) else f.f  # a VersionedHDF5File's h5py file
     key = str(name).strip("/")
@@ -362,7 +362,7 @@ def rechunk_plan(f, name: str, chunks, *, max_mem: int | str | None = None) -> R
 
 
 def _largest_shape(h5file, name: str) -> tuple[int, ...] | None:
-    from .delete import version_dataset
+    from .objects import version_dataset
 
     versions = h5file["_version_data"]["versions"]
     best = None

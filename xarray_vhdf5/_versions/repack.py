@@ -74,9 +74,11 @@ from h5py import h5d
 
 from .._backend.hashing import is_vlen_string_dtype
 from .._backend.layout import VERSION_DATA, VERSIONS
-from .delete import SCRATCH, copy_attrs, persists_free_space
+from .delete import persists_free_space
 from .metadata import finish_interrupted
 from .mutation import open_for_writing
+from .objects import copy_attrs
+from .scratch import SCRATCH
 
 __all__ = ["TEMP_SUFFIX", "RepackReport", "repack", "repack_plan"]
 

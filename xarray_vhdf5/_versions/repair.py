@@ -48,9 +48,11 @@ from . import index as version_index
 from .caches import COMMIT_TOKEN
 from .check import CheckReport
 from .chunkcheck import DAMAGE_ERRORS, describe
-from .delete import Scratch, _open, delete_versions
+from .delete import delete_versions
 from .mutation import mutating
+from .objects import _open
 from .rebuild import placeholder_digest
+from .scratch import Scratch
 
 __all__ = ["RepairReport", "repair"]
 

@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 
 from .._backend.layout import BOOKKEEPING, DATASET_ATTRS, FIRST_VERSION, VERSION_ATTRS, VERSION_DATA, VERSIONS
-from .._versions.delete import dataset_paths, read_chunk_map
+from .._versions.objects import dataset_paths, read_chunk_map
 
 __all__ = ["MODULES", "assert_same", "play", "raw_rows", "snapshot", "without_fill_chunks"]
 
