@@ -18,7 +18,7 @@ import xarray as xr
 
 import xarray_vhdf5.xr._reading as reading
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5._backend.manifest import resolve_manifest
+from xarray_vhdf5._backend.manifest_resolve import resolve_manifest
 from xarray_vhdf5._versions import chunkmaps
 from xarray_vhdf5._versions.mutation import open_file
 

@@ -9,7 +9,8 @@ import numpy as np
 import xarray as xr
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5._versions.history import changed_attrs, compared_attrs, version_log
+from xarray_vhdf5._versions.history import version_log
+from xarray_vhdf5._versions.states import changed_attrs, compared_attrs
 
 
 def _log(path) -> dict:

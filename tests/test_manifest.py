@@ -31,7 +31,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import xarray_vhdf5
-from xarray_vhdf5._backend.manifest import ChunkManifest, chunk_addresses, resolve_manifest
+from xarray_vhdf5._backend.manifest import ChunkManifest
+from xarray_vhdf5._backend.manifest_resolve import chunk_addresses, resolve_manifest
 from xarray_vhdf5.errors import CorruptFileError, UnsupportedError
 
 with warnings.catch_warnings():

@@ -520,7 +520,7 @@ def cherry_pick(
 
 
 def _lookup(vf, name: str) -> str:
-    from .history import lookup_version
+    from .lookup import lookup_version
 
     if not isinstance(name, str):
         raise VersionNotFoundError(f"a branch, tag or version name is expected, got {name!r}")

@@ -63,7 +63,7 @@ from .._backend.h5attrs import read_attr, read_attrs_of, write_attr
 from .._backend.h5objects import object_address, object_address_by_name
 from .._backend.hashtable import hash_table_path
 from .._backend.layout import VERSION_DATA
-from .._backend.manifest import chunk_addresses, manifest_from_starts
+from .._backend.manifest_resolve import chunk_addresses, manifest_from_starts
 from . import bookkeeping
 
 __all__ = ["MAP_FORMAT", "MIN_CHUNKS", "UNKNOWN", "StoredLayout", "address_lookup", "carry", "forget", "load", "record"]

@@ -4,7 +4,7 @@ Changed datasets
     A dataset changed in a version when, compared with the version's parent
     (``prev_version``), it was added or removed, or its shape, dtype, chunk
     mapping (which raw_data row each chunk maps to, or none: all fill value)
-    or attributes (:func:`compared_attrs`) differ. ``vhdf5 diff PARENT
+    or attributes (:func:`~.states.compared_attrs`) differ. ``vhdf5 diff PARENT
     VERSION --mappings-only`` reports the same datasets as differing; without
     ``--mappings-only`` it also reads the remapped chunks, and a chunk
     rewritten with equal values (``-0.0`` for ``0.0``, another NaN payload)
@@ -24,7 +24,8 @@ New chunks
     strings themselves live in HDF5's global heap and are not counted.
 
 Nothing is read but the versions' mappings and attributes and raw_data's chunk
-index: no chunk data.
+index: no chunk data. Comparing a dataset with its parent's is :mod:`.states`'s;
+finding the version a key designates (a name, a position, a time) is :mod:`.lookup`'s.
 
 How it is computed
     Decoding every version's mappings costs O(chunks) a version: 5-6 s for
@@ -51,10 +52,8 @@ How it is computed
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import h5py
 import numpy as np
@@ -66,35 +65,14 @@ from .._backend.h5attrs import read_attr
 from .._backend.h5objects import object_address_by_name
 from .._backend.hashtable import hash_table_path, table_state
 from .._backend.layout import FIRST_VERSION
-from .._backend.names import (
-    DIMENSIONS_ATTR,
-    HIDDEN_VARIABLE_ATTRS,
-    MESSAGE_ATTR,
-    NETCDF_DIMENSION_ATTRS,
-    is_dimension_scale,
-    is_netcdf_dimension_only,
-)
-from ..errors import VersionKeyTypeError, VersionNotFoundError
+from .._backend.names import MESSAGE_ATTR, is_netcdf_dimension_only
 from . import logrecord
 from .index import to_micros
 from .logrecord import Fingerprint, fingerprint_of
 from .registry import VersionRegistry
-from .timestamps import to_utc_datetime
+from .states import DatasetState, changed_attrs, compared_attrs, version_states
 
-__all__ = [
-    "LOG_COLUMNS",
-    "DatasetState",
-    "LogEntry",
-    "changed_attrs",
-    "compared_attrs",
-    "dataset_state",
-    "log_frame",
-    "lookup_as_of",
-    "lookup_version",
-    "same_attr_value",
-    "version_log",
-    "version_states",
-]
+__all__ = ["LOG_COLUMNS", "LogEntry", "log_frame", "version_log"]
 
 
 @dataclass(frozen=True)
@@ -131,155 +109,6 @@ class LogEntry:
     new_bytes: int
     new_bytes_on_disk: int = 0
     datasets: tuple[str, ...] = field(default=())
-
-
-def compared_attrs(dset: h5py.Dataset) -> dict[str, Any]:
-    """The attributes that belong to a version's dataset, by name: the ones compared.
-
-    All attributes but the format's own (``raw_data``, ``chunks``) and
-    netCDF-4's dimension bookkeeping (``DIMENSION_LIST``, ``REFERENCE_LIST``:
-    object references into the version's own group, rewritten by every
-    commit; ``_Netcdf4Dimid``, ``_Netcdf4Coordinates``, and ``CLASS``/``NAME``
-    of a dimension scale), as :func:`xarray_vhdf5._backend.names.visible_attrs`
-    leaves out. The dimension names themselves are compared through
-    ``_ARRAY_DIMENSIONS``, which is kept.
-
-    Parameters
-    ----------
-    dset : h5py.Dataset
-        A dataset of a committed version.
-
-    Returns
-    -------
-    dict
-        Attribute values as h5py reads them.
-    """
-    names: list[str] = []
-    # Listed by name, as visible_attrs would keep them, but without h5py's creation-order
-    # lookup (``get_create_plist``), which on a virtual dataset encodes every mapping.
-    h5a.iterate(
-        dset.id, lambda name, *_: names.append(name.decode("utf-8", "surrogateescape")), index_type=h5py.h5.INDEX_NAME
-    )
-    attrs = dset.attrs
-    hidden = HIDDEN_VARIABLE_ATTRS | NETCDF_DIMENSION_ATTRS
-    if is_dimension_scale(attrs):
-        hidden = hidden | {"CLASS", "NAME"}
-    found = {key: attrs[key] for key in names if key not in hidden}
-    if DIMENSIONS_ATTR in names:
-        found[DIMENSIONS_ATTR] = attrs[DIMENSIONS_ATTR]
-    return found
-
-
-def same_attr_value(x: Any, y: Any) -> bool:
-    """True when two attribute values are equal: same shape and values, NaN equal to NaN.
-
-    Values of another kind (a string against a number) are unequal.
-    """
-    x, y = np.asarray(x), np.asarray(y)
-    nan_ok = x.dtype.kind in "fc" and y.dtype.kind in "fc"
-    try:
-        return bool(np.array_equal(x, y, equal_nan=nan_ok))
-    except (TypeError, ValueError):
-        return False
-
-
-def changed_attrs(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """Names of the attributes added, removed or changed from ``a`` to ``b``, sorted."""
-    return sorted(k for k in {*a, *b} if k not in a or k not in b or not same_attr_value(a[k], b[k]))
-
-
-@dataclass(frozen=True, eq=False)
-class DatasetState:
-    """What defines one version of a dataset, for comparing it with another version.
-
-    Attributes
-    ----------
-    shape : tuple of int
-        Shape in points.
-    dtype : numpy.dtype
-    chunks : tuple of int
-        Chunk shape in points.
-    raw_path : str
-        Path of the raw_data its chunks map to.
-    mapping : bytes
-        Digest of the chunk mapping (per chunk: mapped or not, and its first
-        raw_data row).
-    attrs : dict
-        :func:`compared_attrs`.
-    """
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    chunks: tuple[int, ...]
-    raw_path: str
-    mapping: bytes
-    attrs: dict[str, Any]
-
-    def differs(self, other: DatasetState) -> bool:
-        """True when shape, dtype, chunks, raw_data, mapping or attributes differ."""
-        return (self.shape, self.dtype, self.chunks, self.raw_path, self.mapping) != (
-            other.shape,
-            other.dtype,
-            other.chunks,
-            other.raw_path,
-            other.mapping,
-        ) or bool(changed_attrs(self.attrs, other.attrs))
-
-
-def dataset_state(dset: h5py.Dataset) -> tuple[DatasetState, np.ndarray]:
-    """The state of a version's dataset and the raw_data rows it maps.
-
-    Reads the virtual mappings and attributes only (no chunk data).
-
-    Parameters
-    ----------
-    dset : h5py.Dataset
-        A dataset of a committed version (a virtual dataset with ``raw_data``
-        and ``chunks`` attributes).
-
-    Returns
-    -------
-    state : DatasetState
-    rows : numpy.ndarray of uint64
-        The first raw_data row (along axis 0) of each chunk it maps, unique
-        and sorted: one per stored chunk it uses.
-    """
-    chunks, raw_path = version_dataset_layout(dset)
-    indices, offsets = build_slab_indices_and_offsets(dset, dset.shape, chunks, raw_path)
-    mapped = indices != 0
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(np.packbits(mapped).tobytes())
-    digest.update(np.ascontiguousarray(offsets[mapped], dtype=np.uint64).tobytes())
-    state = DatasetState(tuple(dset.shape), dset.dtype, chunks, raw_path, digest.digest(), compared_attrs(dset))
-    return state, np.unique(offsets[mapped]).astype(np.uint64)
-
-
-def version_states(
-    group: h5py.Group, skip: Callable[[h5py.Dataset], bool] = is_netcdf_dimension_only
-) -> dict[str, tuple[DatasetState, np.ndarray]]:
-    """:func:`dataset_state` of every versioned dataset below a version's group.
-
-    Parameters
-    ----------
-    group : h5py.Group
-        A committed version's group (``_version_data/versions/<name>``).
-    skip : callable
-        ``skip(dataset) -> bool``: datasets to leave out (default netCDF-4
-        dimension scales that are not variables, as ``vhdf5 diff`` does).
-
-    Returns
-    -------
-    dict
-        Path relative to ``group`` -> (state, mapped rows).
-    """
-    found: dict[str, tuple[DatasetState, np.ndarray]] = {}
-
-    def visit(path: str, obj) -> None:
-        if isinstance(obj, h5py.Dataset) and "raw_data" in obj.attrs and obj.is_virtual and not skip(obj):
-            found[path] = dataset_state(obj)
-
-    group.visititems(visit)
-    return found
 
 
 class _ChunkSizes:
@@ -692,122 +521,3 @@ def _parents_first(registry: VersionRegistry, names: list[str]) -> list[str]:
         done.update(chain)
         order.extend(reversed(chain))
     return order
-
-
-def lookup_version(registry: VersionRegistry, key) -> str:
-    """The version ``key`` designates, pandas-style: what ``xr.open_dataset(..., version=key)`` opens.
-
-    Extends :meth:`VersionRegistry.resolve` (versioned-hdf5's ``vf[key]``
-    rules, which ``VersionedHDF5File`` keeps) with positions and time strings.
-
-    Parameters
-    ----------
-    key : str, int, datetime, numpy.datetime64 or None
-        - None: the current version.
-        - str: the version of that name; else the version the tag or branch
-          of that name points to (:mod:`~xarray_vhdf5._versions.refs`; ``"main"``
-          is the current version); if there is none and the string is
-          an ISO 8601 time (``"2024-06-01"``, ``"2024-06-01T00:00"``,
-          ``"2024-06-01T00:00+02:00"``; naive ones are UTC), the version
-          current at that time: committed at it, else the latest committed
-          before it (``as_of``). A version *named* like a time is found by
-          its name first.
-        - int >= 0: a position in the version log, oldest first
-          (``ds.vhdf5.versions.index[key]``, ``vhdf5 log``'s order): 0 is the
-          first version, 50 the 51st. (``VersionedHDF5File``'s ``vf[0]`` is
-          the current version and ``vf[n > 0]`` an ``IndexError``, as in
-          versioned-hdf5.)
-        - int < 0: ``-n`` is the n-th ancestor of the current version along
-          ``prev_version`` (versioned-hdf5's ``vf[-n]``), not the n-th from
-          the end of the log: they differ after a branch.
-        - datetime, numpy.datetime64 or date: the version current at that time.
-
-    Returns
-    -------
-    str
-        The version's name.
-
-    Raises
-    ------
-    VersionNotFoundError
-        A ``KeyError``, ``ValueError`` and ``IndexError``: no version of that
-        name and not a time; a position past the last version; a time before
-        the first version; ``-n`` past the oldest ancestor. The message says
-        what was given and what exists.
-    VersionKeyTypeError
-        ``key`` is of another type (a ``TypeError``).
-    """
-    if isinstance(key, str):
-        if key in registry:
-            return key
-        version = registry.ref(key)  # a tag or branch
-        if version is not None:
-            return version
-        try:
-            when = _dt.datetime.fromisoformat(key)
-        except ValueError:
-            raise registry._not_found(
-                f"named {key!r}, no branch or tag of that name (nor is it an ISO 8601 time such as '2024-06-01T00:00')"
-            ) from None
-        return _at_time(registry, when, key)
-    if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and key >= 0:
-        names = registry.names()
-        if key >= len(names):
-            last = f"0 to {len(names) - 1}" if names else "none: the file has no version"
-            raise VersionNotFoundError(
-                f"no version at position {int(key)}: the file has {len(names)} version"
-                f"{'' if len(names) == 1 else 's'} (positions {last}, oldest first"
-                f"{', the last ' + repr(names[-1]) if names else ''}); -n counts back from the current version"
-            )
-        return names[int(key)]
-    if isinstance(key, (_dt.datetime, np.datetime64, _dt.date)):
-        return _at_time(registry, key, key)
-    if key is None or (isinstance(key, (int, np.integer)) and not isinstance(key, bool)):
-        return registry.resolve(key)
-    raise VersionKeyTypeError(
-        "a version is designated by a name or ISO 8601 time (str), a position (int >= 0), an ancestor "
-        f"(int < 0), a timestamp (datetime, numpy.datetime64) or None, got {type(key).__name__} {key!r}"
-    )
-
-
-def lookup_as_of(registry: VersionRegistry, key, as_of) -> str:
-    """The version a branch (or a version's line of parents) had at time ``as_of``.
-
-    ``key`` names the line, as :func:`lookup_version` takes it (None: the
-    current version, i.e. branch ``main``); the result is the newest version
-    along ``key``'s first-parent chain (``prev_version``) committed at or
-    before ``as_of`` (a datetime, numpy.datetime64 or ISO 8601 string; naive
-    means UTC). Unlike a time given as ``version=``, which picks the version
-    committed last before that time in the whole file, this stays on the
-    branch.
-
-    Raises
-    ------
-    VersionNotFoundError
-        ``key`` names nothing, or every version on its line is newer than ``as_of``.
-    """
-    tip = lookup_version(registry, key)
-    when = to_utc_datetime(_dt.datetime.fromisoformat(as_of) if isinstance(as_of, str) else as_of)
-    for name in registry._ancestry(tip):
-        if registry.info(name).timestamp <= when:
-            return name
-    first = registry._ancestry(tip)[-1]
-    raise VersionNotFoundError(
-        f"no version of {key if key is not None else 'main'!r} at {when.isoformat()}: its first version "
-        f"{first!r} was committed at {registry.info(first).timestamp.isoformat()}"
-    )
-
-
-def _at_time(registry: VersionRegistry, when, given) -> str:
-    """:meth:`VersionRegistry.at_time`, with a message naming the first version's time when too early."""
-    try:
-        return registry.at_time(when)
-    except VersionNotFoundError:
-        names = registry.names()
-        if not names:
-            raise VersionNotFoundError(f"no version at {given!r}: the file has no version") from None
-        first = registry.info(names[0])
-        raise VersionNotFoundError(
-            f"no version at {given!r}: it is before the first version {names[0]!r}, committed at "
-            f"{first.timestamp.isoformat()} (times without a zone are UTC)"
-        ) from None

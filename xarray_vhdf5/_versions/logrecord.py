@@ -135,7 +135,7 @@ def attrs_digest(attrs: dict[str, Any]) -> str:
 
 def fingerprint_of(dset: h5py.Dataset, flat: np.ndarray, offsets: np.ndarray, listed: bool) -> Fingerprint:
     """The fingerprint of a committed version's dataset whose mapping is given."""
-    from .history import compared_attrs  # the attributes the log compares (history imports this module)
+    from .states import compared_attrs  # the attributes the log compares
 
     chunks = tuple(int(c) for c in read_attr(dset.id, "chunks", expect="int"))
     raw_path = str(read_attr(dset.id, "raw_data", expect="str"))
@@ -241,7 +241,7 @@ def build_record(
             changed_attrs = getattr(getattr(staged, "attrs", None), "changed", False)
             entries[path] = {"src": source}
             if changed_attrs:
-                from .history import compared_attrs
+                from .states import compared_attrs
 
                 dset, _, objects[path] = _made(group, path, caches)
 

@@ -304,7 +304,7 @@ class SharedVersionedFile:
         keeps versioned-hdf5's rules (``0`` the current version). Raises as
         ``lookup_version``.
         """
-        from .history import lookup_version
+        from .lookup import lookup_version
 
         return lookup_version(self._versions(), key)
 

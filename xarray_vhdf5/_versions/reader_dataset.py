@@ -20,7 +20,7 @@ from h5py._hl import selections as _selections
 from .._backend.chunkmap import version_dataset_layout
 from .._backend.hashing import is_vlen_string_dtype
 from .._backend.layout import version_path
-from .._backend.manifest import resolve_manifest
+from .._backend.manifest_resolve import resolve_manifest
 from .._backend.raw_data import reported_fillvalue
 from .._wrappers.dataset_api import FieldsView, chunk_slices
 from ..errors import ReadOnlyError, UnsupportedError, VersionNotFoundError

@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from .._backend.layout import versions_path
-from .._backend.manifest import resolve_manifest
+from .._backend.manifest_resolve import resolve_manifest
 from .._backend.signature import open_for_reading
 from ..errors import VersionNotFoundError, VHDF5Error
 from . import generation

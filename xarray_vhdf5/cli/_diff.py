@@ -17,8 +17,8 @@ import h5py
 import numpy as np
 
 from .._versions.diff import DatasetDiff
-from .._versions.history import changed_attrs, compared_attrs
 from .._versions.registry import VersionKey, VersionRegistry
+from .._versions.states import changed_attrs, compared_attrs
 from ._log import format_table
 
 __all__ = ["AttrChange", "attribute_changes", "format_diff"]

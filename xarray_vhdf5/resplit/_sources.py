@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import h5py
 import numpy as np
 
-from .._backend.manifest import resolve_manifest
+from .._backend.manifest_resolve import resolve_manifest
 from ._grid import AxisGrid
 
 __all__ = ["array_chunk_reader", "version_chunk_reader"]

@@ -44,8 +44,8 @@ from .._backend.names import MESSAGE_ATTR
 from .._staging import StagedChangesArray
 from .._versions import chunkmaps
 from .._versions.file import VersionedHDF5File
-from .._versions.history import same_attr_value
 from .._versions.mutation import open_for_writing
+from .._versions.states import same_attr_value
 from ..errors import StaleVersionError
 from ..xr import _reading
 from ..xr._commit_checks import refuse_empty_commit

@@ -101,7 +101,7 @@ def staged_change(root: InMemoryGroup, parent: h5py.Group | None) -> str | None:
     str or None
         What differs first (for messages), e.g. ``"'sst': points"``.
     """
-    from .._versions.history import changed_attrs
+    from .._versions.states import changed_attrs
     from .._wrappers.chunked import InMemoryDataset
     from .._wrappers.dataset import InMemoryArrayDataset
     from .._wrappers.group import UnopenedDataset

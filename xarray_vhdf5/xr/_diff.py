@@ -73,8 +73,8 @@ from .._backend.chunks import chunk_grid_shape, chunk_slices
 from .._backend.names import DIMENSIONS_ATTR, is_netcdf_dimension_only, visible_attrs
 from .._backend.signature import open_h5file
 from .._versions.diff import DatasetDiff, compare_datasets, equal_points, finish, iter_candidates
-from .._versions.history import changed_attrs
 from .._versions.registry import VersionKey, VersionRegistry
+from .._versions.states import changed_attrs
 
 __all__ = ["DECODING_ATTRS", "EAGER_BYTES", "diff_datatree", "diff_versions"]
 

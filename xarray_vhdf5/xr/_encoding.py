@@ -419,7 +419,7 @@ def kept_attrs(stored: Any, new: dict, same_dtype: bool) -> dict:
     dict
         ``new`` with kept values.
     """
-    from .._versions.history import same_attr_value
+    from .._versions.states import same_attr_value
 
     out = dict(new)
     for key, value in new.items():

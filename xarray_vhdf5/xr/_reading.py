@@ -29,11 +29,11 @@ from xarray.core import indexing
 
 from .._backend.h5objects import object_info_by_name
 from .._backend.layout import version_path as root_path
-from .._backend.manifest import resolve_manifest
+from .._backend.manifest_resolve import resolve_manifest
 from .._backend.names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 from .._backend.signature import not_hdf5_error
 from .._versions import chunkmaps, refs
-from .._versions.history import lookup_as_of, lookup_version
+from .._versions.lookup import lookup_as_of, lookup_version
 from .._versions.registry import VersionKey, VersionRegistry
 from .._versions.sharing import SharedFile, version_timestamp
 from ._array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
