@@ -109,7 +109,27 @@ class HashTable:
 
     def end_row(self) -> int:
         """First row of raw_data (axis 0) after every chunk the table knows about."""
-        return max(self._end, self._new[-1][2]) if self._new else self._end
+        return max(self._end, max(stop for _, _, stop in self._new)) if self._new else self._end
+
+    def relocate(self, moves: dict[int, int]) -> None:
+        """Move chunks added since the last :meth:`flush` to other rows of raw_data.
+
+        Parameters
+        ----------
+        moves : dict of int to int
+            First row (axis 0) of a chunk added since the last flush -> its new
+            first row; the chunk keeps its number of rows. Rows on disk
+            cannot move.
+
+        Raises
+        ------
+        ValueError
+            A first row in ``moves`` is not that of a chunk added since the last flush.
+        """
+        starts = {start for _, start, _ in self._new}
+        if not starts.issuperset(moves):
+            raise ValueError(f"rows {sorted(set(moves) - starts)} are not new chunks of this hash table")
+        self._new = [(d, moves.get(a, a), moves.get(a, a) + b - a) for d, a, b in self._new]
 
     def add(self, digest: bytes, start: int, stop: int) -> None:
         """Record a new chunk stored at rows ``start:stop`` of raw_data (not yet on disk)."""

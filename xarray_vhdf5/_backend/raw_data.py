@@ -8,6 +8,7 @@ Chunks are only ever appended, never rewritten (outside version deletion).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,16 @@ from .hashing import chunk_hash, is_vlen_string_dtype
 from .hashtable import HashTable
 from .rows import dataset_shape, write_rows
 
-__all__ = ["ChunkWriter", "Filters", "WriteStats", "create_raw_data", "is_fill_chunk", "reported_fillvalue"]
+__all__ = [
+    "ChunkWriter",
+    "Filters",
+    "WriteStats",
+    "bytes_appended",
+    "create_raw_data",
+    "is_fill_chunk",
+    "place_by_size",
+    "reported_fillvalue",
+]
 
 _READ = object()  # ChunkWriter: read the fill value from raw_data
 
@@ -182,10 +192,20 @@ class ChunkWriter:
     fillvalue : scalar, optional
         Its fill value, when the caller already read it (None for
         variable-length strings).
+    best_fit : bool, keyword-only
+        Let :meth:`flush` place the encoded chunks of a compressed raw_data
+        over leftover slots (rows past ``largest_index`` still allocated, see
+        ``delete_keeping_space``) by stored size, so that a chunk goes where
+        its bytes fit and libhdf5 need not allocate new file space (see
+        :func:`place_by_size`). The rows :meth:`add` returned may then move:
+        read them from ``stats.chunk_rows`` after the flush.
     """
 
-    def __init__(self, raw_data: h5py.Dataset, hash_table: HashTable, chunks=None, fillvalue=_READ):
+    def __init__(
+        self, raw_data: h5py.Dataset, hash_table: HashTable, chunks=None, fillvalue=_READ, *, best_fit: bool = False
+    ):
         self.raw_data = raw_data
+        self.best_fit = best_fit
         self.hash_table = hash_table
         if chunks is None:
             chunks = read_attr(raw_data.id, "chunks", expect="int")
@@ -261,10 +281,25 @@ class ChunkWriter:
             return
         first = self._queue[0][0]
         dsid = self.raw_data.id
-        if dataset_shape(dsid)[0] < self._next_row:
+        allocated = dataset_shape(dsid)[0]  # rows at and past largest_index may hold leftover slots
+        if allocated < self._next_row:
             dsid.set_extent((self._next_row, *self.chunks[1:]))  # h5py's resize() without its checks
         if self.encoder is not None and all(c.dtype == self.raw_data.dtype for _, c in self._queue):
-            _write_encoded(self.raw_data, self._queue, self.encoder)
+            encoded = list(encoder_pool().map(self.encoder.encode, [c for _, c in self._queue]))
+            starts = [start for start, _ in self._queue]
+            if self.best_fit and starts[0] < allocated:
+                moves, order = _fit_leftover_slots(dsid, starts, encoded, allocated)
+                encoded = [encoded[i] for i in order]
+                starts = [starts[i] for i in order]
+                if moves:
+                    self.hash_table.relocate(moves)
+                    span = set(starts)
+                    self.stats.chunk_rows = [
+                        (i, moves.get(a, a), moves.get(a, a) + b - a) if a in span else (i, a, b)
+                        for i, a, b in self.stats.chunk_rows
+                    ]
+                    starts = [moves.get(a, a) for a in starts]
+            _write_direct(dsid, starts, encoded)
         else:
             _write_slab(self.raw_data, first, self._queue, self.chunks, self.fillvalue)
         self._queue = []
@@ -296,12 +331,154 @@ def _write_slab(
     _write_rows(raw_data, first, slab)
 
 
-def _write_encoded(raw_data: h5py.Dataset, queue: Sequence[tuple[int, np.ndarray]], encoder: ChunkEncoder) -> None:
-    """Encode queued chunks in the encoding threads, then store each with ``write_direct_chunk``."""
-    rest = (0,) * (raw_data.ndim - 1)
-    dsid = raw_data.id
-    for (start, _), data in zip(queue, encoder_pool().map(encoder.encode, [c for _, c in queue]), strict=True):
+def _write_direct(dsid: h5py.h5d.DatasetID, starts: Sequence[int], encoded: Sequence[bytes]) -> None:
+    """Store encoded chunks at their first rows with ``write_direct_chunk`` (filter mask 0)."""
+    rest = (0,) * (dsid.rank - 1)
+    for start, data in zip(starts, encoded, strict=True):
         dsid.write_direct_chunk((start, *rest), data, 0)
+
+
+def place_by_size(sizes: Sequence[int], capacities: Sequence[int], offsets: Sequence[int | None]) -> list[int]:
+    """Which slot each chunk goes to, so that the chunks fit in the bytes the slots free.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Stored (encoded) size of each chunk, in bytes.
+    capacities : sequence of int
+        Bytes allocated to each slot, as many slots as chunks (0 for a slot
+        holding no chunk).
+    offsets : sequence of int or None
+        Address in the file of each slot's bytes (None for a slot holding no
+        chunk).
+
+    Returns
+    -------
+    list of int
+        ``slot[i]``, the slot of chunk ``i``: a permutation of
+        ``range(len(sizes))``; the identity when no slot holds bytes, or when
+        the given order grows the file no more (:func:`bytes_appended`).
+
+    Notes
+    -----
+    Written in address order over a run of adjacent slots, the chunks pack
+    one after the other into the run's bytes (:func:`bytes_appended`). Slot
+    by slot, a slot inside a run gets the smallest chunk left that fits in
+    its bytes plus the free bytes before it, keeping room for the next ones;
+    the last slot of a run gets the largest that fits, since what it leaves
+    free is lost when the file closes. A chunk of exactly the slot's size is
+    not chosen while bytes before the slot are free (libhdf5 would leave it
+    in place and those bytes out). When none fits, the largest chunk left
+    goes there (to the end of the file), and the slot's bytes stay free for
+    the next slot. Slots holding no bytes take the chunks left.
+    """
+    n = len(sizes)
+    if not (len(capacities) == len(offsets) == n):
+        raise ValueError(f"{n} chunks for {len(capacities)} capacities and {len(offsets)} offsets")
+    held = sorted((off, j) for j, off in enumerate(offsets) if off is not None and capacities[j] > 0)
+    if not held:
+        return list(range(n))
+    left = sorted(range(n), key=lambda i: (sizes[i], i))  # chunks not placed, smallest first
+    left_sizes = [sizes[i] for i in left]
+    slot = [-1] * n
+    free = 0  # free bytes just before the slot, merged with its bytes when it is freed
+    for k, (off, j) in enumerate(held):
+        cap = capacities[j]
+        if k == 0 or off != held[k - 1][0] + capacities[held[k - 1][1]]:
+            free = 0
+        room = free + cap
+        last_of_run = k + 1 == len(held) or held[k + 1][0] != off + cap
+        fit = bisect.bisect_right(left_sizes, room)  # left[:fit] fit in the room
+        # chunks of exactly the slot's size, left out while bytes before it are free
+        same = (bisect.bisect_left(left_sizes, cap), bisect.bisect_right(left_sizes, cap)) if free else (0, 0)
+        m = fit - 1 if last_of_run else 0
+        if same[0] <= m < same[1]:
+            m = same[0] - 1 if last_of_run else same[1]
+        if not 0 <= m < fit:  # nothing fits: the largest chunk goes to the end of the file
+            slot[left.pop()] = j
+            left_sizes.pop()
+            free = room
+            continue
+        i = left.pop(m)
+        del left_sizes[m]
+        slot[i] = j
+        free = 0 if sizes[i] == cap else room - sizes[i]
+    for i, j in zip(left, [j for j in range(n) if offsets[j] is None or capacities[j] == 0], strict=True):
+        slot[i] = j
+    placed = [0] * n
+    for i, j in enumerate(slot):
+        placed[j] = sizes[i]
+    if bytes_appended(placed, capacities, offsets) >= bytes_appended(sizes, capacities, offsets):
+        return list(range(n))
+    return slot
+
+
+def bytes_appended(sizes: Sequence[int], capacities: Sequence[int], offsets: Sequence[int | None]) -> int:
+    """Bytes libhdf5 allocates at the end of the file to write chunk ``k`` over slot ``k``, in address order.
+
+    Parameters
+    ----------
+    sizes, capacities, offsets : sequence
+        As in :func:`place_by_size`, with chunk ``k`` written over slot ``k``.
+
+    Returns
+    -------
+    int
+        Bytes; the slots holding no bytes add their chunks' sizes.
+
+    Notes
+    -----
+    A model of libhdf5's chunk allocation (``H5D__chunk_file_alloc`` and the
+    file's free-space manager, HDF5 User Guide, "File Space Management"): a
+    chunk of its slot's exact stored size is rewritten in place; otherwise the
+    slot's bytes are freed and merged with the free bytes just before them,
+    and the chunk goes at the start of that free block when it fits, else at
+    the end of the file. tests/test_reuse_by_size.py checks it against
+    libhdf5.
+    """
+    grown, free, end = 0, 0, None
+    for k in sorted(range(len(sizes)), key=lambda k: (offsets[k] is None or capacities[k] == 0, offsets[k] or 0)):
+        size, cap, off = sizes[k], capacities[k], offsets[k]
+        if off is None or cap == 0:
+            grown += size
+            continue
+        if off != end:
+            free = 0
+        end = off + cap
+        if size == cap:
+            free = 0
+        elif size <= free + cap:
+            free += cap - size
+        else:
+            grown += size
+            free += cap
+    return grown
+
+
+def _fit_leftover_slots(
+    dsid: h5py.h5d.DatasetID, starts: list[int], encoded: Sequence[bytes], allocated: int
+) -> tuple[dict[int, int], list[int]]:
+    """Place ``encoded`` over the slots at ``starts`` (:func:`place_by_size`).
+
+    Returns ``{first row: new first row}`` of the chunks that move, and the
+    order (indices into ``encoded``) to write them in: slots holding bytes in
+    address order, then the others. A slot past ``allocated`` rows, or one
+    libhdf5 has no chunk for, holds no bytes.
+    """
+    rest = (0,) * (dsid.rank - 1)
+    capacities: list[int] = []
+    offsets: list[int | None] = []
+    for start in starts:
+        info = dsid.get_chunk_info_by_coord((start, *rest)) if start < allocated else None
+        held = info is not None and info.byte_offset is not None
+        offsets.append(info.byte_offset if held else None)
+        capacities.append(int(info.size) if held else 0)
+    slot = place_by_size([len(e) for e in encoded], capacities, offsets)
+    moves = {starts[i]: starts[j] for i, j in enumerate(slot) if i != j}
+    by_slot = {j: i for i, j in enumerate(slot)}
+    address = [(offsets[j] if offsets[j] is not None else math.inf, j) for j in range(len(starts))]
+    order = [by_slot[j] for _, j in sorted(address)]
+    return moves, order
 
 
 def _write_rows(raw_data: h5py.Dataset, first: int, data: np.ndarray) -> None:

@@ -443,8 +443,8 @@ def _writer_for(
         if table is None:
             table = caches.hash_tables.open(*caches.open_datasets.hash_table(raw))
         if _over_own_raw_data(path, ds, raw):  # its chunks and fill value are raw_data's
-            return ChunkWriter(raw, table, chunks=ds.chunks, fillvalue=ds.storage_fill)
-        return ChunkWriter(raw, table)
+            return ChunkWriter(raw, table, chunks=ds.chunks, fillvalue=ds.storage_fill, best_fit=True)
+        return ChunkWriter(raw, table, best_fit=True)
     grp = f.require_group(data_path)
     raw = create_raw_data(grp, dtype, ds.chunks, ds.storage_fill, ds.filters)
     return ChunkWriter(raw, caches.hash_tables.put(HashTable.create(grp)))
