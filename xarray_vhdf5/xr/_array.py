@@ -38,7 +38,10 @@ class _OuterBackendArray(BackendArray):
     and boolean keys). Subclasses read the first part in ``_getitem``.
     """
 
-    shape: tuple[int, ...]
+    def __init__(self, path: str, shape: tuple[int, ...], dtype) -> None:
+        self.path = path  # of the variable's virtual dataset in the version
+        self.shape = shape
+        self.dtype = np.dtype(dtype)
 
     if TYPE_CHECKING:
 
@@ -91,10 +94,8 @@ class VersionedBackendArray(_OuterBackendArray):
     """
 
     def __init__(self, manager, path: str, shape: tuple[int, ...], dtype: np.dtype, as_str: bool):
+        super().__init__(path, shape, dtype)
         self.manager = manager
-        self.path = path
-        self.shape = shape
-        self.dtype = dtype
         self.as_str = as_str
 
     def _getitem(self, key: tuple) -> np.ndarray:
@@ -188,13 +189,11 @@ class ManifestBackendArray(_OuterBackendArray):
     def __init__(
         self, source: SharedFile, version: str, path: str, shape: tuple[int, ...], dtype, timestamp=None, manifest=None
     ):
+        super().__init__(path, shape, dtype)
         self.source = source
         self.version = version
         self.timestamp = timestamp  # of the version, to tell it from a later one of the same name
-        self.path = path
         self.manifest = manifest
-        self.shape = shape
-        self.dtype = np.dtype(dtype)
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -225,12 +224,10 @@ class HandleBackendArray(_OuterBackendArray):
     """
 
     def __init__(self, source: SharedFile, version: str, path: str, shape, dtype, as_str: bool, timestamp=None):
+        super().__init__(path, shape, dtype)
         self.source = source
         self.version = version
         self.timestamp = timestamp
-        self.path = path
-        self.shape = shape
-        self.dtype = dtype
         self.as_str = as_str
 
     def _getitem(self, key: tuple) -> np.ndarray:
