@@ -470,9 +470,12 @@ def _fit_leftover_slots(
     offsets: list[int | None] = []
     for start in starts:
         info = dsid.get_chunk_info_by_coord((start, *rest)) if start < allocated else None
-        held = info is not None and info.byte_offset is not None
-        offsets.append(info.byte_offset if held else None)
-        capacities.append(int(info.size) if held else 0)
+        if info is None or info.byte_offset is None:
+            offsets.append(None)
+            capacities.append(0)
+        else:
+            offsets.append(int(info.byte_offset))
+            capacities.append(int(info.size))
     slot = place_by_size([len(e) for e in encoded], capacities, offsets)
     moves = {starts[i]: starts[j] for i, j in enumerate(slot) if i != j}
     by_slot = {j: i for i, j in enumerate(slot)}

@@ -229,6 +229,16 @@ def modify_metadata(
     ``modify_metadata(f, name)`` again with no argument, which takes the
     interrupted run's target. Any call first finishes the interrupted runs of other
     datasets. A run interrupted before B is rolled back by those.
+
+    Space: through a handle of :func:`~xarray_vhdf5.open_file` (what the
+    accessor and the CLI use), whose writes go through the rollback journal, the
+    new raw_data is written into the old one's bytes and the file keeps its
+    size. Through a plain ``h5py.File`` there is no journal, so the old raw_data
+    must stay whole until every version maps the new one; libhdf5 forgets the
+    bytes it then frees when the file closes (unless the file tracks free space
+    persistently), and the file grows by the new raw_data's size. ``vhdf5
+    repack`` gives those bytes back (docs/benchmarks.md, "Space after deleting
+    versions").
     """
     return run_modify_metadata(
         f,
