@@ -11,149 +11,34 @@ import os
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-import pandas as pd
 import xarray as xr
 
+from ._accessor_base import DATASET_WORDS, DATATREE_WORDS, AccessorBase, version_log_frame
 from ._chunkverbs import ChunkVerbs
-from ._refverbs import RefVerbs
 from ._writer import commit_dataset, commit_datatree
 
 __all__ = ["VHDF5DataTreeAccessor", "VHDF5DatasetAccessor", "version_log_frame"]
 
 
-def version_log_frame(path: str | os.PathLike) -> pd.DataFrame:
-    """The version log of the file at ``path`` as a DataFrame, oldest version first.
-
-    Built from :func:`xarray_vhdf5._versions.history.version_log` (the virtual
-    dataset mappings only: no chunk data is read).
-
-    Returns
-    -------
-    pandas.DataFrame
-        Index ``name`` (the version); columns ``timestamp`` (UTC,
-        ``datetime64[ns, UTC]``), ``parent`` (str), ``message`` (str or None),
-        ``changed`` (tuple of dataset paths added, removed, or whose shape,
-        dtype, chunk mapping or attributes differ from the parent's; netCDF-4
-        phony dimension scales left out), ``new_chunks`` (int, chunks the
-        version stored: mapped by no earlier version), ``new_bytes`` and
-        ``new_bytes_on_disk`` (int, those chunks' bytes uncompressed and in the
-        file). The table ``vhdf5 log`` prints
-        (:func:`~xarray_vhdf5._versions.history.log_frame`).
-
-    Raises
-    ------
-    NotVersionedError
-        The file has no version history (:class:`~xarray_vhdf5.errors.NotHDF5Error`:
-        it is not an HDF5 file).
-    """
-    from .._backend.signature import open_h5file
-    from .._versions.history import log_frame, version_log
-
-    with open_h5file(path, "r", hint="a version log needs a versioned HDF5 file") as f:
-        # variables_only: phony dimension scales left out of ``changed``, from the log's
-        # records, with no version dataset opened (each open decodes its mappings)
-        return log_frame(version_log(f, variables_only=True))
-
-
 @xr.register_dataset_accessor("vhdf5")
-class VHDF5DatasetAccessor(RefVerbs, ChunkVerbs):
+class VHDF5DatasetAccessor(AccessorBase[xr.Dataset], ChunkVerbs):
     """Versioning operations on a Dataset: ``ds.vhdf5.commit(...)``, ``ds.vhdf5.version``, refs, rechunk."""
 
+    _words = DATASET_WORDS
+
     def __init__(self, dataset: xr.Dataset):
-        self._ds = dataset
+        super().__init__(dataset)
+        self._ds = dataset  # what ChunkVerbs reads
 
-    @property
-    def _encoding(self) -> dict:
-        return self._ds.encoding
+    def _datasets(self) -> list[xr.Dataset]:
+        return [self._ds]
 
-    @property
-    def version(self) -> str | None:
-        """The version this Dataset was opened from (None if not opened with engine="vhdf5")."""
-        return self._ds.encoding.get("vhdf5_version")
-
-    @property
-    def source(self) -> str | None:
-        """Path of the file this Dataset was opened from, if any."""
-        return self._ds.encoding.get("source")
-
-    def _opened(self, what: str) -> str:
-        source = self.source
-        if source is None or self.version is None:
-            raise ValueError(
-                f"ds.vhdf5.{what} needs a Dataset opened with xr.open_dataset(path, engine='vhdf5') "
-                "(it reads encoding['source'] and encoding['vhdf5_version'])"
-            )
-        return source
-
-    @property
-    def versions(self) -> pd.DataFrame:
-        """The version log of the file this Dataset was opened from (see :func:`version_log_frame`).
-
-        Raises
-        ------
-        ValueError
-            The Dataset was not opened with ``engine="vhdf5"`` from a path.
-        """
-        return version_log_frame(self._opened("versions"))
-
-    def diff(self, other, *, decode_times=None, lazy: bool | None = None) -> xr.Dataset:
-        """What changed from version ``other`` to this Dataset's version, in its group.
-
-        Like ``git diff other``: ``other`` is the base (A), this Dataset's
-        version (``encoding["vhdf5_version"]``) is B. Only chunks whose
-        mappings differ are read.
-
-        Parameters
-        ----------
-        other : str, int, datetime or None
-            The base version (a name, ``-n``, a timestamp...).
-        decode_times : bool or xarray's CFDatetimeCoder, optional
-            Decode CF times before subtracting; default: as this Dataset was
-            opened (``open_dataset(..., decode_times=False)`` gives False:
-            ``encoding["vhdf5_decode_times"]``).
-        lazy : bool, optional
-            Give dask arrays, one block per HDF5 chunk, and read nothing now
-            (see :func:`~xarray_vhdf5.xr._diff.diff_versions`). Default: lazy
-            when this Dataset holds dask arrays (opened with ``chunks=``),
-            else for variables larger than :data:`~xarray_vhdf5.xr._diff.EAGER_BYTES`.
-
-        Returns
-        -------
-        xarray.Dataset
-            Per modified numeric or time variable, ``<var>_diff`` (B - A
-            where both values are numbers and differ, NaN elsewhere); per
-            added, replaced or modified variable, ``<var>_changed`` (bool,
-            True at every changed point of B, NaN <-> value and appended
-            points included) and ``<var>_changes`` (changed points per
-            chunk); see :mod:`xarray_vhdf5.xr._diff`.
-
-        Raises
-        ------
-        ValueError
-            The Dataset was not opened with ``engine="vhdf5"`` from a path.
-        VersionNotFoundError
-            No version ``other``.
-        """
+    def _diff(self, source: str, other, **options: Any) -> xr.Dataset:
         from ._diff import diff_versions
 
-        source = self._opened("diff")
-        group = self._ds.encoding.get("vhdf5_group")
-        if decode_times is None:
-            decode_times = self._ds.encoding.get("vhdf5_decode_times", True)
-        if lazy is None and any(v.chunks is not None for v in self._ds.variables.values()):
-            lazy = True
-        return diff_versions(source, other, self.version, group=group, decode_times=decode_times, lazy=lazy)
+        return diff_versions(source, other, self.version, **options)
 
-    def stage(self) -> xr.Dataset:
-        """An editable, lazy copy of this Dataset; edits are kept in memory until :meth:`commit`.
-
-        See :func:`~xarray_vhdf5.xr._stage.stage_dataset`.
-
-        Raises
-        ------
-        ValueError
-            The Dataset was not opened with ``engine="vhdf5"`` from a path.
-        """
+    def _stage(self) -> xr.Dataset:
         from ._stage import stage_dataset
 
         return stage_dataset(self._ds)
@@ -488,20 +373,10 @@ class VHDF5DatasetAccessor(RefVerbs, ChunkVerbs):
                 "mode='a' writes into the current one"
             )
 
+        options = self._commit_options(message, timestamp, make_current, progress, max_bytes)
         staged = is_staged(self._ds) and (path is None or same_file(path, self._ds.encoding.get("source")))
         if staged and group is None and prev_version is None:
-            return commit_staged(
-                self._ds,
-                version,
-                message=message,
-                timestamp=timestamp,
-                force=force,
-                rebase=rebase,
-                make_current=make_current,
-                progress=progress,
-                allow_empty=allow_empty,
-                **_max_bytes(max_bytes),
-            )
+            return commit_staged(self._ds, version, force=force, rebase=rebase, allow_empty=allow_empty, **options)
         if rebase:
             raise ValueError(
                 "commit(rebase=True) merges a Dataset from ds.vhdf5.stage() onto the file's current version; "
@@ -524,113 +399,31 @@ class VHDF5DatasetAccessor(RefVerbs, ChunkVerbs):
             version,
             group=group,
             prev_version=prev_version,
-            message=message,
-            timestamp=timestamp,
-            make_current=make_current,
-            progress=progress,
             expected_current=expected_current,
             allow_empty=allow_empty,
             allow_unsorted=allow_unsorted,
-            **_max_bytes(max_bytes),
+            **options,
         )
-
-
-def _max_bytes(max_bytes: int | None) -> dict[str, Any]:
-    """``max_bytes=`` for the commit functions, when given (else their default)."""
-    return {} if max_bytes is None else {"max_bytes": max_bytes}
 
 
 @xr.register_datatree_accessor("vhdf5")
-class VHDF5DataTreeAccessor(RefVerbs):
+class VHDF5DataTreeAccessor(AccessorBase[xr.DataTree]):
     """Versioning operations on a DataTree: ``dt.vhdf5.commit(...)``, ``dt.vhdf5.versions``, refs."""
 
-    def __init__(self, tree: xr.DataTree):
-        self._tree = tree
+    _words = DATATREE_WORDS
 
-    @property
-    def _encoding(self) -> dict:
-        return self._tree.encoding
+    def _datasets(self) -> list[xr.DataTree]:
+        return list(self._obj.subtree)
 
-    @property
-    def version(self) -> str | None:
-        """The version this tree was opened from (None if not opened with engine="vhdf5")."""
-        return self._tree.encoding.get("vhdf5_version")
-
-    @property
-    def source(self) -> str | None:
-        """Path of the file this tree was opened from, if any."""
-        return self._tree.encoding.get("source")
-
-    def _opened(self, what: str) -> str:
-        if self.source is None or self.version is None:
-            raise ValueError(
-                f"dt.vhdf5.{what} needs a DataTree opened with xr.open_datatree(path, engine='vhdf5') "
-                "(it reads encoding['source'] and encoding['vhdf5_version'])"
-            )
-        return self.source
-
-    @property
-    def versions(self) -> pd.DataFrame:
-        """The version log of the file this tree was opened from (see :func:`version_log_frame`)."""
-        return version_log_frame(self._opened("versions"))
-
-    def diff(self, other, *, decode_times=None, lazy: bool | None = None) -> xr.DataTree:
-        """What changed from version ``other`` to this tree's version, group by group.
-
-        As ``ds.vhdf5.diff`` for each group of the tree (and each group only
-        ``other`` has): see :func:`~xarray_vhdf5.xr._diff.diff_datatree`.
-
-        Parameters
-        ----------
-        other : str, int, datetime or None
-            The base version (A).
-        decode_times : bool, optional
-            Default: as the tree was opened.
-        lazy : bool, optional
-            Dask arrays, nothing read now; default: when a node holds dask
-            arrays, else for variables larger than :data:`~xarray_vhdf5.xr._diff.EAGER_BYTES`.
-
-        Returns
-        -------
-        xarray.DataTree
-            One node per group, each the diff Dataset of that group.
-
-        Raises
-        ------
-        ValueError
-            The tree was not opened with ``engine="vhdf5"`` from a path.
-        VersionNotFoundError
-            No version ``other``.
-        """
+    def _diff(self, source: str, other, **options: Any) -> xr.DataTree:
         from ._diff import diff_datatree
 
-        source = self._opened("diff")
-        if decode_times is None:
-            decode_times = self._tree.encoding.get("vhdf5_decode_times", True)
-        if lazy is None and any(v.chunks is not None for node in self._tree.subtree for v in node.variables.values()):
-            lazy = True
-        return diff_datatree(
-            source,
-            other,
-            self.version,
-            group=self._tree.encoding.get("vhdf5_group"),
-            decode_times=decode_times,
-            lazy=lazy,
-        )
+        return diff_datatree(source, other, self.version, **options)
 
-    def stage(self) -> xr.DataTree:
-        """An editable, lazy copy of this tree; edits stay in memory until :meth:`commit` (no ``path``).
-
-        See :func:`~xarray_vhdf5.xr._datatree.stage_datatree`.
-
-        Raises
-        ------
-        ValueError
-            The tree was not opened with ``engine="vhdf5"`` from a path.
-        """
+    def _stage(self) -> xr.DataTree:
         from ._datatree import stage_datatree
 
-        return stage_datatree(self._tree)
+        return stage_datatree(self._obj)
 
     def commit(
         self,
@@ -677,7 +470,8 @@ class VHDF5DataTreeAccessor(RefVerbs):
         """
         from ._stage import is_staged
 
-        if path is None and any(is_staged(node.to_dataset(inherit=False)) for node in self._tree.subtree):
+        options = self._commit_options(message, timestamp, make_current, progress, max_bytes)
+        if path is None and any(is_staged(node.to_dataset(inherit=False)) for node in self._obj.subtree):
             from ._datatree import commit_staged_tree
 
             if group is not None or prev_version is not None:
@@ -685,31 +479,10 @@ class VHDF5DataTreeAccessor(RefVerbs):
                     "a staged tree commits into the groups and on the version it was staged from: "
                     "group= and prev_version= do not apply"
                 )
-            return commit_staged_tree(
-                self._tree,
-                version,
-                message=message,
-                timestamp=timestamp,
-                force=force,
-                make_current=make_current,
-                progress=progress,
-                max_bytes=max_bytes,
-                allow_empty=allow_empty,
-            )
+            return commit_staged_tree(self._obj, version, force=force, allow_empty=allow_empty, **options)
         if path is None:
             raise TypeError("commit() needs path=: the versioned HDF5 file to commit into")
-        return commit_datatree(
-            self._tree,
-            path,
-            version,
-            group=group,
-            prev_version=prev_version,
-            message=message,
-            timestamp=timestamp,
-            make_current=make_current,
-            progress=progress,
-            **({} if max_bytes is None else {"max_bytes": max_bytes}),
-        )
+        return commit_datatree(self._obj, path, version, group=group, prev_version=prev_version, **options)
 
 
 def _current_version(path) -> str | None:
