@@ -69,7 +69,7 @@ from .._backend.names import MESSAGE_ATTR, is_netcdf_dimension_only
 from . import logrecord
 from .index import to_micros
 from .logrecord import Fingerprint, fingerprint_of
-from .registry import VersionRegistry
+from .registry import VersionInfo, VersionRegistry
 from .states import DatasetState, changed_attrs, compared_attrs, version_states
 
 __all__ = ["LOG_COLUMNS", "LogEntry", "log_frame", "version_log"]
@@ -242,6 +242,22 @@ def _message(registry: VersionRegistry, name: str, message_attr: str) -> str | N
     return None if message is None else str(message)
 
 
+def _entry(registry: VersionRegistry, info: VersionInfo, message_attr: str, changed, datasets, new: tuple) -> LogEntry:
+    """The log row of version ``info.name``; ``changed``, ``datasets``: paths; ``new``: chunks, bytes, bytes on disk."""
+    name = info.name
+    return LogEntry(
+        name=name,
+        timestamp=info.timestamp,
+        parent=info.prev_version,
+        message=_message(registry, name, message_attr),
+        changed=tuple(sorted(changed)),
+        new_chunks=int(new[0]),
+        new_bytes=int(new[1]),
+        new_bytes_on_disk=int(new[2]),
+        datasets=tuple(sorted(datasets)),
+    )
+
+
 def _computed_log(f: h5py.File, registry: VersionRegistry, order: list[str], message_attr: str) -> dict[str, LogEntry]:
     """Every version's entry from its decoded mappings (O(chunks) a version)."""
     states: dict[str, dict[str, DatasetState]] = {FIRST_VERSION: {}}
@@ -265,17 +281,7 @@ def _computed_log(f: h5py.File, registry: VersionRegistry, order: list[str], mes
                 new_bytes += len(new) * sizes.uncompressed(state.raw_path)
                 on_disk += sizes.on_disk(state.raw_path, new)
         states[name] = mine
-        entries[name] = LogEntry(
-            name=name,
-            timestamp=info.timestamp,
-            parent=info.prev_version,
-            message=_message(registry, name, message_attr),
-            changed=tuple(sorted(changed)),
-            new_chunks=new_chunks,
-            new_bytes=new_bytes,
-            new_bytes_on_disk=on_disk,
-            datasets=tuple(sorted(mine)),
-        )
+        entries[name] = _entry(registry, info, message_attr, changed, mine, (new_chunks, new_bytes, on_disk))
     return entries
 
 
@@ -491,17 +497,7 @@ def _recorded_log(
         ]
         changed += [p for p in theirs if p not in mine]
         i = pos[name]
-        entries[name] = LogEntry(
-            name=name,
-            timestamp=info.timestamp,
-            parent=info.prev_version,
-            message=_message(registry, name, message_attr),
-            changed=tuple(sorted(changed)),
-            new_chunks=int(counts[i]),
-            new_bytes=int(raw_bytes[i]),
-            new_bytes_on_disk=int(disk[i]),
-            datasets=tuple(sorted(mine)),
-        )
+        entries[name] = _entry(registry, info, message_attr, changed, mine, (counts[i], raw_bytes[i], disk[i]))
     return entries
 
 
