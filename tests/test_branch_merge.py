@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from xarray_vhdf5 import VersionedHDF5File, open_file
 from xarray_vhdf5.errors import ConflictError, NothingToCommitError
+from xarray_vhdf5.testing.strategies import point_edits
 
 N, CHUNK = 60, 10
 
@@ -139,7 +140,7 @@ def test_fast_forward(tmp_path):
         assert vf.versions == ["base", "q1"]
 
 
-edit_sets = st.dictionaries(st.integers(0, N - 1), st.integers(-5, 5).map(float), max_size=8)
+edit_sets = point_edits(N, st.integers(-5, 5).map(float), max_size=8)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

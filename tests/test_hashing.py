@@ -301,7 +301,7 @@ def test_guess_chunks_matches_h5py(shape, itemsize):
 
 @settings(max_examples=80, deadline=None)
 @given(
-    shape=st.lists(st.integers(0, 5000), min_size=1, max_size=4).map(tuple),
+    shape=hnp.array_shapes(min_dims=1, max_dims=4, min_side=0, max_side=5000),
     itemsize=st.sampled_from([1, 2, 4, 8, 16, 24, 1000]),
 )
 def test_property_guess_chunks_matches_h5py(shape, itemsize):

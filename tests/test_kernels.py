@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from xarray_vhdf5._backend import transfer
 from xarray_vhdf5._backend.transfer import (
@@ -35,6 +36,7 @@ from xarray_vhdf5._backend.transfer import (
 )
 from xarray_vhdf5._ext import slicetools
 from xarray_vhdf5.errors import ClosedFileError, HDF5Error, UnsupportedError
+from xarray_vhdf5.testing.strategies import data_for, rngs
 
 DTYPES = [
     np.dtype("f8"),
@@ -59,28 +61,12 @@ SETTINGS = settings(
 
 
 def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """Random data of any of DTYPES (byte strings of random letters)."""
-    if dtype.names:
-        out = np.empty(shape, dtype)
-        for name in dtype.names:
-            out[name] = random_array(rng, shape, dtype[name])
-        return out
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
-    if dtype.kind == "b":
-        return rng.random(shape) < 0.5
-    if dtype.kind == "S":
-        letters = rng.integers(97, 123, size=(*shape, dtype.itemsize), dtype=np.uint8)
-        return letters.view(dtype).reshape(shape)
-    raise NotImplementedError(dtype)
+    """Random data of any of DTYPES: every byte exercised (whole integer range, random letters)."""
+    return data_for(rng, shape, dtype, full_range=True)
 
 
-@st.composite
-def shapes(draw, ndim: int, max_side: int = 7) -> tuple[int, ...]:
-    return tuple(draw(st.integers(1, max_side)) for _ in range(ndim))
+def shapes(ndim: int, max_side: int = 7) -> st.SearchStrategy[tuple[int, ...]]:
+    return hnp.array_shapes(min_dims=ndim, max_dims=ndim, min_side=1, max_side=max_side)
 
 
 @st.composite
@@ -213,7 +199,7 @@ def test_numpy_source(compiled_only, dtype, data):
     ndim = data.draw(st.integers(1, 4), label="ndim")
     src_shape = data.draw(shapes(ndim), label="src_shape")
     dst_shape = data.draw(shapes(ndim), label="dst_shape")
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    rng = data.draw(rngs(), label="rng")
     layout = data.draw(st.sampled_from(["contiguous", "view", "reversed", "broadcast"]))
     if layout == "contiguous":
         src = random_array(rng, src_shape, dtype)
@@ -249,7 +235,7 @@ def test_h5py_source(compiled_only, h5file, kind, dtype, data):
     ndim = data.draw(st.integers(1, 4), label="ndim")
     src_shape = data.draw(shapes(ndim), label="src_shape")
     dst_shape = data.draw(shapes(ndim), label="dst_shape")
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    rng = data.draw(rngs(), label="rng")
     src_np = random_array(rng, src_shape, dtype)
     dset = make_h5_source(h5file, src_np, kind, rng)
     np.testing.assert_array_equal(dset[()], src_np)  # virtual: the gap is filled

@@ -25,6 +25,7 @@ from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5._staging import StagedChangesArray
 from xarray_vhdf5._versions.merge import DELETED, merge_attrs, merge_points, same_points
 from xarray_vhdf5.errors import ConflictError, StaleVersionError
+from xarray_vhdf5.testing.strategies import chunked_shapes, edit_sequences
 from xarray_vhdf5.xr._staged_array import StagedVariableArray
 
 NAN2 = np.array([0x7FF8000000000001], dtype=np.uint64).view(np.float64)[0]  # another NaN payload
@@ -137,21 +138,10 @@ def resized(x, shape, fill):
     return out
 
 
-def draw_edits(data, shape, ndim, n_max=4):
+def draw_edits(data, shape, n_max=4):
     """A list of edits: ("resize", shape) or ("set", index, value), valid in order."""
-    edits = []
-    for _ in range(data.draw(st.integers(0, n_max))):
-        if data.draw(st.integers(0, 4)) == 0:
-            shape = tuple(data.draw(st.integers(0, 7)) for _ in range(ndim))
-            edits.append(("resize", shape))
-            continue
-        if 0 in shape:
-            continue
-        lo = [data.draw(st.integers(0, n - 1)) for n in shape]
-        hi = [data.draw(st.integers(a + 1, min(n, a + 3))) for a, n in zip(lo, shape)]
-        value = data.draw(st.sampled_from(POOL))
-        edits.append(("set", tuple(slice(a, b) for a, b in zip(lo, hi)), value))
-    return edits
+    edits = data.draw(edit_sequences({"a": shape}, POOL, max_edits=n_max, max_width=3, max_side=7))
+    return [(kind, *rest) for kind, _, *rest in edits]
 
 
 def apply(edits, x, fill, arr=None):
@@ -171,15 +161,15 @@ def apply(edits, x, fill, arr=None):
 @settings(max_examples=300)
 @given(st.data())
 def test_merge_points_against_model(data):
-    ndim = data.draw(st.integers(1, 2))
-    chunks = tuple(data.draw(st.integers(1, 3)) for _ in range(ndim))
-    shape = tuple(data.draw(st.integers(0, 6)) for _ in range(ndim))
+    shape, chunks = data.draw(
+        chunked_shapes(min_ndim=1, max_ndim=2, max_points=None, max_side=6, max_chunk=3, chunk_overhang=None)
+    )
     fill = data.draw(st.sampled_from([0.0, np.nan]))
     base = np.array(
         data.draw(st.lists(st.sampled_from(POOL), min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
     ).reshape(shape)
-    theirs_np = apply(draw_edits(data, shape, ndim), base, fill)
-    ours_edits = draw_edits(data, shape, ndim)
+    theirs_np = apply(draw_edits(data, shape), base, fill)
+    ours_edits = draw_edits(data, shape)
     ours_np = apply(ours_edits, base, fill)
     plain = data.draw(st.booleans())
 
@@ -226,13 +216,16 @@ def _edit_staged(edits, ds):
 @given(st.data())
 def test_stage_version_rebase_against_model(data):
     """End to end through a file: the committed merge (or the refusal) is the model's."""
-    ndim = data.draw(st.integers(1, 2))
-    chunks = tuple(data.draw(st.integers(1, 3)) for _ in range(ndim))
-    shape = tuple(data.draw(st.integers(1, 6)) for _ in range(ndim))
+    shape, chunks = data.draw(
+        chunked_shapes(
+            min_ndim=1, max_ndim=2, max_points=None, min_side=1, max_side=6, max_chunk=3, chunk_overhang=None
+        )
+    )
+    ndim = len(shape)
     size = int(np.prod(shape))
     base = np.array(data.draw(st.lists(st.sampled_from(POOL), min_size=size, max_size=size))).reshape(shape)
-    theirs_edits = draw_edits(data, shape, ndim)
-    ours_edits = draw_edits(data, shape, ndim)
+    theirs_edits = draw_edits(data, shape)
+    ours_edits = draw_edits(data, shape)
     expected, points, _ = model(base, apply(theirs_edits, base, 0.0), apply(ours_edits, base, 0.0))
     with tempfile.TemporaryDirectory() as tmp, h5py.File(f"{tmp}/h.h5", "a") as f:
         vf = VersionedHDF5File(f)

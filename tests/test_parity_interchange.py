@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import xarray_vhdf5
 from xarray_vhdf5.testing.snapshot import MODULES, assert_same, raw_rows, snapshot, without_fill_chunks
+from xarray_vhdf5.testing.strategies import chunked_shapes, h5py_indices, rngs
 
 UTC = datetime.UTC
 LIBS = {name: importlib.import_module(name) for name in MODULES}
@@ -205,11 +206,14 @@ def test_staged_reads_are_copies(tmp_path, lib):
 @st.composite
 def histories(draw, max_versions: int = 4):
     """A random history of one or two datasets: writes of random blocks, resizes."""
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    rng = draw(rngs())
     dtype = draw(st.sampled_from(["i4", "f8", "u1"]))
-    ndim = draw(st.integers(1, 2))
-    shape = tuple(draw(st.integers(1, 12)) for _ in range(ndim))
-    chunks = tuple(draw(st.integers(1, 5)) for _ in range(ndim))
+    shape, chunks = draw(
+        chunked_shapes(
+            min_ndim=1, max_ndim=2, max_points=None, min_side=1, max_side=12, max_chunk=5, chunk_overhang=None
+        )
+    )
+    ndim = len(shape)
     fill = np.array(draw(st.sampled_from([0, 3])), dtype)[()]
     first = [("create", "d", rng.integers(0, 4, shape).astype(dtype), chunks, fill)]
     if draw(st.booleans()):
@@ -222,34 +226,29 @@ def histories(draw, max_versions: int = 4):
                 shape = tuple(draw(st.integers(0, 14)) for _ in range(ndim))
                 edits.append(("resize", "d", shape))
             elif all(shape):
-                # per axis a slice, an int, or (on one axis) sorted unique ints / a mask:
-                # the fancy indices h5py accepts
-                fancy_axis = draw(st.integers(-1, ndim - 1))
-                index, block = [], []
-                for axis, n in enumerate(shape):
-                    kind = draw(st.sampled_from(["slice", "slice", "int", "fancy"]))
-                    if axis == fancy_axis:
-                        mask = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
-                        if not mask.any():
-                            mask[draw(st.integers(0, n - 1))] = True
-                        index.append(mask if draw(st.booleans()) else np.flatnonzero(mask))
-                        block.append(int(mask.sum()))
-                    elif kind == "int":
-                        index.append(draw(st.integers(-n, n - 1)))
-                    else:
-                        lo = draw(st.integers(0, n - 1))
-                        hi = draw(st.integers(lo + 1, n))
-                        index.append(slice(lo, hi, draw(st.sampled_from([1, 1, 2]))))
-                        block.append(len(range(*index[-1].indices(n))))
+                index = draw(h5py_indices(shape))  # the fancy indices h5py accepts, on at most one axis
                 value = (
-                    rng.integers(0, 4, tuple(block)).astype(dtype) if draw(st.booleans()) else dtype_scalar(dtype, rng)
+                    rng.integers(0, 4, selection_shape(index, shape)).astype(dtype)
+                    if draw(st.booleans())
+                    else dtype_scalar(dtype, rng)
                 )
-                edits.append(("set", "d", tuple(index), value))
+                edits.append(("set", "d", index, value))
         history.append(edits)
     libs = draw(st.lists(st.sampled_from(MODULES), min_size=len(history), max_size=len(history)))
     names = [f"v{i}" for i in range(len(history))]
     doomed = draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names)))
     return history, libs, doomed, draw(st.sampled_from(MODULES))
+
+
+def selection_shape(index: tuple, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape h5py gives ``index`` (one entry per axis): ints drop their axis."""
+    out = []
+    for k, n in zip(index, shape):
+        if isinstance(k, slice):
+            out.append(len(range(*k.indices(n))))
+        elif isinstance(k, np.ndarray):
+            out.append(int(k.sum()) if k.dtype == bool else len(k))
+    return tuple(out)
 
 
 def dtype_scalar(dtype, rng):

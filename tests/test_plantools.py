@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from xarray_vhdf5._backend.transfer import kernel_backend
 from xarray_vhdf5._ext import plantools, readtools
@@ -81,11 +82,9 @@ def test_slice_rows(args):
 
 @st.composite
 def grids(draw):
-    ndim = draw(st.integers(0, 4))
-    grid = tuple(draw(st.integers(0, 4)) for _ in range(ndim))
+    grid = draw(hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=4))
     n_slabs = draw(st.integers(1, 5))
-    seed = draw(st.integers(0, 2**32 - 1))
-    rng = np.random.default_rng(seed)
+    rng = draw(rngs())
     si = rng.integers(0, n_slabs, size=grid).astype(np.intp)
     so = rng.integers(0, 100, size=grid).astype(np.uint64)
     sel = tuple(np.array(draw(st.lists(st.integers(0, n - 1), max_size=4)) if n else [], dtype=np.intp) for n in grid)

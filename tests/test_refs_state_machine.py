@@ -18,10 +18,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import xarray_vhdf5 as xv
 from xarray_vhdf5 import VersionedHDF5File, open_file
 from xarray_vhdf5.errors import ConflictError, NothingToCommitError
+from xarray_vhdf5.testing.strategies import point_edits
 
 N, CHUNK = 12, 3
 NAMES = st.sampled_from(["a", "b", "c", "d"])
-EDITS = st.dictionaries(st.integers(0, N - 1), st.sampled_from([-1.0, 1.0, 2.0, 3.0]), min_size=1, max_size=5)
+EDITS = point_edits(N, [-1.0, 1.0, 2.0, 3.0], min_size=1, max_size=5)
 
 
 class RefsMachine(RuleBasedStateMachine):

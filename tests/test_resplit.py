@@ -27,13 +27,22 @@ from xarray_vhdf5.resplit import (
     plan_resplit,
     resplit_into,
 )
+from xarray_vhdf5.testing.strategies import chunked_shapes
 
 
 @st.composite
 def problems(draw, max_ndim=3, max_side=24):
-    ndim = draw(st.integers(1, max_ndim))
-    shape = tuple(draw(st.integers(1, max_side)) for _ in range(ndim))
-    in_chunks = tuple(draw(st.integers(1, s)) for s in shape)
+    shape, in_chunks = draw(
+        chunked_shapes(
+            min_ndim=1,
+            max_ndim=max_ndim,
+            max_points=None,
+            min_side=1,
+            max_side=max_side,
+            max_chunk=None,
+            chunk_overhang=0,
+        )
+    )
     out_chunks = tuple(draw(st.integers(1, s)) for s in shape)
     itemsize = 4
     least = (2 * math.prod(in_chunks) + math.prod(out_chunks)) * itemsize

@@ -28,7 +28,6 @@ import pytest
 import xarray as xr
 import zarr
 from hypothesis import given, settings
-from hypothesis import strategies as st
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
@@ -41,7 +40,7 @@ from xarray_vhdf5.errors import (
     VersionNotFoundError,
 )
 from xarray_vhdf5.store import VersionStore
-from xarray_vhdf5.testing.strategies import chunked_shapes, data_for, dtypes, fill_values, rngs
+from xarray_vhdf5.testing.strategies import datasets, rngs
 
 VERSIONS = "_version_data/versions"
 PACKAGE_DATA = Path(xarray_vhdf5.__file__).parent / "data"
@@ -505,33 +504,16 @@ def test_versioned_hdf5_files(tmp_path):
 
 
 # -- hypothesis: drawn Datasets over two versions ---------------------------------------------------
-@st.composite
-def datasets(draw) -> tuple[xr.Dataset, dict]:
-    """1-3 variables of the shipped strategies' shapes, chunks, dtypes and fill values."""
-    variables, encoding = {}, {}
-    for i in range(draw(st.integers(1, 3))):
-        shape, chunks = draw(chunked_shapes(max_ndim=3, max_points=200))
-        dtype = draw(dtypes())
-        fill = draw(fill_values(dtype)) if dtype.kind in "fiu" else None
-        data = data_for(draw(rngs()), shape, dtype, fill)
-        variables[f"v{i}"] = (tuple(f"d{i}_{k}" for k in range(len(shape))), data)
-        encoding[f"v{i}"] = {"chunksizes": chunks} if shape else {}
-        if fill is not None:
-            encoding[f"v{i}"]["_FillValue"] = fill
-    return xr.Dataset(variables, attrs={"drawn": 1}), encoding
-
-
 @pytest.mark.filterwarnings(UNSTABLE_DTYPE)
 @settings(max_examples=12)
-@given(drawn=datasets(), seed=st.integers(0, 2**16))
-def test_drawn_datasets(tmp_path_factory, drawn, seed):
+@given(drawn=datasets(), rng=rngs())
+def test_drawn_datasets(tmp_path_factory, drawn, rng):
     ds, encoding = drawn
     path = tmp_path_factory.mktemp("drawn") / "d.h5"
     for name, enc in encoding.items():
         ds[name].encoding.update(enc)
     ds.vhdf5.commit("v1", path=path)
     edited = ds.copy(deep=True)
-    rng = np.random.default_rng(seed)
     for name, var in edited.data_vars.items():  # a second version: a point rewritten, an attribute
         if var.size:
             var.values[np.unravel_index(rng.integers(var.size), var.shape)] = var.values.reshape(-1)[0]

@@ -17,28 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xarray_vhdf5 import VersionStore
-from xarray_vhdf5.testing.strategies import chunked_shapes, data_for, rngs
-
-NUMERIC = st.sampled_from([np.dtype(d) for d in ("f4", "f8", "i2", "i4", "u1", "i8")])
-
-
-@st.composite
-def datasets(draw) -> xr.Dataset:
-    """1-3 numeric variables on shared named dimensions, zarr-chunked along them."""
-    variables, encoding = {}, {}
-    for i in range(draw(st.integers(1, 3))):
-        shape, chunks = draw(chunked_shapes(min_ndim=1, max_ndim=3, max_points=120).filter(lambda sc: sc[0][0] > 0))
-        dtype = draw(NUMERIC)
-        data = data_for(draw(rngs()), shape, dtype, None)
-        name = f"v{i}"
-        variables[name] = (tuple(f"d{i}_{k}" for k in range(len(shape))), data, {"units": f"u{i}"})
-        encoding[name] = {"chunks": chunks}
-    ds = xr.Dataset(variables, attrs={"title": "drawn"})
-    return ds, encoding
+from xarray_vhdf5.testing.strategies import datasets, numeric_dtypes
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(drawn=datasets(), extra=st.integers(1, 3))
+@given(
+    drawn=datasets(max_points=120, min_first_side=1, dtype=numeric_dtypes(), fill_value=False, chunk_key="chunks"),
+    extra=st.integers(1, 3),
+)
 def test_to_zarr_commit_round_trips(tmp_path_factory, drawn, extra):
     ds, encoding = drawn
     path = tmp_path_factory.mktemp("rt") / "rt.h5"

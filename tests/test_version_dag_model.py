@@ -75,6 +75,7 @@ from xarray_vhdf5 import VersionedHDF5File, open_file
 from xarray_vhdf5._versions.journal import JOURNAL_SUFFIX
 from xarray_vhdf5.errors import ConflictError, StaleVersionError
 from xarray_vhdf5.testing._powercut import KillAtIO, in_forked_child
+from xarray_vhdf5.testing.strategies import edit_sequences
 from xarray_vhdf5.xr import _reading
 
 FIRST = "__first_version__"
@@ -328,26 +329,20 @@ def draw_edits(data, arrays: dict, *, resize: bool = True, n_max: int = 4) -> li
         ``("set", var, region, value)`` (a region of 1 to 5 points per axis,
         one chunk or several) or ``("resize", var, n0)``.
     """
-    shapes = {k: v.shape for k, v in arrays.items()}
-    edits = []
-    for _ in range(data.draw(st.integers(0, n_max), label="n_edits")):
-        var = data.draw(st.sampled_from(sorted(shapes)), label="var")
-        shape = shapes[var]
-        if resize and data.draw(st.integers(0, 4), label="resize?") == 0:
-            n0 = data.draw(st.integers(0, min(shape[0] + 6, MAX_ROWS)), label="rows")
-            edits.append(("resize", var, n0))
-            shapes[var] = (n0, *shape[1:])
-            continue
-        if 0 in shape:
-            continue
-        region = []
-        for n in shape:
-            lo = data.draw(st.integers(0, n - 1), label="lo")
-            hi = data.draw(st.integers(lo + 1, min(n, lo + 5)), label="hi")
-            region.append(slice(lo, hi))
-        value = data.draw(st.sampled_from(FLOATS if var == "a" else INTS), label="value")
-        edits.append(("set", var, tuple(region), value))
-    return edits
+    edits = data.draw(
+        edit_sequences(
+            {k: v.shape for k, v in arrays.items()},
+            {"a": FLOATS, "b": INTS},
+            max_edits=n_max,
+            max_width=5,
+            resize_one_in=5 if resize else 0,
+            resize_axes=(0,),
+            max_side=MAX_ROWS,
+            max_growth=6,
+        ),
+        label="edits",
+    )
+    return [("resize", e[1], e[2][0]) if e[0] == "resize" else e for e in edits]
 
 
 # -- the machine -----------------------------------------------------------------------------

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from h5py import h5d, h5p, h5s, h5t
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from xarray_vhdf5._backend.transfer import kernel_backend
 from xarray_vhdf5._backend.virtual import create_virtual_dataset_id, mapping_arrays, set_virtual_mappings
 from xarray_vhdf5.errors import HDF5Error
+from xarray_vhdf5.testing.strategies import chunked_shapes, rngs
 
 
 def _mappings(dcpl) -> list:
@@ -42,12 +42,13 @@ def _build(f, name, shape, chunks, rows):
 
 @settings(max_examples=20, deadline=None)
 @given(
-    shape=st.lists(st.integers(1, 23), min_size=1, max_size=3).map(tuple),
-    chunk_seed=st.integers(0, 2**32 - 1),
+    shape_chunks=chunked_shapes(
+        min_ndim=1, max_ndim=3, max_points=None, min_side=1, max_side=23, max_chunk=None, chunk_overhang=0
+    ),
+    rng=rngs(),
 )
-def test_compiled_equals_reference(tmp_path_factory, shape, chunk_seed):
-    rng = np.random.default_rng(chunk_seed)
-    chunks = tuple(int(rng.integers(1, s + 1)) for s in shape)
+def test_compiled_equals_reference(tmp_path_factory, shape_chunks, rng):
+    shape, chunks = shape_chunks
     grid = [-(-s // c) for s, c in zip(shape, chunks)]
     indices = [i for i in np.ndindex(*grid) if rng.random() < 0.7]
     rng.shuffle(indices)
