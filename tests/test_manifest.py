@@ -34,6 +34,7 @@ import xarray_vhdf5
 from xarray_vhdf5._backend.manifest import ChunkManifest
 from xarray_vhdf5._backend.manifest_resolve import chunk_addresses, resolve_manifest
 from xarray_vhdf5.errors import CorruptFileError, UnsupportedError
+from xarray_vhdf5.testing.strategies import outer_indices
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -145,32 +146,12 @@ def assert_same(got: np.ndarray, want: np.ndarray) -> None:
     assert got.tobytes() == want.tobytes()
 
 
-@st.composite
-def outer_keys(draw, shape: tuple[int, ...]) -> tuple:
-    """Ints, slices of any step, and at most one 1-d integer array (xarray's OUTER_1VECTOR)."""
-    vector = draw(st.none() | st.integers(0, len(shape) - 1))
-    key = []
-    for axis, n in enumerate(shape):
-        if axis == vector:
-            sorted_unique = draw(st.booleans())
-            values = draw(st.lists(st.integers(-n, n - 1), max_size=2 * n))
-            values = np.array(values, np.intp)
-            key.append(np.unique(values % n) if sorted_unique else values)
-        elif draw(st.integers(0, 3)) == 0:
-            key.append(draw(st.integers(-n, n - 1)))
-        else:
-            bound = st.none() | st.integers(-n - 2, n + 2)
-            step = draw(st.none() | st.integers(-4, 4).filter(bool))
-            key.append(slice(draw(bound), draw(bound), step))
-    return tuple(key)
-
-
 @settings(max_examples=300)
 @given(data=st.data())
 def test_read_equals_libhdf5_for_random_keys(histories, data):
     where = data.draw(st.sampled_from(sorted(histories)))
     vds, manifest = histories[where]
-    key = data.draw(outer_keys(vds.shape))
+    key = data.draw(outer_indices(vds.shape))
     assert_same(manifest.read(key), expected(vds, key))
 
 
