@@ -13,8 +13,8 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5  # noqa: F401  (the accessor)
+from xarray_vhdf5._versions import edit as edit_module
 from xarray_vhdf5._versions.chunkmaps import MIN_CHUNKS
-from xarray_vhdf5.xr import _stage as stage_module
 
 DAYS = MIN_CHUNKS + 6  # one chunk a day: past the size that gets a stored map
 
@@ -49,8 +49,10 @@ def daily(tmp_path):
 def test_stage_uses_the_stored_map_and_commits_the_same(daily, monkeypatch):
     path, data = daily
     opened = []
-    real = stage_module._staged_array
-    monkeypatch.setattr(stage_module, "_staged_array", lambda dset: opened.append(dset.name) or real(dset))
+    real = edit_module.build_slab_indices_and_offsets
+    monkeypatch.setattr(
+        edit_module, "build_slab_indices_and_offsets", lambda dset, *a: opened.append(dset.name) or real(dset, *a)
+    )
     with xr.open_dataset(path, engine="vhdf5") as ds:
         staged = ds.vhdf5.stage()
         assert opened == []  # built from the stored map: the virtual dataset was not opened
@@ -79,3 +81,20 @@ def test_an_old_version_stages_from_its_own_map(daily):
         expected = data[: DAYS - 2].copy()
         expected[0, 0, 0] = -1.0
         np.testing.assert_array_equal(got["sst"].values, expected)
+
+
+def test_a_small_version_stages_from_its_virtual_dataset(tmp_path, monkeypatch):
+    """Fewer than MIN_CHUNKS chunks: no stored map; the mapping is decoded (the probe above can see it)."""
+    data = _data()
+    path = tmp_path / "small.h5"
+    _day(data, 0).vhdf5.commit("d0", path=path)
+    opened = []
+    real = edit_module.build_slab_indices_and_offsets
+    monkeypatch.setattr(
+        edit_module, "build_slab_indices_and_offsets", lambda dset, *a: opened.append(dset.name) or real(dset, *a)
+    )
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        staged = ds.vhdf5.stage()
+        np.testing.assert_array_equal(staged["sst"].values, data[:1])
+        staged.close()
+    assert opened == ["/_version_data/versions/d0/sst"]

@@ -11,11 +11,18 @@
 
 At commit (:mod:`xarray_vhdf5._versions.commit`) the array's changes plan
 says which chunks to hash and append; the others keep their ``raw_data`` rows.
+
+Both, and every other stage of a committed dataset (the xarray layer's, through
+:func:`~xarray_vhdf5._versions.edit.stage_committed_dataset`), build their
+array from a :class:`CommittedChunks`: where each chunk of the committed
+dataset lies in its raw_data, and the hash table's state when that was read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import h5py
@@ -30,6 +37,7 @@ from .._backend.hashtable import table_state
 from .._backend.held import HeldDataset
 from .._backend.raw_data import Filters
 from .._backend.rows import dataset_shape
+from .._backend.slabmaps import slab_arrays
 from .._staging import StagedChangesArray
 from ..errors import IncompatibleDataError
 from .attrs import RESERVED_ATTRS, StagedAttrs
@@ -37,9 +45,94 @@ from .closed import RESTAGE, closed_file_error, reads_file
 from .dataset import StagedDatasetBase
 from .dataset_api import empty_selection
 
-__all__ = ["ChunkedStagedDataset", "InMemoryDataset", "InMemorySparseDataset"]
+__all__ = ["ChunkedStagedDataset", "CommittedChunks", "InMemoryDataset", "InMemorySparseDataset", "storage_fill"]
 
 _UNSET: Any = object()  # a lazily read attribute not read yet (stands in for any type)
+
+
+def storage_fill(raw_data: h5py.Dataset) -> Any:
+    """The fill value a staged array over ``raw_data`` reads for unmapped chunks (None: variable-length strings)."""
+    return None if is_vlen_string_dtype(raw_data.dtype) else raw_data.fillvalue
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CommittedChunks:
+    """Where the chunks of a committed version's dataset lie in its raw_data: what staging it starts from.
+
+    Attributes
+    ----------
+    shape, chunks : tuple of int
+        The dataset's shape and chunk shape, in points.
+    slab_indices : numpy.ndarray of intp, shape ``ceil(shape / chunks)``
+        1 for a chunk stored in raw_data, 0 for one of fill value.
+    slab_offsets : numpy.ndarray of uint64, same shape
+        The chunk's first row in raw_data, in points along axis 0; 0 where
+        ``slab_indices`` is 0.
+    table_state : tuple of (int, bytes) or None
+        ``backend.hashtable.table_state`` of raw_data's hash table, taken
+        before the map was read (None: not known). A commit of the staged
+        array refuses a raw_data rewritten since (rows moved); appended rows
+        are fine.
+    """
+
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    slab_indices: np.ndarray
+    slab_offsets: np.ndarray
+    table_state: tuple[int, bytes] | None
+
+    @classmethod
+    def read(
+        cls,
+        shape: tuple[int, ...],
+        chunks: tuple[int, ...],
+        table: Any,
+        read_map: Callable[[], tuple[np.ndarray, np.ndarray]],
+    ) -> CommittedChunks:
+        """The hash table's state (``table``: its low-level id, or None), then the map (``read_map()``).
+
+        In that order: a rewrite of raw_data between the two is seen by the commit.
+        """
+        state = table_state(table) if table is not None else None
+        slab_indices, slab_offsets = read_map()
+        return cls(tuple(shape), tuple(chunks), slab_indices, slab_offsets, state)
+
+    @classmethod
+    def from_starts(
+        cls, shape: tuple[int, ...], chunks: tuple[int, ...], starts: np.ndarray, state: tuple[int, bytes] | None
+    ) -> CommittedChunks:
+        """From each chunk's first row in raw_data (int64, -1: unmapped), as a stored chunk map gives them."""
+        mapped = starts >= 0
+        offsets = np.where(mapped, starts, 0).astype(np.uint64)
+        return cls(tuple(shape), tuple(chunks), mapped.astype(np.intp), offsets, state)
+
+    @classmethod
+    def from_rows(
+        cls,
+        shape: tuple[int, ...],
+        chunks: tuple[int, ...],
+        chunk_rows: Iterable[tuple[tuple[int, ...], int, int]],
+        state: tuple[int, bytes] | None,
+    ) -> CommittedChunks:
+        """From the ``(chunk index, start, stop)`` rows a commit mapped (``WriteStats.chunk_rows``)."""
+        return cls(tuple(shape), tuple(chunks), *slab_arrays(shape, chunks, chunk_rows), state)
+
+    def over(self, base: Any, fill_value: Any, dtype: np.dtype) -> StagedChangesArray:
+        """The staged array of these chunks, unchanged, on ``base`` (raw_data, or an array-like of its rows).
+
+        Parameters
+        ----------
+        base : h5py.Dataset or array-like
+            The only base slab: raw_data, or rows of it read otherwise (the
+            xarray layer's ``RawRows``); reads beyond its extent fail there.
+        fill_value : scalar or None
+            Of unmapped chunks (:func:`storage_fill`).
+        dtype : numpy.dtype
+            The array's dtype (libhdf5 converts raw_data's on read).
+        """
+        return StagedChangesArray._over_dataset(
+            self.shape, self.chunks, base, self.slab_indices, self.slab_offsets, fill_value, dtype
+        )
 
 
 class ChunkedStagedDataset(StagedDatasetBase):
@@ -213,22 +306,16 @@ class InMemoryDataset(ChunkedStagedDataset):
             else None
         )
         if known is not None:  # this file handle committed the previous version
-            slab_indices, slab_offsets, self.base_table_state = known
+            committed = CommittedChunks(self.source_shape, self.chunks, *known)
         else:
-            if table_id is not None:  # before the map: a rewrite after it is then seen
-                self.base_table_state = table_state(table_id)
-            slab_indices, slab_offsets = build_slab_indices_and_offsets(
-                self.source, self.source_shape, self.chunks, self.raw_data
+            committed = CommittedChunks.read(
+                self.source_shape,
+                self.chunks,
+                table_id,
+                lambda: build_slab_indices_and_offsets(self.source, self.source_shape, self.chunks, self.raw_data),
             )
-        return StagedChangesArray._over_dataset(
-            self.source_shape,
-            self.chunks,
-            self.raw_data,
-            slab_indices,
-            slab_offsets,
-            self.storage_fill,
-            self.dtype,
-        )
+        self.base_table_state = committed.table_state
+        return committed.over(self.raw_data, self.storage_fill, self.dtype)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -285,6 +372,23 @@ class InMemoryDataset(ChunkedStagedDataset):
             )
         self._array = array
         self._replaced = True
+
+    def replace_array(self, array: StagedChangesArray, base_table_state: tuple[int, bytes] | None) -> None:
+        """Replace the points by ``array``, staged elsewhere over raw_data under ``base_table_state``.
+
+        For an array staged from a committed version outside this tree (the
+        xarray layer's, :func:`~xarray_vhdf5._versions.edit.stage_committed_dataset`):
+        ``base_table_state`` is the hash-table state its chunk map was read
+        under (:attr:`CommittedChunks.table_state`), which the commit checks
+        against the file (raw_data rewritten since: ``StaleVersionError``).
+
+        Raises
+        ------
+        TypeError, IncompatibleDataError
+            As setting :attr:`staged_array`; the dataset is then unchanged.
+        """
+        self.staged_array = array
+        self.base_table_state = base_table_state
 
     #: Set when :attr:`staged_array` was replaced: the points may differ from the
     #: previous version's even when the new array holds no in-memory change (a

@@ -3,19 +3,20 @@
 ``stage`` turns a Dataset opened with ``engine="vhdf5"`` into an editable,
 lazy Dataset: every variable the format stores chunk by chunk gets a
 :class:`~xarray_vhdf5.xr._staged_array.StagedVariableArray` over that
-version's raw_data (its chunk map read from the version's virtual dataset by
-:func:`~xarray_vhdf5._backend.chunkmap.build_slab_indices_and_offsets`), so
+version's raw_data, staged by the versions layer
+(:func:`~xarray_vhdf5._versions.edit.stage_committed_dataset`: from the
+commit's stored chunk map, else the version's virtual dataset), so
 item assignments (``staged["sst"][0, :10] = x``, ``.loc[...] = y``) change
 only the chunks they touch, in memory. Dimension coordinates (pandas indexes
 in xarray), scalars, strings and variables whose CF decoding changes their
 shape keep their ordinary values; they are small and commit through the
 writer's dedupe by hash. netCDF ``char`` arrays (decoded to ``|S4``/``<U4``)
-are held as :class:`~xarray_vhdf5.xr._staged_array.CharArrayValues`, whose
+are held as :class:`~xarray_vhdf5.xr._duck.CharArrayValues`, whose
 dtype widens for a longer string where numpy would truncate it.
 
 ``commit`` writes a new version whose parent is the staged-from version:
 staged variables hand their :class:`~xarray_vhdf5._staging.StagedChangesArray`
-to the new version (``InMemoryDataset.staged_array``), so only changed chunks
+to the new version (``InMemoryDataset.replace_array``), so only changed chunks
 are hashed and written; every other variable (added, replaced, rebuilt by
 ``xr.concat`` or arithmetic) goes through :func:`~xarray_vhdf5.xr._writer.write_variable`,
 which dedupes by chunk hash. Afterwards the staged Dataset is rebased on the
@@ -46,35 +47,27 @@ import numpy as np
 import xarray as xr
 from h5py import h5o
 
-from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from .._backend.h5objects import object_info_by_name
 from .._backend.hashtable import hash_table_id, table_state
 from .._backend.layout import VERSION_DATA, VERSIONS
 from .._backend.names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions
-from .._backend.slabmaps import slab_arrays
-from .._staging import StagedChangesArray
-from .._versions import chunkmaps
+from .._versions.edit import StagedDataset, stage_committed_dataset
 from .._versions.file import VersionedHDF5File
 from .._versions.mutation import open_for_writing
 from .._versions.refs import branch_tip
 from .._versions.registry import VersionRegistry
+from .._wrappers.chunked import CommittedChunks
 from .._wrappers.group import InMemoryGroup
 from ..errors import IncompatibleDataError, StaleVersionError, UnsupportedError
 from . import _reading
+from ._cfcodec import CF_ATTRS, CFCodec
 from ._commit_checks import check_sorted_index, refuse_empty_commit
 from ._dimscales import attach_dimension_scales
+from ._duck import CharArrayValues
 from ._encoding import cf_encode_variables, inherit_stored_encoding, kept_attrs, prepare_fill_encoding
 from ._engine import BRANCH_KEY
-from ._staged_array import (
-    CF_ATTRS,
-    CFCodec,
-    CharArrayValues,
-    RawRows,
-    StagedVariableArray,
-    StageFile,
-    StageOrigin,
-    same_file,
-)
+from ._staged_array import StagedVariableArray, StageOrigin, same_file
+from ._stagefile import RawRows, StageFile
 from ._stored import STORED_KEY, StoredValues, encode_appended
 from ._streaming import DEFAULT_MAX_BYTES
 from ._writer import next_version_name, write_variable
@@ -90,26 +83,6 @@ def _open_handle(path: str) -> StageFile:
     # registered with the engine's handles, so a commit closes it before opening the file for writing
     _reading.register_read_handle(path, handle)
     return handle
-
-
-def _staged_array(dset: h5py.Dataset) -> tuple[StagedChangesArray, str, tuple[int, bytes] | None] | None:
-    """A StagedChangesArray over the raw_data of version dataset ``dset``, or None if not chunk-mapped.
-
-    Also returns raw_data's path and its hash table's state, taken before the
-    chunk map (None without a hash table): a rewrite of raw_data after it is
-    seen (``StagedVariableArray.check_base``).
-    """
-    if "raw_data" not in dset.attrs or "chunks" not in dset.attrs or not dset.is_virtual or dset.ndim == 0:
-        return None
-    chunks, raw_path = version_dataset_layout(dset)
-    raw = dset.file[raw_path]
-    try:
-        state = table_state(hash_table_id(raw))
-    except KeyError:
-        state = None
-    indices, offsets = build_slab_indices_and_offsets(dset, dset.shape, chunks, raw)
-    arr = StagedChangesArray(dset.shape, chunks, [raw], indices, offsets, fill_value=raw.fillvalue, dtype=raw.dtype)
-    return arr, raw_path, state
 
 
 def stage_dataset(ds: xr.Dataset) -> xr.Dataset:
@@ -170,21 +143,23 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
                 if record is not None:
                     stored[key] = record
             continue
-        # The commit's stored chunk map, when there is one: the virtual dataset is not
-        # opened (libhdf5 would decode its every mapping, one more each day).
-        layout = chunkmaps.load(f, head, path)
-        dset = _LayoutView(layout) if layout is not None else grp[key]
+        # From the commit's stored chunk map when there is one (versions.edit).
+        committed = stage_committed_dataset(f, head, path)
         prepared = prepare_fill_encoding({name: var})[0][name]  # missing_value without a matching _FillValue
-        codec = CFCodec.for_variable(prepared, dset, _cf_attrs(dset))
-        built = None
-        if codec is not None:
-            built = _staged_from_layout(layout) if layout is not None else _staged_array(dset)
-        if codec is None or built is None:  # (built only with a codec)
-            if _is_char_array(var, dset):  # in memory, widening rather than truncating
+        codec = None if committed is None else CFCodec.for_variable(prepared, committed, _cf_attrs(committed.attrs))
+        if committed is None or codec is None:
+            if _is_char_array(var, committed if committed is not None else grp[key]):
+                # in memory, widening rather than truncating
                 variables[name] = xr.Variable(var.dims, CharArrayValues(var.values, str(name)), var.attrs, var.encoding)
             continue
-        arr, raw_path, state = built
-        data = StagedVariableArray(arr, codec, StageOrigin(source, version, head, path), handle, raw_path, state)
+        data = StagedVariableArray(
+            committed.array,
+            codec,
+            StageOrigin(source, version, head, path),
+            handle,
+            committed.raw_path,
+            committed.table_state,
+        )
         variables[name] = xr.Variable(var.dims, data, var.attrs, var.encoding)
         stored[key] = StoredValues.metadata_of(var, version, path)
     staged = xr.Dataset(variables, attrs=ds.attrs).set_coords([n for n in ds.coords if n in variables])
@@ -197,49 +172,17 @@ def _stage_locked(ds: xr.Dataset, handle: StageFile, source: str, version, group
 _CODEC_ATTRS = (*CF_ATTRS, "_Encoding")
 
 
-def _cf_attrs(dset) -> dict:
-    """The CF attributes of version dataset ``dset`` (those :class:`CFCodec` looks at), others unread.
+def _cf_attrs(attrs) -> dict:
+    """The CF attributes among a version dataset's ``attrs`` (those :class:`CFCodec` looks at), others unread.
 
     Looked up by name: iterating a virtual dataset's attributes through h5py
     copies its creation property list, every mapping of it: a cost that grows
     with every daily version.
     """
-    attrs = dset.attrs
     return {key: attrs[key] for key in _CODEC_ATTRS if key in attrs}
 
 
-class _LayoutView:
-    """What staging reads of a version's dataset (``shape``, ``dtype``, ``ndim``, ``attrs``), from its stored map.
-
-    Stands for the ``h5py.Dataset``, never opened (:mod:`~xarray_vhdf5._versions.chunkmaps`).
-    """
-
-    def __init__(self, layout: chunkmaps.StoredLayout):
-        self.layout = layout
-        self.shape, self.dtype, self.attrs = layout.shape, layout.raw_data.dtype, layout.attrs
-        self.ndim = len(layout.shape)
-
-
-def _staged_from_layout(layout: chunkmaps.StoredLayout) -> tuple[StagedChangesArray, str, tuple | None] | None:
-    """As :func:`_staged_array`, from a stored chunk map (the virtual dataset is not opened)."""
-    raw_path = layout.attrs.get("raw_data")
-    if not isinstance(raw_path, str) or not layout.shape:
-        return None
-    raw = layout.raw_data
-    try:
-        state = table_state(hash_table_id(raw))
-    except KeyError:
-        state = None
-    mapped = layout.starts >= 0
-    indices = mapped.astype(np.intp)
-    offsets = np.where(mapped, layout.starts, 0).astype(np.uint64)
-    arr = StagedChangesArray(
-        layout.shape, layout.chunks, [raw], indices, offsets, fill_value=raw.fillvalue, dtype=raw.dtype
-    )
-    return arr, raw_path, state
-
-
-def _is_char_array(var: xr.Variable, dset: h5py.Dataset) -> bool:
+def _is_char_array(var: xr.Variable, dset: h5py.Dataset | StagedDataset) -> bool:
     """True for fixed-width strings decoded from a netCDF ``char`` array (``S1``, one more dimension)."""
     return var.dtype.kind in "SU" and dset.dtype == np.dtype("S1") and dset.ndim == var.ndim + 1
 
@@ -472,8 +415,7 @@ def _write_staged(
         return False
     if arr.has_changes or tuple(arr.shape) != tuple(target.shape):
         arr.check_base(f)  # raises StaleVersionError: its chunk rows moved since staging
-        target.staged_array = arr.for_commit(f[arr.raw_path])
-        target.base_table_state = arr.base_table_state  # checked again by the commit
+        target.replace_array(arr.for_commit(f[arr.raw_path]), arr.base_table_state)  # checked again by the commit
         committed.add(name)
     if record is not None and record.same_metadata(var, arr.origin.version, arr.origin.path):
         return True  # stored as they are: not read (a virtual dataset's attributes cost a copy of its mappings)
@@ -731,10 +673,10 @@ def _rebase_plans(f: h5py.File, report, rebased) -> list:
 
     Returns
     -------
-    list of (StagedVariableArray, path, (slab_indices, slab_offsets, raw_data shape, table state) or None)
+    list of (StagedVariableArray, path, (CommittedChunks, raw_data shape) or None)
         None: keep the array's map. The raw_data shape and its hash table's
         state are read while the file is still open for writing (the new base
-        slab is a :class:`~xarray_vhdf5.xr._staged_array.RawRows` of that
+        slab is a :class:`~xarray_vhdf5.xr._stagefile.RawRows` of that
         length, read through the stage's handle once it reopens, which checks
         the state again).
     """
@@ -744,27 +686,26 @@ def _rebase_plans(f: h5py.File, report, rebased) -> list:
             plans.append((arr, path, None))
             continue
         staged = arr.staged
-        indices, offsets = slab_arrays(staged.shape, staged.chunk_size, report.datasets[path].chunk_rows)
         raw = f[arr.raw_path]
-        plans.append((arr, path, (indices, offsets, tuple(raw.shape), table_state(hash_table_id(raw)))))
+        chunk_map = CommittedChunks.from_rows(
+            staged.shape, staged.chunk_size, report.datasets[path].chunk_rows, table_state(hash_table_id(raw))
+        )
+        plans.append((arr, path, (chunk_map, tuple(raw.shape))))
     return plans
 
 
 def _rebase(staged: xr.Dataset, plans, name: str, make_current: bool) -> None:
     """Point ``staged`` and its committed staged arrays at the new version (see :func:`_rebase_plans`)."""
     for arr, path, plan in plans:
+        head = name if make_current else staged.encoding[HEAD_KEY]
+        origin = StageOrigin(arr.origin.source, name, head, path)
         if plan is None:
-            new = arr.staged
-        else:
-            indices, offsets, raw_shape, arr.base_table_state = plan
-            old = arr.staged
-            base = RawRows(arr.handle, arr.raw_path, raw_shape, old.dtype, arr.base_table_state)
-            new = StagedChangesArray(
-                old.shape, old.chunk_size, [base], indices, offsets, fill_value=old.fill_value, dtype=old.dtype
-            )
-        arr.rebase(new, name)
-        if not make_current:
-            arr.origin = StageOrigin(arr.origin.source, name, staged.encoding[HEAD_KEY], path)
+            arr.rebase(arr.staged, origin, arr.base_table_state)
+            continue
+        chunk_map, raw_shape = plan
+        old = arr.staged
+        base = RawRows(arr.handle, arr.raw_path, raw_shape, old.dtype, chunk_map.table_state)
+        arr.rebase(chunk_map.over(base, old.fill_value, old.dtype), origin, chunk_map.table_state)
     staged.encoding["vhdf5_version"] = name
     staged.encoding[STORED_KEY] = _stored_records(staged, name)
     if make_current:
