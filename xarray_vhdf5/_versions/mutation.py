@@ -259,6 +259,15 @@ def mutating(h5file: h5py.File, *, moves: bool = False, what: str = "commit") ->
         return
     locks = file_locks(path)
     with locks.writing():
+        fd = _handle_fd(f, jf)
+        if fd is not None and not _same_file(fd, path):
+            if jf is not None:
+                jf.stale = True
+            raise StaleVersionError(
+                f"{f.filename!r} was replaced since this h5py file opened it (by vhdf5 repack, or a copy "
+                f"moved over it): a {what} through this handle would go to the old, unlinked file and be "
+                "lost. Close the file and open it again (xarray_vhdf5.open_file)"
+            )
         seen = _SEEN.get(key)
         now = _on_disk(f, locks)
         if seen is not None and now != seen:
@@ -350,7 +359,13 @@ def _flocked_file(path: str, durable: bool, deadline: float, timeout: float, io=
         while True:
             try:
                 fcntl.flock(jf.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return jf
+                if _same_file(jf.fileno(), path):
+                    return jf
+                # Replaced while we waited (``vhdf5 repack`` swaps in a new file): what we hold
+                # is the old, unlinked file, whose commits nobody would see. Open the new one.
+                jf.close()
+                jf = JournaledFile(path, durable=durable, io=io)
+                continue
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     pid = flock_holder(path)
@@ -367,6 +382,26 @@ def _flocked_file(path: str, durable: bool, deadline: float, timeout: float, io=
     except BaseException:
         jf.close()
         raise
+
+
+def _same_file(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (same device and inode)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    here = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)
+
+
+def _handle_fd(h5file: h5py.File, jf: JournaledFile | None) -> int | None:
+    """The descriptor ``h5file`` writes through: its journaled file's, or libhdf5's (sec2), else None."""
+    if jf is not None:
+        return jf.fileno()
+    if h5file.driver != "sec2":  # the core driver's handle is a pointer, not a descriptor
+        return None
+    handle = h5file.id.get_vfd_handle()
+    return handle if isinstance(handle, int) and handle >= 0 else None
 
 
 class _JournaledH5File(h5py.File):
