@@ -301,8 +301,7 @@ def _stage_array(f, target, parent: str, path: str) -> None:
         fill_value=raw.fillvalue,
         dtype=raw.dtype,
     )
-    target.staged_array = arr
-    target.base_table_state = state
+    target.replace_array(arr, state)
 
 
 def fast_commit(
