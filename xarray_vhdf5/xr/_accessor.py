@@ -438,20 +438,21 @@ class VHDF5DataTreeAccessor(AccessorBase[xr.DataTree]):
         progress: bool | None = None,
         max_bytes: int | None = None,
         force: bool = False,
+        rebase: bool = False,
         allow_empty: bool = False,
     ) -> str:
         """Commit the whole tree as one new version of the file at ``path``.
 
         A tree from :meth:`stage` commits without ``path``, into the file it was
         staged from, writing only the changed chunks
-        (:func:`~xarray_vhdf5.xr._datatree.commit_staged_tree`; ``force`` and
-        ``allow_empty`` apply to it only).
+        (:func:`~xarray_vhdf5.xr._datatree.commit_staged_tree`; ``force``,
+        ``rebase`` and ``allow_empty`` apply to it only).
 
         Parameters
         ----------
         version, path, group, prev_version, message, timestamp, make_current, progress, max_bytes
             See :func:`~xarray_vhdf5.xr._writer.commit_datatree`.
-        force, allow_empty
+        force, rebase, allow_empty
             For a staged tree, see :func:`~xarray_vhdf5.xr._datatree.commit_staged_tree`.
 
         Returns
@@ -465,7 +466,7 @@ class VHDF5DataTreeAccessor(AccessorBase[xr.DataTree]):
             No ``path`` given and the tree is not staged.
         VersionExistsError, IncompatibleDataError, NotVersionedError
             See :func:`~xarray_vhdf5.xr._writer.commit_datatree`.
-        StaleVersionError, NothingToCommitError
+        StaleVersionError, ConflictError, NothingToCommitError
             A staged tree: see :func:`~xarray_vhdf5.xr._datatree.commit_staged_tree`.
         """
         from ._stage import is_staged
@@ -479,7 +480,9 @@ class VHDF5DataTreeAccessor(AccessorBase[xr.DataTree]):
                     "a staged tree commits into the groups and on the version it was staged from: "
                     "group= and prev_version= do not apply"
                 )
-            return commit_staged_tree(self._obj, version, force=force, allow_empty=allow_empty, **options)
+            return commit_staged_tree(
+                self._obj, version, force=force, rebase=rebase, allow_empty=allow_empty, **options
+            )
         if path is None:
             raise TypeError("commit() needs path=: the versioned HDF5 file to commit into")
         return commit_datatree(self._obj, path, version, group=group, prev_version=prev_version, **options)

@@ -206,6 +206,7 @@ def commit_staged_tree(
     message: str | None = None,
     timestamp=None,
     force: bool = False,
+    rebase: bool = False,
     make_current: bool = True,
     progress: bool | None = None,
     max_bytes: int | None = None,
@@ -222,14 +223,24 @@ def commit_staged_tree(
     tree : xarray.DataTree
         From :func:`stage_datatree` (nodes may have been edited, added to or assigned).
     version, message, timestamp, force, make_current, progress, max_bytes, allow_empty
-        As :func:`~xarray_vhdf5.xr._stage.commit_staged` (``rebase`` is not
-        offered for trees).
+        As :func:`~xarray_vhdf5.xr._stage.commit_staged`.
+    rebase : bool
+        If another version was committed since the tree was staged, merge the
+        tree's changes, every group's, with the changes from the staged-from
+        version to the file's current version and commit onto the current
+        version, under the file's write lock, as
+        :func:`~xarray_vhdf5.xr._stage.commit_staged` does for one Dataset
+        (rules in :mod:`~xarray_vhdf5._versions.merge`). Not with ``force``,
+        nor for a tree staged from a branch.
 
     Returns
     -------
     str
         The new version's name; every node is rebased on it (its encoding
-        names it, its staged arrays have no changes left).
+        names it, its staged arrays have no changes left). After a merge
+        every node is staged again from the new version, in place, so the tree
+        shows the other writer's changes too (groups only the other side
+        added appear when the file is opened again).
 
     Raises
     ------
@@ -238,7 +249,14 @@ def commit_staged_tree(
         different files or versions.
     StaleVersionError
         Another version was committed since the tree was staged (on its
-        branch, or the current version) and ``force`` is False; nothing is written.
+        branch, or the current version) and neither ``force`` nor ``rebase``
+        is given; nothing is written.
+    ConflictError
+        ``rebase=True`` and both sides changed the same points (or
+        attributes) to different values; nothing is written and the tree is
+        unchanged.
+    UnsupportedError
+        ``rebase=True`` for a tree staged from a branch (merge the branches).
     NothingToCommitError
         Nothing changed and ``allow_empty`` is False; nothing is written.
     VersionExistsError, IncompatibleDataError, FileBusyError
@@ -248,14 +266,16 @@ def commit_staged_tree(
     from .._versions.file import VersionedHDF5File
     from .._versions.mutation import open_for_writing
     from .._versions.refs import branch_tip
-    from ..errors import StaleVersionError
+    from ..errors import StaleVersionError, UnsupportedError
     from . import _reading
     from ._commit_checks import refuse_empty_commit
     from ._dimscales import attach_dimension_scales
-    from ._stage import HEAD_KEY, _fill_group, _rebase, _rebase_plans, is_staged
+    from ._stage import HEAD_KEY, _fill_group, _rebase, _rebase_plans, _restage, is_staged
     from ._streaming import DEFAULT_MAX_BYTES
     from ._writer import next_version_name
 
+    if force and rebase:
+        raise ValueError("commit(force=True, rebase=True): choose one (force branches, rebase merges)")
     groups = {node.path: node.to_dataset(inherit=False) for node in tree.subtree}
     source, parent = _same_origin(groups, "dt.vhdf5.commit() without path=")
     heads = {ds.encoding.get(HEAD_KEY) for ds in groups.values()}
@@ -270,17 +290,22 @@ def commit_staged_tree(
     with open_for_writing(source) as f:
         vf = VersionedHDF5File(f)
         if branch is not None:  # opened from a branch: commits on it, as a staged Dataset does
+            if rebase:
+                raise UnsupportedError(
+                    f"commit(rebase=True) merges onto the current version; this tree was staged from "
+                    f"branch {branch!r}: merge the branches instead"
+                )
             head, make_current = parent, False
             current = branch_tip(f, branch)
         else:
             current = vf.current_version
         moved = current != head
-        if moved and not force:
+        if moved and not (force or rebase):
             where = f"branch {branch!r} now points to" if branch is not None else "the current version is now"
             raise StaleVersionError(
                 f"{source!r}: the tree was staged from version {parent!r}, but {where} {current!r}: committing "
-                f"would undo the versions since. Stage again, or commit(force=True) to commit on top of "
-                f"{parent!r} anyway (a branch)"
+                f"would undo the versions since. Stage again, commit(rebase=True) to merge onto it, or "
+                f"commit(force=True) to commit on top of {parent!r} anyway (a branch)"
             )
         name = version if version is not None else next_version_name(vf)
         with vf.stage_version(
@@ -288,6 +313,7 @@ def commit_staged_tree(
             prev_version=parent,
             make_current=make_current,
             timestamp=timestamp,
+            rebase=rebase and moved,
             branch=branch if branch is not None and not moved else None,
             finish=attach_dimension_scales,
         ) as root:
@@ -301,9 +327,14 @@ def commit_staged_tree(
             root.attrs.pop(MESSAGE_ATTR, None)
             if message is not None:
                 root.attrs[MESSAGE_ATTR] = message
-        plans = {path: _rebase_plans(f, vf.last_commit, rebased[path]) for path in groups}
+        merged = vf.last_rebase is not None
+        plans = {} if merged else {path: _rebase_plans(f, vf.last_commit, rebased[path]) for path in groups}
     _reading.close_read_handles(source)
     for path, ds in groups.items():
-        _rebase(ds, plans[path], name, make_current)
+        if merged:  # the new version holds the other writer's changes too: stage it again
+            _restage(ds, name)
+            tree[path].dataset = ds
+        else:
+            _rebase(ds, plans[path], name, make_current)
         tree[path].encoding = dict(ds.encoding)
     return name
