@@ -667,13 +667,17 @@ class VersionedHDF5File(RefMethods):
     def _staged_root(self, prev: str) -> InMemoryGroup:
         """The editable tree of a new version staged from version ``prev`` (a copy of it)."""
         source = h5py.Group(h5g.open(self._registry.group.id, prev.encode())) if prev != FIRST_VERSION else None
-        root = InMemoryGroup("", source, open_datasets=self._caches.open_datasets)
+        root = InMemoryGroup(
+            "",
+            source,
+            open_datasets=self._caches.open_datasets,
+            slab_maps=self._caches.slab_maps,
+            versions_state=self._registry.tracked_state,  # just synced by _check_open
+            h5file=self.f,  # its .file on demand (h5py makes a new File object per call)
+        )
         for name in (MESSAGE_ATTR, MERGE_PARENT_ATTR):  # the parent's commit message and merge parent
             if name in root.attrs:  # describe the parent, not the new version
                 del root.attrs[name]
-        root.slab_maps = self._caches.slab_maps
-        root.h5file = self.f  # its .file on demand (h5py makes a new File object per call)
-        root.versions_state = self._registry.tracked_state  # just synced by _check_open
         return root
 
     def _rebased(self, root: InMemoryGroup, prev: str) -> tuple[InMemoryGroup, str]:

@@ -29,6 +29,7 @@ from .._backend.chunkmap import version_dataset_layout
 from .._backend.chunks import guess_chunks_h5py
 from .._backend.h5objects import member_names, object_info_by_name, relinked
 from .._backend.hashing import is_vlen_string_dtype
+from .._backend.held import OpenDatasets
 from .._backend.layout import RESERVED_NAMES, VERSION_ATTRS, VERSION_DATA, split_version_path
 from .._backend.raw_data import Filters
 from .._backend.slabmaps import SlabMapCache
@@ -103,9 +104,36 @@ class InMemoryGroup(GroupAPI):
         Path of the group inside the version (``""`` for the version's root).
     source : h5py.Group, optional
         The same group in the previous version, mirrored lazily.
+    root : InMemoryGroup, optional
+        The version's root group, for a subgroup; ``None`` for the root itself.
+        The keywords below describe the file handle staging the version and are
+        given to the root only (subgroups read them from ``root``).
+    open_datasets : OpenDatasets, optional
+        The file handle's held ``hash_table`` and ``raw_data`` datasets
+        (:class:`~xarray_vhdf5._backend.held.OpenDatasets`).
+    slab_maps : SlabMapCache, optional
+        Chunk maps of the handle's last commit
+        (:class:`~xarray_vhdf5._backend.slabmaps.SlabMapCache`).
+    versions_state : tuple of (int, int), optional
+        The versions group's state when staging began, which
+        :meth:`SlabMapCache.get <xarray_vhdf5._backend.slabmaps.SlabMapCache.get>`
+        checks a kept chunk map against.
+    h5file : h5py.File or h5py.Group, optional
+        The file or group the handle was given; reads through this tree after
+        its commit go to the committed version in it.
     """
 
-    def __init__(self, name: str = "", source: h5py.Group | None = None, *, root=None, open_datasets=None):
+    def __init__(
+        self,
+        name: str = "",
+        source: h5py.Group | None = None,
+        *,
+        root: InMemoryGroup | None = None,
+        open_datasets: OpenDatasets | None = None,
+        slab_maps: SlabMapCache | None = None,
+        versions_state: tuple[int, int] | None = None,
+        h5file: h5py.File | h5py.Group | None = None,
+    ):
         self.name = name
         self._root = root if root is not None else self
         #: On a version's root: the file handle's held datasets (``backend.held.OpenDatasets``).
@@ -119,12 +147,12 @@ class InMemoryGroup(GroupAPI):
         self._closed = False
         #: Set on a version's root once committed: the version group's path in the file.
         self.committed_as: str | None = None
-        #: Set on a version's root by ``stage_version``: chunk maps of the last commit,
-        #: and the versions group's state when staging began (``SlabMapCache.get``).
-        self.slab_maps: SlabMapCache | None = None
-        self.versions_state: tuple[int, int] | None = None
-        #: Set on a version's root by ``stage_version``: the h5py file or group it was given (``file``).
-        self.h5file: h5py.File | h5py.Group | None = None
+        #: On a version's root: chunk maps of the last commit, and the versions
+        #: group's state when staging began (``SlabMapCache.get``).
+        self.slab_maps = slab_maps
+        self.versions_state = versions_state
+        #: On a version's root: the h5py file or group the handle was given (``file``).
+        self.h5file = h5file
         if source is not None:
             # Through the low-level API, in h5py's order (``Group.items()`` builds
             # more objects per member).
