@@ -43,9 +43,14 @@ the old file whole (and perhaps a ``*.vhdf5-repack`` file, removed by the next
 repack). The old file is held with its ``WRITE`` lock and libhdf5's lock from
 before the copy until after the rename, so no writer of this package, nor
 versioned-hdf5 nor plain h5py, commits into it meanwhile; an interrupted
-deletion or commit is finished or rolled back first. Processes that keep the
-old file open across the repack read the old file (unlinked) until they reopen
-it: close other programs' handles first, as for ``h5repack``.
+deletion or commit is finished or rolled back first. A writer of this package
+that was waiting for the lock opens the new file once it gets it (``open_file``
+checks that the path still names the file it locked), and a mutation through a
+handle opened before the repack raises ``StaleVersionError`` rather than
+writing into the old, unlinked file (tests/test_replaced_file.py). Readers
+that keep the old file open read the old file (unlinked) until they reopen it;
+other programs' handles (plain h5py, netCDF tools) should be closed first, as
+for ``h5repack``.
 
 Compared with ``h5repack`` (Debian's 1.10.8, run by ``benchmarks/bench_space.py``):
 it copies every object too, and keeps what matters: the virtual datasets'
