@@ -40,6 +40,7 @@ import numpy as np
 from .._backend.encode import ChunkEncoder
 from ._grid import AxisGrid
 from ._plan import ResplitPlan
+from ._zarr_target import ZarrChunkWriter
 
 __all__ = ["OutputWrite", "ResplitCounters", "iter_resplit", "resplit_into"]
 
@@ -356,10 +357,16 @@ def resplit_into(
         GIL), each on a copy of its points; writes to one output chunk stay in
         order. Default: up to 4 (the CPUs) when the copies in flight (two per
         thread, one output chunk each) fit in what the plan leaves of
-        ``max_mem``, else 1. An HDF5 dataset (h5py, h5netcdf) takes one call at a
+        ``max_mem``, else 1. Always 1 for a Zarr array whose shards (or
+        chunks) hold points of several output chunks. An HDF5 dataset (h5py, h5netcdf) takes one call at a
         time; when its chunks are the output chunks and its filters can be applied
         outside libhdf5, whole chunks are encoded in the threads and stored with
-        ``write_direct_chunk`` (:mod:`xarray_vhdf5._backend.encode`).
+        ``write_direct_chunk`` (:mod:`xarray_vhdf5._backend.encode`). A Zarr
+        array whose chunks are the output chunks gets its whole chunks encoded
+        with its own codecs in the threads and put into its store by key
+        (:mod:`xarray_vhdf5.resplit._zarr_target`: the bytes ``target[...] = data``
+        stores, empty chunks skipped alike); pieces, and arrays that path does
+        not cover (sharded, other stores...), go through ``target[region] = data``.
     progress, desc
         As for :func:`iter_resplit`.
 
@@ -369,6 +376,10 @@ def resplit_into(
     """
     counters = ResplitCounters()
     events = iter_resplit(plan, read_chunk, target.dtype, pieces=True, counters=counters, progress=progress, desc=desc)
+    zarr_writer = _zarr_writer(plan, target)
+    if zarr_writer is not None:
+        _store_into(events, zarr_writer, target, _writer_threads(plan, target, threads))
+        return counters
     direct = _direct_target(plan, target)
     if direct is not None and threads != 1:
         workers = threads or _spare_threads(plan)
@@ -419,6 +430,48 @@ def _direct_target(plan: ResplitPlan, target) -> tuple[h5py.Dataset, ChunkEncode
     return None if encoder is None else (ds, encoder)
 
 
+def _zarr_writer(plan: ResplitPlan, target) -> ZarrChunkWriter | None:
+    """A writer of whole chunks for a Zarr ``target`` whose chunk grid is the plan's output grid."""
+    if not type(target).__module__.startswith("zarr."):
+        return None
+    chunks = tuple(int(g.sizes[0]) for g in plan.out_grids)
+    grids = tuple(AxisGrid.regular(s, c) for s, c in zip(plan.shape, chunks, strict=True))
+    if tuple(target.shape) != plan.shape or grids != plan.out_grids:
+        return None
+    return ZarrChunkWriter.of(target, chunks)
+
+
+def _store_into(events: Iterator[OutputWrite], writer: ZarrChunkWriter, target, workers: int) -> None:
+    """Whole output chunks encoded and stored by ``writer`` in ``workers`` threads; pieces assigned, in order.
+
+    Each whole chunk is copied (padded at the array's edges) before the next
+    event overwrites the buffer; at most ``2 * workers`` are in flight. Pieces of
+    a spilled chunk are zarr's read-modify-writes, made here one after the other;
+    no whole-chunk write touches their chunks.
+    """
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    if workers == 1:
+        for w in events:
+            if w.whole:
+                writer.write(w.chunk, writer.prepare(w.data))
+            else:
+                target[w.region] = w.data
+        return
+    inflight: deque[Future] = deque()
+    with ThreadPoolExecutor(workers, thread_name_prefix="vhdf5-zarr") as pool:
+        for w in events:
+            if not w.whole:
+                target[w.region] = w.data
+                continue
+            while len(inflight) >= 2 * workers:
+                inflight.popleft().result()
+            inflight.append(pool.submit(writer.write, w.chunk, writer.prepare(w.data)))
+        while inflight:
+            inflight.popleft().result()
+
+
 def _spare_threads(plan: ResplitPlan) -> int:
     """Threads whose copies in flight (two each, one output chunk) fit what the plan leaves of max_mem."""
     out_bytes = math.prod(int(g.sizes.max()) for g in plan.out_grids) * plan.itemsize
@@ -461,11 +514,25 @@ def _encode_into(events: Iterator[OutputWrite], direct: tuple[h5py.Dataset, Chun
 
 def _writer_threads(plan: ResplitPlan, target, threads: int | None) -> int:
     """Threads for :func:`resplit_into` (see its ``threads``)."""
-    if threads is not None:
-        if int(threads) < 1:
-            raise ValueError(f"threads must be a positive int, got {threads!r}")
-        return int(threads)
+    if threads is not None and int(threads) < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
     module = type(target).__module__.split(".")[0]
+    if module == "zarr" and not _whole_units(plan, target):
+        return 1  # even when asked for more: concurrent writes into one shard or chunk lose points
+    if threads is not None:
+        return int(threads)
     if module in ("h5py", "h5netcdf", "numpy"):
         return 1
     return _spare_threads(plan)
+
+
+def _whole_units(plan: ResplitPlan, target) -> bool:
+    """Each of the Zarr ``target``'s stored objects (shards, else chunks) lies in one output chunk.
+
+    Otherwise two output chunks share a stored object, and their writes, each a
+    read-modify-write of it, must not run at once.
+    """
+    unit = getattr(target, "shards", None) or getattr(target, "chunks", None)
+    if unit is None or len(unit) != len(plan.out_grids):
+        return False
+    return all(not np.any(g.edges[1:-1] % int(u)) for g, u in zip(plan.out_grids, unit, strict=True))
