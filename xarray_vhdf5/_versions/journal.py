@@ -11,22 +11,49 @@ puts them back if the mutation did not finish:
 ``<file>-journal`` (beside the file)
     A header (magic, the file's size when the mutation began, a random id),
     then one record per byte range of the file overwritten for the first time
-    in the mutation: offset, length, the old bytes and a CRC-32 of the record.
+    in the mutation, each with a CRC-32 of its own bytes: a *copy* record holds
+    the range's offset, length and old bytes; a *reference* record holds only
+    the offset, the length and where the same bytes lie in the side file (below).
     Bytes written past the old end of the file need no record: rolling back
     truncates the file to its old size.
+
+``<file>.vhdf5-modify`` (the side file, beside the file; at most one a mutation)
+    An in-place ``modify_metadata`` copies the old raw_data's chunks there, as
+    stored, before freeing them; the new raw_data then overwrites their bytes in
+    the file. Copying those bytes again into the journal would cost as much as
+    the side copy and more (2.2 GB: 6.6 s of a 12.7 s rechunk), so
+    :meth:`JournaledFile.refer` registers the chunks' extents, and the first
+    overwrite of a registered range is journaled by reference. The side file is
+    stamped (a random id in its first bytes, a user block HDF5 does not read),
+    synced with ``durable=True``, and its name, size and id journaled (a *side*
+    record) before any reference record; it is deleted after the journal (the
+    commit point), so it outlives every journal that refers to it. A reference
+    record's CRC covers its fields, not the 2 GB it refers to: hashing them
+    would cost what the references save; the side file is written before it is
+    registered and never after, and recovery checks that it is the one
+    journaled (name, size, id) before it writes anything.
 
 The protocol, per mutation (:meth:`JournaledFile.begin` / :meth:`~JournaledFile.end`):
 
 1. the journal is created with its header;
 2. before each first overwrite of a byte range below the old size, its record
-   is appended to the journal;
+   is appended to the journal (a reference record for the parts of it lying in
+   registered extents, a copy record for the rest);
 3. when the mutation ends, the journal is deleted: that deletion is the commit
-   point.
+   point; then the side file, if any.
+
+Why a reference restores the old bytes: a range journaled by reference was
+never written in the mutation before (a first overwrite), so the file held
+its old bytes when the side file was written; the extents registered are the
+old chunks' stored bytes, which ``H5Ocopy`` copies byte for byte (same size
+and filter mask, checked by the caller; ``tests/test_journal_refs.py`` checks
+every byte, filtered chunks included).
 
 With ``durable=True`` the ordering is made to survive power loss with
 ``fsync``: the journal (and its directory entry) before the file is first
-overwritten, each record before its range is overwritten, the file before the
-journal is deleted, and the directory after. With ``durable=False`` (the
+overwritten, the side file (and its directory entry) before it is journaled,
+each record before its range is overwritten, the file before the journal is
+deleted, and the directory after. With ``durable=False`` (the
 default) nothing is synced: every ``write`` reaches the operating system's
 page cache in order, which a killed process cannot undo, so a SIGKILL at any
 instant is safe, a power cut is not. :func:`recover` rolls back a journal left
@@ -43,7 +70,9 @@ otherwise write its stale superblock when the handle closes).
 
 from __future__ import annotations
 
+import bisect
 import io
+import itertools
 import os
 import struct
 import zlib
@@ -54,13 +83,34 @@ from ..errors import CorruptFileError
 if TYPE_CHECKING:  # typing only: generation reads the file through h5py, which this module does not need
     from .generation import Counters
 
-__all__ = ["JOURNAL_SUFFIX", "JournaledFile", "OsIO", "journal_path", "recover", "roll_back_interrupted"]
+__all__ = [
+    "JOURNAL_SUFFIX",
+    "SIDE_SUFFIX",
+    "SIDE_USERBLOCK",
+    "JournaledFile",
+    "OsIO",
+    "journal_path",
+    "recover",
+    "roll_back_interrupted",
+]
 
 #: Suffix of the journal beside the file.
 JOURNAL_SUFFIX = "-journal"
-_MAGIC = b"VHDF5JNL"
+#: Suffix of the side file beside the file (see the module).
+SIDE_SUFFIX = ".vhdf5-modify"
+#: Bytes at the start of the side file that HDF5 leaves alone: create it with ``userblock_size=SIDE_USERBLOCK``.
+SIDE_USERBLOCK = 512
+_MAGIC_V1 = b"VHDF5JNL"  # copy records only; still rolled back
+_MAGIC = b"VHDF5JN2"  # a new magic: a reader of version 1 refuses the journal instead of misreading it
 _HEADER = struct.Struct("<8sQQ")  # magic, old size, id
-_RECORD = struct.Struct("<QQI")  # offset, length, crc32(offset, length, bytes)
+_RECORD_V1 = struct.Struct("<QQI")  # offset, length, crc32(offset, length, bytes)
+# kind, then a, b, c (per kind), then crc32 of the other fields and of the payload that follows:
+# COPY (offset, length, 0) + the old bytes; REF (offset, length, side offset);
+# SIDE (side size, payload length, 0) + side id (16 bytes) + side name (utf-8, relative to the file's folder).
+_RECORD = struct.Struct("<cQQQI")
+_COPY, _REF, _SIDE = b"C", b"R", b"S"
+_STAMP = struct.Struct("<8s16s")  # magic, side id: the first bytes of the side file
+_SIDE_MAGIC = b"VHDF5SID"
 
 
 def journal_path(path: str | os.PathLike) -> str:
@@ -107,8 +157,15 @@ class OsIO:
             os.close(fd)
 
 
-def _record_crc(offset: int, data: bytes) -> int:
+def _record_crc_v1(offset: int, data: bytes) -> int:
     return zlib.crc32(data, zlib.crc32(struct.pack("<QQ", offset, len(data)))) & 0xFFFFFFFF
+
+
+def _record(kind: bytes, a: int, b: int, c: int, payload: bytes = b"") -> bytes:
+    """One journal record: its fields, their CRC-32 (with the payload's), the payload."""
+    head = _RECORD.pack(kind, a, b, c, 0)[:-4]
+    crc = zlib.crc32(payload, zlib.crc32(head)) & 0xFFFFFFFF
+    return head + struct.pack("<I", crc) + payload
 
 
 class JournaledFile(io.RawIOBase):
@@ -144,6 +201,9 @@ class JournaledFile(io.RawIOBase):
         self._old_size = 0
         self._saved: list[tuple[int, int]] = []  # sorted, disjoint ranges [start, stop) journaled
         self._synced = True  # every record appended so far is on disk (durable mode)
+        self._side: str | None = None  # this mutation's side file (see the module)
+        self._refs: list[tuple[int, int, int]] = []  # sorted, disjoint (start, stop, side offset) registered
+        self._ref_starts: list[int] = []
         self.stale = False  # another process wrote the file: drop writes outside mutations
         #: The file's write counters as this handle last saw them, and their offset
         #: (set by :mod:`~xarray_vhdf5._versions.mutation`), to notice staleness at close.
@@ -170,9 +230,10 @@ class JournaledFile(io.RawIOBase):
         self._journal, self._journal_end = fd, len(header)
         self._saved = []
         self._synced = True
+        self._side, self._refs, self._ref_starts = None, [], []
 
     def end(self) -> None:
-        """Finish the mutation: the file synced (durable), then the journal deleted (the commit point)."""
+        """Finish the mutation: the file synced (durable), the journal deleted (the commit point), the side file."""
         if self._journal is None:
             return
         if self.durable:
@@ -183,6 +244,7 @@ class JournaledFile(io.RawIOBase):
         self.io.unlink(jpath)
         if self.durable:
             self.io.fsync_dir(jpath)
+        self._drop_side()
 
     def abandon(self) -> None:
         """Stop journaling after a failed mutation: roll back what it wrote (see :func:`recover`)."""
@@ -191,6 +253,106 @@ class JournaledFile(io.RawIOBase):
         fd, self._journal = self._journal, None
         self.io.close(fd)
         recover(self.path, io=self.io, fd=self._fd)
+        self._drop_side()
+
+    def _drop_side(self) -> None:
+        side, self._side, self._refs, self._ref_starts = self._side, None, [], []
+        if side is not None and self.io.exists(side):
+            self.io.unlink(side)
+
+    # -- the side file -----------------------------------------------------------------
+    def create_side(self) -> str:
+        """Create this mutation's side file, empty, and return its path (``<file>.vhdf5-modify``).
+
+        The caller writes it (an HDF5 file with ``userblock_size=SIDE_USERBLOCK``),
+        closes it, then registers extents in it with :meth:`refer`. It is deleted
+        when the mutation ends, after the journal, or when it is abandoned.
+
+        Raises
+        ------
+        RuntimeError
+            Not in a mutation, or the mutation has a side file already.
+        """
+        if self._journal is None or self._side is not None:
+            raise RuntimeError(f"{self.path!r}: a side file is made once per mutation, inside it")
+        side = self.path + SIDE_SUFFIX
+        self.io.close(self.io.open(side, create=True))
+        self._side = side
+        return side
+
+    def refer(self, extents) -> int:
+        """Journal the first overwrites of ``extents`` by reference to the side file.
+
+        The side file (written and closed by now, never written again) is
+        stamped with a random id, synced with its folder (``durable``), and its
+        name, size and id journaled; from then on the part of a first overwrite
+        lying in a registered extent is journaled as (offset, length, side
+        offset), not as its bytes.
+
+        Parameters
+        ----------
+        extents : iterable of (int, int, int)
+            ``(offset in the file, length, offset in the side file)`` in bytes:
+            ranges whose bytes the side file holds as the file holds them now.
+            Disjoint; parts at or past the file's old size are never looked up.
+
+        Returns
+        -------
+        int
+            Bytes registered.
+
+        Raises
+        ------
+        RuntimeError
+            No side file made in this mutation (:meth:`create_side`), extents
+            registered already, or extents overlapping.
+        """
+        side, journal = self._side, self._journal
+        if side is None or journal is None or self._refs:
+            raise RuntimeError(f"{self.path!r}: extents are registered once, after create_side, in a mutation")
+        refs = sorted((int(o), int(o) + int(n), int(so)) for o, n, so in extents if int(n) > 0)
+        for (_, stop, _), (start, _, _) in itertools.pairwise(refs):
+            if start < stop:
+                raise RuntimeError(f"{self.path!r}: overlapping extents registered ({start} < {stop})")
+        sid = os.urandom(16)
+        fd = self.io.open(side)
+        try:
+            self.io.pwrite(fd, _STAMP.pack(_SIDE_MAGIC, sid), 0)
+            size = self.io.size(fd)
+            if self.durable:
+                self.io.fsync(fd)
+        finally:
+            self.io.close(fd)
+        if self.durable:
+            self.io.fsync_dir(side)
+        name = os.path.relpath(side, os.path.dirname(os.path.abspath(self.path))).encode()
+        payload = sid + name
+        record = _record(_SIDE, size, len(payload), 0, payload)
+        self.io.pwrite(journal, record, self._journal_end)
+        self._journal_end += len(record)
+        self._synced = False  # synced with the first record that refers to it, before its range is written
+        self._refs, self._ref_starts = refs, [r[0] for r in refs]
+        return sum(stop - start for start, stop, _ in refs)
+
+    def _pieces(self, start: int, stop: int):
+        """``[start, stop)`` cut into (start, stop, side offset or None): referenced parts, the rest."""
+        refs, cursor = self._refs, start
+        i = max(bisect.bisect_right(self._ref_starts, start) - 1, 0)
+        while cursor < stop and i < len(refs):
+            s, e, at = refs[i]
+            if e <= cursor:
+                i += 1
+                continue
+            if s >= stop:
+                break
+            if s > cursor:
+                yield cursor, s, None
+                cursor = s
+            end = min(e, stop)
+            yield cursor, end, at + (cursor - s)
+            cursor, i = end, i + 1
+        if cursor < stop:
+            yield cursor, stop, None
 
     def _save(self, start: int, stop: int) -> None:
         """Journal the old bytes of ``[start, stop)`` not journaled yet (all below the old size)."""
@@ -207,12 +369,16 @@ class JournaledFile(io.RawIOBase):
             gaps.append((cursor, stop))
         journal = self._journal
         assert journal is not None, "saved only during a mutation"
-        for s, e in gaps:
-            old = self.io.pread(self._fd, e - s, s)
-            record = _RECORD.pack(s, len(old), _record_crc(s, old)) + old
-            self.io.pwrite(journal, record, self._journal_end)
-            self._journal_end += len(record)
-            self._synced = False
+        for gs, ge in gaps:
+            for s, e, at in self._pieces(gs, ge) if self._refs else ((gs, ge, None),):
+                if at is None:
+                    old = self.io.pread(self._fd, e - s, s)
+                    record = _record(_COPY, s, len(old), 0, old)
+                else:
+                    record = _record(_REF, s, e - s, at)
+                self.io.pwrite(journal, record, self._journal_end)
+                self._journal_end += len(record)
+                self._synced = False
         if gaps:
             merged = sorted(self._saved + gaps)
             self._saved = []
@@ -306,7 +472,9 @@ def recover(path: str | os.PathLike, *, io: OsIO | None = None, fd: int | None =
     """Roll back the mutation a journal beside ``path`` records, if there is one.
 
     The caller holds the file's ``WRITE`` lock exclusively (so the journal is
-    not a live writer's) and has no HDF5 handle of the file open.
+    not a live writer's) and has no HDF5 handle of the file open. Reference
+    records are restored from the side file the journal names; the journal,
+    then the side file, are deleted.
 
     Returns
     -------
@@ -316,7 +484,9 @@ def recover(path: str | os.PathLike, *, io: OsIO | None = None, fd: int | None =
     Raises
     ------
     CorruptFileError
-        The journal's header is unreadable although it is complete; nothing is changed.
+        The journal's header is unreadable although it is complete, or its
+        reference records need a side file that is missing or is not the one
+        journaled (another size or id); nothing is changed.
     PermissionError
         The file cannot be written (a reader without write permission cannot
         roll a crashed commit back: a writer must open the file first).
@@ -338,32 +508,111 @@ def recover(path: str | os.PathLike, *, io: OsIO | None = None, fd: int | None =
         io.fsync_dir(jpath)
         return True
     magic, old_size, _ = _HEADER.unpack_from(raw, 0)
-    if magic != _MAGIC:
+    if magic not in (_MAGIC, _MAGIC_V1):
         raise CorruptFileError(
             f"{jpath!r} is not a journal of xarray_vhdf5 (it starts with {raw[:8]!r}); move it "
             f"away if it belongs to another program",
             path=path,
         )
+    records, side = _records_v1(raw) if magic == _MAGIC_V1 else _records(raw, jpath)
+    sfd = None
+    if side is not None and any(at is not None for _, _, at in records):
+        sfd = _open_side(io, path, jpath, side)
     own = fd is None
-    if fd is None:
-        fd = io.open(path)
     try:
-        at = _HEADER.size
-        while at + _RECORD.size <= len(raw):
-            offset, length, crc = _RECORD.unpack_from(raw, at)
-            old = raw[at + _RECORD.size : at + _RECORD.size + length]
-            if len(old) != length or _record_crc(offset, old) != crc:
-                break  # torn at the end: its range was never overwritten (synced first)
+        if fd is None:
+            fd = io.open(path)
+        for offset, old, at in records:
+            if at is not None:
+                assert sfd is not None, "a reference record is kept only after its side record"
+                old = io.pread(sfd, old, at)
             io.pwrite(fd, old, offset)
-            at += _RECORD.size + length
         io.truncate(fd, old_size)
         io.fsync(fd)
     finally:
-        if own:
+        if sfd is not None:
+            io.close(sfd)
+        if own and fd is not None:
             io.close(fd)
     io.unlink(jpath)
     io.fsync_dir(jpath)
+    leftover = path + SIDE_SUFFIX  # a dead writer's side file, journaled or not yet
+    if io.exists(leftover):
+        io.unlink(leftover)
     return True
+
+
+def _records_v1(raw: bytes) -> tuple[list, None]:
+    """The whole records of a version-1 journal: (offset, old bytes, None)."""
+    out, at = [], _HEADER.size
+    while at + _RECORD_V1.size <= len(raw):
+        offset, length, crc = _RECORD_V1.unpack_from(raw, at)
+        old = raw[at + _RECORD_V1.size : at + _RECORD_V1.size + length]
+        if len(old) != length or _record_crc_v1(offset, old) != crc:
+            break  # torn at the end: its range was never overwritten (synced first)
+        out.append((offset, old, None))
+        at += _RECORD_V1.size + length
+    return out, None
+
+
+def _records(raw: bytes, jpath: str) -> tuple[list, tuple[int, bytes, str] | None]:
+    """The whole records of a journal: (offset, old bytes or their length, side offset or None),
+    and the side file journaled as (size, id, name), or None.
+
+    Reading stops at the first record torn or failing its CRC: records are appended
+    in order and each is on disk before its range is overwritten, so the ranges of
+    the records after it were never overwritten.
+    """
+    out: list = []
+    side = None
+    at, head = _HEADER.size, _RECORD.size
+    while at + head <= len(raw):
+        kind, a, b, c, crc = _RECORD.unpack_from(raw, at)
+        n = b if kind in (_COPY, _SIDE) else 0
+        payload = raw[at + head : at + head + n]
+        if len(payload) != n or zlib.crc32(payload, zlib.crc32(raw[at : at + head - 4])) & 0xFFFFFFFF != crc:
+            break
+        if kind == _COPY:
+            out.append((a, payload, None))
+        elif kind == _REF and side is not None:
+            out.append((a, b, c))
+        elif kind == _SIDE and side is None and n > 16:
+            side = (a, payload[:16], payload[16:].decode("utf-8", "replace"))
+        else:  # no writer of this package writes it: a damaged journal, not a torn one
+            raise CorruptFileError(
+                f"{jpath!r}: its {kind!r} record at byte {at} is whole but out of place (no writer of this "
+                "package writes it so): the journal is damaged and the file cannot be rolled back with it",
+                path=jpath,
+            )
+        at += head + n
+    return out, side
+
+
+def _open_side(io: OsIO, path: str, jpath: str, side: tuple[int, bytes, str]) -> int:
+    """The side file's descriptor, once it is the one the journal names (size, id); else CorruptFileError."""
+    size, sid, name = side
+    spath = os.path.join(os.path.dirname(os.path.abspath(path)), name)
+    problem = None
+    if not io.exists(spath):
+        problem = "is missing"
+    else:
+        sfd = io.open(spath)
+        try:
+            found, stamp = io.size(sfd), io.pread(sfd, _STAMP.size, 0)
+        except BaseException:
+            io.close(sfd)
+            raise
+        if found == size and stamp == _STAMP.pack(_SIDE_MAGIC, sid):
+            return sfd
+        io.close(sfd)
+        same = "matches" if stamp[8:] == sid else "differs"
+        problem = f"is not the one journaled ({found} bytes, {size} journaled; its id {same})"
+    raise CorruptFileError(
+        f"{path!r}: the mutation its journal {jpath!r} records cannot be rolled back: the side file "
+        f"{spath!r} holding the old bytes it refers to {problem}. Nothing was changed; put the side file "
+        "back (it was beside the file) and open the file again",
+        path=path,
+    )
 
 
 def roll_back_interrupted(path: str, locks) -> bool:

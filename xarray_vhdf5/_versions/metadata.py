@@ -100,6 +100,7 @@ from ._rewrite import (
     _target,
 )
 from .delete import MAP_CACHE_BYTES
+from .journal import SIDE_USERBLOCK, JournaledFile
 from .locking import file_locks
 from .mutation import _JOURNALED, _no_live_writer, disk_path, mutating
 from .objects import _open, check_file_argument, chunk_rows, copy_attrs, dataset_paths, read_chunk_map, version_dataset
@@ -560,16 +561,25 @@ def _modify_in_place(
     next, takes them (what does not fit goes to the end of the file). Then every
     version's virtual dataset is rebuilt to map it. Should anything fail, the
     file is rolled back at once and the handle left stale (reopen it).
+
+    The side file is the journal's (:meth:`JournaledFile.create_side`): the old
+    chunks' extents are registered with it (:func:`_same_chunks`), so the new
+    raw_data's first overwrite of them is journaled by reference to their copies,
+    not copied a second time (peak disk use is the old raw_data twice, once in
+    the side file, once in the file); it is deleted after the journal.
     """
-    path = disk_path(h5file)
-    side_path = f"{path}.vhdf5-modify"
     versions = h5file[VERSION_DATA][VERSIONS]
     raw_name = group["raw_data"].name
     attachments = {v: plan for v in holders if (plan := _attachment_plan(versions[v]))}
     jf = _JOURNALED[h5file.id.fileno]
-    with h5py.File(side_path, "w") as side:
-        try:
+    try:
+        h5file.flush()  # the old chunks' bytes in the file are the ones copied (libhdf5 may cache some)
+        side_path = jf.create_side()
+        with h5py.File(side_path, "w", userblock_size=SIDE_USERBLOCK) as side:
             h5file.copy(group["raw_data"], side.require_group(group.name), "raw_data")
+            extents = _same_chunks(jf, group["raw_data"], side[raw_name])
+        jf.refer(extents)
+        with h5py.File(side_path, "r") as side:
             side_raw = side[raw_name]
             gc.collect()  # no h5py object may keep the old raw_data open: its bytes are freed when unlinked
             del group["raw_data"]
@@ -599,20 +609,53 @@ def _modify_in_place(
                 _reattach(versions[version], plan)
             scratch.remove()
             _barrier(h5file, "done")
-        except BaseException:
-            # The old raw_data is gone from this state: put the file's bytes back now, and
-            # drop whatever libhdf5 still writes through this handle (its caches hold the
-            # state being undone). The handle is stale: the next mutation through it
-            # raises StaleVersionError, so the caller reopens the file.
-            jf.abandon()
-            jf.stale = True
-            raise
-        finally:
-            side.close()
-            if os.path.exists(side_path):
-                os.remove(side_path)
+    except BaseException:
+        # The old raw_data is gone from this state: put the file's bytes back now (the side
+        # file goes with the journal), and drop whatever libhdf5 still writes through this
+        # handle (its caches hold the state being undone). The handle is stale: the next
+        # mutation through it raises StaleVersionError, so the caller reopens the file.
+        jf.abandon()
+        jf.stale = True
+        raise
+    # The side file stays until the journal is deleted (JournaledFile.end, the commit point).
     after = int(group["hash_table"].attrs["largest_index"])
     return ModifyReport(name, holders, before, after, rewriter.chunks_read)
+
+
+def _same_chunks(jf: JournaledFile, old: h5py.Dataset, copy: h5py.Dataset) -> list[tuple[int, int, int]]:
+    """The extents ``(offset in the file, size, offset in the side file)`` of ``old``'s stored chunks.
+
+    ``copy`` is ``old`` copied by ``H5Ocopy``, which copies chunks as stored: each
+    chunk is paired with the copy of the same position, kept only when size and
+    filter mask match and its first and last bytes are the same in both files
+    (a cheap check of the pairing; every byte is compared in
+    ``tests/test_journal_refs.py``). A chunk left out is journaled by copy.
+    """
+    found: dict[tuple, tuple[int, int, int]] = {}
+
+    def visit(info) -> None:
+        found[info.chunk_offset] = (info.byte_offset, info.size, info.filter_mask)
+
+    old.id.chunk_iter(visit)
+    extents = []
+
+    def pair(info) -> None:
+        mine = found.get(info.chunk_offset)
+        if mine is not None and mine[1:] == (info.size, info.filter_mask) and info.size > 0:
+            extents.append((mine[0], info.size, info.byte_offset))
+
+    copy.id.chunk_iter(pair)
+    copy.file.flush()
+    fd = jf.fileno()
+    with open(copy.file.filename, "rb") as side:
+        sfd = side.fileno()
+        edge = 64
+        return [
+            (at, n, sat)
+            for at, n, sat in extents
+            if os.pread(fd, min(edge, n), at) == os.pread(sfd, min(edge, n), sat)
+            and os.pread(fd, min(edge, n), at + n - min(edge, n)) == os.pread(sfd, min(edge, n), sat + n - min(edge, n))
+        ]
 
 
 def _leftovers(group: h5py.Group, sources: set[str]) -> list[str]:
