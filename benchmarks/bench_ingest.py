@@ -56,7 +56,7 @@ files ``h5stat -S`` (file metadata, raw data, tracked free and unaccounted space
 ``lib/x86_64-linux-gnu`` beside its ``bin`` on ``LD_LIBRARY_PATH``, set for that
 subprocess only, since the benchmark's own libhdf5 must not change); then the time of
 the ``vhdf5 log`` command line (a subprocess: interpreter start included) and of
-``xarray_vhdf5.version_log_frame`` on ours-reopen's file.
+``xarray_vhdf5.xr.version_log_frame`` on ours-reopen's file.
 
 **Profile** (``--profile N``): ``ours-reopen`` on the ingest shape for N days
 timed step by step (open_dataset, stage, append, commit, close), then N days

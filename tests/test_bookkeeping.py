@@ -5,7 +5,7 @@ the same group, with the same members, at ``/_version_data/__vhdf5_version_index
 the fixture :func:`legacy` makes such a file by moving the group back there (a
 link move: the bytes, the counters' offset included, stay where a writer of
 that time put them). Oracles: versioned-hdf5 2.6 (what it lists and reads), the
-counters read as bytes at their offset, and :func:`xarray_vhdf5.check_file`.
+counters read as bytes at their offset, and :func:`~xarray_vhdf5._versions.check.check_file`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ strings and datasets that come and go is written by either library; the same
 deletion is done by both libraries on two copies, and every surviving version
 (data bit for bit, parent, current version) is compared with the model and across
 the libraries. Each result is then read and extended by the *other* library.
-Crashes are injected at every flush of the operation (``_barrier_hook``) and inside
+Crashes are injected at every flush of the operation (``scratch._barrier_hook``) and inside
 link swaps; the file must read right afterwards and finish on the next call.
 """
 
@@ -27,8 +27,7 @@ from hypothesis import strategies as st
 
 import xarray_vhdf5
 from xarray_vhdf5 import ReadOnlyError, UnsupportedError, VersionNotFoundError
-from xarray_vhdf5._versions import delete_version, delete_versions
-from xarray_vhdf5._versions import scratch as delete_mod
+from xarray_vhdf5._versions import delete_version, delete_versions, scratch
 
 LIBS = {"ours": xarray_vhdf5, "ref": versioned_hdf5}
 STR = h5py.string_dtype()
@@ -479,7 +478,7 @@ def crash_child(path, doomed, stage=None, half_swap=None) -> int:
     if pid == 0:  # pragma: no cover - the child never returns
         try:
             if stage:
-                delete_mod._barrier_hook = lambda s: os._exit(3) if s == stage else None
+                scratch._barrier_hook = lambda s: os._exit(3) if s == stage else None
             if half_swap:
 
                 def die(self, *args, **kwargs):
@@ -488,7 +487,7 @@ def crash_child(path, doomed, stage=None, half_swap=None) -> int:
                     self.f.file.flush()
                     os._exit(3)
 
-                setattr(delete_mod.Scratch, half_swap, die)
+                setattr(scratch.Scratch, half_swap, die)
             with h5py.File(path, "r+") as f:
                 delete_versions(f, doomed)
         finally:

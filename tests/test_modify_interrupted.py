@@ -8,7 +8,7 @@ opened writable finishes the run (or rolls it back if it died before any version
 the new raw_data), and the next commit works, read back by versioned-hdf5 2.6 too.
 
 The kills are deterministic: a forked child runs the call with
-``delete._barrier_hook`` set to ``os._exit`` at one barrier (after its flush), as
+``scratch._barrier_hook`` set to ``os._exit`` at one barrier (after its flush), as
 ``tests/test_modify_metadata.py`` does.
 """
 
@@ -22,9 +22,8 @@ import pytest
 import versioned_hdf5
 
 import xarray_vhdf5
-from xarray_vhdf5._versions import delete_versions, modify_metadata
+from xarray_vhdf5._versions import delete_versions, modify_metadata, scratch
 from xarray_vhdf5._versions import metadata as metadata_mod
-from xarray_vhdf5._versions import scratch as delete_mod
 from xarray_vhdf5._versions.check import check_file
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -92,7 +91,7 @@ def kill_at(path, stage, call=modify_metadata, *args, **kwargs) -> None:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child never returns
         try:
-            delete_mod._barrier_hook = lambda s: os._exit(3) if s == stage else None
+            scratch._barrier_hook = lambda s: os._exit(3) if s == stage else None
             with h5py.File(path, "a") as f:
                 call(f, *args, **kwargs)
         finally:
@@ -169,12 +168,12 @@ def test_interrupted_in_process_then_commit_through_the_same_handle(tmp_path):
 
     with h5py.File(path, "a") as f:
         vf = xarray_vhdf5.VersionedHDF5File(f)
-        delete_mod._barrier_hook = boom
+        scratch._barrier_hook = boom
         try:
             with pytest.raises(KeyboardInterrupt):
                 modify_metadata(vf, "x", chunks=(6, 7))
         finally:
-            delete_mod._barrier_hook = None
+            scratch._barrier_hook = None
         with vf.stage_version("next") as g:
             g["x"][1] = 99.0
             g["y"][2] = -5
@@ -236,7 +235,7 @@ def test_half_swapped_deletion_is_recovered_on_open(tmp_path):
                 self.f.file.flush()
                 os._exit(3)
 
-            delete_mod.Scratch.replace_members = die
+            scratch.Scratch.replace_members = die
             with h5py.File(path, "a") as f:
                 delete_versions(f, ["v0", "v1"])
         finally:

@@ -9,7 +9,7 @@ one call.  Everything else goes through a
 dtypes, basic indices and edit histories:
 
 - the compiled kernel and its pure-Python reference
-  (:func:`~xarray_vhdf5._staging.kernels.read_basic_reference`) both decline
+  (:func:`~xarray_vhdf5._staging.read_basic.read_basic_reference`) both decline
   (None) or both return numpy's result;
 - ``arr[idx]`` equals ``arr._getitem_general(idx)`` and numpy's ``ref[idx]``
   (value, shape, dtype, scalar vs array);

@@ -3,7 +3,7 @@
 :class:`GetItemPlan` transfers every selected chunk into a new ``out``
 array; :class:`SetItemPlan` stages the selected chunks (copying partially
 selected ones off the full / base slabs) and writes the value into them.
-Both start from an :class:`~xarray_vhdf5._staging._map_index.IndexMapping`
+Both start from an :class:`~xarray_vhdf5._staging._normalised_index.IndexMapping`
 and never touch data.
 """
 

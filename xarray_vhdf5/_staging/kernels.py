@@ -27,9 +27,12 @@ kernel backend of :mod:`xarray_vhdf5._backend.transfer` (``set_kernel_backend``,
 :class:`Gathered`, and :func:`~xarray_vhdf5._staging.read_basic.read_basic_reference`.
 
 Units: points (array elements), never bytes.  All the inputs are produced by
-:mod:`xarray_vhdf5._staging.index_mapper` and :mod:`xarray_vhdf5._staging.plans`,
-which guarantee the documented invariants; the compiled kernels only check
-what protects their own memory accesses.
+the index mappers (:mod:`xarray_vhdf5._staging.chunk_mapper`,
+:mod:`xarray_vhdf5._staging._map_index`) and the plans
+(:mod:`xarray_vhdf5._staging.transfer_plan`, :mod:`xarray_vhdf5._staging.item_plans`,
+:mod:`xarray_vhdf5._staging.shape_plans`), which guarantee the documented
+invariants; the compiled kernels only check what protects their own memory
+accesses.
 """
 
 from __future__ import annotations
@@ -127,7 +130,7 @@ def slice_rows(
         First point, ``>= 0``.
     step : int
         Step between points, ``>= 1`` (negative steps are normalised by
-        :class:`~xarray_vhdf5._staging.index_mapper.IndexChunkMapper` first).
+        :class:`~xarray_vhdf5._staging.chunk_mapper.IndexChunkMapper` first).
     count : int
         Number of points, ``>= 0``; the last point must be ``< axis_size``.
     chunk_size, axis_size : int
@@ -327,7 +330,7 @@ def parse_basic(idx: object, shape: tuple[int, ...]) -> tuple | None:
         ``numpy.integer``, not bool) per axis (a tuple, or a single element
         for 1-d arrays) with every integer in
         bounds: the general path of
-        :func:`~xarray_vhdf5._staging.index_mapper.map_index` handles the
+        :func:`~xarray_vhdf5._staging._map_index.map_index` handles the
         rest, numpy's errors included.  Otherwise ``(starts, steps, counts,
         kinds)``, tuples of ints: points ``start + step * k``, ``0 <= k <
         count``, ``step >= 1``; kinds :data:`KIND_SLICE`,

@@ -26,7 +26,7 @@ from .timestamps import parse_timestamp
 
 __all__ = ["Checker"]
 
-#: Scratch group of interrupted deletions, rebuilds and modify_metadata runs (``_versions/delete.py``).
+#: Scratch group of interrupted deletions, rebuilds and modify_metadata runs (``_versions/scratch.py``).
 _SCRATCH = "__vhdf5_scratch__"
 #: Prefix of the group holding the new raw_data of a modify_metadata run, in ``_version_data/<name>``.
 _NEW_PREFIX = "__vhdf5_new_"

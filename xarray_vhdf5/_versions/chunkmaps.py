@@ -377,7 +377,7 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
 def address_lookup(f: h5py.File, path: str, raw: h5py.Dataset):
     """A ``rows -> (offset, size, mask)`` lookup through raw_data's address table, or None without one.
 
-    For :func:`~xarray_vhdf5._backend.manifest.resolve_manifest` of a dataset that has no
+    For :func:`~xarray_vhdf5._backend.manifest_resolve.resolve_manifest` of a dataset that has no
     stored map (fewer than :data:`MIN_CHUNKS` chunks, or committed by another library):
     its mappings are decoded, its chunks' addresses read from the table where it can be
     trusted (:func:`_addresses`), else asked of libhdf5.

@@ -175,7 +175,7 @@ class VersionedHDF5File(RefMethods):
         -------
         SharedVersionedFile
             Read-only: ``versions``, ``current_version``, ``reader[key]``
-            (:class:`~xarray_vhdf5._versions.reader.SharedVersionGroup`),
+            (:class:`~xarray_vhdf5._versions.reader_tree.SharedVersionGroup`),
             ``get_version_by_name``, ``get_version_by_timestamp``,
             ``version_info``, ``get_diff``, ``len``, ``in``, iteration;
             ``stage_version`` and deletions raise ``ReadOnlyError``. A context

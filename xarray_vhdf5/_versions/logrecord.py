@@ -64,7 +64,7 @@ RECORD_FORMAT = 2
 
 
 class Fingerprint(NamedTuple):
-    """What the log compares of a version's dataset (:class:`~xarray_vhdf5._versions.history.DatasetState`).
+    """What the log compares of a version's dataset (:class:`~xarray_vhdf5._versions.states.DatasetState`).
 
     ``attrs`` is a digest: equal digests mean equal attributes; unequal ones
     are compared value by value (``1`` equals ``1.0`` there).
@@ -154,7 +154,7 @@ def fingerprint_of(dset: h5py.Dataset, flat: np.ndarray, offsets: np.ndarray, li
 
 
 def _listed(dset: h5py.Dataset, virtual: bool = False) -> bool:
-    """Whether the log lists the dataset (as history.version_states does); ``virtual``: known to be one."""
+    """Whether the log lists the dataset (as states.version_states does); ``virtual``: known to be one."""
     from .._backend.names import is_netcdf_dimension_only
 
     return "raw_data" in dset.attrs and (virtual or dset.is_virtual) and not is_netcdf_dimension_only(dset)

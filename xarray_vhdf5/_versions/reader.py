@@ -300,7 +300,7 @@ class SharedVersionedFile:
         """The version ``key`` designates as ``xr.open_dataset(..., version=key)`` reads it.
 
         pandas-style positions (``0`` the first version) and ISO 8601 times, by
-        :func:`~xarray_vhdf5._versions.history.lookup_version`; :meth:`resolve`
+        :func:`~xarray_vhdf5._versions.lookup.lookup_version`; :meth:`resolve`
         keeps versioned-hdf5's rules (``0`` the current version). Raises as
         ``lookup_version``.
         """

@@ -44,7 +44,7 @@ class SharedVersionDataset:
     Made by :class:`SharedVersionGroup`, inside a fresh handle under the
     file's lock: the metadata (``shape``, ``dtype``, ``chunks``, ``fillvalue``,
     filters, ``maxshape``, ``attrs``) are a snapshot, and so is the chunk
-    manifest (:func:`~xarray_vhdf5._backend.manifest.resolve_manifest`). Indexing
+    manifest (:func:`~xarray_vhdf5._backend.manifest_resolve.resolve_manifest`). Indexing
     follows h5py (ints, slices with positive steps, one increasing list or
     array of ints or a boolean array, ``...``, field names of a compound dtype,
     a boolean mask of the dataset's shape; ``ds[()]`` reads everything) and

@@ -21,7 +21,7 @@ mapped slot: both libraries append above every mapped
 chunk. Without duplicates or gaps the table is versioned-hdf5's, row for row.
 
 The new tables are written to the scratch group and swapped in through
-``delete.Scratch`` with its journal (as deleting versions does): an interrupted
+``scratch.Scratch`` with its journal (as deleting versions does): an interrupted
 rebuild is finished by the next one, or by deleting versions or
 ``modify_metadata``. Nothing else changes: raw_data and the versions are only
 read.
@@ -95,7 +95,7 @@ def table_rows(h5file: h5py.Group, path: str) -> np.ndarray:
     ------
     ValueError
         A version maps rows that are not whole chunks of raw_data
-        (``delete.read_chunk_map``).
+        (``objects.read_chunk_map``).
     """
     versions = h5file[VERSION_DATA][VERSIONS]
     raw = h5file[VERSION_DATA][path]["raw_data"]

@@ -23,7 +23,7 @@ counted), so readers in other processes see it at once.
 
 A ref's name is a non-empty ``str`` without ``/`` that names no version, so
 that ``version="v1"`` never means two things; resolution
-(:func:`~xarray_vhdf5._versions.history.lookup_version`) tries version names
+(:func:`~xarray_vhdf5._versions.lookup.lookup_version`) tries version names
 first, then tags, then branches (a tag and a branch may not share a name).
 """
 

@@ -1,7 +1,7 @@
 """``vhdf5 diff FILE A B``: what changed from version A to version B, as a table.
 
 Chunks and points come from :func:`xarray_vhdf5._versions.diff.diff_versions`;
-attributes are compared with :func:`xarray_vhdf5._versions.history.changed_attrs`,
+attributes are compared with :func:`xarray_vhdf5._versions.states.changed_attrs`,
 as ``vhdf5 log`` does, so a dataset differs here exactly when the log lists it
 as changed (with ``--mappings-only``; reading the chunks, one rewritten with
 equal values counts as unchanged).
@@ -70,7 +70,7 @@ def attribute_changes(
     -------
     dict of str to list of AttrChange
         Only datasets with at least one change; attributes as
-        :func:`~xarray_vhdf5._versions.history.compared_attrs` selects them.
+        :func:`~xarray_vhdf5._versions.states.compared_attrs` selects them.
     """
     registry = VersionRegistry(f)
     root_a, root_b = _version_root(registry, a, group), _version_root(registry, b, group)

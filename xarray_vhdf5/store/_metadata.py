@@ -171,7 +171,7 @@ def version_nodes(
     ----------
     group : SharedVersionGroup
         The version's group or a subgroup of it
-        (:class:`~xarray_vhdf5._versions.SharedVersionedFile`).
+        (:class:`~xarray_vhdf5._versions.reader.SharedVersionedFile`).
     numcodecs : bool
         Pass deflate, shuffle and Fletcher-32 through as numcodecs codecs (see :mod:`._codecs`).
     verify : bool

@@ -8,7 +8,7 @@ file holds them when their filters are Zarr codecs (:mod:`._codecs`), else
 decoded. Nothing is copied: a chunk key is a byte range of the file, read with
 ``os.pread`` while other processes commit (the version's chunks never change;
 chunks moved by a delete are resolved again, as every reader of this package
-does, :class:`~xarray_vhdf5._versions.SharedVersionedFile`).
+does, :class:`~xarray_vhdf5._versions.reader.SharedVersionedFile`).
 
 Keys (Zarr v3 storage, "Chunk key encoding", default with ``/``)::
 
@@ -170,7 +170,7 @@ class VersionStore(ListingFromList, Store):
         not exist yet, or be an HDF5 file holding nothing.
     version : str, int, datetime, numpy.datetime64 or None
         Which version, as ``xr.open_dataset(path, engine="vhdf5", version=...)``
-        takes it (:func:`~xarray_vhdf5._versions.history.lookup_version`); None:
+        takes it (:func:`~xarray_vhdf5._versions.lookup.lookup_version`); None:
         the current one. Resolved to a name when the store opens; a pickled
         store (for dask workers) carries the name, so every worker reads the
         same version whatever is committed meanwhile. Writable: the base of
@@ -216,7 +216,7 @@ class VersionStore(ListingFromList, Store):
     -----
     ``xr.open_zarr(store)`` gives the Dataset ``xr.open_dataset(path,
     engine="vhdf5", version=...)`` gives (:mod:`._metadata` says how). The
-    store keeps one :class:`~xarray_vhdf5._versions.SharedVersionedFile` open;
+    store keeps one :class:`~xarray_vhdf5._versions.reader.SharedVersionedFile` open;
     it never blocks a writer of the file.
 
     A writable store keeps zarr's writes encoded, in memory up to a budget

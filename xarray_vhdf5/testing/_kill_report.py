@@ -1,6 +1,6 @@
 """What a SIGKILL did to a file: the damage classification and the counts of the kill harness.
 
-:func:`classify` compares a killed child's file (as :func:`~xarray_vhdf5.testing._crash.verify_file`
+:func:`classify` compares a killed child's file (as :func:`~xarray_vhdf5.testing._crash_verify.verify_file`
 read it) with its ledger: versions lost or altered, an interrupted version
 left partial, a returned commit missing, a next commit failing.
 :class:`KillReport` holds every kill's row and counts them per package and
@@ -55,7 +55,7 @@ INFORMATIVE_COLUMNS = ("kills", "in_op", "journal_left", "h5py_refused", "child_
 
 @dataclass
 class KillReport:
-    """Every kill of :func:`run_kills` and its classification.
+    """Every kill of :func:`~xarray_vhdf5.testing._crash.run_kills` and its classification.
 
     Attributes
     ----------
@@ -121,7 +121,7 @@ def classify(
     result: dict,
     next_expected: str | None,
 ) -> dict:
-    """Count what a kill did to the file, from :func:`verify_file`'s ``result``.
+    """Count what a kill did to the file, from :func:`~xarray_vhdf5.testing._crash_verify.verify_file`'s ``result``.
 
     Parameters
     ----------
@@ -139,7 +139,7 @@ def classify(
     expected_interrupted : str or None
         For an interrupted commit: the hash its version must have if present.
     result : dict
-        :func:`verify_file`'s.
+        :func:`~xarray_vhdf5.testing._crash_verify.verify_file`'s.
     next_expected : str or None
         The hash the next commit's version must have.
 

@@ -399,7 +399,7 @@ def kept_attrs(stored: Any, new: dict, same_dtype: bool) -> dict:
     ``'days since 2024-01-01'``; numbers may come back as another numpy
     scalar type), which would make ``vhdf5 log`` and ``diff`` report the
     variable changed. An attribute keeps its stored value (and type) when
-    the new one is equal (:func:`~xarray_vhdf5._versions.history.same_attr_value`),
+    the new one is equal (:func:`~xarray_vhdf5._versions.states.same_attr_value`),
     or both are CF time units that decode the same numbers to the same times
     (xarray's :class:`~xarray.coders.CFDatetimeCoder`); attributes tied to the
     stored numbers (``_FillValue``, ``scale_factor``...) only when the stored

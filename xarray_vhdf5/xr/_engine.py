@@ -93,7 +93,7 @@ class VHDF5BackendEntrypoint(BackendEntrypoint):
             The versioned HDF5 file.
         version : str, int, datetime, numpy.datetime64 or None
             Which version, as pandas indexes a log of versions (rules in
-            :func:`~xarray_vhdf5._versions.history.lookup_version`):
+            :func:`~xarray_vhdf5._versions.lookup.lookup_version`):
 
             - None: the current version;
             - a name (``"v3"``); a string that names no version but is an ISO

@@ -135,9 +135,9 @@ def close_read_handles(path: str | os.PathLike) -> None:
 def open_version_group(f: h5py.File, version: VersionKey, group: str | None, as_of=None) -> tuple[str, h5py.Group]:
     """Resolve ``version`` and return ``(version name, the HDF5 group to read)``.
 
-    ``version`` as :func:`~xarray_vhdf5._versions.history.lookup_version` takes it;
+    ``version`` as :func:`~xarray_vhdf5._versions.lookup.lookup_version` takes it;
     with ``as_of``, the version its line (a branch) had then
-    (:func:`~xarray_vhdf5._versions.history.lookup_as_of`).
+    (:func:`~xarray_vhdf5._versions.lookup.lookup_as_of`).
 
     Raises
     ------

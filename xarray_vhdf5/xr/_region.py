@@ -27,7 +27,7 @@ current version is opened and staged, the Dataset's values are assigned into
 the staged variables (:func:`apply_write`) and the staged Dataset committed, so
 only the chunks the written points touch are hashed and written (a partly
 covered chunk is read first), and the values go through the staged arrays'
-casting checks (:meth:`~xarray_vhdf5.xr._staged_array.CFCodec.encode`:
+casting checks (:meth:`~xarray_vhdf5.xr._cfcodec.CFCodec.encode`:
 :class:`~xarray_vhdf5.errors.ValueCastError` and its children, nothing is
 truncated or wrapped).
 
