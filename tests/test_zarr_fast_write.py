@@ -277,3 +277,39 @@ def test_export_zarr_reads_back_as_the_version(tmp_path, fmt, setitem_calls):
     want = xr.open_dataset(path, engine="vhdf5", version="v1")
     xr.testing.assert_identical(got.load(), want.load())
     assert got.sst.encoding["chunks"] == (10, 7, 11)
+
+
+@pytest.mark.parametrize("budget", ["4kB", "6kB", "8kB"])
+def test_before_reuse_comes_before_any_handed_out_view_changes(budget):
+    """The contract the threads' late copies rely on: views stay as handed out until ``before_reuse``."""
+    from xarray_vhdf5.resplit import iter_resplit
+
+    a = _values("f4", 0)
+    plan = plan_resplit(a.shape, IN_CHUNKS, OUT_CHUNKS, 4, budget)
+    held: list[tuple[np.ndarray, np.ndarray]] = []
+    calls = []
+
+    def before_reuse():
+        calls.append(len(held))
+        for view, snapshot in held:
+            np.testing.assert_array_equal(view, snapshot)
+        held.clear()
+
+    for w in iter_resplit(plan, _reader(a, IN_CHUNKS), a.dtype, pieces=True, before_reuse=before_reuse):
+        np.testing.assert_array_equal(w.data, a[w.region])
+        held.append((w.data, w.data.copy()))
+    before_reuse()
+    assert len(calls) >= plan.n_buffers + 1
+
+
+@pytest.mark.parametrize("budget", ["4kB", "6kB", "8kB"])
+@pytest.mark.parametrize("threads", [2, 4])
+def test_threads_copying_after_the_handout_store_what_zarr_stores(budget, threads, setitem_calls):
+    """Several buffers, kept chunks assembled in the reused array, pieces: the store is zarr's."""
+    a = _values("f4", 0)
+    ours, theirs = _make(MemoryStore(), 3, "f4", "zstd", 0), _make(MemoryStore(), 3, "f4", "zstd", 0)
+    plan, counters = _resplit(ours, a, budget=budget, threads=threads)
+    assert plan.n_buffers > 1 and counters.chunk_writes > 0
+    assert len(setitem_calls) == counters.piece_writes
+    theirs[...] = a
+    assert _store_bytes(ours) == _store_bytes(theirs)

@@ -29,6 +29,7 @@ import math
 import mmap
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -170,6 +171,7 @@ def iter_resplit(
     counters: ResplitCounters | None = None,
     progress: bool = False,
     desc: str | None = None,
+    before_reuse: Callable[[], None] | None = None,
 ) -> Iterator[OutputWrite]:
     """Run ``plan``, reading input chunks with ``read_chunk``; yield the output writes.
 
@@ -194,12 +196,17 @@ def iter_resplit(
         A tqdm progress bar over the buffers.
     desc : str, optional
         Its label.
+    before_reuse : callable, optional
+        Called with no argument right before the buffer or the assembly array
+        that earlier writes' ``data`` view is overwritten: a consumer that copies
+        ``data`` later (in other threads) waits there for its copies.
 
     Yields
     ------
     OutputWrite
-        Use (or copy) ``data`` before asking for the next write: it is a view of
-        the reused buffer or assembly array.
+        Use (or copy) ``data`` before asking for the next write (or, with
+        ``before_reuse``, before returning from it): it is a view of the reused
+        buffer or assembly array.
 
     Raises
     ------
@@ -234,6 +241,8 @@ def iter_resplit(
 
     def assembly(shape: tuple[int, ...]) -> np.ndarray:
         nonlocal scratch, held
+        if before_reuse is not None:
+            before_reuse()
         if scratch is None:
             scratch = np.empty(math.prod(out_shape), dtype=dtype)
             held += scratch.nbytes
@@ -251,6 +260,8 @@ def iter_resplit(
             region = _slices(bg, bidx)
             origin = tuple(s.start for s in region)
             bshape = tuple(s.stop - s.start for s in region)
+            if before_reuse is not None:
+                before_reuse()
             if store is None:  # the buffer is one input chunk: the array read
                 buffer = np.asarray(read_chunk(bidx))
                 if buffer.shape != bshape:
@@ -375,11 +386,23 @@ def resplit_into(
     ResplitCounters
     """
     counters = ResplitCounters()
-    events = iter_resplit(plan, read_chunk, target.dtype, pieces=True, counters=counters, progress=progress, desc=desc)
     zarr_writer = _zarr_writer(plan, target)
     if zarr_writer is not None:
-        _store_into(events, zarr_writer, target, _writer_threads(plan, target, threads))
+        workers = _writer_threads(plan, target, threads)
+        copies = _PendingCopies()
+        events = iter_resplit(
+            plan,
+            read_chunk,
+            target.dtype,
+            pieces=True,
+            counters=counters,
+            progress=progress,
+            desc=desc,
+            before_reuse=copies.wait if workers > 1 else None,
+        )
+        _store_into(events, zarr_writer, target, workers, copies)
         return counters
+    events = iter_resplit(plan, read_chunk, target.dtype, pieces=True, counters=counters, progress=progress, desc=desc)
     direct = _direct_target(plan, target)
     if direct is not None and threads != 1:
         workers = threads or _spare_threads(plan)
@@ -441,13 +464,35 @@ def _zarr_writer(plan: ResplitPlan, target) -> ZarrChunkWriter | None:
     return ZarrChunkWriter.of(target, chunks)
 
 
-def _store_into(events: Iterator[OutputWrite], writer: ZarrChunkWriter, target, workers: int) -> None:
-    """Whole output chunks encoded and stored by ``writer`` in ``workers`` threads; pieces assigned, in order.
+class _PendingCopies:
+    """Threads' copies of handed-out views not made yet; :meth:`wait` until they are."""
 
-    Each whole chunk is copied (padded at the array's edges) before the next
-    event overwrites the buffer; at most ``2 * workers`` are in flight. Pieces of
-    a spilled chunk are zarr's read-modify-writes, made here one after the other;
-    no whole-chunk write touches their chunks.
+    def __init__(self) -> None:
+        self.events: list[threading.Event] = []
+
+    def add(self) -> threading.Event:
+        event = threading.Event()
+        self.events.append(event)
+        return event
+
+    def wait(self) -> None:
+        for event in self.events:
+            event.wait()
+        self.events.clear()
+
+
+def _store_into(
+    events: Iterator[OutputWrite], writer: ZarrChunkWriter, target, workers: int, copies: _PendingCopies
+) -> None:
+    """Whole output chunks copied, encoded and stored by ``writer`` in ``workers`` threads; pieces assigned.
+
+    A thread copies its chunk (padded at the array's edges) out of the
+    executor's buffer, then encodes and stores it; the executor waits for the
+    copies before it overwrites the buffer (``before_reuse``, given
+    ``copies.wait``), so the thread handing out chunks does no copying. At most
+    ``2 * workers`` chunks are in flight. Pieces of a spilled chunk are zarr's
+    read-modify-writes, made here one after the other; no whole-chunk write
+    touches their chunks.
     """
     from collections import deque
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -459,6 +504,15 @@ def _store_into(events: Iterator[OutputWrite], writer: ZarrChunkWriter, target, 
             else:
                 target[w.region] = w.data
         return
+
+    def copy_and_store(chunk: tuple[int, ...], view: np.ndarray, copied: threading.Event) -> None:
+        try:
+            data = writer.prepare(view)
+        finally:
+            copied.set()
+        del view
+        writer.write(chunk, data)
+
     inflight: deque[Future] = deque()
     with ThreadPoolExecutor(workers, thread_name_prefix="vhdf5-zarr") as pool:
         for w in events:
@@ -467,7 +521,8 @@ def _store_into(events: Iterator[OutputWrite], writer: ZarrChunkWriter, target, 
                 continue
             while len(inflight) >= 2 * workers:
                 inflight.popleft().result()
-            inflight.append(pool.submit(writer.write, w.chunk, writer.prepare(w.data)))
+            inflight.append(pool.submit(copy_and_store, w.chunk, w.data, copies.add()))
+            del w
         while inflight:
             inflight.popleft().result()
 
