@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import ClosedFileError, IncompatibleDataError, UnsupportedError
 from . import transfer
 from ._kernels import slicetools as _slicetools
+from .chunks import chunk_grid_shape
 from .h5attrs import read_attr
 
 __all__ = ["build_slab_indices_and_offsets", "build_slab_indices_and_offsets_reference", "version_dataset_layout"]
@@ -213,7 +214,7 @@ def _reference(
     dset: h5py.Dataset, shape: tuple[int, ...], chunks: tuple[int, ...], name: str
 ) -> tuple[np.ndarray, np.ndarray]:
     ndim = len(shape)
-    grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
+    grid = chunk_grid_shape(shape, chunks)
     slab_indices = np.zeros(grid, dtype=np.intp)
     slab_offsets = np.zeros(grid, dtype=np.uint64)
     what = f"{dset.name!r} cannot be expressed as raw_data slab offsets: "

@@ -24,6 +24,7 @@ from h5py import h5d
 
 from ..errors import CorruptFileError
 from .chunkmap import build_slab_indices_and_offsets, version_dataset_layout
+from .chunks import chunk_grid_shape
 from .decoders import DECODED_FILTERS
 from .hashtable import hash_table_path
 from .manifest import ChunkManifest
@@ -81,7 +82,7 @@ def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False, addresses=None)
         path = os.path.abspath(vds.file.filename)
         raise CorruptFileError(f"{path}: dataset {vds.name} names raw_data {raw_path}, which is missing", path=path)
     shape, dtype = vds.shape, vds.dtype
-    grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
+    grid = chunk_grid_shape(shape, chunks)
     reasons = []
     # h5py keeps the virtual dataset's creation property list (a new copy holds every mapping)
     vds_dcpl = getattr(vds, "_dcpl", None) or vds.id.get_create_plist()

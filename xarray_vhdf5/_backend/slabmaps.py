@@ -28,6 +28,7 @@ import h5py
 import numpy as np
 from h5py import h5d, h5i, h5o
 
+from .chunks import chunk_grid_shape
 from .h5attrs import read_attr
 from .h5objects import object_address, object_address_by_name
 from .hashtable import hash_table_id, table_state
@@ -88,7 +89,7 @@ def slab_arrays(
     slab_offsets : numpy.ndarray of uint64, same shape
         The first row in raw_data, in points along axis 0.
     """
-    grid = tuple(-(-int(n) // int(c)) for n, c in zip(shape, chunks))
+    grid = chunk_grid_shape([int(n) for n in shape], [int(c) for c in chunks])
     slab_indices = np.zeros(grid, dtype=np.intp)
     slab_offsets = np.zeros(grid, dtype=np.uint64)
     rows = list(chunk_rows)

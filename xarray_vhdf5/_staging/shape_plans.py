@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._backend.chunks import chunk_grid_shape
 from ._plan_base import (
     MutatingPlan,
     UpdatingPlan,
@@ -131,7 +132,7 @@ class ResizePlan(MutatingPlan):
         self.old_shape = old_shape
         self.new_shape = new_shape
         ndim = len(new_shape)
-        new_grid = tuple(-(-n // c) for n, c in zip(new_shape, chunk_size))
+        new_grid = chunk_grid_shape(new_shape, chunk_size)
         si = np.zeros(new_grid, dtype=np.intp)
         so = np.zeros(new_grid, dtype=np.uint64)
         overlap = tuple(slice(0, min(a, b)) for a, b in zip(slab_indices.shape, new_grid))

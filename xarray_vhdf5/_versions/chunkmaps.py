@@ -59,6 +59,7 @@ import h5py
 import numpy as np
 from h5py import h5d, h5p, h5s, h5t
 
+from .._backend.chunks import chunk_grid_shape
 from .._backend.h5attrs import read_attr, read_attrs_of, write_attr
 from .._backend.h5objects import object_address, object_address_by_name
 from .._backend.hashtable import hash_table_path
@@ -365,8 +366,10 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
     chunks = tuple(int(c) for c in np.atleast_1d(chunks))
     shape = tuple(int(n) for n in read_attr(stored.id, "shape", expect="int"))
     numbers = stored[()]
-    grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
-    if numbers.shape != grid or len(chunks) != raw.ndim or numbers.dtype.kind != "i":
+    if len(shape) != len(chunks) or len(chunks) != raw.ndim:
+        return None
+    grid = chunk_grid_shape(shape, chunks)
+    if numbers.shape != grid or numbers.dtype.kind != "i":
         return None
     if numbers.size and int(numbers.max()) * chunks[0] >= raw.shape[0]:  # not raw_data's chunks
         return None

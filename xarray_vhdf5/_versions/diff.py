@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 
 from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
-from .._backend.chunks import chunk_slices
+from .._backend.chunks import chunk_grid_shape, chunk_slices
 from .registry import VersionKey, VersionRegistry
 
 __all__ = [
@@ -172,7 +172,7 @@ def compare_datasets(
         if b is None:
             raise ValueError(f"{path!r}: nothing to compare")
         chunks = _chunks_of(b)
-        grid = tuple(-(-n // c) for n, c in zip(b.shape, chunks))
+        grid = chunk_grid_shape(b.shape, chunks)
         return DatasetDiff(
             path,
             "added",
@@ -185,7 +185,7 @@ def compare_datasets(
         )
     if b is None:
         chunks = _chunks_of(a)
-        grid = tuple(-(-n // c) for n, c in zip(a.shape, chunks))
+        grid = chunk_grid_shape(a.shape, chunks)
         return DatasetDiff(
             path,
             "removed",
@@ -199,7 +199,7 @@ def compare_datasets(
         )
     if a.ndim != b.ndim:
         chunks = _chunks_of(b)
-        grid = tuple(-(-n // c) for n, c in zip(b.shape, chunks))
+        grid = chunk_grid_shape(b.shape, chunks)
         return DatasetDiff(
             path,
             "replaced",
@@ -212,7 +212,7 @@ def compare_datasets(
             chunks_changed=math.prod(grid),
         )
     chunks = _chunks_of(b)
-    grid_b = tuple(-(-n // c) for n, c in zip(b.shape, chunks))
+    grid_b = chunk_grid_shape(b.shape, chunks)
     common = tuple(min(x, y) for x, y in zip(a.shape, b.shape))
     removed = math.prod(a.shape) - math.prod(common)
     same = np.zeros(grid_b, dtype=bool)

@@ -47,6 +47,7 @@ import h5py
 import numpy as np
 from h5py import h5d
 
+from .._backend.chunks import chunk_grid_shape
 from .._backend.h5attrs import read_attr, write_attr
 from .._backend.h5objects import object_address_by_name
 from .._backend.hashtable import BOOKKEEPING_FILTER
@@ -190,7 +191,7 @@ def _mapping(shape: tuple[int, ...], chunks: tuple[int, ...], chunk_rows) -> tup
     n = len(chunk_rows)
     if not n:
         return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-    grid = tuple(-(-int(m) // c) for m, c in zip(shape, chunks))
+    grid = chunk_grid_shape([int(m) for m in shape], chunks)
     index = np.fromiter(
         itertools.chain.from_iterable(r[0] for r in chunk_rows), dtype=np.intp, count=n * len(grid)
     ).reshape(n, len(grid))

@@ -75,6 +75,7 @@ import h5py
 import numpy as np
 
 from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
+from .._backend.chunks import chunk_grid_shape
 from .._staging import StagedChangesArray
 from ..errors import ConflictError
 
@@ -372,10 +373,6 @@ class PointMerge:
     both_chunks: int = 0
 
 
-def _grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(-(-n // c) for n, c in zip(shape, chunks))
-
-
 def _locations(
     arr: StagedChangesArray | None, grid_u: tuple[int, ...], shares_rows: bool, fill_bytes: bytes | None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -390,7 +387,7 @@ def _locations(
     offset = np.zeros(grid_u, dtype=np.uint64)
     if arr is None:
         return kind, offset
-    own = _grid(tuple(arr.shape), tuple(arr.chunk_size))
+    own = chunk_grid_shape(tuple(arr.shape), tuple(arr.chunk_size))
     region = tuple(slice(0, g) for g in own)
     si = np.asarray(arr.slab_indices)
     k = np.full(own, _MEMORY, dtype=np.int8)
@@ -550,7 +547,7 @@ def merge_points(
     s_o = tuple(ours.shape) if ours is not None else None
     shapes = [s for s in (s_b, s_t, s_o) if s is not None]
     union = tuple(max(n) for n in zip(*shapes))
-    grid_u = _grid(union, chunks)
+    grid_u = chunk_grid_shape(union, chunks)
     fill_bytes = np.asarray(ref.fill_value, dtype).tobytes() if dtype.kind != "O" else None
 
     loc_b = _locations(base, grid_u, True, fill_bytes)
@@ -670,7 +667,7 @@ def _locations_of_ours(ours, grid_u, chunks, shares_rows, fill_bytes) -> tuple:
     if ours is None or isinstance(ours, StagedChangesArray):
         return _locations(ours, grid_u, shares_rows, fill_bytes)
     kind = np.full(grid_u, _ABSENT, dtype=np.int8)
-    kind[tuple(slice(0, g) for g in _grid(tuple(ours.shape), chunks))] = _MEMORY
+    kind[tuple(slice(0, g) for g in chunk_grid_shape(tuple(ours.shape), chunks))] = _MEMORY
     return kind, np.zeros(grid_u, dtype=np.uint64)
 
 

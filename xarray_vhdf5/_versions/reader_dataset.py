@@ -18,6 +18,7 @@ import numpy as np
 from h5py._hl import selections as _selections
 
 from .._backend.chunkmap import version_dataset_layout
+from .._backend.chunks import chunk_grid_shape
 from .._backend.hashing import is_vlen_string_dtype
 from .._backend.layout import version_path
 from .._backend.manifest_resolve import resolve_manifest
@@ -255,7 +256,7 @@ class SharedVersionDataset:
             See the class.
         """
         self._reader._check_open()
-        grid = tuple(-(-n // c) for n, c in zip(self.shape, self.chunks))
+        grid = chunk_grid_shape(self.shape, self.chunks)
         index = tuple(int(i) for i in index)
         if len(index) != len(grid) or not all(0 <= i < g for i, g in zip(index, grid)):
             raise IndexError(f"chunk {index} is outside the chunk grid {grid} of {self.name}")

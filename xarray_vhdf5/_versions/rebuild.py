@@ -110,7 +110,8 @@ def table_rows(h5file: h5py.Group, path: str) -> np.ndarray:
         flat, starts = read_chunk_map(vds, chunks, raw.name)
         shape = vds.shape
         # Edge-trimmed extent of chunk i on each trailing axis.
-        extents = [[min(c, n - i * c) for i in range(-(-n // c))] for c, n in zip(chunks[1:], shape[1:])]
+        grid = chunk_grid_shape(shape, chunks)
+        extents = [[min(c, n - i * c) for i in range(g)] for c, n, g in zip(chunks[1:], shape[1:], grid[1:])]
         for index, start, stop in chunk_rows(shape, chunks, flat, starts):
             mapped.append((start, stop, tuple(e[i] for e, i in zip(extents, index[1:]))))
     hashed = _hash_mapped(raw, set(mapped))

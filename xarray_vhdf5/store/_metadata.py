@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from .._backend.chunks import chunk_grid_shape
 from .._backend.names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
 from ..errors import UnsupportedError
 from ._codecs import zarr_v3_codecs
@@ -95,7 +96,7 @@ class ArrayNode:
     @property
     def grid(self) -> tuple[int, ...]:
         """Chunks per axis."""
-        return tuple(-(-n // c) for n, c in zip(self.shape, self.chunks))
+        return chunk_grid_shape(self.shape, self.chunks)
 
 
 @dataclasses.dataclass
@@ -236,7 +237,7 @@ def _array_node(
     zarr_chunks = chunks
     if coalesce_bytes and codecs is None and not scalar and shape and dtype.kind != "O":
         per_chunk = int(np.prod(chunks)) * dtype.itemsize
-        k = max(1, min(-(-shape[0] // chunks[0]), coalesce_bytes // max(per_chunk, 1)))
+        k = max(1, min(chunk_grid_shape(shape, chunks)[0], coalesce_bytes // max(per_chunk, 1)))
         zarr_chunks = (chunks[0] * k, *chunks[1:])
     return ArrayNode(
         key=key,

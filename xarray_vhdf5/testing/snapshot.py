@@ -19,6 +19,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from .._backend.chunks import chunk_grid_shape
 from .._backend.layout import BOOKKEEPING, DATASET_ATTRS, FIRST_VERSION, VERSION_ATTRS, VERSION_DATA, VERSIONS
 from .._versions.objects import dataset_paths, read_chunk_map
 
@@ -201,7 +202,7 @@ def play(
 
 
 def _region_is_fill(points: np.ndarray, chunk: int, chunks: tuple[int, ...], fillvalue: Any) -> bool:
-    grid = tuple(-(-n // c) for n, c in zip(points.shape, chunks))
+    grid = chunk_grid_shape(points.shape, chunks)
     index = np.unravel_index(chunk, grid)
     region = points[tuple(slice(i * c, (i + 1) * c) for i, c in zip(index, chunks))]
     fill = np.full(region.shape, fillvalue, dtype=region.dtype)

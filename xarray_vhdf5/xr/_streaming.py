@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._backend.chunks import chunk_slices
+from .._backend.chunks import chunk_grid_shape, chunk_slices
 from .._backend.hashing import chunk_hash
 from .._backend.raw_data import is_fill_chunk
 
@@ -172,6 +172,7 @@ def _estimate(options, modes, shape, chunks, itemsize) -> tuple[int, int, int]:
     widths = [max((b - a for a, b in itertools.pairwise(e)), default=0) for e in chosen]
     spans = [_span(e, options[k]["keep"]) for k, e in enumerate(chosen)]
     chunk_bytes = math.prod(chunks) * itemsize
+    grid = chunk_grid_shape(shape, chunks)
     kept = 0
     for k, mode in enumerate(modes):
         if mode != "keep" or set(options[k]["keep"]) <= set(options[k]["aligned"]):
@@ -181,7 +182,7 @@ def _estimate(options, modes, shape, chunks, itemsize) -> tuple[int, int, int]:
             if j < k:
                 n *= math.ceil(widths[j] / chunks[j]) + 1
             elif j > k:
-                n *= math.ceil(shape[j] / chunks[j])
+                n *= grid[j]
         kept += n * chunk_bytes
     return math.prod(spans) * itemsize, math.prod(widths) * itemsize, kept
 
