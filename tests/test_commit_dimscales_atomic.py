@@ -10,9 +10,10 @@ version as it was, both through the engine and through netCDF's view.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
+import inspect
 import signal
+import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -128,19 +129,27 @@ def test_a_failed_attachment_in_a_written_commit_commits_nothing(tmp_path, monke
     _assert_unchanged(path, before)
 
 
-def _killed_commit(path: str) -> None:
-    """Child process: a staged append whose commit is killed inside the scales' attachment."""
+#: Child process (a script: a spawned child could not import this test module from an
+#: installed package's test run): a staged append whose commit is killed inside the scales'
+#: attachment, after what it wrote was flushed (the worst case a kill can leave).
+_KILLED_COMMIT = """
+import os, signal, sys
+import numpy as np, pandas as pd, xarray as xr
+import xarray_vhdf5
+from xarray_vhdf5.xr import _dimscales, _stage
 
-    def kill(group: h5py.Group) -> int:
-        _dimscales.attach_dimension_scales(group)  # written, not yet marked committed
-        group.file.flush()  # on disk: what a kill leaves then is the worst case
-        os.kill(os.getpid(), signal.SIGKILL)
-        raise AssertionError("not reached")
+{day}
 
-    _stage.attach_dimension_scales = kill
-    with xr.open_dataset(path, engine="vhdf5") as ds:
-        staged = ds.vhdf5.stage().vhdf5.append(_day(2), dim="time")
-        staged.vhdf5.commit("d2")
+def kill(group):
+    _dimscales.attach_dimension_scales(group)  # written, not yet marked committed
+    group.file.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+_stage.attach_dimension_scales = kill
+with xr.open_dataset(sys.argv[1], engine="vhdf5") as ds:
+    staged = ds.vhdf5.stage().vhdf5.append(_day(2), dim="time")
+    staged.vhdf5.commit("d2")
+"""
 
 
 def test_a_kill_inside_the_attachment_leaves_no_version(tmp_path):
@@ -148,10 +157,9 @@ def test_a_kill_inside_the_attachment_leaves_no_version(tmp_path):
     _day(0).vhdf5.commit("d0", path=path)
     _day(1).vhdf5.commit("d1", path=path, append_dim="time")
     before = _snapshot(path)
-    child = multiprocessing.get_context("spawn").Process(target=_killed_commit, args=(str(path),))
-    child.start()
-    child.join(120)
-    assert child.exitcode == -signal.SIGKILL
+    code = _KILLED_COMMIT.format(day=inspect.getsource(_day))
+    child = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
     with xr.open_dataset(path, engine="vhdf5") as ds:  # through the engine: the journal is rolled back
         assert ds.encoding["vhdf5_version"] == "d1"
     _assert_unchanged(path, before)
