@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 import xarray_vhdf5
 from xarray_vhdf5 import ReadOnlyError, UnsupportedError, VersionNotFoundError
 from xarray_vhdf5._versions import delete_version, delete_versions, scratch
+from xarray_vhdf5.testing.strategies import chunked_shapes, edit_sequences
 
 LIBS = {"ours": xarray_vhdf5, "ref": versioned_hdf5}
 STR = h5py.string_dtype()
@@ -524,20 +525,29 @@ def test_crash_leaves_a_readable_file(tmp_path, crash):
 # -- random histories ------------------------------------------------------------------------
 
 
+VALUES = [-1, 0, 5, 7]  # -1 is the fill value
+
+
 @st.composite
 def histories(draw):
+    """``(shape, chunks, steps, doomed, writer)``: a branching history of one 2-d dataset ``d``.
+
+    ``steps[i]`` is ``(prev, make_current, edits)`` for version ``v{i}``; its
+    ``edits`` (:func:`~xarray_vhdf5.testing.strategies.edit_sequences`: writes of
+    1-3 points per axis, resizes to 0-14 points per axis) are valid on the shape
+    of the version it is staged from, the current one when ``prev`` is None.
+    """
     n = draw(st.integers(2, 6))
-    shape = (draw(st.integers(1, 12)), draw(st.integers(1, 9)))
-    chunks = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
-    steps = []
-    for i in range(n):
-        prev = draw(st.sampled_from([None] + [f"v{j}" for j in range(i)])) if i else None
-        ops = [
-            draw(st.tuples(st.integers(0, 11), st.integers(0, 8), st.sampled_from([-1, 0, 5, 7])))
-            for _ in range(draw(st.integers(1, 3)))
-        ]
-        resize = draw(st.none() | st.tuples(st.integers(1, 14), st.integers(1, 10)))
-        steps.append((prev, draw(st.booleans()), ops, resize))
+    shape, chunks = draw(chunked_shapes(min_ndim=2, max_ndim=2, min_side=1, max_side=12, max_points=None, max_chunk=4))
+    shapes, current, steps = {"v0": shape}, "v0", [(None, True, [])]
+    for i in range(1, n):
+        prev = draw(st.sampled_from([None] + [f"v{j}" for j in range(i)]))
+        edits = draw(edit_sequences({"d": shapes[prev or current]}, VALUES, max_edits=3, max_side=14))
+        make_current = draw(st.booleans())
+        resized = [e[2] for e in edits if e[0] == "resize"]
+        shapes[f"v{i}"] = resized[-1] if resized else shapes[prev or current]
+        current = f"v{i}" if make_current else current
+        steps.append((prev, make_current, edits))
     doomed = draw(st.sets(st.sampled_from([f"v{i}" for i in range(n)]), min_size=1))
     return shape, chunks, steps, sorted(doomed), draw(st.sampled_from(["ours", "ref"]))
 
@@ -550,21 +560,20 @@ def test_property_random_deletions(case):
     with tempfile.TemporaryDirectory() as tmp:
         path, twin = f"{tmp}/p.h5", f"{tmp}/t.h5"
         plan = []
-        for i, (prev, make_current, ops, resize) in enumerate(steps):
+        for i, (prev, make_current, edits) in enumerate(steps):
 
-            def edit(e, i=i, ops=ops, resize=resize):
+            def edit(e, i=i, edits=edits):
                 if i == 0:
                     e.create(
                         "d", (np.arange(np.prod(shape)) % 5).reshape(shape).astype("i4"), chunks=chunks, fillvalue=-1
                     )
-                    return
-                if resize:
-                    e.resize("d", resize)
-                for r, c, value in ops:
-                    if r < e.data["d"].shape[0] and c < e.data["d"].shape[1]:
-                        e.set("d", (slice(r, r + 2), slice(c, c + 3)), value)
+                for kind, name, *args in edits:
+                    if kind == "resize":
+                        e.resize(name, *args)
+                    else:
+                        e.set(name, *args)
 
-            plan.append((f"v{i}", prev, make_current or i == 0, edit))
+            plan.append((f"v{i}", prev, make_current, edit))
         model = play(writer, path, plan)
         shutil.copy(path, twin)
         run_delete("ours", path, doomed)
