@@ -70,33 +70,29 @@ def test_open_file_waiting_for_a_replaced_file_opens_the_new_one(history, tmp_pa
         np.testing.assert_array_equal(VersionedHDF5File(f)["late"]["x"][:5], -3)
 
 
-@pytest.mark.parametrize("opener", ["open_file", "h5py"])
-def test_a_handle_opened_before_a_repack_refuses_to_commit(history, opener):
-    repacked = str(history) + ".repacked"
-    repack(history, repacked)  # made first: repack waits for the handles that have the file open
-    h = open_file(history, "a") if opener == "open_file" else h5py.File(history, "a", locking=False)
+def _commit_after_replacing(h, history, replacement, match: str) -> None:
+    """Move ``replacement`` over ``history`` while ``h`` is open, then check a commit through ``h`` is refused."""
     try:
         vf = VersionedHDF5File(h)
-        os.replace(repacked, history)
-        with pytest.raises(StaleVersionError, match="(was replaced|was changed by another process) since"):
+        os.replace(replacement, history)
+        with pytest.raises(StaleVersionError, match=match):
             with vf.stage_version("lost") as g:
                 g["x"][:5] = -3
     finally:
         h.close()
     assert _versions(history) == ["v0", "v1", "v2"]
+
+
+@pytest.mark.parametrize("opener", ["open_file", "h5py"])
+def test_a_handle_opened_before_a_repack_refuses_to_commit(history, opener):
+    repacked = str(history) + ".repacked"
+    repack(history, repacked)  # made first: repack waits for the handles that have the file open
+    h = open_file(history, "a") if opener == "open_file" else h5py.File(history, "a", locking=False)
+    _commit_after_replacing(h, history, repacked, "(was replaced|was changed by another process) since")
 
 
 def test_a_mutation_through_a_replaced_handle_is_refused_even_when_the_counters_agree(history, tmp_path):
     """The write counters of the copy may equal the handle's (a byte copy); the inode may not."""
     copy = tmp_path / "copy.h5"
     shutil.copy(history, copy)
-    h = open_file(history, "a")
-    try:
-        vf = VersionedHDF5File(h)
-        os.replace(copy, history)
-        with pytest.raises(StaleVersionError, match="was replaced since this h5py file opened it"):
-            with vf.stage_version("lost") as g:
-                g["x"][:5] = -3
-    finally:
-        h.close()
-    assert _versions(history) == ["v0", "v1", "v2"]
+    _commit_after_replacing(open_file(history, "a"), history, copy, "was replaced since this h5py file opened it")
