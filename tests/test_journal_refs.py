@@ -121,14 +121,10 @@ def test_h5ocopy_copies_every_stored_chunk_byte_for_byte(tmp_path, filters):
     with h5py.File(p, "w") as f:
         d = f.create_dataset("g/raw", shape=(40, 30), chunks=(7, 8), dtype="f4", maxshape=(None, 30), **filters)
         d[:33] = np.random.default_rng(1).random((33, 30)).astype("f4") * 100
-    with open(p, "rb+") as fh, h5py.File(fh, "r") as f, h5py.File(q, "w", userblock_size=SIDE_USERBLOCK) as side:
+    with h5py.File(p, "r") as f, h5py.File(q, "w", userblock_size=SIDE_USERBLOCK) as side:
         f.copy(f["g/raw"], side.require_group("/g"), "raw")
-
-        class Handle:  # what _same_chunks needs of the JournaledFile: the file's descriptor
-            def fileno(self):
-                return fh.fileno()
-
-        extents = _same_chunks(Handle(), f["g/raw"], side["g/raw"])
+        with open(p, "rb") as fh, open(q, "rb") as sh:
+            extents = _same_chunks(fh.fileno(), f["g/raw"], sh.fileno(), side["g/raw"])
         assert len(extents) == f["g/raw"].id.get_num_chunks() == 20
     a, b = _read(p), _read(q)
     assert all(a[o : o + n] == b[s : s + n] for o, n, s in extents)
@@ -361,8 +357,8 @@ def test_references_cover_only_registered_bytes_never_journaled_before(tmp_path)
     jf.begin()
     jf.seek(100)
     jf.write(b"a" * 10)  # journaled by copy before the side file exists
-    assert jf.create_side() == side
-    with open(side, "r+b") as fh:  # the side file: the bytes of [64, 512) at offset SIDE_USERBLOCK
+    with jf.create_side() as fh:  # the side file: the bytes of [64, 512) at offset SIDE_USERBLOCK
+        assert fh.name == side
         fh.write(b"\0" * SIDE_USERBLOCK + original[64:512])
     jf.refer([(64, 448, SIDE_USERBLOCK)])
     jf.seek(0)

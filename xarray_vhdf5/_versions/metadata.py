@@ -100,7 +100,7 @@ from ._rewrite import (
     _target,
 )
 from .delete import MAP_CACHE_BYTES
-from .journal import SIDE_USERBLOCK, JournaledFile
+from .journal import SIDE_USERBLOCK
 from .locking import file_locks
 from .mutation import _JOURNALED, _no_live_writer, disk_path, mutating
 from .objects import _open, check_file_argument, chunk_rows, copy_attrs, dataset_paths, read_chunk_map, version_dataset
@@ -574,12 +574,11 @@ def _modify_in_place(
     jf = _JOURNALED[h5file.id.fileno]
     try:
         h5file.flush()  # the old chunks' bytes in the file are the ones copied (libhdf5 may cache some)
-        side_path = jf.create_side()
-        with h5py.File(side_path, "w", userblock_size=SIDE_USERBLOCK) as side:
+        with jf.create_side() as sidefile, h5py.File(sidefile, "w", userblock_size=SIDE_USERBLOCK) as side:
             h5file.copy(group["raw_data"], side.require_group(group.name), "raw_data")
-            extents = _same_chunks(jf, group["raw_data"], side[raw_name])
+            extents = _same_chunks(jf.fileno(), group["raw_data"], sidefile.fileno(), side[raw_name])
         jf.refer(extents)
-        with h5py.File(side_path, "r") as side:
+        with h5py.File(sidefile.name, "r") as side:
             side_raw = side[raw_name]
             gc.collect()  # no h5py object may keep the old raw_data open: its bytes are freed when unlinked
             del group["raw_data"]
@@ -622,10 +621,11 @@ def _modify_in_place(
     return ModifyReport(name, holders, before, after, rewriter.chunks_read)
 
 
-def _same_chunks(jf: JournaledFile, old: h5py.Dataset, copy: h5py.Dataset) -> list[tuple[int, int, int]]:
+def _same_chunks(fd: int, old: h5py.Dataset, side_fd: int, copy: h5py.Dataset) -> list[tuple[int, int, int]]:
     """The extents ``(offset in the file, size, offset in the side file)`` of ``old``'s stored chunks.
 
-    ``copy`` is ``old`` copied by ``H5Ocopy``, which copies chunks as stored: each
+    ``copy`` is ``old`` copied by ``H5Ocopy`` (which copies chunks as stored) into
+    the side file; ``fd`` and ``side_fd`` are descriptors of the two files. Each
     chunk is paired with the copy of the same position, kept only when size and
     filter mask match and its first and last bytes are the same in both files
     (a cheap check of the pairing; every byte is compared in
@@ -646,16 +646,16 @@ def _same_chunks(jf: JournaledFile, old: h5py.Dataset, copy: h5py.Dataset) -> li
 
     copy.id.chunk_iter(pair)
     copy.file.flush()
-    fd = jf.fileno()
-    with open(copy.file.filename, "rb") as side:
-        sfd = side.fileno()
-        edge = 64
-        return [
-            (at, n, sat)
-            for at, n, sat in extents
-            if os.pread(fd, min(edge, n), at) == os.pread(sfd, min(edge, n), sat)
-            and os.pread(fd, min(edge, n), at + n - min(edge, n)) == os.pread(sfd, min(edge, n), sat + n - min(edge, n))
-        ]
+
+    def same(at: int, side_at: int, n: int) -> bool:
+        return os.pread(fd, n, at) == os.pread(side_fd, n, side_at)
+
+    edge = 64
+    return [
+        (at, n, sat)
+        for at, n, sat in extents
+        if same(at, sat, min(edge, n)) and same(at + n - min(edge, n), sat + n - min(edge, n), min(edge, n))
+    ]
 
 
 def _leftovers(group: h5py.Group, sources: set[str]) -> list[str]:
