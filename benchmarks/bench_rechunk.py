@@ -17,8 +17,12 @@ series of one year; ``--time-chunk`` changes 365) within ``--max-mem`` (512 MB):
   a Zarr array (format 2, the same codec as every other method's output);
 - ``ours in-file``: ``xarray_vhdf5._versions.rechunk.rechunk`` on a copy of the
   file (the history gets the new chunks; the copy is made before timing);
-- ``ours export`` / ``vhdf5 rechunk`` CLI: when ``vhdf5 export`` exists (not yet
-  at the time of writing: see the results file);
+- ``cli_export`` / ``cli_rechunk``: the ``vhdf5 export`` and ``vhdf5 rechunk``
+  commands, whole processes (``vhdf5 rechunk`` on a copy of the file, made before
+  timing: a journaled handle, the new raw_data written into the old one's bytes);
+  ``cli_rechunk_copyjournal`` is ``vhdf5 rechunk`` with the journal's pre-images
+  copied into the journal instead of referenced in the side file (the code
+  before issue 22's references: no extent registered);
 - ``rechunker``: ``rechunker.rechunk(source, target_chunks, max_mem, target, temp)``
   with the dask executor (2 threads); source is a dask array over the version's
   h5py virtual dataset (rechunker accepts dask arrays, no Zarr copy of the
@@ -384,17 +388,29 @@ def child_ours_export(spec: dict) -> dict:
     return res
 
 
-def _cli(spec: dict, argv: list[str]) -> dict:
-    """Run ``vhdf5 ARGV`` as a subprocess; peak RSS growth = its ru_maxrss minus an import-only process's."""
+# ``vhdf5`` as before issue 22's journal references: the journal registers no side-file extent, so
+# every byte the new raw_data overwrites is read and copied into the journal (the same code otherwise).
+_COPY_JOURNAL = (
+    "from xarray_vhdf5._versions.journal import JournaledFile as J; refer = J.refer; "
+    "J.refer = lambda self, extents: refer(self, []); "
+    "from xarray_vhdf5.cli import main; main()"
+)
+
+
+def _cli(spec: dict, argv: list[str], copy_journal: bool = False) -> dict:
+    """Run ``vhdf5 ARGV`` as a subprocess; peak RSS growth = its ru_maxrss minus an import-only process's.
+
+    ``copy_journal``: with the journal's pre-images copied, not referenced (:data:`_COPY_JOURNAL`).
+    """
     import resource
 
-    vhdf5 = str(Path(sys.executable).with_name("vhdf5"))
+    vhdf5 = [sys.executable, "-c", _COPY_JOURNAL] if copy_journal else [str(Path(sys.executable).with_name("vhdf5"))]
     subprocess.run(
         [sys.executable, "-c", "import xarray_vhdf5.cli._main, xarray_vhdf5.xr._export, zarr, h5py, xarray"], check=True
     )
     base = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     t = time.perf_counter()
-    run = subprocess.run([vhdf5, *argv], capture_output=True, text=True)
+    run = subprocess.run([*vhdf5, *argv], capture_output=True, text=True)
     seconds = time.perf_counter() - t
     if run.returncode:
         raise RuntimeError(f"vhdf5 {' '.join(argv)} failed: {run.stderr[-400:]}")
@@ -425,13 +441,19 @@ def child_cli_export(spec: dict) -> dict:
     return res
 
 
-def child_cli_rechunk(spec: dict) -> dict:
+def child_cli_rechunk(spec: dict, copy_journal: bool = False) -> dict:
     """``vhdf5 rechunk COPY tas --chunks T,16,16 --max-mem M`` on a copy of the file (copied before timing)."""
     shutil.copyfile(spec["source"], spec["out"])
     chunks = ",".join(map(str, spec["chunks"]))
-    res = _cli(spec, ["rechunk", spec["out"], VAR, "--chunks", chunks, "--max-mem", str(spec["max_mem"])])
+    argv = ["rechunk", spec["out"], VAR, "--chunks", chunks, "--max-mem", str(spec["max_mem"])]
+    res = _cli(spec, argv, copy_journal=copy_journal)
     res["file_bytes"] = os.path.getsize(spec["out"])
     return res
+
+
+def child_cli_rechunk_copyjournal(spec: dict) -> dict:
+    """:func:`child_cli_rechunk` with the journal's pre-images copied (before issue 22's references)."""
+    return child_cli_rechunk(spec, copy_journal=True)
 
 
 def child_ours_infile(spec: dict) -> dict:
@@ -624,6 +646,7 @@ CHILDREN = {
     "ours_h5": child_ours_h5,
     "cli_export": child_cli_export,
     "cli_rechunk": child_cli_rechunk,
+    "cli_rechunk_copyjournal": child_cli_rechunk_copyjournal,
     "ours_zarr2_threads": child_ours_zarr2_threads,
     "ours_zarr_threads": child_ours_zarr_threads,
     "ours_zarr2": child_ours_zarr2,
@@ -805,7 +828,7 @@ def part1(args, work: Path, lines: list[str]) -> None:
         all_runs: dict[str, list[dict]] = {m: [] for m in methods}
         for rep in range(args.repeat):  # methods interleaved, so that the machine's load falls on all alike
             for method in methods:
-                h5out = method in ("ours_infile", "ours_h5", "cli_rechunk")
+                h5out = method in ("ours_infile", "ours_h5", "cli_rechunk", "cli_rechunk_copyjournal")
                 out = work / (f"out_{method}_{codec}.h5" if h5out else f"out_{method}_{codec}.zarr")
                 tmp = work / f"tmp_{method}_{codec}.zarr"
                 for p in (out, tmp):
@@ -826,7 +849,7 @@ def part1(args, work: Path, lines: list[str]) -> None:
                 if "error" not in res:
                     kind = (
                         "h5"
-                        if method in ("ours_infile", "cli_rechunk")
+                        if method in ("ours_infile", "cli_rechunk", "cli_rechunk_copyjournal")
                         else "h5plain"
                         if method == "ours_h5"
                         else "zarr"
@@ -861,6 +884,7 @@ def _part1_table(runs, verdict, shape, chunks, codec, size, max_mem) -> list[str
         "ours_h5": "ours → h5py chunked dataset (`resplit_into`; libhdf5 serializes its writer threads)",
         "cli_export": "ours `vhdf5 export --to out.zarr` (CLI; zarr's default format and codec)",
         "cli_rechunk": "ours `vhdf5 rechunk` (CLI, in-file, on a copy)",
+        "cli_rechunk_copyjournal": "ours `vhdf5 rechunk`, journal pre-images copied (before the side-file references)",
         "ours_zarr2_threads": "ours → zarr 2.18, `del w` + writes on 2 threads, ≤ 16 chunks in flight (experiment)",
         "ours_zarr_threads": "ours → zarr, `del w` + writes on 2 threads, ≤ 16 chunks in flight (experiment)",
         "ours_zarr2": "ours → zarr 2.18 (rechunker's writer), one writer",
@@ -938,7 +962,7 @@ def _part1_table(runs, verdict, shape, chunks, codec, size, max_mem) -> list[str
         ]
     if "rechunker" in runs and "temp_bytes" in runs["rechunker"]:
         out += [f"rechunker wrote {runs['rechunker']['temp_bytes'] / 1e6:.0f} MB to its temp store.", ""]
-    for method in ("ours_infile", "cli_rechunk"):
+    for method in ("ours_infile", "cli_rechunk", "cli_rechunk_copyjournal"):
         if "file_bytes" in runs.get(method, {}):
             out += [
                 f"File after `{method}`: {runs[method]['file_bytes'] / 1e9:.2f} GB (before: {size / 1e9:.2f} GB).",
@@ -1052,7 +1076,8 @@ def main(argv=None) -> None:
         "--methods",
         default="ours_zarr,ours_zarr_del,ours_zarr2,ours_h5,ours_export,ours_infile,rechunker,dask",
         help="also: ours_zarr_batched (writes gathered 64 at a time through zarr's async API), "
-        "ours_zarr_threads, ours_zarr2_threads (writes on 2 threads)",
+        "ours_zarr_threads, ours_zarr2_threads (writes on 2 threads), cli_export, cli_rechunk (the vhdf5 "
+        "command on a copy), cli_rechunk_copyjournal (the same, the journal copying its pre-images)",
     )
     ap.add_argument(
         "--repeat", type=int, default=1, help="runs of each part-1 method, interleaved; median time reported"
