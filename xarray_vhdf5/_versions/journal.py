@@ -132,6 +132,10 @@ class OsIO:
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
 
+    def preadinto(self, fd: int, buffer: memoryview, offset: int) -> int:
+        """``pread`` into ``buffer`` (no intermediate bytes: libhdf5's reads of whole chunks)."""
+        return os.preadv(fd, [buffer], offset)
+
     def pwrite(self, fd: int, data, offset: int) -> int:
         return os.pwrite(fd, data, offset)
 
@@ -197,11 +201,9 @@ class SideFile(io.RawIOBase):
         return self._pos
 
     def readinto(self, buffer) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self.io.pread(self._fd, len(view), self._pos)
-        view[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
+        n = self.io.preadinto(self._fd, memoryview(buffer).cast("B"), self._pos)
+        self._pos += n
+        return n
 
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
@@ -486,11 +488,9 @@ class JournaledFile(io.RawIOBase):
         return self._pos
 
     def readinto(self, buffer) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self.io.pread(self._fd, len(view), self._pos)
-        view[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
+        n = self.io.preadinto(self._fd, memoryview(buffer).cast("B"), self._pos)
+        self._pos += n
+        return n
 
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
