@@ -284,8 +284,11 @@ def export_zarr(
     xarray writes the store's metadata (``to_zarr(compute=False)``: CF encoding,
     dimension names, attributes) and the variables the resplit does not stream
     (coordinates held in indexes, strings, scalars); the stored numeric variables
-    are then written as raw values, chunk by chunk, into their Zarr arrays. Read
-    it back with ``xr.open_zarr(target)``.
+    are then written as raw values, chunk by chunk, into their Zarr arrays: each
+    whole chunk encoded with the array's own codecs in writer threads and put
+    into the store by key, chunks all fill value left out, as zarr itself would
+    (:func:`~xarray_vhdf5.resplit.resplit_into`). Read it back with
+    ``xr.open_zarr(target)``.
 
     Parameters
     ----------
