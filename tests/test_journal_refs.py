@@ -380,3 +380,29 @@ def test_references_cover_only_registered_bytes_never_journaled_before(tmp_path)
     jf.close()
     assert recover(p)
     assert _read(p) == original and not os.path.exists(side)
+
+
+def test_refer_refuses_what_it_cannot_prove(tmp_path):
+    p = str(tmp_path / "f.bin")
+    with open(p, "wb") as fh:
+        fh.write(bytes(1024))
+    jf = JournaledFile(p)
+    with pytest.raises(RuntimeError, match="inside it"):
+        jf.create_side()  # outside a mutation
+    jf.begin()
+    with pytest.raises(RuntimeError, match="after create_side"):
+        jf.refer([(0, 10, SIDE_USERBLOCK)])
+    with jf.create_side() as fh:
+        fh.write(bytes(2048))
+    with pytest.raises(RuntimeError, match="once per mutation"):
+        jf.create_side()
+    with pytest.raises(RuntimeError, match="overlapping"):
+        jf.refer([(0, 10, SIDE_USERBLOCK), (5, 10, SIDE_USERBLOCK + 100)])
+    with pytest.raises(RuntimeError, match="stamp"):
+        jf.refer([(0, 10, 4)])
+    assert jf.refer([(0, 10, SIDE_USERBLOCK)]) == 10
+    with pytest.raises(RuntimeError, match="registered once"):
+        jf.refer([(20, 10, SIDE_USERBLOCK + 20)])
+    jf.end()
+    assert not os.path.exists(p + SIDE_SUFFIX) and not os.path.exists(journal_path(p))
+    jf.close()

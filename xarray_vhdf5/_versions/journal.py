@@ -375,7 +375,8 @@ class JournaledFile(io.RawIOBase):
         ------
         RuntimeError
             No side file made in this mutation (:meth:`create_side`), extents
-            registered already, or extents overlapping.
+            registered already, extents overlapping, or one starting in the side
+            file's first bytes (its stamp).
         """
         side, journal = self._side, self._journal
         if side is None or journal is None or self._refs:
@@ -384,6 +385,8 @@ class JournaledFile(io.RawIOBase):
         for (_, stop, _), (start, _, _) in itertools.pairwise(refs):
             if start < stop:
                 raise RuntimeError(f"{self.path!r}: overlapping extents registered ({start} < {stop})")
+        if refs and min(at for _, _, at in refs) < _STAMP.size:
+            raise RuntimeError(f"{self.path!r}: an extent starts in the side file's stamp")
         sid = os.urandom(16)
         fd = self.io.open(side)
         try:
