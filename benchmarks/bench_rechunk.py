@@ -287,8 +287,10 @@ def child_ours_zarr(
         for w in iter_resplit(plan, timed_read, z.dtype, pieces=True, counters=c):
             z[w.region] = w.data
             del w  # the write's data may be a view of the buffer: let it go before the next one is read
-    else:
+    elif h5:
         c = resplit_into(plan, timed_read, z)
+    else:  # the array itself: its whole chunks take the encoded fast path (resplit/_zarr_target.py), untimed
+        c = resplit_into(plan, timed_read, z.arr)
     if h5:
         g.close()
     res = meter.done()

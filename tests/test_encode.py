@@ -8,7 +8,7 @@ import pytest
 import versioned_hdf5
 
 import xarray_vhdf5
-from xarray_vhdf5._backend.encode import ChunkEncoder
+from xarray_vhdf5._backend.encode import DIRECT_MIN_BYTES, ChunkEncoder
 
 FILTERS = [
     {"compression": "gzip", "compression_opts": 1},
@@ -67,3 +67,25 @@ def test_compressed_commits_through_the_encoder_read_everywhere(tmp_path):
         for vf in (xarray_vhdf5.VersionedHDF5File(f), versioned_hdf5.VersionedHDF5File(f)):
             np.testing.assert_array_equal(vf["v1"]["x"][()], data)
             np.testing.assert_array_equal(vf["v2"]["x"][()], want2)
+
+
+def test_unfiltered_large_chunks_are_written_as_stored(tmp_path):
+    """No filter and chunks of at least DIRECT_MIN_BYTES: the chunk's own bytes, padded at the edges."""
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        small = f.create_dataset("small", shape=(10, 8), chunks=(2, 8), dtype="f8")
+        assert ChunkEncoder.of(small) is None  # slabs: one H5Dwrite for many small chunks
+        rows = DIRECT_MIN_BYTES // (8 * 4)
+        big = f.create_dataset("big", shape=(3 * rows, 8), chunks=(rows, 8), dtype="<f4", fillvalue=-9.0)
+        enc = ChunkEncoder.of(big)
+        assert enc is not None and enc.filters == ()
+        whole = np.arange(rows * 8, dtype="<f4").reshape(rows, 8)
+        data = enc.encode(whole)
+        assert np.shares_memory(data, whole)  # not copied
+        assert bytes(data) == whole.tobytes()
+        edge = whole[: rows // 2, :5]
+        big.id.write_direct_chunk((0, 0), data, 0)
+        big.id.write_direct_chunk((rows, 0), enc.encode(edge), 0)
+        np.testing.assert_array_equal(big[:rows], whole)
+        got = big[rows : 2 * rows]
+        np.testing.assert_array_equal(got[: rows // 2, :5], edge)
+        assert (got[rows // 2 :] == -9.0).all() and (got[:, 5:] == -9.0).all()

@@ -22,6 +22,7 @@ holding objects: no encoder; the chunks go through libhdf5 as before.
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -35,6 +36,10 @@ __all__ = ["ChunkEncoder", "encoder_pool"]
 
 _DEFLATE, _SHUFFLE, _FLETCHER32 = h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32
 _SUPPORTED = {_DEFLATE, _SHUFFLE, _FLETCHER32}
+#: Unfiltered chunks at least this large (bytes) are written whole, as stored (``write_direct_chunk``):
+#: no slab is assembled and libhdf5 neither converts nor caches them. Smaller ones go in slabs,
+#: one ``H5Dwrite`` for many, cheaper than a call per chunk.
+DIRECT_MIN_BYTES = 64 * 1024
 _POOL: ThreadPoolExecutor | None = None
 _POOL_PID: int | None = None
 
@@ -73,7 +78,8 @@ class ChunkEncoder:
 
     @classmethod
     def of(cls, raw_data: h5py.Dataset) -> ChunkEncoder | None:
-        """The encoder of ``raw_data``'s pipeline, or None (no filter, or one not encoded here)."""
+        """The encoder of ``raw_data``'s pipeline, or None (a filter not encoded here, or no filter and
+        chunks smaller than :data:`DIRECT_MIN_BYTES`)."""
         dtype = raw_data.dtype
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or raw_data.chunks is None:
             return None
@@ -84,12 +90,12 @@ class ChunkEncoder:
             if fid not in _SUPPORTED:
                 return None
             filters.append((int(fid), tuple(int(c) for c in cd)))
-        if not filters:
+        if not filters and math.prod(raw_data.chunks) * dtype.itemsize < DIRECT_MIN_BYTES:
             return None
         return cls(tuple(filters), dtype, tuple(raw_data.chunks), raw_data.fillvalue)
 
-    def encode(self, chunk: np.ndarray) -> bytes:
-        """The stored bytes of one chunk, every filter applied.
+    def encode(self, chunk: np.ndarray) -> bytes | np.ndarray:
+        """The stored bytes of one chunk, every filter applied (none: the chunk's bytes, not copied if contiguous).
 
         Parameters
         ----------
@@ -100,8 +106,9 @@ class ChunkEncoder:
 
         Returns
         -------
-        bytes
-            What ``write_direct_chunk`` stores with filter mask 0.
+        bytes or numpy.ndarray
+            What ``write_direct_chunk`` stores with filter mask 0: bytes, or,
+            with no filter, the chunk's bytes as a 1-d ``uint8`` array.
 
         Raises
         ------
@@ -122,6 +129,8 @@ class ChunkEncoder:
             whole[tuple(slice(0, n) for n in chunk.shape)] = chunk
             chunk = whole
         data: Any = np.ascontiguousarray(chunk).view(np.uint8).reshape(-1)
+        if not self.filters:
+            return data
         for fid, cd in self.filters:
             if fid == _SHUFFLE:
                 data = numcodecs.Shuffle(cd[0] if cd else self.dtype.itemsize).encode(data)

@@ -285,7 +285,13 @@ class ChunkWriter:
         if allocated < self._next_row:
             dsid.set_extent((self._next_row, *self.chunks[1:]))  # h5py's resize() without its checks
         if self.encoder is not None and all(c.dtype == self.raw_data.dtype for _, c in self._queue):
-            encoded = list(encoder_pool().map(self.encoder.encode, [c for _, c in self._queue]))
+            chunks = [c for _, c in self._queue]
+            # with no filter, encoding is a view (or the edge's padding): not worth a thread
+            encoded = (
+                [self.encoder.encode(c) for c in chunks]
+                if not self.encoder.filters
+                else list(encoder_pool().map(self.encoder.encode, chunks))
+            )
             starts = [start for start, _ in self._queue]
             if self.best_fit and starts[0] < allocated:
                 moves, order = _fit_leftover_slots(dsid, starts, encoded, allocated)
@@ -331,7 +337,7 @@ def _write_slab(
     _write_rows(raw_data, first, slab)
 
 
-def _write_direct(dsid: h5py.h5d.DatasetID, starts: Sequence[int], encoded: Sequence[bytes]) -> None:
+def _write_direct(dsid: h5py.h5d.DatasetID, starts: Sequence[int], encoded: Sequence[bytes | np.ndarray]) -> None:
     """Store encoded chunks at their first rows with ``write_direct_chunk`` (filter mask 0)."""
     rest = (0,) * (dsid.rank - 1)
     for start, data in zip(starts, encoded, strict=True):
@@ -456,7 +462,7 @@ def bytes_appended(sizes: Sequence[int], capacities: Sequence[int], offsets: Seq
 
 
 def _fit_leftover_slots(
-    dsid: h5py.h5d.DatasetID, starts: list[int], encoded: Sequence[bytes], allocated: int
+    dsid: h5py.h5d.DatasetID, starts: list[int], encoded: Sequence[bytes | np.ndarray], allocated: int
 ) -> tuple[dict[int, int], list[int]]:
     """Place ``encoded`` over the slots at ``starts`` (:func:`place_by_size`).
 

@@ -218,6 +218,7 @@ class _Rewriter:
                 replace=(old_fill, t.given_fill) if replace else None,
                 memo=self.memo,
                 add=self.writer.add,
+                fillvalue=self.writer.fillvalue,
                 max_mem=self.max_mem,
                 counters=self.resplit.counters,
                 plans=self.resplit.plans,

@@ -28,6 +28,7 @@ chunk-sized hyperslab; cast by HDF5's conversion when the dtype changes, as
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import warnings
@@ -39,6 +40,9 @@ import h5py
 import numpy as np
 
 from .._backend.chunks import chunk_grid_shape
+from .._backend.encode import encoder_pool
+from .._backend.hashing import chunk_hash
+from .._backend.raw_data import is_fill_chunk
 from ..errors import DatasetNotFoundError, IncompatibleDataError
 from ..resplit import (
     ResplitCounters,
@@ -146,7 +150,8 @@ def resplit_version(
     fill_cast: Any,
     replace: tuple[Any, Any] | None,
     memo: dict,
-    add: Callable[[tuple[int, ...], np.ndarray], tuple[int, int] | None],
+    add: Callable[..., tuple[int, int] | None],
+    fillvalue: Any,
     max_mem: int | str | None,
     counters: ResplitCounters,
     plans: list,
@@ -172,7 +177,9 @@ def resplit_version(
     memo : dict
         Content key -> rows (or None: all fill), shared across versions.
     add : callable
-        ``add(index, chunk)`` stores a new chunk (a ``ChunkWriter.add``), returning its rows or None.
+        ``add(index, chunk[, digest])`` stores a new chunk (a ``ChunkWriter.add``), returning its rows or None.
+    fillvalue : scalar or None
+        The fill value ``add`` leaves chunks of unstored (the writer's ``fillvalue``).
     max_mem : int, str or None
         The budget of the plan (default :data:`~xarray_vhdf5.resplit.DEFAULT_MAX_MEM`, at least the plan's minimum).
     counters : ResplitCounters
@@ -207,18 +214,43 @@ def resplit_version(
     plans.append(plan)
     read_chunk = raw_rows_reader(src, shape, src_chunks, row_of, dtype, fill_cast)
     run = ResplitCounters()
-    for w in iter_resplit(plan, read_chunk, dtype, counters=run, progress=progress, desc=desc):
-        chunk = np.array(w.data, dtype=dtype)  # the writer queues it: never a view of a buffer
-        if replace is not None:
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
-                warnings.simplefilter("ignore")
-                chunk[chunk == replace[0]] = replace[1]
-        flat = int(np.ravel_multi_index(w.chunk, grid))
-        rows = memo[keys[flat]] = add(w.chunk, chunk)
+    # Each output chunk is copied out of the reused buffer and hashed in the encoding threads
+    # (numpy's copy and hashlib release the GIL), in order, while the next ones are cut; the
+    # buffer is reused only once every copy of it is made (before_reuse).
+    pool = encoder_pool()
+    pending: collections.deque = collections.deque()
+
+    def store_next() -> None:
+        index, future = pending.popleft()
+        chunk, digest = future.result()
+        flat = int(np.ravel_multi_index(index, grid))
+        # a chunk of fill values is tested again by add, which counts it and stores nothing
+        rows = memo[keys[flat]] = add(index, chunk) if digest is None else add(index, chunk, digest)
         if rows is not None:
             out[flat] = rows
+
+    def drain() -> None:
+        while pending:
+            store_next()
+
+    window = 8  # chunks in flight: a few per encoding thread
+    for w in iter_resplit(plan, read_chunk, dtype, counters=run, progress=progress, desc=desc, before_reuse=drain):
+        pending.append((w.chunk, pool.submit(_prepared, w.data, dtype, replace, fillvalue)))
+        if len(pending) > window:
+            store_next()
+    drain()
     merge_counters(counters, run)
     return out
+
+
+def _prepared(data: np.ndarray, dtype: np.dtype, replace, fillvalue) -> tuple[np.ndarray, bytes | None]:
+    """A new chunk copied out of the buffer (the writer queues it), its fill replaced; its digest, None if all fill."""
+    chunk = np.array(data, dtype=dtype)
+    if replace is not None:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            chunk[chunk == replace[0]] = replace[1]
+    return chunk, None if is_fill_chunk(chunk, fillvalue) else chunk_hash(chunk)
 
 
 def _chunks_argument(chunks, shape: tuple[int, ...], dims: tuple[str, ...] | None, current: tuple[int, ...]):
