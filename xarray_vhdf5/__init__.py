@@ -84,8 +84,6 @@ if TYPE_CHECKING:
     from .xr._engine import VHDF5BackendEntrypoint
     from .xr._export import export_netcdf, export_zarr, merge_files, split_version
 
-__version__ = "0.1.0"
-
 __all__ = [
     "AxisOutOfBoundsError",
     "ClosedFileError",
@@ -194,6 +192,10 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # the installed distribution's, from meson.build (read on first use)
+        from importlib.metadata import version
+
+        return version("xarray_vhdf5")
     return lazy_attribute(__name__, _HOMES, name)
 
 
