@@ -118,7 +118,7 @@ def test_the_check_sees_each_kind_of_dangling_name() -> None:
     assert dangling("xarray_vhdf5._versions.lookup.lookup_version") is None
     assert dangling("xarray_vhdf5.VersionedHDF5File") is None
     assert dangling("xarray_vhdf5._wrappers.chunked.InMemoryDataset.replace_array") is None
-    assert dangling("xarray_vhdf5._wrappers.group.InMemoryGroup.slab_maps") is None
+    assert dangling("xarray_vhdf5._wrappers.group.InMemoryGroup.chunk_map_cache") is None
     # No such module or attribute.
     assert "has no attribute 'no_such_name'" in str(dangling("xarray_vhdf5._versions.lookup.no_such_name"))
     assert "has no attribute 'index_mapper'" in str(dangling("xarray_vhdf5._staging.index_mapper.map_index"))

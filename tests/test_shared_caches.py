@@ -359,11 +359,11 @@ def test_member_names_list_in_h5py_order(tmp_path, track_order, n):
 def test_chunk_maps_skip_the_version_stamp_only_while_the_versions_group_is_unchanged(first, monkeypatch):
     """A version deleted and made again under the same name between two commits: its chunk map
     is not taken from the cache, whether or not the stamp is read; the data staged is the new one."""
-    import xarray_vhdf5._backend.slabmaps as slabmaps
+    import xarray_vhdf5._backend.chunkmap_cache as chunkmap_cache
 
     stamps = []
-    real = slabmaps._version_stamp
-    monkeypatch.setattr(slabmaps, "_version_stamp", lambda *a: stamps.append(1) or real(*a))
+    real = chunkmap_cache._version_stamp
+    monkeypatch.setattr(chunkmap_cache, "_version_stamp", lambda *a: stamps.append(1) or real(*a))
     f, vf = first
     with vf.stage_version("v2") as g:
         g["x"][0, 0] = -1.0

@@ -98,7 +98,7 @@ class OpenDatasets:
         self._made: dict[tuple[str, int], h5d.DatasetID] = {}
 
     def keep_made(self, made: dict[tuple[str, int], h5d.DatasetID]) -> None:
-        """Hold the virtual datasets the last commit made (``SlabMapCache.commit``), in place of the previous ones."""
+        """Hold the virtual datasets the last commit made (``ChunkMapCache.commit``), in place of the previous ones."""
         self._made = made
 
     def made(self, path: bytes, address: int) -> h5d.DatasetID | None:

@@ -156,7 +156,7 @@ class StagedChangesArray(CopyOnWriteSlabs, ArrayAttributes):
 
         For the wrappers, whose ``slab_indices`` / ``slab_offsets`` come from
         the previous version's virtual mapping into that dataset (read back,
-        or kept by the commit that wrote it: ``backend.slabmaps``). Skips the
+        or kept by the commit that wrote it: ``backend.chunkmap_cache``). Skips the
         check that every chunk lies inside the base slab, which asks h5py for
         the dataset's shape and walks the chunks: the reads of
         an h5py dataset go through libhdf5, which refuses a selection beyond

@@ -20,7 +20,7 @@ has another token, or none, and gets fresh caches.
 Every entry is still checked before use, as within one handle: hash tables
 against their ``largest_index`` and last digest, chunk maps against the
 version's timestamp and the hash table
-(:mod:`xarray_vhdf5._backend.hashtable`, :mod:`xarray_vhdf5._backend.slabmaps`),
+(:mod:`xarray_vhdf5._backend.hashtable`, :mod:`xarray_vhdf5._backend.chunkmap_cache`),
 so changes made in between by another library (versioned-hdf5 adding or
 deleting versions) are seen.
 """
@@ -36,10 +36,10 @@ import h5py
 import numpy as np
 from h5py import h5o
 
+from .._backend.chunkmap_cache import ChunkMapCache
 from .._backend.h5attrs import read_attr, write_attr
 from .._backend.hashtable import HashTableCache
 from .._backend.held import OpenDatasets
-from .._backend.slabmaps import SlabMapCache
 from . import bookkeeping
 
 __all__ = ["COMMIT_TOKEN", "SHARED_FILES", "CommitCaches", "caches_for", "forget_shared_caches"]
@@ -56,7 +56,7 @@ class _Kept:
     """What this process keeps of one file between handles (no h5py object: they would hold it open)."""
 
     hash_tables: HashTableCache = field(default_factory=HashTableCache)
-    slab_maps: SlabMapCache = field(default_factory=SlabMapCache)
+    chunk_map_cache: ChunkMapCache = field(default_factory=ChunkMapCache)
     token: int | None = None
 
 
@@ -64,8 +64,8 @@ class CommitCaches:
     """What a :class:`~xarray_vhdf5.VersionedHDF5File` keeps from one commit to the next.
 
     ``hash_tables``: loaded hash tables (:class:`~xarray_vhdf5._backend.hashtable.HashTableCache`);
-    ``slab_maps``: where the last version's chunks live
-    (:class:`~xarray_vhdf5._backend.slabmaps.SlabMapCache`). Together they keep
+    ``chunk_map_cache``: where the last version's chunks live
+    (:class:`~xarray_vhdf5._backend.chunkmap_cache.ChunkMapCache`). Together they keep
     the cost of a commit independent of the history's length; they may be
     shared with earlier handles to the same file (:func:`caches_for`).
     ``open_datasets``: this handle's open ``hash_table`` and ``raw_data``
@@ -81,8 +81,8 @@ class CommitCaches:
         return self._kept.hash_tables
 
     @property
-    def slab_maps(self) -> SlabMapCache:
-        return self._kept.slab_maps
+    def chunk_map_cache(self) -> ChunkMapCache:
+        return self._kept.chunk_map_cache
 
     @property
     def token(self) -> int | None:
@@ -92,7 +92,7 @@ class CommitCaches:
     def clear(self) -> None:
         """Forget everything (versions deleted or rewritten, or a commit failed)."""
         self.hash_tables.clear()
-        self.slab_maps.clear()
+        self.chunk_map_cache.clear()
         self.open_datasets.clear()
         self._kept.token = None
 

@@ -197,7 +197,7 @@ def record(
     shape, chunks : tuple of int
         In points.
     slab_indices, slab_offsets : numpy.ndarray
-        The version's chunk map (:func:`~xarray_vhdf5._backend.slabmaps.slab_arrays`):
+        The version's chunk map (:func:`~xarray_vhdf5._backend.chunkmap_cache.chunk_map_arrays`):
         1 where a chunk is stored, its first raw_data row (points).
     committed_before : int
         The hash table's ``largest_index`` before this commit: address rows

@@ -28,6 +28,7 @@ from typing import TypeGuard
 import h5py
 import numpy as np
 
+from .._backend.chunkmap_cache import chunk_map_arrays
 from .._backend.chunks import iter_chunks
 from .._backend.h5attrs import read_attr, write_attr
 from .._backend.h5objects import create_ordered_group, object_address, object_address_by_name
@@ -35,7 +36,6 @@ from .._backend.hashing import is_vlen_string_dtype
 from .._backend.hashtable import HashTable, table_extends, table_state
 from .._backend.layout import VERSION_DATA, VERSIONS
 from .._backend.raw_data import ChunkWriter, Filters, WriteStats, create_raw_data, is_fill_chunk
-from .._backend.slabmaps import slab_arrays
 from .._backend.virtual import (
     carry_virtual_dataset,
     copy_virtual_dataset,
@@ -171,7 +171,7 @@ def commit_version(
         caches.clear()
         del versions[name]
         raise
-    caches.open_datasets.keep_made(caches.slab_maps.commit(stamp))
+    caches.open_datasets.keep_made(caches.chunk_map_cache.commit(stamp))
     record_commit(f, group, name, prev_version, stamp, datasets, report.datasets, caches)  # for `vhdf5 log`
     return report
 
@@ -195,7 +195,7 @@ def _commit_dataset(
     version = posixpath.basename(version_group.name)
     if isinstance(ds, UnopenedDataset):  # never accessed: mappings and attributes copied inside libhdf5
         carry_virtual_dataset(ds.gid, ds.bname, parent, last, ds.num_attrs)  # checked: the object staged
-        caches.slab_maps.carry(ds.source_path, ds.address, parent, last)
+        caches.chunk_map_cache.carry(ds.source_path, ds.address, parent, last)
         _carry_map(f, ds.source_path, version, path, parent, last)
         return WriteStats()
     if _is_carried(ds, path):
@@ -204,7 +204,7 @@ def _commit_dataset(
             ds.attrs.write_to(copy_virtual_dataset(ds.source, parent, last, None))
         else:  # mappings and attributes copied inside libhdf5
             carry_virtual_dataset(ds.source_id, b".", parent, last)
-        caches.slab_maps.carry(ds.source_path, object_address(ds.source_id), parent, last)  # the same mappings
+        caches.chunk_map_cache.carry(ds.source_path, object_address(ds.source_id), parent, last)  # the same mappings
         _carry_map(f, ds.source_path, version, path, parent, last)
         return WriteStats()
     _drop_object_references(ds.attrs)
@@ -225,8 +225,8 @@ def _commit_dataset(
     fill = {} if writer.fillvalue is None else {"fillvalue": writer.fillvalue}
     vds = create_virtual_dataset_id(parent.id, last, writer.raw_data, shape, writer.chunks, chunk_rows, **fill)
     ds.attrs.write_to(vds)
-    arrays = slab_arrays(shape, writer.chunks, chunk_rows)
-    caches.slab_maps.stage(vds, writer.raw_data, shape, writer.chunks, arrays, writer.hash_table.state)
+    arrays = chunk_map_arrays(shape, writer.chunks, chunk_rows)
+    caches.chunk_map_cache.stage(vds, writer.raw_data, shape, writer.chunks, arrays, writer.hash_table.state)
     chunkmaps.record(
         f,
         version,

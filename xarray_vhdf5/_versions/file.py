@@ -658,7 +658,7 @@ class VersionedHDF5File(RefMethods):
             self._foreign = False  # what another library left was repaired by this commit
             self._registry.added(version_name, index_was_valid, prev_version=prev, timestamp=self.last_commit.timestamp)
             self._caches.committed(self._registry.vdata, index_rewritten=not index_was_valid)
-            self._caches.slab_maps.note_versions_state(self._registry.tracked_state)
+            self._caches.chunk_map_cache.note_versions_state(self._registry.tracked_state)
             self._commits_since_trim += 1
             if self._trim_every and self._commits_since_trim >= self._trim_every:
                 self._commits_since_trim = 0
@@ -671,7 +671,7 @@ class VersionedHDF5File(RefMethods):
             "",
             source,
             open_datasets=self._caches.open_datasets,
-            slab_maps=self._caches.slab_maps,
+            chunk_map_cache=self._caches.chunk_map_cache,
             versions_state=self._registry.tracked_state,  # just synced by _check_open
             h5file=self.f,  # its .file on demand (h5py makes a new File object per call)
         )

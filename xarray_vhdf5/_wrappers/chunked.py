@@ -30,6 +30,7 @@ import numpy as np
 from h5py import h5d, h5i
 
 from .._backend.chunkmap import build_slab_indices_and_offsets
+from .._backend.chunkmap_cache import chunk_map_arrays
 from .._backend.h5attrs import read_attr
 from .._backend.h5objects import object_address, relinked
 from .._backend.hashing import is_vlen_string_dtype
@@ -37,7 +38,6 @@ from .._backend.hashtable import table_state
 from .._backend.held import HeldDataset
 from .._backend.raw_data import Filters
 from .._backend.rows import dataset_shape
-from .._backend.slabmaps import slab_arrays
 from .._staging import StagedChangesArray
 from ..errors import IncompatibleDataError
 from .attrs import RESERVED_ATTRS, StagedAttrs
@@ -115,7 +115,7 @@ class CommittedChunks:
         state: tuple[int, bytes] | None,
     ) -> CommittedChunks:
         """From the ``(chunk index, start, stop)`` rows a commit mapped (``WriteStats.chunk_rows``)."""
-        return cls(tuple(shape), tuple(chunks), *slab_arrays(shape, chunks, chunk_rows), state)
+        return cls(tuple(shape), tuple(chunks), *chunk_map_arrays(shape, chunks, chunk_rows), state)
 
     def over(self, base: Any, fill_value: Any, dtype: np.dtype) -> StagedChangesArray:
         """The staged array of these chunks, unchanged, on ``base`` (raw_data, or an array-like of its rows).
@@ -297,7 +297,7 @@ class InMemoryDataset(ChunkedStagedDataset):
     def _build_array(self) -> StagedChangesArray:
         source = self.source_id
         root = self.parent._root if self.parent is not None else None
-        cache = getattr(root, "slab_maps", None)
+        cache = getattr(root, "chunk_map_cache", None)
         held = getattr(root, "open_datasets", None)
         table_id = held.hash_table_id(self.raw_data) if held is not None and cache is not None else None
         known = (

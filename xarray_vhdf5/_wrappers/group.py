@@ -26,13 +26,13 @@ import numpy as np
 from h5py import h5i, h5o
 
 from .._backend.chunkmap import version_dataset_layout
+from .._backend.chunkmap_cache import ChunkMapCache
 from .._backend.chunks import guess_chunks_h5py
 from .._backend.h5objects import member_names, object_info_by_name, relinked
 from .._backend.hashing import is_vlen_string_dtype
 from .._backend.held import OpenDatasets
 from .._backend.layout import RESERVED_NAMES, VERSION_ATTRS, VERSION_DATA, split_version_path
 from .._backend.raw_data import Filters
-from .._backend.slabmaps import SlabMapCache
 from ..errors import DatasetMismatchError, IncompatibleDataError, ReadOnlyError, StaleVersionError
 from .attrs import RESERVED_ATTRS, StagedAttrs
 from .chunked import InMemoryDataset
@@ -111,12 +111,12 @@ class InMemoryGroup(GroupAPI):
     open_datasets : OpenDatasets, optional
         The file handle's held ``hash_table`` and ``raw_data`` datasets
         (:class:`~xarray_vhdf5._backend.held.OpenDatasets`).
-    slab_maps : SlabMapCache, optional
+    chunk_map_cache : ChunkMapCache, optional
         Chunk maps of the handle's last commit
-        (:class:`~xarray_vhdf5._backend.slabmaps.SlabMapCache`).
+        (:class:`~xarray_vhdf5._backend.chunkmap_cache.ChunkMapCache`).
     versions_state : tuple of (int, int), optional
         The versions group's state when staging began, which
-        :meth:`SlabMapCache.get <xarray_vhdf5._backend.slabmaps.SlabMapCache.get>`
+        :meth:`ChunkMapCache.get <xarray_vhdf5._backend.chunkmap_cache.ChunkMapCache.get>`
         checks a kept chunk map against.
     h5file : h5py.File or h5py.Group, optional
         The file or group the handle was given; reads through this tree after
@@ -130,7 +130,7 @@ class InMemoryGroup(GroupAPI):
         *,
         root: InMemoryGroup | None = None,
         open_datasets: OpenDatasets | None = None,
-        slab_maps: SlabMapCache | None = None,
+        chunk_map_cache: ChunkMapCache | None = None,
         versions_state: tuple[int, int] | None = None,
         h5file: h5py.File | h5py.Group | None = None,
     ):
@@ -148,8 +148,8 @@ class InMemoryGroup(GroupAPI):
         #: Set on a version's root once committed: the version group's path in the file.
         self.committed_as: str | None = None
         #: On a version's root: chunk maps of the last commit, and the versions
-        #: group's state when staging began (``SlabMapCache.get``).
-        self.slab_maps = slab_maps
+        #: group's state when staging began (``ChunkMapCache.get``).
+        self.chunk_map_cache = chunk_map_cache
         self.versions_state = versions_state
         #: On a version's root: the h5py file or group the handle was given (``file``).
         self.h5file = h5file

@@ -666,7 +666,7 @@ def _rebase_plans(f: h5py.File, report, rebased) -> list:
 
     For ``(array, path, committed)`` in ``rebased``: an array the commit
     carried unchanged keeps its chunk map (same raw_data rows); a committed
-    one gets the map the commit wrote (:func:`~xarray_vhdf5._backend.slabmaps.slab_arrays`
+    one gets the map the commit wrote (:func:`~xarray_vhdf5._backend.chunkmap_cache.chunk_map_arrays`
     of the report's chunk rows, exactly what its virtual dataset holds), so
     the new version's mapping is not read back from the file, whose cost
     grows with the number of chunks.

@@ -1,10 +1,10 @@
-"""A cache of versions' ``slab_indices`` / ``slab_offsets``, filled by commits.
+"""A cache of versions' chunk maps (``slab_indices`` / ``slab_offsets``), filled by commits.
 
 Staging an existing dataset needs where each of its chunks lives in
 ``raw_data`` (:func:`~xarray_vhdf5._backend.chunkmap.build_slab_indices_and_offsets`).
 Reading that back from the virtual dataset costs libhdf5 time per mapping,
 every version (``docs/benchmarks.md``). A commit already knows the
-answer (the rows it mapped), so :class:`SlabMapCache` keeps it for the
+answer (the rows it mapped), so :class:`ChunkMapCache` keeps it for the
 versions it just wrote: staging the next version on top of them reads no
 mapping at all, like the format floor.
 
@@ -34,7 +34,7 @@ from .h5objects import object_address, object_address_by_name
 from .hashtable import hash_table_id, table_state
 from .held import HeldDataset
 
-__all__ = ["SlabMapCache", "slab_arrays"]
+__all__ = ["ChunkMapCache", "chunk_map_arrays"]
 
 _Key = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
 
@@ -67,7 +67,7 @@ def _version_stamp(vds: h5py.Dataset, key: _Key):
         return None
 
 
-def slab_arrays(
+def chunk_map_arrays(
     shape: Sequence[int],
     chunks: Sequence[int],
     chunk_rows: Iterable[tuple[tuple[int, ...], int, int]],
@@ -100,7 +100,7 @@ def slab_arrays(
     return slab_indices, slab_offsets
 
 
-class SlabMapCache:
+class ChunkMapCache:
     """``slab_indices`` / ``slab_offsets`` of the last committed version's datasets."""
 
     def __init__(self) -> None:
