@@ -173,15 +173,16 @@ def _record(kind: bytes, a: int, b: int, c: int, payload: bytes = b"") -> bytes:
     return head + struct.pack("<I", crc) + payload
 
 
-class SideFile(io.RawIOBase):
-    """The side file open for writing through the journal's system calls, for h5py's ``fileobj`` driver.
+class _DescriptorFile(io.RawIOBase):
+    """A binary file over a descriptor, every read a ``preadinto`` and every write a ``pwrite``.
 
-    Made by :meth:`JournaledFile.create_side`; ``name`` is its path.
+    What h5py's ``fileobj`` driver calls (``seek``, ``tell``, ``readinto``,
+    ``write``, ``truncate``), through :class:`OsIO` (a test's simulated disk).
     """
 
-    def __init__(self, osio: OsIO, fd: int, name: str):
+    def __init__(self, osio: OsIO, fd: int):
         super().__init__()
-        self.io, self._fd, self.name, self._pos = osio, fd, name, 0
+        self.io, self._fd, self._pos = osio, fd, 0
 
     def readable(self) -> bool:
         return True
@@ -205,24 +206,39 @@ class SideFile(io.RawIOBase):
         self._pos += n
         return n
 
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
+    def _write_at(self, view: memoryview, start: int) -> None:
+        """``pwrite`` all of ``view`` at ``start`` (a ``pwrite`` may write less than asked)."""
         done = 0
         while done < len(view):
-            done += self.io.pwrite(self._fd, view[done:], self._pos + done)
-        self._pos += done
-        return done
-
-    def truncate(self, size: int | None = None) -> int:
-        size = self._pos if size is None else size
-        self.io.truncate(self._fd, size)
-        return size
+            done += self.io.pwrite(self._fd, view[done:], start + done)
 
     def flush(self) -> None:
         """Nothing buffered (every write is a ``pwrite``)."""
 
     def fileno(self) -> int:
         return self._fd
+
+
+class SideFile(_DescriptorFile):
+    """The side file open for writing through the journal's system calls, for h5py's ``fileobj`` driver.
+
+    Made by :meth:`JournaledFile.create_side`; ``name`` is its path.
+    """
+
+    def __init__(self, osio: OsIO, fd: int, name: str):
+        super().__init__(osio, fd)
+        self.name = name
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self._write_at(view, self._pos)
+        self._pos += len(view)
+        return len(view)
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self._pos if size is None else size
+        self.io.truncate(self._fd, size)
+        return size
 
     def close(self) -> None:
         if not self.closed:
@@ -232,7 +248,7 @@ class SideFile(io.RawIOBase):
                 super().close()
 
 
-class JournaledFile(io.RawIOBase):
+class JournaledFile(_DescriptorFile):
     """A binary file for h5py's ``fileobj`` driver that journals what a mutation overwrites.
 
     Parameters
@@ -254,12 +270,10 @@ class JournaledFile(io.RawIOBase):
     """
 
     def __init__(self, path: str, *, durable: bool = False, io: OsIO | None = None):
-        super().__init__()
         self.path = os.fspath(path)
+        osio = io or OsIO()
+        super().__init__(osio, osio.open(self.path))
         self.durable = durable
-        self.io = io or OsIO()
-        self._fd = self.io.open(self.path)
-        self._pos = 0
         self._journal: int | None = None  # the journal's descriptor during a mutation
         self._journal_end = 0
         self._old_size = 0
@@ -468,33 +482,7 @@ class JournaledFile(io.RawIOBase):
             self.stale = raw != struct.pack("<qq", *self.seen)
         return self.stale
 
-    # -- the file object h5py drives -----------------------------------------------------
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        if whence == os.SEEK_SET:
-            self._pos = offset
-        elif whence == os.SEEK_CUR:
-            self._pos += offset
-        else:
-            self._pos = self.io.size(self._fd) + offset
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def readinto(self, buffer) -> int:
-        n = self.io.preadinto(self._fd, memoryview(buffer).cast("B"), self._pos)
-        self._pos += n
-        return n
-
+    # -- the file object h5py drives (reads and seeks: _DescriptorFile's) ---------------
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
         n, start = len(view), self._pos
@@ -507,9 +495,7 @@ class JournaledFile(io.RawIOBase):
         elif self._is_stale():
             self._pos += n
             return n  # a stale handle's write would damage what another process wrote
-        done = 0
-        while done < n:
-            done += self.io.pwrite(self._fd, view[done:], start + done)
+        self._write_at(view, start)
         self._pos += n
         return n
 
@@ -524,9 +510,6 @@ class JournaledFile(io.RawIOBase):
 
     def flush(self) -> None:
         """Nothing buffered here (every write is a ``pwrite``); syncing is :meth:`end`'s."""
-
-    def fileno(self) -> int:
-        return self._fd
 
     def close(self) -> None:
         if self.closed:
