@@ -159,6 +159,8 @@ def is_fill_chunk(chunk: np.ndarray, fillvalue: Any) -> bool:
     fill = np.asarray(fillvalue, dtype=chunk.dtype)
     itemsize = chunk.dtype.itemsize
     bits = np.dtype(f"u{itemsize}") if itemsize in (1, 2, 4, 8) else np.dtype((np.void, itemsize))
+    if chunk.size and chunk[(slice(0, 1),) * chunk.ndim].view(bits).reshape(-1)[0] != fill.view(bits):
+        return False  # the first point decides most chunks without a pass over the rest
     return bool(np.all(chunk.view(bits) == fill.view(bits)))
 
 
