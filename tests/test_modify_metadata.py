@@ -21,8 +21,7 @@ import versioned_hdf5
 
 import xarray_vhdf5
 from xarray_vhdf5 import IncompatibleDataError, ReadOnlyError
-from xarray_vhdf5._versions import delete_versions, metadata, modify_metadata
-from xarray_vhdf5._versions import scratch as delete_mod
+from xarray_vhdf5._versions import delete_versions, metadata, modify_metadata, scratch
 from xarray_vhdf5.errors import DatasetNotFoundError
 
 LIBS = {"ours": xarray_vhdf5, "ref": versioned_hdf5}
@@ -303,7 +302,7 @@ def crash_child(path, name, kwargs, stage=None, half_swap=False) -> int:
     if pid == 0:  # pragma: no cover - the child never returns
         try:
             if stage:
-                delete_mod._barrier_hook = lambda s: os._exit(3) if s == stage else None
+                scratch._barrier_hook = lambda s: os._exit(3) if s == stage else None
             if half_swap:
 
                 def die(self, parent, new, relink):
@@ -311,7 +310,7 @@ def crash_child(path, name, kwargs, stage=None, half_swap=False) -> int:
                     self.f.file.flush()
                     os._exit(3)
 
-                delete_mod.Scratch.replace_members = die
+                scratch.Scratch.replace_members = die
             with h5py.File(path, "r+") as f:
                 modify_metadata(f, name, **kwargs)
         finally:

@@ -35,6 +35,7 @@ import h5py
 import numpy as np
 import xarray as xr
 
+from .._backend.chunks import chunk_grid_shape
 from ..errors import IncompatibleDataError
 from ..resplit import (
     DEFAULT_MAX_MEM,
@@ -446,7 +447,8 @@ def split_version(
     folder.mkdir(parents=True, exist_ok=True)
     prefix = prefix or Path(path).stem
     split_dims = [d for d in raw.dims if d in blocks]
-    counts = {d: -(-raw.sizes[d] // int(blocks[d])) for d in split_dims}
+    per_dim = chunk_grid_shape(tuple(raw.sizes[d] for d in split_dims), tuple(int(blocks[d]) for d in split_dims))
+    counts = dict(zip(split_dims, per_dim, strict=True))
     width = {d: len(str(counts[d] - 1)) for d in split_dims}
 
     def file_of(block: Mapping[Hashable, int]) -> str:
