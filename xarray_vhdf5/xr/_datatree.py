@@ -262,79 +262,36 @@ def commit_staged_tree(
     VersionExistsError, IncompatibleDataError, FileBusyError
         As :func:`~xarray_vhdf5.xr._stage.commit_staged`; nothing is written.
     """
-    from .._backend.names import MESSAGE_ATTR
-    from .._versions.file import VersionedHDF5File
-    from .._versions.mutation import open_for_writing
-    from .._versions.refs import branch_tip
-    from ..errors import StaleVersionError, UnsupportedError
-    from . import _reading
-    from ._commit_checks import refuse_empty_commit
-    from ._dimscales import attach_dimension_scales
-    from ._stage import HEAD_KEY, _fill_group, _rebase, _rebase_plans, _restage, is_staged
+    from ._stage import HEAD_KEY, _rebase, _restage, commit_staged_groups, is_staged
     from ._streaming import DEFAULT_MAX_BYTES
-    from ._writer import next_version_name
 
-    if force and rebase:
-        raise ValueError("commit(force=True, rebase=True): choose one (force branches, rebase merges)")
     groups = {node.path: node.to_dataset(inherit=False) for node in tree.subtree}
     source, parent = _same_origin(groups, "dt.vhdf5.commit() without path=")
     heads = {ds.encoding.get(HEAD_KEY) for ds in groups.values()}
     if not all(is_staged(ds) for ds in groups.values()) or len(heads) != 1 or None in heads:
         raise ValueError("commit() without path= needs a DataTree from dt.vhdf5.stage(); stage the opened tree first")
-    head = heads.pop()
-    branch = groups["/"].encoding.get(BRANCH_KEY)
-    max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
-    encoded = {path: xr.conventions.encode_dataset_coordinates(ds) for path, ds in groups.items()}
-    rebased: dict[str, list] = {path: [] for path in groups}
-    _reading.close_read_handles(source)
-    with open_for_writing(source) as f:
-        vf = VersionedHDF5File(f)
-        if branch is not None:  # opened from a branch: commits on it, as a staged Dataset does
-            if rebase:
-                raise UnsupportedError(
-                    f"commit(rebase=True) merges onto the current version; this tree was staged from "
-                    f"branch {branch!r}: merge the branches instead"
-                )
-            head, make_current = parent, False
-            current = branch_tip(f, branch)
-        else:
-            current = vf.current_version
-        moved = current != head
-        if moved and not (force or rebase):
-            where = f"branch {branch!r} now points to" if branch is not None else "the current version is now"
-            raise StaleVersionError(
-                f"{source!r}: the tree was staged from version {parent!r}, but {where} {current!r}: committing "
-                f"would undo the versions since. Stage again, commit(rebase=True) to merge onto it, or "
-                f"commit(force=True) to commit on top of {parent!r} anyway (a branch)"
-            )
-        name = version if version is not None else next_version_name(vf)
-        with vf.stage_version(
-            name,
-            prev_version=parent,
-            make_current=make_current,
-            timestamp=timestamp,
-            rebase=rebase and moved,
-            branch=branch if branch is not None and not moved else None,
-            finish=attach_dimension_scales,
-        ) as root:
-            for path, ds in groups.items():
-                group = (ds.encoding.get("vhdf5_group") or "/").strip("/")
-                target = root.require_group(group) if group else root
-                variables, attrs = encoded[path]
-                _fill_group(target, group, ds, variables, attrs, f, rebased[path], progress, max_bytes)
-            if not allow_empty:
-                refuse_empty_commit(root, f, parent, name)
-            root.attrs.pop(MESSAGE_ATTR, None)
-            if message is not None:
-                root.attrs[MESSAGE_ATTR] = message
-        merged = vf.last_rebase is not None
-        plans = {} if merged else {path: _rebase_plans(f, vf.last_commit, rebased[path]) for path in groups}
-    _reading.close_read_handles(source)
-    for path, ds in groups.items():
+    name, merged, plans, make_current = commit_staged_groups(
+        list(groups.values()),
+        source=source,
+        parent=parent,
+        head=str(heads.pop()),
+        branch=groups["/"].encoding.get(BRANCH_KEY),
+        what="tree",
+        version=version,
+        message=message,
+        timestamp=timestamp,
+        force=force,
+        rebase=rebase,
+        make_current=make_current,
+        progress=progress,
+        max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else max_bytes,
+        allow_empty=allow_empty,
+    )
+    for k, (path, ds) in enumerate(groups.items()):
         if merged:  # the new version holds the other writer's changes too: stage it again
             _restage(ds, name)
             tree[path].dataset = ds
         else:
-            _rebase(ds, plans[path], name, make_current)
+            _rebase(ds, plans[k], name, make_current)
         tree[path].encoding = dict(ds.encoding)
     return name

@@ -509,40 +509,114 @@ def commit_staged(
             "commit() without path= needs a Dataset from ds.vhdf5.stage() (its encoding names the file "
             f"and the staged-from version); got source={source!r}, vhdf5_version={parent!r}"
         )
+    name, merged, plans, make_current = commit_staged_groups(
+        [staged],
+        source=source,
+        parent=parent,
+        head=head,
+        branch=staged.encoding.get(BRANCH_KEY),
+        what="Dataset",
+        version=version,
+        message=message,
+        timestamp=timestamp,
+        force=force,
+        rebase=rebase,
+        make_current=make_current,
+        progress=progress,
+        max_bytes=max_bytes,
+        allow_empty=allow_empty,
+    )
+    if merged:
+        _restage(staged, name)
+    else:
+        _rebase(staged, plans[0], name, make_current)
+    return name
+
+
+def commit_staged_groups(
+    groups: list[xr.Dataset],
+    *,
+    source: str,
+    parent: str,
+    head: str,
+    branch: str | None,
+    what: str,
+    version: str | None,
+    message: str | None,
+    timestamp,
+    force: bool,
+    rebase: bool,
+    make_current: bool,
+    progress: bool | None,
+    max_bytes: int,
+    allow_empty: bool,
+) -> tuple[str, bool, list, bool]:
+    """Commit staged groups of one file as one new version: the body of :func:`commit_staged` and of
+    :func:`~xarray_vhdf5.xr._datatree.commit_staged_tree`.
+
+    Parameters
+    ----------
+    groups : list of xarray.Dataset
+        Staged Datasets of ``source``'s version ``parent``, each naming its group
+        (``encoding["vhdf5_group"]``).
+    source, parent, head, branch : str
+        The file, the staged-from version, the current version at ``stage()``, and the
+        branch staged from (None: none).
+    what : str
+        ``"Dataset"`` or ``"tree"``, for messages.
+    version, message, timestamp, force, rebase, make_current, progress, max_bytes, allow_empty
+        As :func:`commit_staged`.
+
+    Returns
+    -------
+    (str, bool, list, bool)
+        The new version's name; whether a rebase merged other changes in (the
+        groups must then be staged again); each group's rebase plans
+        (:func:`_rebase_plans`, empty after a merge); whether the new version
+        became current.
+
+    Raises
+    ------
+    ValueError
+        ``force`` and ``rebase`` both given.
+    UnsupportedError
+        ``rebase`` for groups staged from a branch.
+    StaleVersionError, ConflictError, NothingToCommitError, VersionExistsError, IncompatibleDataError
+        As :func:`commit_staged`; nothing is written.
+    """
     if force and rebase:
         raise ValueError("commit(force=True, rebase=True): choose one (force branches, rebase merges)")
-    group = (staged.encoding.get("vhdf5_group") or "/").strip("/")
-    variables, attrs = xr.conventions.encode_dataset_coordinates(staged)
+    encoded = [xr.conventions.encode_dataset_coordinates(ds) for ds in groups]
+    rebased: list[list[tuple[StagedVariableArray, str, bool]]] = [[] for _ in groups]
     _reading.close_read_handles(source)
-    rebased: list[tuple[StagedVariableArray, str, bool]] = []
-    branch = staged.encoding.get(BRANCH_KEY)
     with open_for_writing(source) as f:
         vf = VersionedHDF5File(f)
-        if branch is not None:  # opened from a branch: commits on it (versions.refs)
+        if branch is not None:  # staged from a branch: commits on it (versions.refs)
             if rebase:
                 raise UnsupportedError(
-                    f"commit(rebase=True) merges onto the current version; this Dataset "
+                    f"commit(rebase=True) merges onto the current version; this {what} "
                     f"was staged from branch {branch!r}: merge the branches instead"
                 )
             head, make_current = parent, False
             current = branch_tip(f, branch)
-            moved = current != parent
-            if moved and not force:
-                raise StaleVersionError(
-                    f"{source!r}: staged from version {parent!r} of branch {branch!r}, but the branch now "
-                    f"points to {current!r}: committing would undo the versions since. Stage again from "
-                    f"branch {branch!r}, or commit(force=True) to commit on top of {parent!r} without "
-                    "moving the branch"
-                )
+            where = "the branch now points to"
+            options = (
+                f"Stage again from branch {branch!r}, or commit(force=True) to commit on top of {parent!r} "
+                "without moving the branch"
+            )
         else:
             current = vf.current_version
-            moved = current != head
+            where = "the current version is now"
+            options = (
+                f"Stage again from {current!r}, commit(rebase=True) to merge onto it, or commit(force=True) "
+                f"to commit on top of {parent!r} anyway (a branch)"
+            )
+        moved = current != head
         if moved and not (force or rebase):
+            of_branch = f" of branch {branch!r}" if branch is not None else ""
             raise StaleVersionError(
-                f"{source!r}: staged from version {parent!r}, but the current version is now {current!r}: "
-                f"committing would undo the versions since. Stage again from {current!r}, "
-                f"commit(rebase=True) to merge onto it, or commit(force=True) to commit on top of "
-                f"{parent!r} anyway (a branch)"
+                f"{source!r}: the {what} was staged from version {parent!r}{of_branch}, but {where} "
+                f"{current!r}: committing would undo the versions since. {options}"
             )
         name = version if version is not None else next_version_name(vf)
         with vf.stage_version(
@@ -555,21 +629,19 @@ def commit_staged(
             # the scales reference the version's own datasets: attached inside its commit
             finish=attach_dimension_scales,
         ) as root:
-            target = root.require_group(group) if group else root
-            _fill_group(target, group, staged, variables, attrs, f, rebased, progress, max_bytes)
+            for ds, (variables, attrs), into in zip(groups, encoded, rebased, strict=True):
+                group = (ds.encoding.get("vhdf5_group") or "/").strip("/")
+                target = root.require_group(group) if group else root
+                _fill_group(target, group, ds, variables, attrs, f, into, progress, max_bytes)
             if not allow_empty:
                 refuse_empty_commit(root, f, parent, name)
             root.attrs.pop(MESSAGE_ATTR, None)
             if message is not None:
                 root.attrs[MESSAGE_ATTR] = message
         merged = vf.last_rebase is not None
-        plans = None if merged else _rebase_plans(f, vf.last_commit, rebased)
+        plans = [] if merged else [_rebase_plans(f, vf.last_commit, into) for into in rebased]
     _reading.close_read_handles(source)
-    if merged:
-        _restage(staged, name)
-    else:
-        _rebase(staged, plans, name, make_current)
-    return name
+    return name, merged, plans, make_current
 
 
 def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, max_bytes) -> None:
