@@ -225,6 +225,33 @@ def test_threaded_writes_into_zarr_keep_pieces_of_a_chunk_in_order(budget):
         assert plan.piece_writes > plan.spilled_outputs > 0  # several pieces per spilled chunk
 
 
+def test_whole_chunks_stored_as_they_are_in_an_unfiltered_hdf5_dataset(tmp_path, monkeypatch):
+    """Chunks of at least DIRECT_MIN_BYTES and no filter: stored with write_direct_chunk, edge chunks padded."""
+    h5py = pytest.importorskip("h5py")
+    from xarray_vhdf5.resplit import _execute
+
+    shape, i, o = (40, 70, 70), (1, 70, 70), (40, 32, 32)  # 160 KiB output chunks, edges of 6 points
+    a = np.random.default_rng(5).random(shape).astype("f4")
+    plan = plan_resplit(shape, i, o, 4, "8MB")
+    direct = []
+    real = _execute._direct_target
+
+    def spy(plan, target):
+        found = real(plan, target)
+        direct.append(found is not None and found[1].filters == ())
+        return found
+
+    monkeypatch.setattr(_execute, "_direct_target", spy)
+    with h5py.File(tmp_path / "t.h5", "w") as f:
+        ds = f.create_dataset("x", shape=shape, chunks=o, dtype="f4", fillvalue=-1)
+        resplit_into(plan, _counting_reader(a, i)[0], ds)
+        assert direct == [True]
+        info = ds.id.get_chunk_info_by_coord((0, 64, 64))  # an edge chunk: stored whole, padded
+        assert info.size == 40 * 32 * 32 * 4
+    with h5py.File(tmp_path / "t.h5", "r") as f:
+        np.testing.assert_array_equal(f["x"][()], a)
+
+
 @pytest.mark.parametrize("budget", ["64kB", "2MB"])
 def test_encoded_writes_into_a_compressed_hdf5_dataset(tmp_path, budget):
     """Whole chunks encoded in threads and stored directly; pieces through libhdf5; edge chunks padded."""

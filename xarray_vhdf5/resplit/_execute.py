@@ -562,6 +562,9 @@ def _encode_into(events: Iterator[OutputWrite], direct: tuple[h5py.Dataset, Chun
             while len(queue) >= 2 * workers:
                 store_first()
             offset = tuple(r.start for r in w.region)
+            if not encoder.filters:  # nothing to encode: the chunk's bytes (padded at the edges), now
+                dsid.write_direct_chunk(offset, encoder.encode(w.data), 0)
+                continue
             queue.append((offset, pool.submit(encoder.encode, np.array(w.data))))
         while queue:
             store_first()
