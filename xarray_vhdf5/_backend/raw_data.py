@@ -367,6 +367,11 @@ def place_by_size(sizes: Sequence[int], capacities: Sequence[int], offsets: Sequ
         ``range(len(sizes))``; the identity when no slot holds bytes, or when
         the given order grows the file no more (:func:`bytes_appended`).
 
+    Raises
+    ------
+    ValueError
+        ``sizes``, ``capacities`` and ``offsets`` differ in length.
+
     Notes
     -----
     Written in address order over a run of adjacent slots, the chunks pack
