@@ -80,6 +80,7 @@ __all__ = [
     "file_locks",
     "holder_pid",
     "lock_timeout",
+    "path_names",
 ]
 
 #: Seconds a writer waits for the writer before it (or for readers resolving a version).
@@ -468,7 +469,7 @@ def file_locks(path: str | os.PathLike) -> FileLocks:
     real = os.path.realpath(path)
     with _REGISTRY_LOCK:
         locks = _REGISTRY.get(key)
-        if locks is not None and locks.path != real and not _same_file(locks.path, key):
+        if locks is not None and locks.path != real and not path_names(locks.path, key):
             # The inode of a deleted file, reused by this one while the old file's locks are
             # still held (a reader left open): they are not this file's. Its holders keep them.
             locks = None
@@ -483,8 +484,12 @@ def file_locks(path: str | os.PathLike) -> FileLocks:
         return locks
 
 
-def _same_file(path: str, key: tuple[int, int]) -> bool:
-    """Whether ``path`` still names the file ``(st_dev, st_ino)``."""
+def path_names(path: str, key: tuple[int, int]) -> bool:
+    """Whether ``path`` still names the file ``key``, its ``(st_dev, st_ino)`` (False if it names none).
+
+    A file replaced at its path (``vhdf5 repack``, a copy moved over it) has
+    another inode: locks or handles of the old one must not serve the new.
+    """
     try:
         st = os.stat(path)
     except OSError:

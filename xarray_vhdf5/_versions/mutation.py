@@ -40,7 +40,7 @@ from .._backend.signature import not_hdf5_error, open_h5file
 from ..errors import CorruptFileError, FileBusyError, StaleVersionError
 from . import bookkeeping, chunkmaps, generation
 from .journal import JournaledFile, OsIO, journal_path, recover
-from .locking import WRITE_TIMEOUT, file_locks, lock_timeout
+from .locking import WRITE_TIMEOUT, file_locks, lock_timeout, path_names
 
 __all__ = [
     "check_fresh",
@@ -385,13 +385,9 @@ def _flocked_file(path: str, durable: bool, deadline: float, timeout: float, io=
 
 
 def _same_file(fd: int, path: str) -> bool:
-    """Whether ``path`` still names the file open as ``fd`` (same device and inode)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
+    """Whether ``path`` still names the file open as ``fd`` (:func:`~.locking.path_names`)."""
     here = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)
+    return path_names(path, (here.st_dev, here.st_ino))
 
 
 def _handle_fd(h5file: h5py.File, jf: JournaledFile | None) -> int | None:
