@@ -143,7 +143,7 @@ CASES = [
     ("x", dict(chunks=(3,))),
     ("x", dict(compression=None)),
     ("x", dict(compression="gzip", compression_opts=9, shuffle=True, fletcher32=True)),
-    ("x", dict(dtype="f4", fillvalue=1.5, chunks=7)),
+    ("x", dict(dtype="f4", fillvalue=1.5, chunks=(7,))),  # an int: IncompatibleDataError (test_peer_parity)
     ("grp/m", dict(chunks=(2, 5))),
     ("grp/m", dict(fillvalue=0.0, dtype="f4", chunks=(4, 4))),
     ("grp/m", dict(fillvalue=np.nan)),

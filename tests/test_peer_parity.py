@@ -140,6 +140,7 @@ def test_modify_metadata_vlen_to_fixed_string_takes_empty_as_the_old_fill(tmp_pa
 @pytest.mark.parametrize(
     ("chunks", "match"),
     [
+        (1000, "chunks must be a tuple"),
         (False, "chunks must be a tuple"),
         ([10], "chunks must be a tuple"),
         ((500, 500), "shape and chunk_size must have the same dimensionality"),
@@ -148,7 +149,7 @@ def test_modify_metadata_vlen_to_fixed_string_takes_empty_as_the_old_fill(tmp_pa
 )
 def test_modify_metadata_bad_chunks_messages(vfile, chunks, match):
     """test_replay.py::test_modify_metadata_sparse_rechunk_bad_chunks: versioned-hdf5's messages
-    (a ValueError). An int for 1-d is still taken here, as h5py takes it (a deliberate difference)."""
+    (a ValueError), an int for 1-d included (h5py would take it; versioned-hdf5 does not)."""
     with vfile.stage_version("v0") as sv:
         sv.create_dataset("x", shape=(5,), chunks=(2,))
     modify = (
@@ -159,6 +160,24 @@ def test_modify_metadata_bad_chunks_messages(vfile, chunks, match):
     with pytest.raises(ValueError, match=match):
         modify(vfile, "x", chunks=chunks)
     assert vfile["v0"]["x"].chunks == (2,)
+
+
+def test_modify_metadata_chunks_true_is_1d_only(vfile):
+    """test_replay.py::test_modify_metadata_sparse_rechunk_true_nd: chunks=True on an n-d dataset
+    raises NotImplementedError "chunks must be specified for multi-dimensional datasets"; nothing
+    changes."""
+    with vfile.stage_version("v0") as sv:
+        sv.create_dataset("x", shape=(5, 5), chunks=(2, 2))
+        sv["x"][1, :] = 3.0
+    modify = (
+        versioned_hdf5.modify_metadata
+        if isinstance(vfile, versioned_hdf5.VersionedHDF5File)
+        else xarray_vhdf5.modify_metadata
+    )
+    with pytest.raises(NotImplementedError, match="chunks must be specified for multi-dimensional datasets"):
+        modify(vfile, "x", chunks=True)
+    assert vfile["v0"]["x"].chunks == (2, 2)
+    assert vfile["v0"]["x"][1, :].tolist() == [3.0] * 5
 
 
 @pytest.mark.parametrize("path", ["x", "a/versions/x"])
@@ -222,3 +241,25 @@ def test_absolute_paths_are_refused_in_staged_groups(vfile):
             g.create_group("/group1")
         g.create_dataset("ok", data=np.arange(3))
     assert list(vfile["v1"]) == ["ok"]
+
+
+def test_stage_version_takes_utc_timestamps_only(vfile):
+    """test_api.py::test_timestamp_manual: an aware UTC datetime is stored as given; a naive
+    one or one in another zone raises ValueError "timestamp must be in UTC", a string
+    TypeError; nothing is committed for them."""
+    utc = datetime.datetime(2020, 6, 29, 20, 12, 56, tzinfo=datetime.UTC)
+    with vfile.stage_version("v1", timestamp=utc) as g:
+        g["x"] = np.ones(4)
+    assert vfile["v1"].attrs["timestamp"] == "2020-06-29 20:12:56.000000+0000"
+    plus_two = datetime.timezone(datetime.timedelta(hours=2))
+    for bad in (utc.replace(tzinfo=None), utc.astimezone(plus_two)):
+        with pytest.raises(ValueError, match="timestamp must be in UTC"):
+            with vfile.stage_version("v2", timestamp=bad) as g:
+                g["x"][0] = 2.0
+    with pytest.raises(TypeError):
+        with vfile.stage_version("v3", timestamp="2020-6-29") as g:
+            g["x"][0] = 3.0
+    with vfile.stage_version("v4", timestamp=np.datetime64("2020-06-30T01:02:03")) as g:
+        g["x"][0] = 4.0
+    assert vfile["v4"].attrs["timestamp"] == "2020-06-30 01:02:03.000000+0000"
+    assert "v2" not in vfile and "v3" not in vfile

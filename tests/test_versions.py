@@ -158,8 +158,11 @@ def test_timestamps_stored_in_utc(path):
     with h5py.File(path, "w") as f:
         vf = VersionedHDF5File(f)
         tokyo = datetime.timezone(datetime.timedelta(hours=9))
-        # versioned-hdf5 refuses non-UTC datetimes; we convert them.
-        with vf.stage_version("v1", timestamp=datetime.datetime(2021, 3, 1, 21, 0, tzinfo=tokyo)) as g:
+        in_tokyo = datetime.datetime(2021, 3, 1, 21, 0, tzinfo=tokyo)
+        with pytest.raises(ValueError, match="timestamp must be in UTC"):  # as versioned-hdf5
+            with vf.stage_version("v1", timestamp=in_tokyo):
+                pass
+        with vf.stage_version("v1", timestamp=in_tokyo.astimezone(UTC)) as g:
             g.create_dataset("x", data=[1], chunks=(1,))
         with vf.stage_version("v2", timestamp=np.datetime64("2021-03-02T00:00:00.123456")) as g:
             pass

@@ -38,7 +38,7 @@ from .rebase import RebaseReport, rebase_staged
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
 from .refs import MAIN, RefMethods, branch_tip, set_branch
 from .registry import VersionKey, VersionRegistry, initialize, is_versioned
-from .timestamps import now_utc, to_utc_datetime
+from .timestamps import commit_timestamp, now_utc, to_utc_datetime
 
 __all__ = ["VersionedHDF5File"]
 
@@ -489,8 +489,8 @@ class VersionedHDF5File(RefMethods):
             Make the new version the current one (default True, False on a
             ``branch`` other than ``main``). False makes a branch of the version DAG.
         timestamp : datetime or numpy.datetime64, optional
-            Its timestamp (UTC; naive values are taken as UTC); default the time
-            of commit.
+            Its timestamp, as versioned-hdf5 takes it: an aware datetime in UTC
+            or a numpy.datetime64 (taken as UTC); default the time of commit.
         rebase : bool, keyword-only
             When the block ends, if the file's current version is no longer the
             version staged from (another handle or process committed meanwhile),
@@ -527,6 +527,10 @@ class VersionedHDF5File(RefMethods):
             ``version_name`` exists.
         VersionNotFoundError
             ``prev_version`` does not exist.
+        ValueError
+            ``timestamp`` is a naive datetime or not in UTC (as versioned-hdf5).
+        TypeError
+            ``timestamp`` is neither a datetime nor a numpy.datetime64.
         ReadOnlyError
             The file is open read-only.
         ConflictError
@@ -592,7 +596,7 @@ class VersionedHDF5File(RefMethods):
             prev = FIRST_VERSION
         else:
             prev = self._registry.resolve(prev_version)
-        ts = to_utc_datetime(timestamp) if timestamp is not None else None
+        ts = commit_timestamp(timestamp) if timestamp is not None else None
         root = self._staged_root(prev)
         self.last_rebase = None
         self._staging[version_name] = now_utc()

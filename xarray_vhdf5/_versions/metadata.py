@@ -18,14 +18,17 @@ Semantics of versioned-hdf5 2.6 ``replay.modify_metadata``, checked against it b
   versioned-hdf5 (which raises "LZF compression filter accepts no options" for
   gzip -> lzf), changing ``compression`` without ``compression_opts`` takes the new
   filter's default options;
-- ``chunks=True`` picks chunks as versioned-hdf5 2.6 does in 1-d: h5py's guess for an
-  empty dataset (``guess_chunk((0,), ...)``, i.e. for 1024 points: ``(1024,)`` up to 8
-  bytes a point, ``(512,)`` for 16, ``(256,)`` for 40), whatever the data; in n-d h5py's
-  guess from the largest version, where versioned-hdf5 raises ``NotImplementedError``.
-- ``chunks=False`` raises :class:`~xarray_vhdf5.errors.IncompatibleDataError` (a
-  ``ValueError``): versioned datasets are always chunked. versioned-hdf5 2.6 takes it
-  as ``chunks=True``, except for a never-written dataset it still holds as staged in
-  the same session, where it raises ``ValueError`` (and ``chunks=True`` gives ``(4096,)``).
+- ``chunks`` is a tuple (one size per axis) or True, as versioned-hdf5 2.6 takes it:
+  anything else (an int, False, a list) raises
+  :class:`~xarray_vhdf5.errors.IncompatibleDataError` (a ``ValueError``, "chunks must
+  be a tuple..."). ``chunks=True`` picks chunks as versioned-hdf5 2.6 does in 1-d:
+  h5py's guess for an empty dataset (``guess_chunk((0,), ...)``, i.e. for 1024
+  points: ``(1024,)`` up to 8 bytes a point, ``(512,)`` for 16, ``(256,)`` for 40),
+  whatever the data; in n-d it raises :class:`~xarray_vhdf5.errors.UnsupportedError`
+  (a ``NotImplementedError``, "chunks must be specified for multi-dimensional
+  datasets"), as versioned-hdf5 does. :func:`~xarray_vhdf5._versions.rechunk.rechunk`
+  (``vhdf5 rechunk``, ``ds.vhdf5.rechunk``) takes more (dicts by dimension name,
+  None to keep an axis) and passes a tuple.
 
 How. Every stored chunk of the new layout is built once: a new chunk's content is
 fixed by its position, its edge-trimmed shape and the raw_data rows (or fill) of the
@@ -87,7 +90,7 @@ from .._backend.hashtable import HashTable
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from .._backend.raw_data import ChunkWriter, create_raw_data
 from .._backend.virtual import create_virtual_dataset
-from ..errors import DatasetNotFoundError
+from ..errors import DatasetNotFoundError, IncompatibleDataError, UnsupportedError
 from ._rewrite import (
     BATCH_BYTES,
     UNCHANGED,
@@ -172,11 +175,10 @@ def modify_metadata(
         The file, open writable.
     dataset_name : str
         The dataset's path in the versions (``"x"``, ``"grp/y"``).
-    chunks : tuple of int, int or True, optional
-        New chunk shape, in points (one int per axis; an int for 1-d). True:
-        chosen as versioned-hdf5 2.6 chooses in 1-d (h5py's guess for 1024
-        points: ``(1024,)`` up to 8 bytes a point), h5py's guess for the largest
-        version in n-d. Omitted: unchanged.
+    chunks : tuple of int or True, optional
+        New chunk shape, in points (one int per axis). True (1-d only): chosen
+        as versioned-hdf5 2.6 chooses (h5py's guess for 1024 points:
+        ``(1024,)`` up to 8 bytes a point). Omitted: unchanged.
     compression, compression_opts, shuffle, fletcher32, scaleoffset : optional
         HDF5 filters as for ``h5py.Group.create_dataset``. Omitted: unchanged;
         ``compression=None``: uncompressed (versioned-hdf5's convention).
@@ -204,11 +206,15 @@ def modify_metadata(
         No versioned dataset ``dataset_name`` (a ``KeyError``, as versioned-hdf5).
     IncompatibleDataError
         A cast HDF5 cannot do (numbers <-> strings, float -> bool, complex <-> real),
-        chunks not a tuple (nor an int for 1-d, nor True), ``chunks=False``
-        (versioned datasets are always chunked): "chunks must be a tuple..."; of
-        the wrong number of axes: "shape and chunk_size must have the same
-        dimensionality..." (versioned-hdf5 2.6's messages); not positive; a fill value for variable-length
-        strings. Raised before anything is written.
+        chunks neither a tuple nor True (an int, a list, ``False``): "chunks must
+        be a tuple..."; of the wrong number of axes: "shape and chunk_size must
+        have the same dimensionality..." (versioned-hdf5 2.6's messages); not
+        positive; a fill value for variable-length strings. Raised before
+        anything is written.
+    UnsupportedError
+        ``chunks=True`` for a dataset of more than one dimension: "chunks must
+        be specified for multi-dimensional datasets" (a ``NotImplementedError``,
+        as versioned-hdf5 2.6). Raised before anything is written.
     MemoryBudgetError
         ``max_mem`` given, the chunks change, and it is below the resplit's minimum
         (two old chunks and one new one). Raised before anything is written.
@@ -241,6 +247,18 @@ def modify_metadata(
     repack`` gives those bytes back (docs/benchmarks.md, "Space after deleting
     versions").
     """
+    if not (chunks is None or chunks is True or isinstance(chunks, tuple)):
+        # versioned-hdf5 2.6's rule and message ("chunks must be a tuple[int, ...] or True").
+        raise IncompatibleDataError(
+            f"chunks must be a tuple[int, ...] or True, got {chunks!r}"
+            + (
+                " (versioned datasets are always chunked)"
+                if chunks is False
+                else "; for a 1-d dataset give (n,)"
+                if isinstance(chunks, int)
+                else ""
+            )
+        )
     return run_modify_metadata(
         f,
         dataset_name,
@@ -452,6 +470,12 @@ def _modify_metadata(
         fletcher32=fletcher32,
         scaleoffset=scaleoffset,
     )
+    if chunks is True and len(base.attrs["chunks"]) > 1:
+        raise UnsupportedError(
+            f"chunks must be specified for multi-dimensional datasets: {name!r} has "
+            f"{len(base.attrs['chunks'])} dimensions and chunks=True guesses in 1-d only "
+            "(as versioned-hdf5 2.6); give a tuple, one size per axis"
+        )
     t = _target(base, bool(leftovers), shapes, chunks, dtype, fillvalue, filters)
     for src in sources | {base.name}:
         _check_cast(h5file[src].dtype, t.dtype)

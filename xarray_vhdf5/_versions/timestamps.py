@@ -8,7 +8,7 @@ import numpy as np
 
 from .._backend.layout import TIMESTAMP_FORMAT
 
-__all__ = ["format_timestamp", "now_utc", "parse_timestamp", "to_utc_datetime"]
+__all__ = ["commit_timestamp", "format_timestamp", "now_utc", "parse_timestamp", "to_utc_datetime"]
 
 
 def now_utc() -> _dt.datetime:
@@ -44,6 +44,48 @@ def to_utc_datetime(value: _dt.datetime | np.datetime64 | str) -> _dt.datetime:
         return _dt.datetime(value.year, value.month, value.day, tzinfo=_dt.UTC)
     raise TypeError(
         f"a timestamp must be a datetime.datetime, numpy.datetime64 or ISO string, got {type(value).__name__}"
+    )
+
+
+def commit_timestamp(value: _dt.datetime | np.datetime64) -> _dt.datetime:
+    """A new version's timestamp, checked as versioned-hdf5 2.6 checks it.
+
+    ``VersionedHDF5File.stage_version(timestamp=)`` takes what versioned-hdf5's
+    ``commit_version`` takes: a ``datetime.datetime`` whose UTC offset is zero,
+    or a ``numpy.datetime64`` (timezone-free, taken as UTC). This package's own
+    layers (xarray, store) convert their users' timestamps with
+    :func:`to_utc_datetime` first.
+
+    Parameters
+    ----------
+    value : datetime.datetime or numpy.datetime64
+        An aware datetime in UTC (offset zero), or a ``numpy.datetime64``.
+
+    Returns
+    -------
+    datetime.datetime
+        The same instant, timezone-aware in UTC.
+
+    Raises
+    ------
+    ValueError
+        ``value`` is a naive datetime, or an aware one whose UTC offset is not
+        zero ("timestamp must be in UTC", versioned-hdf5's message).
+    TypeError
+        ``value`` is neither a ``datetime.datetime`` nor a ``numpy.datetime64``
+        (a string, a ``datetime.date``...).
+    """
+    if isinstance(value, _dt.datetime):
+        if value.utcoffset() != _dt.timedelta(0):
+            raise ValueError(
+                f"timestamp must be in UTC: got {value!r}; give an aware datetime, "
+                "e.g. datetime.datetime(..., tzinfo=datetime.timezone.utc)"
+            )
+        return value.astimezone(_dt.UTC)
+    if isinstance(value, np.datetime64):
+        return to_utc_datetime(value)
+    raise TypeError(
+        f"timestamp must be either a datetime.datetime or numpy.datetime64 object, got {type(value).__name__}"
     )
 
 

@@ -46,6 +46,7 @@ from .._versions import chunkmaps
 from .._versions.file import VersionedHDF5File
 from .._versions.mutation import open_for_writing
 from .._versions.states import same_attr_value
+from .._versions.timestamps import to_utc_datetime
 from ..errors import StaleVersionError
 from ..xr import _reading
 from ..xr._commit_checks import refuse_empty_commit
@@ -345,8 +346,9 @@ def fast_commit(
                 f"{parent!r} anyway (a branch)"
             )
         name = version if version is not None else next_version_name(vf)
+        when = None if timestamp is None else to_utc_datetime(timestamp)  # stage_version takes UTC only
         with vf.stage_version(
-            name, prev_version=parent, make_current=make_current, timestamp=timestamp, finish=attach_dimension_scales
+            name, prev_version=parent, make_current=make_current, timestamp=when, finish=attach_dimension_scales
         ) as root:
             for change in plan.changes.values():
                 _apply(f, root, change, parent, overlay)

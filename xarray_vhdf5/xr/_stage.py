@@ -56,6 +56,7 @@ from .._versions.file import VersionedHDF5File
 from .._versions.mutation import open_for_writing
 from .._versions.refs import branch_tip
 from .._versions.registry import VersionRegistry
+from .._versions.timestamps import to_utc_datetime
 from .._wrappers.chunked import CommittedChunks
 from .._wrappers.group import InMemoryGroup
 from ..errors import IncompatibleDataError, StaleVersionError, UnsupportedError
@@ -623,7 +624,7 @@ def commit_staged_groups(
             name,
             prev_version=parent,
             make_current=make_current,
-            timestamp=timestamp,
+            timestamp=None if timestamp is None else to_utc_datetime(timestamp),
             rebase=rebase and moved,
             branch=branch if branch is not None and not moved else None,
             # the scales reference the version's own datasets: attached inside its commit

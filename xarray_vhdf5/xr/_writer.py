@@ -48,6 +48,7 @@ from .._backend.names import (
 from .._versions.file import VersionedHDF5File
 from .._versions.mutation import open_for_writing
 from .._versions.registry import is_versioned
+from .._versions.timestamps import to_utc_datetime
 from .._wrappers.group import InMemoryGroup
 from ..errors import IncompatibleDataError, NotVersionedError, StaleVersionError
 from ._commit_checks import check_appended_indexes, refuse_empty_commit
@@ -474,7 +475,7 @@ def _commit(
             name,
             prev_version=prev_version,
             make_current=make_current,
-            timestamp=timestamp,
+            timestamp=None if timestamp is None else to_utc_datetime(timestamp),
             finish=attach_dimension_scales,
         ) as root:
             target = root if group in (None, "", "/") else root.require_group(group.strip("/"))
