@@ -116,6 +116,7 @@ def manifest_from_starts(
     addresses: Callable[[np.ndarray], np.ndarray] | None = None,
     verify: bool = False,
     reasons: list[str] | None = None,
+    path: str | None = None,
 ) -> ChunkManifest:
     """A :class:`ChunkManifest` from a version's chunk map, however it was found.
 
@@ -145,19 +146,27 @@ def manifest_from_starts(
         As for :func:`resolve_manifest`.
     reasons : list of str, optional
         Reasons already found why the chunks cannot be read without libhdf5.
+    path : str, optional
+        Read the chunks from this file, which holds them byte for byte as
+        raw_data's file does, at the offsets ``addresses`` gives (which must
+        then be given): the side copy of an in-place rewrite
+        (:mod:`xarray_vhdf5._versions.sidecopy`). Default: raw_data's file.
 
     Raises
     ------
     xarray_vhdf5.errors.CorruptFileError
         A chunk is mapped past raw_data's end, or (``verify``) has no row in the hash table.
     """
-    path = os.path.abspath(raw.file.filename)
+    if path is not None and addresses is None:
+        raise ValueError("a manifest over another file needs the chunks' addresses in it")
+    elsewhere = path is not None
+    path = os.path.abspath(raw.file.filename if path is None else path)
     chunks = tuple(int(c) for c in chunks)
     dcpl = raw.id.get_create_plist()
     pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
     filters = tuple(tuple(f[:3]) for f in pipeline)
     names = tuple(f[3].decode(errors="replace").split(";")[0].strip() or str(f[0]) for f in pipeline)
-    reasons = list(reasons or ()) + _unsupported(raw, dcpl, dtype, chunks, filters, names)
+    reasons = list(reasons or ()) + _unsupported(raw, dcpl, dtype, chunks, filters, names, elsewhere)
     grid = starts.shape
     mapped = np.flatnonzero(starts >= 0)
     flat = starts.reshape(-1)[mapped]
@@ -184,7 +193,7 @@ def manifest_from_starts(
     else:
         found = addresses(rows.astype(np.uint64))
         addr, nbytes, masks = found[:, 0], found[:, 1], found[:, 2].astype(np.uint32)
-    if not reasons and raw.file.userblock_size and rows.size and nbytes[0]:
+    if not reasons and not elsewhere and raw.file.userblock_size and rows.size and nbytes[0]:
         # chunk addresses count the user block (HDF5 2.0); check one against libhdf5
         with open(path, "rb") as fh:
             fh.seek(int(addr[0]))
@@ -232,10 +241,12 @@ def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ordered[first], inverse
 
 
-def _unsupported(raw: h5py.Dataset, dcpl, dtype: np.dtype, chunks: tuple, filters: tuple, names: tuple) -> list[str]:
-    """Why raw_data's chunks cannot be read without libhdf5 (empty: they can)."""
+def _unsupported(
+    raw: h5py.Dataset, dcpl, dtype: np.dtype, chunks: tuple, filters: tuple, names: tuple, elsewhere: bool = False
+) -> list[str]:
+    """Why raw_data's chunks cannot be read without libhdf5 (empty: they can); ``elsewhere``: from a copy."""
     reasons = []
-    if raw.file.driver not in ("sec2", "stdio"):
+    if not elsewhere and raw.file.driver not in ("sec2", "stdio"):
         reasons.append(f"the file is opened with the {raw.file.driver!r} driver, not read from its path")
     if raw.dtype.hasobject and not dtype.hasobject:
         reasons.append(f"raw_data's dtype {raw.dtype} holds variable-length data")

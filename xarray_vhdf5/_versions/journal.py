@@ -45,9 +45,10 @@ The protocol, per mutation (:meth:`JournaledFile.begin` / :meth:`~JournaledFile.
 Why a reference restores the old bytes: a range journaled by reference was
 never written in the mutation before (a first overwrite), so the file held
 its old bytes when the side file was written; the extents registered are the
-old chunks' stored bytes, which ``H5Ocopy`` copies byte for byte (same size
-and filter mask, checked by the caller; ``tests/test_journal_refs.py`` checks
-every byte, filtered chunks included).
+old chunks' stored bytes, copied byte for byte (by ``copy_file_range``,
+:meth:`OsIO.copy_range`, or by ``H5Ocopy`` with the same size and filter mask
+checked by the caller; ``tests/test_journal_refs.py`` and
+``tests/test_sidecopy.py`` check every byte, filtered chunks included).
 
 With ``durable=True`` the ordering is made to survive power loss with
 ``fsync``: the journal (and its directory entry) before the file is first
@@ -71,6 +72,7 @@ otherwise write its stale superblock when the handle closes).
 from __future__ import annotations
 
 import bisect
+import errno
 import io
 import itertools
 import os
@@ -119,6 +121,14 @@ def journal_path(path: str | os.PathLike) -> str:
     return os.fspath(path) + JOURNAL_SUFFIX
 
 
+#: errno values of ``copy_file_range`` meaning "not between these files here": copy through the process.
+_NO_KERNEL_COPY = frozenset(
+    getattr(errno, name) for name in ("EXDEV", "ENOSYS", "EINVAL", "EOPNOTSUPP", "ENOTSUP") if hasattr(errno, name)
+)
+#: Bytes a piece of :meth:`OsIO.copy_by_pwrite`.
+_COPY_PIECE = 8 * 1024 * 1024
+
+
 class OsIO:
     """The system calls of the journal: one place, so a test can simulate a power cut."""
 
@@ -141,6 +151,44 @@ class OsIO:
 
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size
+
+    def copy_range(self, src: int, dst: int, length: int, src_offset: int, dst_offset: int) -> None:
+        """Copy ``length`` bytes from ``src`` at ``src_offset`` to ``dst`` at ``dst_offset`` (descriptors).
+
+        In the kernel (``copy_file_range``: no pass through this process's
+        memory) where the system has it, else by :meth:`copy_by_pwrite`.
+
+        Raises
+        ------
+        OSError
+            A read or write fails, or ``src`` ends before ``length`` bytes.
+        """
+        done = 0
+        copy = getattr(os, "copy_file_range", None)
+        while copy is not None and done < length:
+            try:
+                n = copy(src, dst, length - done, src_offset + done, dst_offset + done)
+            except OSError as exc:
+                if exc.errno not in _NO_KERNEL_COPY:
+                    raise
+                break  # another file system, or none: copy the rest through this process
+            if n == 0:
+                raise OSError(errno.EIO, f"the source ends {done} bytes into a copy of {length}")
+            done += n
+        if done < length:
+            self.copy_by_pwrite(src, dst, length - done, src_offset + done, dst_offset + done)
+
+    def copy_by_pwrite(self, src: int, dst: int, length: int, src_offset: int, dst_offset: int) -> None:
+        """:meth:`copy_range` through this process: :meth:`pread` and :meth:`pwrite` of 8 MiB pieces."""
+        done = 0
+        while done < length:
+            piece = self.pread(src, min(_COPY_PIECE, length - done), src_offset + done)
+            if not piece:
+                raise OSError(errno.EIO, f"the source ends {done} bytes into a copy of {length}")
+            written = 0
+            while written < len(piece):
+                written += self.pwrite(dst, memoryview(piece)[written:], dst_offset + done + written)
+            done += len(piece)
 
     def truncate(self, fd: int, size: int) -> None:
         os.ftruncate(fd, size)

@@ -79,6 +79,7 @@ unused ``__vhdf5_new_<k>``, deleted by the next run of the dataset.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 from dataclasses import dataclass
@@ -108,6 +109,7 @@ from .locking import file_locks
 from .mutation import _JOURNALED, _no_live_writer, disk_path, mutating
 from .objects import _open, check_file_argument, chunk_rows, copy_attrs, dataset_paths, read_chunk_map, version_dataset
 from .scratch import SCRATCH, Scratch, _attachment_plan, _barrier, _reattach, relink_plan
+from .sidecopy import copy_chunks_aside, side_manifest
 
 __all__ = [
     "BATCH_BYTES",
@@ -577,10 +579,10 @@ def _modify_in_place(
 
     For a handle writing through the rollback journal only: the mutation is whole
     or absent after a crash whatever its order, so the old raw_data can be freed
-    before the new one is written. Its chunks are first copied, as stored
-    (``H5Ocopy``), into a side file beside the file (``<file>.vhdf5-modify``,
-    deleted at the end: peak disk use is the old raw_data twice, once there and
-    once in the journal); then it is deleted, which hands its bytes to libhdf5's
+    before the new one is written. Its chunks are first copied, as stored, into
+    a side file beside the file (``<file>.vhdf5-modify``: byte ranges copied in
+    the kernel when every version is resplit, else ``H5Ocopy``; see :mod:`.sidecopy`;
+    deleted at the end); then it is deleted, which hands its bytes to libhdf5's
     free-space manager for the rest of the session, and the new raw_data, written
     next, takes them (what does not fit goes to the end of the file). Then every
     version's virtual dataset is rebuilt to map it. Should anything fail, the
@@ -598,12 +600,23 @@ def _modify_in_place(
     jf = _JOURNALED[h5file.id.fileno]
     try:
         h5file.flush()  # the old chunks' bytes in the file are the ones copied (libhdf5 may cache some)
-        with jf.create_side() as sidefile, h5py.File(sidefile, "w", userblock_size=SIDE_USERBLOCK) as side:
-            h5file.copy(group["raw_data"], side.require_group(group.name), "raw_data")
-            extents = _same_chunks(jf.fileno(), group["raw_data"], sidefile.fileno(), side[raw_name])
-        jf.refer(extents)
-        with h5py.File(sidefile.name, "r") as side:
-            side_raw = side[raw_name]
+        with contextlib.ExitStack() as reading:
+            sidefile = jf.create_side()
+            aside = _resplit_everywhere(versions, holders, name, t) and side_manifest(
+                group["raw_data"], sidefile.name, t.dtype
+            )
+            if aside:  # chunk by chunk in the kernel, read back without libhdf5 (see .sidecopy)
+                side_raw, copy_plan = aside
+                reading.callback(side_raw.close)
+                with sidefile:
+                    extents = copy_chunks_aside(jf.io, jf.fileno(), sidefile.fileno(), copy_plan)
+            else:
+                with sidefile, h5py.File(sidefile, "w", userblock_size=SIDE_USERBLOCK) as side:
+                    h5file.copy(group["raw_data"], side.require_group(group.name), "raw_data")
+                    extents = _same_chunks(jf.fileno(), group["raw_data"], sidefile.fileno(), side[raw_name])
+            jf.refer(extents)
+            if not aside:
+                side_raw = reading.enter_context(h5py.File(sidefile.name, "r"))[raw_name]
             gc.collect()  # no h5py object may keep the old raw_data open: its bytes are freed when unlinked
             del group["raw_data"]
             del group["hash_table"]
@@ -643,6 +656,11 @@ def _modify_in_place(
     # The side file stays until the journal is deleted (JournaledFile.end, the commit point).
     after = int(group["hash_table"].attrs["largest_index"])
     return ModifyReport(name, holders, before, after, rewriter.chunks_read)
+
+
+def _resplit_everywhere(versions: h5py.Group, holders: list[str], name: str, t: _Target) -> bool:
+    """Whether every version of ``name`` gets new chunks (each is then read by the resplit engine only)."""
+    return all(tuple(int(c) for c in versions[v][name].attrs["chunks"]) != t.chunks for v in holders)
 
 
 def _same_chunks(fd: int, old: h5py.Dataset, side_fd: int, copy: h5py.Dataset) -> list[tuple[int, int, int]]:

@@ -42,6 +42,7 @@ import numpy as np
 from .._backend.chunks import chunk_grid_shape
 from .._backend.encode import encoder_pool
 from .._backend.hashing import chunk_hash
+from .._backend.manifest import ChunkManifest
 from .._backend.raw_data import is_fill_chunk
 from ..errors import DatasetNotFoundError, IncompatibleDataError
 from ..resplit import (
@@ -52,6 +53,7 @@ from ..resplit import (
     parse_bytes,
     plan_resplit,
 )
+from .sidecopy import manifest_rows_reader
 
 __all__ = ["RechunkReport", "dimension_names", "rechunk", "rechunk_plan", "resplit_version"]
 
@@ -119,13 +121,17 @@ def content_keys(src_name: str, shape, src_chunks, chunks, row_of: np.ndarray) -
 
 
 def raw_rows_reader(
-    src: h5py.Dataset, shape, src_chunks, row_of: np.ndarray, dtype: np.dtype, fill_cast: Any
+    src: h5py.Dataset | ChunkManifest, shape, src_chunks, row_of: np.ndarray, dtype: np.dtype, fill_cast: Any
 ) -> Callable[[tuple[int, ...]], np.ndarray]:
     """``read_chunk`` reading old chunk ``index`` of a version from its raw_data rows.
 
     An unmapped chunk is ``fill_cast`` (no read); a stored one is one hyperslab of
     ``src`` (its rows, the chunk's trimmed extent), converted by HDF5 to ``dtype``.
+    ``src`` may also be a manifest of raw_data's chunks copied aside, of dtype
+    ``dtype`` (:func:`~.sidecopy.side_manifest`).
     """
+    if isinstance(src, ChunkManifest):
+        return manifest_rows_reader(src, shape, src_chunks, row_of, fill_cast)
     grid = chunk_grid_shape(shape, src_chunks)
     reader = src if src.dtype == dtype else src.astype(dtype)
 

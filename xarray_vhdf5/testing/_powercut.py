@@ -101,6 +101,10 @@ class PowerCutIO(OsIO):
         self._images[self._paths[fd]].pending.append(("truncate", size))
         self._done("truncate")
 
+    def copy_range(self, src: int, dst: int, length: int, src_offset: int, dst_offset: int) -> None:
+        """Through :meth:`pwrite`, so that the model sees (and a cut can drop) every piece written."""
+        self.copy_by_pwrite(src, dst, length, src_offset, dst_offset)
+
     def fsync(self, fd: int) -> None:
         super().fsync(fd)
         path = self._paths[fd]
@@ -225,6 +229,10 @@ class KillAtIO(OsIO):
     def truncate(self, fd: int, size: int) -> None:
         self._tick()
         super().truncate(fd, size)
+
+    def copy_range(self, src: int, dst: int, length: int, src_offset: int, dst_offset: int) -> None:
+        """Through :meth:`pwrite`: each piece written is a place to be killed."""
+        self.copy_by_pwrite(src, dst, length, src_offset, dst_offset)
 
     def unlink(self, path: str) -> None:
         self._tick()

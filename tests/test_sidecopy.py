@@ -1,0 +1,194 @@
+"""The in-place rewrite's side copy made in the kernel (``_versions/sidecopy.py``).
+
+- :meth:`OsIO.copy_range` copies byte for byte, by ``copy_file_range`` and, when
+  the kernel refuses (another file system), through the process;
+- the manifest over the side file reads every old chunk as libhdf5 reads it
+  from the file (the two readers of a rechunk agree, filters included);
+- an in-place rechunk takes that path (the side file is flat bytes, not HDF5),
+  a dtype change keeps ``H5Ocopy``; both leave every version's values.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5._versions import metadata, sidecopy
+from xarray_vhdf5._versions.journal import SIDE_USERBLOCK, OsIO
+from xarray_vhdf5._versions.metadata import modify_metadata
+from xarray_vhdf5._versions.mutation import open_file
+from xarray_vhdf5._versions.rechunk import raw_rows_reader, rechunk
+
+FILTERS = [
+    {},
+    {"compression": "gzip", "shuffle": True},
+    {"compression": "gzip", "shuffle": True, "fletcher32": True},
+    {"compression": "lzf"},
+]
+
+
+def _file_of(tmp_path, n=4096 * 3 + 17) -> tuple[str, bytes]:
+    p = str(tmp_path / "src.bin")
+    data = np.random.default_rng(1).bytes(n)
+    with open(p, "wb") as fh:
+        fh.write(data)
+    return p, data
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_copy_range_copies_byte_for_byte(tmp_path, monkeypatch, kernel):
+    """Into the middle of the target, from the middle of the source; refused by the kernel: the same bytes."""
+    if not kernel:
+
+        def refuse(*args):
+            raise OSError(errno.EXDEV, "cross-device")
+
+        monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
+    p, data = _file_of(tmp_path)
+    q = str(tmp_path / "dst.bin")
+    io = OsIO()
+    src, dst = io.open(p), io.open(q, create=True)
+    try:
+        io.copy_range(src, dst, 9000, 100, 512)
+    finally:
+        io.close(src)
+        io.close(dst)
+    with open(q, "rb") as fh:
+        copied = fh.read()
+    assert copied[:512] == b"\0" * 512 and copied[512:] == data[100:9100]
+
+
+def test_copy_range_past_the_end_of_the_source_raises(tmp_path):
+    p, _ = _file_of(tmp_path, 1000)
+    io = OsIO()
+    src, dst = io.open(p), io.open(str(tmp_path / "dst.bin"), create=True)
+    try:
+        with pytest.raises(OSError, match="ends 200 bytes into a copy of 500"):
+            io.copy_range(src, dst, 500, 800, 0)
+    finally:
+        io.close(src)
+        io.close(dst)
+
+
+def _versions(path, filters, chunks=(3, 5, 4)) -> dict[str, np.ndarray]:
+    """Three versions of ``x`` (an append, an edit, a chunk left unwritten) in ``chunks``."""
+    rng = np.random.default_rng(7)
+    data = rng.random((11, 9, 7)).astype("f4")
+    values = {}
+    f = open_file(path)
+    try:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("v0") as g:
+            g.create_dataset("x", shape=(8, 9, 7), dtype="f4", chunks=chunks, **filters)
+            g["x"][:3] = data[:3]
+            g["x"][6:8] = data[6:8]
+        values["v0"] = vf["v0"]["x"][()]
+        with vf.stage_version("v1") as g:
+            g["x"].resize((11, 9, 7))
+            g["x"][8:] = data[8:]
+            g["x"][1, 2:6, 1:3] = -1.5
+        values["v1"] = vf["v1"]["x"][()]
+    finally:
+        f.close()
+    return values
+
+
+@pytest.mark.parametrize("filters", FILTERS)
+def test_the_side_manifest_reads_what_libhdf5_reads(tmp_path, filters):
+    """Old chunks copied aside and read back without libhdf5 equal raw_rows_reader's libhdf5 reads."""
+    p = str(tmp_path / "h.h5")
+    _versions(p, filters)
+    side = str(tmp_path / "side.bin")
+    with h5py.File(p, "r") as f:
+        raw = f["_version_data/x/raw_data"]
+        found = sidecopy.side_manifest(raw, side, raw.dtype)
+        assert found is not None
+        manifest, plan = found
+        io = OsIO()
+        fd, side_fd = io.open(p), io.open(side, create=True)
+        try:
+            extents = sidecopy.copy_chunks_aside(io, fd, side_fd, plan)
+        finally:
+            io.close(fd)
+            io.close(side_fd)
+        assert extents[0][2] == SIDE_USERBLOCK and len(extents) == len(plan)
+        with open(p, "rb") as a, open(side, "rb") as b:
+            whole, copy = a.read(), b.read()
+        assert all(whole[o : o + n] == copy[s : s + n] for o, n, s in extents)
+        for version in ("v0", "v1"):
+            vds = f[f"_version_data/versions/{version}/x"]
+            chunks = tuple(int(c) for c in vds.attrs["chunks"])
+            flat, starts = metadata.read_chunk_map(vds, chunks, raw.name)
+            grid = tuple(-(-s // c) for s, c in zip(vds.shape, chunks))
+            row_of = np.full(int(np.prod(grid)), -1, np.int64)
+            row_of[flat] = starts
+            ours = raw_rows_reader(manifest, vds.shape, chunks, row_of, raw.dtype, 0.0)
+            theirs = raw_rows_reader(raw, vds.shape, chunks, row_of, raw.dtype, 0.0)
+            assert ours.__qualname__ != theirs.__qualname__  # two readers, compared
+            for index in np.ndindex(*grid):
+                np.testing.assert_array_equal(ours(index), theirs(index), err_msg=str(index))
+        manifest.close()
+
+
+def _spy(monkeypatch) -> list[str]:
+    """Record which copy each in-place rewrite makes: 'kernel' or 'h5ocopy'."""
+    made: list[str] = []
+    copy_aside = sidecopy.copy_chunks_aside
+
+    def kernel(*args):
+        made.append("kernel")
+        return copy_aside(*args)
+
+    monkeypatch.setattr(metadata, "copy_chunks_aside", kernel)
+    same = metadata._same_chunks
+
+    def h5ocopy(*args):
+        made.append("h5ocopy")
+        return same(*args)
+
+    monkeypatch.setattr(metadata, "_same_chunks", h5ocopy)
+    return made
+
+
+@pytest.mark.parametrize("filters", FILTERS)
+def test_an_in_place_rechunk_copies_aside_in_the_kernel(tmp_path, monkeypatch, filters):
+    p = str(tmp_path / "h.h5")
+    values = _versions(p, filters)
+    made = _spy(monkeypatch)
+    f = open_file(p)
+    try:
+        report = rechunk(VersionedHDF5File(f), "x", (4, 4, 7), max_mem="64kB")
+    finally:
+        f.close()
+    assert made == ["kernel"]
+    assert report.reads_per_input_chunk == 1.0
+    with h5py.File(p, "r") as f:
+        vf = VersionedHDF5File(f)
+        for version, expected in values.items():
+            assert vf[version]["x"].chunks == (4, 4, 7)
+            np.testing.assert_array_equal(vf[version]["x"][()], expected)
+
+
+def test_a_new_dtype_or_kept_chunks_copy_with_h5ocopy(tmp_path, monkeypatch):
+    """HDF5's conversion (a new dtype) and the kept-chunks path read the copy through libhdf5."""
+    p = str(tmp_path / "h.h5")
+    values = _versions(p, {})
+    made = _spy(monkeypatch)
+    f = open_file(p)
+    try:
+        modify_metadata(VersionedHDF5File(f), "x", dtype=np.float64, chunks=(4, 4, 7))
+        modify_metadata(VersionedHDF5File(f), "x", compression="gzip")
+    finally:
+        f.close()
+    assert made == ["h5ocopy", "h5ocopy"]
+    with h5py.File(p, "r") as f:
+        vf = VersionedHDF5File(f)
+        for version, expected in values.items():
+            got = vf[version]["x"][()]
+            assert got.dtype == np.float64
+            np.testing.assert_array_equal(got, expected.astype(np.float64))
