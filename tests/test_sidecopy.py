@@ -192,3 +192,71 @@ def test_a_new_dtype_or_kept_chunks_copy_with_h5ocopy(tmp_path, monkeypatch):
             got = vf[version]["x"][()]
             assert got.dtype == np.float64
             np.testing.assert_array_equal(got, expected.astype(np.float64))
+
+
+@pytest.mark.parametrize("filters", FILTERS)
+def test_read_chunk_into_reads_unfiltered_chunks_in_place_only(tmp_path, filters):
+    """Whole unfiltered chunks land in the given array as decoded_chunk reads them; anything else is refused."""
+    p = str(tmp_path / "h.h5")
+    _versions(p, filters)
+    with h5py.File(p, "r") as f:
+        raw = f["_version_data/x/raw_data"]
+        found = sidecopy.side_manifest(raw, p, raw.dtype)
+        assert found is not None
+        copy_plan = found[1]
+        # a manifest over the file itself: the side offsets are the file's
+        stored = sidecopy._stored_chunks(raw)
+        at = {int(r): (o, n, m) for r, o, n, m in stored.tolist()}
+        rows = {int(r) for r in stored[:, 0]}
+        assert len(copy_plan) == len(rows)
+        grid = (raw.shape[0] // raw.chunks[0], 1, 1)
+        starts = (np.arange(grid[0], dtype=np.int64) * raw.chunks[0]).reshape(grid)
+        manifest = metadata_manifest(raw, starts, at)
+        for k in range(grid[0]):
+            out = np.full(raw.chunks, -9.0, raw.dtype)
+            done = manifest.read_chunk_into((k, 0, 0), out)
+            expected = manifest.decoded_chunk((k, 0, 0))
+            stored_as = at.get(k * raw.chunks[0])
+            every = (1 << len(manifest.filters)) - 1  # mask bits: every filter skipped (lzf that cannot shrink)
+            assert done == (stored_as is not None and (stored_as[2] & every) == every)
+            np.testing.assert_array_equal(out, expected if done else np.full(raw.chunks, -9.0, raw.dtype))
+            strided = np.empty((raw.chunks[0], raw.chunks[1], raw.chunks[2] * 2), raw.dtype)[:, :, ::2]
+            assert not manifest.read_chunk_into((k, 0, 0), strided)
+        manifest.close()
+
+
+def metadata_manifest(raw, starts, at):
+    from xarray_vhdf5._backend.manifest_resolve import manifest_from_starts
+
+    def addresses(rows):
+        return np.array([at.get(int(r), (0, 0, 0)) for r in rows.tolist()], np.uint64).reshape(-1, 3)
+
+    fill = np.asarray(raw.fillvalue, raw.dtype)
+    return manifest_from_starts(raw.name, raw, raw.shape, raw.chunks, raw.dtype, fill, starts, addresses=addresses)
+
+
+def test_the_rechunk_reads_whole_unfiltered_chunks_into_its_buffer(tmp_path, monkeypatch):
+    """The in-place rechunk of unfiltered chunks reads them with read_chunk_into, and values stay."""
+    from xarray_vhdf5._backend.manifest import ChunkManifest
+
+    p = str(tmp_path / "h.h5")
+    values = _versions(p, {}, chunks=(1, 9, 7))  # whole planes: contiguous in the buffer
+    calls = {True: 0, False: 0}
+    into = ChunkManifest.read_chunk_into
+
+    def counted(self, index, out):
+        done = into(self, index, out)
+        calls[done] += 1
+        return done
+
+    monkeypatch.setattr(ChunkManifest, "read_chunk_into", counted)
+    f = open_file(p)
+    try:
+        report = rechunk(VersionedHDF5File(f), "x", (4, 3, 7), max_mem="64kB")
+    finally:
+        f.close()
+    assert calls[True] > 0 and report.reads_per_input_chunk == 1.0
+    with h5py.File(p, "r") as f:
+        vf = VersionedHDF5File(f)
+        for version, expected in values.items():
+            np.testing.assert_array_equal(vf[version]["x"][()], expected)

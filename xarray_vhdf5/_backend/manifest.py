@@ -285,6 +285,44 @@ class ChunkManifest:
             raise self._fail(slot, tuple(index), f"the file ends {len(data)} bytes into the chunk (truncated)")
         return data, int(self.filter_masks[slot])
 
+    def read_chunk_into(self, index: tuple[int, ...], out: np.ndarray) -> bool:
+        """Read stored chunk ``index`` straight into ``out`` when it needs no decoding; say whether it did.
+
+        One ``preadv`` into ``out``'s memory, no array made: for a chunk stored
+        unfiltered (no filter, or every filter skipped by its mask), mapped and
+        allocated, read whole (``out`` of shape :attr:`chunks`, dtype
+        :attr:`dtype`, C-contiguous, writable), and not verified. Otherwise
+        nothing is read and False is returned: use :meth:`decoded_chunk`.
+
+        Raises
+        ------
+        IndexError
+            ``index`` is outside the chunk grid.
+        xarray_vhdf5.errors.CorruptFileError
+            The file ends inside the chunk (``out`` is then partly overwritten).
+        """
+        slot = self._slot(index)
+        if (
+            slot < 0
+            or self.verify
+            or not self.supported
+            or out.shape != self.chunks
+            or out.dtype != self.dtype
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            return False
+        mask = int(self.filter_masks[slot])
+        if any(not (mask >> i) & 1 for i in range(len(self.filters))):
+            return False
+        n = int(self.nbytes[slot])
+        if n != out.nbytes:  # never allocated (0), or not this chunk's size unfiltered
+            return False
+        got = os.preadv(self._descriptor(), [memoryview(out).cast("B")], int(self.offsets[slot]))  # type: ignore[arg-type]
+        if got < n:
+            raise self._fail(slot, tuple(index), f"the file ends {got} bytes into the chunk (truncated)")
+        return True
+
     def decoded_chunk(self, index: tuple[int, ...]) -> np.ndarray:
         """The points of chunk ``index``, decoded, of shape :attr:`chunks` (edge chunks padded as stored).
 

@@ -154,4 +154,12 @@ def manifest_rows_reader(manifest: ChunkManifest, shape, src_chunks, row_of: np.
             return manifest.decoded_chunk((row // rows_per_chunk,) + (0,) * (len(extent) - 1))[trim]
         return manifest.read((slice(row, row + extent[0]), *trim[1:]))
 
+    def read_into(index: tuple[int, ...], out: np.ndarray) -> bool:
+        """A whole unfiltered chunk read straight into the resplit's buffer (``iter_resplit``'s protocol)."""
+        row = int(row_of[np.ravel_multi_index(index, grid)])
+        if row < 0 or row % rows_per_chunk:
+            return False
+        return manifest.read_chunk_into((row // rows_per_chunk,) + (0,) * (len(index) - 1), out)
+
+    read_chunk.read_into = read_into  # type: ignore[attr-defined]
     return read_chunk

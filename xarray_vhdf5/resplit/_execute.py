@@ -182,7 +182,11 @@ def iter_resplit(
     read_chunk : callable
         ``read_chunk(index)`` returns input chunk ``index`` (its index in the input
         chunk grid) as an array of its (edge-trimmed) shape. Called once per
-        needed input chunk, in buffer order.
+        needed input chunk, in buffer order. If it has a ``read_into``
+        attribute, ``read_chunk.read_into(index, out)`` is tried first, with
+        ``out`` the chunk's place in the buffer (a view, C-contiguous or not):
+        True when it filled ``out`` (no array made, no copy), False to have
+        ``read_chunk(index)`` called instead.
     dtype : numpy dtype
         The points' dtype (``itemsize`` should be the plan's).
     pieces : bool
@@ -215,6 +219,7 @@ def iter_resplit(
     """
     dtype = np.dtype(dtype)
     c = counters if counters is not None else ResplitCounters()
+    read_into = getattr(read_chunk, "read_into", None)
     t0 = time.perf_counter()
     ig, og, bg = plan.in_grids, plan.out_grids, plan.buffer_grids
     m = plan.buffer_chunks
@@ -274,14 +279,17 @@ def iter_resplit(
                 for local in zip(*np.nonzero(need), strict=True):
                     index = tuple(r.start + int(i) for r, i in zip(in_ranges, local, strict=True))
                     where = _slices(ig, index)
-                    data = np.asarray(read_chunk(index))
-                    want = tuple(s.stop - s.start for s in where)
-                    if data.shape != want:
-                        raise ValueError(f"read_chunk({index}) returned shape {data.shape}, expected {want}")
+                    place = buffer[tuple(slice(s.start - o, s.stop - o) for s, o in zip(where, origin, strict=True))]
                     c.input_reads += 1
+                    if read_into is not None and read_into(index, place):
+                        c.bytes_read += place.nbytes
+                        continue
+                    data = np.asarray(read_chunk(index))
+                    if data.shape != place.shape:
+                        raise ValueError(f"read_chunk({index}) returned shape {data.shape}, expected {place.shape}")
                     c.bytes_read += data.nbytes
                     note(data.nbytes)
-                    buffer[tuple(slice(s.start - o, s.stop - o) for s, o in zip(where, origin, strict=True))] = data
+                    place[...] = data
                     del data
             ranges = [range(int(lo[b]), int(hi[b]) + 1) for (lo, hi), b in zip(touch, bidx, strict=True)]
             for oidx in itertools.product(*ranges):
