@@ -179,13 +179,21 @@ def test_staged_arrays_of_another_dtype_are_checked(tmp_path, value, expected, w
         vf = VersionedHDF5File(f)
         if expected is None:
             with vf.stage_version("v1") as g:
-                ds = g["b"] if where == "staged-existing" else g.create_dataset("c", data=np.zeros((4, 4), "i4"))
+                ds = (
+                    g["b"]
+                    if where == "staged-existing"
+                    else g.create_dataset("c", data=np.zeros((4, 4), "i4"), chunks=(2, 2))
+                )
                 ds[0:1, 0 : np.shape(value)[-1] if np.ndim(value) else 1] = value
             stored = vf["v1"]["b" if where == "staged-existing" else "c"][0, 0]
             assert stored == np.asarray(value).astype("i4").flat[0]
             return
         with pytest.raises(expected), vf.stage_version("v1") as g:
-            ds = g["b"] if where == "staged-existing" else g.create_dataset("c", data=np.zeros((4, 4), "i4"))
+            ds = (
+                g["b"]
+                if where == "staged-existing"
+                else g.create_dataset("c", data=np.zeros((4, 4), "i4"), chunks=(2, 2))
+            )
             ds[0:1, 0 : np.shape(value)[-1] if np.ndim(value) else 1] = value
 
 

@@ -47,9 +47,10 @@ from .._wrappers.chunked import (
     is_over,
     split_unchanged,
 )
+from .._wrappers.create import CHUNKS_REQUIRED
 from .._wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
 from .._wrappers.group import InMemoryGroup, UnopenedDataset
-from ..errors import IncompatibleDataError, StaleVersionError
+from ..errors import IncompatibleDataError, StaleVersionError, UnsupportedError
 from . import chunkmaps, rootview
 from .caches import CommitCaches
 from .logrecord import record_commit
@@ -112,6 +113,11 @@ def commit_version(
     IncompatibleDataError
         A dataset's dtype, chunks, fill value or filters differ from those fixed
         by its first version. Nothing is committed then.
+    UnsupportedError
+        A new n-d dataset assigned as an array (``group[name] = array``) has no
+        chunks: "chunks must be specified for multi-dimensional datasets", as
+        versioned-hdf5 2.6 raises (a ``NotImplementedError``). Nothing is
+        committed then.
     StaleVersionError
         Another handle rewrote a staged dataset's raw_data or the previous
         version's datasets (deleting versions, ``modify_metadata``) while the
@@ -140,6 +146,12 @@ def commit_version(
             raw = _existing_raw_data(f, path, ds)
             if raw is not None:
                 _check_compatible(path, raw, ds, ds.dtype)
+            elif getattr(ds, "chunks_required", False):
+                raise UnsupportedError(
+                    f"{CHUNKS_REQUIRED}: {path!r} (shape {ds.shape}) was assigned as an array "
+                    "(group[name] = array) with no chunks; create it with "
+                    "create_dataset(name, data=..., chunks=...) instead"
+                )
             table = _check_base_unchanged(path, ds, raw, caches) if isinstance(ds, InMemoryDataset) else None
             targets[path] = (raw, table)
     # track_order: datasets and groups list in creation order (netCDF's variable order).

@@ -13,7 +13,10 @@ from ..errors import IncompatibleDataError, UnsupportedError
 from .chunked import InMemorySparseDataset
 from .dataset import InMemoryArrayDataset, StagedDatasetBase
 
-__all__ = ["new_array_dataset"]
+__all__ = ["CHUNKS_REQUIRED", "new_array_dataset"]
+
+#: versioned-hdf5 2.6's message when an n-d dataset has no chunks.
+CHUNKS_REQUIRED = "chunks must be specified for multi-dimensional datasets"
 
 
 def new_array_dataset(
@@ -29,6 +32,7 @@ def new_array_dataset(
     filters: Filters = Filters(),
     default_chunks=None,
     pinned: tuple[tuple[int, ...], object] | None = None,
+    require_nd_chunks: bool = False,
 ) -> InMemoryArrayDataset | InMemorySparseDataset:
     """Validate ``create_dataset`` arguments and build the staged dataset.
 
@@ -41,12 +45,26 @@ def new_array_dataset(
     are not given, as versioned-hdf5 2.6 does, so a ``resize`` before the
     commit pads with the fill value the commit will keep.
 
+    Chunks, as versioned-hdf5 2.6 chooses them: ``create_dataset`` (no
+    ``default_chunks``) gives 1-d data ``(4096,)`` without ``chunks`` and
+    refuses n-d data without them. ``group[name] = value`` (``default_chunks``
+    given) takes a pinned raw_data's chunks, else guesses with
+    ``default_chunks`` (1-d data: h5py's guess, as versioned-hdf5's commit).
+    With ``require_nd_chunks`` (``value`` an array, not a dataset, whose
+    chunks versioned-hdf5 keeps), n-d data with neither is staged with a
+    placeholder guess and ``chunks_required = True``: its commit raises
+    :class:`~xarray_vhdf5.errors.UnsupportedError` (a ``NotImplementedError``,
+    "chunks must be specified for multi-dimensional datasets"), as
+    versioned-hdf5's does.
+
     Raises
     ------
     TypeError
         Neither data nor shape given.
     UnsupportedError
-        Scalar datasets, ``h5py.Empty``.
+        Scalar datasets, ``h5py.Empty``; without ``default_chunks``, an n-d
+        dataset whose ``chunks`` is None or True: "chunks must be specified for
+        multi-dimensional datasets" (versioned-hdf5 2.6's ``NotImplementedError``).
     IncompatibleDataError
         ``shape`` does not match ``data``; bad chunks or maxshape.
     ValueOverflowError, ValueTypeError, ValueCastError, StringTooLongError
@@ -88,6 +106,11 @@ def new_array_dataset(
         raise UnsupportedError(
             "Scalar (0-d) datasets are not supported by the versioned format; store a 1-element array"
         )
+    if default_chunks is None and arr.ndim > 1 and (chunks is None or chunks is True):
+        raise UnsupportedError(
+            f"{CHUNKS_REQUIRED}: {name!r} has shape {arr.shape}; give chunks=, one size per axis "
+            "(versioned-hdf5 2.6 chooses them for 1-d datasets only)"
+        )
     chunks_given = chunks is not None
     fillvalue_given = fillvalue is not None
     if pinned is not None:
@@ -96,6 +119,8 @@ def new_array_dataset(
             chunks = pinned_chunks
         if fillvalue is None and pinned_fill is not None and not is_vlen_string_dtype(arr.dtype):
             fillvalue = pinned_fill
+    # n-d, no chunks given nor pinned: a placeholder the commit refuses (versioned-hdf5 2.6).
+    chunks_required = require_nd_chunks and chunks is None and arr.ndim > 1
     if chunks is None and default_chunks is not None:
         chunks = default_chunks(arr.shape, arr.dtype)
     chunks = normalize_chunks(chunks, arr.shape, arr.dtype)
@@ -130,5 +155,7 @@ def new_array_dataset(
         )
     ds = InMemoryArrayDataset(name, parent, arr, chunks, fillvalue, filters, maxshape, chunks_given)
     ds.fillvalue_given = fillvalue_given
+    # Not declared by InMemoryArrayDataset (wrappers/dataset.py) yet: read with getattr by the commit.
+    ds.chunks_required = chunks_required  # type: ignore[attr-defined]
     ds._dtype = dt
     return ds
