@@ -47,8 +47,8 @@ def normalize_chunks(
     chunks : tuple of int, int, True or None
         What the user passed to ``create_dataset(chunks=...)``. ``None``/``True``
         choose: ``(4096,)`` for 1-d data (versioned-hdf5's default), otherwise
-        :func:`guess_chunks_h5py` (versioned-hdf5 2.6 refuses n-d data without
-        chunks; we choose instead).
+        :func:`guess_chunks_h5py`. (A staged ``create_dataset`` refuses n-d
+        data without chunks before calling this, as versioned-hdf5 2.6 does.)
     shape : tuple of int
         Shape of the dataset, in points.
     dtype : numpy.dtype
