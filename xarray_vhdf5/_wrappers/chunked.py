@@ -5,7 +5,9 @@
   version's virtual mapping as ``slab_indices`` / ``slab_offsets``; only the
   chunks read or written are touched (``docs/design.md``, "Layers";
   versioned-hdf5's ``staged_changes.rst``). Until it is written to or resized, commit copies
-  the previous version's mapping as is.
+  the previous version's mapping as is. A write of every point
+  (``ds[:] = values``) makes it an ``InMemoryArrayDataset`` in place, as
+  versioned-hdf5 2.6 swaps its wrapper's dataset.
 - :class:`InMemorySparseDataset`: created in this version from a shape, dtype
   and fill value without data; it holds only the chunks written to.
 
@@ -42,7 +44,7 @@ from .._staging import StagedChangesArray
 from ..errors import IncompatibleDataError
 from .attrs import RESERVED_ATTRS, StagedAttrs
 from .closed import RESTAGE, closed_file_error, reads_file
-from .dataset import StagedDatasetBase
+from .dataset import InMemoryArrayDataset, StagedDatasetBase
 from .dataset_api import empty_selection
 
 __all__ = ["ChunkedStagedDataset", "CommittedChunks", "InMemoryDataset", "InMemorySparseDataset", "storage_fill"]
@@ -333,6 +335,39 @@ class InMemoryDataset(ChunkedStagedDataset):
                 return empty  # libhdf5 fails empty reads of many-mapping virtual datasets
         return self._array[index]
 
+    def _set(self, index, value: np.ndarray) -> None:
+        if _selects_all(index, self.shape):
+            self._become_array(value)
+        else:
+            self.staged_array[index] = value
+
+    def _become_array(self, value: np.ndarray) -> None:
+        """Hold ``value`` (broadcast to the shape) as an :class:`InMemoryArrayDataset`, in place.
+
+        versioned-hdf5 2.6's ``DatasetWrapper`` swaps the dataset it wraps for
+        an ``InMemoryArrayDataset`` when a write covers every point (nothing of
+        the previous version is read or kept). Here the staged dataset is the
+        object handed out (``group[name]``, and held by callers), so it becomes
+        that class itself: the same name, parent, chunks, fill value, filters
+        and attributes, as ``group[name] = array`` keeps them; the staged
+        array over raw_data is let go. The commit then stores its chunks as
+        for ``group[name] = array`` (deduplicated against raw_data).
+        """
+        data = np.array(np.broadcast_to(value, self.shape), dtype=self.dtype)
+        attrs = StagedAttrs()
+        for key, val in self.attrs.items():
+            attrs[key] = val
+        whole = InMemoryArrayDataset(
+            self.name, self.parent, data, self.chunks, self.storage_fill, self.filters, self.maxshape
+        )
+        whole.fillvalue_given = self.storage_fill is not None
+        whole._dtype = self.dtype
+        whole.attrs = attrs
+        state = vars(self)
+        state.clear()
+        state.update(vars(whole))
+        object.__setattr__(self, "__class__", InMemoryArrayDataset)
+
     @property
     def staged_array(self) -> StagedChangesArray:
         """The :class:`StagedChangesArray` holding the points (built on first use)."""
@@ -399,6 +434,27 @@ class InMemoryDataset(ChunkedStagedDataset):
     def has_changes(self) -> bool:
         """True once the points were written to, resized or replaced (attrs do not count)."""
         return self._replaced or (self._array is not None and self._array.has_changes)
+
+
+def _selects_all(index, shape: tuple[int, ...]) -> bool:
+    """Whether ``index`` selects every point of ``shape``, in order (slices and one ``...`` only).
+
+    versioned-hdf5 2.6's test (``ndindex(index).expand(shape) == Tuple().expand(shape)``)
+    for slices: each covers its axis with step 1 (``ds[:]``, ``ds[...]``,
+    ``ds[()]``, ``ds[0:100]`` of 3 points). Integers and arrays never do.
+    """
+    parts = index if isinstance(index, tuple) else (index,)
+    if not all(isinstance(p, slice) or p is Ellipsis for p in parts) or sum(p is Ellipsis for p in parts) > 1:
+        return False
+    slices = [p for p in parts if p is not Ellipsis]
+    if len(slices) > len(shape):
+        return False
+    if Ellipsis in parts:
+        at = parts.index(Ellipsis)
+        axes = [*range(at), *range(len(shape) - (len(slices) - at), len(shape))]
+    else:
+        axes = list(range(len(slices)))
+    return all(s.indices(shape[axis]) == (0, shape[axis], 1) for s, axis in zip(slices, axes))
 
 
 class InMemorySparseDataset(ChunkedStagedDataset):

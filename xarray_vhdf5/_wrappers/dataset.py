@@ -241,9 +241,12 @@ class StagedDatasetBase(DatasetAPI):
         """The staged dataset itself: versioned-hdf5's ``DatasetWrapper.dataset``.
 
         versioned-hdf5 hands out a ``DatasetWrapper`` around its in-memory dataset
-        (swapped when the dataset is resized or rewritten); here the staged
-        dataset is the object (``DatasetWrapper`` names its base class), so code
-        reaching for ``.dataset`` gets the same object back.
+        and swaps the dataset inside when a write covers every point (for an
+        ``InMemoryArrayDataset``); here the staged dataset is the object
+        (``DatasetWrapper`` names its base class), so code reaching for
+        ``.dataset`` gets the same object back, and an ``InMemoryDataset`` whose
+        every point is written becomes an ``InMemoryArrayDataset`` itself
+        (:meth:`~xarray_vhdf5._wrappers.chunked.InMemoryDataset._become_array`).
         """
         return self
 
