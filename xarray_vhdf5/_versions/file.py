@@ -650,6 +650,7 @@ class VersionedHDF5File(RefMethods):
                     foreign=self._foreign or not index_was_valid,
                 )
                 root.committed_as = f"{self._registry.group.name}/{version_name}"
+                root.committed_view = VersionGroup
                 if branch is not None and branch != MAIN:  # in the commit's mutation: atomic with it
                     set_branch(self.f, branch, version_name)
             except BaseException:

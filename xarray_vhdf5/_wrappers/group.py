@@ -37,9 +37,8 @@ from ..errors import DatasetMismatchError, IncompatibleDataError, ReadOnlyError,
 from .attrs import RESERVED_ATTRS, StagedAttrs
 from .chunked import InMemoryDataset
 from .create import new_array_dataset
-from .dataset import StagedDatasetBase
+from .dataset import InMemoryArrayDataset, StagedDatasetBase
 from .group_api import GroupAPI
-from .readonly import VersionDataset, VersionGroup
 
 __all__ = ["InMemoryGroup", "UnopenedDataset"]
 
@@ -147,6 +146,13 @@ class InMemoryGroup(GroupAPI):
         self._closed = False
         #: Set on a version's root once committed: the version group's path in the file.
         self.committed_as: str | None = None
+        #: Set on a version's root once committed, with ``committed_as``: what reads
+        #: through this tree are handed (``view(h5py_group, version, array_paths=...)``,
+        #: :class:`~xarray_vhdf5._wrappers.readonly.VersionGroup`; this module cannot import it).
+        self.committed_view: Callable[..., Any] | None = None
+        #: On a version's root once closed: paths of the datasets it created from data
+        #: (``InMemoryArrayDataset``), which reads after the commit hand out as such.
+        self._array_paths: frozenset[str] = frozenset()
         #: On a version's root: chunk maps of the last commit, and the versions
         #: group's state when staging began (``ChunkMapCache.get``).
         self.chunk_map_cache = chunk_map_cache
@@ -182,10 +188,16 @@ class InMemoryGroup(GroupAPI):
         """
         self._root._closed = True
         stack = [self]
+        array_paths = []
         while stack:
             group = stack.pop()
-            stack.extend(c for c in group._children.values() if isinstance(c, InMemoryGroup))
+            for child in group._children.values():
+                if isinstance(child, InMemoryGroup):
+                    stack.append(child)
+                elif isinstance(child, InMemoryArrayDataset):
+                    array_paths.append(child.name)
             group._children = {}
+        self._root._array_paths = frozenset(array_paths)
 
     # -- navigation ----------------------------------------------------------
     def _child(self, key: str):
@@ -221,22 +233,26 @@ class InMemoryGroup(GroupAPI):
             group = child
         return group, parts[-1]
 
-    def _committed_view(self) -> VersionGroup | None:
-        """This group as committed (read-only), once its staged version was committed; else None.
+    def _committed_view(self):
+        """This group as committed (a read-only ``VersionGroup``), once its staged version was committed; else None.
 
         A staged tree is emptied when its version is committed (see ``_close``);
         reads through a group kept past the ``with`` block then go to the
-        committed version, as versioned-hdf5 2.6 serves them.
+        committed version, as versioned-hdf5 2.6 serves them. A dataset the
+        version created from data is handed out as a ``VersionArrayDataset``
+        (an ``InMemoryArrayDataset`` still, as versioned-hdf5 keeps it), the
+        others as ``VersionDataset`` (an ``InMemoryDataset``).
         """
         root = self._root
         where = getattr(root, "h5file", None)
-        if not root._closed or root.committed_as is None or where is None or not where.id.valid:
+        view = root.committed_view
+        if not root._closed or root.committed_as is None or view is None or where is None or not where.id.valid:
             return None
         try:
             h5group = where.file[posixpath.join(root.committed_as, self.name).rstrip("/")]
         except (KeyError, ValueError):
             return None  # the version was deleted since
-        return VersionGroup(h5group, root.committed_as.rpartition("/")[2])
+        return view(h5group, root.committed_as.rpartition("/")[2], array_paths=root._array_paths)
 
     def __getitem__(self, path: str):
         """Member ``path`` (relative to this group); after the commit, the committed version's, read-only.
@@ -540,7 +556,7 @@ class InMemoryGroup(GroupAPI):
             dsid, origin = committed
             ds = InMemoryDataset(new_path, group, dsid)
             ds.origin_name = origin  # where its raw_data lives: a copy elsewhere stores its chunks anew
-        elif isinstance(value, (StagedDatasetBase, h5py.Dataset, VersionDataset)):
+        elif isinstance(value, (StagedDatasetBase, h5py.Dataset)):
             ds = new_array_dataset(
                 new_path,
                 group,
@@ -710,7 +726,7 @@ def _committed_dataset(value, root: InMemoryGroup) -> tuple[h5py.h5d.DatasetID, 
     ``<root>/_version_data/<path>/raw_data``; ``<path>`` is returned. None for
     anything else (arrays, staged datasets, other files or trees).
     """
-    dset = value.dataset if isinstance(value, VersionDataset) else value
+    dset = value  # a committed version's VersionDataset is an h5py.Dataset too
     where = getattr(root, "h5file", None)
     if not isinstance(dset, h5py.Dataset) or where is None or not dset.id.valid or dset.id.fileno != where.id.fileno:
         return None
