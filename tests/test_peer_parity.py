@@ -266,18 +266,10 @@ def test_stage_version_takes_utc_timestamps_only(vfile):
 
 
 @pytest.mark.parametrize("then", ["commit", "resize"])
-def test_nd_array_assigned_without_chunks_is_refused_at_commit(vfile, then, request):
+def test_nd_array_assigned_without_chunks_is_refused_at_commit(vfile, then):
     """test_api.py::test_resize_multidim_after_new_dataset_assignment: ``group[name] = array``
     of n-d data leaves its chunks unspecified; committing it raises NotImplementedError
     "chunks must be specified" and nothing is committed. 1-d data gets a guess."""
-    if isinstance(vfile, xarray_vhdf5.VersionedHDF5File):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="InMemoryGroup.__setitem__ (wrappers/group.py) does not yet pass "
-                "require_nd_chunks=True to new_array_dataset for an assigned array",
-            )
-        )
     with pytest.raises(NotImplementedError, match="chunks must be specified for multi-dimensional datasets"):
         with vfile.stage_version("v0") as sv:
             sv["y"] = np.arange(3.0)

@@ -569,13 +569,14 @@ class InMemoryGroup(GroupAPI):
                     ds.attrs[key] = val
         elif replaced is not None:
             ds = _new_points(group, last, new_path, value)
-        else:
+        else:  # an array: n-d data needs chunks by its commit, as in versioned-hdf5 2.6
             ds = new_array_dataset(
                 new_path,
                 group,
                 data=value,
                 default_chunks=lambda shape, dtype: guess_chunks_h5py(shape, dtype.itemsize),
                 pinned=_pinned_layout(self._root, new_path),
+                require_nd_chunks=True,
             )
         group._children[last] = ds
 
