@@ -859,7 +859,7 @@ def part1(args, work: Path, lines: list[str]) -> None:
             )
         size = os.path.getsize(src)
         runs: dict[str, dict] = {}
-        outputs: dict[str, tuple[str, str]] = {}
+        verdicts: dict[str, str] = {}  # per method: "ok" or the first run's failure
         base = {"source": str(src), "chunks": chunks, "max_mem": max_mem, "codec": codec, "shape": shape}
         methods = [m for m in args.methods.split(",") if m]
         all_runs: dict[str, list[dict]] = {m: [] for m in methods}
@@ -885,7 +885,14 @@ def part1(args, work: Path, lines: list[str]) -> None:
                 shutil.rmtree(tmp, ignore_errors=True)
                 if "error" not in res:
                     kind = "h5" if method in IN_FILE else "h5plain" if method == "ours_h5" else "zarr"
-                    outputs[method] = (kind, str(out / VAR) if method in ("ours_export", "cli_export") else str(out))
+                    made = {method: (kind, str(out / VAR) if method in ("ours_export", "cli_export") else str(out))}
+                    # Checked now and removed unless --keep: every run starts with the same files on
+                    # disk (an output left behind fills the disk and the page cache for the next ones).
+                    checked = _verify_part1(str(src), made, shape, chunks)[method]
+                    if verdicts.get(method, "ok") == "ok":
+                        verdicts[method] = checked
+                    if not args.keep:
+                        shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
                 print("   ", {k: v for k, v in res.items() if k not in ("plan", "report")}, flush=True)
         args.raw[f"part1_{codec}"] = all_runs
         for method, results in all_runs.items():
@@ -897,12 +904,7 @@ def part1(args, work: Path, lines: list[str]) -> None:
             runs[method] = dict(ok[len(ok) // 2])  # the median run (upper median)
             runs[method]["all_seconds"] = [r["seconds"] for r in ok]
             runs[method]["peak_growth"] = max(r["peak_growth"] for r in ok)
-        verdict = _verify_part1(str(src), outputs, shape, chunks) if outputs else {}
-        if not args.keep:
-            for method in methods:
-                for p in work.glob(f"out_{method}_{codec}*"):
-                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-        lines += _part1_table(runs, verdict, shape, chunks, codec, size, max_mem)
+        lines += _part1_table(runs, verdicts, shape, chunks, codec, size, max_mem)
 
 
 def _part1_table(runs, verdict, shape, chunks, codec, size, max_mem) -> list[str]:

@@ -643,6 +643,13 @@ class VersionGroup(h5py.Group, InMemoryGroup):
         """
 
     def _refuse(self, *args, **kwargs):
+        """Refused: a committed version is read-only.
+
+        Raises
+        ------
+        ReadOnlyError
+            Always (a ``PermissionError`` and ``ValueError``); stage a new version instead.
+        """
         raise ReadOnlyError(f"cannot modify version {self.version!r}: {_HINT}")
 
     __setitem__ = __delitem__ = create_dataset = create_group = require_dataset = _refuse
