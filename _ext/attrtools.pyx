@@ -39,6 +39,7 @@ from hdf5 cimport (
     hsize_t,
     htri_t,
 )
+from h5failure cimport Failure, failure_detail, record_failure
 from xarray_vhdf5._ext._hdf5api cimport H5
 
 import numpy as np
@@ -51,6 +52,11 @@ __all__ = ["read_int64", "read_vlen_str", "reference_attr_names", "write_buffer"
 
 cdef int _fail(const char *call, bytes name) except -1:
     raise HDF5Error(f"{call.decode()} failed on attribute {name.decode('utf-8', 'replace')!r}")
+
+
+cdef int _fail_read(bytes name, Failure *fail) except -1:
+    """An attribute that opened but cannot be read: libhdf5's error stack says why (a damaged heap, ...)."""
+    raise HDF5Error(f"H5Aread failed on attribute {name.decode('utf-8', 'replace')!r}: {failure_detail(fail)}")
 
 
 cdef int _same_extent(hid_t attr, int rank, const hsize_t *dims) noexcept:
@@ -209,6 +215,8 @@ def read_vlen_str(hid_t obj_id, bytes name not None):
     cdef hid_t attr, atype = -1
     cdef int ok
     cdef bytes out
+    cdef Failure fail
+    fail.failed = 0
     with phil:
         attr = _open_for_read(obj_id, name, H5T_STRING, &code, &atype)
         if attr < 0:
@@ -217,9 +225,10 @@ def read_vlen_str(hid_t obj_id, bytes name not None):
             return code, None
         ok = H5.H5Tis_variable_str(atype) > 0 and _same_extent(attr, 0, NULL) > 0
         if ok and H5.H5Aread(attr, atype, &text) < 0:
+            record_failure(&fail, b"H5Aread", -1)  # before any other call clears the error stack
             H5.H5Tclose(atype)
             H5.H5Aclose(attr)
-            _fail(b"H5Aread", name)
+            _fail_read(name, &fail)
         H5.H5Tclose(atype)
         H5.H5Aclose(attr)
         if not ok:
@@ -241,6 +250,8 @@ def read_int64(hid_t obj_id, bytes name not None, hid_t mem_type):
     cdef hsize_t dims[H5S_MAX_RANK]
     cdef int64_t[::1] flat
     cdef int64_t empty = 0  # libhdf5 refuses a NULL buffer, even for no point
+    cdef Failure fail
+    fail.failed = 0
     with phil:
         attr = _open_for_read(obj_id, name, H5T_INTEGER, &code, NULL)
         if attr < 0:
@@ -261,8 +272,9 @@ def read_int64(hid_t obj_id, bytes name not None, hid_t mem_type):
         out = np.empty(shape, dtype=np.int64)
         flat = out.reshape(-1)
         if H5.H5Aread(attr, mem_type, &flat[0] if flat.shape[0] else &empty) < 0:
+            record_failure(&fail, b"H5Aread", -1)
             H5.H5Aclose(attr)
-            _fail(b"H5Aread", name)
+            _fail_read(name, &fail)
         H5.H5Aclose(attr)
     return 0, out
 

@@ -352,6 +352,10 @@ def test_corrupt_file_error_tells_damage_from_other_failures(tmp_path):
         OSError("Can't synchronously read data (filter returned failure during read)"),
         RuntimeError("Unable to synchronously open object (incorrect metadata checksum after all read attempts)"),
         KeyError("Unable to synchronously open object (bad object header version number)"),
+        # what torn flushes of plain h5py handles gave after SIGKILLs (2026-11-26's kill runs)
+        KeyError("Unable to synchronously open object (len not positive after adjustment for EOA)"),
+        RuntimeError("Link iteration failed (fractal heap object offset too large)"),
+        OSError("Can't synchronously read data (bad heap index, heap object = {a2fca, 21})"),
     ]
     for exc in damage:
         assert isinstance(corrupt_file_error(tmp_path / "f.h5", exc), CorruptFileError), exc
@@ -535,3 +539,19 @@ def test_progress_is_reported_in_chunks(ours, capsys):
     update(10, 10)
     close()
     assert progress_bar(False)[0] is None
+
+
+def test_an_attribute_libhdf5_cannot_read_is_a_corrupt_file(tmp_path):
+    """A global heap collection damaged (as a torn flush of a plain h5py handle leaves it):
+    ``current_version`` opens but cannot be read. The engine raises CorruptFileError naming
+    the file and what libhdf5 said, not the compiled kernel's bare HDF5Error."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        with xv.VersionedHDF5File(f).stage_version("v1") as g:
+            g.create_dataset("x", data=np.arange(100.0), chunks=(10,))
+    data = path.read_bytes()
+    assert data.count(b"GCOL") == 1  # the variable-length attributes' heap
+    path.write_bytes(data.replace(b"GCOL", b"GCOX"))
+    with pytest.raises(CorruptFileError, match="bad global heap collection signature") as info:
+        xr.open_dataset(path, engine="vhdf5")
+    assert str(path) in str(info.value) and "current_version" in str(info.value)

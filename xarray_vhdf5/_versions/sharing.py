@@ -26,7 +26,7 @@ import numpy as np
 from .._backend.layout import versions_path
 from .._backend.manifest_resolve import resolve_manifest
 from .._backend.signature import open_for_reading
-from ..errors import VersionNotFoundError, VHDF5Error
+from ..errors import HDF5Error, VersionNotFoundError, VHDF5Error
 from . import generation
 from .journal import journal_path, roll_back_interrupted
 from .locking import file_locks
@@ -187,13 +187,17 @@ class SharedFile:
 @contextlib.contextmanager
 def _damage_as_corrupt_file(path: str) -> Iterator[None]:
     """libhdf5's errors that say the file is damaged (truncated, bad checksum, ...) as CorruptFileError."""
+    from .check import corrupt_file_error
+
     try:
         yield
-    except VHDF5Error:
-        raise
+    except VHDF5Error as exc:
+        # Our kernels' HDF5Error carries libhdf5's error stack: it may say damage too.
+        error = corrupt_file_error(path, exc) if isinstance(exc, HDF5Error) else None
+        if error is None:
+            raise
+        raise error from exc
     except (OSError, RuntimeError, KeyError) as exc:  # h5py's (not xarray's ValueErrors)
-        from .check import corrupt_file_error
-
         error = corrupt_file_error(path, exc)
         if error is None or error is exc:
             raise
