@@ -533,8 +533,9 @@ def test_interrupted_versioned_hdf5_commit_is_not_a_version(tmp_path):
         vf = xarray_vhdf5.VersionedHDF5File(f)
         assert vf.versions == ["v1"]
         assert "crashed" not in vf
-        with pytest.raises(xarray_vhdf5.VersionNotFoundError, match="never committed"):
+        with pytest.raises(xarray_vhdf5.VersionNotFoundError, match="never committed") as info:
             vf[None]
+        assert "'v1'" in str(info.value) and "vhdf5 check --repair" in str(info.value)
         with pytest.raises(xarray_vhdf5.VersionNotFoundError):
             vf["crashed"]
         assert vf[datetime.datetime(2100, 1, 1)].version == "v1"

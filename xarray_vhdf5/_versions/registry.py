@@ -337,7 +337,12 @@ class VersionRegistry:
             if name == FIRST_VERSION:
                 raise VersionNotFoundError("this file has no committed version yet")
             if name not in self._row:
-                raise self._not_found(f"{name!r} (the current version, never committed)")
+                error = self._not_found(f"{name!r} (the current version, never committed)")
+                raise VersionNotFoundError(
+                    f"{error}. A commit interrupted by a crash left current_version naming it: "
+                    "open one of these with version=, or roll the file back to its last whole "
+                    "version with 'vhdf5 check --repair FILE'"
+                )
             return name
         if isinstance(key, str):
             if key not in self._row:
