@@ -53,7 +53,6 @@ from ..resplit import (
     parse_bytes,
     plan_resplit,
 )
-from .sidecopy import manifest_rows_reader
 
 __all__ = ["RechunkReport", "dimension_names", "rechunk", "rechunk_plan", "resplit_version"]
 
@@ -125,23 +124,47 @@ def raw_rows_reader(
 ) -> Callable[[tuple[int, ...]], np.ndarray]:
     """``read_chunk`` reading old chunk ``index`` of a version from its raw_data rows.
 
-    An unmapped chunk is ``fill_cast`` (no read); a stored one is one hyperslab of
-    ``src`` (its rows, the chunk's trimmed extent), converted by HDF5 to ``dtype``.
-    ``src`` may also be a manifest of raw_data's chunks copied aside, of dtype
-    ``dtype`` (:func:`~.sidecopy.side_manifest`).
+    An unmapped chunk is ``fill_cast`` (no read). A stored one is its rows, the
+    chunk's trimmed extent: from an ``h5py.Dataset``, one hyperslab converted by
+    HDF5 to ``dtype``; from a manifest of raw_data's chunks copied aside
+    (:func:`~.sidecopy.side_manifest`, of dtype ``dtype``), the raw_data chunk
+    decoded without libhdf5. With a manifest, ``read_chunk.read_into(index,
+    out)`` reads a whole unfiltered chunk straight into ``out``
+    (:func:`~xarray_vhdf5.resplit.iter_resplit`'s protocol; False: not done).
     """
-    if isinstance(src, ChunkManifest):
-        return manifest_rows_reader(src, shape, src_chunks, row_of, fill_cast)
     grid = chunk_grid_shape(shape, src_chunks)
-    reader = src if src.dtype == dtype else src.astype(dtype)
+    read_rows: Callable[[int, list[int]], np.ndarray]
+    if isinstance(src, ChunkManifest):
+        per_chunk = src.chunks[0]
+
+        def read_rows(row: int, extent: list[int]) -> np.ndarray:
+            trim = tuple(slice(0, e) for e in extent)
+            if row % per_chunk == 0 and extent[0] <= per_chunk:  # one raw_data chunk: decoded, not copied
+                return src.decoded_chunk((row // per_chunk,) + (0,) * (len(extent) - 1))[trim]
+            return src.read((slice(row, row + extent[0]), *trim[1:]))
+    else:
+        reader = src if src.dtype == dtype else src.astype(dtype)
+
+        def read_rows(row: int, extent: list[int]) -> np.ndarray:
+            return np.asarray(reader[(slice(row, row + extent[0]), *(slice(0, e) for e in extent[1:]))])
 
     def read_chunk(index: tuple[int, ...]) -> np.ndarray:
         extent = [min(c, s - i * c) for i, c, s in zip(index, src_chunks, shape, strict=True)]
         row = int(row_of[np.ravel_multi_index(index, grid)])
         if row < 0:
             return np.full(extent, fill_cast, dtype=dtype)
-        return np.asarray(reader[(slice(row, row + extent[0]), *(slice(0, e) for e in extent[1:]))])
+        return read_rows(row, extent)
 
+    if isinstance(src, ChunkManifest):
+        manifest = src
+
+        def read_into(index: tuple[int, ...], out: np.ndarray) -> bool:
+            row = int(row_of[np.ravel_multi_index(index, grid)])
+            if row < 0 or row % manifest.chunks[0]:
+                return False
+            return manifest.read_chunk_into((row // manifest.chunks[0],) + (0,) * (len(index) - 1), out)
+
+        read_chunk.read_into = read_into  # type: ignore[attr-defined]
     return read_chunk
 
 

@@ -28,8 +28,6 @@ Two ways to make that copy:
 
 from __future__ import annotations
 
-from typing import Any
-
 import h5py
 import numpy as np
 
@@ -38,7 +36,7 @@ from .._backend.manifest import ChunkManifest
 from .._backend.manifest_resolve import manifest_from_starts
 from .journal import SIDE_USERBLOCK
 
-__all__ = ["copy_chunks_aside", "manifest_rows_reader", "side_manifest"]
+__all__ = ["copy_chunks_aside", "side_manifest"]
 
 
 def _stored_chunks(raw: h5py.Dataset) -> np.ndarray:
@@ -130,36 +128,3 @@ def copy_chunks_aside(io, fd: int, side_fd: int, plan: np.ndarray) -> list[tuple
     for at, n, side_at in extents:
         io.copy_range(fd, side_fd, n, at, side_at)
     return extents
-
-
-def manifest_rows_reader(manifest: ChunkManifest, shape, src_chunks, row_of: np.ndarray, fill_cast: Any):
-    """``read_chunk(index)`` of :func:`~.rechunk.raw_rows_reader`, reading a version's old chunks from ``manifest``.
-
-    ``manifest`` maps raw_data itself (:func:`side_manifest`). A chunk whose rows
-    start a raw_data chunk is that chunk decoded (one read, no copy for
-    unfiltered chunks), trimmed to the version's extent; any other selection is
-    read through :meth:`~xarray_vhdf5._backend.manifest.ChunkManifest.read`.
-    """
-    grid = chunk_grid_shape(shape, src_chunks)
-    rows_per_chunk = manifest.chunks[0]
-    dtype = manifest.dtype
-
-    def read_chunk(index: tuple[int, ...]) -> np.ndarray:
-        extent = [min(c, s - i * c) for i, c, s in zip(index, src_chunks, shape, strict=True)]
-        row = int(row_of[np.ravel_multi_index(index, grid)])
-        if row < 0:
-            return np.full(extent, fill_cast, dtype=dtype)
-        trim = tuple(slice(0, e) for e in extent)
-        if row % rows_per_chunk == 0 and extent[0] <= rows_per_chunk:
-            return manifest.decoded_chunk((row // rows_per_chunk,) + (0,) * (len(extent) - 1))[trim]
-        return manifest.read((slice(row, row + extent[0]), *trim[1:]))
-
-    def read_into(index: tuple[int, ...], out: np.ndarray) -> bool:
-        """A whole unfiltered chunk read straight into the resplit's buffer (``iter_resplit``'s protocol)."""
-        row = int(row_of[np.ravel_multi_index(index, grid)])
-        if row < 0 or row % rows_per_chunk:
-            return False
-        return manifest.read_chunk_into((row // rows_per_chunk,) + (0,) * (len(index) - 1), out)
-
-    read_chunk.read_into = read_into  # type: ignore[attr-defined]
-    return read_chunk
