@@ -26,15 +26,13 @@ import argparse
 import contextlib
 import os
 import tempfile
-import time
 
 import h5py
 import numpy as np
+from bench_durability import h5py_level  # the same workload, the same days
 
-from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5._versions import file as file_module
 
-SHAPE = (90, 180)
 REAL = file_module.mutating
 
 
@@ -52,28 +50,12 @@ def _flush(h5file, *, moves=False, what="commit"):
 MODES = {"none": _none, "flush": _flush, "real": REAL}
 
 
-def _day(t: int) -> np.ndarray:
-    return np.random.default_rng(t).random(SHAPE, dtype=np.float32)
-
-
 def run(days: int, mode: str) -> float:
     """Median seconds of the daily commits of one run with ``mutating`` as ``mode``."""
     file_module.mutating = MODES[mode]
     try:
         with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "a.h5")
-            with h5py.File(path, "a") as f:
-                vf = VersionedHDF5File(f)
-                with vf.stage_version("d0") as g:
-                    g.create_dataset("sst", data=_day(0)[None], chunks=(1, *SHAPE))
-                times = []
-                for t in range(1, days):
-                    start = time.perf_counter()
-                    with vf.stage_version(f"d{t}") as g:
-                        ds = g["sst"]
-                        ds.resize((t + 1, *SHAPE))
-                        ds[t] = _day(t)
-                    times.append(time.perf_counter() - start)
+            times = h5py_level(os.path.join(folder, "a.h5"), days, lambda p: h5py.File(p, "a"))
     finally:
         file_module.mutating = REAL
     return float(np.median(times))
