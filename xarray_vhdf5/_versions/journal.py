@@ -179,7 +179,13 @@ class OsIO:
             self.copy_by_pwrite(src, dst, length - done, src_offset + done, dst_offset + done)
 
     def copy_by_pwrite(self, src: int, dst: int, length: int, src_offset: int, dst_offset: int) -> None:
-        """:meth:`copy_range` through this process: :meth:`pread` and :meth:`pwrite` of 8 MiB pieces."""
+        """:meth:`copy_range` through this process: :meth:`pread` and :meth:`pwrite` of 8 MiB pieces.
+
+        Raises
+        ------
+        OSError
+            A read or write fails, or ``src`` ends before ``length`` bytes.
+        """
         done = 0
         while done < length:
             piece = self.pread(src, min(_COPY_PIECE, length - done), src_offset + done)

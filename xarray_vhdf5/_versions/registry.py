@@ -304,11 +304,11 @@ class VersionRegistry:
             self._sorted = (stamps, names)
         return self._sorted
 
-    def _not_found(self, what: str) -> VersionNotFoundError:
+    def _not_found(self, what: str, hint: str = "") -> VersionNotFoundError:
         names = self.names()
         shown = ", ".join(map(repr, names[-10:])) or "none"
         more = f" (last 10 of {len(names)})" if len(names) > 10 else ""
-        return VersionNotFoundError(f"no version {what} in this file; versions{more}: {shown}")
+        return VersionNotFoundError(f"no version {what} in this file; versions{more}: {shown}{hint}")
 
     # -- lookups -------------------------------------------------------------
     def resolve(self, key: VersionKey) -> str:
@@ -337,11 +337,11 @@ class VersionRegistry:
             if name == FIRST_VERSION:
                 raise VersionNotFoundError("this file has no committed version yet")
             if name not in self._row:
-                error = self._not_found(f"{name!r} (the current version, never committed)")
-                raise VersionNotFoundError(
-                    f"{error}. A commit interrupted by a crash left current_version naming it: "
-                    "open one of these with version=, or roll the file back to its last whole "
-                    "version with 'vhdf5 check --repair FILE'"
+                raise self._not_found(
+                    f"{name!r} (the current version, never committed)",
+                    ". A commit interrupted by a crash left current_version naming it: open one of "
+                    "these with version=, or roll the file back to its last whole version with "
+                    "'vhdf5 check --repair FILE'",
                 )
             return name
         if isinstance(key, str):

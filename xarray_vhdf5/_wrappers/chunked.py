@@ -442,6 +442,8 @@ def _selects_all(index, shape: tuple[int, ...]) -> bool:
     versioned-hdf5 2.6's test (``ndindex(index).expand(shape) == Tuple().expand(shape)``)
     for slices: each covers its axis with step 1 (``ds[:]``, ``ds[...]``,
     ``ds[()]``, ``ds[0:100]`` of 3 points). Integers and arrays never do.
+    Not through ndindex: its ``expand`` costs about 95 us, on every staged
+    slice write; this check about 3 us.
     """
     parts = index if isinstance(index, tuple) else (index,)
     if not all(isinstance(p, slice) or p is Ellipsis for p in parts) or sum(p is Ellipsis for p in parts) > 1:
