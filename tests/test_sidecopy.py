@@ -5,13 +5,18 @@
 - the manifest over the side file reads every old chunk as libhdf5 reads it
   from the file (the two readers of a rechunk agree, filters included);
 - an in-place rechunk takes that path (the side file is flat bytes, not HDF5),
-  a dtype change keeps ``H5Ocopy``; both leave every version's values.
+  a dtype change keeps ``H5Ocopy``; both leave every version's values;
+- the copy runs in a thread beside the rewrite: the rewrite reads only chunks
+  already copied, no old chunk's bytes are overwritten before the whole copy
+  is made, and a copy that fails rolls the rewrite back.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import threading
+import time
 
 import h5py
 import numpy as np
@@ -138,13 +143,13 @@ def test_the_side_manifest_reads_what_libhdf5_reads(tmp_path, filters):
 def _spy(monkeypatch) -> list[str]:
     """Record which copy each in-place rewrite makes: 'kernel' or 'h5ocopy'."""
     made: list[str] = []
-    copy_aside = sidecopy.copy_chunks_aside
 
-    def kernel(*args):
-        made.append("kernel")
-        return copy_aside(*args)
+    class Kernel(sidecopy.SideCopy):
+        def __init__(self, *args):
+            made.append("kernel")
+            super().__init__(*args)
 
-    monkeypatch.setattr(metadata, "copy_chunks_aside", kernel)
+    monkeypatch.setattr(metadata, "SideCopy", Kernel)
     same = metadata._same_chunks
 
     def h5ocopy(*args):
@@ -260,3 +265,109 @@ def test_the_rechunk_reads_whole_unfiltered_chunks_into_its_buffer(tmp_path, mon
         vf = VersionedHDF5File(f)
         for version, expected in values.items():
             np.testing.assert_array_equal(vf[version]["x"][()], expected)
+
+
+class _SlowCopy(OsIO):
+    """Kernel copies made slowly, one chunk at a time, and a log of what happened in which order.
+
+    ``events`` holds ("copied", side stop), ("read", side stop) for reads of the
+    side file by the rewrite, and ("overwrite", offset) for writes into the
+    file below its size when the copy started (appended under the GIL, so in
+    the order they happened).
+    """
+
+    def __init__(self, fail_at: int | None = None):
+        self.events: list[tuple[str, int]] = []
+        self.copies = 0
+        self.fail_at = fail_at
+        self.main_size: int | None = None
+        self.main_fd: int | None = None
+        self.copy_thread: str | None = None
+
+    def copy_range(self, src, dst, length, src_offset, dst_offset):
+        self.main_fd, self.main_size = src, self.main_size or self.size(src)
+        self.copy_thread = threading.current_thread().name
+        self.copies += 1
+        if self.copies == self.fail_at:
+            raise OSError(errno.EIO, "simulated read error in the side copy")
+        time.sleep(0.002)  # slower than the rewrite's reads: they must wait at the gate
+        super().copy_range(src, dst, length, src_offset, dst_offset)
+        self.events.append(("copied", dst_offset + length))
+
+    def pwrite(self, fd, data, offset):
+        if fd == self.main_fd and self.main_size is not None and offset < self.main_size:
+            self.events.append(("overwrite", offset))
+        return super().pwrite(fd, data, offset)
+
+
+def _log_side_reads(monkeypatch, io: _SlowCopy) -> None:
+    from xarray_vhdf5._backend.manifest import ChunkManifest
+
+    stored = ChunkManifest._stored_bytes
+
+    def logged(self, slot):
+        at, n = stored(self, slot)
+        if self.gate is not None:
+            io.events.append(("read", at + n))
+        return at, n
+
+    monkeypatch.setattr(ChunkManifest, "_stored_bytes", logged)
+
+
+@pytest.mark.parametrize("filters", [{}, {"compression": "gzip", "shuffle": True}])
+def test_the_side_copy_runs_beside_the_rewrite(tmp_path, monkeypatch, filters):
+    """Reads start before the copy ends, each after its chunk is copied; overwrites after the whole copy."""
+    p = str(tmp_path / "h.h5")
+    values = _versions(p, filters, chunks=(1, 9, 7))
+    with h5py.File(p, "r") as f:
+        chunk_spans = [(o, o + n) for _, o, n, _ in sidecopy._stored_chunks(f["_version_data/x/raw_data"]).tolist()]
+    io = _SlowCopy()
+    _log_side_reads(monkeypatch, io)
+    f = open_file(p, io=io)
+    try:
+        report = rechunk(VersionedHDF5File(f), "x", (4, 3, 7), max_mem="64kB")
+    finally:
+        f.close()
+    assert report.reads_per_input_chunk == 1.0
+    assert io.copy_thread == "vhdf5-side-copy"
+    copied = [stop for kind, stop in io.events if kind == "copied"]
+    assert len(copied) == io.copies > 2
+    last_copy = max(i for i, (kind, _) in enumerate(io.events) if kind == "copied")
+    reads = [(i, stop) for i, (kind, stop) in enumerate(io.events) if kind == "read"]
+    assert reads and reads[0][0] < last_copy, "the rewrite waited for the whole copy before its first read"
+    for i, stop in reads:  # every read after the copy of its bytes
+        assert any(kind == "copied" and s >= stop for kind, s in io.events[:i]), (i, stop)
+    overwrites = [i for i, (kind, _) in enumerate(io.events) if kind == "overwrite"]
+    assert overwrites, "the new raw_data did not reuse the old one's bytes"
+    # libhdf5's metadata writes may come earlier; none lands in an old chunk before the copy is whole
+    for i in overwrites:
+        if i < last_copy:
+            offset = io.events[i][1]
+            assert not any(s <= offset < e for s, e in chunk_spans), (i, offset)
+    with h5py.File(p, "r") as f:
+        vf = VersionedHDF5File(f)
+        for version, expected in values.items():
+            np.testing.assert_array_equal(vf[version]["x"][()], expected)
+    assert not os.path.exists(p + "-journal") and not os.path.exists(p + ".vhdf5-modify")
+
+
+def test_a_failed_side_copy_rolls_the_rewrite_back(tmp_path):
+    p = str(tmp_path / "h.h5")
+    values = _versions(p, {}, chunks=(1, 9, 7))
+    with open(p, "rb") as fh:
+        before = fh.read()
+    io = _SlowCopy(fail_at=3)
+    f = open_file(p, io=io)
+    try:
+        with pytest.raises(OSError, match="simulated read error in the side copy"):
+            rechunk(VersionedHDF5File(f), "x", (4, 3, 7), max_mem="64kB")
+    finally:
+        f.close()
+    with open(p, "rb") as fh:
+        assert fh.read() == before
+    with h5py.File(p, "r") as f:
+        vf = VersionedHDF5File(f)
+        assert vf["v1"]["x"].chunks == (1, 9, 7)
+        for version, expected in values.items():
+            np.testing.assert_array_equal(vf[version]["x"][()], expected)
+    assert not os.path.exists(p + "-journal") and not os.path.exists(p + ".vhdf5-modify")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -130,6 +131,11 @@ class ChunkManifest:
         Per stored chunk, its SHA-256 digest from the hash table (``verify``).
     supported : bool
         Whether :meth:`read` can decode the chunks; ``reason`` says why not.
+    gate : callable or None
+        Called as ``gate(start, stop)`` before bytes ``[start, stop)`` of the file
+        are read, when set (not pickled): a manifest over a file still being
+        written waits there for its bytes (the in-place rewrite's side copy,
+        :mod:`xarray_vhdf5._versions.sidecopy`). None: read at once.
     """
 
     def __init__(
@@ -161,16 +167,18 @@ class ChunkManifest:
         self.slots, self.rows, self.offsets, self.nbytes = slots, rows, offsets, nbytes
         self.filter_masks, self.digests, self.verify, self.reason = filter_masks, digests, verify, reason
         self._fd, self._pid, self._lock = None, None, threading.Lock()
+        self.gate: Callable[[int, int], None] | None = None
 
     supported = property(lambda self: self.reason is None, doc="Whether :meth:`read` can decode the chunks.")
     ndim = property(lambda self: len(self.shape), doc="Number of axes.")
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_fd", "_pid", "_lock")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_fd", "_pid", "_lock", "gate")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._fd, self._pid, self._lock = None, None, threading.Lock()
+        self.gate = None
 
     def _descriptor(self) -> int:
         with self._lock:
@@ -180,6 +188,13 @@ class ChunkManifest:
                 self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
                 self._pid = os.getpid()
             return self._fd
+
+    def _stored_bytes(self, slot: int) -> tuple[int, int]:
+        """Stored chunk ``slot``'s (file offset, size), after waiting at :attr:`gate` for them."""
+        at, n = int(self.offsets[slot]), int(self.nbytes[slot])
+        if self.gate is not None:
+            self.gate(at, at + n)
+        return at, n
 
     def close(self) -> None:
         """Close the file descriptor, if open (a later :meth:`read` reopens it)."""
@@ -219,10 +234,10 @@ class ChunkManifest:
 
     def _chunk(self, slot: int, where: tuple) -> np.ndarray:
         """Stored chunk ``slot`` (mapped at virtual chunk ``where``), decoded, of shape ``chunks``."""
-        n = int(self.nbytes[slot])
+        at, n = self._stored_bytes(slot)
         if n == 0:
             return np.broadcast_to(self.raw_fillvalue, self.chunks)
-        data = os.pread(self._descriptor(), n, int(self.offsets[slot]))
+        data = os.pread(self._descriptor(), n, at)
         if len(data) < n:
             raise self._fail(slot, where, f"the file ends {len(data)} bytes into the chunk (truncated)")
         size = self.dtype.itemsize * int(np.prod(self.chunks))
@@ -277,10 +292,10 @@ class ChunkManifest:
         slot = self._slot(index)
         if slot < 0:
             return None
-        n = int(self.nbytes[slot])
+        at, n = self._stored_bytes(slot)
         if n == 0:
             return b"", 0
-        data = os.pread(self._descriptor(), n, int(self.offsets[slot]))
+        data = os.pread(self._descriptor(), n, at)
         if len(data) < n:
             raise self._fail(slot, tuple(index), f"the file ends {len(data)} bytes into the chunk (truncated)")
         return data, int(self.filter_masks[slot])
@@ -315,10 +330,10 @@ class ChunkManifest:
         mask = int(self.filter_masks[slot])
         if any(not (mask >> i) & 1 for i in range(len(self.filters))):
             return False
-        n = int(self.nbytes[slot])
-        if n != out.nbytes:  # never allocated (0), or not this chunk's size unfiltered
+        if int(self.nbytes[slot]) != out.nbytes:  # never allocated (0), or not this chunk's size unfiltered
             return False
-        got = os.preadv(self._descriptor(), [memoryview(out).cast("B")], int(self.offsets[slot]))  # type: ignore[arg-type]
+        at, n = self._stored_bytes(slot)
+        got = os.preadv(self._descriptor(), [memoryview(out).cast("B")], at)  # type: ignore[arg-type]
         if got < n:
             raise self._fail(slot, tuple(index), f"the file ends {got} bytes into the chunk (truncated)")
         return True

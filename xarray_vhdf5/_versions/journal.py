@@ -72,13 +72,14 @@ otherwise write its stale superblock when the handle closes).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import io
 import itertools
 import os
 import struct
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CorruptFileError
 
@@ -336,6 +337,8 @@ class JournaledFile(_DescriptorFile):
         self._side: str | None = None  # this mutation's side file (see the module)
         self._refs: list[tuple[int, int, int]] = []  # sorted, disjoint (start, stop, side offset) registered
         self._ref_starts: list[int] = []
+        self._pending: Any = None  # a side copy still running: referred at the first overwrite of its extents
+        self._pending_spans: list[tuple[int, int]] = []
         self.stale = False  # another process wrote the file: drop writes outside mutations
         #: The file's write counters as this handle last saw them, and their offset
         #: (set by :mod:`~xarray_vhdf5._versions.mutation`), to notice staleness at close.
@@ -363,11 +366,15 @@ class JournaledFile(_DescriptorFile):
         self._saved = []
         self._synced = True
         self._side, self._refs, self._ref_starts = None, [], []
+        self._pending, self._pending_spans = None, []
 
     def end(self) -> None:
         """Finish the mutation: the file synced (durable), the journal deleted (the commit point), the side file."""
         if self._journal is None:
             return
+        if self._pending is not None:  # never overwritten: nothing refers to the copy, but it must end first
+            self._pending, copy = None, self._pending
+            copy.join()
         if self.durable:
             self.io.fsync(self._fd)
         fd, self._journal = self._journal, None
@@ -384,6 +391,10 @@ class JournaledFile(_DescriptorFile):
             return
         fd, self._journal = self._journal, None
         self.io.close(fd)
+        if self._pending is not None:  # the side copy reads the file being rolled back: let it end first
+            self._pending, copy = None, self._pending
+            with contextlib.suppress(Exception):  # its failure is not this rollback's
+                copy.join()
         recover(self.path, io=self.io, fd=self._fd)
         self._drop_side()
 
@@ -475,6 +486,41 @@ class JournaledFile(_DescriptorFile):
         self._refs, self._ref_starts = refs, [r[0] for r in refs]
         return sum(stop - start for start, stop, _ in refs)
 
+    def refer_when_copied(self, copy) -> None:
+        """:meth:`refer` the extents of a side copy still running, once it has ended.
+
+        The copy (:class:`~xarray_vhdf5._versions.sidecopy.SideCopy`, writing
+        the side file from :meth:`create_side`) reads the extents' bytes from
+        the file while the mutation goes on. The first overwrite of any of them
+        waits for it (``copy.join()``), then :meth:`refer` registers them and
+        the overwrite is journaled by reference. Writes elsewhere go on
+        meanwhile, journaled by copy as usual; :meth:`end` and :meth:`abandon`
+        wait for the copy too, so the side file is never deleted under it.
+
+        Parameters
+        ----------
+        copy : SideCopy
+            Its ``extents`` are ``(offset in the file, length, offset in the side
+            file)`` as :meth:`refer` takes them; ``join()`` returns them when the
+            copy is whole and raises what made it fail (the overwrite then fails:
+            the mutation is rolled back).
+
+        Raises
+        ------
+        RuntimeError
+            No side file made in this mutation, or extents registered already.
+        """
+        if self._side is None or self._journal is None or self._refs or self._pending is not None:
+            raise RuntimeError(f"{self.path!r}: extents are registered once, after create_side, in a mutation")
+        self._pending_spans = sorted((int(o), int(o) + int(n)) for o, n, _ in copy.extents if int(n) > 0)
+        self._pending = copy
+
+    def _overwrites_pending(self, start: int, stop: int) -> bool:
+        """Whether ``[start, stop)`` meets an extent of the side copy still running."""
+        spans = self._pending_spans
+        i = bisect.bisect_right(spans, (start, float("inf"))) - 1
+        return (i >= 0 and spans[i][1] > start) or (i + 1 < len(spans) and spans[i + 1][0] < stop)
+
     def _pieces(self, start: int, stop: int):
         """``[start, stop)`` cut into (start, stop, side offset or None): referenced parts, the rest."""
         refs, cursor = self._refs, start
@@ -497,6 +543,9 @@ class JournaledFile(_DescriptorFile):
 
     def _save(self, start: int, stop: int) -> None:
         """Journal the old bytes of ``[start, stop)`` not journaled yet (all below the old size)."""
+        if self._pending is not None and self._overwrites_pending(start, stop):
+            self._pending, copy = None, self._pending
+            self.refer(copy.join())  # the copy is whole: from here on its extents are journaled by reference
         gaps, cursor = [], start
         for s, e in self._saved:
             if e <= cursor:

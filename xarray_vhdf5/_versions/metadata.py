@@ -109,7 +109,7 @@ from .locking import file_locks
 from .mutation import _JOURNALED, _no_live_writer, disk_path, mutating
 from .objects import _open, check_file_argument, chunk_rows, copy_attrs, dataset_paths, read_chunk_map, version_dataset
 from .scratch import SCRATCH, Scratch, _attachment_plan, _barrier, _reattach, relink_plan
-from .sidecopy import copy_chunks_aside, side_manifest
+from .sidecopy import SideCopy, side_manifest
 
 __all__ = [
     "BATCH_BYTES",
@@ -606,16 +606,19 @@ def _modify_in_place(
                 group["raw_data"], sidefile.name, t.dtype
             )
             if aside:  # chunk by chunk in the kernel, read back without libhdf5 (see .sidecopy)
+                # In a thread, while the rewrite starts: reads of the side file wait for
+                # their chunks (the manifest's gate), the first overwrite of an old
+                # chunk's bytes for the whole copy (the journal refers to it then).
                 side_raw, copy_plan = aside
                 reading.callback(side_raw.close)
-                with sidefile:
-                    extents = copy_chunks_aside(jf.io, jf.fileno(), sidefile.fileno(), copy_plan)
+                copy = SideCopy(jf.io, jf.fileno(), sidefile, copy_plan)
+                jf.refer_when_copied(copy)
+                side_raw.gate = copy.wait_copied
             else:
                 with sidefile, h5py.File(sidefile, "w", userblock_size=SIDE_USERBLOCK) as side:
                     h5file.copy(group["raw_data"], side.require_group(group.name), "raw_data")
                     extents = _same_chunks(jf.fileno(), group["raw_data"], sidefile.fileno(), side[raw_name])
-            jf.refer(extents)
-            if not aside:
+                jf.refer(extents)
                 side_raw = reading.enter_context(h5py.File(sidefile.name, "r"))[raw_name]
             gc.collect()  # no h5py object may keep the old raw_data open: its bytes are freed when unlinked
             del group["raw_data"]

@@ -14,12 +14,16 @@ Two ways to make that copy:
   back after the side file's stamp, and read back through a
   :class:`~xarray_vhdf5._backend.manifest.ChunkManifest` over the side file
   (the decoders of :mod:`xarray_vhdf5._backend.decoders`). The bytes never
-  pass through this process; on 2.2 GB of uncompressed chunks it took 1.4-2.0 s
-  where ``H5Ocopy`` took 3.4-3.9 s (``docs/benchmarks.md``, "Rechunking").
+  pass through this process, and the copy runs in a thread
+  (:class:`SideCopy`) while the rewrite begins: the rewrite's reads wait only
+  for the chunks they read, and the first overwrite of an old chunk's bytes
+  waits for the whole copy (:meth:`~.journal.JournaledFile.refer_when_copied`).
+  Costs beside ``H5Ocopy``: ``docs/benchmarks.md``, "Rechunking".
 - ``H5Ocopy`` of the whole raw_data into an HDF5 side file (the caller's
-  fallback), read back through libhdf5. It is needed where the rewrite reads
-  the old chunks through HDF5's conversion (a new dtype) or with its own
-  hyperslab machinery (chunks kept), or where a filter has no decoder here
+  fallback), read back through libhdf5, before the rewrite starts. It is
+  needed where the rewrite reads the old chunks through HDF5's conversion (a
+  new dtype) or with its own hyperslab machinery (chunks kept), or where a
+  filter has no decoder here
   (:data:`~xarray_vhdf5._backend.decoders.DECODED_FILTERS`).
 
 :func:`side_manifest` says which applies; the extents returned are what
@@ -27,6 +31,9 @@ Two ways to make that copy:
 """
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Callable
 
 import h5py
 import numpy as np
@@ -36,7 +43,7 @@ from .._backend.manifest import ChunkManifest
 from .._backend.manifest_resolve import manifest_from_starts
 from .journal import SIDE_USERBLOCK
 
-__all__ = ["copy_chunks_aside", "side_manifest"]
+__all__ = ["SideCopy", "copy_chunks_aside", "side_manifest"]
 
 
 def _stored_chunks(raw: h5py.Dataset) -> np.ndarray:
@@ -102,7 +109,9 @@ def side_manifest(raw: h5py.Dataset, side_path: str, dtype: np.dtype) -> tuple[C
     return manifest, np.stack([stored[:, 1], sizes, side_at], axis=1)
 
 
-def copy_chunks_aside(io, fd: int, side_fd: int, plan: np.ndarray) -> list[tuple[int, int, int]]:
+def copy_chunks_aside(
+    io, fd: int, side_fd: int, plan: np.ndarray, done: Callable[[int], None] | None = None
+) -> list[tuple[int, int, int]]:
     """Copy the chunks ``plan`` lists from the file to the side file; return them as journal extents.
 
     Parameters
@@ -113,6 +122,9 @@ def copy_chunks_aside(io, fd: int, side_fd: int, plan: np.ndarray) -> list[tuple
         Descriptors of the file (read) and of the side file (written).
     plan : numpy.ndarray of int64, shape ``(n, 3)``
         (offset in the file, size, offset in the side file) in bytes, from :func:`side_manifest`.
+    done : callable, optional
+        Called with the side file offset just past each chunk once it is copied
+        (bytes; :class:`SideCopy`'s progress mark).
 
     Returns
     -------
@@ -124,7 +136,98 @@ def copy_chunks_aside(io, fd: int, side_fd: int, plan: np.ndarray) -> list[tuple
     OSError
         A read or write fails, or the file ends inside a chunk.
     """
-    extents = [(int(at), int(n), int(side_at)) for at, n, side_at in plan.tolist()]
+    extents = _extents(plan)
     for at, n, side_at in extents:
         io.copy_range(fd, side_fd, n, at, side_at)
+        if done is not None:
+            done(side_at + n)
     return extents
+
+
+def _extents(plan: np.ndarray) -> list[tuple[int, int, int]]:
+    return [(int(at), int(n), int(side_at)) for at, n, side_at in plan.tolist()]
+
+
+class SideCopy:
+    """:func:`copy_chunks_aside` in a thread, while the rewrite starts reading.
+
+    The chunks are copied in the order of ``plan`` (file order; their offsets
+    in the side file grow with it), so the side file is whole up to a mark
+    that only moves forward. A reader of the side file waits at
+    :meth:`wait_copied` for the bytes it reads (a
+    :class:`~xarray_vhdf5._backend.manifest.ChunkManifest`'s ``gate``); the
+    journal waits at :meth:`join` before the first overwrite of a copied range
+    (:meth:`~.journal.JournaledFile.refer_when_copied`): until then the old
+    chunks' bytes are still in the file, and the copy reads them there.
+
+    Parameters
+    ----------
+    io : xarray_vhdf5._versions.journal.OsIO
+        The journal's system calls (thread-safe: one system call each).
+    fd : int
+        Descriptor of the file (read).
+    side : xarray_vhdf5._versions.journal.SideFile
+        The side file, open; closed by the copy when it ends.
+    plan : numpy.ndarray of int64, shape ``(n, 3)``
+        As :func:`copy_chunks_aside`'s.
+    """
+
+    def __init__(self, io, fd: int, side, plan: np.ndarray):
+        self.extents = _extents(plan)
+        self._io, self._fd, self._side, self._plan = io, fd, side, plan
+        self._copied_to = 0  # bytes of the side file whole: every extent ending at or before it copied
+        self._end = max((s + n for _, n, s in self.extents), default=0)
+        self._error: Exception | None = None
+        self._finished = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="vhdf5-side-copy", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            copy_chunks_aside(self._io, self._fd, self._side.fileno(), self._plan, done=self._advance)
+        except Exception as exc:  # noqa: BLE001 - handed to whoever waits: join or wait_copied re-raises it
+            self._error = exc
+        finally:
+            try:
+                self._side.close()
+            except OSError as exc:
+                self._error = self._error or exc
+            with self._cond:
+                self._finished = True
+                self._cond.notify_all()
+
+    def _advance(self, copied_to: int) -> None:
+        with self._cond:
+            self._copied_to = copied_to
+            self._cond.notify_all()
+
+    def wait_copied(self, start: int, stop: int) -> None:
+        """Return once bytes ``[start, stop)`` of the side file are copied (``start`` unused: copies are in order).
+
+        Raises
+        ------
+        Exception
+            What made the copy fail (an ``OSError`` of a read or write, or the
+            file ending inside a chunk), if it failed before reaching ``stop``.
+        """
+        stop = min(stop, self._end)
+        with self._cond:
+            while self._copied_to < stop and not self._finished:
+                self._cond.wait()
+        if self._copied_to < stop and self._error is not None:
+            raise self._error
+
+    def join(self) -> list[tuple[int, int, int]]:
+        """Wait for the whole copy; return its extents, for :meth:`~.journal.JournaledFile.refer`.
+
+        Raises
+        ------
+        Exception
+            What made the copy fail (an ``OSError`` of a read or write, or the
+            file ending inside a chunk).
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.extents

@@ -9,7 +9,9 @@ image to another folder: the synced state plus a random subset of the
 pending operations, applied in any order of their own (a disk may persist any
 subset of unsynced writes before it loses power; each write lands whole or
 not at all). :meth:`PowerCutIO.snapshots` is called after every system call,
-so a test can cut power at every instant of a mutation.
+so a test can cut power at every instant of a mutation. Its system calls and
+cuts are serialized by a lock, so the model stays exact when a mutation makes
+them from two threads (the in-place rewrite's side copy).
 
 :class:`KillAtIO` kills its own process (SIGKILL) at the n-th write of the
 file or its journal: deterministic crash points for a child process.
@@ -20,10 +22,12 @@ Both are used through :func:`xarray_vhdf5._versions.mutation.open_file` (its
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
 import signal
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +45,17 @@ class _Image:
     pending: list[tuple] = field(default_factory=list)  # ("write", off, bytes) | ("truncate", n) | ("unlink",)
 
 
+def _serialized(method):
+    """Run ``method`` under the instance's lock: each system call and its bookkeeping, one at a time."""
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class PowerCutIO(OsIO):
     """Write-through system calls that also model what a power cut would keep.
 
@@ -56,6 +71,7 @@ class PowerCutIO(OsIO):
         self._paths: dict[int, str] = {}
         self._images: dict[str, _Image] = {}
         self.calls = 0
+        self._lock = threading.RLock()  # re-entered: a cut is taken inside the call it follows
 
     # -- bookkeeping ---------------------------------------------------------------------
     def _image(self, path: str) -> _Image:
@@ -71,6 +87,7 @@ class PowerCutIO(OsIO):
             self.after_call(name)
 
     # -- OsIO ----------------------------------------------------------------------------
+    @_serialized
     def open(self, path: str, create: bool = False) -> int:
         path = os.path.abspath(path)
         if create:
@@ -86,16 +103,19 @@ class PowerCutIO(OsIO):
         self._done("open")
         return fd
 
+    @_serialized
     def close(self, fd: int) -> None:
         self._paths.pop(fd, None)
         super().close(fd)
 
+    @_serialized
     def pwrite(self, fd: int, data, offset: int) -> int:
         n = super().pwrite(fd, data, offset)
         self._images[self._paths[fd]].pending.append(("write", offset, bytes(memoryview(data)[:n])))
         self._done("pwrite")
         return n
 
+    @_serialized
     def truncate(self, fd: int, size: int) -> None:
         super().truncate(fd, size)
         self._images[self._paths[fd]].pending.append(("truncate", size))
@@ -105,6 +125,7 @@ class PowerCutIO(OsIO):
         """Through :meth:`pwrite`, so that the model sees (and a cut can drop) every piece written."""
         self.copy_by_pwrite(src, dst, length, src_offset, dst_offset)
 
+    @_serialized
     def fsync(self, fd: int) -> None:
         super().fsync(fd)
         path = self._paths[fd]
@@ -113,12 +134,14 @@ class PowerCutIO(OsIO):
         image.pending = []
         self._done("fsync")
 
+    @_serialized
     def unlink(self, path: str) -> None:
         path = os.path.abspath(path)
         super().unlink(path)
         self._image_or_none(path).pending.append(("unlink",))
         self._done("unlink")
 
+    @_serialized
     def fsync_dir(self, path: str) -> None:
         super().fsync_dir(path)
         folder = os.path.dirname(os.path.abspath(path))
@@ -140,6 +163,7 @@ class PowerCutIO(OsIO):
         return image
 
     # -- the cut -------------------------------------------------------------------------
+    @_serialized
     def cut(self, into: str, rng: random.Random, keep: float = 0.5) -> dict[str, str | None]:
         """Write what the disk would hold after a power cut now into folder ``into``.
 
@@ -185,6 +209,7 @@ class PowerCutIO(OsIO):
                 out[path] = None
         return out
 
+    @_serialized
     def follow(self, path: str) -> None:
         """Start following ``path`` (as it is on disk now: synced) and its journal."""
         path = os.path.abspath(path)
