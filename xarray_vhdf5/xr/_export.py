@@ -25,6 +25,7 @@ the variables with that many dimensions.
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -334,16 +335,21 @@ def export_zarr(
             if vname not in streamed and not isinstance(ds.variables[vname], xr.IndexVariable):
                 ds[vname] = ds[vname].load()  # written by xarray now
         mode: Literal["w", "w-"] = "w" if overwrite else "w-"
-        # Consolidated metadata only for Zarr v2: zarr-python warns it is not part of the v3 spec.
-        ds.to_zarr(
-            target,
-            mode=mode,
-            compute=False,
-            encoding=encoding,
-            safe_chunks=False,
-            zarr_format=zarr_format,
-            consolidated=zarr_format == 2,
-        )
+        # Consolidated metadata, as xarray's to_zarr writes by default, so that
+        # xr.open_zarr reads one key and does not warn; zarr-python's warning that
+        # Zarr v3 has no consolidated metadata in its spec is for the writer, who
+        # chose it here.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
+            ds.to_zarr(
+                target,
+                mode=mode,
+                compute=False,
+                encoding=encoding,
+                safe_chunks=False,
+                zarr_format=zarr_format,
+                consolidated=True,
+            )
         root = zarr.open_group(target, mode="r+")
         for vname, stored in streamed.items():
             arr = root[vname]
