@@ -251,7 +251,7 @@ def mutating(h5file: h5py.File, *, moves: bool = False, what: str = "commit") ->
     key = h5file.id.fileno
     jf = _JOURNALED.get(key)
     path = _disk_path(h5file)
-    f = h5file.file
+    f = h5file if isinstance(h5file, h5py.File) else h5file.file  # .file makes a new File: about 7 us
     if path is None:  # an in-memory or file-object file: nobody else can see it
         _migrate(f)
         yield
@@ -390,14 +390,27 @@ def _same_file(fd: int, path: str) -> bool:
     return path_names(path, (here.st_dev, here.st_ino))
 
 
+#: libhdf5's descriptor of each file opened by path with the sec2 driver (None: another
+#: driver), by ``fileno``: it does not change while the file is open, and asking h5py for
+#: the driver and the handle costs about 10 us a mutation.
+_FDS: dict[int, int | None] = {}
+
+
 def _handle_fd(h5file: h5py.File, jf: JournaledFile | None) -> int | None:
     """The descriptor ``h5file`` writes through: its journaled file's, or libhdf5's (sec2), else None."""
     if jf is not None:
         return jf.fileno()
-    if h5file.driver != "sec2":  # the core driver's handle is a pointer, not a descriptor
-        return None
-    handle = h5file.id.get_vfd_handle()
-    return handle if isinstance(handle, int) and handle >= 0 else None
+    key = h5file.id.fileno
+    try:
+        return _FDS[key]
+    except KeyError:
+        pass
+    fd = None
+    if h5file.driver == "sec2":  # the core driver's handle is a pointer, not a descriptor
+        handle = h5file.id.get_vfd_handle()
+        fd = handle if isinstance(handle, int) and handle >= 0 else None
+    _FDS[key] = fd
+    return fd
 
 
 class _JournaledH5File(h5py.File):
