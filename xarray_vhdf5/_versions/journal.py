@@ -21,9 +21,13 @@ puts them back if the mutation did not finish:
     An in-place ``modify_metadata`` copies the old raw_data's chunks there, as
     stored, before freeing them; the new raw_data then overwrites their bytes in
     the file. Copying those bytes again into the journal would cost as much as
-    the side copy and more (2.2 GB: 6.6 s of a 12.7 s rechunk), so
+    the side copy and more (``docs/benchmarks.md``, "Rechunk"), so
     :meth:`JournaledFile.refer` registers the chunks' extents, and the first
-    overwrite of a registered range is journaled by reference. The side file is
+    overwrite of a registered range is journaled by reference. When the copy
+    runs beside the mutation (:class:`~xarray_vhdf5._versions.sidecopy.SideCopy`),
+    :meth:`JournaledFile.refer_when_copied` defers that registration: the first
+    overwrite of any of its extents waits for the whole copy, then registers
+    them, so the copy reads the old bytes from the file untouched. The side file is
     stamped (a random id in its first bytes, a user block HDF5 does not read),
     synced with ``durable=True``, and its name, size and id journaled (a *side*
     record) before any reference record; it is deleted after the journal (the
