@@ -17,6 +17,7 @@ module          used by                                      pure-Python twin
 ``vdstools``    ``virtual``                                  ``virtual.set_virtual_mappings``
 ``plantools``,  ``staging.kernels``                          ``staging.reference_kernels``,
 ``readtools``                                                ``staging.read_basic``
+``preadtools``  ``manifest``                                 ``ChunkManifest._read_unfiltered``
 ==============  ===========================================  ======================================
 
 Which of the two runs is chosen by :func:`xarray_vhdf5._backend.transfer.get_kernel_backend`
@@ -30,6 +31,7 @@ from __future__ import annotations
 __all__ = [
     "attrtools",
     "plantools",
+    "preadtools",
     "readtools",
     "rowtools",
     "slicetools",
@@ -68,3 +70,8 @@ try:
     from .._ext import plantools, readtools
 except ImportError:  # the plan kernels come as a pair: both, or the references for both
     plantools = readtools = None  # type: ignore[assignment]
+
+try:
+    from .._ext import preadtools
+except ImportError:  # no compiled kernels: ChunkManifest._read_unfiltered reads chunk by chunk
+    preadtools = None  # type: ignore[assignment]

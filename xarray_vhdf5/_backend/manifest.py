@@ -34,8 +34,10 @@ import h5py
 import numpy as np
 
 from ..errors import CorruptFileError, UnsupportedError
+from ._kernels import preadtools
 from .decoders import DECODED_FILTERS
 from .hashing import chunk_hash
+from .transfer import get_kernel_backend
 
 __all__ = ["ChunkManifest"]
 
@@ -82,6 +84,18 @@ def _as_slice(idx: np.ndarray) -> slice | np.ndarray:
         return idx
     stop = int(idx[-1]) + step
     return slice(int(idx[0]), stop if stop >= 0 else None, step)
+
+
+def _boxes(touched: list) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(in_start, out_start, counts)``, intp ``(len(touched), ndim)``, of step-1 parts; None if one is not."""
+    n, ndim = len(touched), len(touched[0]) if touched else 0
+    boxes = np.empty((3, n, ndim), np.intp)
+    for i, parts in enumerate(touched):
+        for a, (_, o, p) in enumerate(parts):
+            if not (isinstance(o, slice) and isinstance(p, slice) and o.step in (None, 1) and p.step in (None, 1)):
+                return None
+            boxes[0, i, a], boxes[1, i, a], boxes[2, i, a] = p.start, o.start, p.stop - p.start
+    return boxes[0], boxes[1], boxes[2]
 
 
 def _axis_groups(idx: np.ndarray, chunk: int) -> list[tuple[int, Any, Any]]:
@@ -439,14 +453,53 @@ class ChunkManifest:
         return out.reshape(final)
 
     def _read_unfiltered(self, touched: list, slots: list[int], out: np.ndarray) -> None:
-        """Fill ``out`` from chunks stored without filters: each read into one reused chunk buffer, then copied.
+        """Fill ``out`` (C-contiguous) from chunks stored without filters, with no decoding.
+
+        Where every chunk's part is a box (step-1 slices on every axis), by the
+        compiled kernel ``preadtools.read_chunks_into``: one ``preadv`` a chunk
+        whose vectors point into ``out``, each byte copied once. Otherwise (or
+        with the pure-Python kernels selected), by :meth:`_read_unfiltered_reference`.
+        """
+        boxes = _boxes(touched) if preadtools is not None and get_kernel_backend() == "cython" else None
+        if boxes is None:
+            self._read_unfiltered_reference(touched, slots, out)
+            return
+        size = int(np.prod(self.chunks)) * self.dtype.itemsize
+        read: list[int] = []
+        for i, (parts, slot) in enumerate(zip(touched, slots, strict=True)):
+            if slot < 0:
+                out[tuple(o for _, o, _ in parts)] = self.fillvalue
+                continue
+            at, n = self._stored_bytes(slot)
+            if n == 0:  # never allocated: raw_data's fill value
+                out[tuple(o for _, o, _ in parts)] = self.raw_fillvalue
+            elif n != size:
+                where = tuple(k for k, _, _ in parts)
+                raise self._fail(slot, where, f"stored as {n} bytes, expected {size} (no filter)")
+            else:
+                read.append(i)
+        if not read:
+            return
+        in_start, out_start, counts = (box[read] for box in boxes)
+        offsets = self.offsets[[slots[i] for i in read]]
+        fd = self._descriptor()
+        failed = preadtools.read_chunks_into(fd, out, self.chunks, offsets, in_start, out_start, counts)
+        if failed >= 0:
+            i = read[failed]
+            at = int(offsets[failed])
+            got = max(0, min(os.fstat(fd).st_size - at, size))
+            where = tuple(k for k, _, _ in touched[i])
+            raise self._fail(slots[i], where, f"the file ends {got} bytes into the chunk (truncated)")
+
+    def _read_unfiltered_reference(self, touched: list, slots: list[int], out: np.ndarray) -> None:
+        """:meth:`_read_unfiltered` in Python: each chunk read into one reused buffer, then copied out.
 
         No decoding and no array made per chunk (``os.preadv`` into the
         buffer, then numpy's copy of the selected part into ``out``), which
-        is what libhdf5 does for a chunked read too.
+        is what libhdf5 does for a chunked read too. Any selection.
         """
         buf = np.empty(self.chunks, self.dtype)
-        view = memoryview(buf).cast("B")
+        view = buf.data.cast("B")
         fd = self._descriptor()
         held = -1  # the stored chunk in the buffer
         for parts, slot in zip(touched, slots, strict=True):
