@@ -331,7 +331,8 @@ def test_a_truncated_file_is_reported_not_raised(ours):
     with pytest.raises(OSError) as raised:
         h5py.File(ours, "r")
     error = corrupt_file_error(ours, raised.value)
-    assert isinstance(error, CorruptFileError) and error.path == str(ours) and "vhdf5 check" in str(error)
+    assert isinstance(error, CorruptFileError) and error.path == str(ours)
+    assert f"vhdf5 check {ours}" in str(error) and f"vhdf5 check --repair {ours}" in str(error)  # what to run
 
 
 def test_files_that_are_not_versioned_raise(tmp_path):

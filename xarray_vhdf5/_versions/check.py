@@ -260,7 +260,8 @@ def corrupt_file_error(path, exc: BaseException) -> CorruptFileError | None:
         return None
     shown = os.fspath(path) if isinstance(path, (str, os.PathLike)) else "the file"
     return CorruptFileError(
-        f"{shown!r} is damaged: libhdf5 says {text}; run 'vhdf5 check {shown}' to list what is damaged",
+        f"{shown!r} is damaged: libhdf5 says {text}; run 'vhdf5 check {shown}' to list what is damaged, "
+        f"then 'vhdf5 check --repair {shown}' to roll the file back to its last whole version",
         path=shown if isinstance(path, (str, os.PathLike)) else None,
     )
 
