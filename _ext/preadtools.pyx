@@ -13,7 +13,8 @@ buffer, so that each byte is copied once, by the kernel.
 The function is dumb: the boxes (one per chunk: where the selection starts in
 the chunk and in the result, how many points along each axis) come from the
 caller, which checks them against the chunk and the result; the result is
-C-contiguous and writable. It runs without the GIL. Units: points for the
+writable, its last axis contiguous and its strides non-negative (a view into a
+larger array will do: a rechunk's buffer). It runs without the GIL. Units: points for the
 boxes, bytes for offsets and the item size. ``tests/test_preadtools.py``
 checks it against the reference.
 """
@@ -85,11 +86,20 @@ cdef int _flush(Reader *r) noexcept nogil:
 
 
 cdef int _add(Reader *r, char *base, size_t length, bint scratch) noexcept nogil:
-    """Append a vector (merged with the last when adjacent); flush when the vectors are full."""
+    """Append a vector (merged with the last when adjacent); flush when the vectors are full.
+
+    0: done; 1: the file ended; -1: ``preadv`` failed (errno); -2: no memory
+    for the scratch buffer (allocated at its first use: a read with no gap,
+    the common case of whole chunks, allocates none).
+    """
     cdef int status
     cdef iovec *last
     if length == 0:
         return 0
+    if scratch and r.scratch == NULL:
+        r.scratch = <char *>malloc(r.scratch_size)
+        if r.scratch == NULL:
+            return -2
     if r.n:
         last = &r.iov[r.n - 1]
         if scratch and last.iov_base == <void *>r.scratch and last.iov_len + length <= r.scratch_size:
@@ -137,7 +147,8 @@ def read_chunks_into(
     fd : int
         A descriptor of the file, open for reading.
     out : numpy.ndarray
-        The result, C-contiguous and writable, of the chunks' dtype.
+        The result, of the chunks' dtype, writable, its last axis contiguous
+        (stride ``itemsize``) and no stride negative.
     chunks : tuple of int
         The chunk shape (points); every chunk is stored whole, C order,
         ``prod(chunks) * out.itemsize`` bytes.
@@ -173,8 +184,8 @@ def read_chunks_into(
     cdef Reader r
     if ndim < 1 or ndim > MAX_NDIM or len(chunks) != ndim:
         raise ValueError(f"chunks {chunks} for a result of {ndim} axes")
-    if not cnp.PyArray_IS_C_CONTIGUOUS(out) or not cnp.PyArray_ISWRITEABLE(out):
-        raise ValueError("the result must be C-contiguous and writable")
+    if not cnp.PyArray_ISWRITEABLE(out) or (out.shape[ndim - 1] > 1 and out.strides[ndim - 1] != itemsize):
+        raise ValueError("the result must be writable, its last axis contiguous")
     if in_start.shape[0] != n or out_start.shape[0] != n or counts.shape[0] != n:
         raise ValueError("offsets and boxes of different lengths")
     if n and (in_start.shape[1] != ndim or out_start.shape[1] != ndim or counts.shape[1] != ndim):
@@ -183,6 +194,8 @@ def read_chunks_into(
     for a in range(ndim):
         cshape[a] = chunks[a]
         ostride[a] = out.strides[a]
+        if ostride[a] < 0:
+            raise ValueError("the result must have no negative stride")
         if a < ndim - 1:
             rows *= cshape[a]
     row_bytes = cshape[ndim - 1] * itemsize
@@ -192,10 +205,8 @@ def read_chunks_into(
     r.pending = 0
     r.scratch_size = <size_t>(chunk_bytes if chunk_bytes < (1 << 20) else (1 << 20))
     r.iov = <iovec *>malloc(VECTORS * sizeof(iovec))
-    r.scratch = <char *>malloc(r.scratch_size if r.scratch_size else 1)
-    if r.iov == NULL or r.scratch == NULL:
-        free(r.iov)
-        free(r.scratch)
+    r.scratch = NULL
+    if r.iov == NULL:
         raise MemoryError()
     try:
         with nogil:
@@ -237,6 +248,8 @@ def read_chunks_into(
                 if status:
                     failed = k
                     break
+        if status == -2:
+            raise MemoryError()
         if status < 0:
             raise OSError(errno, os.strerror(errno))
         return failed

@@ -133,8 +133,10 @@ def test_bad_arguments_raise(tmp_path):
     one = np.zeros((1, 2), np.intp)
     fd = os.open(path, os.O_RDONLY)
     try:
-        with pytest.raises(ValueError, match="C-contiguous"):
+        with pytest.raises(ValueError, match="last axis contiguous"):
             preadtools.read_chunks_into(fd, np.zeros((4, 4))[:, ::2], (2, 2), np.zeros(1, np.uint64), one, one, one)
+        with pytest.raises(ValueError, match="negative stride"):
+            preadtools.read_chunks_into(fd, np.zeros((4, 4))[::-1], (2, 2), np.zeros(1, np.uint64), one, one, one)
         with pytest.raises(ValueError, match="axes"):
             preadtools.read_chunks_into(fd, np.zeros((4, 4)), (2,), np.zeros(1, np.uint64), one, one, one)
         with pytest.raises(ValueError, match="lengths"):

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5._backend.transfer import kernel_backend
 from xarray_vhdf5._versions import metadata, sidecopy
 from xarray_vhdf5._versions.journal import SIDE_USERBLOCK, OsIO
 from xarray_vhdf5._versions.metadata import modify_metadata
@@ -199,9 +200,11 @@ def test_a_new_dtype_or_kept_chunks_copy_with_h5ocopy(tmp_path, monkeypatch):
             np.testing.assert_array_equal(got, expected.astype(np.float64))
 
 
+@pytest.mark.parametrize("backend", ["cython", "python"])
 @pytest.mark.parametrize("filters", FILTERS)
-def test_read_chunk_into_reads_unfiltered_chunks_in_place_only(tmp_path, filters):
-    """Whole unfiltered chunks land in the given array as decoded_chunk reads them; anything else is refused."""
+def test_read_chunk_into_reads_unfiltered_chunks_in_place_only(tmp_path, filters, backend):
+    """Unfiltered chunks land in the given array (whole, trimmed, or a strided view) as decoded_chunk reads
+    them, with the compiled reader and its twin; filtered chunks and arrays larger than a chunk are refused."""
     p = str(tmp_path / "h.h5")
     _versions(p, filters)
     with h5py.File(p, "r") as f:
@@ -217,16 +220,27 @@ def test_read_chunk_into_reads_unfiltered_chunks_in_place_only(tmp_path, filters
         grid = (raw.shape[0] // raw.chunks[0], 1, 1)
         starts = (np.arange(grid[0], dtype=np.int64) * raw.chunks[0]).reshape(grid)
         manifest = metadata_manifest(raw, starts, at)
-        for k in range(grid[0]):
-            out = np.full(raw.chunks, -9.0, raw.dtype)
-            done = manifest.read_chunk_into((k, 0, 0), out)
-            expected = manifest.decoded_chunk((k, 0, 0))
-            stored_as = at.get(k * raw.chunks[0])
-            every = (1 << len(manifest.filters)) - 1  # mask bits: every filter skipped (lzf that cannot shrink)
-            assert done == (stored_as is not None and (stored_as[2] & every) == every)
-            np.testing.assert_array_equal(out, expected if done else np.full(raw.chunks, -9.0, raw.dtype))
-            strided = np.empty((raw.chunks[0], raw.chunks[1], raw.chunks[2] * 2), raw.dtype)[:, :, ::2]
-            assert not manifest.read_chunk_into((k, 0, 0), strided)
+        c0, c1, c2 = raw.chunks
+        with kernel_backend(backend):
+            for k in range(grid[0]):
+                out = np.full(raw.chunks, -9.0, raw.dtype)
+                done = manifest.read_chunk_into((k, 0, 0), out)
+                expected = manifest.decoded_chunk((k, 0, 0))
+                stored_as = at.get(k * c0)
+                every = (1 << len(manifest.filters)) - 1  # mask bits: every filter skipped (lzf that cannot shrink)
+                assert done == (stored_as is not None and (stored_as[2] & every) == every)
+                np.testing.assert_array_equal(out, expected if done else np.full(raw.chunks, -9.0, raw.dtype))
+                # a place in a larger buffer, trimmed as an edge chunk is: the chunk's first points
+                buffer = np.full((c0 + 1, c1 + 2, c2 * 2), -9.0, raw.dtype)
+                place = buffer[1:, 1 : c1 - 1, c2 : 2 * c2 - 1]
+                assert manifest.read_chunk_into((k, 0, 0), place) == done
+                if done:
+                    np.testing.assert_array_equal(place, expected[:, : c1 - 2, : c2 - 1])
+                assert (buffer[0] == -9.0).all() and (buffer[:, :1] == -9.0).all()  # nothing around it written
+                strided = np.full((c0, c1, c2 * 2), -9.0, raw.dtype)[:, :, ::2]  # last axis not contiguous
+                assert manifest.read_chunk_into((k, 0, 0), strided) == done
+                np.testing.assert_array_equal(strided, expected if done else np.full(raw.chunks, -9.0, raw.dtype))
+                assert not manifest.read_chunk_into((k, 0, 0), np.empty((c0 + 1, c1, c2), raw.dtype))
         manifest.close()
 
 

@@ -315,13 +315,17 @@ class ChunkManifest:
         return data, int(self.filter_masks[slot])
 
     def read_chunk_into(self, index: tuple[int, ...], out: np.ndarray) -> bool:
-        """Read stored chunk ``index`` straight into ``out`` when it needs no decoding; say whether it did.
+        """Read stored chunk ``index`` into ``out`` when it needs no decoding; say whether it did.
 
-        One ``preadv`` into ``out``'s memory, no array made: for a chunk stored
-        unfiltered (no filter, or every filter skipped by its mask), mapped and
-        allocated, read whole (``out`` of shape :attr:`chunks`, dtype
-        :attr:`dtype`, C-contiguous, writable), and not verified. Otherwise
-        nothing is read and False is returned: use :meth:`decoded_chunk`.
+        For a chunk stored unfiltered (no filter, or every filter skipped by its
+        mask), mapped, allocated, and not verified: ``out`` (dtype :attr:`dtype`,
+        writable, any strides, as many axes as the dataset, at most :attr:`chunks`
+        points along each) receives the chunk's first ``out.shape`` points along
+        each axis (the whole chunk, or an edge chunk trimmed to the dataset),
+        through :meth:`read`'s own reader of unfiltered chunks (the compiled
+        ``preadv`` straight into ``out`` where its last axis is contiguous). No
+        array is made. Otherwise nothing is read and False is returned: use
+        :meth:`decoded_chunk`.
 
         Raises
         ------
@@ -335,21 +339,26 @@ class ChunkManifest:
             slot < 0
             or self.verify
             or not self.supported
-            or out.shape != self.chunks
             or out.dtype != self.dtype
-            or not out.flags.c_contiguous
             or not out.flags.writeable
+            or out.ndim != len(self.chunks)
+            or any(n > c for n, c in zip(out.shape, self.chunks))
         ):
             return False
         mask = int(self.filter_masks[slot])
         if any(not (mask >> i) & 1 for i in range(len(self.filters))):
             return False
-        if int(self.nbytes[slot]) != out.nbytes:  # never allocated (0), or not this chunk's size unfiltered
+        if int(self.nbytes[slot]) != int(np.prod(self.chunks)) * self.dtype.itemsize:  # never allocated (0)
             return False
-        at, n = self._stored_bytes(slot)
-        got = os.preadv(self._descriptor(), [memoryview(out).cast("B")], at)  # type: ignore[arg-type]
-        if got < n:
-            raise self._fail(slot, tuple(index), f"the file ends {got} bytes into the chunk (truncated)")
+        if not out.size:
+            return True
+        if self._kernel_takes(out):  # the common case, kept lean: one call, no boxes to build
+            self._stored_bytes(slot)  # waits at the gate
+            zero = np.zeros((1, out.ndim), np.intp)
+            self._kernel_read(out, [slot], zero, zero, np.array([out.shape], np.intp), lambda _: tuple(index))
+        else:
+            parts = tuple((int(k), slice(0, n), slice(0, n)) for k, n in zip(index, out.shape))
+            self._read_unfiltered_reference([parts], [slot], out)
         return True
 
     def decoded_chunk(self, index: tuple[int, ...]) -> np.ndarray:
@@ -453,14 +462,15 @@ class ChunkManifest:
         return out.reshape(final)
 
     def _read_unfiltered(self, touched: list, slots: list[int], out: np.ndarray) -> None:
-        """Fill ``out`` (C-contiguous) from chunks stored without filters, with no decoding.
+        """Fill ``out`` from chunks stored as they are (no filter applied), with no decoding.
 
-        Where every chunk's part is a box (step-1 slices on every axis), by the
-        compiled kernel ``preadtools.read_chunks_into``: one ``preadv`` a chunk
-        whose vectors point into ``out``, each byte copied once. Otherwise (or
-        with the pure-Python kernels selected), by :meth:`_read_unfiltered_reference`.
+        Where every chunk's part is a box (step-1 slices on every axis) and
+        ``out``'s last axis is contiguous, by the compiled kernel
+        ``preadtools.read_chunks_into``: one ``preadv`` a chunk whose vectors
+        point into ``out``, each byte copied once. Otherwise (or with the
+        pure-Python kernels selected), by :meth:`_read_unfiltered_reference`.
         """
-        boxes = _boxes(touched) if preadtools is not None and get_kernel_backend() == "cython" else None
+        boxes = _boxes(touched) if self._kernel_takes(out) else None
         if boxes is None:
             self._read_unfiltered_reference(touched, slots, out)
             return
@@ -470,26 +480,53 @@ class ChunkManifest:
             if slot < 0:
                 out[tuple(o for _, o, _ in parts)] = self.fillvalue
                 continue
-            at, n = self._stored_bytes(slot)
+            _at, n = self._stored_bytes(slot)
             if n == 0:  # never allocated: raw_data's fill value
                 out[tuple(o for _, o, _ in parts)] = self.raw_fillvalue
             elif n != size:
-                where = tuple(k for k, _, _ in parts)
-                raise self._fail(slot, where, f"stored as {n} bytes, expected {size} (no filter)")
+                what = f"stored as {n} bytes, expected {size} (no filter)"
+                raise self._fail(slot, tuple(k for k, _, _ in parts), what)
             else:
                 read.append(i)
         if not read:
             return
         in_start, out_start, counts = (box[read] for box in boxes)
-        offsets = self.offsets[[slots[i] for i in read]]
+
+        def index_of(j: int) -> tuple:
+            return tuple(k for k, _, _ in touched[read[j]])
+
+        self._kernel_read(out, [slots[i] for i in read], in_start, out_start, counts, index_of)
+
+    @staticmethod
+    def _kernel_takes(out: np.ndarray) -> bool:
+        """Whether ``preadtools.read_chunks_into`` can fill ``out``: built, selected, last axis contiguous."""
+        return (
+            preadtools is not None
+            and get_kernel_backend() == "cython"
+            and (out.shape[-1] <= 1 or out.strides[-1] == out.itemsize)
+            and min(out.strides, default=0) >= 0
+        )
+
+    def _kernel_read(self, out, slots: list[int], in_start, out_start, counts, where) -> None:
+        """``preadtools.read_chunks_into`` of stored chunks ``slots`` (whole, unfiltered) into their boxes of ``out``.
+
+        ``in_start``, ``out_start``, ``counts``: intp ``(len(slots), out.ndim)``,
+        points; ``where(j)``: the chunk index of ``slots[j]``, for the message.
+
+        Raises
+        ------
+        xarray_vhdf5.errors.CorruptFileError
+            The file ends inside a chunk (``out`` is then partly written).
+        OSError
+            ``preadv`` failed.
+        """
         fd = self._descriptor()
+        offsets = self.offsets[slots]
         failed = preadtools.read_chunks_into(fd, out, self.chunks, offsets, in_start, out_start, counts)
         if failed >= 0:
-            i = read[failed]
-            at = int(offsets[failed])
-            got = max(0, min(os.fstat(fd).st_size - at, size))
-            where = tuple(k for k, _, _ in touched[i])
-            raise self._fail(slots[i], where, f"the file ends {got} bytes into the chunk (truncated)")
+            size = int(np.prod(self.chunks)) * self.dtype.itemsize
+            got = max(0, min(os.fstat(fd).st_size - int(offsets[failed]), size))
+            raise self._fail(slots[failed], where(failed), f"the file ends {got} bytes into the chunk (truncated)")
 
     def _read_unfiltered_reference(self, touched: list, slots: list[int], out: np.ndarray) -> None:
         """:meth:`_read_unfiltered` in Python: each chunk read into one reused buffer, then copied out.
