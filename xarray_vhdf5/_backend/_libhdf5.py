@@ -26,8 +26,10 @@ __all__ = [
     "H5G_info_t",
     "H5Gget_info",
     "H5O_info2_t",
+    "H5O_token_t",
     "H5Oget_info3",
     "H5Oget_info_by_name3",
+    "H5Oopen_by_token",
     "libhdf5_function",
 ]
 
@@ -51,6 +53,13 @@ class H5O_info2_t(ctypes.Structure):
         ("btime", ctypes.c_long),
         ("num_attrs", ctypes.c_uint64),
     ]
+
+
+class H5O_token_t(ctypes.Structure):
+    """``H5O_token_t`` (H5public.h, HDF5 >= 1.12): 16 bytes; with the native file format the
+    first 8 are the object's address, little-endian, the rest zero."""
+
+    _fields_ = [("data", ctypes.c_uint8 * 16)]
 
 
 class H5G_info_t(ctypes.Structure):
@@ -98,5 +107,7 @@ H5Oget_info_by_name3 = libhdf5_function(
     "H5Oget_info_by_name3",
     [ctypes.c_int64, ctypes.c_char_p, ctypes.POINTER(H5O_info2_t), ctypes.c_uint, ctypes.c_int64],
 )
+#: ``hid_t H5Oopen_by_token(hid_t loc, H5O_token_t token)``, or None.
+H5Oopen_by_token = libhdf5_function("H5Oopen_by_token", [ctypes.c_int64, H5O_token_t], ctypes.c_int64)
 #: ``herr_t H5Gget_info(hid_t group, H5G_info_t *info)``, or None.
 H5Gget_info = libhdf5_function("H5Gget_info", [ctypes.c_int64, ctypes.POINTER(H5G_info_t)])

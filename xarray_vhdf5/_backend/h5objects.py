@@ -33,8 +33,10 @@ from ._libhdf5 import (
     H5G_info_t,
     H5Gget_info,
     H5O_info2_t,
+    H5O_token_t,
     H5Oget_info3,
     H5Oget_info_by_name3,
+    H5Oopen_by_token,
 )
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "object_address",
     "object_address_by_name",
     "object_info_by_name",
+    "open_by_address",
     "relinked",
 ]
 
@@ -57,6 +60,45 @@ def object_address(obj_id) -> int:
             if H5Oget_info3(obj_id.id, ctypes.byref(info), H5O_INFO_BASIC) >= 0:
                 return int.from_bytes(bytes(info.token)[:8], "little")
     return int(h5o.get_info(obj_id).addr)
+
+
+def open_by_address(loc_id, address: int):
+    """Open the object at file ``address`` in ``loc_id``'s file, without any link to it.
+
+    ``H5Oopen_by_token`` with the native file format's token (the address,
+    little-endian): the way to an object whose parent group cannot be read.
+    Nothing checks that an object starts there: libhdf5 reads its header and
+    fails if none does (pass addresses an object had, and check what opens).
+
+    Parameters
+    ----------
+    loc_id : h5py ObjectID
+        Any open object of the file.
+    address : int
+        The object's address (bytes from the start of the HDF5 file, as
+        :func:`object_address` returns it).
+
+    Returns
+    -------
+    h5py.h5g.GroupID, h5py.h5d.DatasetID or h5py.h5t.TypeID
+        The opened object (closed when the last reference goes).
+
+    Raises
+    ------
+    KeyError
+        No object header can be read at ``address`` (libhdf5's error message).
+    NotImplementedError
+        The libhdf5 h5py uses has no ``H5Oopen_by_token`` (before HDF5 1.12).
+    """
+    if H5Oopen_by_token is None:
+        raise NotImplementedError("opening an object by its address needs HDF5 >= 1.12 (H5Oopen_by_token)")
+    token = H5O_token_t()
+    token.data[:8] = list(int(address).to_bytes(8, "little"))
+    with h5py._objects.phil:
+        hid = H5Oopen_by_token(loc_id.id, token)
+    if hid < 0:
+        raise KeyError(f"no object can be opened at address {address}")
+    return h5py.h5i.wrap_identifier(hid)
 
 
 def link_counters(group_id) -> tuple[int, int] | None:

@@ -26,6 +26,9 @@ from .timestamps import parse_timestamp
 
 __all__ = ["Checker"]
 
+#: Said of a versions group that cannot be read (``relink.relink_versions`` is what repairs it).
+_RELINK_HINT = "; --repair rebuilds it from the version index's addresses of the version groups"
+
 #: Scratch group of interrupted deletions, rebuilds and modify_metadata runs (``_versions/scratch.py``).
 _SCRATCH = "__vhdf5_scratch__"
 #: Prefix of the group holding the new raw_data of a modify_metadata run, in ``_version_data/<name>``.
@@ -153,7 +156,9 @@ class Checker:
         try:
             versions = self.vdata[VERSIONS]
         except DAMAGE_ERRORS as exc:
-            self.problem(ERROR, f"the versions group /{VERSION_DATA}/{VERSIONS} cannot be opened: {describe(exc)}")
+            self.problem(
+                ERROR, f"the versions group /{VERSION_DATA}/{VERSIONS} cannot be opened: {describe(exc)}" + _RELINK_HINT
+            )
             return None
         try:
             current = versions.attrs["current_version"]
@@ -173,7 +178,7 @@ class Checker:
         try:
             names = list(versions)
         except DAMAGE_ERRORS as exc:
-            self.problem(ERROR, f"the versions group's members cannot be listed: {describe(exc)}")
+            self.problem(ERROR, f"the versions group's members cannot be listed: {describe(exc)}" + _RELINK_HINT)
             return None
         if FIRST_VERSION not in names:
             self.problem(WARNING, f"the versions group has no {FIRST_VERSION} (the root of the version DAG)")

@@ -67,6 +67,8 @@ class CommitReport:
     datasets: dict[str, WriteStats] = field(default_factory=dict)
     #: The version's timestamp (UTC).
     timestamp: _dt.datetime | None = None
+    #: The object address of the version's group (-1: not known), for the version index.
+    address: int = -1
 
     @property
     def new_chunks(self) -> int:
@@ -165,6 +167,7 @@ def commit_version(
         report.timestamp = timestamp if timestamp is not None else now_utc()
         stamp = format_timestamp(report.timestamp)
         gid = group.id
+        report.address = object_address(gid)
         write_attr(gid, "prev_version", prev_version)
         write_attr(gid, "committed", False)
         write_attr(gid, "timestamp", stamp)

@@ -661,7 +661,13 @@ class VersionedHDF5File(RefMethods):
                 root._close()
             # The registry first (a stale index is written again there), then the token on it.
             self._foreign = False  # what another library left was repaired by this commit
-            self._registry.added(version_name, index_was_valid, prev_version=prev, timestamp=self.last_commit.timestamp)
+            self._registry.added(
+                version_name,
+                index_was_valid,
+                prev_version=prev,
+                timestamp=self.last_commit.timestamp,
+                address=self.last_commit.address,
+            )
             self._caches.committed(self._registry.vdata, index_rewritten=not index_was_valid)
             self._caches.chunk_map_cache.note_versions_state(self._registry.tracked_state)
             self._commits_since_trim += 1

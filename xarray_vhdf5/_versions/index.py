@@ -14,6 +14,12 @@ it: :mod:`~xarray_vhdf5._versions.bookkeeping`)
   ``timestamp`` (microseconds since 1970-01-01 UTC) and ``committed`` (0 for a
   group a crashed or running commit left with ``committed=False``, else 1);
 - ``names``: uint8, for each row ``name NUL prev_version NUL`` in UTF-8;
+- ``addresses``: int64 ``(n,)``, each row's version group's object address (-1:
+  not known; files whose index was written before it existed get it at their
+  next commit). Nothing reads it on open: it is the second way to the version
+  groups, which :mod:`~xarray_vhdf5._versions.relink` takes when the versions
+  group itself is damaged (a kill during libhdf5's flush of a plain h5py
+  handle can tear its object header) and its links cannot be read;
 - attribute ``fingerprint`` of ``rows``: int64[8] written last (the index's
   commit point): the index format (1), rows and bytes of ``names`` in use, and
   the state of the versions group the rows describe (:func:`fingerprint`).
@@ -54,7 +60,7 @@ import numpy as np
 from h5py import h5d
 
 from .._backend.h5attrs import read_attr, write_attr
-from .._backend.h5objects import link_counters, object_address
+from .._backend.h5objects import link_counters, object_address, object_address_by_name
 from .._backend.hashtable import BOOKKEEPING_FILTER
 from .._backend.layout import FIRST_VERSION, VERSION_INDEX
 from .._backend.rows import read_rows, write_rows
@@ -64,12 +70,14 @@ from .timestamps import parse_timestamp
 __all__ = [
     "INDEX_FORMAT",
     "INDEX_NAME",
+    "NO_ADDRESS",
     "IndexEntries",
     "StoredIndex",
     "after_delete",
     "append",
     "fingerprint",
     "load",
+    "read_addresses",
     "save",
     "scan",
     "state_after",
@@ -224,7 +232,8 @@ def fingerprint(versions: h5py.Group, tracks_order: bool | None = None) -> tuple
 # -- reading and writing ----------------------------------------------------------------
 #
 # ``rows``: int64 (n, 2), columns timestamp (µs since 1970 UTC) and committed (0/1);
-# ``names``: uint8, ``name NUL prev_version NUL`` per row. The attribute ``fingerprint``
+# ``names``: uint8, ``name NUL prev_version NUL`` per row; ``addresses``: int64 per row
+# (not read on open, not in the fingerprint). The attribute ``fingerprint``
 # of ``rows`` (int64[8]): INDEX_FORMAT, rows used, bytes of ``names`` used, then the
 # five numbers of :func:`fingerprint`. Read with h5py's low-level API: a fresh open
 # then costs two dataset opens, one attribute and two reads.
@@ -232,6 +241,8 @@ def fingerprint(versions: h5py.Group, tracks_order: bool | None = None) -> tuple
 _FP_LEN = 8
 #: Where the two datasets are looked for, in order (absolute: they resolve from any group of the file).
 _PLACES = tuple((base + b"/rows", base + b"/names") for base in bookkeeping.SEARCH)
+#: Fill value of ``addresses``: a row whose group's address is not known.
+NO_ADDRESS = -1
 
 
 class StoredIndex(NamedTuple):
@@ -243,6 +254,12 @@ class StoredIndex(NamedTuple):
     rows_capacity: int | None = None  # extents (None: ask the dataset)
     names_capacity: int | None = None
     names_path: bytes = _PLACES[0][1]  # the ``names`` beside these ``rows``
+    addresses: h5d.DatasetID | None = None  # None: not opened (or checked) yet
+    addresses_capacity: int | None = None
+
+
+def _addresses_path(names_path: bytes) -> bytes:
+    return names_path.rsplit(b"/", 1)[0] + b"/addresses"
 
 
 def _open_rows(vdata: h5py.Group) -> tuple[h5d.DatasetID, bytes]:
@@ -295,6 +312,8 @@ def stored_if_valid(
         and held.rows.valid
         and held.names is not None
         and held.names.valid
+        and held.addresses is not None
+        and held.addresses.valid
         and _matches(held.fingerprint, versions, tracks_order)
     ):
         return held
@@ -370,7 +389,7 @@ def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None
     a file not yet migrated keeps its legacy place until a mutation moves it).
     """
     grp = bookkeeping.require_group(vdata)
-    for member in ("rows", "names"):
+    for member in ("rows", "names", "addresses"):
         if member in grp:
             del grp[member]
     rows = np.stack([entries.timestamps, entries.committed.astype(np.int64)], axis=1).reshape(-1, 2)
@@ -383,7 +402,123 @@ def save(vdata: h5py.Group, versions: h5py.Group, entries: IndexEntries) -> None
         "rows", shape=(max(len(rows), 1), 2), dtype=np.int64, chunks=(256, 2), maxshape=(None, 2), **BOOKKEEPING_FILTER
     )
     rows_ds[: len(rows)] = rows
+    _create_addresses(grp, _addresses_of(versions, entries.names))
     _write_fingerprint(rows_ds, versions, len(rows), len(blob))
+
+
+def _addresses_of(versions: h5py.Group, names: list[str]) -> np.ndarray:
+    """The object addresses of the groups ``names`` of ``versions`` (:data:`NO_ADDRESS` where unreadable)."""
+    out = np.full(len(names), NO_ADDRESS, dtype=np.int64)
+    gid = versions.id
+    for i, name in enumerate(names):
+        try:
+            out[i] = object_address_by_name(gid, name.encode())
+        except (KeyError, ValueError, RuntimeError, OSError):  # a damaged group: not to be relinked
+            pass
+    return out
+
+
+def _create_addresses(grp: h5py.Group, addresses: np.ndarray) -> h5d.DatasetID:
+    ds = grp.create_dataset(
+        "addresses",
+        shape=(max(len(addresses), 1),),
+        dtype=np.int64,
+        chunks=(256,),
+        maxshape=(None,),
+        fillvalue=NO_ADDRESS,
+        **BOOKKEEPING_FILTER,
+    )
+    if len(addresses):
+        ds[: len(addresses)] = addresses
+    return ds.id
+
+
+def _held_addresses(vdata: h5py.Group, versions: h5py.Group, stored: StoredIndex, names_id) -> h5d.DatasetID:
+    """The ``addresses`` beside a stored index, created or completed for its rows (once per handle).
+
+    A file whose index was written before ``addresses`` existed, or whose last
+    commits were made by a version of this package without it, gets the
+    missing addresses by name here: one ``H5Oget_info_by_name`` per version
+    group, once (the handle then holds the dataset open).
+    """
+    path = _addresses_path(stored.names_path)
+    n_rows, n_bytes = int(stored.fingerprint[1]), int(stored.fingerprint[2])
+    try:
+        dsid = h5d.open(vdata.id, path)
+    except KeyError:
+        dsid = None
+    if dsid is not None:
+        have = np.full(n_rows, NO_ADDRESS, dtype=np.int64)
+        m = min(n_rows, dsid.shape[0])
+        if m:
+            read_rows(dsid, 0, have[:m])
+        missing = np.flatnonzero(have == NO_ADDRESS)
+        if not len(missing):
+            return dsid
+    names = _names_of(names_id, n_bytes)
+    found = _addresses_of(versions, names) if names is not None and len(names) == n_rows else None
+    if found is None:  # names that do not split into rows: leave the addresses unknown
+        found = np.full(n_rows, NO_ADDRESS, dtype=np.int64)
+    if dsid is None:
+        return _create_addresses(h5py.Group(h5py.h5g.open(vdata.id, path.rsplit(b"/", 1)[0])), found)
+    if dsid.shape[0] < n_rows:
+        dsid.set_extent((n_rows,))
+    if n_rows:
+        write_rows(dsid, 0, found)
+    return dsid
+
+
+def _names_of(names_id, n_bytes: int) -> list[str] | None:
+    """The version names of the first ``n_bytes`` of ``names`` (None: damaged)."""
+    blob = _read(names_id, n_bytes, np.uint8)
+    if blob is None:
+        return None
+    try:
+        parts = blob.tobytes().decode("utf-8").split("\0")[:-1] if n_bytes else []
+    except UnicodeDecodeError:
+        return None
+    return parts[0::2] if len(parts) % 2 == 0 else None
+
+
+def read_addresses(vdata: h5py.Group) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray] | None:
+    """Everything the stored index says, without checking it against the versions group.
+
+    For :mod:`~xarray_vhdf5._versions.relink`, which needs it exactly when the
+    versions group cannot be read (so its fingerprint cannot be compared).
+
+    Returns
+    -------
+    (names, parents, timestamps, committed, addresses) or None
+        Lists of str; int64 microseconds, bool and int64 arrays, one entry per
+        row the fingerprint counts (addresses :data:`NO_ADDRESS` where not
+        known). None when there is no index or it cannot be read.
+    """
+    stored = _stored(vdata)
+    if stored is None:
+        return None
+    n_rows, n_bytes = int(stored.fingerprint[1]), int(stored.fingerprint[2])
+    try:
+        rows = _read(stored.rows, n_rows, np.int64, (2,))
+        blob = _read(h5d.open(vdata.id, stored.names_path), n_bytes, np.uint8)
+    except (KeyError, ValueError, RuntimeError, OSError):
+        return None
+    if rows is None or blob is None:
+        return None
+    try:
+        parts = blob.tobytes().decode("utf-8").split("\0")[:-1] if n_bytes else []
+    except UnicodeDecodeError:
+        return None
+    if len(parts) != 2 * n_rows:
+        return None
+    addresses = np.full(n_rows, NO_ADDRESS, dtype=np.int64)
+    try:
+        dsid = h5d.open(vdata.id, _addresses_path(stored.names_path))
+        m = min(n_rows, dsid.shape[0])
+        if m:
+            read_rows(dsid, 0, addresses[:m])
+    except (KeyError, ValueError, RuntimeError, OSError):
+        pass  # none stored (an index written before them), or damaged: nothing to relink by
+    return parts[0::2], parts[1::2], rows[:, 0].copy(), rows[:, 1] != 0, addresses
 
 
 def append(
@@ -394,6 +529,7 @@ def append(
     timestamp: int,
     committed: bool,
     *,
+    address: int = NO_ADDRESS,
     stored: StoredIndex | None = None,
     tracks_order: bool | None = None,
 ) -> StoredIndex:
@@ -403,7 +539,9 @@ def append(
     the fingerprint attribute rewritten in place). The caller checks validity
     before creating the version group (:func:`stored_if_valid`, whose result
     may be passed as ``stored`` to save reading it again); the fingerprint,
-    written last, then describes the group with the new version.
+    written last, then describes the group with the new version. ``address``:
+    the new version group's object address (``addresses``; :data:`NO_ADDRESS`
+    when not known).
 
     Returns
     -------
@@ -420,24 +558,33 @@ def append(
     if stored is None:
         stored = _stored(vdata)
         assert stored is not None, "append() needs an index found valid before the version was added"
-    rows_id, fp, names_id, rows_cap, names_cap, names_path = stored
+    rows_id, fp, names_id, rows_cap, names_cap, names_path, addr_id, addr_cap = stored
     if names_id is None:
         names_id = h5d.open(vdata.id, names_path)
+    if addr_id is None:
+        addr_id = _held_addresses(vdata, versions, stored, names_id)
+        addr_cap = None
     if rows_cap is None or names_cap is None:
         rows_cap, names_cap = rows_id.shape[0], names_id.shape[0]
+    if addr_cap is None:
+        addr_cap = addr_id.shape[0]
     n_rows, n_bytes = int(fp[1]), int(fp[2])
     add = _blob([name], [parent])
     if rows_cap < n_rows + 1:
         rows_cap = max(n_rows + 1, 2 * rows_cap)
         rows_id.set_extent((rows_cap, 2))
+    if addr_cap < n_rows + 1:
+        addr_cap = max(n_rows + 1, 2 * addr_cap)
+        addr_id.set_extent((addr_cap,))
     if names_cap < n_bytes + len(add):
         names_cap = max(n_bytes + len(add), 2 * names_cap)
         names_id.set_extent((names_cap,))
     write_rows(rows_id, n_rows, np.array([[timestamp, int(committed)]], dtype=np.int64))
     write_rows(names_id, n_bytes, add)
+    write_rows(addr_id, n_rows, np.array([address], dtype=np.int64))
     new = np.array([INDEX_FORMAT, n_rows + 1, n_bytes + len(add), *fingerprint(versions, tracks_order)], dtype="<i8")
     write_attr(rows_id, "fingerprint", new)  # same type and extent: rewritten in place
-    return StoredIndex(rows_id, new, names_id, rows_cap, names_cap, names_path)
+    return StoredIndex(rows_id, new, names_id, rows_cap, names_cap, names_path, addr_id, addr_cap)
 
 
 def state_after(stored: StoredIndex) -> tuple[int, int] | None:

@@ -230,6 +230,7 @@ class VersionRegistry:
         index_was_valid: bool | None = None,
         prev_version: str | None = None,
         timestamp: _dt.datetime | None = None,
+        address: int = _index.NO_ADDRESS,
     ) -> None:
         """Register a version just committed in this file (and in the stored index).
 
@@ -237,7 +238,8 @@ class VersionRegistry:
         just before the version's group was created; then one row is appended
         (O(1)). False: the versions are re-read (from the index or by a scan).
         ``prev_version``, ``timestamp``: its parent and timestamp (UTC), when
-        the caller knows them (saves reading them back).
+        the caller knows them (saves reading them back). ``address``: its
+        group's object address, for the index's ``addresses``.
         """
         if index_was_valid is False:
             self.reload()
@@ -267,7 +269,15 @@ class VersionRegistry:
         state = None
         if index_was_valid and self._writable:
             self._held_index = _index.append(
-                self.vdata, self.group, name, prev, ts, committed, stored=stored, tracks_order=self._tracks_order
+                self.vdata,
+                self.group,
+                name,
+                prev,
+                ts,
+                committed,
+                address=address,
+                stored=stored,
+                tracks_order=self._tracks_order,
             )
             state = _index.state_after(self._held_index)
         self._state = state if state is not None else _index.quick_state(self.group, self._tracks_order)

@@ -12,6 +12,9 @@ same file, and only on what it names:
   (it reads every surviving version's mappings and the hash tables of the
   datasets concerned: a damaged one stops it), the groups are only unlinked,
   their children re-parented, and the report says so;
+- a versions group that cannot be read (its links torn) is first rebuilt from
+  the version index's addresses (:mod:`~xarray_vhdf5._versions.relink`), and
+  the file checked again: that report then drives the steps below;
 - versions whose ``prev_version`` names no version (or closes a loop) get
   ``__first_version__`` as parent;
 - hash-table rows whose chunk failed its check are retired: their digest is
@@ -46,12 +49,13 @@ from ..errors import FileBusyError, StaleVersionError, VHDF5Error
 from . import bookkeeping
 from . import index as version_index
 from .caches import COMMIT_TOKEN
-from .check import CheckReport
+from .check import CheckReport, check_file
 from .chunkcheck import DAMAGE_ERRORS, describe
 from .delete import delete_versions
 from .mutation import mutating
 from .objects import _open
 from .rebuild import placeholder_digest
+from .relink import RelinkReport, relink_versions
 from .scratch import Scratch
 
 __all__ = ["RepairReport", "repair"]
@@ -84,6 +88,9 @@ class RepairReport:
         Whether the version index was rebuilt (False: deleted, or untouched).
     notes : list of str
         What could not be done, and why.
+    relinked : RelinkReport or None
+        Set by ``vhdf5 check --repair`` when it first rebuilt a damaged versions
+        group from the version index (:mod:`~xarray_vhdf5._versions.relink`).
     """
 
     current_version_before: str | None
@@ -96,12 +103,14 @@ class RepairReport:
     compacted: bool = False
     index_rebuilt: bool = False
     notes: list[str] = field(default_factory=list)
+    relinked: RelinkReport | None = None
 
     @property
     def changed(self) -> bool:
         """Whether anything in the file was changed."""
         return bool(
-            self.current_version != self.current_version_before
+            self.relinked is not None
+            or self.current_version != self.current_version_before
             or self.removed
             or self.leftovers_removed
             or self.rerooted
@@ -112,7 +121,7 @@ class RepairReport:
     def __str__(self) -> str:
         if not self.changed and not self.notes:
             return "nothing to repair"
-        lines = []
+        lines = str(self.relinked).splitlines() if self.relinked is not None else []
         if self.current_version != self.current_version_before:
             lines.append(f"current version: {self.current_version_before} -> {self.current_version}")
         if self.removed:
@@ -160,6 +169,9 @@ def repair(f, report: CheckReport) -> RepairReport:
     ValueError
         ``report`` is of another file, or names a last whole version the file
         no longer holds (checked before anything is written).
+    CorruptFileError
+        The versions group cannot be read and the version index cannot reach
+        the versions (:func:`~xarray_vhdf5._versions.relink.relink_versions`).
     FileBusyError, StaleVersionError
         Another writer holds the file, or wrote it since this handle read it
         (:func:`~xarray_vhdf5._versions.mutation.mutating`); the steps done
@@ -171,13 +183,16 @@ def repair(f, report: CheckReport) -> RepairReport:
     """
     h5file, registry = _open(f, "repair")
     _same_file(h5file, report)
+    relinked = relink_versions(h5file)  # a versions group that cannot be read: rebuilt from the index
+    if relinked is not None:
+        report = check_file(h5file, rehash=report.rehashed)  # the report was of the damaged group
     vdata = h5file[VERSION_DATA]
     versions = vdata[VERSIONS]
     existing = set(versions)
     target = report.last_whole_version or FIRST_VERSION
     if target not in existing and target != FIRST_VERSION:
         raise ValueError(f"the report's last whole version {target!r} is not in the file: check it again")
-    out = RepairReport(report.current_version, report.current_version)
+    out = RepairReport(report.current_version, report.current_version, relinked=relinked)
     damaged = [v for v in report.damaged_versions if v in existing and v != FIRST_VERSION]
     leftovers = [v for v in report.leftover_groups if v in existing and v not in damaged]
     doomed = damaged + leftovers

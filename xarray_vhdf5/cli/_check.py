@@ -235,9 +235,9 @@ def _send_repair(conn, path: str, report) -> None:
 def _repair_path(path: str, report):
     """Open ``path`` writable, repair it and close it; a failure to close is noted, not raised.
 
-    Closing can fail after a damaged object was unlinked: libhdf5 frees its
-    storage when the last handle goes, and cannot read it. What the repair
-    wrote was flushed by then.
+    Closing can fail after a damaged object was unlinked: libhdf5
+    frees its storage when the last handle goes, and cannot read it. What the
+    repair wrote was flushed by then.
     """
     from .._backend.signature import open_h5file
     from .._versions.chunkcheck import DAMAGE_ERRORS, describe
@@ -316,6 +316,11 @@ def check(file: str, rehash: bool, do_repair: bool) -> None:
                 after = run_check(file, rehash, None)
             except (VHDF5Error, OSError, ValueError) as err:
                 raise click.ClickException(f"repair failed: {err}") from None
+            except (RuntimeError, KeyError, TypeError, IndexError) as err:  # libhdf5 on damaged metadata
+                raise click.ClickException(
+                    f"repair failed: libhdf5 says {type(err).__name__}: {err}; the file is as the last "
+                    "finished step of the repair left it (each leaves a valid file)"
+                ) from None
             click.echo("repair:")
             click.echo("\n".join(f"  {line}" for line in str(done).splitlines()))
             click.echo("after repair:")

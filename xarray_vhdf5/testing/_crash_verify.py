@@ -49,6 +49,8 @@ def blank_verdict() -> dict[str, Any]:
         "next_error": None,
         "next_hash": None,
         "next_parent": None,
+        "repaired_hashes": None,
+        "repair_error": None,
     }
 
 
@@ -82,7 +84,9 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
         back) and ``reader_opened`` (``VersionedHDF5File.open``; None when absent);
         ``check_ok``, ``check_errors``
         (:func:`~xarray_vhdf5._versions.check.check_file`; ``None`` when the module is
-        absent); ``next_ok``, ``next_error``, ``next_hash``, ``next_parent``.
+        absent); ``repaired_hashes`` (version -> hash after ``vhdf5 check --repair`` of a
+        copy, for a file the check found damaged; None otherwise) and ``repair_error``;
+        ``next_ok``, ``next_error``, ``next_hash``, ``next_parent``.
     """
     import h5py
 
@@ -150,6 +154,8 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
         out["check_errors"] = [str(p) for p in report.errors][:10]
     except Exception as exc:  # noqa: BLE001
         out["check_ok"], out["check_errors"] = False, [f"check_file raised {type(exc).__name__}: {exc}"[:500]]
+    if package == "xarray_vhdf5" and out["check_ok"] is False:
+        out["repaired_hashes"], out["repair_error"] = _after_repair(path)
     if next_commit is not None:
         try:
             out["next_parent"], out["next_hash"] = _next_commit(package, kind, path, next_commit)
@@ -157,6 +163,32 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
         except Exception as exc:  # noqa: BLE001
             out["next_ok"], out["next_error"] = False, f"{type(exc).__name__}: {exc}"[:500]
     return out
+
+
+def _after_repair(path: str) -> tuple[dict[str, str] | None, str | None]:
+    """``vhdf5 check --repair`` (its steps, in this process) on a copy of ``path``; the versions' hashes after."""
+    import shutil
+
+    import h5py
+
+    from .._versions.check import check_file
+    from ..cli._check import _repair_path
+    from ._crash_child import versioned_file_class
+
+    copy = path + ".repair"
+    shutil.copyfile(path, copy)
+    try:
+        _repair_path(copy, check_file(copy))
+        hashes = {}
+        with h5py.File(copy, "r") as f:
+            vf = versioned_file_class("xarray_vhdf5")(f)
+            for v in vf.versions:
+                hashes[v] = data_hash(np.asarray(vf[v]["x"][()]), np.asarray(vf[v]["y"][()]))
+        return hashes, None
+    except Exception as exc:  # noqa: BLE001
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        os.remove(copy)
 
 
 def _their_versions(vf) -> list[str]:

@@ -45,12 +45,15 @@ COUNT_COLUMNS = (
     "next_commit_failed",
     "xr_wrong",
     "child_failures",
+    "repaired",
+    "lost_after_repair",
 )
 
 
 #: Columns that count what happened, not damage: a journal rolled back, a plain-h5py open
-#: refused until then (this package's documented behaviour), a child whose operation failed.
-INFORMATIVE_COLUMNS = ("kills", "in_op", "journal_left", "h5py_refused", "child_failures")
+#: refused until then (this package's documented behaviour), a child whose operation failed,
+#: a damaged file that ``vhdf5 check --repair`` brought back with every version it must hold.
+INFORMATIVE_COLUMNS = ("kills", "in_op", "journal_left", "h5py_refused", "child_failures", "repaired")
 
 
 @dataclass
@@ -215,6 +218,8 @@ def classify(
     if result["check_ok"] is False:
         c["check_errors"] = 1
         problems.append("check_file: " + "; ".join(result["check_errors"][:3]))
+    if result.get("repaired_hashes") is not None or result.get("repair_error"):
+        _count_repair(c, problems, model, target, result)
     if result["next_ok"] is False:
         c["next_commit_failed"] = 1
         problems.append(f"next commit failed: {result['next_error']}")
@@ -222,3 +227,17 @@ def classify(
         c["next_commit_failed"] = 1
         problems.append("next commit holds wrong data")
     return {**c, "problems": problems}
+
+
+def _count_repair(c: dict, problems: list[str], model: dict[str, str], target: str | None, result: dict) -> None:
+    """``repaired`` / ``lost_after_repair``: every version of ``model`` (bar the interrupted one) whole after repair?"""
+    after = result.get("repaired_hashes")
+    if after is None:
+        c["lost_after_repair"] = len(model)
+        problems.append(f"vhdf5 check --repair failed: {result.get('repair_error')}")
+        return
+    lost = [v for v, h in model.items() if v != target and after.get(v) != h]
+    c["lost_after_repair"] = len(lost)
+    c["repaired"] = int(not lost)
+    if lost:
+        problems.append(f"after vhdf5 check --repair, {len(lost)} versions lost or altered: {lost[:5]}")
