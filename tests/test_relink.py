@@ -74,11 +74,12 @@ def test_commits_record_each_version_group_address(tmp_path):
     path = tmp_path / "f.h5"
     write(path, 5)
     with h5py.File(path, "r") as f:
-        names, parents, _, committed, addresses = version_index.read_addresses(f["_version_data"])
+        entries, addresses = version_index.read_addresses(f["_version_data"])
+        names = entries.names
         expect = [object_address(f[VERSIONS][n].id) for n in names]
     assert names == [f"v{k}" for k in range(1, 6)]
-    assert parents[1:] == names[:-1]
-    assert committed.all()
+    assert entries.parents[1:] == names[:-1]
+    assert entries.committed.all()
     assert addresses.tolist() == expect
 
 
@@ -91,7 +92,8 @@ def test_an_index_written_before_addresses_gets_them_at_the_next_commit(tmp_path
         with xv.VersionedHDF5File(f).stage_version("v5") as g:
             g["x"][...] = data(5)
     with h5py.File(path, "r") as f:
-        names, _, _, _, addresses = version_index.read_addresses(f["_version_data"])
+        entries, addresses = version_index.read_addresses(f["_version_data"])
+        names = entries.names
         assert addresses.tolist() == [object_address(f[VERSIONS][n].id) for n in names]
     assert len(names) == 5
 

@@ -334,6 +334,32 @@ def _read(dsid, n: int, dtype, row_shape=()) -> np.ndarray | None:
     return read_rows(dsid, 0, out) if n else out
 
 
+def _split(blob: np.ndarray, n_bytes: int) -> list[str] | None:
+    """``names``' first ``n_bytes`` as the strings between NULs (None: not UTF-8)."""
+    try:
+        return blob[:n_bytes].tobytes().decode("utf-8").split("\0")[:-1] if n_bytes else []
+    except UnicodeDecodeError:
+        return None
+
+
+def _read_entries(vdata: h5py.Group, stored: StoredIndex) -> IndexEntries | None:
+    """The rows and names a stored index holds, as its fingerprint counts them (None: damaged)."""
+    n_rows, n_bytes = int(stored.fingerprint[1]), int(stored.fingerprint[2])
+    try:
+        rows = _read(stored.rows, n_rows, np.int64, (2,))
+        blob = _read(h5d.open(vdata.id, stored.names_path), n_bytes, np.uint8)
+    except (KeyError, ValueError, RuntimeError, OSError):
+        # Absent, or damaged (a chunk that no longer decompresses after a crash): the
+        # index is a cache, never the only copy, so the version groups are scanned.
+        return None
+    if rows is None or blob is None:
+        return None
+    parts = _split(blob, n_bytes)
+    if parts is None or len(parts) != 2 * n_rows:
+        return None
+    return IndexEntries(parts[0::2], parts[1::2], rows[:, 0], rows[:, 1] != 0)
+
+
 def load(vdata: h5py.Group, versions: h5py.Group) -> IndexEntries | None:
     """The stored index if it is present and matches the versions group, else None.
 
@@ -343,24 +369,9 @@ def load(vdata: h5py.Group, versions: h5py.Group) -> IndexEntries | None:
     stored = _stored(vdata)
     if stored is None or not _matches(stored.fingerprint, versions):
         return None
-    rows_id, fp = stored.rows, stored.fingerprint
-    n_rows, n_bytes = int(fp[1]), int(fp[2])
-    try:
-        rows = _read(rows_id, n_rows, np.int64, (2,))
-        blob = _read(h5d.open(vdata.id, stored.names_path), n_bytes, np.uint8)
-    except (KeyError, ValueError, RuntimeError, OSError):
-        # Absent, or damaged (a chunk that no longer decompresses after a crash): the
-        # index is a cache, never the only copy, so the version groups are scanned.
+    entries = _read_entries(vdata, stored)
+    if entries is None:
         return None
-    if rows is None or blob is None:
-        return None
-    try:
-        parts = blob.tobytes().decode("utf-8").split("\0")[:-1] if n_bytes else []
-    except UnicodeDecodeError:
-        return None
-    if len(parts) != 2 * n_rows:
-        return None
-    entries = IndexEntries(parts[0::2], parts[1::2], rows[:, 0], rows[:, 1] != 0)
     for i in np.flatnonzero(~entries.committed):
         grp_v = versions.get(entries.names[i])
         if grp_v is None:
@@ -471,16 +482,11 @@ def _held_addresses(vdata: h5py.Group, versions: h5py.Group, stored: StoredIndex
 def _names_of(names_id, n_bytes: int) -> list[str] | None:
     """The version names of the first ``n_bytes`` of ``names`` (None: damaged)."""
     blob = _read(names_id, n_bytes, np.uint8)
-    if blob is None:
-        return None
-    try:
-        parts = blob.tobytes().decode("utf-8").split("\0")[:-1] if n_bytes else []
-    except UnicodeDecodeError:
-        return None
-    return parts[0::2] if len(parts) % 2 == 0 else None
+    parts = _split(blob, n_bytes) if blob is not None else None
+    return parts[0::2] if parts is not None and len(parts) % 2 == 0 else None
 
 
-def read_addresses(vdata: h5py.Group) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray] | None:
+def read_addresses(vdata: h5py.Group) -> tuple[IndexEntries, np.ndarray] | None:
     """Everything the stored index says, without checking it against the versions group.
 
     For :mod:`~xarray_vhdf5._versions.relink`, which needs it exactly when the
@@ -488,28 +494,16 @@ def read_addresses(vdata: h5py.Group) -> tuple[list[str], list[str], np.ndarray,
 
     Returns
     -------
-    (names, parents, timestamps, committed, addresses) or None
-        Lists of str; int64 microseconds, bool and int64 arrays, one entry per
-        row the fingerprint counts (addresses :data:`NO_ADDRESS` where not
-        known). None when there is no index or it cannot be read.
+    (IndexEntries, numpy.ndarray) or None
+        The rows the fingerprint counts, and their int64 addresses
+        (:data:`NO_ADDRESS` where not known). None when there is no index or
+        it cannot be read.
     """
     stored = _stored(vdata)
-    if stored is None:
+    entries = _read_entries(vdata, stored) if stored is not None else None
+    if stored is None or entries is None:
         return None
-    n_rows, n_bytes = int(stored.fingerprint[1]), int(stored.fingerprint[2])
-    try:
-        rows = _read(stored.rows, n_rows, np.int64, (2,))
-        blob = _read(h5d.open(vdata.id, stored.names_path), n_bytes, np.uint8)
-    except (KeyError, ValueError, RuntimeError, OSError):
-        return None
-    if rows is None or blob is None:
-        return None
-    try:
-        parts = blob.tobytes().decode("utf-8").split("\0")[:-1] if n_bytes else []
-    except UnicodeDecodeError:
-        return None
-    if len(parts) != 2 * n_rows:
-        return None
+    n_rows = len(entries)
     addresses = np.full(n_rows, NO_ADDRESS, dtype=np.int64)
     try:
         dsid = h5d.open(vdata.id, _addresses_path(stored.names_path))
@@ -518,7 +512,7 @@ def read_addresses(vdata: h5py.Group) -> tuple[list[str], list[str], np.ndarray,
             read_rows(dsid, 0, addresses[:m])
     except (KeyError, ValueError, RuntimeError, OSError):
         pass  # none stored (an index written before them), or damaged: nothing to relink by
-    return parts[0::2], parts[1::2], rows[:, 0].copy(), rows[:, 1] != 0, addresses
+    return entries, addresses
 
 
 def append(

@@ -96,7 +96,8 @@ def versions_readable(vdata: h5py.Group) -> bool:
 
 def _recover(vdata: h5py.Group, found) -> tuple[dict[str, h5py.Group], dict[str, str]]:
     """The version groups the index reaches by address and that still are those versions."""
-    names, parents, stamps, committed, addresses = found
+    entries, addresses = found
+    names, parents, stamps, committed = entries.names, entries.parents, entries.timestamps, entries.committed
     groups: dict[str, h5py.Group] = {}
     lost: dict[str, str] = {}
     for i, name in enumerate(names):
@@ -167,7 +168,7 @@ def relink_versions(f) -> RelinkReport | None:
             "the versions cannot be reached"
         )
     assert found is not None  # groups were found through it
-    stamp_of = dict(zip(found[0], found[2].tolist()))
+    stamp_of = dict(zip(found[0].names, found[0].timestamps.tolist()))
     order = sorted(groups, key=lambda n: (stamp_of[n], n))
     out = RelinkReport(relinked=order, lost=lost, current_version=order[-1])
     with mutating(h5file, what="relink"):
