@@ -547,3 +547,55 @@ def test_threaded_reads_equal_one_thread_and_survive_fork(tmp_path):
     assert manifest.read((-1, -1)) == data[-1, -1] and manifest.read((7, 3)).shape == ()
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:  # pool threads exist here
         np.testing.assert_array_equal(pool.submit(_read_in_child, manifest).result(timeout=60), data)
+
+
+def big_dataset(path) -> np.ndarray:
+    """A file whose one version holds ``x``: float64 (1000, 600), unfiltered, chunks (100, 60) (48 KB, 100 chunks).
+
+    4.8 MB: above ``SPLIT_BYTES``, so a whole read splits the chunks among threads.
+    """
+    data = np.random.default_rng(5).standard_normal((1000, 600))
+    with h5py.File(path, "w") as f:
+        vf = xarray_vhdf5.VersionedHDF5File(f)
+        with vf.stage_version("v1") as g:
+            g.create_dataset("x", data=data, chunks=(100, 60))
+    return data
+
+
+@pytest.mark.parametrize("threads", [None, 1, 2, 3, 7])
+def test_a_large_unfiltered_read_split_among_threads_equals_one_thread(tmp_path, threads, monkeypatch):
+    from xarray_vhdf5._backend import manifest as manifest_module
+
+    path = tmp_path / "big.h5"
+    data = big_dataset(path)
+    manifest = resolved(path)
+    assert data.nbytes >= manifest_module.SPLIT_BYTES
+    calls = []
+    kernel = manifest_module.preadtools.read_chunks_into
+
+    def counted(*args):
+        calls.append(len(args[3]))
+        return kernel(*args)
+
+    monkeypatch.setattr(manifest_module.preadtools, "read_chunks_into", counted)
+    assert_same(manifest.read((), threads=threads), data)
+    parts = min(os.cpu_count() or 1, 8) if threads is None else threads
+    assert sum(calls) == 100 and len(calls) == (parts if parts > 1 else 1)
+    calls.clear()
+    assert_same(manifest.read((slice(5, 995), slice(7, 593)), threads=threads), data[5:995, 7:593])
+    assert sum(calls) == 100
+    calls.clear()
+    assert_same(manifest.read((slice(0, 100), slice(0, 60)), threads=threads), data[:100, :60])  # small: one call
+    assert calls == [1]
+
+
+def test_a_truncated_file_names_the_chunk_when_the_read_is_split(tmp_path):
+    path = tmp_path / "big.h5"
+    big_dataset(path)
+    manifest = resolved(path)
+    last = int(np.argmax(manifest.offsets))
+    os.truncate(path, int(manifest.offsets[last] + manifest.nbytes[last] // 2))
+    where = np.unravel_index(int(np.flatnonzero(manifest.slots.reshape(-1) == last)[0]), manifest.slots.shape)
+    with pytest.raises(CorruptFileError, match=r"file ends \d+ bytes into the chunk \(truncated\)") as err:
+        manifest.read((), threads=4)
+    assert f"chunk ({where[0]}, {where[1]})" in str(err.value)

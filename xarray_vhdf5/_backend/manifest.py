@@ -86,20 +86,40 @@ def _as_slice(idx: np.ndarray) -> slice | np.ndarray:
     return slice(int(idx[0]), stop if stop >= 0 else None, step)
 
 
-def _boxes(touched: list) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """``(in_start, out_start, counts)``, intp ``(len(touched), ndim)``, of step-1 parts; None if one is not."""
-    n, ndim = len(touched), len(touched[0]) if touched else 0
-    boxes = np.empty((3, n, ndim), np.intp)
-    for i, parts in enumerate(touched):
-        for a, (_, o, p) in enumerate(parts):
+def _boxes(groups: list[list[tuple[int, Any, Any]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(in_start, out_start, counts)``, intp ``(n, ndim)``, of every chunk's part; None if one is not a box.
+
+    ``groups``: per axis, :func:`_axis_groups`' list; the chunks are their
+    product in ``itertools.product`` order (the last axis fastest), and a
+    part is a box when each axis' parts are step-1 slices.
+    """
+    per_axis = []
+    for axis in groups:
+        rows = []
+        for _, o, p in axis:
             if not (isinstance(o, slice) and isinstance(p, slice) and o.step in (None, 1) and p.step in (None, 1)):
                 return None
-            boxes[0, i, a], boxes[1, i, a], boxes[2, i, a] = p.start, o.start, p.stop - p.start
-    return boxes[0], boxes[1], boxes[2]
+            rows.append((p.start, o.start, p.stop - p.start))
+        per_axis.append(np.array(rows, np.intp).reshape(-1, 3))
+    which = np.indices([len(a) for a in per_axis]).reshape(len(per_axis), -1)
+    boxes = np.stack([a[w] for a, w in zip(per_axis, which)], axis=1)  # (n, ndim, 3)
+    return boxes[:, :, 0], boxes[:, :, 1], boxes[:, :, 2]
 
 
 def _axis_groups(idx: np.ndarray, chunk: int) -> list[tuple[int, Any, Any]]:
-    """``(chunk number, output positions, points within the chunk)`` per chunk the points touch."""
+    """``(chunk number, output positions, points within the chunk)`` per chunk the points touch.
+
+    A run of consecutive points (a step-1 slice, the common case) is cut into
+    chunks by arithmetic; any other selection by sorting its points by chunk.
+    """
+    n = idx.size
+    if n > 1 and int(idx[-1]) - int(idx[0]) == n - 1 and bool((np.diff(idx) == 1).all()):
+        lo, hi = int(idx[0]), int(idx[0]) + n
+        return [
+            (k, slice(a - lo, b - lo, 1), slice(a - k * chunk, b - k * chunk, 1))
+            for k in range(lo // chunk, (hi - 1) // chunk + 1)
+            for a, b in ((max(lo, k * chunk), min(hi, (k + 1) * chunk)),)
+        ]
     number = idx // chunk
     order = np.argsort(number, kind="stable")
     cuts = np.flatnonzero(np.diff(number[order])) + 1
@@ -395,9 +415,12 @@ class ChunkManifest:
         threads : int, optional
             Threads decoding chunks in parallel (a pool shared by all
             manifests): default as many as the machine has cores (at most 8)
-            when the selection touches 4 stored chunks or more and raw_data
-            has filters (unfiltered chunks are only read and copied); 0 or 1:
-            this thread only. Decoded chunks are held 64 at a time.
+            when the selection touches 4 stored chunks or more; unfiltered
+            chunks read by the chunk-read kernel are split among them when
+            they hold at least :data:`SPLIT_BYTES` (copying from the page
+            cache, and the page faults of a new result, then run on every
+            core); 0 or 1: this thread only. Decoded chunks are held 64 at a
+            time.
 
         Returns
         -------
@@ -443,11 +466,10 @@ class ChunkManifest:
             return out.reshape(final)
         groups = [_axis_groups(idx, c) for (idx, _), c in zip(axes, self.chunks)]
         touched = list(itertools.product(*groups))
-        slots = [int(self.slots[tuple(k for k, _, _ in parts)]) for parts in touched]
+        slots = self.slots[np.ix_(*[[k for k, _, _ in axis] for axis in groups])].reshape(-1).tolist()
         if not self.filters and not verify:
-            self._read_unfiltered(touched, slots, out)
+            self._read_unfiltered(touched, slots, out, groups, threads)
             return out.reshape(final)
-        # Unfiltered chunks are a pread and a copy, bound by memory: threads only add contention.
         pool = _pool(threads, len(set(slots) - {-1})) if self.filters or threads else None
         for start in range(0, len(touched), _BATCH):
             batch = range(start, min(start + _BATCH, len(touched)))
@@ -461,7 +483,9 @@ class ChunkManifest:
                     out[target] = decoded[slot][tuple(i for _, _, i in parts)]
         return out.reshape(final)
 
-    def _read_unfiltered(self, touched: list, slots: list[int], out: np.ndarray) -> None:
+    def _read_unfiltered(
+        self, touched: list, slots: list[int], out: np.ndarray, groups: list, threads: int | None = None
+    ) -> None:
         """Fill ``out`` from chunks stored as they are (no filter applied), with no decoding.
 
         Where every chunk's part is a box (step-1 slices on every axis) and
@@ -469,33 +493,40 @@ class ChunkManifest:
         ``preadtools.read_chunks_into``: one ``preadv`` a chunk whose vectors
         point into ``out``, each byte copied once. Otherwise (or with the
         pure-Python kernels selected), by :meth:`_read_unfiltered_reference`.
+        ``groups``: the per-axis parts ``touched`` is the product of;
+        ``threads`` as for :meth:`read`.
         """
-        boxes = _boxes(touched) if self._kernel_takes(out) else None
+        boxes = _boxes(groups) if self._kernel_takes(out) else None
         if boxes is None:
             self._read_unfiltered_reference(touched, slots, out)
             return
         size = int(np.prod(self.chunks)) * self.dtype.itemsize
-        read: list[int] = []
-        for i, (parts, slot) in enumerate(zip(touched, slots, strict=True)):
-            if slot < 0:
-                out[tuple(o for _, o, _ in parts)] = self.fillvalue
-                continue
-            _at, n = self._stored_bytes(slot)
-            if n == 0:  # never allocated: raw_data's fill value
-                out[tuple(o for _, o, _ in parts)] = self.raw_fillvalue
-            elif n != size:
-                what = f"stored as {n} bytes, expected {size} (no filter)"
-                raise self._fail(slot, tuple(k for k, _, _ in parts), what)
-            else:
-                read.append(i)
-        if not read:
+        which = np.asarray(slots, np.int64)
+        stored = np.zeros(len(which), np.int64)
+        mapped = which >= 0
+        if self.gate is None:
+            stored[mapped] = self.nbytes[which[mapped]]
+        else:  # wait at the gate for each chunk, in order
+            for i in np.flatnonzero(mapped).tolist():
+                stored[i] = self._stored_bytes(slots[i])[1]
+        bad = np.flatnonzero(mapped & (stored != 0) & (stored != size))
+        if len(bad):
+            i = int(bad[0])
+            what = f"stored as {int(stored[i])} bytes, expected {size} (no filter)"
+            raise self._fail(slots[i], tuple(k for k, _, _ in touched[i]), what)
+        for i in np.flatnonzero(~mapped).tolist():
+            out[tuple(o for _, o, _ in touched[i])] = self.fillvalue
+        for i in np.flatnonzero(mapped & (stored == 0)).tolist():  # never allocated: raw_data's fill value
+            out[tuple(o for _, o, _ in touched[i])] = self.raw_fillvalue
+        read = np.flatnonzero(mapped & (stored == size))
+        if not len(read):
             return
         in_start, out_start, counts = (box[read] for box in boxes)
 
         def index_of(j: int) -> tuple:
-            return tuple(k for k, _, _ in touched[read[j]])
+            return tuple(k for k, _, _ in touched[int(read[j])])
 
-        self._kernel_read(out, [slots[i] for i in read], in_start, out_start, counts, index_of)
+        self._kernel_read(out, which[read], in_start, out_start, counts, index_of, threads)
 
     @staticmethod
     def _kernel_takes(out: np.ndarray) -> bool:
@@ -507,11 +538,15 @@ class ChunkManifest:
             and min(out.strides, default=0) >= 0
         )
 
-    def _kernel_read(self, out, slots: list[int], in_start, out_start, counts, where) -> None:
+    def _kernel_read(self, out, slots, in_start, out_start, counts, where, threads: int | None = 1) -> None:
         """``preadtools.read_chunks_into`` of stored chunks ``slots`` (whole, unfiltered) into their boxes of ``out``.
 
-        ``in_start``, ``out_start``, ``counts``: intp ``(len(slots), out.ndim)``,
-        points; ``where(j)``: the chunk index of ``slots[j]``, for the message.
+        ``slots``: a list or int array; ``in_start``, ``out_start``, ``counts``:
+        intp ``(len(slots), out.ndim)``, points; ``where(j)``: the chunk index
+        of ``slots[j]``, for the message. ``threads``: as for :meth:`read`;
+        the chunks are then split into as many runs, each read by the kernel
+        (which holds no GIL) in a thread of the shared pool, when they hold
+        :data:`SPLIT_BYTES` or more.
 
         Raises
         ------
@@ -522,11 +557,33 @@ class ChunkManifest:
         """
         fd = self._descriptor()
         offsets = self.offsets[slots]
-        failed = preadtools.read_chunks_into(fd, out, self.chunks, offsets, in_start, out_start, counts)
+        n = len(offsets)
+        size = int(np.prod(self.chunks)) * self.dtype.itemsize
+        pool = _pool(threads, n) if n * size >= SPLIT_BYTES else None
+        if pool is None:
+            failed = preadtools.read_chunks_into(fd, out, self.chunks, offsets, in_start, out_start, counts)
+        else:
+            parts = min(pool._max_workers, n, min(os.cpu_count() or 1, 8) if threads is None else int(threads))
+            cuts = [n * i // parts for i in range(parts + 1)]
+            runs = [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
+            futures = [
+                pool.submit(
+                    preadtools.read_chunks_into,
+                    fd,
+                    out,
+                    self.chunks,
+                    offsets[a:b],
+                    in_start[a:b],
+                    out_start[a:b],
+                    counts[a:b],
+                )
+                for a, b in runs
+            ]
+            found = [f.result() for f in futures]
+            failed = next((a + r for (a, _), r in zip(runs, found, strict=True) if r >= 0), -1)
         if failed >= 0:
-            size = int(np.prod(self.chunks)) * self.dtype.itemsize
             got = max(0, min(os.fstat(fd).st_size - int(offsets[failed]), size))
-            raise self._fail(slots[failed], where(failed), f"the file ends {got} bytes into the chunk (truncated)")
+            raise self._fail(int(slots[failed]), where(failed), f"the file ends {got} bytes into the chunk (truncated)")
 
     def _read_unfiltered_reference(self, touched: list, slots: list[int], out: np.ndarray) -> None:
         """:meth:`_read_unfiltered` in Python: each chunk read into one reused buffer, then copied out.
@@ -594,6 +651,10 @@ class ChunkManifest:
             return {slot: decode(slot) for slot in first}
         return dict(zip(first, pool.map(decode, first)))
 
+
+#: Bytes of unfiltered chunks from which a read splits them among threads (:meth:`ChunkManifest.read`).
+#: Below it a thread's start and hand-off cost more than the copy they share.
+SPLIT_BYTES = 4 * 1024 * 1024
 
 #: Chunks decoded at once by a threaded read (bounds the memory of decoded chunks held).
 _BATCH = 64
