@@ -172,3 +172,33 @@ def test_a_readable_versions_group_is_left_alone(tmp_path):
     with h5py.File(path, "a") as f:
         assert relink_versions(f) is None
         assert "damaged_version_data" not in f.get("__vhdf5__", {})
+
+
+def test_relink_through_a_journaled_handle(tmp_path):
+    path = tmp_path / "f.h5"
+    write(path)
+    before = read_versions(path)
+    tear_versions_group(path)
+    with xv.open_file(path) as f:
+        done = relink_versions(f)
+    assert done is not None and len(done.relinked) == 12
+    assert not (tmp_path / "f.h5-journal").exists()
+    after = read_versions(path)
+    assert list(after) == list(before)
+    assert all(np.array_equal(after[v], before[v]) for v in before)
+
+
+def test_relink_of_a_file_keeping_its_bookkeeping_at_the_legacy_place(tmp_path):
+    path = tmp_path / "f.h5"
+    write(path)
+    before = read_versions(path)
+    with h5py.File(path, "r+") as f:  # as files written before 2026-11 keep it
+        f.move("/__vhdf5__", "/_version_data/__vhdf5_version_index__")
+    tear_versions_group(path)
+    with h5py.File(path, "a") as f:
+        done = relink_versions(f)
+        assert done is not None and done.moved_to == "/__vhdf5__/damaged_version_data"
+        assert sorted(f["_version_data"]) == ["versions", "x"]  # versioned-hdf5's layout, nothing of ours
+    after = read_versions(path)
+    assert list(after) == list(before)
+    assert check_file(path).ok
