@@ -10,7 +10,8 @@ cache (one untimed round first); each result is checked against numpy.
    chunks (10,000 chunks) and read one point (target: < 5 ms);
 2. ``points``: one point from each of 1000 versions of a (1000,) float64
    dataset in chunks of 10, one point changed per version (target: <= 10x
-   plain h5py reading the same point 1000 times through one open file);
+   plain h5py reading the same point 1000 times through one open file), by
+   ``reader[v]["x"][i]`` per version and by ``reader.read_versions("x", i)``;
 3. ``whole``: a whole version of a (2000, 2000) float64 dataset in
    (100, 100) chunks (400 chunks, 32 MB), uncompressed and gzip level 4
    (target: <= 1.0x plain h5py, and faster than plain h5py reading two
@@ -115,6 +116,11 @@ def bench_points(d: str, rounds: int, n_versions: int = 1000) -> list[dict]:
             got = [vf[f"v{i}"]["x"][point] for i in range(n_versions)]
         assert got[499] == 500.0 and got[500] == -500.0 and got[-1] == -500.0
 
+    def ours_batch():
+        with VersionedHDF5File.open(path) as vf:
+            got = vf.read_versions("x", point, versions=[f"v{i}" for i in range(n_versions)])
+        assert got[499] == 500.0 and got[500] == -500.0 and got[-1] == -500.0
+
     def vh():
         with h5py.File(path, "r") as f:
             vf = versioned_hdf5.VersionedHDF5File(f)
@@ -132,7 +138,7 @@ def bench_points(d: str, rounds: int, n_versions: int = 1000) -> list[dict]:
             got = [x[point] for _ in range(n_versions)]
         assert got[0] == 500.0
 
-    impls = {"xarray_vhdf5 (open)": ours, "floor": floor, "h5py": h5}
+    impls = {"xarray_vhdf5 (open)": ours, "xarray_vhdf5 (read_versions)": ours_batch, "floor": floor, "h5py": h5}
     if versioned_hdf5 is not None:
         impls["versioned-hdf5"] = vh
     return [

@@ -202,6 +202,45 @@ class ChunkManifest:
         self.filter_masks, self.digests, self.verify, self.reason = filter_masks, digests, verify, reason
         self._fd, self._pid, self._lock = None, None, threading.Lock()
         self.gate: Callable[[int, int], None] | None = None
+        self._parent: ChunkManifest | None = None  # remapped(): whose file descriptor this one reads through
+
+    def remapped(self, name: str, shape: tuple[int, ...], slots: np.ndarray) -> ChunkManifest:
+        """A manifest of another dataset over the same stored chunks (another version of it).
+
+        Parameters
+        ----------
+        name : str
+            Absolute HDF5 path of that dataset's virtual dataset (for messages).
+        shape : tuple of int
+            Its shape, points.
+        slots : numpy.ndarray of int
+            Per chunk of its grid (``ceil(shape / chunks)``), the index of its
+            stored chunk in this manifest's arrays, -1 unmapped.
+
+        Returns
+        -------
+        ChunkManifest
+            Sharing this one's arrays of stored chunks (not copied) and its
+            file descriptor (opened at the first read of either; closed by
+            this one's :meth:`close`, not the new one's).
+
+        Raises
+        ------
+        ValueError
+            ``slots`` does not have the grid's shape, or names a stored chunk this manifest lacks.
+        """
+        shape = tuple(int(n) for n in shape)
+        grid = tuple(-(-n // c) for n, c in zip(shape, self.chunks, strict=True))
+        if slots.shape != grid:
+            raise ValueError(f"slots of shape {slots.shape} for a grid of {grid} chunks")
+        if slots.size and int(slots.max()) >= len(self.rows):
+            raise ValueError(f"slot {int(slots.max())} past the {len(self.rows)} stored chunks")
+        state = self.__getstate__()
+        state.update(name=name, shape=shape, slots=slots.astype(np.int32, copy=False))
+        other = ChunkManifest.__new__(ChunkManifest)
+        other.__setstate__(state)
+        other._parent = self._parent or self
+        return other
 
     supported = property(lambda self: self.reason is None, doc="Whether :meth:`read` can decode the chunks.")
     ndim = property(lambda self: len(self.shape), doc="Number of axes.")
@@ -211,10 +250,13 @@ class ChunkManifest:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_parent", None)
         self._fd, self._pid, self._lock = None, None, threading.Lock()
         self.gate = None
 
     def _descriptor(self) -> int:
+        if self._parent is not None:
+            return self._parent._descriptor()
         with self._lock:
             if self._fd is None or self._pid != os.getpid():
                 if self._fd is not None:  # inherited through fork: the child's own copy

@@ -57,7 +57,7 @@ import posixpath
 
 import h5py
 import numpy as np
-from h5py import h5d, h5p, h5s, h5t
+from h5py import h5d, h5g, h5p, h5s, h5t
 
 from .._backend.chunks import chunk_grid_shape
 from .._backend.h5attrs import read_attr, read_attrs_of, write_attr
@@ -65,9 +65,21 @@ from .._backend.h5objects import object_address, object_address_by_name
 from .._backend.hashtable import hash_table_path
 from .._backend.layout import VERSION_DATA
 from .._backend.manifest_resolve import chunk_addresses, manifest_from_starts
+from .._backend.rows import read_rows
 from . import bookkeeping
 
-__all__ = ["MAP_FORMAT", "MIN_CHUNKS", "UNKNOWN", "StoredLayout", "address_lookup", "carry", "forget", "load", "record"]
+__all__ = [
+    "MAP_FORMAT",
+    "MIN_CHUNKS",
+    "UNKNOWN",
+    "MapReader",
+    "StoredLayout",
+    "address_lookup",
+    "carry",
+    "forget",
+    "load",
+    "record",
+]
 
 #: Layout of a map's values (attribute ``format``): 2, int32 chunk numbers. Maps of
 #: another format (1: int64 first rows, written only by development builds) are not used.
@@ -344,37 +356,93 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
     if not isinstance(group, h5py.Group):
         return None
     try:
-        vds_address = object_address_by_name(group.id, leaf.encode())
-    except KeyError:
+        attrs = read_attrs_of(group.id, leaf.encode())
+    except KeyError:  # no such dataset in the version
         return None
-    try:
-        if (
-            int(read_attr(stored.id, "format", expect="int")) != MAP_FORMAT
-            or vds_address != int(read_attr(stored.id, "vds", expect="int"))
-            or str(read_attr(stored.id, "timestamp")) != _timestamp(f, version)
-        ):
-            return None
-    except KeyError:  # an attribute missing: not a map this module wrote whole
-        return None
-    attrs = read_attrs_of(group.id, leaf.encode())
     raw_path, chunks = attrs.get("raw_data"), attrs.get("chunks")
     if not isinstance(raw_path, str) or chunks is None:
         return None
     raw = f.get(raw_path)
-    if not isinstance(raw, h5py.Dataset) or object_address(raw.id) != int(read_attr(stored.id, "raw", expect="int")):
+    if not isinstance(raw, h5py.Dataset):
         return None
     chunks = tuple(int(c) for c in np.atleast_1d(chunks))
-    shape = tuple(int(n) for n in read_attr(stored.id, "shape", expect="int"))
-    numbers = stored[()]
-    if len(shape) != len(chunks) or len(chunks) != raw.ndim:
+    found = MapReader(f, path, raw, chunks).numbers(version, stored.id)
+    if found is None:
         return None
-    grid = chunk_grid_shape(shape, chunks)
-    if numbers.shape != grid or numbers.dtype.kind != "i":
-        return None
-    if numbers.size and int(numbers.max()) * chunks[0] >= raw.shape[0]:  # not raw_data's chunks
-        return None
+    shape, numbers = found
     starts = np.where(numbers >= 0, numbers.astype(np.int64) * chunks[0], -1)
     return StoredLayout(shape, chunks, raw, attrs, starts, lambda rows: _addresses(bk, path, raw, chunks[0], rows))
+
+
+class MapReader:
+    """The stored maps of one dataset, read version after version through one handle.
+
+    Parameters
+    ----------
+    f : h5py.File
+        Open (read-only is enough).
+    path : str
+        The dataset's path in the versions.
+    raw : h5py.Dataset
+        Its raw_data.
+    chunks : tuple of int
+        Its chunk shape (points).
+    """
+
+    def __init__(self, f: h5py.File, path: str, raw: h5py.Dataset, chunks: tuple[int, ...]):
+        self.path, self.raw, self.chunks = path, raw, tuple(int(c) for c in chunks)
+        bk = bookkeeping.open_group(f)
+        self._bk = None if bk is None else bk.id
+        self._versions = h5g.open(f.id, f"/{VERSION_DATA}/versions".encode())
+        self._raw_address = object_address(raw.id)
+
+    def numbers(self, version: str, stored: h5d.DatasetID | None = None) -> tuple[tuple[int, ...], np.ndarray] | None:
+        """``(shape, chunk numbers)`` of ``version``'s dataset from its stored map, if it can be trusted.
+
+        The checks of the module docstring: the map's format, the object
+        addresses of the version's virtual dataset and of raw_data, the
+        version's ``timestamp``, the grid's shape, and chunk numbers within
+        raw_data. ``stored``: the map, when the caller has it open.
+
+        Returns
+        -------
+        (tuple of int, numpy.ndarray) or None
+            The dataset's shape (points) and, per chunk of its grid, the
+            number of the raw_data chunk it maps (-1: unmapped), int; None
+            without a map to trust.
+        """
+        if stored is None:
+            if self._bk is None:
+                return None
+            try:
+                stored = h5d.open(self._bk, _maps_path(version, self.path).encode())
+            except KeyError:
+                return None
+        try:
+            vds_address = object_address_by_name(self._versions, f"{version}/{self.path}".encode())
+            if (
+                int(read_attr(stored, "format", expect="int")) != MAP_FORMAT
+                or vds_address != int(read_attr(stored, "vds", expect="int"))
+                or self._raw_address != int(read_attr(stored, "raw", expect="int"))
+                or read_attr(stored, "timestamp", expect="str")
+                != read_attr(h5g.open(self._versions, version.encode()), "timestamp", expect="str")
+            ):
+                return None
+            shape = tuple(int(n) for n in np.atleast_1d(read_attr(stored, "shape", expect="int")))
+        except KeyError:  # an attribute or the dataset missing: not a map this module wrote whole
+            return None
+        chunks = self.chunks
+        if len(shape) != len(chunks) or len(chunks) != self.raw.ndim:
+            return None
+        grid = chunk_grid_shape(shape, chunks)
+        if stored.shape != grid or stored.dtype.kind != "i":
+            return None
+        numbers = np.empty(grid, stored.dtype)
+        if numbers.size:
+            read_rows(stored, 0, numbers)
+            if int(numbers.max()) * chunks[0] >= self.raw.shape[0]:  # not raw_data's chunks
+                return None
+        return shape, numbers
 
 
 def address_lookup(f: h5py.File, path: str, raw: h5py.Dataset):

@@ -45,9 +45,11 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import h5py
+import numpy as np
 
 from .._backend.layout import DATA_VERSION, FIRST_VERSION, version_path
 from ..errors import ClosedFileError, IncompatibleDataError, ReadOnlyError, VersionNotFoundError
@@ -355,6 +357,50 @@ class SharedVersionedFile:
                 tree = _Tree(f, name)
             self._cache.put(("tree", ident), tree, 1024)
         return SharedVersionGroup(self, tree)
+
+    def read_versions(self, path: str, key: Any = (), versions: Iterable | None = None) -> np.ndarray:
+        """One selection of dataset ``path`` read from many versions, stacked: a value's history.
+
+        The same values as ``numpy.stack([reader[v][path][key] for v in versions])``,
+        read through one HDF5 handle per :data:`~xarray_vhdf5._versions.reader_history.BATCH`
+        versions instead of two per version, each version's chunks located from
+        the chunk map its commit stored (:mod:`~xarray_vhdf5._versions.reader_history`).
+
+        Parameters
+        ----------
+        path : str
+            The dataset's path in the versions (``"x"``, ``"group/x"``).
+        key : optional
+            As for reading the dataset (:meth:`~xarray_vhdf5._backend.manifest.ChunkManifest.read`'s
+            rules: ints, slices, one 1-d integer or boolean array); default everything.
+        versions : iterable, optional
+            Version keys as :meth:`resolve` takes them; default every committed
+            version, oldest first (:attr:`versions`).
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape ``(len(versions), *selection)``, the dataset's dtype (bytes
+            objects for variable-length strings, as h5py reads them).
+
+        Raises
+        ------
+        VersionNotFoundError
+            A version key names no version.
+        KeyError
+            ``path`` is not a dataset of one of the versions (the message names it).
+        IndexError
+            ``key`` is out of bounds in one of the versions (the message names it).
+        ValueError
+            The selection has different shapes in different versions (a slice
+            running past the end of an axis that grew), or ``versions`` is empty.
+        CorruptFileError, FileBusyError, ClosedFileError
+            As for reading a dataset.
+        """
+        from .reader_history import read_versions
+
+        self._check_open()
+        return read_versions(self, path, key, versions)
 
     def get_version_by_name(self, version: str) -> SharedVersionGroup:
         """The committed version named ``version`` (``""`` or None: the current one)."""

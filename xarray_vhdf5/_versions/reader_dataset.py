@@ -32,11 +32,31 @@ from .sharing import version_dataset
 if TYPE_CHECKING:  # for annotations only: the reader module imports this one
     from .reader import SharedVersionedFile
 
-__all__ = ["SharedVersionDataset"]
+__all__ = ["SharedVersionDataset", "outer_key"]
 
 
 def _snapshot(name: str, doc: str) -> property:
     return property(lambda self: self._meta[name], doc=doc)
+
+
+def outer_key(args: tuple, shape: tuple[int, ...]) -> tuple:
+    """``args`` h5py accepted for a dataset of ``shape``, in the form
+    :meth:`ChunkManifest.read <xarray_vhdf5._backend.manifest.ChunkManifest.read>` takes:
+    ``...`` expanded, index arrays as non-negative ``intp`` vectors, booleans as their indices."""
+    if any(a is Ellipsis for a in args):
+        at = next(i for i, a in enumerate(args) if a is Ellipsis)
+        args = args[:at] + (slice(None),) * (len(shape) - len(args) + 1) + args[at + 1 :]
+    key: list[Any] = []  # slices, integers and index arrays
+    for axis, a in enumerate(args):
+        if isinstance(a, (slice, int, np.integer)):
+            key.append(a)
+            continue
+        arr = np.asarray(a)
+        if arr.dtype == bool:
+            arr = np.flatnonzero(arr)
+        arr = arr.astype(np.intp).reshape(-1)
+        key.append(np.where(arr < 0, arr + shape[axis], arr))
+    return tuple(key)
 
 
 class SharedVersionDataset:
@@ -219,7 +239,7 @@ class SharedVersionDataset:
         if isinstance(selection, _selections.PointSelection):  # a boolean mask of the whole shape
             out = self._read(())[args[0]]
         else:
-            out = self._read(self._outer_key(args))
+            out = self._read(outer_key(args, self.shape))
         out = out.reshape(selection.array_shape)
         return out[()] if out.shape == () else out
 
@@ -273,24 +293,6 @@ class SharedVersionDataset:
         out = np.full(self.chunks, fill, dtype=data.dtype)
         out[tuple(slice(0, k) for k in data.shape)] = data
         return out
-
-    def _outer_key(self, args: tuple) -> tuple:
-        """``args`` h5py accepted, in the form
-        :meth:`ChunkManifest.read <xarray_vhdf5._backend.manifest.ChunkManifest.read>` takes."""
-        if any(a is Ellipsis for a in args):
-            at = next(i for i, a in enumerate(args) if a is Ellipsis)
-            args = args[:at] + (slice(None),) * (self.ndim - len(args) + 1) + args[at + 1 :]
-        key: list[Any] = []  # slices, integers and index arrays
-        for axis, a in enumerate(args):
-            if isinstance(a, (slice, int, np.integer)):
-                key.append(a)
-                continue
-            arr = np.asarray(a)
-            if arr.dtype == bool:
-                arr = np.flatnonzero(arr)
-            arr = arr.astype(np.intp).reshape(-1)
-            key.append(np.where(arr < 0, arr + self.shape[axis], arr))
-        return tuple(key)
 
     def _read(self, key: tuple) -> np.ndarray:
         manifest = self.manifest
