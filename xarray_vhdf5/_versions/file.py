@@ -177,7 +177,8 @@ class VersionedHDF5File(RefMethods):
             Read-only: ``versions``, ``current_version``, ``reader[key]``
             (:class:`~xarray_vhdf5._versions.reader_tree.SharedVersionGroup`),
             ``get_version_by_name``, ``get_version_by_timestamp``,
-            ``version_info``, ``get_diff``, ``len``, ``in``, iteration;
+            ``version_info``, ``get_diff``, ``read_versions`` (one selection
+            from many versions, stacked, through one handle), ``len``, ``in``, iteration;
             ``stage_version`` and deletions raise ``ReadOnlyError``. A context
             manager; ``close()`` ends reads through it and its objects.
 
