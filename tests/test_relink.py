@@ -1,4 +1,4 @@
-"""A versions group whose object header is torn: rebuilt from the version index's addresses.
+"""Torn object headers: a versions group rebuilt from the version index's addresses, a hash table rebuilt.
 
 A kill while libhdf5 flushes a plain h5py handle held open across commits can
 tear ``_version_data/versions`` (its header's checksum no longer matches): no
@@ -6,7 +6,8 @@ version can then be listed or opened although every version group is intact.
 These tests tear it by hand (bytes of its header overwritten) and check that
 ``vhdf5 check`` says so, that ``vhdf5 check --repair`` (and ``repair``) relink
 every version from the index, and that what cannot be relinked is said, never
-guessed.
+guessed; and that a hash table whose header is torn is written again from the
+versions by the same command.
 """
 
 from __future__ import annotations
@@ -202,3 +203,62 @@ def test_relink_of_a_file_keeping_its_bookkeeping_at_the_legacy_place(tmp_path):
     after = read_versions(path)
     assert list(after) == list(before)
     assert check_file(path).ok
+
+
+def tear(path, obj_path: str) -> None:
+    """Overwrite 16 bytes inside the object header at ``obj_path`` (its checksum then fails)."""
+    with h5py.File(path, "r") as f:
+        addr = object_address(f[obj_path].id)
+    with open(path, "r+b") as fh:
+        fh.seek(addr + 8)
+        fh.write(b"\xa5" * 16)
+
+
+def test_a_torn_hash_table_is_written_again_by_check_repair(tmp_path):
+    path = tmp_path / "f.h5"
+    write(path, 6)
+    before = read_versions(path)
+    tear(path, "_version_data/x/hash_table")
+    with h5py.File(path, "a") as f, pytest.raises(KeyError):  # what a commit met before the repair
+        with xv.VersionedHDF5File(f).stage_version("v7") as g:
+            g["x"][0] = 1
+    assert not check_file(path).ok
+    result = CliRunner().invoke(cli, ["check", "--repair", str(path)])
+    assert "hash tables that could not be read written again from the versions: x" in result.output
+    assert check_file(path, rehash=True).ok
+    after = read_versions(path)
+    assert all(np.array_equal(after[v], before[v]) for v in before)
+    with h5py.File(path, "r") as f:
+        assert "x" in f["__vhdf5__/damaged_datasets"]  # parked, never deleted (deleting reads the header)
+        assert sorted(f["_version_data"]) == ["versions", "x"]
+    with h5py.File(path, "a") as f:  # the next commit deduplicates against the rebuilt table
+        table = f["_version_data/x/hash_table"]
+        rows_before = int(table.attrs["largest_index"])
+        with xv.VersionedHDF5File(f).stage_version("v7") as g:
+            g["x"][...] = data(3)  # every chunk already stored (version v3's)
+        assert int(f["_version_data/x/hash_table"].attrs["largest_index"]) == rows_before
+    with h5py.File(path, "r+") as f:  # versioned-hdf5 2.6 commits to the repaired file too
+        with versioned_hdf5.VersionedHDF5File(f).stage_version("w8") as g:
+            g["x"][:8] = -2
+    assert read_versions(path)["w8"][:8].tolist() == [-2.0] * 8
+
+
+def test_repack_leaves_the_parked_groups_out(tmp_path):
+    path = tmp_path / "f.h5"
+    write(path, 14)
+    before = read_versions(path)
+    tear(path, "_version_data/x/hash_table")
+    tear_versions_group(path)
+    result = CliRunner().invoke(cli, ["check", "--repair", str(path)])
+    assert "14 versions relinked" in result.output and "written again from the versions: x" in result.output
+    with h5py.File(path, "r") as f:
+        assert sorted(k for k in f["__vhdf5__"] if k.startswith("damaged_")) == [
+            "damaged_datasets",
+            "damaged_version_data",
+        ]
+    xv.repack(path)
+    with h5py.File(path, "r") as f:
+        assert not [k for k in f["__vhdf5__"] if k.startswith("damaged_")]
+    assert check_file(path, rehash=True).ok
+    after = read_versions(path)
+    assert list(after) == list(before) and all(np.array_equal(after[v], before[v]) for v in before)

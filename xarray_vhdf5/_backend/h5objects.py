@@ -48,6 +48,7 @@ __all__ = [
     "object_address_by_name",
     "object_info_by_name",
     "open_by_address",
+    "readable",
     "relinked",
 ]
 
@@ -99,6 +100,19 @@ def open_by_address(loc_id, address: int):
     if hid < 0:
         raise KeyError(f"no object can be opened at address {address}")
     return h5py.h5i.wrap_identifier(hid)
+
+
+def readable(file_id, path: bytes) -> bool:
+    """Whether an object is at ``path`` and libhdf5 reads its header (``H5Oget_info_by_name``).
+
+    A header torn by a crash fails here: libhdf5 then refuses to move or
+    unlink the object too (it reads the header to change its link count).
+    """
+    try:
+        h5o.get_info(file_id, path)
+    except (KeyError, RuntimeError, OSError, ValueError):
+        return False
+    return True
 
 
 def link_counters(group_id) -> tuple[int, int] | None:

@@ -35,7 +35,7 @@ from h5py import h5g, h5o
 
 from .._backend.layout import BOOKKEEPING, VERSION_DATA, VERSION_INDEX
 
-__all__ = ["LEGACY_PATH", "PATH", "SEARCH", "find", "migrate", "open_group", "require_group"]
+__all__ = ["LEGACY_PATH", "PARKED_PREFIX", "PATH", "SEARCH", "find", "migrate", "open_group", "require_group"]
 
 #: Absolute path of the bookkeeping group.
 PATH = f"/{BOOKKEEPING}"
@@ -43,6 +43,10 @@ PATH = f"/{BOOKKEEPING}"
 LEGACY_PATH = f"/{VERSION_DATA}/{VERSION_INDEX}"
 #: Where to look, in order (as bytes, for h5py's low-level API).
 SEARCH = (PATH.encode(), LEGACY_PATH.encode())
+#: Members of the bookkeeping group so named hold objects a repair parked because their
+#: header is torn (``damaged_version_data``, ``damaged_datasets``): never read, never
+#: deleted (libhdf5 reads a header to unlink it), left out by ``vhdf5 repack``.
+PARKED_PREFIX = "damaged_"
 
 
 def _exists(loc, path: bytes) -> bool:

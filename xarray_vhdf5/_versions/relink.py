@@ -44,7 +44,7 @@ from .timestamps import format_timestamp, now_utc
 __all__ = ["DAMAGED_PREFIX", "RelinkReport", "relink_versions", "versions_readable"]
 
 #: Name (in the bookkeeping group) the damaged ``_version_data`` is moved to, a number added if taken.
-DAMAGED_PREFIX = "damaged_version_data"
+DAMAGED_PREFIX = f"{bookkeeping.PARKED_PREFIX}version_data"
 #: Where the new ``_version_data`` is built before it takes the old one's place.
 _BUILDING = "/__vhdf5_relinking__"
 

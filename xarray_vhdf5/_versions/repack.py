@@ -79,6 +79,7 @@ from h5py import h5d
 
 from .._backend.hashing import is_vlen_string_dtype
 from .._backend.layout import VERSION_DATA, VERSIONS
+from . import bookkeeping
 from .delete import persists_free_space
 from .metadata import finish_interrupted
 from .mutation import open_for_writing
@@ -267,9 +268,14 @@ def _copy_tree(src: h5py.Group, dst: h5py.Group, raw_paths: set[str], tick, repo
     for name in src:
         if src.name == f"/{VERSION_DATA}" and name == SCRATCH:
             continue
+        if src.name == bookkeeping.PATH and name.startswith(bookkeeping.PARKED_PREFIX):
+            continue  # what a repair parked: torn, never read
         if _copy_link(src, dst, name):
             continue
         obj = src[name]
+        if obj.name == bookkeeping.PATH:  # copied member by member, to leave the parked ones out
+            _copy_tree(obj, _group_like(obj, dst, name), raw_paths, tick, report)
+            continue
         if isinstance(obj, h5py.Group) and (
             obj.name in raw_paths or any(p.startswith(obj.name + "/") for p in raw_paths)
         ):
@@ -346,22 +352,23 @@ def _fix_references(src: h5py.File, dst: h5py.File) -> int:
     refs = _RefMap(src, dst)
     fixed = 0
 
-    def visit(name: str, obj) -> None:
+    def visit(name: str, target) -> None:
+        """``target``, an object of ``dst``: its attributes from the object of ``src`` at its path."""
         nonlocal fixed
         if f"/{name}".startswith(f"/{VERSION_DATA}/{SCRATCH}"):
             return
+        obj = src[target.name]
         for attr in list(obj.attrs):
             dt = obj.attrs.get_id(attr).dtype
             if not _has_ref(dt):
                 continue
             value = refs.value(obj.attrs[attr])
-            target = dst[obj.name]
             del target.attrs[attr]
             target.attrs.create(attr, value, dtype=dt)
             fixed += 1
 
-    visit("", src)
-    src.visititems(visit)
+    visit("", dst)
+    dst.visititems(visit)  # what was copied: objects a repair parked in src are not visited
     return fixed
 
 

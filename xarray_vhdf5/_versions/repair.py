@@ -30,10 +30,16 @@ Each step is a mutation of the file (:func:`~xarray_vhdf5._versions.mutation.mut
 locked, flushed, counted); each leaves a valid file, so a repair interrupted
 between two can be run again.
 
+- a hash table libhdf5 cannot open (its header torn) is written again from
+  the versions (``rebuild_hash_tables``; its dataset's group is replaced by
+  one linking the same raw_data, the old one parked in the bookkeeping group,
+  since libhdf5 reads a header to unlink it).
+
 Versions that check out are never deleted and their data never rewritten;
-their ``prev_version`` changes only when their parent is deleted. Damage
-outside the versions (a hash table that cannot be read) is left as found:
-``rebuild_hash_tables`` rebuilds tables from the versions.
+their ``prev_version`` changes only when their parent is deleted. Other
+damage outside the versions (a hash table that reads but disagrees with
+raw_data) is left as found: ``rebuild_hash_tables`` rebuilds tables from the
+versions.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
+from .._backend.h5objects import readable
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import FileBusyError, StaleVersionError, VHDF5Error
 from . import bookkeeping
@@ -53,8 +60,8 @@ from .check import CheckReport, check_file
 from .chunkcheck import DAMAGE_ERRORS, describe
 from .delete import delete_versions
 from .mutation import mutating
-from .objects import _open
-from .rebuild import placeholder_digest
+from .objects import _open, dataset_paths
+from .rebuild import placeholder_digest, rebuild_hash_tables
 from .relink import RelinkReport, relink_versions
 from .scratch import Scratch
 
@@ -88,6 +95,9 @@ class RepairReport:
         Whether the version index was rebuilt (False: deleted, or untouched).
     notes : list of str
         What could not be done, and why.
+    hash_tables_rebuilt : list of str
+        Datasets whose hash table libhdf5 could not open, written again from
+        the versions (:func:`~xarray_vhdf5._versions.rebuild.rebuild_hash_tables`).
     relinked : RelinkReport or None
         Set by ``vhdf5 check --repair`` when it first rebuilt a damaged versions
         group from the version index (:mod:`~xarray_vhdf5._versions.relink`).
@@ -103,6 +113,7 @@ class RepairReport:
     compacted: bool = False
     index_rebuilt: bool = False
     notes: list[str] = field(default_factory=list)
+    hash_tables_rebuilt: list[str] = field(default_factory=list)
     relinked: RelinkReport | None = None
 
     @property
@@ -116,6 +127,7 @@ class RepairReport:
             or self.rerooted
             or self.retired_rows
             or self.index_rebuilt
+            or self.hash_tables_rebuilt
         )
 
     def __str__(self) -> str:
@@ -141,6 +153,11 @@ class RepairReport:
             lines.append("raw_data compacted" if self.compacted else "raw_data not compacted (groups unlinked only)")
         if self.index_rebuilt:
             lines.append("version index rebuilt")
+        if self.hash_tables_rebuilt:
+            lines.append(
+                f"hash tables that could not be read written again from the versions: "
+                f"{', '.join(self.hash_tables_rebuilt)}"
+            )
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -229,8 +246,15 @@ def repair(f, report: CheckReport) -> RepairReport:
                     out.retired_rows[path] = retired
             if out.changed or report.index_wrong:
                 _rebuild_index(vdata, versions, out)
+    out.hash_tables_rebuilt = _rebuild_unreadable_tables(h5file, out)
     damaged_set = set(report.damaged_versions)
-    left = sorted({p.dataset for p in report.errors if p.dataset is not None and p.version not in damaged_set})
+    left = sorted(
+        {
+            p.dataset
+            for p in report.errors
+            if p.dataset is not None and p.version not in damaged_set and p.dataset not in out.hash_tables_rebuilt
+        }
+    )
     if left:
         out.notes.append(
             f"rolling back does not fix the hash tables or raw_data of {', '.join(map(repr, left))}; "
@@ -239,6 +263,24 @@ def repair(f, report: CheckReport) -> RepairReport:
     if registry is not None:
         registry.reload()
     return out
+
+
+def _rebuild_unreadable_tables(h5file: h5py.Group, out: RepairReport) -> list[str]:
+    """Write again, from the versions, every hash table libhdf5 cannot open (:func:`rebuild_hash_tables`)."""
+    try:
+        unreadable = [
+            path
+            for path in dataset_paths(h5file)
+            if not readable(h5file.file.id, f"/{VERSION_DATA}/{path}/hash_table".encode())
+        ]
+        if unreadable:
+            rebuild_hash_tables(h5file, unreadable)  # a mutation of its own
+    except (FileBusyError, StaleVersionError):
+        raise
+    except _DELETE_FAILURES as exc:
+        out.notes.append(f"the hash tables that cannot be read could not be rebuilt: {describe(exc)}")
+        return []
+    return unreadable
 
 
 def _same_file(h5file: h5py.Group, report: CheckReport) -> None:
