@@ -338,4 +338,7 @@ def check_file(
         with f:
             return Checker(f, path, rehash, progress, trace, skip).run()
     check_file_argument("check_file", path_or_h5file, versioned_file=False)
-    return Checker(path_or_h5file, path_or_h5file.file.filename, rehash, progress, trace, skip).run()
+    from .mutation import disk_path
+
+    name = disk_path(path_or_h5file.file) or path_or_h5file.file.filename  # a journaled handle's file too
+    return Checker(path_or_h5file, name, rehash, progress, trace, skip).run()

@@ -37,7 +37,7 @@ from ..errors import CorruptFileError, ReadOnlyError
 from . import bookkeeping
 from . import index as version_index
 from .chunkcheck import DAMAGE_ERRORS, describe
-from .mutation import mutating
+from .mutation import disk_path, mutating
 from .objects import check_file_argument
 from .timestamps import format_timestamp, now_utc
 
@@ -152,8 +152,9 @@ def relink_versions(f) -> RelinkReport | None:
     """
     check_file_argument("relink_versions", f, versioned_file=False)
     h5file = f.file
+    name = disk_path(h5file) or h5file.filename
     if h5file.mode == "r":
-        raise ReadOnlyError(f"{h5file.filename!r} is open read-only; open it with mode 'a'")
+        raise ReadOnlyError(f"{name!r} is open read-only; open it with mode 'a'")
     vdata = h5file[VERSION_DATA]
     if versions_readable(vdata):
         return None
@@ -164,7 +165,7 @@ def relink_versions(f) -> RelinkReport | None:
         if lost:
             why += " (" + "; ".join(f"{n}: {w}" for n, w in list(lost.items())[:3]) + ")"
         raise CorruptFileError(
-            f"{h5file.filename!r}: the versions group (/{VERSION_DATA}/{VERSIONS}) cannot be read and {why}: "
+            f"{name!r}: the versions group (/{VERSION_DATA}/{VERSIONS}) cannot be read and {why}: "
             "the versions cannot be reached"
         )
     assert found is not None  # groups were found through it

@@ -59,7 +59,7 @@ from .caches import COMMIT_TOKEN
 from .check import CheckReport, check_file
 from .chunkcheck import DAMAGE_ERRORS, describe
 from .delete import delete_versions
-from .mutation import mutating
+from .mutation import disk_path, mutating
 from .objects import _open, dataset_paths
 from .rebuild import placeholder_digest, rebuild_hash_tables
 from .relink import RelinkReport, relink_versions
@@ -284,12 +284,13 @@ def _rebuild_unreadable_tables(h5file: h5py.Group, out: RepairReport) -> list[st
 
 
 def _same_file(h5file: h5py.Group, report: CheckReport) -> None:
+    name = disk_path(h5file.file) or h5file.file.filename  # a journaled handle's file too
     try:
-        same = os.path.samefile(h5file.file.filename, report.path)
+        same = os.path.samefile(name, report.path)
     except (OSError, TypeError, ValueError):
-        same = os.path.abspath(h5file.file.filename) == os.path.abspath(report.path)
+        same = os.path.abspath(name) == os.path.abspath(report.path)
     if not same:
-        raise ValueError(f"the report is of {report.path!r}, not of {h5file.file.filename!r}")
+        raise ValueError(f"the report is of {report.path!r}, not of {name!r}")
 
 
 def _set_parent(versions: h5py.Group, name: str, parent: str, out: RepairReport) -> bool:

@@ -235,15 +235,19 @@ def _send_repair(conn, path: str, report) -> None:
 def _repair_path(path: str, report):
     """Open ``path`` writable, repair it and close it; a failure to close is noted, not raised.
 
-    Closing can fail after a damaged object was unlinked: libhdf5
-    frees its storage when the last handle goes, and cannot read it. What the
-    repair wrote was flushed by then.
+    Opened with :func:`~xarray_vhdf5._versions.mutation.open_file`: each step
+    of the repair is journaled like a commit, so a repair killed halfway
+    leaves the file as the last finished step left it (a relink killed
+    between its two link moves would otherwise leave no ``_version_data``).
+    Closing can fail after a damaged object was unlinked: libhdf5 frees its
+    storage when the last handle goes, and cannot read it. What the repair
+    wrote was flushed by then.
     """
-    from .._backend.signature import open_h5file
     from .._versions.chunkcheck import DAMAGE_ERRORS, describe
+    from .._versions.mutation import open_file
     from .._versions.repair import repair
 
-    f = open_h5file(path, "a")
+    f = open_file(path, "r+")
     try:
         done = repair(f, report)
     except BaseException:
