@@ -168,3 +168,23 @@ def test_versions_committed_by_versioned_hdf5_and_after_a_deletion(tmp_path):
     with xv.VersionedHDF5File.open(path) as reader:
         got = reader.read_versions("big", key)
     np.testing.assert_array_equal(got, np.stack([big(k)[key] for v, k in expect.items() if v != "a1"]))
+
+
+def test_verified_reads_with_rows_a_crashed_commit_left_past_the_hash_table(tmp_path):
+    """raw_data longer than its hash table's ``largest_index`` (a commit killed after growing it)."""
+    path = tmp_path / "long.h5"
+    with h5py.File(path, "w") as f:
+        vf = xv.VersionedHDF5File(f)
+        for k in range(4):
+            with vf.stage_version(f"v{k}") as g:
+                if k == 0:
+                    g.create_dataset("big", data=big(k), chunks=(10,))
+                else:
+                    g["big"][...] = big(k)
+    with h5py.File(path, "r+") as f:
+        raw = f["_version_data/big/raw_data"]
+        raw.resize((raw.shape[0] + 20,))
+        raw[-20:] = 7.0  # chunks no hash-table row names
+    with xv.VersionedHDF5File.open(path, verify=True) as reader:
+        got = reader.read_versions("big", (np.array([0, 1, 2, 3, 37, 74, 111]),))
+    np.testing.assert_array_equal(got, np.stack([big(k)[[0, 1, 2, 3, 37, 74, 111]] for k in range(4)]))

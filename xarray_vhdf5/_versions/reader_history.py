@@ -28,6 +28,8 @@ import numpy as np
 from h5py._hl import selections as _selections
 
 from .._backend.chunks import chunk_grid_shape
+from .._backend.h5attrs import read_attr
+from .._backend.hashtable import hash_table_path
 from .._backend.layout import VERSION_DATA, version_path
 from .._backend.manifest import ChunkManifest
 from .._backend.manifest_resolve import manifest_from_starts, resolve_manifest
@@ -80,7 +82,12 @@ def _whole(f: h5py.File, path: str, raw: h5py.Dataset, verify: bool) -> ChunkMan
     grid = chunk_grid_shape(raw.shape, chunks)
     if any(g != 1 for g in grid[1:]) or raw.dtype.hasobject:  # not the format's raw_data, or strings
         return None
-    starts = (np.arange(grid[0], dtype=np.int64) * chunks[0]).reshape(grid)
+    try:  # the chunks commits finished writing (rows past them may be a crashed commit's)
+        table = raw.file[hash_table_path(raw).decode()]
+        n = min(grid[0], int(read_attr(table.id, "largest_index", expect="int")))
+    except (KeyError, ValueError, RuntimeError, OSError):
+        return None
+    starts = (np.arange(n, dtype=np.int64) * chunks[0]).reshape((n, *grid[1:]))
     manifest = manifest_from_starts(
         raw.name,
         raw,
@@ -129,6 +136,8 @@ def _read_batch(
     out = []
     for name in names:
         found = maps.numbers(name) if maps is not None and base is not None else None
+        if found is not None and base is not None and found[1].size and int(found[1].max()) >= len(base.rows):
+            found = None  # maps a chunk past the committed ones: decoded from its mappings instead
         vds_path = f"{version_path(name)}/{path}"
         if found is not None:
             assert base is not None
