@@ -52,8 +52,9 @@ import h5py
 import numpy as np
 
 from .._backend.layout import DATA_VERSION, FIRST_VERSION, version_path
-from ..errors import ClosedFileError, IncompatibleDataError, ReadOnlyError, VersionNotFoundError
+from ..errors import ClosedFileError, IncompatibleDataError, ReadOnlyError, VersionNotFoundError, VHDF5Error
 from . import generation
+from .chunkcheck import DAMAGE_ERRORS
 from .locking import file_locks
 from .reader_dataset import SharedVersionDataset
 from .reader_tree import _HINT, _READ_ONLY, SharedAttrs, SharedVersionGroup, _Tree
@@ -94,6 +95,8 @@ class _Registry(VersionRegistry):
 
 #: Bytes of version trees and dataset manifests a reader keeps for reuse (an estimate).
 CACHE_BYTES = 64 * 1024 * 1024
+#: A version of at most this many datasets has them resolved in the open that reads its tree.
+PREFETCH = 4
 
 
 class _Lru:
@@ -355,6 +358,14 @@ class SharedVersionedFile:
                 name = self._read_listing.resolve(key)  # the listing may have been read again
                 ident = (name, self._read_listing.info(name).timestamp)
                 tree = _Tree(f, name)
+                paths = [p for p in tree.order if tree.kinds[p] == "dataset"]
+                if len(paths) <= PREFETCH:  # resolved in this open: their first use opens nothing
+                    moves = self._counters()[1]
+                    for path in paths:
+                        try:
+                            self._make_datasets(f, tree, [path], moves)
+                        except (VHDF5Error, *DAMAGE_ERRORS):  # said when the dataset is asked for
+                            pass
             self._cache.put(("tree", ident), tree, 1024)
         return SharedVersionGroup(self, tree)
 
@@ -472,10 +483,21 @@ class SharedVersionedFile:
         missing = [path for path in paths if found.get(path) is None]
         if missing:
             with self._handle() as f:
-                for path in missing:
-                    found[path] = made = SharedVersionDataset(self, tree, path, f)
-                    self._datasets.add(made)
-                    if ident is not None:  # chunks that move later are resolved again at read
-                        size = made.manifest.slots.nbytes + 32 * made.manifest.rows.size if made.manifest else 0
-                        self._cache.put(("dataset", ident, path), made, 1024 + size)
+                found.update(self._make_datasets(f, tree, missing, moves))
         return [found[path] for path in paths]
+
+    def _make_datasets(self, f: h5py.File, tree: _Tree, paths: list[str], moves: tuple) -> dict:
+        """The datasets at ``paths`` of ``tree`` resolved through the open handle ``f``, cached for reuse."""
+        listing = self._read_listing
+        try:
+            ident = (tree.version, listing.info(tree.version).timestamp, moves)
+        except VersionNotFoundError:
+            ident = None
+        made_now = {}
+        for path in paths:
+            made_now[path] = made = SharedVersionDataset(self, tree, path, f)
+            self._datasets.add(made)
+            if ident is not None:  # chunks that move later are resolved again at read
+                size = made.manifest.slots.nbytes + 32 * made.manifest.rows.size if made.manifest else 0
+                self._cache.put(("dataset", ident, path), made, 1024 + size)
+        return made_now
