@@ -639,3 +639,27 @@ def test_verify_detects_a_chunk_changed_on_disk(tmp_path):
         assert x[15] == 15.0  # another chunk
         with pytest.raises(CorruptFileError, match="SHA-256"):
             x[0:3]
+
+
+def test_a_closed_reader_is_freed_without_the_cycle_collector(tmp_path):
+    """Its cached trees and datasets refer back to it: close() drops them, so nothing waits for ``gc``."""
+    import gc
+
+    path = tmp_path / "cycles.h5"
+    with h5py.File(path, "w") as f:
+        with VersionedHDF5File(f).stage_version("v1") as g:
+            g.create_dataset("x", data=np.arange(100.0), chunks=(10,))
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            with VersionedHDF5File.open(path) as reader:
+                reader["v1"]["x"][:5]
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        ours = [o for o in gc.garbage if type(o).__module__.startswith("xarray_vhdf5")]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert ours == []

@@ -126,6 +126,11 @@ class _Lru:
                 oldest = next(iter(self._entries))
                 self._used -= self._entries.pop(oldest)[1]
 
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._used = 0
+
 
 class SharedVersionedFile:
     """The committed versions of a file, read while other processes write it.
@@ -247,6 +252,10 @@ class SharedVersionedFile:
         for ds in list(self._datasets):
             if ds.manifest is not None:
                 ds.manifest.close()
+        # The cached trees and datasets refer back to this reader: dropped now, the
+        # reader and what it made are freed by reference counting when the caller
+        # lets them go, not by a later pass of Python's cycle collector.
+        self._cache.clear()
 
     def __enter__(self) -> SharedVersionedFile:
         return self
