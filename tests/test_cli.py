@@ -403,3 +403,13 @@ def test_diff_attribute_values_are_brief_and_follow_group(tmp_path):
         "  b: long_name: 'a very long description of this vari... -> (absent)",
         "1 of 1 datasets differ from v2 to v1",
     ]
+
+
+def test_python_dash_m_runs_the_vhdf5_command():
+    """``python -m xarray_vhdf5`` is the ``vhdf5`` command where its script is not on PATH."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "xarray_vhdf5", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: vhdf5 ") and "check" in done.stdout
