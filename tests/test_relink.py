@@ -262,3 +262,23 @@ def test_repack_leaves_the_parked_groups_out(tmp_path):
     assert check_file(path, rehash=True).ok
     after = read_versions(path)
     assert list(after) == list(before) and all(np.array_equal(after[v], before[v]) for v in before)
+
+
+def test_a_relink_killed_between_its_link_moves_is_finished_by_the_repair(tmp_path):
+    """Through a plain handle, a kill after the old ``_version_data`` was parked leaves the new one aside."""
+    path = tmp_path / "f.h5"
+    write(path, 4)
+    before = read_versions(path)
+    with h5py.File(path, "a") as f:  # the state between relink's two moves
+        f.move("/_version_data", "/__vhdf5_relinking__")
+    report = check_file(path)
+    assert [p.what for p in report.errors] == [
+        "a relink of the versions group was interrupted: /_version_data is at /__vhdf5_relinking__; "
+        "--repair moves it back"
+    ]
+    result = CliRunner().invoke(cli, ["check", "--repair", str(path)])
+    assert "no problems found" in result.output, result.output
+    after = read_versions(path)
+    assert list(after) == list(before) and all(np.array_equal(after[v], before[v]) for v in before)
+    with h5py.File(path, "r") as f:
+        assert f[VERSIONS].attrs["current_version"] == "v4"  # not rolled back by the stale report

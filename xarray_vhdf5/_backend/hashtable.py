@@ -38,6 +38,7 @@ __all__ = [
     "BOOKKEEPING_FILTER",
     "HashTable",
     "HashTableCache",
+    "committed_chunks",
     "hash_table_id",
     "hash_table_path",
     "table_extends",
@@ -217,6 +218,20 @@ def hash_table_id(raw_data: h5py.Dataset) -> h5d.DatasetID:
         No ``hash_table`` there.
     """
     return h5d.open(raw_data.id, hash_table_path(raw_data))
+
+
+def committed_chunks(raw_data: h5py.Dataset) -> int:
+    """How many of raw_data's chunks commits finished writing: its hash table's ``largest_index``.
+
+    Rows of raw_data past them (chunks, counted along axis 0) may be a crashed
+    commit's, and are overwritten by the next commit.
+
+    Raises
+    ------
+    KeyError
+        No ``hash_table`` beside raw_data, or no ``largest_index`` attribute.
+    """
+    return int(np.asarray(read_attr(hash_table_id(raw_data), "largest_index", expect="int")).reshape(-1)[0])
 
 
 def table_state(dataset: h5py.Dataset | h5d.DatasetID) -> tuple[int, bytes]:

@@ -35,7 +35,18 @@ from h5py import h5g, h5o
 
 from .._backend.layout import BOOKKEEPING, VERSION_DATA, VERSION_INDEX
 
-__all__ = ["LEGACY_PATH", "PARKED_PREFIX", "PATH", "SEARCH", "find", "migrate", "open_group", "require_group"]
+__all__ = [
+    "LEGACY_PATH",
+    "PARKED_PREFIX",
+    "PATH",
+    "RELINKING",
+    "SEARCH",
+    "find",
+    "migrate",
+    "open_group",
+    "parking_place",
+    "require_group",
+]
 
 #: Absolute path of the bookkeeping group.
 PATH = f"/{BOOKKEEPING}"
@@ -47,6 +58,9 @@ SEARCH = (PATH.encode(), LEGACY_PATH.encode())
 #: header is torn (``damaged_version_data``, ``damaged_datasets``): never read, never
 #: deleted (libhdf5 reads a header to unlink it), left out by ``vhdf5 repack``.
 PARKED_PREFIX = "damaged_"
+#: Where a repair builds the new ``_version_data`` before it takes the old one's place
+#: (:mod:`~xarray_vhdf5._versions.relink`); found there only after a relink was killed.
+RELINKING = "/__vhdf5_relinking__"
 
 
 def _exists(loc, path: bytes) -> bool:
@@ -94,6 +108,36 @@ def require_group(loc: h5py.Group | h5py.File) -> h5py.Group:
     if grp is None:
         grp = h5py.Group(h5g.create(loc.id, PATH.encode()))
     return grp
+
+
+def parking_place(loc: h5py.Group | h5py.File, what: str, name: str = "") -> str:
+    """A free path in the bookkeeping group for an object a repair parks (:data:`PARKED_PREFIX`).
+
+    Parameters
+    ----------
+    loc : h5py.File or h5py.Group
+        Any group of the file, open writable (the bookkeeping group is created if absent).
+    what : str
+        The kind of object: the member of the bookkeeping group is
+        ``PARKED_PREFIX + what`` (``damaged_version_data``; ``damaged_datasets``).
+    name : str, optional
+        With it, the member is a group and the path one of its members
+        (``name``'s ``/`` written as ``__``); a number is added to a name taken.
+
+    Returns
+    -------
+    str
+        The absolute path, not yet taken (the caller moves the object there).
+    """
+    parent = require_group(loc)
+    base = PARKED_PREFIX + what
+    if name:
+        parent, base = parent.require_group(base), name.replace("/", "__")
+    found, k = base, 1
+    while found in parent:
+        k += 1
+        found = f"{base}_{k}"
+    return f"{parent.name}/{found}"
 
 
 def migrate(f: h5py.File | h5py.Group) -> bool:

@@ -135,6 +135,13 @@ class Checker:
             self.problem(ERROR, f"the group {self.f.name} cannot be read: {describe(exc)}")
             return None
         if not has_data:
+            if bookkeeping.RELINKING in self.f:
+                self.problem(
+                    ERROR,
+                    f"a relink of the versions group was interrupted: /{VERSION_DATA} is at {bookkeeping.RELINKING}; "
+                    "--repair moves it back",
+                )
+                return None
             raise NotVersionedError(
                 f"{self.report.path!r} is not a versioned HDF5 file: it has no /{VERSION_DATA} group"
             )

@@ -62,7 +62,7 @@ from h5py import h5d, h5g, h5p, h5s, h5t
 from .._backend.chunks import chunk_grid_shape
 from .._backend.h5attrs import read_attr, read_attrs_of, write_attr
 from .._backend.h5objects import object_address, object_address_by_name
-from .._backend.hashtable import hash_table_path
+from .._backend.hashtable import committed_chunks, hash_table_path
 from .._backend.layout import VERSION_DATA
 from .._backend.manifest_resolve import chunk_addresses, manifest_from_starts
 from .._backend.rows import read_rows
@@ -366,7 +366,7 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
     if not isinstance(raw, h5py.Dataset):
         return None
     chunks = tuple(int(c) for c in np.atleast_1d(chunks))
-    found = MapReader(f, path, raw, chunks).numbers(version, stored.id)
+    found = MapReader(f, path, raw, chunks, bk).numbers(version, stored.id)
     if found is None:
         return None
     shape, numbers = found
@@ -387,11 +387,16 @@ class MapReader:
         Its raw_data.
     chunks : tuple of int
         Its chunk shape (points).
+    bk : h5py.Group, optional
+        The bookkeeping group, when the caller has it open.
     """
 
-    def __init__(self, f: h5py.File, path: str, raw: h5py.Dataset, chunks: tuple[int, ...]):
+    def __init__(
+        self, f: h5py.File, path: str, raw: h5py.Dataset, chunks: tuple[int, ...], bk: h5py.Group | None = None
+    ):
         self.path, self.raw, self.chunks = path, raw, tuple(int(c) for c in chunks)
-        bk = bookkeeping.open_group(f)
+        if bk is None:
+            bk = bookkeeping.open_group(f)
         self._bk = None if bk is None else bk.id
         self._versions = h5g.open(f.id, f"/{VERSION_DATA}/versions".encode())
         self._raw_address = object_address(raw.id)
@@ -469,7 +474,7 @@ def _addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int
     usable = 0
     if isinstance(table, h5py.Dataset) and _owner_of(table) == _table_owner(raw):
         # the chunks a commit finished writing (rows past them are overwritten by the next)
-        committed = int(read_attr(raw.file[hash_table_path(raw).decode()].id, "largest_index", expect="int"))
+        committed = committed_chunks(raw)
         usable = min(table.shape[0], committed)
     n = int(np.searchsorted(k, usable))  # rows[:n] have a usable row of the table
     if n:

@@ -444,7 +444,7 @@ def _create_addresses(grp: h5py.Group, addresses: np.ndarray) -> h5d.DatasetID:
     return ds.id
 
 
-def _held_addresses(vdata: h5py.Group, versions: h5py.Group, stored: StoredIndex, names_id) -> h5d.DatasetID:
+def _held_addresses(vdata: h5py.Group, versions: h5py.Group, stored: StoredIndex) -> h5d.DatasetID:
     """The ``addresses`` beside a stored index, created or completed for its rows (once per handle).
 
     A file whose index was written before ``addresses`` existed, or whose last
@@ -453,23 +453,18 @@ def _held_addresses(vdata: h5py.Group, versions: h5py.Group, stored: StoredIndex
     group, once (the handle then holds the dataset open).
     """
     path = _addresses_path(stored.names_path)
-    n_rows, n_bytes = int(stored.fingerprint[1]), int(stored.fingerprint[2])
+    n_rows = int(stored.fingerprint[1])
     try:
         dsid = h5d.open(vdata.id, path)
     except KeyError:
         dsid = None
-    if dsid is not None:
-        have = np.full(n_rows, NO_ADDRESS, dtype=np.int64)
-        m = min(n_rows, dsid.shape[0])
-        if m:
-            read_rows(dsid, 0, have[:m])
-        missing = np.flatnonzero(have == NO_ADDRESS)
-        if not len(missing):
-            return dsid
-    names = _names_of(names_id, n_bytes)
-    found = _addresses_of(versions, names) if names is not None and len(names) == n_rows else None
-    if found is None:  # names that do not split into rows: leave the addresses unknown
+    if dsid is not None and not (_read_addresses(dsid, n_rows) == NO_ADDRESS).any():
+        return dsid
+    entries = _read_entries(vdata, stored)
+    if entries is None:  # names that do not split into rows: the addresses stay unknown
         found = np.full(n_rows, NO_ADDRESS, dtype=np.int64)
+    else:
+        found = _addresses_of(versions, entries.names)
     if dsid is None:
         return _create_addresses(h5py.Group(h5py.h5g.open(vdata.id, path.rsplit(b"/", 1)[0])), found)
     if dsid.shape[0] < n_rows:
@@ -479,11 +474,13 @@ def _held_addresses(vdata: h5py.Group, versions: h5py.Group, stored: StoredIndex
     return dsid
 
 
-def _names_of(names_id, n_bytes: int) -> list[str] | None:
-    """The version names of the first ``n_bytes`` of ``names`` (None: damaged)."""
-    blob = _read(names_id, n_bytes, np.uint8)
-    parts = _split(blob, n_bytes) if blob is not None else None
-    return parts[0::2] if parts is not None and len(parts) % 2 == 0 else None
+def _read_addresses(dsid: h5d.DatasetID, n_rows: int) -> np.ndarray:
+    """The first ``n_rows`` of ``addresses`` (:data:`NO_ADDRESS` past its end)."""
+    out = np.full(n_rows, NO_ADDRESS, dtype=np.int64)
+    m = min(n_rows, dsid.shape[0])
+    if m:
+        read_rows(dsid, 0, out[:m])
+    return out
 
 
 def read_addresses(vdata: h5py.Group) -> tuple[IndexEntries, np.ndarray] | None:
@@ -503,15 +500,10 @@ def read_addresses(vdata: h5py.Group) -> tuple[IndexEntries, np.ndarray] | None:
     entries = _read_entries(vdata, stored) if stored is not None else None
     if stored is None or entries is None:
         return None
-    n_rows = len(entries)
-    addresses = np.full(n_rows, NO_ADDRESS, dtype=np.int64)
     try:
-        dsid = h5d.open(vdata.id, _addresses_path(stored.names_path))
-        m = min(n_rows, dsid.shape[0])
-        if m:
-            read_rows(dsid, 0, addresses[:m])
-    except (KeyError, ValueError, RuntimeError, OSError):
-        pass  # none stored (an index written before them), or damaged: nothing to relink by
+        addresses = _read_addresses(h5d.open(vdata.id, _addresses_path(stored.names_path)), len(entries))
+    except (KeyError, ValueError, RuntimeError, OSError):  # none stored (an index written before them), or damaged
+        addresses = np.full(len(entries), NO_ADDRESS, dtype=np.int64)
     return entries, addresses
 
 
@@ -556,7 +548,7 @@ def append(
     if names_id is None:
         names_id = h5d.open(vdata.id, names_path)
     if addr_id is None:
-        addr_id = _held_addresses(vdata, versions, stored, names_id)
+        addr_id = _held_addresses(vdata, versions, stored)
         addr_cap = None
     if rows_cap is None or names_cap is None:
         rows_cap, names_cap = rows_id.shape[0], names_id.shape[0]

@@ -25,6 +25,7 @@ from .._backend.chunks import chunk_grid_shape
 from .._backend.hashtable import BOOKKEEPING_FILTER
 from .._backend.layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE, VERSION_DATA, VERSIONS
 from ..errors import ClosedFileError, NotVersionedError, ReadOnlyError
+from .chunkcheck import DAMAGE_ERRORS
 from .scratch import SCRATCH
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "chunk_rows",
     "copy_attrs",
     "dataset_paths",
+    "linked_copy",
     "read_chunk_map",
     "version_dataset",
     "write_hash_table",
@@ -155,6 +157,30 @@ def chunk_rows(shape: tuple[int, ...], chunks: tuple[int, ...], flat: np.ndarray
     starts = starts.astype(np.int64)
     stops = starts + np.minimum(chunks[0], shape[0] - index[:, 0] * chunks[0])
     return list(zip(map(tuple, index.tolist()), starts.tolist(), stops.tolist()))
+
+
+def linked_copy(src: h5py.Group, dst: h5py.Group, skip: str) -> dict[str, BaseException]:
+    """Give the new group ``dst`` ``src``'s attributes and a hard link to each of its members but ``skip``.
+
+    How a repair replaces a group whose member ``skip`` libhdf5 cannot unlink
+    (its header torn): the new group takes the old one's place, and the old
+    one is parked. Members that cannot be linked are left out.
+
+    Returns
+    -------
+    dict of str to BaseException
+        The members left out, and what libhdf5 said.
+    """
+    copy_attrs(src, dst)
+    failed: dict[str, BaseException] = {}
+    for member in src:
+        if member == skip:
+            continue
+        try:
+            dst[member] = src[member]
+        except DAMAGE_ERRORS as exc:
+            failed[member] = exc
+    return failed
 
 
 def copy_attrs(src: h5py.HLObject, dst: h5py.HLObject, skip: Iterable[str] = ()) -> None:

@@ -391,8 +391,9 @@ class SharedVersionedFile:
         path : str
             The dataset's path in the versions (``"x"``, ``"group/x"``).
         key : optional
-            As for reading the dataset (:meth:`~xarray_vhdf5._backend.manifest.ChunkManifest.read`'s
-            rules: ints, slices, one 1-d integer or boolean array); default everything.
+            As ``reader[v][path][key]`` takes it, with h5py's rules: ints,
+            slices of positive step, ``...``, one increasing 1-d integer
+            list or array, a boolean mask; default everything.
         versions : iterable, optional
             Version keys as :meth:`resolve` takes them; default every committed
             version, oldest first (:attr:`versions`).
@@ -411,6 +412,9 @@ class SharedVersionedFile:
             ``path`` is not a dataset of one of the versions (the message names it).
         IndexError
             ``key`` is out of bounds in one of the versions (the message names it).
+        TypeError
+            ``key`` holds ``None``, a field name or an unsorted list (h5py's
+            rules; the message names the version).
         ValueError
             The selection has different shapes in different versions (a slice
             running past the end of an axis that grew), or ``versions`` is empty.

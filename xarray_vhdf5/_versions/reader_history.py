@@ -28,8 +28,7 @@ import numpy as np
 from h5py._hl import selections as _selections
 
 from .._backend.chunks import chunk_grid_shape
-from .._backend.h5attrs import read_attr
-from .._backend.hashtable import hash_table_path
+from .._backend.hashtable import committed_chunks
 from .._backend.layout import VERSION_DATA, version_path
 from .._backend.manifest import ChunkManifest
 from .._backend.manifest_resolve import manifest_from_starts, resolve_manifest
@@ -76,15 +75,14 @@ def read_versions(
     return np.stack(parts)
 
 
-def _whole(f: h5py.File, path: str, raw: h5py.Dataset, verify: bool) -> ChunkManifest | None:
+def _whole(raw: h5py.Dataset, lookup, verify: bool) -> ChunkManifest | None:
     """A manifest whose stored chunk ``k`` is raw_data's chunk ``k`` (rows ``k * chunks[0]`` on), or None."""
     chunks = tuple(int(c) for c in raw.chunks)
     grid = chunk_grid_shape(raw.shape, chunks)
     if any(g != 1 for g in grid[1:]) or raw.dtype.hasobject:  # not the format's raw_data, or strings
         return None
     try:  # the chunks commits finished writing (rows past them may be a crashed commit's)
-        table = raw.file[hash_table_path(raw).decode()]
-        n = min(grid[0], int(read_attr(table.id, "largest_index", expect="int")))
+        n = min(grid[0], committed_chunks(raw))
     except (KeyError, ValueError, RuntimeError, OSError):
         return None
     starts = (np.arange(n, dtype=np.int64) * chunks[0]).reshape((n, *grid[1:]))
@@ -96,7 +94,7 @@ def _whole(f: h5py.File, path: str, raw: h5py.Dataset, verify: bool) -> ChunkMan
         raw.dtype,
         np.asarray(raw.fillvalue, raw.dtype),
         starts,
-        addresses=chunkmaps.address_lookup(f, path, raw),
+        addresses=lookup,
         verify=verify,
     )
     return manifest if manifest.supported else None
@@ -129,22 +127,24 @@ def _read_batch(
     f: h5py.File, path: str, args: tuple, names: Sequence[str], verify: bool, plans: dict
 ) -> list[np.ndarray]:
     raw = f.get(f"/{VERSION_DATA}/{path}/raw_data")
-    base = maps = None
+    maps = lookup = None
     if isinstance(raw, h5py.Dataset) and raw.chunks is not None:
-        base = _whole(f, path, raw, verify)
         maps = chunkmaps.MapReader(f, path, raw, raw.chunks)
+        lookup = chunkmaps.address_lookup(f, path, raw)
+    base: ChunkManifest | None = None  # made at the first version with a map (small datasets have none)
+    tried = False
     out = []
     for name in names:
-        found = maps.numbers(name) if maps is not None and base is not None else None
-        if found is not None and base is not None and found[1].size and int(found[1].max()) >= len(base.rows):
-            found = None  # maps a chunk past the committed ones: decoded from its mappings instead
         vds_path = f"{version_path(name)}/{path}"
-        if found is not None:
-            assert base is not None
-            manifest: ChunkManifest | None = base.remapped(vds_path, *found)
-            shape = found[0]
-        else:
-            manifest, vds = _resolved(f, name, path, vds_path, verify)
+        found = maps.numbers(name) if maps is not None else None
+        if found is not None and not tried:
+            assert raw is not None
+            base, tried = _whole(raw, lookup, verify), True
+        manifest: ChunkManifest | None = None
+        if found is not None and base is not None and not (found[1].size and int(found[1].max()) >= len(base.rows)):
+            manifest, shape = base.remapped(vds_path, *found), found[0]
+        else:  # no map, or one naming a chunk past the committed ones: the mappings decoded
+            manifest, vds = _resolved(f, name, path, vds_path, verify, lookup)
             shape = vds.shape
         plan = _plan(shape, args, plans, name)
         if manifest is None:
@@ -153,19 +153,18 @@ def _read_batch(
         try:
             out.append(_through_manifest(manifest, args, plan))
         finally:
-            if manifest is not base:
-                manifest.close()
+            manifest.close()  # a remapped manifest's close leaves its parent's descriptor
+    if base is not None:
+        base.close()
     return out
 
 
-def _resolved(f: h5py.File, name: str, path: str, vds_path: str, verify: bool):
+def _resolved(f: h5py.File, name: str, path: str, vds_path: str, verify: bool, lookup):
     """``(manifest or None, the version's dataset)``: its mappings decoded through this handle."""
     vds = f.get(vds_path)
     if not isinstance(vds, h5py.Dataset):
         raise KeyError(f"no dataset {path!r} in version {name!r}")
     if vds.dtype.kind == "O" or not vds.is_virtual:
         return None, vds
-    raw = f.get(f"/{VERSION_DATA}/{path}/raw_data")
-    lookup = chunkmaps.address_lookup(f, path, raw) if isinstance(raw, h5py.Dataset) else None
     manifest = resolve_manifest(vds, verify=verify, addresses=lookup)
     return (manifest if manifest.supported else None), vds

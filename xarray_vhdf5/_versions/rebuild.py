@@ -50,7 +50,15 @@ from .._backend.hashing import chunk_hash, is_vlen_string_dtype
 from .._backend.layout import DATA_VERSION, HASH_TABLE_DTYPE, VERSION_DATA, VERSIONS
 from . import bookkeeping
 from .mutation import mutating
-from .objects import _open, chunk_rows, dataset_paths, read_chunk_map, version_dataset, write_hash_table
+from .objects import (
+    _open,
+    chunk_rows,
+    dataset_paths,
+    linked_copy,
+    read_chunk_map,
+    version_dataset,
+    write_hash_table,
+)
 from .scratch import Scratch, _barrier
 
 __all__ = [
@@ -218,7 +226,9 @@ def _rebuild_hash_tables(h5file, paths: Iterable[str] | None) -> dict[str, int]:
         else:  # libhdf5 reads an object's header to move or unlink it: its group is replaced
             parent = f"/{VERSION_DATA}/{path}"
             slots[path] = (scratch.reserve(parent), parent)
-            write_hash_table(_fresh_parent(h5file[parent], scratch.group, slots[path][0]), "hash_table", rows)
+            fresh = scratch.group.create_group(slots[path][0])
+            linked_copy(h5file[parent], fresh, skip="hash_table")
+            write_hash_table(fresh, "hash_table", rows)
             torn.append(path)
         done[path] = len(rows)
     scratch.write_journal()
@@ -226,34 +236,12 @@ def _rebuild_hash_tables(h5file, paths: Iterable[str] | None) -> dict[str, int]:
     for path in chosen:
         name, target = slots[path]
         if path in torn:  # parked where nothing reads it, never deleted (deleting reads the header)
-            h5file.move(target, _parking_place(h5file, path))
+            h5file.move(target, bookkeeping.parking_place(h5file, "datasets", path))
         scratch.move_in(name, target)
     _barrier(h5file, "switched")
     scratch.remove()
     _barrier(h5file, "done")
     return done
-
-
-def _fresh_parent(parent: h5py.Group, scratch: h5py.Group, name: str) -> h5py.Group:
-    """A new group ``scratch[name]`` with ``parent``'s attributes and hard links to its members but its hash table."""
-    fresh = scratch.create_group(name)
-    for key, value in parent.attrs.items():
-        fresh.attrs[key] = value
-    for member in parent:
-        if member != "hash_table":
-            fresh[member] = parent[member]
-    return fresh
-
-
-def _parking_place(h5file: h5py.Group, path: str) -> str:
-    """A free name in the bookkeeping group for the group of ``path`` whose hash table is damaged."""
-    parked = bookkeeping.require_group(h5file[VERSION_DATA]).require_group(f"{bookkeeping.PARKED_PREFIX}datasets")
-    base = path.replace("/", "__")
-    name, k = base, 1
-    while name in parked:
-        k += 1
-        name = f"{base}_{k}"
-    return f"{parked.name}/{name}"
 
 
 def object_dtype_paths(h5file: h5py.Group) -> list[str]:

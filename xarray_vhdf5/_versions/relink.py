@@ -38,15 +38,10 @@ from . import bookkeeping
 from . import index as version_index
 from .chunkcheck import DAMAGE_ERRORS, describe
 from .mutation import disk_path, mutating
-from .objects import check_file_argument
+from .objects import check_file_argument, linked_copy
 from .timestamps import format_timestamp, now_utc
 
-__all__ = ["DAMAGED_PREFIX", "RelinkReport", "relink_versions", "versions_readable"]
-
-#: Name (in the bookkeeping group) the damaged ``_version_data`` is moved to, a number added if taken.
-DAMAGED_PREFIX = f"{bookkeeping.PARKED_PREFIX}version_data"
-#: Where the new ``_version_data`` is built before it takes the old one's place.
-_BUILDING = "/__vhdf5_relinking__"
+__all__ = ["RelinkReport", "finish_interrupted_relink", "relink_versions", "versions_readable"]
 
 
 @dataclass
@@ -173,8 +168,7 @@ def relink_versions(f) -> RelinkReport | None:
     order = sorted(groups, key=lambda n: (stamp_of[n], n))
     out = RelinkReport(relinked=order, lost=lost, current_version=order[-1])
     with mutating(h5file, what="relink"):
-        parked = bookkeeping.require_group(vdata)
-        out.moved_to = _free_name(parked)
+        out.moved_to = bookkeeping.parking_place(vdata, "version_data")
         fresh = _fresh_version_data(h5file, vdata, out)
         versions = fresh.create_group(VERSIONS, track_order=True)
         first = _first_version(vdata)
@@ -193,18 +187,31 @@ def relink_versions(f) -> RelinkReport | None:
     return out
 
 
+def finish_interrupted_relink(h5file: h5py.File) -> bool:
+    """Put the new ``_version_data`` in place if a relink was killed between its two link moves.
+
+    Through a journaled handle (``vhdf5 check --repair``) the journal rolls such
+    a relink back instead; this is for one run through a plain h5py handle.
+
+    Returns
+    -------
+    bool
+        True when the file had no ``_version_data`` and the relink's new one was moved in.
+    """
+    if VERSION_DATA in h5file or bookkeeping.RELINKING not in h5file:
+        return False
+    with mutating(h5file, what="relink"):
+        h5file.move(bookkeeping.RELINKING, f"/{VERSION_DATA}")
+    return True
+
+
 def _fresh_version_data(h5file: h5py.File, vdata: h5py.Group, out: RelinkReport) -> h5py.Group:
-    """A new group holding hard links to every member of ``_version_data`` but the versions group."""
-    if _BUILDING in h5file:  # left by a relink interrupted before its moves
-        del h5file[_BUILDING]
-    fresh = h5file.create_group(_BUILDING)
-    for name in vdata:
-        if name == VERSIONS:
-            continue
-        try:
-            fresh[name] = vdata[name]
-        except DAMAGE_ERRORS as exc:
-            out.lost[f"/{VERSION_DATA}/{name}"] = f"cannot be linked again: {describe(exc)}"
+    """A new group with ``_version_data``'s attributes and hard links to its members but the versions group."""
+    if bookkeeping.RELINKING in h5file:  # left by a relink interrupted before its moves
+        del h5file[bookkeeping.RELINKING]
+    fresh = h5file.create_group(bookkeeping.RELINKING)
+    for name, exc in linked_copy(vdata, fresh, skip=VERSIONS).items():
+        out.lost[f"/{VERSION_DATA}/{name}"] = f"cannot be linked again: {describe(exc)}"
     return fresh
 
 
@@ -215,11 +222,3 @@ def _first_version(vdata: h5py.Group) -> h5py.Group | None:
     except DAMAGE_ERRORS:
         return None
     return first
-
-
-def _free_name(group: h5py.Group) -> str:
-    name, k = DAMAGED_PREFIX, 1
-    while name in group:
-        k += 1
-        name = f"{DAMAGED_PREFIX}_{k}"
-    return f"{group.name}/{name}"

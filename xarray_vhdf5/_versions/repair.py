@@ -13,8 +13,10 @@ same file, and only on what it names:
   datasets concerned: a damaged one stops it), the groups are only unlinked,
   their children re-parented, and the report says so;
 - a versions group that cannot be read (its links torn) is first rebuilt from
-  the version index's addresses (:mod:`~xarray_vhdf5._versions.relink`), and
-  the file checked again: that report then drives the steps below;
+  the version index's addresses (:mod:`~xarray_vhdf5._versions.relink`), or a
+  relink killed between its two link moves finished, and the file checked
+  again: that report then drives the steps below (the one passed describes
+  the old group);
 - versions whose ``prev_version`` names no version (or closes a loop) get
   ``__first_version__`` as parent;
 - hash-table rows whose chunk failed its check are retired: their digest is
@@ -62,7 +64,7 @@ from .delete import delete_versions
 from .mutation import disk_path, mutating
 from .objects import _open, dataset_paths
 from .rebuild import placeholder_digest, rebuild_hash_tables
-from .relink import RelinkReport, relink_versions
+from .relink import RelinkReport, finish_interrupted_relink, relink_versions
 from .scratch import Scratch
 
 __all__ = ["RepairReport", "repair"]
@@ -198,11 +200,14 @@ def repair(f, report: CheckReport) -> RepairReport:
     TypeError, ClosedFileError
         ``f`` is not an open h5py file or VersionedHDF5File.
     """
+    finished = False
+    if isinstance(f, (h5py.File, h5py.Group)) and f.file.mode != "r":
+        finished = finish_interrupted_relink(f.file)  # else _open() finds no versions group
     h5file, registry = _open(f, "repair")
     _same_file(h5file, report)
     relinked = relink_versions(h5file)  # a versions group that cannot be read: rebuilt from the index
-    if relinked is not None:
-        report = check_file(h5file, rehash=report.rehashed)  # the report was of the damaged group
+    if relinked is not None or finished:
+        report = check_file(h5file, rehash=report.rehashed)  # the report was of another versions group
     vdata = h5file[VERSION_DATA]
     versions = vdata[VERSIONS]
     existing = set(versions)
