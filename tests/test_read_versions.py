@@ -140,24 +140,23 @@ def test_errors_name_the_version(history):
             reader.read_versions("big", (None,))
 
 
+def commit_big(path, versions: dict[str, int], mode: str = "a", vf_class=xv.VersionedHDF5File) -> None:
+    """Commit ``name: k`` of ``versions`` in order, each holding ``big(k)`` (the first creates it if new)."""
+    with h5py.File(path, mode) as f:
+        vf = vf_class(f)
+        for name, k in versions.items():
+            with vf.stage_version(name) as g:
+                if "big" in g:
+                    g["big"][...] = big(k)
+                else:
+                    g.create_dataset("big", data=big(k), chunks=(10,))
+
+
 def test_versions_committed_by_versioned_hdf5_and_after_a_deletion(tmp_path):
     path = tmp_path / "mixed.h5"
-    with h5py.File(path, "w") as f:
-        vf = xv.VersionedHDF5File(f)
-        with vf.stage_version("a0") as g:
-            g.create_dataset("big", data=big(0), chunks=(10,))
-        with vf.stage_version("a1") as g:
-            g["big"][...] = big(1)
-    with h5py.File(path, "r+") as f:  # versioned-hdf5 stores no chunk map
-        their = versioned_hdf5.VersionedHDF5File(f)
-        with their.stage_version("b2") as g:
-            g["big"][...] = big(2)
-    with h5py.File(path, "r+") as f:
-        vf = xv.VersionedHDF5File(f)
-        with vf.stage_version("a3") as g:
-            g["big"][...] = big(3)
-        with vf.stage_version("a4") as g:
-            g["big"][...] = big(4)
+    commit_big(path, {"a0": 0, "a1": 1}, "w")
+    commit_big(path, {"b2": 2}, vf_class=versioned_hdf5.VersionedHDF5File)  # it stores no chunk map
+    commit_big(path, {"a3": 3, "a4": 4})
     expect = {"a0": 0, "a1": 1, "b2": 2, "a3": 3, "a4": 4}
     key = (np.array([0, 1, 2, 3, 4, 37, 74, 111, 148]),)
     with xv.VersionedHDF5File.open(path) as reader:
@@ -173,14 +172,7 @@ def test_versions_committed_by_versioned_hdf5_and_after_a_deletion(tmp_path):
 def test_verified_reads_with_rows_a_crashed_commit_left_past_the_hash_table(tmp_path):
     """raw_data longer than its hash table's ``largest_index`` (a commit killed after growing it)."""
     path = tmp_path / "long.h5"
-    with h5py.File(path, "w") as f:
-        vf = xv.VersionedHDF5File(f)
-        for k in range(4):
-            with vf.stage_version(f"v{k}") as g:
-                if k == 0:
-                    g.create_dataset("big", data=big(k), chunks=(10,))
-                else:
-                    g["big"][...] = big(k)
+    commit_big(path, {f"v{k}": k for k in range(4)}, "w")
     with h5py.File(path, "r+") as f:
         raw = f["_version_data/big/raw_data"]
         raw.resize((raw.shape[0] + 20,))
