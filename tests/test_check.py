@@ -433,9 +433,9 @@ def test_repair_moves_current_version_and_reroots_dangling_parents(ours):
         f[VERSIONS].attrs["current_version"] = "gone"
         f[VERSIONS]["v2"].attrs["prev_version"] = "v0"
     report = check_file(ours)
-    with h5py.File(ours, "r+") as f:
+    with h5py.File(ours, "r+") as f:  # (a VersionedHDF5File of it would repair it on open: versions.openrepair)
+        done = repair(f, report)
         vf = xv.VersionedHDF5File(f)
-        done = repair(vf, report)
         assert vf.current_version == "v3" and vf.versions == ["v1", "v2", "v3"]
     assert done.rerooted == ["v2"] and done.removed == []
     assert check_file(ours).ok

@@ -521,7 +521,9 @@ def _reference_v1(f: h5py.File) -> versioned_hdf5.VersionedHDF5File:
 
 def test_interrupted_versioned_hdf5_commit_is_not_a_version(tmp_path):
     """A crash inside versioned-hdf5's commit leaves a group with committed=False, and
-    current_version already pointing at it: that group is not a version for us."""
+    current_version already pointing at it: that group is not a version for us. Read
+    only, the other versions read; opened writable, the file is repaired first
+    (``versions.openrepair``): current_version back on v1, the group deleted."""
     path = tmp_path / "crashed.h5"
     with h5py.File(path, "w") as f:
         _reference_v1(f).close()
@@ -529,7 +531,7 @@ def test_interrupted_versioned_hdf5_commit_is_not_a_version(tmp_path):
         group["x"][0] = 100  # staged in memory only; the commit never happens
         f["_version_data/versions"].attrs["current_version"] = "crashed"  # commit_version's first write
         del group
-    with h5py.File(path, "r+") as f:
+    with h5py.File(path, "r") as f:
         vf = xarray_vhdf5.VersionedHDF5File(f)
         assert vf.versions == ["v1"]
         assert "crashed" not in vf
@@ -539,13 +541,17 @@ def test_interrupted_versioned_hdf5_commit_is_not_a_version(tmp_path):
         with pytest.raises(xarray_vhdf5.VersionNotFoundError):
             vf["crashed"]
         assert vf[datetime.datetime(2100, 1, 1)].version == "v1"
-        with pytest.raises(xarray_vhdf5.VersionNotFoundError):
-            with vf.stage_version("v2"):
-                pass
-        with vf.stage_version("v2", prev_version="v1") as g:
+    with h5py.File(path, "r+") as f:
+        with pytest.warns(xarray_vhdf5.RepairedFileWarning, match="crashed"):
+            vf = xarray_vhdf5.VersionedHDF5File(f)
+        assert vf.versions == ["v1"] and vf.current_version == "v1"
+        assert "crashed" not in f["_version_data/versions"]
+        with vf.stage_version("v2") as g:
             g["x"][1] = -1
         assert vf.current_version == "v2"
         assert vf["v2"]["x"][()].tolist() == [0, -1, 2, 3, 4]
+    with h5py.File(path, "r") as f:  # versioned-hdf5 reads the repaired file
+        assert versioned_hdf5.VersionedHDF5File(f)["v2"]["x"][()].tolist() == [0, -1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("mode", ["r", "r+"])

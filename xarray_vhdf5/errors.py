@@ -60,6 +60,10 @@ code keeps working::
                                                   does not decompress or whose hash differs,
                                                   a mapping past raw_data
 
+One warning: :class:`RepairedFileWarning` (a ``UserWarning``), issued when this package
+opened a file left damaged by a writer killed mid-commit and repaired it first
+(``docs/howto/repair.md``).
+
 The builtin bases cover what versioned-hdf5 2.6 raises in the same situation (a missing
 version: ``KeyError`` from ``vf[name]``, ``ValueError`` from ``stage_version(prev_version=)``
 and ``delete_versions``, ``IndexError`` from ``vf[-n]`` past the first version; a key of
@@ -99,6 +103,7 @@ __all__ = [
     "ReadOnlyError",
     "RefExistsError",
     "RefNotFoundError",
+    "RepairedFileWarning",
     "StaleVersionError",
     "StringTooLongError",
     "UnsupportedError",
@@ -383,3 +388,21 @@ class StringTooLongError(ValueCastError):
     def __init__(self, message: str, *, name: str | None = None, dtype=None, value=None, width: int = 0):
         super().__init__(message, name=name, dtype=dtype, value=value)
         self.width = width
+
+
+class RepairedFileWarning(UserWarning):
+    """A file was repaired when it was opened, before anything was read from it.
+
+    A writer holding a plain ``h5py.File`` killed while libhdf5 flushed it can
+    leave the versions group torn, or ``current_version`` naming a version
+    whose group never reached the disk (``docs/howto/repair.md``). The first
+    opener of this package that may write the file repairs it as
+    ``vhdf5 check --repair`` would, as SQLite's first opener rolls back a hot
+    journal, and issues this warning saying what it found and what it did:
+    every version committed before stays unchanged, the interrupted one is
+    absent. ``path`` names the file.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None):
+        super().__init__(message)
+        self.path = path

@@ -32,10 +32,11 @@ with open("data.h5", "r+b") as fh:
 # [end-tear]
 
 # [start-open]
-try:
-    xr.open_dataset("data.h5", engine="vhdf5")
+try:  # a read-only h5py handle cannot repair: it says so, and what to do
+    with h5py.File("data.h5", "r") as f:
+        VersionedHDF5File(f)
 except OSError as err:  # CorruptFileError, an OSError
-    print(type(err).__name__, str(err)[:160], "...")
+    print(type(err).__name__, str(err)[:200], "...")
 # [end-open]
 
 
@@ -47,9 +48,20 @@ def vhdf5(*args: str) -> int:
     return done.returncode
 
 
-# [start-repair]
+# [start-check]
 vhdf5("check", "data.h5")  # exit 1: what is wrong, in plain words
-vhdf5("check", "--repair", "data.h5")  # relinks every version from the version index
+# [end-check]
+
+# [start-repair]
+import warnings
+
+from xarray_vhdf5.errors import RepairedFileWarning
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always", RepairedFileWarning)
+    ds = xr.open_dataset("data.h5", engine="vhdf5")  # repairs the file first, then reads
+print(ds["x"].values[:3], ds.encoding["vhdf5_version"])
+print(str(caught[0].message)[:400], "...")
 # [end-repair]
 
 # [start-after]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import h5py
 from h5py import h5d, h5p
 
+from ..errors import CorruptFileError
 from .h5objects import object_address_by_name
 from .hashtable import hash_table_path
 
@@ -135,8 +136,24 @@ class OpenDatasets:
         ------
         KeyError
             No ``hash_table`` beside it.
+        CorruptFileError
+            One is linked there but libhdf5 cannot open it (its header torn, as
+            a writer killed inside libhdf5's flush can leave it): the message
+            names ``vhdf5 check --repair``, which writes it again from the versions.
         """
-        return self._get(raw_data.id, hash_table_path(raw_data))
+        path = hash_table_path(raw_data)
+        try:
+            return self._get(raw_data.id, path)
+        except KeyError as exc:
+            if "hash_table" not in raw_data.parent:
+                raise
+            name = raw_data.file.filename
+            raise CorruptFileError(
+                f"{name!r}: the hash table {path.decode()!r} cannot be read ({exc.args[0] if exc.args else exc}); "
+                f"nothing can be committed to its dataset until `vhdf5 check --repair {name}` writes it "
+                "again from the versions",
+                path=name,
+            ) from exc
 
     def hash_table(self, raw_data: h5py.Dataset) -> tuple[h5py.Dataset, int]:
         """The open ``hash_table`` beside ``raw_data`` as an h5py dataset, and its object address.
@@ -145,9 +162,11 @@ class OpenDatasets:
         ------
         KeyError
             No ``hash_table`` beside it.
+        CorruptFileError
+            One there that libhdf5 cannot open (:meth:`hash_table_id`).
         """
         path = hash_table_path(raw_data)
-        dsid = self._get(raw_data.id, path)
+        dsid = self.hash_table_id(raw_data)
         wrapper = self._wrappers.get(path)
         if wrapper is None or wrapper.id is not dsid:
             wrapper = self._wrappers[path] = h5py.Dataset(dsid)

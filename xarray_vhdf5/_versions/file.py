@@ -20,6 +20,7 @@ from .._wrappers.group import InMemoryGroup
 from .._wrappers.readonly import VersionGroup
 from ..errors import (
     ClosedFileError,
+    CorruptFileError,
     NotVersionedError,
     ReadOnlyError,
     StaleVersionError,
@@ -33,6 +34,7 @@ from .index import touch as touch_index
 from .metadata import finish_interrupted
 from .mutation import check_fresh, mutating, note_opened, refuse_interrupted
 from .objects import check_file_argument
+from .openrepair import interrupted_damage, repair_through, torn_versions
 from .reader import SharedVersionedFile
 from .rebase import RebaseReport, rebase_staged
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
@@ -123,6 +125,18 @@ class VersionedHDF5File(RefMethods):
                     "open it with mode 'a' to start one"
                 )
             initialize(f)
+        damage = interrupted_damage(f)  # a writer killed inside libhdf5's flush (versions.openrepair)
+        if damage is not None and f.file.mode != "r":
+            repair_through(f, damage)
+        elif torn_versions(damage):
+            name = f.file.filename
+            raise CorruptFileError(
+                f"{name!r}: {damage}, as a writer killed while libhdf5 flushed it leaves it; this handle is "
+                "read-only and cannot repair it. Open the file once through xarray_vhdf5 "
+                "(VersionedHDF5File.open, xr.open_dataset, or VersionedHDF5File(h5py.File(path, 'a'))), "
+                f"which repairs it, or run `vhdf5 check --repair {name}`",
+                path=name,
+            )
         self._registry = VersionRegistry(f)
         if self._registry.data_version > DATA_VERSION:
             from ..errors import IncompatibleDataError

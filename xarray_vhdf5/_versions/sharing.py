@@ -30,6 +30,7 @@ from ..errors import HDF5Error, VersionNotFoundError, VHDF5Error
 from . import generation
 from .journal import journal_path, roll_back_interrupted
 from .locking import file_locks
+from .openrepair import interrupted_damage, repair_at
 
 __all__ = ["SharedFile", "version_dataset", "version_timestamp"]
 
@@ -79,6 +80,9 @@ class SharedFile:
         """
         locks = file_locks(self.path)
         jpath = journal_path(self.path)
+        # The first open looks for what a writer killed inside libhdf5's flush leaves
+        # (versions.openrepair) and has it repaired, once, under WRITE held exclusively.
+        look = self.resolved is None
         while True:
             # A journal exists only while a writer holds WRITE exclusively, or after it died.
             # The shared lock waits for a live one (its journal goes with its commit); a
@@ -89,22 +93,28 @@ class SharedFile:
                     dead = os.path.exists(jpath)
                 if dead:
                     roll_back_interrupted(self.path, locks)
+            damage = None
             with locks.resolving(), _damage_as_corrupt_file(self.path):
                 if os.path.exists(jpath):
                     continue  # a writer died since the check above: roll it back first
                 f = open_for_reading(self.path, hint=hint)
-                try:
-                    self.offset = generation.locate(f)
-                    self.moves = self._moves(locks)
-                    if self.offset is None:
-                        st = os.stat(self.path)
-                        self.stat = (st.st_mtime_ns, st.st_size)
-                    if self.resolved is None:
-                        self.resolved = self.stamp()
-                    yield f
-                finally:
-                    f.close()
-                return
+                if look:
+                    look, damage = False, interrupted_damage(f)
+                if damage is None:
+                    try:
+                        self.offset = generation.locate(f)
+                        self.moves = self._moves(locks)
+                        if self.offset is None:
+                            st = os.stat(self.path)
+                            self.stat = (st.st_mtime_ns, st.st_size)
+                        if self.resolved is None:
+                            self.resolved = self.stamp()
+                        yield f
+                    finally:
+                        f.close()
+                    return
+                f.close()
+            repair_at(self.path, damage)  # takes WRITE exclusively: outside the shared hold
 
     def _moves(self, locks) -> int:
         if self.offset is None:

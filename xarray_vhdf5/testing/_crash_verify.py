@@ -11,6 +11,7 @@ next commit (:func:`_next_commit`); its result, a dict of plain values, is what
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,7 @@ def blank_verdict() -> dict[str, Any]:
         "next_parent": None,
         "repaired_hashes": None,
         "repair_error": None,
+        "repaired_on_open": None,
     }
 
 
@@ -86,7 +88,9 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
         (:func:`~xarray_vhdf5._versions.check.check_file`; ``None`` when the module is
         absent); ``repaired_hashes`` (version -> hash after ``vhdf5 check --repair`` of a
         copy, for a file the check found damaged; None otherwise) and ``repair_error``;
-        ``next_ok``, ``next_error``, ``next_hash``, ``next_parent``.
+        ``next_ok``, ``next_error``, ``next_hash``, ``next_parent``; ``repaired_on_open``
+        (the :class:`~xarray_vhdf5.errors.RepairedFileWarning` of ``VersionedHDF5File.open``, which
+        repairs what an interrupted flush left: ``versions.openrepair``; None: none).
     """
     import h5py
 
@@ -106,8 +110,12 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
         out["reader_opened"] = None  # no VersionedHDF5File.open in this version of the package
         if callable(getattr(vf_class, "open", None)):
             try:
-                with vf_class.open(path) as reader:
-                    _ = reader.versions
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    with vf_class.open(path) as reader:
+                        _ = reader.versions
+                said = [str(w.message) for w in caught if type(w.message).__name__ == "RepairedFileWarning"]
+                out["repaired_on_open"] = said[0][:500] if said else None
                 out["reader_opened"] = True
             except Exception as exc:  # noqa: BLE001
                 out["reader_opened"], out["reader_error"] = False, f"{type(exc).__name__}: {exc}"[:300]

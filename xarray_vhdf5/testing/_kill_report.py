@@ -47,13 +47,23 @@ COUNT_COLUMNS = (
     "child_failures",
     "repaired",
     "lost_after_repair",
+    "repaired_on_open",
 )
 
 
 #: Columns that count what happened, not damage: a journal rolled back, a plain-h5py open
 #: refused until then (this package's documented behaviour), a child whose operation failed,
-#: a damaged file that ``vhdf5 check --repair`` brought back with every version it must hold.
-INFORMATIVE_COLUMNS = ("kills", "in_op", "journal_left", "h5py_refused", "child_failures", "repaired")
+#: a damaged file that ``vhdf5 check --repair`` brought back with every version it must hold,
+#: a file this package repaired when it opened it (``versions.openrepair``).
+INFORMATIVE_COLUMNS = (
+    "kills",
+    "in_op",
+    "journal_left",
+    "h5py_refused",
+    "child_failures",
+    "repaired",
+    "repaired_on_open",
+)
 
 
 @dataclass
@@ -154,7 +164,12 @@ def classify(
     c: dict[str, int] = {k: 0 for k in COUNT_COLUMNS if k not in ("kills", "in_op")}
     problems: list[str] = []
     probe = result.get("h5py_probe")
-    if probe not in (None, "ok") and not result.get("journal_left"):
+    c["repaired_on_open"] = int(result.get("repaired_on_open") is not None)
+    # A read-only h5py handle refuses a file this package's first opener must roll back
+    # (a journal) or repair (versions.openrepair), saying so: documented, not damage, when
+    # that opener then opened it.
+    handled = result.get("journal_left") or (c["repaired_on_open"] and result.get("reader_opened"))
+    if probe not in (None, "ok") and not handled:
         c["unopenable"] = 1
         problems.append(f"VersionedHDF5File(h5py.File(path, 'r')) refused with no journal left: {probe}")
     if not result["opened"]:

@@ -1,0 +1,196 @@
+"""Repairing on open what a writer killed inside libhdf5's flush left (as SQLite rolls back a hot journal).
+
+A commit through a plain ``h5py.File`` reaches the disk when libhdf5 flushes
+its metadata cache, in place and entry by entry. A process killed inside
+that flush can leave two kinds of damage that stop every later reader and
+writer, although every version committed before is intact
+(``docs/howto/repair.md``; measured with ``testing._crash``):
+
+- the versions group's header torn: no version can be listed or opened;
+- ``current_version`` naming a version whose group never reached the disk,
+  was left with ``committed=False``, or cannot be read: every opener that
+  asks for the current version, and every commit on top of it, fails.
+
+:func:`interrupted_damage` tells them in a few reads (the versions group, its
+``current_version``, that version's ``committed``), cheap enough to run at
+every writable open. Where it finds one:
+
+- a writable :class:`~xarray_vhdf5.VersionedHDF5File` repairs through its
+  own handle before reading anything (:func:`repair_through`): the repair of
+  ``vhdf5 check --repair`` (:func:`~xarray_vhdf5._versions.check.check_file`
+  then :func:`~xarray_vhdf5._versions.repair.repair`: the versions group
+  relinked from the version index's addresses, ``current_version`` moved back
+  to the last whole version, the interrupted version's leftovers deleted),
+  journaled when the handle is (``open_file``, the xarray writers, the CLI);
+- this package's readers (``VersionedHDF5File.open``, ``xr.open_dataset``)
+  check at their first open and, if damaged, take the file's write lock and
+  open it for writing once (:func:`repair_at`), which repairs it; then they read;
+- a read-only ``h5py.File`` handle cannot repair: a torn versions group
+  raises :class:`~xarray_vhdf5.errors.CorruptFileError` saying how to open it.
+
+Each repair issues :class:`~xarray_vhdf5.errors.RepairedFileWarning` saying
+what was found and what was done. Versions that check out are never deleted
+or rewritten (:mod:`~xarray_vhdf5._versions.repair`).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import h5py
+import numpy as np
+from h5py import h5a, h5o, h5t
+
+from .._backend.h5attrs import read_attr
+from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
+from ..errors import CorruptFileError, RepairedFileWarning
+from .chunkcheck import DAMAGE_ERRORS, describe
+
+__all__ = ["interrupted_damage", "repair_at", "repair_through", "torn_versions"]
+
+#: The start of :func:`interrupted_damage`'s description of a torn versions group.
+TORN = "its versions group cannot be read"
+
+
+def interrupted_damage(h5file: h5py.Group) -> str | None:
+    """What an interrupted flush left that stops readers and writers, in plain words; None if nothing.
+
+    Opens the versions group and the version its ``current_version`` names,
+    and reads that version's ``committed`` attribute, with libhdf5's calls
+    (some tens of microseconds; the number of versions does not matter). A
+    file without ``_version_data/versions`` gives None (the caller says it is
+    not versioned).
+
+    Parameters
+    ----------
+    h5file : h5py.File or h5py.Group
+        The group holding ``_version_data``, open.
+    """
+    try:
+        versions = h5o.open(h5file.id, f"{VERSION_DATA}/{VERSIONS}".encode())
+        current = read_attr(versions, "current_version", expect="str")
+    except DAMAGE_ERRORS as exc:
+        try:
+            if f"{VERSION_DATA}/{VERSIONS}" not in h5file:
+                return None  # not versioned
+        except DAMAGE_ERRORS:
+            return None  # _version_data itself: not this kind of damage; the caller's reads say it
+        return f"{TORN} ({describe(exc)})"
+    current = current.decode() if isinstance(current, bytes) else str(current)
+    if current == FIRST_VERSION:
+        return None
+    name = current.encode()
+    try:
+        group = h5o.open(versions, name)
+    except DAMAGE_ERRORS as exc:
+        try:
+            present = versions.links.exists(name)
+        except DAMAGE_ERRORS:
+            present = True
+        if not present:
+            return f"current_version names {current!r}, whose group never reached the file (a commit interrupted)"
+        return f"the current version {current!r} cannot be read ({describe(exc)})"
+    try:
+        committed = _committed(group)
+    except DAMAGE_ERRORS as exc:
+        return f"the current version {current!r} cannot be read ({describe(exc)})"
+    if committed is False:
+        return f"current_version names {current!r}, a group left with committed=False (a commit interrupted)"
+    return None
+
+
+def _committed(group) -> bool | None:
+    """A version group's ``committed`` attribute (h5py's boolean enum read as int8); None if it has none."""
+    if not h5a.exists(group, b"committed"):
+        return None
+    value = np.empty((), dtype=np.int8)
+    h5a.open(group, b"committed").read(value, mtype=h5t.NATIVE_INT8)
+    return bool(value)
+
+
+def torn_versions(why: str | None) -> bool:
+    """Whether :func:`interrupted_damage`'s ``why`` is a torn versions group (nothing can be listed)."""
+    return why is not None and why.startswith(TORN)
+
+
+def _filename(h5file: h5py.Group) -> str:
+    from .mutation import disk_path
+
+    return disk_path(h5file.file) or h5file.file.filename
+
+
+def repair_through(h5file: h5py.Group, why: str) -> None:
+    """Repair, through the writable handle ``h5file``, the damage :func:`interrupted_damage` described as ``why``.
+
+    Runs :func:`~xarray_vhdf5._versions.check.check_file` and
+    :func:`~xarray_vhdf5._versions.repair.repair` (each of its steps a
+    mutation: locked, flushed, journaled through a journaled handle), then
+    warns with :class:`~xarray_vhdf5.errors.RepairedFileWarning`.
+
+    Raises
+    ------
+    CorruptFileError
+        The repair failed, or left the damage (``vhdf5 check FILE`` then lists
+        what is wrong); what it did before is kept, each step leaving a valid file.
+    FileBusyError, StaleVersionError
+        Another writer holds the file, or wrote it meanwhile (as for any mutation).
+    """
+    from ..errors import FileBusyError, StaleVersionError
+    from .check import check_file
+    from .repair import repair
+
+    path = _filename(h5file)
+    try:
+        done = repair(h5file, check_file(h5file))
+    except (FileBusyError, StaleVersionError):
+        raise
+    except Exception as exc:
+        raise CorruptFileError(
+            f"{path!r}: {why}; repairing it on open failed ({describe(exc)}). `vhdf5 check {path}` lists what is wrong",
+            path=path,
+        ) from exc
+    left = interrupted_damage(h5file)
+    if left is not None:
+        raise CorruptFileError(
+            f"{path!r}: {why}; the repair on open left it so ({left}). `vhdf5 check {path}` lists what is wrong",
+            path=path,
+        )
+    warnings.warn(
+        RepairedFileWarning(
+            f"{path!r}: {why}. Repaired on open, as `vhdf5 check --repair` does: " + "; ".join(str(done).splitlines()),
+            path=path,
+        ),
+        stacklevel=4,
+    )
+
+
+def repair_at(path: str | os.PathLike, why: str) -> None:
+    """Repair the file at ``path`` for a reader: open it for writing once, which repairs it.
+
+    Takes the file's write lock (:func:`~xarray_vhdf5._versions.mutation.open_for_writing`:
+    a live writer is waited for, and may have repaired it first: the damage
+    is looked for again under the lock).
+
+    Raises
+    ------
+    CorruptFileError
+        This process may not write the file (``why`` and what to do are said), or
+        the repair failed (:func:`repair_through`).
+    FileBusyError
+        Another writer held the file past the timeout.
+    """
+    from .mutation import open_for_writing
+
+    path = os.fspath(path)
+    try:
+        with open_for_writing(path, hint=" to repair it") as f:
+            found = interrupted_damage(f)
+            if found is not None:
+                repair_through(f, found)
+    except PermissionError as exc:
+        raise CorruptFileError(
+            f"{path!r}: {why}, and this process may not write the file to repair it; open it once with "
+            f"write permission (any xarray_vhdf5 reader or writer repairs it) or run `vhdf5 check --repair {path}`",
+            path=path,
+        ) from exc
