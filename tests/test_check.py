@@ -560,3 +560,36 @@ def test_an_attribute_libhdf5_cannot_read_is_a_corrupt_file(tmp_path):
     with pytest.raises(CorruptFileError, match="bad global heap collection signature") as info:
         xr.open_dataset(path, engine="vhdf5")
     assert str(path) in str(info.value) and "current_version" in str(info.value)
+
+
+def test_chunks_past_the_end_of_the_file_are_an_error_only_below_the_committed_ones(tmp_path):
+    """An interrupted commit's chunks (at or past largest_index) stored past the end: a warning.
+
+    A writer killed inside libhdf5's flush has left chunk-index entries of its
+    new chunks on disk without their bytes (3 of 1200 kills of a held-open
+    plain handle): no version maps them, the next commit writes those rows
+    again. Below largest_index they would be committed chunks: an error.
+    """
+    from xarray_vhdf5._versions.chunkcheck import inspect_dataset
+
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        with xv.VersionedHDF5File(f).stage_version("v1") as g:
+            g.create_dataset("x", data=np.arange(40.0), chunks=(8,))
+    with h5py.File(path, "a") as f:  # a commit that wrote one chunk and died
+        raw = f["_version_data/x/raw_data"]
+        assert int(f["_version_data/x/hash_table"].attrs["largest_index"]) == 5
+        raw.resize((48,))
+        raw.id.write_direct_chunk((40,), np.full(8, 7.0).tobytes())
+    with h5py.File(path, "r") as f:
+        raw = f["_version_data/x/raw_data"]
+        new = raw.id.get_chunk_info_by_coord((40,)).byte_offset
+        old = max(raw.id.get_chunk_info_by_coord((8 * k,)).byte_offset for k in range(5))
+        for end, severities in ((new, ["warning"]), (old, ["error", "warning"])):
+            found: list[tuple[str, str]] = []
+            inspect_dataset(
+                f["_version_data/x"], "x", end, lambda sev, what, _into=found, **kw: _into.append((sev, what))
+            )
+            outside = [(sev, what) for sev, what in found if "past the end of the file" in what]
+            assert [sev for sev, _ in outside] == severities, found
+            assert "interrupted commit" in outside[-1][1] and "rows 40:48" in outside[-1][1]

@@ -190,3 +190,50 @@ def test_a_current_version_that_cannot_be_read_is_damage(tmp_path):
             assert reader.versions == ["v1", "v2"]  # v3's own header is torn: it is said, not kept
             np.testing.assert_array_equal(reader["v1"]["x"][()], data(1))
     assert "not relinked: v3" in str(caught[0].message)
+
+
+def test_a_torn_hash_table_is_written_again_when_a_commit_meets_it(history):
+    path, before = history
+    from .test_relink import tear
+
+    tear(path, "_version_data/x/hash_table")
+    with h5py.File(path, "a") as f:
+        vf = xv.VersionedHDF5File(f)  # the open does not read hash tables
+        with pytest.warns(RepairedFileWarning, match="hash table of 'x'"):
+            with pytest.raises(CorruptFileError, match="cannot be read") as err:
+                with vf.stage_version("v13") as g:
+                    g["x"][:8] = -1.0  # staging reads the table's state: refused, nothing committed
+        assert isinstance(err.value, OSError) and err.value.repaired
+        assert "stage the version again" in err.value.__notes__[0]
+        assert vf.versions == list(before)
+        with vf.stage_version("v13") as g:  # staged again: commits
+            g["x"][:8] = -1.0
+    assert read_versions(path)["v13"][:9].tolist() == [-1.0] * 8 + [8 * 12.0]
+    assert_whole_after_more(path, before)
+
+
+def test_an_xarray_commit_that_meets_a_torn_hash_table_commits_after_writing_it_again(history):
+    path, before = history
+    from .test_relink import tear
+
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        staged = ds.vhdf5.stage()
+    tear(path, "_version_data/x/hash_table")
+    staged["x"][:8] = -1.0
+    with pytest.warns(RepairedFileWarning, match="hash table of 'x'"):
+        staged.vhdf5.commit("v13")  # refused once inside, written again, committed on the retry
+    staged.close()
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        assert ds.encoding["vhdf5_version"] == "v13"
+        assert ds["x"].values[:9].tolist() == [-1.0] * 8 + [8 * 12.0]
+    assert_whole_after_more(path, before)
+
+
+def assert_whole_after_more(path, before) -> None:
+    """Every version of ``before`` reads the same, and the file checks out (chunks re-hashed)."""
+    from xarray_vhdf5._versions.check import check_file
+
+    after = read_versions(path)
+    for v, values in before.items():
+        np.testing.assert_array_equal(after[v], values)
+    assert check_file(path, rehash=True).ok

@@ -320,9 +320,13 @@ class CorruptFileError(VHDF5Error, OSError):
     the file and what failed; ``vhdf5 check FILE`` lists every problem.
     """
 
-    def __init__(self, message: str, *, path: str | None = None):
+    def __init__(self, message: str, *, path: str | None = None, hdf5_object: str | None = None):
         super().__init__(message)
         self.path = path
+        #: The HDF5 object that could not be read (absolute path), when one is known.
+        self.hdf5_object = hdf5_object
+        #: Whether the damage was repaired since (the operation that met it can be run again).
+        self.repaired = False
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""

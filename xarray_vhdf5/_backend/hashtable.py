@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 from h5py import h5d
 
+from ..errors import CorruptFileError
 from .h5attrs import read_attr, write_attr
 from .h5objects import object_address
 from .layout import HASH_TABLE_CHUNKS, HASH_TABLE_DTYPE
@@ -216,8 +217,35 @@ def hash_table_id(raw_data: h5py.Dataset) -> h5d.DatasetID:
     ------
     KeyError
         No ``hash_table`` there.
+    CorruptFileError
+        One is linked there but libhdf5 cannot open it (:func:`unreadable_hash_table`).
     """
-    return h5d.open(raw_data.id, hash_table_path(raw_data))
+    try:
+        return h5d.open(raw_data.id, hash_table_path(raw_data))
+    except KeyError as exc:
+        raise unreadable_hash_table(raw_data, exc) from exc
+
+
+def unreadable_hash_table(raw_data: h5py.Dataset, exc: KeyError) -> KeyError | CorruptFileError:
+    """What to raise when the ``hash_table`` beside ``raw_data`` did not open with ``exc``.
+
+    ``exc`` itself when there is no ``hash_table`` link (a raw_data without
+    one); a :class:`~xarray_vhdf5.errors.CorruptFileError` naming the table
+    (``hdf5_object``) and ``vhdf5 check --repair`` when one is linked but
+    libhdf5 cannot open it: its header torn, as a writer killed inside
+    libhdf5's flush can leave it (``docs/howto/repair.md``).
+    """
+    if "hash_table" not in raw_data.parent:
+        return exc
+    name = raw_data.file.filename
+    path = hash_table_path(raw_data).decode()
+    return CorruptFileError(
+        f"{name!r}: the hash table {path!r} cannot be read ({exc.args[0] if exc.args else exc}); nothing can be "
+        f"committed to its dataset until it is written again from the versions (`vhdf5 check --repair {name}`, "
+        "or a writable VersionedHDF5File when a commit meets it)",
+        path=name,
+        hdf5_object=path,
+    )
 
 
 def committed_chunks(raw_data: h5py.Dataset) -> int:

@@ -25,9 +25,8 @@ from __future__ import annotations
 import h5py
 from h5py import h5d, h5p
 
-from ..errors import CorruptFileError
 from .h5objects import object_address_by_name
-from .hashtable import hash_table_path
+from .hashtable import hash_table_path, unreadable_hash_table
 
 __all__ = ["CACHED_CHUNKS", "MAX_CACHE_BYTES", "HeldDataset", "OpenDatasets"]
 
@@ -137,23 +136,13 @@ class OpenDatasets:
         KeyError
             No ``hash_table`` beside it.
         CorruptFileError
-            One is linked there but libhdf5 cannot open it (its header torn, as
-            a writer killed inside libhdf5's flush can leave it): the message
-            names ``vhdf5 check --repair``, which writes it again from the versions.
+            One is linked there but libhdf5 cannot open it
+            (:func:`~xarray_vhdf5._backend.hashtable.unreadable_hash_table`).
         """
-        path = hash_table_path(raw_data)
         try:
-            return self._get(raw_data.id, path)
+            return self._get(raw_data.id, hash_table_path(raw_data))
         except KeyError as exc:
-            if "hash_table" not in raw_data.parent:
-                raise
-            name = raw_data.file.filename
-            raise CorruptFileError(
-                f"{name!r}: the hash table {path.decode()!r} cannot be read ({exc.args[0] if exc.args else exc}); "
-                f"nothing can be committed to its dataset until `vhdf5 check --repair {name}` writes it "
-                "again from the versions",
-                path=name,
-            ) from exc
+            raise unreadable_hash_table(raw_data, exc) from exc
 
     def hash_table(self, raw_data: h5py.Dataset) -> tuple[h5py.Dataset, int]:
         """The open ``hash_table`` beside ``raw_data`` as an h5py dataset, and its object address.

@@ -494,6 +494,7 @@ def inspect_dataset(group: h5py.Group, path: str, filesize: int | None, problem:
         problem("error", f"raw_data's 'chunks' attribute {chunks} is not a chunk shape for its {len(shape)} axes")
         return state
     state.raw, state.chunks = raw, chunks
+    outside: list[tuple[int, str]] = []
     if layout != chunks:
         problem("error", f"raw_data is stored in HDF5 chunks {layout}, its 'chunks' attribute says {chunks}")
     elif tuple(shape[1:]) != chunks[1:]:
@@ -501,23 +502,31 @@ def inspect_dataset(group: h5py.Group, path: str, filesize: int | None, problem:
             "error", f"raw_data has shape {shape}: one chunk {chunks[1:]} wide on the axes after the first is expected"
         )
     else:
-        state.allocated = _allocated(raw, chunks, filesize, problem)
+        state.allocated, outside = _allocated(raw, chunks, filesize, problem)
     _inspect_hash_table(group, state, problem)
+    if outside:
+        _report_outside(outside, filesize, state.largest_index, problem)
     return state
 
 
-def _allocated(raw: h5py.Dataset, chunks: tuple[int, ...], filesize: int | None, problem: Report) -> np.ndarray | None:
-    """Per raw_data chunk, whether HDF5's chunk index stores it (one pass over the index)."""
+def _allocated(
+    raw: h5py.Dataset, chunks: tuple[int, ...], filesize: int | None, problem: Report
+) -> tuple[np.ndarray | None, list[tuple[int, str]]]:
+    """Per raw_data chunk, whether HDF5's chunk index stores it inside the file (one pass over the index).
+
+    Also the chunks the index places past the end of the file: ``(chunk number, description)``.
+    """
     c0 = chunks[0]
     allocated = np.zeros(-(-raw.shape[0] // c0), dtype=bool)
-    outside: list[str] = []
+    outside: list[tuple[int, str]] = []
 
     def visit(info) -> None:
         offset = info.chunk_offset
         if any(offset[1:]) or offset[0] % c0 or offset[0] // c0 >= len(allocated):
             return
         if filesize is not None and (info.byte_offset is None or info.byte_offset + info.size > filesize):
-            outside.append(f"rows {offset[0]}:{offset[0] + c0} at byte {info.byte_offset}, {info.size} bytes")
+            text = f"rows {offset[0]}:{offset[0] + c0} at byte {info.byte_offset}, {info.size} bytes"
+            outside.append((offset[0] // c0, text))
             return
         allocated[offset[0] // c0] = True
 
@@ -525,15 +534,33 @@ def _allocated(raw: h5py.Dataset, chunks: tuple[int, ...], filesize: int | None,
         raw.id.chunk_iter(visit)
     except DAMAGE_ERRORS as exc:
         problem("error", f"raw_data's chunk index cannot be read: {describe(exc)}")
-        return None
-    if outside:
-        more = f" and {len(outside) - SHOWN} more" if len(outside) > SHOWN else ""
-        problem(
-            "error",
-            f"{len(outside)} raw_data chunks lie past the end of the file ({filesize} bytes): "
-            f"{', '.join(outside[:SHOWN])}{more}",
-        )
-    return allocated
+        return None, []
+    return allocated, outside
+
+
+def _report_outside(
+    outside: list[tuple[int, str]], filesize: int | None, committed: int | None, problem: Report
+) -> None:
+    """Report chunks stored past the end of the file: an error, unless no commit finished them.
+
+    Chunks at or past the hash table's ``largest_index`` (``committed``) were
+    written by a commit that did not finish (a writer killed inside libhdf5's
+    flush can leave their index entries on disk without their bytes): no
+    version maps them and the next commit writes those rows again, so they
+    are a warning. Below it they are chunks of committed versions: an error.
+    """
+    for severity, part in (
+        ("error", [t for k, t in outside if committed is None or k < committed]),
+        ("warning", [t for k, t in outside if committed is not None and k >= committed]),
+    ):
+        if not part:
+            continue
+        more = f" and {len(part) - SHOWN} more" if len(part) > SHOWN else ""
+        shown = ", ".join(part[:SHOWN])
+        what = f"{len(part)} raw_data chunks lie past the end of the file ({filesize} bytes): {shown}{more}"
+        if severity == "warning":
+            what += " (past the chunks commits finished: left by an interrupted commit, written again by the next)"
+        problem(severity, what)
 
 
 def _inspect_hash_table(group: h5py.Group, state: DatasetState, problem: Report) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import datetime as _dt
 import os
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 
 import h5py
@@ -13,7 +14,7 @@ import ndindex
 import numpy as np
 from h5py import h5g
 
-from .._backend.layout import DATA_VERSION, FIRST_VERSION
+from .._backend.layout import DATA_VERSION, FIRST_VERSION, VERSION_DATA
 from .._backend.mdc import trim_metadata_cache
 from .._backend.names import MERGE_PARENT_ATTR, MESSAGE_ATTR
 from .._wrappers.group import InMemoryGroup
@@ -23,6 +24,7 @@ from ..errors import (
     CorruptFileError,
     NotVersionedError,
     ReadOnlyError,
+    RepairedFileWarning,
     StaleVersionError,
     UnsupportedError,
     VersionExistsError,
@@ -617,8 +619,9 @@ class VersionedHDF5File(RefMethods):
         self._staging[version_name] = now_utc()
         try:
             yield root
-        except BaseException:
+        except BaseException as exc:
             root._close()  # discarded: later edits raise instead of being lost
+            self._repair_hash_table(exc)
             raise
         finally:
             self._staging.pop(version_name, None)
@@ -668,9 +671,10 @@ class VersionedHDF5File(RefMethods):
                 root.committed_view = VersionGroup
                 if branch is not None and branch != MAIN:  # in the commit's mutation: atomic with it
                     set_branch(self.f, branch, version_name)
-            except BaseException:
+            except BaseException as exc:
                 if index_was_valid:  # the failed commit made and removed a group: same versions
                     touch_index(self._registry.vdata, self._registry.group)
+                self._repair_hash_table(exc)
                 raise
             finally:
                 root._close()
@@ -689,6 +693,49 @@ class VersionedHDF5File(RefMethods):
             if self._trim_every and self._commits_since_trim >= self._trim_every:
                 self._commits_since_trim = 0
                 trim_metadata_cache(self.f.file.id)
+
+    def _repair_hash_table(self, exc: BaseException) -> None:
+        """After a staging or commit that met a hash table libhdf5 cannot open: write it again from the versions.
+
+        A writer killed inside libhdf5's flush of a plain handle can tear a
+        hash table's header (``docs/howto/repair.md``); nothing could be
+        committed to its dataset. It is rebuilt here
+        (:func:`~xarray_vhdf5._versions.rebuild.rebuild_hash_tables`, a mutation
+        of its own), ``exc.repaired`` set and a note added: staging the version
+        again commits (the xarray writers do it themselves). Other exceptions,
+        and read-only handles, are left alone.
+        """
+        table = getattr(exc, "hdf5_object", None)
+        prefix = f"/{VERSION_DATA}/"
+        if (
+            not isinstance(exc, CorruptFileError)
+            or self._read_only
+            or not isinstance(table, str)
+            or not table.startswith(prefix)
+            or not table.endswith("/hash_table")
+            or not self.f.id.valid
+        ):
+            return
+        path = table[len(prefix) : -len("/hash_table")]
+        try:
+            rebuild_hash_tables(self.f, [path])
+        except Exception as error:  # noqa: BLE001 - the original error stands; this one is said with it
+            exc.add_note(f"Writing the hash table again failed too: {type(error).__name__}: {error}")
+            return
+        self._caches.clear()
+        self._registry.reload()
+        exc.repaired = True
+        exc.add_note(
+            f"The hash table of {path!r} was written again from the versions: stage the version again to commit it"
+        )
+        warnings.warn(
+            RepairedFileWarning(
+                f"{self.f.file.filename!r}: the hash table of {path!r} could not be read; it was written again "
+                "from the versions (as `vhdf5 check --repair` does)",
+                path=self.f.file.filename,
+            ),
+            stacklevel=4,
+        )
 
     def _staged_root(self, prev: str) -> InMemoryGroup:
         """The editable tree of a new version staged from version ``prev`` (a copy of it)."""

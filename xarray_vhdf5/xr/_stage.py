@@ -59,7 +59,7 @@ from .._versions.registry import VersionRegistry
 from .._versions.timestamps import to_utc_datetime
 from .._wrappers.chunked import CommittedChunks
 from .._wrappers.group import InMemoryGroup
-from ..errors import IncompatibleDataError, StaleVersionError, UnsupportedError
+from ..errors import CorruptFileError, IncompatibleDataError, StaleVersionError, UnsupportedError
 from . import _reading
 from ._cfcodec import CF_ATTRS, CFCodec
 from ._commit_checks import check_sorted_index, refuse_empty_commit
@@ -620,25 +620,33 @@ def commit_staged_groups(
                 f"{current!r}: committing would undo the versions since. {options}"
             )
         name = version if version is not None else next_version_name(vf)
-        with vf.stage_version(
-            name,
-            prev_version=parent,
-            make_current=make_current,
-            timestamp=None if timestamp is None else to_utc_datetime(timestamp),
-            rebase=rebase and moved,
-            branch=branch if branch is not None and not moved else None,
-            # the scales reference the version's own datasets: attached inside its commit
-            finish=attach_dimension_scales,
-        ) as root:
-            for ds, (variables, attrs), into in zip(groups, encoded, rebased, strict=True):
-                group = (ds.encoding.get("vhdf5_group") or "/").strip("/")
-                target = root.require_group(group) if group else root
-                _fill_group(target, group, ds, variables, attrs, f, into, progress, max_bytes)
-            if not allow_empty:
-                refuse_empty_commit(root, f, parent, name)
-            root.attrs.pop(MESSAGE_ATTR, None)
-            if message is not None:
-                root.attrs[MESSAGE_ATTR] = message
+        for attempt in range(2):  # once more after a torn hash table was written again (file._repair_hash_table)
+            rebased = [[] for _ in groups]
+            try:
+                with vf.stage_version(
+                    name,
+                    prev_version=parent,
+                    make_current=make_current,
+                    timestamp=None if timestamp is None else to_utc_datetime(timestamp),
+                    rebase=rebase and moved,
+                    branch=branch if branch is not None and not moved else None,
+                    # the scales reference the version's own datasets: attached inside its commit
+                    finish=attach_dimension_scales,
+                ) as root:
+                    for ds, (variables, attrs), into in zip(groups, encoded, rebased, strict=True):
+                        group = (ds.encoding.get("vhdf5_group") or "/").strip("/")
+                        target = root.require_group(group) if group else root
+                        _fill_group(target, group, ds, variables, attrs, f, into, progress, max_bytes)
+                    if not allow_empty:
+                        refuse_empty_commit(root, f, parent, name)
+                    root.attrs.pop(MESSAGE_ATTR, None)
+                    if message is not None:
+                        root.attrs[MESSAGE_ATTR] = message
+            except CorruptFileError as exc:
+                if attempt or not exc.repaired:
+                    raise
+                continue
+            break
         merged = vf.last_rebase is not None
         plans = [] if merged else [_rebase_plans(f, vf.last_commit, into) for into in rebased]
     _reading.close_read_handles(source)
