@@ -562,34 +562,130 @@ def test_an_attribute_libhdf5_cannot_read_is_a_corrupt_file(tmp_path):
     assert str(path) in str(info.value) and "current_version" in str(info.value)
 
 
-def test_chunks_past_the_end_of_the_file_are_an_error_only_below_the_committed_ones(tmp_path):
-    """An interrupted commit's chunks (at or past largest_index) stored past the end: a warning.
+def _chunk_cut_off(path, *, claimed: bool, current: str | None = None) -> None:
+    """A commit killed after its chunk's index entry reached the file but not its bytes.
 
-    A writer killed inside libhdf5's flush has left chunk-index entries of its
-    new chunks on disk without their bytes (3 of 1200 kills of a held-open
-    plain handle): no version maps them, the next commit writes those rows
-    again. Below largest_index they would be committed chunks: an error.
+    One chunk (rows 40:48) written past the 5 committed ones, then the file
+    cut before it and its superblock's end-of-file address set there (a v0
+    superblock: no checksum), as libhdf5 leaves it when the chunk index is
+    flushed and the data is not (seen after 6 of about 4000 kills of
+    plain-handle writers). ``claimed``: the hash table had taken the chunk
+    too (a row with its digest, ``largest_index`` 6). ``current``: the
+    ``current_version`` the versions group then names.
     """
-    from xarray_vhdf5._versions.chunkcheck import inspect_dataset
+    import struct
 
-    path = tmp_path / "f.h5"
     with h5py.File(path, "w") as f:
         with xv.VersionedHDF5File(f).stage_version("v1") as g:
             g.create_dataset("x", data=np.arange(40.0), chunks=(8,))
-    with h5py.File(path, "a") as f:  # a commit that wrote one chunk and died
+    new = np.full(8, 7.0)
+    with h5py.File(path, "a") as f:
+        if current is not None:
+            f["_version_data/versions"].attrs["current_version"] = current
         raw = f["_version_data/x/raw_data"]
-        assert int(f["_version_data/x/hash_table"].attrs["largest_index"]) == 5
         raw.resize((48,))
-        raw.id.write_direct_chunk((40,), np.full(8, 7.0).tobytes())
+        raw.id.write_direct_chunk((40,), new.tobytes())
+        if claimed:
+            table = f["_version_data/x/hash_table"]
+            table.resize((6,))
+            table[5] = (np.frombuffer(chunk_hash(new), np.uint8), (40, 48))
+            table.attrs["largest_index"] = 6
     with h5py.File(path, "r") as f:
-        raw = f["_version_data/x/raw_data"]
-        new = raw.id.get_chunk_info_by_coord((40,)).byte_offset
-        old = max(raw.id.get_chunk_info_by_coord((8 * k,)).byte_offset for k in range(5))
-        for end, severities in ((new, ["warning"]), (old, ["error", "warning"])):
-            found: list[tuple[str, str]] = []
-            inspect_dataset(
-                f["_version_data/x"], "x", end, lambda sev, what, _into=found, **kw: _into.append((sev, what))
-            )
-            outside = [(sev, what) for sev, what in found if "past the end of the file" in what]
-            assert [sev for sev, _ in outside] == severities, found
-            assert "interrupted commit" in outside[-1][1] and "rows 40:48" in outside[-1][1]
+        cut = f["_version_data/x/raw_data"].id.get_chunk_info_by_coord((40,)).byte_offset
+    with open(path, "r+b") as fh:
+        head = fh.read(48)
+        assert head[:8] == b"\x89HDF\r\n\x1a\n" and head[8] == 0  # superblock v0
+        assert struct.unpack("<Q", head[40:48])[0] == cut + 64  # the chunk is the file's last bytes
+        fh.seek(40)
+        fh.write(struct.pack("<Q", cut))
+        fh.truncate(cut)
+
+
+def _read_x(path, version: str) -> np.ndarray:
+    with h5py.File(path, "r") as f:
+        return xv.VersionedHDF5File(f)[version]["x"][()]
+
+
+def test_without_repair_a_commit_over_a_chunk_past_the_end_loses_its_chunk(tmp_path):
+    """Why chunks past the end are an error: libhdf5 allocates the commit's metadata over them."""
+    path = tmp_path / "f.h5"
+    _chunk_cut_off(path, claimed=False)
+    report = check_file(path)
+    assert not report.ok and report.past_end == {"x": os.path.getsize(path) + 64}
+    assert any("left by an interrupted commit lie past the end" in str(p) for p in report.errors)
+    with h5py.File(path, "a") as f:  # a plain commit, no repair first
+        with xv.VersionedHDF5File(f).stage_version("v2") as g:
+            g["x"].resize((48,))
+            g["x"][40:] = 3.0
+    assert check_file(path, rehash=True).damaged_versions == ["v2"]
+
+
+def test_repair_moves_the_end_of_allocation_past_an_interrupted_commits_chunk(tmp_path):
+    path = tmp_path / "f.h5"
+    _chunk_cut_off(path, claimed=False)
+    report = check_file(path)
+    with h5py.File(path, "a") as f:
+        done = repair(f, report)
+    assert done.end_moved == 64 and "end of allocation moved 64 bytes" in str(done)
+    assert check_file(path).ok
+    with h5py.File(path, "a") as f:  # the next commit writes those rows again, whole
+        with xv.VersionedHDF5File(f).stage_version("v2") as g:
+            g["x"].resize((48,))
+            g["x"][40:] = 3.0
+    assert check_file(path, rehash=True).ok
+    assert _read_x(path, "v2")[38:].tolist() == [38.0, 39.0] + [3.0] * 8
+
+
+def test_a_claimed_chunk_past_the_end_is_retired_by_repair(tmp_path):
+    """A hash-table row naming a chunk whose bytes never reached the file: a later commit of the
+    same data would map it. The check says so and repair retires its digest."""
+    path = tmp_path / "f.h5"
+    _chunk_cut_off(path, claimed=True)
+    report = check_file(path)
+    assert not report.ok and report.damaged_versions == []  # no version maps it
+    assert report.bad_rows == {"x": [(40, report.bad_rows["x"][0][1])]}
+    with h5py.File(path, "a") as f:
+        done = repair(f, report)
+    assert done.retired_rows == {"x": 1} and done.end_moved == 64
+    after = check_file(path)
+    assert after.ok, [str(p) for p in after.errors]
+    with h5py.File(path, "a") as f:  # the same data committed: not deduplicated onto the lost chunk
+        with xv.VersionedHDF5File(f).stage_version("v2") as g:
+            g["x"].resize((48,))
+            g["x"][40:] = 7.0
+    assert check_file(path, rehash=True).ok
+    assert _read_x(path, "v2")[40:].tolist() == [7.0] * 8
+    assert _read_x(path, "v1").tolist() == np.arange(40.0).tolist()
+
+
+def test_the_repair_on_open_moves_the_end_of_allocation_too(tmp_path):
+    """As kills left it: current_version naming a version that never reached the file, its chunk past the end."""
+    path = tmp_path / "f.h5"
+    _chunk_cut_off(path, claimed=False, current="v2")
+    with pytest.warns(xv.RepairedFileWarning, match="end of allocation moved 64 bytes"):
+        with xv.VersionedHDF5File.open(path) as reader:
+            assert reader.current_version == "v1"
+    with h5py.File(path, "a") as f:
+        with xv.VersionedHDF5File(f).stage_version("v2") as g:
+            g["x"].resize((48,))
+            g["x"][40:] = 3.0
+    assert check_file(path, rehash=True).ok
+
+
+def test_a_journaled_handle_refuses_to_repair_over_chunks_past_the_end(tmp_path):
+    """libhdf5 moves the end of allocation only through its default driver: a journaled handle says so."""
+    from xarray_vhdf5._versions.mutation import open_file
+
+    path = tmp_path / "f.h5"
+    _chunk_cut_off(path, claimed=False, current="v2")
+    report = check_file(path)
+    size = os.path.getsize(path)
+    f = open_file(path, "r+")
+    try:
+        with pytest.raises(CorruptFileError, match="cannot move the end of allocation"):
+            repair(f, report)
+    finally:
+        f.close()
+    assert os.path.getsize(path) == size
+    result = CliRunner().invoke(cli, ["check", "--repair", str(path)])  # by path: moved first, then repaired
+    assert "after repair:" in result.output and "no problems found" in result.output.split("after repair:")[1]

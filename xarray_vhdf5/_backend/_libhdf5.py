@@ -23,6 +23,8 @@ from h5py import h5o
 __all__ = [
     "H5O_INFO_BASIC",
     "H5O_INFO_NUM_ATTRS",
+    "H5Fget_eoa",
+    "H5Fincrement_filesize",
     "H5G_info_t",
     "H5Gget_info",
     "H5O_info2_t",
@@ -111,3 +113,8 @@ H5Oget_info_by_name3 = libhdf5_function(
 H5Oopen_by_token = libhdf5_function("H5Oopen_by_token", [ctypes.c_int64, H5O_token_t], ctypes.c_int64)
 #: ``herr_t H5Gget_info(hid_t group, H5G_info_t *info)``, or None.
 H5Gget_info = libhdf5_function("H5Gget_info", [ctypes.c_int64, ctypes.POINTER(H5G_info_t)])
+#: ``herr_t H5Fget_eoa(hid_t file, haddr_t *eoa)``: the file's end of allocation, or None.
+H5Fget_eoa = libhdf5_function("H5Fget_eoa", [ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64)])
+#: ``herr_t H5Fincrement_filesize(hid_t file, hsize_t increment)``: end of allocation set to
+#: max(end of allocation, end of file) + increment (H5Fpublic.h, HDF5 >= 1.10), or None.
+H5Fincrement_filesize = libhdf5_function("H5Fincrement_filesize", [ctypes.c_int64, ctypes.c_uint64])

@@ -30,6 +30,8 @@ from h5py import h5g, h5o, h5p, h5t
 from ._libhdf5 import (
     H5O_INFO_BASIC,
     H5O_INFO_NUM_ATTRS,
+    H5Fget_eoa,
+    H5Fincrement_filesize,
     H5G_info_t,
     H5Gget_info,
     H5O_info2_t,
@@ -40,6 +42,7 @@ from ._libhdf5 import (
 )
 
 __all__ = [
+    "allocate_through",
     "create_ordered_group",
     "link_counters",
     "member_names",
@@ -61,6 +64,50 @@ def object_address(obj_id) -> int:
             if H5Oget_info3(obj_id.id, ctypes.byref(info), H5O_INFO_BASIC) >= 0:
                 return int.from_bytes(bytes(info.token)[:8], "little")
     return int(h5o.get_info(obj_id).addr)
+
+
+def allocate_through(file_id, end: int) -> int:
+    """Make libhdf5 allocate nothing new below byte ``end`` of the file: move its end of allocation there.
+
+    A writer killed inside libhdf5's flush can leave chunk-index entries
+    whose bytes lie past the end of allocation the file records; libhdf5 would
+    then allocate new objects over them while the index still names them. With
+    the end of allocation moved past them (``H5Fincrement_filesize``), they are
+    ordinary allocated space: nothing else is placed there, and a chunk written
+    there again stays whole. Nothing is freed (freeing space past the end of
+    allocation lets libhdf5 hand it out twice).
+
+    Parameters
+    ----------
+    file_id : h5py.h5f.FileID
+        The file, open writable.
+    end : int
+        Byte offset the end of allocation must reach.
+
+    Returns
+    -------
+    int
+        Bytes the end of allocation moved (0: it was there already).
+
+    Raises
+    ------
+    NotImplementedError
+        The libhdf5 h5py uses lacks ``H5Fget_eoa`` or ``H5Fincrement_filesize``.
+    RuntimeError
+        libhdf5 refused (e.g. the file is read-only).
+    """
+    if H5Fget_eoa is None or H5Fincrement_filesize is None:
+        raise NotImplementedError("moving the end of allocation needs H5Fget_eoa and H5Fincrement_filesize")
+    eoa = ctypes.c_uint64()
+    with h5py._objects.phil:
+        if H5Fget_eoa(file_id.id, ctypes.byref(eoa)) < 0:
+            raise RuntimeError("H5Fget_eoa failed")
+        base = max(int(eoa.value), int(file_id.get_filesize()))
+        if end <= base:
+            return 0
+        if H5Fincrement_filesize(file_id.id, end - base) < 0:
+            raise RuntimeError("H5Fincrement_filesize failed")
+    return end - base
 
 
 def open_by_address(loc_id, address: int):

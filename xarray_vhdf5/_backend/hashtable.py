@@ -42,8 +42,10 @@ __all__ = [
     "committed_chunks",
     "hash_table_id",
     "hash_table_path",
+    "placeholder_digest",
     "table_extends",
     "table_state",
+    "unreadable_hash_table",
 ]
 
 
@@ -208,6 +210,17 @@ class HashTableCache:
 def hash_table_path(raw_data: h5py.Dataset) -> bytes:
     """Absolute path of the ``hash_table`` beside ``raw_data`` (same ``_version_data`` group)."""
     return f"{raw_data.name.rpartition('/')[0]}/hash_table".encode()
+
+
+def placeholder_digest(slot: int) -> bytes:
+    """The 32-byte digest a rebuilt or repaired table gives a raw_data slot no chunk digest names.
+
+    24 zero bytes, then ``slot`` (the chunk's row in raw_data divided by
+    ``chunks[0]``) as 8 big-endian bytes: distinct per slot, so a table's last
+    row still tells it apart (:func:`table_state`), and no SHA-256 of data
+    equals it, so no commit deduplicates onto the slot.
+    """
+    return bytes(24) + int(slot).to_bytes(8, "big")
 
 
 def hash_table_id(raw_data: h5py.Dataset) -> h5d.DatasetID:

@@ -158,6 +158,11 @@ class CheckReport:
         commit deduplicates onto a damaged chunk.
     index_wrong : bool
         The version index claims to describe the versions group but does not (or cannot be read).
+    past_end : dict of str to int
+        Per dataset, the byte where the last of its raw_data chunks that HDF5's
+        chunk index places past the end of the file ends (a writer killed
+        inside libhdf5's flush leaves such entries): libhdf5 would allocate new
+        objects over them; repair moves the file's end of allocation past them.
     crashed : list of str
         The objects (HDF5 paths; ``raw_data[a:b]`` for rows of chunks) not read because
         libhdf5 crashed the process reading them in an earlier attempt (``skip``).
@@ -179,6 +184,7 @@ class CheckReport:
     bad_rows: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
     index_wrong: bool = False
     crashed: list[str] = field(default_factory=list)
+    past_end: dict[str, int] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[Problem]:
@@ -198,7 +204,9 @@ class CheckReport:
     @property
     def needs_repair(self) -> bool:
         """Whether :func:`~xarray_vhdf5._versions.repair.repair` has something to do."""
-        return bool(not self.ok or self.leftover_groups or self.reroot or self.bad_rows or self.index_wrong)
+        return bool(
+            not self.ok or self.leftover_groups or self.reroot or self.bad_rows or self.index_wrong or self.past_end
+        )
 
     def __str__(self) -> str:
         counted = (

@@ -117,6 +117,8 @@ class Checker:
         for state in states.values():
             if state.usable:
                 self.damaged |= state.locate(versions, self.problem)
+            if state.past_end:
+                self.report.past_end[state.path] = max(state.past_end, self.report.past_end.get(state.path, 0))
             bad = list(state.bad_rows) + [(s, d) for s in sorted(state.bad) for d in state.digests.get(s, ())]
             if bad:  # an interrupted modify_metadata gives a dataset two states: merged
                 rows = self.report.bad_rows.setdefault(state.path, [])

@@ -38,6 +38,7 @@ import numpy as np
 from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from .._backend.chunks import chunk_grid_shape
 from .._backend.hashing import chunk_hash, is_vlen_string_dtype
+from .._backend.hashtable import placeholder_digest
 
 __all__ = ["DAMAGE_ERRORS", "FILTER_MISSING", "DatasetState", "describe", "filter_unavailable", "inspect_dataset"]
 
@@ -108,6 +109,9 @@ class DatasetState:
         raw_data chunks found damaged (first row -> what is wrong), filled by :meth:`rehash`.
     bad_rows : list of (int, bytes)
         ``(first row, digest)`` of hash-table rows no version maps whose chunk failed its check.
+    past_end : int
+        Where the last chunk HDF5's chunk index places past the end of the file
+        ends (bytes; 0: none).
     """
 
     path: str
@@ -120,6 +124,7 @@ class DatasetState:
     holders: list[tuple[str, str]] = field(default_factory=list)
     bad: dict[int, str] = field(default_factory=dict)
     bad_rows: list[tuple[int, bytes]] = field(default_factory=list)
+    past_end: int = 0
     _keys: list[np.ndarray] = field(default_factory=list)
     _pending: int = 0
 
@@ -494,7 +499,7 @@ def inspect_dataset(group: h5py.Group, path: str, filesize: int | None, problem:
         problem("error", f"raw_data's 'chunks' attribute {chunks} is not a chunk shape for its {len(shape)} axes")
         return state
     state.raw, state.chunks = raw, chunks
-    outside: list[tuple[int, str]] = []
+    outside: list[tuple[int, int, str]] = []
     if layout != chunks:
         problem("error", f"raw_data is stored in HDF5 chunks {layout}, its 'chunks' attribute says {chunks}")
     elif tuple(shape[1:]) != chunks[1:]:
@@ -505,20 +510,20 @@ def inspect_dataset(group: h5py.Group, path: str, filesize: int | None, problem:
         state.allocated, outside = _allocated(raw, chunks, filesize, problem)
     _inspect_hash_table(group, state, problem)
     if outside:
-        _report_outside(outside, filesize, state.largest_index, problem)
+        _report_outside(outside, filesize, state, problem)
     return state
 
 
 def _allocated(
     raw: h5py.Dataset, chunks: tuple[int, ...], filesize: int | None, problem: Report
-) -> tuple[np.ndarray | None, list[tuple[int, str]]]:
+) -> tuple[np.ndarray | None, list[tuple[int, int, str]]]:
     """Per raw_data chunk, whether HDF5's chunk index stores it inside the file (one pass over the index).
 
-    Also the chunks the index places past the end of the file: ``(chunk number, description)``.
+    Also the chunks the index places past the end of the file: ``(chunk number, end byte, description)``.
     """
     c0 = chunks[0]
     allocated = np.zeros(-(-raw.shape[0] // c0), dtype=bool)
-    outside: list[tuple[int, str]] = []
+    outside: list[tuple[int, int, str]] = []
 
     def visit(info) -> None:
         offset = info.chunk_offset
@@ -526,7 +531,7 @@ def _allocated(
             return
         if filesize is not None and (info.byte_offset is None or info.byte_offset + info.size > filesize):
             text = f"rows {offset[0]}:{offset[0] + c0} at byte {info.byte_offset}, {info.size} bytes"
-            outside.append((offset[0] // c0, text))
+            outside.append((offset[0] // c0, (info.byte_offset or 0) + info.size, text))
             return
         allocated[offset[0] // c0] = True
 
@@ -539,28 +544,43 @@ def _allocated(
 
 
 def _report_outside(
-    outside: list[tuple[int, str]], filesize: int | None, committed: int | None, problem: Report
+    outside: list[tuple[int, int, str]], filesize: int | None, state: DatasetState, problem: Report
 ) -> None:
-    """Report chunks stored past the end of the file: an error, unless no commit finished them.
+    """Report chunks HDF5's chunk index places past the end of the file: errors.
 
-    Chunks at or past the hash table's ``largest_index`` (``committed``) were
-    written by a commit that did not finish (a writer killed inside libhdf5's
-    flush can leave their index entries on disk without their bytes): no
-    version maps them and the next commit writes those rows again, so they
-    are a warning. Below it they are chunks of committed versions: an error.
+    A writer killed inside libhdf5's flush can leave chunk-index entries of a
+    commit's new chunks on disk without their bytes. libhdf5 allocates new
+    objects from the end of the file, over them, while the index still names
+    them: a commit writing those rows again can lose its chunk (measured), so
+    each is an error, and :attr:`DatasetState.past_end` says how far they
+    reach (``repair`` moves the file's end of allocation past it). A chunk a
+    commit finished (below the hash table's ``largest_index``, named by a
+    digest other than a repair's placeholder) is also recorded in
+    :attr:`DatasetState.bad`: the versions mapping it are damaged
+    (:meth:`DatasetState.locate`) and ``repair`` retires its digests, so no
+    commit deduplicates onto it.
     """
-    for severity, part in (
-        ("error", [t for k, t in outside if committed is None or k < committed]),
-        ("warning", [t for k, t in outside if committed is not None and k >= committed]),
-    ):
+    c0 = state._chunks_ok[0]
+    committed = state.largest_index
+    finished, leftovers = [], []
+    for k, end, text in outside:
+        state.past_end = max(state.past_end, end)
+        names = state.digests.get(k * c0, set())
+        if committed is not None and (k >= committed or names <= {placeholder_digest(k)}):
+            leftovers.append(text)
+        else:
+            finished.append(text)
+            state.bad[k * c0] = "stored past the end of the file"
+    for part, whose in ((finished, "commits finished"), (leftovers, "left by an interrupted commit")):
         if not part:
             continue
         more = f" and {len(part) - SHOWN} more" if len(part) > SHOWN else ""
         shown = ", ".join(part[:SHOWN])
-        what = f"{len(part)} raw_data chunks lie past the end of the file ({filesize} bytes): {shown}{more}"
-        if severity == "warning":
-            what += " (past the chunks commits finished: left by an interrupted commit, written again by the next)"
-        problem(severity, what)
+        problem(
+            "error",
+            f"{len(part)} raw_data chunks {whose} lie past the end of the file ({filesize} bytes): {shown}{more}; "
+            "libhdf5 would place new objects over them (--repair moves the end of allocation past them)",
+        )
 
 
 def _inspect_hash_table(group: h5py.Group, state: DatasetState, problem: Report) -> None:

@@ -47,7 +47,7 @@ from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import CorruptFileError, RepairedFileWarning
 from .chunkcheck import DAMAGE_ERRORS, describe
 
-__all__ = ["interrupted_damage", "repair_at", "repair_through", "torn_versions"]
+__all__ = ["interrupted_damage", "move_end_past_chunks", "repair_at", "repair_through", "torn_versions"]
 
 #: The start of :func:`interrupted_damage`'s description of a torn versions group.
 TORN = "its versions group cannot be read"
@@ -120,13 +120,14 @@ def _filename(h5file: h5py.Group) -> str:
     return disk_path(h5file.file) or h5file.file.filename
 
 
-def repair_through(h5file: h5py.Group, why: str) -> None:
+def repair_through(h5file: h5py.Group, why: str, *, moved: int = 0) -> None:
     """Repair, through the writable handle ``h5file``, the damage :func:`interrupted_damage` described as ``why``.
 
     Runs :func:`~xarray_vhdf5._versions.check.check_file` and
     :func:`~xarray_vhdf5._versions.repair.repair` (each of its steps a
     mutation: locked, flushed, journaled through a journaled handle), then
-    warns with :class:`~xarray_vhdf5.errors.RepairedFileWarning`.
+    warns with :class:`~xarray_vhdf5.errors.RepairedFileWarning` (``moved``:
+    bytes :func:`move_end_past_chunks` moved the end of allocation before, said too).
 
     Raises
     ------
@@ -156,9 +157,14 @@ def repair_through(h5file: h5py.Group, why: str) -> None:
             f"{path!r}: {why}; the repair on open left it so ({left}). `vhdf5 check {path}` lists what is wrong",
             path=path,
         )
+    lines = str(done).splitlines() if done.changed else []
+    if moved:
+        lines.insert(
+            0, f"end of allocation moved {moved} bytes, past raw_data chunks an interrupted commit left beyond it"
+        )
     warnings.warn(
         RepairedFileWarning(
-            f"{path!r}: {why}. Repaired on open, as `vhdf5 check --repair` does: " + "; ".join(str(done).splitlines()),
+            f"{path!r}: {why}. Repaired on open, as `vhdf5 check --repair` does: " + "; ".join(lines),
             path=path,
         ),
         stacklevel=4,
@@ -184,13 +190,47 @@ def repair_at(path: str | os.PathLike, why: str) -> None:
 
     path = os.fspath(path)
     try:
+        moved = move_end_past_chunks(path)
         with open_for_writing(path, hint=" to repair it") as f:
             found = interrupted_damage(f)
             if found is not None:
-                repair_through(f, found)
+                repair_through(f, found, moved=moved)
     except PermissionError as exc:
         raise CorruptFileError(
             f"{path!r}: {why}, and this process may not write the file to repair it; open it once with "
             f"write permission (any xarray_vhdf5 reader or writer repairs it) or run `vhdf5 check --repair {path}`",
             path=path,
         ) from exc
+
+
+def move_end_past_chunks(path: str | os.PathLike) -> int:
+    """Before a repair by path: move the file's end of allocation past chunks the chunk index places beyond it.
+
+    A writer killed inside libhdf5's flush can leave such entries (their
+    bytes never reached the file); libhdf5 would place new objects over them
+    (:func:`~xarray_vhdf5._versions.repair._end_past_chunks`). libhdf5 moves the
+    end of allocation only through a driver like its default one, so this
+    opens the file so (``h5py.File(path, "r+")``), under the ``WRITE`` lock,
+    and closes it: the superblock's end of allocation is all it writes.
+
+    Returns
+    -------
+    int
+        Bytes moved; 0 when nothing lies past the end, or when another program
+        holds libhdf5's lock on the file (the repair that follows then says so).
+    """
+    from .._backend.h5objects import allocate_through
+    from .locking import file_locks
+    from .repair import chunks_end
+
+    path = os.fspath(path)
+    with file_locks(path).writing():
+        try:
+            f = h5py.File(path, "r+")
+        except OSError:  # libhdf5's lock held by another program, or not writable: the repair says
+            return 0
+        with f:
+            end = chunks_end(f) if f"{VERSION_DATA}" in f else 0
+            if end <= int(f.id.get_filesize()):
+                return 0
+            return allocate_through(f.id, end)

@@ -47,6 +47,7 @@ from .._backend.chunkmap import version_dataset_layout
 from .._backend.chunks import chunk_grid_shape
 from .._backend.h5objects import readable
 from .._backend.hashing import chunk_hash, is_vlen_string_dtype
+from .._backend.hashtable import placeholder_digest
 from .._backend.layout import DATA_VERSION, HASH_TABLE_DTYPE, VERSION_DATA, VERSIONS
 from . import bookkeeping
 from .mutation import mutating
@@ -69,16 +70,6 @@ __all__ = [
     "rebuild_object_dtype_hash_tables",
     "table_rows",
 ]
-
-
-def placeholder_digest(slot: int) -> bytes:
-    """The 32-byte digest a rebuilt table gives a raw_data slot no chunk digest names.
-
-    24 zero bytes, then ``slot`` (the chunk's row in raw_data divided by
-    ``chunks[0]``) as 8 big-endian bytes: distinct per slot, so a table's last
-    row still tells it apart (``backend.hashtable.table_state``).
-    """
-    return bytes(24) + int(slot).to_bytes(8, "big")
 
 
 def table_rows(h5file: h5py.Group, path: str) -> np.ndarray:

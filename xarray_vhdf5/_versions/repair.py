@@ -32,6 +32,12 @@ Each step is a mutation of the file (:func:`~xarray_vhdf5._versions.mutation.mut
 locked, flushed, counted); each leaves a valid file, so a repair interrupted
 between two can be run again.
 
+- chunks HDF5's chunk index places past the end of the file (a writer
+  killed inside libhdf5's flush leaves such entries without their bytes):
+  the file's end of allocation is moved past them
+  (:func:`~xarray_vhdf5._backend.h5objects.allocate_through`), so libhdf5
+  places nothing new over them; a finished chunk among them also has its
+  digest retired (above) and its versions rolled back;
 - a hash table libhdf5 cannot open (its header torn) is written again from
   the versions (``rebuild_hash_tables``; its dataset's group is replaced by
   one linking the same raw_data, the old one parked in the bookkeeping group,
@@ -52,9 +58,9 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
-from .._backend.h5objects import readable
+from .._backend.h5objects import allocate_through, readable
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
-from ..errors import FileBusyError, StaleVersionError, VHDF5Error
+from ..errors import CorruptFileError, FileBusyError, StaleVersionError, VHDF5Error
 from . import bookkeeping
 from . import index as version_index
 from .caches import COMMIT_TOKEN
@@ -67,7 +73,7 @@ from .rebuild import placeholder_digest, rebuild_hash_tables
 from .relink import RelinkReport, finish_interrupted_relink, relink_versions
 from .scratch import Scratch
 
-__all__ = ["RepairReport", "repair"]
+__all__ = ["RepairReport", "chunks_end", "repair"]
 
 #: What a deletion that cannot run on a damaged file raises (then the groups are only unlinked).
 _DELETE_FAILURES = (*DAMAGE_ERRORS, VHDF5Error, NotImplementedError)
@@ -103,6 +109,9 @@ class RepairReport:
     relinked : RelinkReport or None
         Set by ``vhdf5 check --repair`` when it first rebuilt a damaged versions
         group from the version index (:mod:`~xarray_vhdf5._versions.relink`).
+    end_moved : int
+        Bytes the file's end of allocation moved, past chunks the chunk index
+        placed beyond it (``CheckReport.past_end``).
     """
 
     current_version_before: str | None
@@ -117,6 +126,7 @@ class RepairReport:
     notes: list[str] = field(default_factory=list)
     hash_tables_rebuilt: list[str] = field(default_factory=list)
     relinked: RelinkReport | None = None
+    end_moved: int = 0
 
     @property
     def changed(self) -> bool:
@@ -130,6 +140,7 @@ class RepairReport:
             or self.retired_rows
             or self.index_rebuilt
             or self.hash_tables_rebuilt
+            or self.end_moved
         )
 
     def __str__(self) -> str:
@@ -153,6 +164,11 @@ class RepairReport:
             )
         if self.removed or self.leftovers_removed:
             lines.append("raw_data compacted" if self.compacted else "raw_data not compacted (groups unlinked only)")
+        if self.end_moved:
+            lines.append(
+                f"end of allocation moved {self.end_moved} bytes, past raw_data chunks an interrupted "
+                "commit left beyond it"
+            )
         if self.index_rebuilt:
             lines.append("version index rebuilt")
         if self.hash_tables_rebuilt:
@@ -200,6 +216,9 @@ def repair(f, report: CheckReport) -> RepairReport:
     TypeError, ClosedFileError
         ``f`` is not an open h5py file or VersionedHDF5File.
     """
+    # First, before anything is written: chunks the chunk index places past the end of
+    # the file must not have new objects allocated over them (see _end_past_chunks).
+    moved = _end_past_chunks(f.f if hasattr(f, "f") and not isinstance(f, h5py.Group) else f)
     finished = False
     if isinstance(f, (h5py.File, h5py.Group)) and f.file.mode != "r":
         finished = finish_interrupted_relink(f.file)  # else _open() finds no versions group
@@ -214,7 +233,7 @@ def repair(f, report: CheckReport) -> RepairReport:
     target = report.last_whole_version or FIRST_VERSION
     if target not in existing and target != FIRST_VERSION:
         raise ValueError(f"the report's last whole version {target!r} is not in the file: check it again")
-    out = RepairReport(report.current_version, report.current_version, relinked=relinked)
+    out = RepairReport(report.current_version, report.current_version, relinked=relinked, end_moved=moved)
     damaged = [v for v in report.damaged_versions if v in existing and v != FIRST_VERSION]
     leftovers = [v for v in report.leftover_groups if v in existing and v not in damaged]
     doomed = damaged + leftovers
@@ -268,6 +287,66 @@ def repair(f, report: CheckReport) -> RepairReport:
     if registry is not None:
         registry.reload()
     return out
+
+
+def _end_past_chunks(h5file) -> int:
+    """Move the file's end of allocation past every raw_data chunk the chunk index places beyond it.
+
+    A writer killed inside libhdf5's flush can leave chunk-index entries
+    whose bytes never reached the file; libhdf5 would allocate what the repair
+    writes over them, and a commit writing those rows again would then lose
+    its chunk (or overwrite what was allocated there). Done before anything
+    else is written (:func:`~xarray_vhdf5._backend.h5objects.allocate_through`).
+    Returns the bytes moved (0: nothing lies past the end, or the file is
+    read-only, which ``_open`` then refuses).
+
+    Raises
+    ------
+    CorruptFileError
+        Chunks lie past the end and this handle cannot move it: libhdf5 moves
+        it only through a driver like its default one, not through the
+        journaled handles of ``open_file`` (repair by path: ``vhdf5 check
+        --repair``, or any reader of this package, moves it first with
+        :func:`~xarray_vhdf5._versions.openrepair.move_end_past_chunks`).
+        Nothing was written.
+    """
+    if not isinstance(h5file, (h5py.File, h5py.Group)) or h5file.file.mode == "r" or not h5file.id.valid:
+        return 0
+    fid = h5file.file.id
+    end = chunks_end(h5file)
+    if end <= int(fid.get_filesize()):
+        return 0
+    try:
+        with mutating(h5file, what="repair"):
+            return allocate_through(fid, end)
+    except (RuntimeError, NotImplementedError) as exc:
+        name = disk_path(h5file.file) or h5file.file.filename
+        raise CorruptFileError(
+            f"{name!r}: raw_data chunks lie past the end of the file (up to byte {end}), where libhdf5 would "
+            f"place new objects; this handle (driver {h5file.file.driver!r}) cannot move the end of allocation "
+            f"past them ({describe(exc)}). Nothing was changed: run `vhdf5 check --repair {name}`, or open the "
+            "file once with xr.open_dataset or VersionedHDF5File.open, which repair it",
+            path=name,
+        ) from exc
+
+
+def chunks_end(h5file: h5py.Group) -> int:
+    """Where the last raw_data chunk HDF5's chunk indexes name ends (bytes; 0: none), over every dataset."""
+    end = 0
+
+    def visit(info) -> None:
+        nonlocal end
+        if info.byte_offset is not None:
+            end = max(end, info.byte_offset + info.size)
+
+    if VERSION_DATA not in h5file:  # a relink interrupted between its moves: finished first
+        return 0
+    for path in dataset_paths(h5file):
+        try:
+            h5file[f"{VERSION_DATA}/{path}/raw_data"].id.chunk_iter(visit)
+        except DAMAGE_ERRORS:
+            continue  # damage the check reports; what was seen still counts
+    return end
 
 
 def _rebuild_unreadable_tables(h5file: h5py.Group, out: RepairReport) -> list[str]:

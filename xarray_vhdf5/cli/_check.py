@@ -245,8 +245,10 @@ def _repair_path(path: str, report):
     """
     from .._versions.chunkcheck import DAMAGE_ERRORS, describe
     from .._versions.mutation import open_file
+    from .._versions.openrepair import move_end_past_chunks
     from .._versions.repair import repair
 
+    move_end_past_chunks(path)  # the journaled handle cannot move the end of allocation
     f = open_file(path, "r+")
     try:
         done = repair(f, report)
