@@ -67,22 +67,25 @@ def object_address(obj_id) -> int:
 
 
 def allocate_through(file_id, end: int) -> int:
-    """Make libhdf5 allocate nothing new below byte ``end`` of the file: move its end of allocation there.
+    """Make libhdf5 allocate nothing new below the file's last byte or byte ``end``: move its end of allocation.
 
-    A writer killed inside libhdf5's flush can leave chunk-index entries
-    whose bytes lie past the end of allocation the file records; libhdf5 would
-    then allocate new objects over them while the index still names them. With
-    the end of allocation moved past them (``H5Fincrement_filesize``), they are
-    ordinary allocated space: nothing else is placed there, and a chunk written
-    there again stays whole. Nothing is freed (freeing space past the end of
-    allocation lets libhdf5 hand it out twice).
+    libhdf5 allocates new objects from the end of allocation the superblock
+    records. A writer killed inside libhdf5's flush leaves objects and
+    chunks past it: the file is longer than that, and chunk-index entries
+    can even name bytes past the file's end. libhdf5 would then allocate new
+    objects over them while the index still names them. With the end of
+    allocation moved past the file's last byte and past ``end``
+    (``H5Fincrement_filesize``), they are ordinary allocated space: nothing
+    else is placed there, and a chunk written there again stays whole.
+    Nothing is freed (freeing space past the end of allocation lets libhdf5
+    hand it out twice: measured).
 
     Parameters
     ----------
     file_id : h5py.h5f.FileID
-        The file, open writable.
+        The file, open writable through libhdf5's default driver.
     end : int
-        Byte offset the end of allocation must reach.
+        Byte offset the end of allocation must reach at least.
 
     Returns
     -------
@@ -94,20 +97,25 @@ def allocate_through(file_id, end: int) -> int:
     NotImplementedError
         The libhdf5 h5py uses lacks ``H5Fget_eoa`` or ``H5Fincrement_filesize``.
     RuntimeError
-        libhdf5 refused (e.g. the file is read-only).
+        libhdf5 refused: the file is read-only, or open through a driver these
+        calls do not support (they need a SWMR-compatible one: not h5py's
+        ``fileobj``).
     """
     if H5Fget_eoa is None or H5Fincrement_filesize is None:
         raise NotImplementedError("moving the end of allocation needs H5Fget_eoa and H5Fincrement_filesize")
     eoa = ctypes.c_uint64()
     with h5py._objects.phil:
         if H5Fget_eoa(file_id.id, ctypes.byref(eoa)) < 0:
-            raise RuntimeError("H5Fget_eoa failed")
-        base = max(int(eoa.value), int(file_id.get_filesize()))
-        if end <= base:
+            raise RuntimeError("H5Fget_eoa failed (a driver that does not support it?)")
+        eof = int(file_id.get_filesize())
+        if int(eoa.value) >= max(eof, end):
             return 0
-        if H5Fincrement_filesize(file_id.id, end - base) < 0:
+        base = max(int(eoa.value), eof)  # where H5Fincrement_filesize counts from
+        if H5Fincrement_filesize(file_id.id, max(0, end - base)) < 0:
             raise RuntimeError("H5Fincrement_filesize failed")
-    return end - base
+        after = ctypes.c_uint64()
+        H5Fget_eoa(file_id.id, ctypes.byref(after))
+    return int(after.value) - int(eoa.value)
 
 
 def open_by_address(loc_id, address: int):

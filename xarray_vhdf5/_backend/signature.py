@@ -20,7 +20,7 @@ from h5py import h5f
 
 from ..errors import NotHDF5Error
 
-__all__ = ["has_hdf5_signature", "not_hdf5_error", "open_for_reading", "open_h5file"]
+__all__ = ["has_hdf5_signature", "not_hdf5_error", "open_for_reading", "open_h5file", "recorded_end"]
 
 #: The 8 bytes that start an HDF5 superblock (HDF5 File Format Specification, "Superblock").
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -40,6 +40,46 @@ def _superblock_offsets(size: int):
     while offset + len(HDF5_SIGNATURE) <= size:
         yield offset
         offset *= 2
+
+
+def recorded_end(path: str | os.PathLike) -> int | None:
+    """Where the file ends by its superblock: its end-of-file address (bytes from the start of the file).
+
+    libhdf5 allocates new objects from there, and makes the file that long
+    when it closes it. A file longer than this was written past it by a
+    writer that did not close it: one killed, or one still writing. Reads
+    the superblock's first bytes (versions 0 to 3, ``H5Fsuper.c``'s layout);
+    None when the file has no superblock this reads (no signature, an unknown
+    version, offsets other than 4 or 8 bytes).
+    """
+    import struct
+
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            for offset in _superblock_offsets(size):
+                fh.seek(offset)
+                head = fh.read(64)
+                if head[:8] == HDF5_SIGNATURE:
+                    break
+            else:
+                return None
+    except OSError:
+        return None
+    version = head[8]
+    if version in (0, 1):
+        width, fields = head[13], 24 if version == 0 else 28
+    elif version in (2, 3):
+        width, fields = head[9], 12
+    else:
+        return None
+    if width not in (4, 8) or len(head) < fields + 3 * width:
+        return None
+    # After the base address and the free-space (v0/v1) or extension (v2/v3) address. With a
+    # user block, libhdf5 stores it counted from the start of the file (measured: h5py,
+    # userblock_size=512, HDF5 2.0), as the file's length after a close.
+    end = struct.unpack_from("<I" if width == 4 else "<Q", head, fields + 2 * width)[0]
+    return int(end)
 
 
 def has_hdf5_signature(fh) -> tuple[bool, bytes]:

@@ -44,10 +44,18 @@ from h5py import h5a, h5o, h5t
 
 from .._backend.h5attrs import read_attr
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
+from .._backend.signature import recorded_end
 from ..errors import CorruptFileError, RepairedFileWarning
 from .chunkcheck import DAMAGE_ERRORS, describe
 
-__all__ = ["interrupted_damage", "move_end_past_chunks", "repair_at", "repair_through", "torn_versions"]
+__all__ = [
+    "interrupted_damage",
+    "move_end_past_chunks",
+    "past_recorded_end",
+    "repair_at",
+    "repair_through",
+    "torn_versions",
+]
 
 #: The start of :func:`interrupted_damage`'s description of a torn versions group.
 TORN = "its versions group cannot be read"
@@ -195,6 +203,15 @@ def repair_at(path: str | os.PathLike, why: str) -> None:
             found = interrupted_damage(f)
             if found is not None:
                 repair_through(f, found, moved=moved)
+            elif moved:
+                warnings.warn(
+                    RepairedFileWarning(
+                        f"{path!r}: {why}. Repaired on open: end of allocation moved {moved} bytes, past what "
+                        "an interrupted commit left beyond it",
+                        path=path,
+                    ),
+                    stacklevel=4,
+                )
     except PermissionError as exc:
         raise CorruptFileError(
             f"{path!r}: {why}, and this process may not write the file to repair it; open it once with "
@@ -203,34 +220,59 @@ def repair_at(path: str | os.PathLike, why: str) -> None:
         ) from exc
 
 
-def move_end_past_chunks(path: str | os.PathLike) -> int:
-    """Before a repair by path: move the file's end of allocation past chunks the chunk index places beyond it.
+def past_recorded_end(path: str | os.PathLike) -> str | None:
+    """Whether the file is longer than the end its superblock records, in plain words; None if not.
 
-    A writer killed inside libhdf5's flush can leave such entries (their
-    bytes never reached the file); libhdf5 would place new objects over them
-    (:func:`~xarray_vhdf5._versions.repair._end_past_chunks`). libhdf5 moves the
-    end of allocation only through a driver like its default one, so this
-    opens the file so (``h5py.File(path, "r+")``), under the ``WRITE`` lock,
-    and closes it: the superblock's end of allocation is all it writes.
+    libhdf5 makes a file exactly that long when it closes it; a writer
+    killed inside its flush leaves objects and chunks past it, where libhdf5
+    would allocate what it writes next (:func:`move_end_past_chunks`). One
+    ``stat`` and a read of the superblock's first bytes. (A writer still
+    writing makes the file longer too: the repair then waits for libhdf5's
+    lock, or finds nothing to do.)
+    """
+    recorded = recorded_end(path)
+    if recorded is None:
+        return None
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if size <= recorded:
+        return None
+    return f"the file runs {size - recorded} bytes past the end of allocation its superblock records"
+
+
+def move_end_past_chunks(path: str | os.PathLike) -> int:
+    """Before a repair by path: move the file's end of allocation past what a killed writer left beyond it.
+
+    Objects and chunks past the end of allocation the superblock records
+    (the file longer than it, chunk-index entries naming bytes past it):
+    libhdf5 would place new objects over them
+    (:func:`~xarray_vhdf5._backend.h5objects.allocate_through`). libhdf5 moves
+    the end of allocation only through a driver like its default one, so this
+    opens the file so (``h5py.File(path, "r+")``, whose lock waits for no one),
+    takes the ``WRITE`` lock, moves it and closes: the superblock is all it
+    writes.
 
     Returns
     -------
     int
         Bytes moved; 0 when nothing lies past the end, or when another program
-        holds libhdf5's lock on the file (the repair that follows then says so).
+        holds libhdf5's lock on the file or it cannot be written (the repair
+        that follows then says so).
     """
     from .._backend.h5objects import allocate_through
     from .locking import file_locks
     from .repair import chunks_end
 
     path = os.fspath(path)
-    with file_locks(path).writing():
+    try:
+        f = h5py.File(path, "r+")
+    except OSError:  # libhdf5's lock held by another program, or not writable: the repair says
+        return 0
+    with f, file_locks(path).writing():
+        end = chunks_end(f) if VERSION_DATA in f else 0
         try:
-            f = h5py.File(path, "r+")
-        except OSError:  # libhdf5's lock held by another program, or not writable: the repair says
-            return 0
-        with f:
-            end = chunks_end(f) if f"{VERSION_DATA}" in f else 0
-            if end <= int(f.id.get_filesize()):
-                return 0
             return allocate_through(f.id, end)
+        except (RuntimeError, NotImplementedError):
+            return 0

@@ -60,6 +60,7 @@ import numpy as np
 
 from .._backend.h5objects import allocate_through, readable
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
+from .._backend.signature import recorded_end
 from ..errors import CorruptFileError, FileBusyError, StaleVersionError, VHDF5Error
 from . import bookkeeping
 from . import index as version_index
@@ -314,18 +315,21 @@ def _end_past_chunks(h5file) -> int:
         return 0
     fid = h5file.file.id
     end = chunks_end(h5file)
-    if end <= int(fid.get_filesize()):
-        return 0
     try:
         with mutating(h5file, what="repair"):
             return allocate_through(fid, end)
     except (RuntimeError, NotImplementedError) as exc:
         name = disk_path(h5file.file) or h5file.file.filename
+        recorded = recorded_end(name) if os.path.exists(name) else None
+        past = end > int(fid.get_filesize()) or (recorded is not None and os.path.getsize(name) > recorded)
+        if not past:
+            return 0
         raise CorruptFileError(
-            f"{name!r}: raw_data chunks lie past the end of the file (up to byte {end}), where libhdf5 would "
-            f"place new objects; this handle (driver {h5file.file.driver!r}) cannot move the end of allocation "
-            f"past them ({describe(exc)}). Nothing was changed: run `vhdf5 check --repair {name}`, or open the "
-            "file once with xr.open_dataset or VersionedHDF5File.open, which repair it",
+            f"{name!r}: the file holds objects or chunks past the end of allocation its superblock records "
+            f"(chunks up to byte {end}), where libhdf5 would place new objects; this handle (driver "
+            f"{h5file.file.driver!r}) cannot move the end of allocation past them ({describe(exc)}). Nothing "
+            f"was changed: run `vhdf5 check --repair {name}`, or open the file once with xr.open_dataset or "
+            "VersionedHDF5File.open, which repair it",
             path=name,
         ) from exc
 
