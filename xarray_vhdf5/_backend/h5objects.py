@@ -44,6 +44,7 @@ from ._libhdf5 import (
 __all__ = [
     "allocate_through",
     "create_ordered_group",
+    "end_of_allocation",
     "link_counters",
     "member_names",
     "memory_type",
@@ -64,6 +65,25 @@ def object_address(obj_id) -> int:
             if H5Oget_info3(obj_id.id, ctypes.byref(info), H5O_INFO_BASIC) >= 0:
                 return int.from_bytes(bytes(info.token)[:8], "little")
     return int(h5o.get_info(obj_id).addr)
+
+
+def end_of_allocation(file_id) -> int:
+    """The file's end of allocation, where libhdf5 places what it allocates next (``H5Fget_eoa``; bytes).
+
+    Raises
+    ------
+    NotImplementedError
+        The libhdf5 h5py uses lacks ``H5Fget_eoa``.
+    RuntimeError
+        libhdf5 refused (a driver that does not support it: h5py's ``fileobj``).
+    """
+    if H5Fget_eoa is None:
+        raise NotImplementedError("reading the end of allocation needs H5Fget_eoa")
+    eoa = ctypes.c_uint64()
+    with h5py._objects.phil:
+        if H5Fget_eoa(file_id.id, ctypes.byref(eoa)) < 0:
+            raise RuntimeError("H5Fget_eoa failed (a driver that does not support it?)")
+    return int(eoa.value)
 
 
 def allocate_through(file_id, end: int) -> int:

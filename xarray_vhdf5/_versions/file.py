@@ -34,9 +34,9 @@ from .commit import CommitReport, commit_version
 from .delete import DeleteReport, delete_versions
 from .index import touch as touch_index
 from .metadata import finish_interrupted
-from .mutation import check_fresh, disk_path, mutating, note_opened, refuse_interrupted
+from .mutation import check_fresh, mutating, note_opened, refuse_interrupted
 from .objects import check_file_argument
-from .openrepair import interrupted_damage, past_recorded_end, repair_through, torn_versions
+from .openrepair import interrupted_damage, repair_through, torn_versions
 from .reader import SharedVersionedFile
 from .rebase import RebaseReport, rebase_staged
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
@@ -128,8 +128,6 @@ class VersionedHDF5File(RefMethods):
                 )
             initialize(f)
         damage = interrupted_damage(f)  # a writer killed inside libhdf5's flush (versions.openrepair)
-        if damage is None and f.file.mode != "r" and (name := disk_path(f.file)) is not None:
-            damage = past_recorded_end(name)
         if damage is not None and f.file.mode != "r":
             repair_through(f, damage)
         elif torn_versions(damage):

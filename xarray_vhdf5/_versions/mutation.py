@@ -31,14 +31,13 @@ import contextlib
 import fcntl
 import os
 import time
-import warnings
 import weakref
 from collections.abc import Iterator
 
 import h5py
 
 from .._backend.signature import not_hdf5_error, open_h5file
-from ..errors import CorruptFileError, FileBusyError, RepairedFileWarning, StaleVersionError
+from ..errors import CorruptFileError, FileBusyError, StaleVersionError
 from . import bookkeeping, chunkmaps, generation
 from .journal import JournaledFile, OsIO, journal_path, recover
 from .locking import WRITE_TIMEOUT, file_locks, lock_timeout, path_names
@@ -463,32 +462,6 @@ def _journaled_close(jf: JournaledFile, close) -> None:
         jf.end()
 
 
-def _end_past_leftovers(path: str) -> None:
-    """Before a journaled open: move the end of allocation past what a writer killed in libhdf5's flush left.
-
-    The journaled handle's driver cannot move it
-    (:func:`~xarray_vhdf5._versions.openrepair.move_end_past_chunks`, which
-    this runs when the file is longer than its superblock records: a
-    ``stat`` and a 64-byte read otherwise). The rest of the repair happens in
-    the handle (``VersionedHDF5File``'s open).
-    """
-    from .openrepair import move_end_past_chunks, past_recorded_end
-
-    why = past_recorded_end(path)
-    if why is None:
-        return
-    moved = move_end_past_chunks(path)
-    if moved:
-        warnings.warn(
-            RepairedFileWarning(
-                f"{path!r}: {why}. Repaired on open: end of allocation moved {moved} bytes, past what an "
-                "interrupted commit left beyond it",
-                path=path,
-            ),
-            stacklevel=4,
-        )
-
-
 def _open_journaled(jf: JournaledFile, path: str, hint: str) -> h5py.File:
     """``h5py.File(jf, "a")``, registered for :func:`mutating`; the caller holds ``WRITE``, journal rolled back."""
     try:
@@ -543,7 +516,6 @@ def open_for_writing(
     if not os.path.exists(path):
         with contextlib.suppress(BlockingIOError):
             open_h5file(path, "a", hint=hint).close()  # a new file (another writer may race us)
-    _end_past_leftovers(path)
     jf = _flocked_file(path, durable, deadline, timeout)
     try:
         with file_locks(path).writing(timeout=max(0.0, deadline - time.monotonic())):
@@ -625,7 +597,6 @@ def open_file(
     if not os.path.exists(path):
         with contextlib.suppress(BlockingIOError):
             open_h5file(path, "a").close()
-    _end_past_leftovers(path)
     jf = _flocked_file(path, durable, deadline, timeout, io)
     try:
         with file_locks(path).writing(timeout=max(0.0, deadline - time.monotonic())):

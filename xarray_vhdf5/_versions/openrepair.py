@@ -44,14 +44,12 @@ from h5py import h5a, h5o, h5t
 
 from .._backend.h5attrs import read_attr
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
-from .._backend.signature import recorded_end
 from ..errors import CorruptFileError, RepairedFileWarning
 from .chunkcheck import DAMAGE_ERRORS, describe
 
 __all__ = [
     "interrupted_damage",
     "move_end_past_chunks",
-    "past_recorded_end",
     "repair_at",
     "repair_through",
     "torn_versions",
@@ -147,9 +145,12 @@ def repair_through(h5file: h5py.Group, why: str, *, moved: int = 0) -> None:
     """
     from ..errors import FileBusyError, StaleVersionError
     from .check import check_file
+    from .metadata import finish_interrupted
     from .repair import repair
 
     path = _filename(h5file)
+    if not torn_versions(why):  # a dead writer's modify_metadata or deletion first, as every writable open does
+        finish_interrupted(h5file)
     try:
         done = repair(h5file, check_file(h5file))
     except (FileBusyError, StaleVersionError):
@@ -203,43 +204,13 @@ def repair_at(path: str | os.PathLike, why: str) -> None:
             found = interrupted_damage(f)
             if found is not None:
                 repair_through(f, found, moved=moved)
-            elif moved:
-                warnings.warn(
-                    RepairedFileWarning(
-                        f"{path!r}: {why}. Repaired on open: end of allocation moved {moved} bytes, past what "
-                        "an interrupted commit left beyond it",
-                        path=path,
-                    ),
-                    stacklevel=4,
-                )
+
     except PermissionError as exc:
         raise CorruptFileError(
             f"{path!r}: {why}, and this process may not write the file to repair it; open it once with "
             f"write permission (any xarray_vhdf5 reader or writer repairs it) or run `vhdf5 check --repair {path}`",
             path=path,
         ) from exc
-
-
-def past_recorded_end(path: str | os.PathLike) -> str | None:
-    """Whether the file is longer than the end its superblock records, in plain words; None if not.
-
-    libhdf5 makes a file exactly that long when it closes it; a writer
-    killed inside its flush leaves objects and chunks past it, where libhdf5
-    would allocate what it writes next (:func:`move_end_past_chunks`). One
-    ``stat`` and a read of the superblock's first bytes. (A writer still
-    writing makes the file longer too: the repair then waits for libhdf5's
-    lock, or finds nothing to do.)
-    """
-    recorded = recorded_end(path)
-    if recorded is None:
-        return None
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return None
-    if size <= recorded:
-        return None
-    return f"the file runs {size - recorded} bytes past the end of allocation its superblock records"
 
 
 def move_end_past_chunks(path: str | os.PathLike) -> int:
@@ -254,14 +225,17 @@ def move_end_past_chunks(path: str | os.PathLike) -> int:
     takes the ``WRITE`` lock, moves it and closes: the superblock is all it
     writes.
 
+    Only when a chunk the chunk index names lies past the end of allocation:
+    a file merely longer than its superblock says holds free space there.
+
     Returns
     -------
     int
-        Bytes moved; 0 when nothing lies past the end, or when another program
+        Bytes moved; 0 when no chunk lies past the end, or when another program
         holds libhdf5's lock on the file or it cannot be written (the repair
         that follows then says so).
     """
-    from .._backend.h5objects import allocate_through
+    from .._backend.h5objects import allocate_through, end_of_allocation
     from .locking import file_locks
     from .repair import chunks_end
 
@@ -273,6 +247,10 @@ def move_end_past_chunks(path: str | os.PathLike) -> int:
     with f, file_locks(path).writing():
         end = chunks_end(f) if VERSION_DATA in f else 0
         try:
+            if end <= end_of_allocation(f.id):
+                # Only free space lies past it (a journaled writer killed between two commits
+                # leaves that: libhdf5 does not shorten the file at a flush through its driver).
+                return 0
             return allocate_through(f.id, end)
         except (RuntimeError, NotImplementedError):
             return 0

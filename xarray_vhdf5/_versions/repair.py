@@ -321,7 +321,7 @@ def _end_past_chunks(h5file) -> int:
     except (RuntimeError, NotImplementedError) as exc:
         name = disk_path(h5file.file) or h5file.file.filename
         recorded = recorded_end(name) if os.path.exists(name) else None
-        past = end > int(fid.get_filesize()) or (recorded is not None and os.path.getsize(name) > recorded)
+        past = end > int(fid.get_filesize()) or (recorded is not None and end > recorded)
         if not past:
             return 0
         raise CorruptFileError(

@@ -30,7 +30,7 @@ from ..errors import HDF5Error, VersionNotFoundError, VHDF5Error
 from . import generation
 from .journal import journal_path, roll_back_interrupted
 from .locking import file_locks
-from .openrepair import interrupted_damage, past_recorded_end, repair_at
+from .openrepair import interrupted_damage, repair_at
 
 __all__ = ["SharedFile", "version_dataset", "version_timestamp"]
 
@@ -99,7 +99,7 @@ class SharedFile:
                     continue  # a writer died since the check above: roll it back first
                 f = open_for_reading(self.path, hint=hint)
                 if look:
-                    look, damage = False, interrupted_damage(f) or past_recorded_end(self.path)
+                    look, damage = False, interrupted_damage(f)
                 if damage is None:
                     try:
                         self.offset = generation.locate(f)
