@@ -237,3 +237,38 @@ def assert_whole_after_more(path, before) -> None:
     for v, values in before.items():
         np.testing.assert_array_equal(after[v], values)
     assert check_file(path, rehash=True).ok
+
+
+def test_a_torn_swap_left_in_the_scratch_group_does_not_free_the_versions_object(tmp_path):
+    """A move into place torn by a kill: linked in the scratch group and in its version, counted once.
+
+    As a plain-handle ``modify_metadata`` killed inside libhdf5's flush left
+    it (seed 98, #87 of ``run_kills``): finishing the run deleted the scratch
+    group, which freed six versions' datasets. The recovery counts the second
+    link first.
+    """
+    import ctypes
+    import json
+
+    from xarray_vhdf5._backend._libhdf5 import libhdf5_function
+    from xarray_vhdf5._versions.check import check_file
+    from xarray_vhdf5._versions.scratch import Scratch
+
+    decr = libhdf5_function("H5Odecr_refcount", [ctypes.c_int64])
+    path = tmp_path / "f.h5"
+    write(path, 3)
+    before = read_versions(path)
+    with h5py.File(path, "a") as f:
+        scratch = f.create_group("_version_data/__vhdf5_scratch__")
+        scratch["pending2"] = f[f"{VERSIONS}/v2/x"]  # the swap done, the scratch link left
+        scratch.attrs["journal"] = json.dumps([["pending2", f"/{VERSIONS}/v2/x"]])
+        with h5py._objects.phil:
+            assert decr(scratch["pending2"].id.id) >= 0  # the header counting one link, as torn
+        assert h5py.h5o.get_info(scratch["pending2"].id).rc == 1
+    with h5py.File(path, "a") as f:
+        assert Scratch.recover(f)
+        assert h5py.h5o.get_info(f[f"{VERSIONS}/v2/x"].id).rc == 1
+    assert check_file(path, rehash=True).ok
+    after = read_versions(path)
+    for v, values in before.items():
+        np.testing.assert_array_equal(after[v], values)

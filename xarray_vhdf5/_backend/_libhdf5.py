@@ -31,6 +31,7 @@ __all__ = [
     "H5O_token_t",
     "H5Oget_info3",
     "H5Oget_info_by_name3",
+    "H5Oincr_refcount",
     "H5Oopen_by_token",
     "libhdf5_function",
 ]
@@ -113,6 +114,8 @@ H5Oget_info_by_name3 = libhdf5_function(
 H5Oopen_by_token = libhdf5_function("H5Oopen_by_token", [ctypes.c_int64, H5O_token_t], ctypes.c_int64)
 #: ``herr_t H5Gget_info(hid_t group, H5G_info_t *info)``, or None.
 H5Gget_info = libhdf5_function("H5Gget_info", [ctypes.c_int64, ctypes.POINTER(H5G_info_t)])
+#: ``herr_t H5Oincr_refcount(hid_t object_id)``: one more hard link counted in the object's header, or None.
+H5Oincr_refcount = libhdf5_function("H5Oincr_refcount", [ctypes.c_int64])
 #: ``herr_t H5Fget_eoa(hid_t file, haddr_t *eoa)``: the file's end of allocation, or None.
 H5Fget_eoa = libhdf5_function("H5Fget_eoa", [ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64)])
 #: ``herr_t H5Fincrement_filesize(hid_t file, hsize_t increment)``: end of allocation set to

@@ -38,11 +38,13 @@ from ._libhdf5 import (
     H5O_token_t,
     H5Oget_info3,
     H5Oget_info_by_name3,
+    H5Oincr_refcount,
     H5Oopen_by_token,
 )
 
 __all__ = [
     "allocate_through",
+    "count_one_more_link",
     "create_ordered_group",
     "end_of_allocation",
     "link_counters",
@@ -65,6 +67,27 @@ def object_address(obj_id) -> int:
             if H5Oget_info3(obj_id.id, ctypes.byref(info), H5O_INFO_BASIC) >= 0:
                 return int.from_bytes(bytes(info.token)[:8], "little")
     return int(h5o.get_info(obj_id).addr)
+
+
+def count_one_more_link(obj_id) -> None:
+    """Count one more hard link in the object's header (``H5Oincr_refcount``).
+
+    For a link a torn flush left on disk without its count: the header says
+    one link where two name the object, and removing either would free the
+    object under the other. Counted first, the removal leaves it whole.
+
+    Raises
+    ------
+    NotImplementedError
+        The libhdf5 h5py uses lacks ``H5Oincr_refcount``.
+    RuntimeError
+        libhdf5 refused (the file is read-only).
+    """
+    if H5Oincr_refcount is None:
+        raise NotImplementedError("counting a link needs H5Oincr_refcount")
+    with h5py._objects.phil:
+        if H5Oincr_refcount(obj_id.id) < 0:
+            raise RuntimeError("H5Oincr_refcount failed")
 
 
 def end_of_allocation(file_id) -> int:
