@@ -335,12 +335,19 @@ def _end_past_chunks(h5file) -> int:
 
 
 def chunks_end(h5file: h5py.Group) -> int:
-    """Where the last raw_data chunk HDF5's chunk indexes name ends (bytes; 0: none), over every dataset."""
+    """Where the last raw_data chunk that starts inside the file ends (bytes; 0: none), over every dataset.
+
+    A writer killed while writing a chunk leaves it starting at or before the
+    file's last byte. A chunk address past that is not such a chunk but a
+    damaged index (a flipped bit can name any address): it is left to the
+    check, which reports it, and never moves the end of allocation.
+    """
     end = 0
+    size = int(h5file.file.id.get_filesize())
 
     def visit(info) -> None:
         nonlocal end
-        if info.byte_offset is not None:
+        if info.byte_offset is not None and info.byte_offset <= size:
             end = max(end, info.byte_offset + info.size)
 
     if VERSION_DATA not in h5file:  # a relink interrupted between its moves: finished first
