@@ -562,7 +562,7 @@ def test_an_attribute_libhdf5_cannot_read_is_a_corrupt_file(tmp_path):
     assert str(path) in str(info.value) and "current_version" in str(info.value)
 
 
-def _chunk_cut_off(path, *, claimed: bool, current: str | None = None) -> None:
+def _chunk_cut_off(path, *, claimed: bool, current: str | None = None, keep_bytes: bool = False) -> None:
     """A commit killed after its chunk's index entry reached the file but not its bytes.
 
     One chunk (rows 40:48) written past the 5 committed ones, then the file
@@ -571,7 +571,9 @@ def _chunk_cut_off(path, *, claimed: bool, current: str | None = None) -> None:
     flushed and the data is not (seen after 6 of about 4000 kills of
     plain-handle writers). ``claimed``: the hash table had taken the chunk
     too (a row with its digest, ``largest_index`` 6). ``current``: the
-    ``current_version`` the versions group then names.
+    ``current_version`` the versions group then names. ``keep_bytes``: the
+    chunk's bytes reached the file (it is longer than its superblock says),
+    as libhdf5 leaves it when the data is flushed and the superblock is not.
     """
     import struct
 
@@ -598,7 +600,8 @@ def _chunk_cut_off(path, *, claimed: bool, current: str | None = None) -> None:
         assert struct.unpack("<Q", head[40:48])[0] == cut + 64  # the chunk is the file's last bytes
         fh.seek(40)
         fh.write(struct.pack("<Q", cut))
-        fh.truncate(cut)
+        if not keep_bytes:
+            fh.truncate(cut)
 
 
 def _read_x(path, version: str) -> np.ndarray:
@@ -673,19 +676,63 @@ def test_the_repair_on_open_moves_the_end_of_allocation_too(tmp_path):
 
 
 def test_a_journaled_handle_refuses_to_repair_over_chunks_past_the_end(tmp_path):
-    """libhdf5 moves the end of allocation only through its default driver: a journaled handle says so."""
-    from xarray_vhdf5._versions.mutation import open_file
+    """libhdf5 moves the end of allocation only through its default driver: a journaled handle
+    opened past the openers of this package (which move it first) says so, and writes nothing."""
+    from xarray_vhdf5._versions.journal import JournaledFile
 
     path = tmp_path / "f.h5"
     _chunk_cut_off(path, claimed=False, current="v2")
     report = check_file(path)
     size = os.path.getsize(path)
-    f = open_file(path, "r+")
+    jf = JournaledFile(str(path))
+    f = h5py.File(jf, "a")
     try:
         with pytest.raises(CorruptFileError, match="cannot move the end of allocation"):
             repair(f, report)
+        assert os.path.getsize(path) == size
     finally:
         f.close()
-    assert os.path.getsize(path) == size
+        jf.close()
     result = CliRunner().invoke(cli, ["check", "--repair", str(path)])  # by path: moved first, then repaired
     assert "after repair:" in result.output and "no problems found" in result.output.split("after repair:")[1]
+
+
+def _commit_rows(path, how: str, value: float) -> None:
+    """Rows 40:48 of x set to ``value`` in a new version v3, through ``how``: the first opener after the kill."""
+    from xarray_vhdf5._versions.mutation import open_file
+
+    if how == "open_file":
+        with open_file(path) as f, xv.VersionedHDF5File(f).stage_version("v3") as g:
+            g["x"].resize((48,))
+            g["x"][40:] = value
+    elif how == "h5py":
+        with h5py.File(path, "a") as f, xv.VersionedHDF5File(f).stage_version("v3") as g:
+            g["x"].resize((48,))
+            g["x"][40:] = value
+    else:  # the xarray staged commit
+        with xr.open_dataset(path, engine="vhdf5") as ds:
+            staged = ds.vhdf5.stage()
+            name = next(iter(staged.data_vars))
+            dim = staged[name].dims[0]
+            staged = staged.vhdf5.append(xr.Dataset({name: (dim, np.full(8, value))}), dim=dim)
+            staged.vhdf5.commit("v3")
+
+
+@pytest.mark.parametrize("how", ["open_file", "h5py", "xarray"])
+@pytest.mark.parametrize("case", ["cut, current_version names a lost version", "bytes kept, versions whole"])
+def test_the_first_writer_moves_the_end_past_chunks_a_killed_writer_left(tmp_path, how, case):
+    """Whatever writer opens the file first after the kill, journaled or not, moves the end of allocation
+    before libhdf5 places anything (found for the journaled writers: they refused to commit)."""
+    path = tmp_path / "f.h5"
+    if case.startswith("cut"):
+        _chunk_cut_off(path, claimed=False, current="v2")
+    else:
+        _chunk_cut_off(path, claimed=False, keep_bytes=True)
+    assert check_file(path).past_end
+    with pytest.warns(xv.RepairedFileWarning) as record:
+        _commit_rows(path, how, 3.0)
+    assert any("end of allocation moved 64 bytes" in str(w.message) for w in record), [str(w.message) for w in record]
+    after = check_file(path, rehash=True)
+    assert after.ok, [str(p) for p in after.errors]
+    assert _read_x(path, "v3")[38:].tolist() == [38.0, 39.0] + [3.0] * 8
+    assert _read_x(path, "v1").tolist() == np.arange(40.0).tolist()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import h5py
 
 from .._backend.chunkmap import version_dataset_layout
+from .._backend.h5objects import end_of_allocation
 from .._backend.layout import DATA_VERSION, FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import NotVersionedError
 from . import bookkeeping
@@ -308,13 +309,26 @@ class Checker:
             self.problem(ERROR, f"current_version names {current!r}, which is not in the file")
 
     # -- datasets -----------------------------------------------------------------
+    def _ends(self) -> tuple[int | None, int | None]:
+        """The file's length and its end of allocation, in bytes (None: not known).
+
+        A chunk past the end of allocation was placed by a writer killed inside
+        libhdf5's flush, and libhdf5 would allocate new objects over it
+        (:func:`~xarray_vhdf5._versions.chunkcheck.inspect_dataset`).
+        """
+        try:
+            filesize = int(self.f.file.id.get_filesize())
+        except DAMAGE_ERRORS:
+            return None, None
+        try:
+            return filesize, end_of_allocation(self.f.file.id)
+        except (RuntimeError, NotImplementedError):  # a journaled handle: its opener moved it
+            return filesize, None
+
     def _datasets(self) -> dict[str, DatasetState]:
         """Each versioned dataset's :class:`DatasetState`, by the absolute path of its raw_data."""
         vdata = self.vdata
-        try:
-            filesize = self.f.file.id.get_filesize()
-        except DAMAGE_ERRORS:
-            filesize = None
+        filesize, allocated_end = self._ends()
         states: dict[str, DatasetState] = {}
 
         def walk(group: h5py.Group, prefix: str) -> None:
@@ -349,7 +363,9 @@ class Checker:
                     continue
                 if holds:
                     path = prefix + name
-                    states[f"{vdata.name}/{path}/raw_data"] = inspect_dataset(obj, path, filesize, self.problem)
+                    states[f"{vdata.name}/{path}/raw_data"] = inspect_dataset(
+                        obj, path, filesize, self.problem, allocated_end=allocated_end
+                    )
                 elif isinstance(obj, h5py.Group):
                     walk(obj, f"{prefix}{name}/")
 
@@ -424,10 +440,7 @@ class Checker:
             table = group.get("hash_table") if same else self._pending_table(f"{parent}/hash_table")
         except DAMAGE_ERRORS:
             return None
-        try:
-            filesize = self.f.file.id.get_filesize()
-        except DAMAGE_ERRORS:
-            filesize = None
+        filesize, allocated_end = self._ends()
         members = {"raw_data": raw}
         if isinstance(table, h5py.Dataset):
             members["hash_table"] = table
@@ -436,7 +449,7 @@ class Checker:
             if "hash_table" in members or not what.startswith("the hash table or its largest_index"):
                 self.problem(severity, f"{what} (the new raw_data {raw_name})", version, dataset, damages)
 
-        state = inspect_dataset(members, path, filesize, problem)
+        state = inspect_dataset(members, path, filesize, problem, allocated_end=allocated_end)
         if not state.usable:
             return None
         missing = "" if isinstance(linked, h5py.Dataset) else f"; {parent}/raw_data is missing and will be relinked"

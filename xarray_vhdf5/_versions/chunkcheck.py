@@ -467,7 +467,9 @@ def _chunk_map(vds: h5py.Dataset, chunks: tuple[int, ...], raw_name: str) -> tup
     return flat, slab_offsets.ravel()[flat].astype(np.int64)
 
 
-def inspect_dataset(group: h5py.Group, path: str, filesize: int | None, problem: Report) -> DatasetState:
+def inspect_dataset(
+    group: h5py.Group, path: str, filesize: int | None, problem: Report, *, allocated_end: int | None = None
+) -> DatasetState:
     """Check one versioned dataset's raw_data and hash table (no version read yet).
 
     Parameters
@@ -480,6 +482,10 @@ def inspect_dataset(group: h5py.Group, path: str, filesize: int | None, problem:
         The file's size in bytes (stored chunks must lie inside it); None: not checked.
     problem : callable
         ``problem(severity, what, dataset=path)`` for each problem found.
+    allocated_end : int, optional
+        The file's end of allocation in bytes (``H5Fget_eoa``): stored chunks
+        inside the file but past it are reported too (their bytes are whole;
+        libhdf5 would place new objects over them).
 
     Returns
     -------
@@ -507,7 +513,17 @@ def inspect_dataset(group: h5py.Group, path: str, filesize: int | None, problem:
             "error", f"raw_data has shape {shape}: one chunk {chunks[1:]} wide on the axes after the first is expected"
         )
     else:
-        state.allocated, outside = _allocated(raw, chunks, filesize, problem)
+        state.allocated, outside, beyond = _allocated(raw, chunks, filesize, allocated_end, problem)
+        if beyond:
+            state.past_end = max(end for end, _ in beyond)
+            more = f" and {len(beyond) - SHOWN} more" if len(beyond) > SHOWN else ""
+            problem(
+                "error",
+                f"{len(beyond)} raw_data chunks lie in the file but past its end of allocation ({allocated_end} "
+                f"bytes), as a writer killed inside libhdf5's flush leaves them: "
+                f"{', '.join(text for _, text in beyond[:SHOWN])}{more}; libhdf5 would place new objects over "
+                "them (--repair moves the end of allocation past them)",
+            )
     _inspect_hash_table(group, state, problem)
     if outside:
         _report_outside(outside, filesize, state, problem)
@@ -515,32 +531,37 @@ def inspect_dataset(group: h5py.Group, path: str, filesize: int | None, problem:
 
 
 def _allocated(
-    raw: h5py.Dataset, chunks: tuple[int, ...], filesize: int | None, problem: Report
-) -> tuple[np.ndarray | None, list[tuple[int, int, str]]]:
+    raw: h5py.Dataset, chunks: tuple[int, ...], filesize: int | None, allocated_end: int | None, problem: Report
+) -> tuple[np.ndarray | None, list[tuple[int, int, str]], list[tuple[int, str]]]:
     """Per raw_data chunk, whether HDF5's chunk index stores it inside the file (one pass over the index).
 
-    Also the chunks the index places past the end of the file: ``(chunk number, end byte, description)``.
+    Also the chunks the index places past the end of the file: ``(chunk
+    number, end byte, description)``; and those inside the file but past
+    ``allocated_end``: ``(end byte, description)``.
     """
     c0 = chunks[0]
     allocated = np.zeros(-(-raw.shape[0] // c0), dtype=bool)
     outside: list[tuple[int, int, str]] = []
+    beyond: list[tuple[int, str]] = []
 
     def visit(info) -> None:
         offset = info.chunk_offset
         if any(offset[1:]) or offset[0] % c0 or offset[0] // c0 >= len(allocated):
             return
+        text = f"rows {offset[0]}:{offset[0] + c0} at byte {info.byte_offset}, {info.size} bytes"
         if filesize is not None and (info.byte_offset is None or info.byte_offset + info.size > filesize):
-            text = f"rows {offset[0]}:{offset[0] + c0} at byte {info.byte_offset}, {info.size} bytes"
             outside.append((offset[0] // c0, (info.byte_offset or 0) + info.size, text))
             return
+        if allocated_end is not None and info.byte_offset + info.size > allocated_end:
+            beyond.append((info.byte_offset + info.size, text))
         allocated[offset[0] // c0] = True
 
     try:
         raw.id.chunk_iter(visit)
     except DAMAGE_ERRORS as exc:
         problem("error", f"raw_data's chunk index cannot be read: {describe(exc)}")
-        return None, []
-    return allocated, outside
+        return None, [], []
+    return allocated, outside, beyond
 
 
 def _report_outside(

@@ -36,7 +36,7 @@ from .index import touch as touch_index
 from .metadata import finish_interrupted
 from .mutation import check_fresh, mutating, note_opened, refuse_interrupted
 from .objects import check_file_argument
-from .openrepair import interrupted_damage, repair_through, torn_versions
+from .openrepair import interrupted_damage, move_end_through, repair_through, torn_versions, warn_moved
 from .reader import SharedVersionedFile
 from .rebase import RebaseReport, rebase_staged
 from .rebuild import chunk_diff, rebuild_hash_tables, rebuild_object_dtype_hash_tables
@@ -128,8 +128,12 @@ class VersionedHDF5File(RefMethods):
                 )
             initialize(f)
         damage = interrupted_damage(f)  # a writer killed inside libhdf5's flush (versions.openrepair)
+        # What it left past the end of allocation (a plain handle; journaled openers moved it already).
+        moved = move_end_through(f, always=damage is not None) if f.file.mode != "r" else 0
         if damage is not None and f.file.mode != "r":
-            repair_through(f, damage)
+            repair_through(f, damage, moved=moved)
+        elif moved:
+            warn_moved(f, moved)
         elif torn_versions(damage):
             name = f.file.filename
             raise CorruptFileError(

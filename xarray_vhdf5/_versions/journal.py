@@ -344,6 +344,9 @@ class JournaledFile(_DescriptorFile):
         self._pending: Any = None  # a side copy still running: referred at the first overwrite of its extents
         self._pending_spans: list[tuple[int, int]] = []
         self.stale = False  # another process wrote the file: drop writes outside mutations
+        #: Keep the file's length when libhdf5 closes it (it shortens it to its end of
+        #: allocation): set while an opener looks at a file a killed writer left longer.
+        self.keep_length = False
         #: The file's write counters as this handle last saw them, and their offset
         #: (set by :mod:`~xarray_vhdf5._versions.mutation`), to notice staleness at close.
         self.seen: Counters | None = None
@@ -608,6 +611,8 @@ class JournaledFile(_DescriptorFile):
 
     def truncate(self, size: int | None = None) -> int:
         size = self._pos if size is None else size
+        if self.keep_length:
+            return size
         if self._journal is not None:
             size = max(size, self._old_size)  # never cut bytes a rollback needs
         elif self._is_stale():

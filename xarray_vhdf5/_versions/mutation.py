@@ -463,9 +463,30 @@ def _journaled_close(jf: JournaledFile, close) -> None:
 
 
 def _open_journaled(jf: JournaledFile, path: str, hint: str) -> h5py.File:
-    """``h5py.File(jf, "a")``, registered for :func:`mutating`; the caller holds ``WRITE``, journal rolled back."""
+    """``h5py.File(jf, "a")``, registered for :func:`mutating`; the caller holds ``WRITE``, journal rolled back.
+
+    What a writer killed inside libhdf5's flush left past the end of
+    allocation is moved under it first (:mod:`~xarray_vhdf5._versions.openrepair`):
+    libhdf5 cannot move that end through this driver, and would place this
+    handle's objects over those chunks. Looked for when the file is longer than
+    its superblock says, and when the versions show an interrupted commit
+    (a chunk whose bytes never reached the file can start at its very end).
+    """
+    from .openrepair import interrupted_damage, move_end_past_chunks, past_allocation, warn_moved
+
+    looked = past_allocation(path)
+    if looked:
+        warn_moved(path, move_end_past_chunks(path, flocked=True))
     try:
         f = _JournaledH5File(jf, "a")
+        if not looked and interrupted_damage(f) is not None:
+            jf.keep_length = True  # libhdf5's close would cut what lies past its end of allocation
+            try:
+                h5py.File.close(f)
+            finally:
+                jf.keep_length = False
+            warn_moved(path, move_end_past_chunks(path, flocked=True))
+            f = _JournaledH5File(jf, "a")
     except OSError as exc:
         jf.close()
         error = not_hdf5_error(path, hint=hint)

@@ -44,15 +44,19 @@ from h5py import h5a, h5o, h5t
 
 from .._backend.h5attrs import read_attr
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
+from .._backend.signature import recorded_end
 from ..errors import CorruptFileError, RepairedFileWarning
 from .chunkcheck import DAMAGE_ERRORS, describe
 
 __all__ = [
     "interrupted_damage",
     "move_end_past_chunks",
+    "move_end_through",
+    "past_allocation",
     "repair_at",
     "repair_through",
     "torn_versions",
+    "warn_moved",
 ]
 
 #: The start of :func:`interrupted_damage`'s description of a torn versions group.
@@ -168,13 +172,34 @@ def repair_through(h5file: h5py.Group, why: str, *, moved: int = 0) -> None:
         )
     lines = str(done).splitlines() if done.changed else []
     if moved:
-        lines.insert(
-            0, f"end of allocation moved {moved} bytes, past raw_data chunks an interrupted commit left beyond it"
-        )
+        lines.insert(0, _moved(moved))
     warnings.warn(
         RepairedFileWarning(
             f"{path!r}: {why}. Repaired on open, as `vhdf5 check --repair` does: " + "; ".join(lines),
             path=path,
+        ),
+        stacklevel=4,
+    )
+
+
+def _moved(moved: int) -> str:
+    return f"end of allocation moved {moved} bytes, past raw_data chunks an interrupted commit left beyond it"
+
+
+def warn_moved(path: str | h5py.Group, moved: int) -> None:
+    """Issue :class:`~xarray_vhdf5.errors.RepairedFileWarning` for an end of allocation moved ``moved`` bytes.
+
+    Nothing when ``moved`` is 0. ``path``: the file, or an open group of it.
+    """
+    if not moved:
+        return
+    name = path if isinstance(path, str) else _filename(path)
+    warnings.warn(
+        RepairedFileWarning(
+            f"{name!r}: an interrupted commit left raw_data chunks past the end of allocation, where "
+            f"libhdf5 would have placed new objects. Repaired on open, as `vhdf5 check --repair` does: "
+            + _moved(moved),
+            path=name,
         ),
         stacklevel=4,
     )
@@ -213,7 +238,58 @@ def repair_at(path: str | os.PathLike, why: str) -> None:
         ) from exc
 
 
-def move_end_past_chunks(path: str | os.PathLike) -> int:
+def past_allocation(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` is longer than the end of allocation its superblock records.
+
+    A writer killed inside libhdf5's flush leaves it so, with objects and
+    chunks past that end (:func:`move_end_past_chunks`); a writer killed
+    between two flushes, or libhdf5 itself, can leave free space there too.
+    Reads the superblock's first bytes
+    (:func:`~xarray_vhdf5._backend.signature.recorded_end`): some
+    microseconds, the test every writable open of this package makes before it
+    looks at any chunk. False when the superblock is not one this reads.
+    """
+    end = recorded_end(path)
+    try:
+        return end is not None and os.path.getsize(path) > end
+    except OSError:
+        return False
+
+
+def move_end_through(h5file: h5py.Group, *, always: bool = False) -> int:
+    """:func:`move_end_past_chunks` through a writable handle of libhdf5's default driver.
+
+    Compares the file's length with libhdf5's end of allocation first (two
+    calls), and walks the chunk indexes only when the file is longer, or
+    ``always`` (a chunk whose bytes never reached the file can start at its
+    very end: a repair looks for that too). A handle of another driver (the
+    journaled ones of ``open_file``) returns 0: its opener moved the end
+    before libhdf5 opened the file.
+
+    Returns
+    -------
+    int
+        Bytes the end of allocation moved (0: nothing lies past it).
+    """
+    from .._backend.h5objects import allocate_through, end_of_allocation
+    from .mutation import mutating
+    from .repair import chunks_end
+
+    fid = h5file.file.id
+    try:
+        allocated = end_of_allocation(fid)
+    except (RuntimeError, NotImplementedError):
+        return 0
+    if not always and int(fid.get_filesize()) <= allocated:
+        return 0
+    end = chunks_end(h5file)
+    if end <= allocated:  # only free space past it
+        return 0
+    with mutating(h5file, what="repair"):
+        return allocate_through(fid, end)
+
+
+def move_end_past_chunks(path: str | os.PathLike, *, flocked: bool = False) -> int:
     """Before a repair by path: move the file's end of allocation past what a killed writer left beyond it.
 
     Objects and chunks past the end of allocation the superblock records
@@ -221,12 +297,21 @@ def move_end_past_chunks(path: str | os.PathLike) -> int:
     libhdf5 would place new objects over them
     (:func:`~xarray_vhdf5._backend.h5objects.allocate_through`). libhdf5 moves
     the end of allocation only through a driver like its default one, so this
-    opens the file so (``h5py.File(path, "r+")``, whose lock waits for no one),
-    takes the ``WRITE`` lock, moves it and closes: the superblock is all it
-    writes.
+    opens the file so (``h5py.File(path, "r+")``), takes the ``WRITE`` lock,
+    moves it and closes: the superblock is all it writes. The journaled
+    openers (``open_file``, the xarray writers) call it before libhdf5 opens
+    the file through their own driver.
 
     Only when a chunk the chunk index names lies past the end of allocation:
     a file merely longer than its superblock says holds free space there.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    flocked : bool
+        The caller holds libhdf5's lock (``flock``) on the file already: the
+        file is opened with ``locking=False``.
 
     Returns
     -------
@@ -235,22 +320,17 @@ def move_end_past_chunks(path: str | os.PathLike) -> int:
         holds libhdf5's lock on the file or it cannot be written (the repair
         that follows then says so).
     """
-    from .._backend.h5objects import allocate_through, end_of_allocation
     from .locking import file_locks
-    from .repair import chunks_end
 
     path = os.fspath(path)
     try:
-        f = h5py.File(path, "r+")
+        f = h5py.File(path, "r+", locking=False) if flocked else h5py.File(path, "r+")
     except OSError:  # libhdf5's lock held by another program, or not writable: the repair says
         return 0
     with f, file_locks(path).writing():
-        end = chunks_end(f) if VERSION_DATA in f else 0
+        if VERSION_DATA not in f:
+            return 0
         try:
-            if end <= end_of_allocation(f.id):
-                # Only free space lies past it (a journaled writer killed between two commits
-                # leaves that: libhdf5 does not shorten the file at a flush through its driver).
-                return 0
-            return allocate_through(f.id, end)
+            return move_end_through(f, always=True)
         except (RuntimeError, NotImplementedError):
             return 0
