@@ -557,9 +557,18 @@ def test_an_attribute_libhdf5_cannot_read_is_a_corrupt_file(tmp_path):
     data = path.read_bytes()
     assert data.count(b"GCOL") == 1  # the variable-length attributes' heap
     path.write_bytes(data.replace(b"GCOL", b"GCOX"))
-    with pytest.raises(CorruptFileError, match="bad global heap collection signature") as info:
-        xr.open_dataset(path, engine="vhdf5")
+    with (
+        h5py.File(path, "r") as f,
+        pytest.raises(CorruptFileError, match="bad global heap collection signature") as info,
+    ):
+        xv.VersionedHDF5File(f)  # read-only: cannot repair
     assert str(path) in str(info.value) and "current_version" in str(info.value)
+    # A reader of this package repairs it. v1's virtual dataset mappings were in that heap too
+    # (libhdf5 keeps them there): v1 cannot be read, and is rolled back, saying so.
+    with pytest.warns(xv.RepairedFileWarning, match="bad global heap collection signature") as record:
+        with pytest.raises(xv.errors.VersionNotFoundError, match="no committed version"):
+            xr.open_dataset(path, engine="vhdf5")
+    assert "deleted damaged versions: v1" in str(record[0].message)
 
 
 def _chunk_cut_off(path, *, claimed: bool, current: str | None = None, keep_bytes: bool = False) -> None:
@@ -736,3 +745,83 @@ def test_the_first_writer_moves_the_end_past_chunks_a_killed_writer_left(tmp_pat
     assert after.ok, [str(p) for p in after.errors]
     assert _read_x(path, "v3")[38:].tolist() == [38.0, 39.0] + [3.0] * 8
     assert _read_x(path, "v1").tolist() == np.arange(40.0).tolist()
+
+
+def _tear_heap_reference(path, text: str) -> None:
+    """Make the global heap object holding ``text`` go missing from its collection.
+
+    A variable-length string attribute keeps ``(length, collection address,
+    object index)`` in its object header, and the string in a global heap
+    collection. The object's index in the collection is changed to one no
+    attribute names, as a writer killed between flushing an object header and
+    the collection its new attribute value went to leaves it (libhdf5: "bad
+    heap index"; collections have no checksum, headers do). ``text`` must be
+    in exactly one collection object.
+    """
+    import re
+    import struct
+
+    with open(path, "rb") as fh:
+        data = bytearray(fh.read())
+    raw = text.encode()
+    found = []
+    for m in re.finditer(b"GCOL", data):
+        pos, end = m.start() + 16, m.start() + struct.unpack_from("<Q", data, m.start() + 8)[0]
+        while pos + 16 <= end:
+            number, size = struct.unpack_from("<H", data, pos)[0], struct.unpack_from("<Q", data, pos + 8)[0]
+            if number == 0:
+                break
+            if bytes(data[pos + 16 : pos + 16 + size]) == raw:
+                found.append(pos)
+            pos += 16 + -(-size // 8) * 8
+    assert len(found) == 1, found
+    data[found[0] : found[0] + 2] = struct.pack("<H", 0x7777)
+    with open(path, "wb") as fh:
+        fh.write(bytes(data))
+
+
+def _heap_torn_file(path) -> None:
+    """v1 <- version-two-long-name <- v3 (current), then v3's prev_version and current_version torn."""
+    with h5py.File(path, "w") as f:
+        vf = xv.VersionedHDF5File(f)
+        for i, name in enumerate(["v1", "version-two-long-name", "v3"]):
+            with vf.stage_version(name) as g:
+                if i == 0:
+                    g.create_dataset("x", data=np.arange(40.0), chunks=(8,))
+                else:
+                    g["x"][i] = -i
+    _tear_heap_reference(path, "version-two-long-name")  # v3's prev_version
+    _tear_heap_reference(path, "v3")  # current_version
+    with h5py.File(path, "r") as f:
+        with pytest.raises(OSError, match="bad heap"):
+            f["_version_data/versions/v3"].attrs["prev_version"]
+
+
+def test_version_attributes_a_torn_global_heap_lost_are_written_again_from_the_index(tmp_path):
+    """Found by the kill runs (a plain-handle deletion killed inside libhdf5's flush): the repair deleted a
+    committed version whose data was whole because its prev_version could not be read."""
+    path = tmp_path / "f.h5"
+    _heap_torn_file(path)
+    report = check_file(path)
+    assert "v3" in report.damaged_versions  # what the check sees before
+    with h5py.File(path, "a") as f:
+        done = repair(f, report)
+    assert done.restored == {"v3": ["prev_version"]} and done.removed == []
+    assert "written again from the version index: v3 (prev_version)" in str(done)
+    after = check_file(path, rehash=True)
+    assert after.ok and after.current_version == "v3", [str(p) for p in after.errors]
+    with h5py.File(path, "r") as f:
+        vf = xv.VersionedHDF5File(f)
+        assert vf["v3"].attrs["prev_version"] == "version-two-long-name"
+        assert vf["v3"]["x"][:3].tolist() == [0.0, -1.0, -2.0]
+
+
+def test_the_repair_on_open_keeps_a_version_whose_attributes_a_torn_heap_lost(tmp_path):
+    path = tmp_path / "f.h5"
+    _heap_torn_file(path)
+    with pytest.warns(xv.RepairedFileWarning, match=r"version index: v3 \(prev_version\)"):
+        ds = xr.open_dataset(path, engine="vhdf5")
+    with ds:
+        assert ds["x"].values[:3].tolist() == [0.0, -1.0, -2.0]
+    with xv.VersionedHDF5File.open(path) as reader:
+        assert reader.versions == ["v1", "version-two-long-name", "v3"] and reader.current_version == "v3"

@@ -17,6 +17,10 @@ same file, and only on what it names:
   relink killed between its two link moves finished, and the file checked
   again: that report then drives the steps below (the one passed describes
   the old group);
+- version attributes libhdf5 cannot read (``prev_version``, ``timestamp``:
+  a torn global heap) are written again from the version index
+  (:mod:`~xarray_vhdf5._versions.reattr`), and the file checked again, so
+  that the version is not counted damaged;
 - versions whose ``prev_version`` names no version (or closes a loop) get
   ``__first_version__`` as parent;
 - hash-table rows whose chunk failed its check are retired: their digest is
@@ -70,6 +74,7 @@ from .chunkcheck import DAMAGE_ERRORS, describe
 from .delete import delete_versions
 from .mutation import disk_path, mutating
 from .objects import _open, dataset_paths
+from .reattr import restore_attributes
 from .rebuild import placeholder_digest, rebuild_hash_tables
 from .relink import RelinkReport, finish_interrupted_relink, relink_versions
 from .scratch import Scratch
@@ -113,6 +118,10 @@ class RepairReport:
     end_moved : int
         Bytes the file's end of allocation moved, past chunks the chunk index
         placed beyond it (``CheckReport.past_end``).
+    restored : dict of str to list of str
+        Versions whose unreadable ``prev_version`` or ``timestamp`` was written
+        again from the version index (:mod:`~xarray_vhdf5._versions.reattr`):
+        name -> the attributes.
     """
 
     current_version_before: str | None
@@ -128,6 +137,7 @@ class RepairReport:
     hash_tables_rebuilt: list[str] = field(default_factory=list)
     relinked: RelinkReport | None = None
     end_moved: int = 0
+    restored: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -142,12 +152,18 @@ class RepairReport:
             or self.index_rebuilt
             or self.hash_tables_rebuilt
             or self.end_moved
+            or self.restored
         )
 
     def __str__(self) -> str:
         if not self.changed and not self.notes:
             return "nothing to repair"
         lines = str(self.relinked).splitlines() if self.relinked is not None else []
+        if self.restored:
+            lines.append(
+                "attributes that could not be read written again from the version index: "
+                + ", ".join(f"{v} ({', '.join(a)})" for v, a in self.restored.items())
+            )
         if self.current_version != self.current_version_before:
             lines.append(f"current version: {self.current_version_before} -> {self.current_version}")
         if self.removed:
@@ -225,16 +241,20 @@ def repair(f, report: CheckReport) -> RepairReport:
         finished = finish_interrupted_relink(f.file)  # else _open() finds no versions group
     h5file, registry = _open(f, "repair")
     _same_file(h5file, report)
+    # Version attributes a torn global heap lost: from the index, before the relink judges the groups by them.
+    restored = restore_attributes(h5file)
     relinked = relink_versions(h5file)  # a versions group that cannot be read: rebuilt from the index
-    if relinked is not None or finished:
-        report = check_file(h5file, rehash=report.rehashed)  # the report was of another versions group
+    if relinked is not None or finished or restored:
+        report = check_file(h5file, rehash=report.rehashed)  # the report was of another file state
     vdata = h5file[VERSION_DATA]
     versions = vdata[VERSIONS]
     existing = set(versions)
     target = report.last_whole_version or FIRST_VERSION
     if target not in existing and target != FIRST_VERSION:
         raise ValueError(f"the report's last whole version {target!r} is not in the file: check it again")
-    out = RepairReport(report.current_version, report.current_version, relinked=relinked, end_moved=moved)
+    out = RepairReport(
+        report.current_version, report.current_version, relinked=relinked, end_moved=moved, restored=restored
+    )
     damaged = [v for v in report.damaged_versions if v in existing and v != FIRST_VERSION]
     leftovers = [v for v in report.leftover_groups if v in existing and v not in damaged]
     doomed = damaged + leftovers
