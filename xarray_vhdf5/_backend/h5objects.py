@@ -144,21 +144,17 @@ def allocate_through(file_id, end: int) -> int:
         calls do not support (they need a SWMR-compatible one: not h5py's
         ``fileobj``).
     """
-    if H5Fget_eoa is None or H5Fincrement_filesize is None:
-        raise NotImplementedError("moving the end of allocation needs H5Fget_eoa and H5Fincrement_filesize")
-    eoa = ctypes.c_uint64()
+    if H5Fincrement_filesize is None:
+        raise NotImplementedError("moving the end of allocation needs H5Fincrement_filesize")
     with h5py._objects.phil:
-        if H5Fget_eoa(file_id.id, ctypes.byref(eoa)) < 0:
-            raise RuntimeError("H5Fget_eoa failed (a driver that does not support it?)")
+        before = end_of_allocation(file_id)
         eof = int(file_id.get_filesize())
-        if int(eoa.value) >= max(eof, end):
+        if before >= max(eof, end):
             return 0
-        base = max(int(eoa.value), eof)  # where H5Fincrement_filesize counts from
+        base = max(before, eof)  # where H5Fincrement_filesize counts from
         if H5Fincrement_filesize(file_id.id, max(0, end - base)) < 0:
             raise RuntimeError("H5Fincrement_filesize failed")
-        after = ctypes.c_uint64()
-        H5Fget_eoa(file_id.id, ctypes.byref(after))
-    return int(after.value) - int(eoa.value)
+        return end_of_allocation(file_id) - before
 
 
 def open_by_address(loc_id, address: int):

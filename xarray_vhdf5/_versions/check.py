@@ -346,7 +346,7 @@ def check_file(
         with f:
             return Checker(f, path, rehash, progress, trace, skip).run()
     check_file_argument("check_file", path_or_h5file, versioned_file=False)
-    from .mutation import disk_path
+    from .mutation import file_name
 
-    name = disk_path(path_or_h5file.file) or path_or_h5file.file.filename  # a journaled handle's file too
+    name = file_name(path_or_h5file)  # a journaled handle's file too
     return Checker(path_or_h5file, name, rehash, progress, trace, skip).run()

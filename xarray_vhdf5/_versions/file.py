@@ -34,7 +34,7 @@ from .commit import CommitReport, commit_version
 from .delete import DeleteReport, delete_versions
 from .index import touch as touch_index
 from .metadata import finish_interrupted
-from .mutation import check_fresh, mutating, note_opened, refuse_interrupted
+from .mutation import check_fresh, file_name, mutating, note_opened, refuse_interrupted
 from .objects import check_file_argument
 from .openrepair import interrupted_damage, move_end_through, repair_through, torn_versions, warn_moved
 from .reader import SharedVersionedFile
@@ -734,9 +734,9 @@ class VersionedHDF5File(RefMethods):
         )
         warnings.warn(
             RepairedFileWarning(
-                f"{self.f.file.filename!r}: the hash table of {path!r} could not be read; it was written again "
+                f"{file_name(self.f)!r}: the hash table of {path!r} could not be read; it was written again "
                 "from the versions (as `vhdf5 check --repair` does)",
-                path=self.f.file.filename,
+                path=file_name(self.f),
             ),
             stacklevel=4,
         )

@@ -89,6 +89,11 @@ def disk_path(f: h5py.File) -> str | None:
     return _disk_path(f)
 
 
+def file_name(obj: h5py.File | h5py.Group) -> str:
+    """How messages name ``obj``'s file: its path on disk (a journaled handle's too), else libhdf5's name for it."""
+    return _disk_path(obj) or obj.file.filename
+
+
 #: The byte offset of the counters in each libhdf5 file (it never changes once allocated).
 _OFFSETS: dict[int, int] = {}
 

@@ -47,6 +47,7 @@ from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from .._backend.signature import recorded_end
 from ..errors import CorruptFileError, RepairedFileWarning
 from .chunkcheck import DAMAGE_ERRORS, describe
+from .mutation import file_name
 
 __all__ = [
     "interrupted_damage",
@@ -76,6 +77,14 @@ def interrupted_damage(h5file: h5py.Group) -> str | None:
     ----------
     h5file : h5py.File or h5py.Group
         The group holding ``_version_data``, open.
+
+    Returns
+    -------
+    str or None
+        The damage, in words that start with :data:`TORN` when the versions
+        group cannot be read (:func:`torn_versions`); None when the versions
+        group, its ``current_version`` and that version's ``committed`` read
+        as a finished commit leaves them.
     """
     try:
         versions = h5o.open(h5file.id, f"{VERSION_DATA}/{VERSIONS}".encode())
@@ -124,12 +133,6 @@ def torn_versions(why: str | None) -> bool:
     return why is not None and why.startswith(TORN)
 
 
-def _filename(h5file: h5py.Group) -> str:
-    from .mutation import disk_path
-
-    return disk_path(h5file.file) or h5file.file.filename
-
-
 def repair_through(h5file: h5py.Group, why: str, *, moved: int = 0) -> None:
     """Repair, through the writable handle ``h5file``, the damage :func:`interrupted_damage` described as ``why``.
 
@@ -152,7 +155,7 @@ def repair_through(h5file: h5py.Group, why: str, *, moved: int = 0) -> None:
     from .metadata import finish_interrupted
     from .repair import repair
 
-    path = _filename(h5file)
+    path = file_name(h5file)
     if not torn_versions(why):  # a dead writer's modify_metadata or deletion first, as every writable open does
         finish_interrupted(h5file)
     try:
@@ -193,7 +196,7 @@ def warn_moved(path: str | h5py.Group, moved: int) -> None:
     """
     if not moved:
         return
-    name = path if isinstance(path, str) else _filename(path)
+    name = path if isinstance(path, str) else file_name(path)
     warnings.warn(
         RepairedFileWarning(
             f"{name!r}: an interrupted commit left raw_data chunks past the end of allocation, where "
@@ -224,12 +227,11 @@ def repair_at(path: str | os.PathLike, why: str) -> None:
 
     path = os.fspath(path)
     try:
-        moved = move_end_past_chunks(path)
+        # The opener moves the end of allocation past what the dead writer left first.
         with open_for_writing(path, hint=" to repair it") as f:
             found = interrupted_damage(f)
             if found is not None:
-                repair_through(f, found, moved=moved)
-
+                repair_through(f, found)
     except PermissionError as exc:
         raise CorruptFileError(
             f"{path!r}: {why}, and this process may not write the file to repair it; open it once with "

@@ -37,7 +37,7 @@ from ..errors import CorruptFileError, ReadOnlyError
 from . import bookkeeping
 from . import index as version_index
 from .chunkcheck import DAMAGE_ERRORS, describe
-from .mutation import disk_path, mutating
+from .mutation import file_name, mutating
 from .objects import check_file_argument, linked_copy
 from .timestamps import format_timestamp, now_utc
 
@@ -147,7 +147,7 @@ def relink_versions(f) -> RelinkReport | None:
     """
     check_file_argument("relink_versions", f, versioned_file=False)
     h5file = f.file
-    name = disk_path(h5file) or h5file.filename
+    name = file_name(h5file)
     if h5file.mode == "r":
         raise ReadOnlyError(f"{name!r} is open read-only; open it with mode 'a'")
     vdata = h5file[VERSION_DATA]

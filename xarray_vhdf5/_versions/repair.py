@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
-from .._backend.h5objects import allocate_through, readable
+from .._backend.h5objects import allocate_through, end_of_allocation, readable
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from .._backend.signature import recorded_end
 from ..errors import CorruptFileError, FileBusyError, StaleVersionError, VHDF5Error
@@ -72,7 +72,7 @@ from .caches import COMMIT_TOKEN
 from .check import CheckReport, check_file
 from .chunkcheck import DAMAGE_ERRORS, describe
 from .delete import delete_versions
-from .mutation import disk_path, mutating
+from .mutation import file_name, mutating
 from .objects import _open, dataset_paths
 from .reattr import restore_attributes
 from .rebuild import placeholder_digest, rebuild_hash_tables
@@ -235,7 +235,7 @@ def repair(f, report: CheckReport) -> RepairReport:
     """
     # First, before anything is written: chunks the chunk index places past the end of
     # the file must not have new objects allocated over them (see _end_past_chunks).
-    moved = _end_past_chunks(f.f if hasattr(f, "f") and not isinstance(f, h5py.Group) else f)
+    moved = _end_past_chunks(f.f if hasattr(f, "f") and not isinstance(f, h5py.Group) else f, report)
     finished = False
     if isinstance(f, (h5py.File, h5py.Group)) and f.file.mode != "r":
         finished = finish_interrupted_relink(f.file)  # else _open() finds no versions group
@@ -310,7 +310,7 @@ def repair(f, report: CheckReport) -> RepairReport:
     return out
 
 
-def _end_past_chunks(h5file) -> int:
+def _end_past_chunks(h5file, report: CheckReport) -> int:
     """Move the file's end of allocation past every raw_data chunk the chunk index places beyond it.
 
     A writer killed inside libhdf5's flush can leave chunk-index entries
@@ -319,7 +319,8 @@ def _end_past_chunks(h5file) -> int:
     its chunk (or overwrite what was allocated there). Done before anything
     else is written (:func:`~xarray_vhdf5._backend.h5objects.allocate_through`).
     Returns the bytes moved (0: nothing lies past the end, or the file is
-    read-only, which ``_open`` then refuses).
+    read-only, which ``_open`` then refuses). The chunk indexes are walked
+    only when ``report`` found chunks past the end (``CheckReport.past_end``).
 
     Raises
     ------
@@ -331,15 +332,22 @@ def _end_past_chunks(h5file) -> int:
         :func:`~xarray_vhdf5._versions.openrepair.move_end_past_chunks`).
         Nothing was written.
     """
-    if not isinstance(h5file, (h5py.File, h5py.Group)) or h5file.file.mode == "r" or not h5file.id.valid:
+    if (
+        not report.past_end
+        or not isinstance(h5file, (h5py.File, h5py.Group))
+        or h5file.file.mode == "r"
+        or not h5file.id.valid
+    ):
         return 0
     fid = h5file.file.id
     end = chunks_end(h5file)
     try:
+        if end <= end_of_allocation(fid):
+            return 0
         with mutating(h5file, what="repair"):
             return allocate_through(fid, end)
     except (RuntimeError, NotImplementedError) as exc:
-        name = disk_path(h5file.file) or h5file.file.filename
+        name = file_name(h5file)
         recorded = recorded_end(name) if os.path.exists(name) else None
         past = end > int(fid.get_filesize()) or (recorded is not None and end > recorded)
         if not past:
@@ -399,7 +407,7 @@ def _rebuild_unreadable_tables(h5file: h5py.Group, out: RepairReport) -> list[st
 
 
 def _same_file(h5file: h5py.Group, report: CheckReport) -> None:
-    name = disk_path(h5file.file) or h5file.file.filename  # a journaled handle's file too
+    name = file_name(h5file)  # a journaled handle's file too
     try:
         same = os.path.samefile(name, report.path)
     except (OSError, TypeError, ValueError):
