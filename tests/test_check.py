@@ -828,3 +828,13 @@ def test_the_repair_on_open_keeps_a_version_whose_attributes_a_torn_heap_lost(tm
         assert ds["x"].values[:3].tolist() == [0.0, -1.0, -2.0]
     with xv.VersionedHDF5File.open(path) as reader:
         assert reader.versions == ["v1", "version-two-long-name", "v3"] and reader.current_version == "v3"
+
+
+def test_reading_commands_say_a_damaged_file_is_damaged(tmp_path):
+    """`vhdf5 log --graph` met the torn heap with libhdf5's bare words (a RuntimeError with a
+    traceback on a kill's file): now CorruptFileError's, naming the check and the repair."""
+    path = tmp_path / "f.h5"
+    _heap_torn_file(path)
+    result = CliRunner().invoke(cli, ["log", "--graph", str(path)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert "is damaged" in result.output and f"vhdf5 check --repair {path}" in result.output, result.output

@@ -79,8 +79,25 @@ def log(file: str, graph: bool) -> None:
                 click.echo(format_graph(entries, version_refs.list_branches(f), version_refs.list_tags(f)))
             else:
                 click.echo(format_log(version_log(f)))
-    except (VHDF5Error, OSError) as err:
-        raise click.ClickException(str(err)) from None
+    except (VHDF5Error, OSError, KeyError, RuntimeError) as err:
+        raise _read_failed(file, err) from None
+
+
+def _read_failed(file: str, err: Exception) -> click.ClickException:
+    """The command's error for what reading ``file`` raised: damage said as such, with what to run.
+
+    Raises ``err`` again when it is a ``RuntimeError`` that does not say the
+    file is damaged (a defect, shown with its traceback).
+    """
+    from .._versions.check import corrupt_file_error
+
+    damage = corrupt_file_error(file, err)  # its message says what to run
+    if damage is not None:
+        return click.ClickException(str(damage))
+    if isinstance(err, RuntimeError):
+        raise err
+    message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+    return click.ClickException(str(message))
 
 
 @cli.command()
@@ -115,9 +132,8 @@ def diff(file: str, a: str, b: str, group: str | None, mappings_only: bool) -> N
         with open_h5file(file, "r", hint=_NOT_VERSIONED_HINT) as f:
             diffs = diff_versions(f, a, b, group=group, values=not mappings_only, skip=is_netcdf_dimension_only)
             attrs = attribute_changes(f, a, b, diffs, group=group)
-    except (VHDF5Error, OSError, KeyError) as err:
-        message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-        raise click.ClickException(str(message)) from None
+    except (VHDF5Error, OSError, KeyError, RuntimeError) as err:
+        raise _read_failed(file, err) from None
     click.echo(format_diff(diffs.values(), a, b, attrs, values=not mappings_only))
 
 
