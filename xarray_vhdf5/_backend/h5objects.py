@@ -76,6 +76,11 @@ def count_one_more_link(obj_id) -> None:
     one link where two name the object, and removing either would free the
     object under the other. Counted first, the removal leaves it whole.
 
+    Parameters
+    ----------
+    obj_id : h5py ObjectID
+        The object, open in a writable file.
+
     Raises
     ------
     NotImplementedError
@@ -91,7 +96,17 @@ def count_one_more_link(obj_id) -> None:
 
 
 def end_of_allocation(file_id) -> int:
-    """The file's end of allocation, where libhdf5 places what it allocates next (``H5Fget_eoa``; bytes).
+    """The file's end of allocation, where libhdf5 places what it allocates next (``H5Fget_eoa``).
+
+    Parameters
+    ----------
+    file_id : h5py.h5f.FileID
+        The open file.
+
+    Returns
+    -------
+    int
+        The end of allocation, in bytes from the start of the file.
 
     Raises
     ------

@@ -90,7 +90,11 @@ def disk_path(f: h5py.File) -> str | None:
 
 
 def file_name(obj: h5py.File | h5py.Group) -> str:
-    """How messages name ``obj``'s file: its path on disk (a journaled handle's too), else libhdf5's name for it."""
+    """How messages name ``obj``'s file: its path on disk (a journaled handle's too), else libhdf5's name for it.
+
+    ``h5py.File.filename`` of a journaled handle is its file object's repr
+    (h5py's ``fileobj`` driver); :func:`disk_path` knows the path.
+    """
     return _disk_path(obj) or obj.file.filename
 
 

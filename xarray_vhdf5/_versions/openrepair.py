@@ -53,6 +53,7 @@ __all__ = [
     "interrupted_damage",
     "move_end_past_chunks",
     "move_end_through",
+    "moved_words",
     "past_allocation",
     "repair_at",
     "repair_through",
@@ -175,7 +176,7 @@ def repair_through(h5file: h5py.Group, why: str, *, moved: int = 0) -> None:
         )
     lines = str(done).splitlines() if done.changed else []
     if moved:
-        lines.insert(0, _moved(moved))
+        lines.insert(0, moved_words(moved))
     warnings.warn(
         RepairedFileWarning(
             f"{path!r}: {why}. Repaired on open, as `vhdf5 check --repair` does: " + "; ".join(lines),
@@ -185,14 +186,21 @@ def repair_through(h5file: h5py.Group, why: str, *, moved: int = 0) -> None:
     )
 
 
-def _moved(moved: int) -> str:
+def moved_words(moved: int) -> str:
+    """How a repair says it moved the end of allocation ``moved`` bytes (``RepairReport.end_moved``)."""
     return f"end of allocation moved {moved} bytes, past raw_data chunks an interrupted commit left beyond it"
 
 
 def warn_moved(path: str | h5py.Group, moved: int) -> None:
     """Issue :class:`~xarray_vhdf5.errors.RepairedFileWarning` for an end of allocation moved ``moved`` bytes.
 
-    Nothing when ``moved`` is 0. ``path``: the file, or an open group of it.
+    Parameters
+    ----------
+    path : str or h5py.Group
+        The file's path, or an open group of it (named by
+        :func:`~xarray_vhdf5._versions.mutation.file_name`).
+    moved : int
+        Bytes moved; nothing is issued when 0.
     """
     if not moved:
         return
@@ -201,7 +209,7 @@ def warn_moved(path: str | h5py.Group, moved: int) -> None:
         RepairedFileWarning(
             f"{name!r}: an interrupted commit left raw_data chunks past the end of allocation, where "
             f"libhdf5 would have placed new objects. Repaired on open, as `vhdf5 check --repair` does: "
-            + _moved(moved),
+            + moved_words(moved),
             path=name,
         ),
         stacklevel=4,
@@ -249,7 +257,20 @@ def past_allocation(path: str | os.PathLike) -> bool:
     Reads the superblock's first bytes
     (:func:`~xarray_vhdf5._backend.signature.recorded_end`): some
     microseconds, the test every writable open of this package makes before it
-    looks at any chunk. False when the superblock is not one this reads.
+    looks at any chunk.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+
+    Returns
+    -------
+    bool
+        True when the file's length (bytes) exceeds the superblock's end of
+        allocation; False otherwise, when the superblock is not one
+        :func:`~xarray_vhdf5._backend.signature.recorded_end` reads, or when
+        the file cannot be read.
     """
     end = recorded_end(path)
     try:
@@ -268,10 +289,24 @@ def move_end_through(h5file: h5py.Group, *, always: bool = False) -> int:
     journaled ones of ``open_file``) returns 0: its opener moved the end
     before libhdf5 opened the file.
 
+    Parameters
+    ----------
+    h5file : h5py.File or h5py.Group
+        A group of the file, open writable.
+    always : bool
+        Walk the chunk indexes even when the file is not longer than its end
+        of allocation.
+
     Returns
     -------
     int
         Bytes the end of allocation moved (0: nothing lies past it).
+
+    Raises
+    ------
+    FileBusyError, StaleVersionError
+        The move is a mutation (:func:`~xarray_vhdf5._versions.mutation.mutating`):
+        another writer holds the file, or wrote it since this handle read it.
     """
     from .._backend.h5objects import allocate_through, end_of_allocation
     from .mutation import mutating

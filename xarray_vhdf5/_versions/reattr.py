@@ -37,7 +37,18 @@ STRING_ATTRIBUTES = ("prev_version", "timestamp")
 
 
 def unreadable_attributes(group: h5py.Group) -> list[str]:
-    """Which of ``group``'s :data:`STRING_ATTRIBUTES` exist but cannot be read (libhdf5 raises)."""
+    """Which of ``group``'s :data:`STRING_ATTRIBUTES` exist but cannot be read (libhdf5 raises).
+
+    Parameters
+    ----------
+    group : h5py.Group
+        A version group.
+
+    Returns
+    -------
+    list of str
+        The attribute names, in :data:`STRING_ATTRIBUTES` order; empty when all read.
+    """
     bad = []
     for name in STRING_ATTRIBUTES:
         try:
@@ -69,6 +80,12 @@ def restore_attributes(h5file: h5py.Group) -> dict[str, list[str]]:
         Version name -> the attributes written. Empty when nothing was
         unreadable, or the index or the versions group cannot be read (the
         repair then goes on as before: such versions are rolled back).
+
+    Raises
+    ------
+    FileBusyError, StaleVersionError
+        Another writer holds the file, or wrote it since this handle read it
+        (:func:`~xarray_vhdf5._versions.mutation.mutating`); nothing was written.
     """
     try:
         vdata = h5file[VERSION_DATA]

@@ -74,6 +74,7 @@ from .chunkcheck import DAMAGE_ERRORS, describe
 from .delete import delete_versions
 from .mutation import file_name, mutating
 from .objects import _open, dataset_paths
+from .openrepair import moved_words
 from .reattr import restore_attributes
 from .rebuild import placeholder_digest, rebuild_hash_tables
 from .relink import RelinkReport, finish_interrupted_relink, relink_versions
@@ -182,10 +183,7 @@ class RepairReport:
         if self.removed or self.leftovers_removed:
             lines.append("raw_data compacted" if self.compacted else "raw_data not compacted (groups unlinked only)")
         if self.end_moved:
-            lines.append(
-                f"end of allocation moved {self.end_moved} bytes, past raw_data chunks an interrupted "
-                "commit left beyond it"
-            )
+            lines.append(moved_words(self.end_moved))
         if self.index_rebuilt:
             lines.append("version index rebuilt")
         if self.hash_tables_rebuilt:
@@ -347,6 +345,8 @@ def _end_past_chunks(h5file, report: CheckReport) -> int:
         with mutating(h5file, what="repair"):
             return allocate_through(fid, end)
     except (RuntimeError, NotImplementedError) as exc:
+        # Not openrepair.move_end_through: a move libhdf5 refuses is an error only when
+        # chunks lie past what the superblock records (a damaged file can refuse it).
         name = file_name(h5file)
         recorded = recorded_end(name) if os.path.exists(name) else None
         past = end > int(fid.get_filesize()) or (recorded is not None and end > recorded)
