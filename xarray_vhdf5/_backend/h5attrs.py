@@ -33,6 +33,7 @@ from .transfer import get_kernel_backend
 __all__ = [
     "attrs_by_index",
     "read_attr",
+    "read_attr_of",
     "read_attrs_of",
     "reference_attribute_names",
     "type_holds_references",
@@ -304,7 +305,7 @@ def type_holds_references(tid: h5t.TypeID) -> bool:
     return False
 
 
-def read_attrs_of(loc_id, obj_name: bytes) -> dict[str, Any]:
+def read_attrs_of(loc_id, obj_name: bytes, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Every attribute of the object ``obj_name`` in group ``loc_id``, without opening the object.
 
     The values are those of ``dict(obj.attrs)`` in h5py, in name order (h5py's
@@ -324,6 +325,9 @@ def read_attrs_of(loc_id, obj_name: bytes) -> dict[str, Any]:
         The group holding the object.
     obj_name : bytes
         The object's name in that group (one link, no ``/``).
+    skip : frozenset of str
+        Attributes left out, their values unread (netCDF-4's ``DIMENSION_LIST``
+        and ``REFERENCE_LIST`` hold object references, slow to read).
 
     Returns
     -------
@@ -336,22 +340,45 @@ def read_attrs_of(loc_id, obj_name: bytes) -> dict[str, Any]:
         ``obj_name`` is not in the group.
     """
     _, _, count = object_info_by_name(loc_id, obj_name)  # KeyError when absent
-    return {name: value for name, value, _ in attrs_by_index(loc_id, count, obj_name)}
+    return {name: value for name, value, _ in attrs_by_index(loc_id, count, obj_name, skip)}
 
 
-def attrs_by_index(loc_id, count: int, obj_name: bytes = b".") -> list[tuple[str, Any, np.dtype]]:
+def read_attr_of(loc_id, obj_name: bytes, name: str) -> Any:
+    """Attribute ``name`` of the object ``obj_name`` in group ``loc_id``, without opening the object.
+
+    As :func:`read_attrs_of` for one attribute (``H5Aopen_by_name``); the
+    value as h5py's ``AttributeManager`` converts it.
+
+    Raises
+    ------
+    KeyError
+        No object ``obj_name``, or it has no attribute ``name``.
+    """
+    try:
+        attr = h5a.open(loc_id, name.encode("utf-8", "surrogateescape"), obj_name=obj_name)
+    except KeyError:
+        raise KeyError(f"no attribute {name!r} on {obj_name.decode('utf-8', 'surrogateescape')!r}") from None
+    return _attr_value(attr)
+
+
+def attrs_by_index(
+    loc_id, count: int, obj_name: bytes = b".", skip: frozenset[str] = frozenset()
+) -> list[tuple[str, Any, np.dtype]]:
     """``(name, value, stored dtype)`` of the ``count`` attributes of an object, in name order.
 
     ``obj_name`` ``b"."``: the object ``loc_id`` itself (an open dataset or
     group), else its member of that name. Opened by index (``H5Aopen_by_idx``),
     never through h5py's ``obj.attrs`` iteration, which copies a virtual
     dataset's creation property list, every mapping, first (see
-    :func:`read_attrs_of`). Values as h5py's ``AttributeManager`` converts them.
+    :func:`read_attrs_of`). Values as h5py's ``AttributeManager`` converts them;
+    attributes named in ``skip`` are left out.
     """
     out = []
     for i in range(count):
         attr = h5a.open(loc_id, index=i, obj_name=obj_name, index_type=h5.INDEX_NAME)
-        out.append((attr.name.decode("utf-8", "surrogateescape"), _attr_value(attr), attr.dtype))
+        name = attr.name.decode("utf-8", "surrogateescape")
+        if name not in skip:
+            out.append((name, _attr_value(attr), attr.dtype))
     return out
 
 

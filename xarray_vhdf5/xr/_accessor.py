@@ -141,6 +141,7 @@ class VHDF5DatasetAccessor(AccessorBase[xr.Dataset], ChunkVerbs):
     def _mode_commit(self, path, version, mode, append_dim, region, *, prev_version, force, **kw) -> str:
         """``commit(path=, mode="a" or "r+")``: append along ``append_dim``, or write (into ``region``)."""
         from ..errors import UnsupportedError
+        from ._append import commit_appended
         from ._region import apply_write
         from ._stage import append_staged
 
@@ -162,6 +163,20 @@ class VHDF5DatasetAccessor(AccessorBase[xr.Dataset], ChunkVerbs):
                     f"append_dim={append_dim!r} is not a dimension of this Dataset (dimensions: "
                     f"{list(map(str, self._ds.dims))})"
                 )
+
+            name = commit_appended(
+                self._ds,
+                path,
+                append_dim,
+                version=version,
+                group=kw["group"],
+                message=kw["message"],
+                timestamp=kw["timestamp"],
+                make_current=kw["make_current"],
+                allow_unsorted=kw["allow_unsorted"],
+            )
+            if name is not None:  # one open of the file; else the general path below
+                return name
 
             def edit(staged):
                 return append_staged(staged, self._ds, append_dim, allow_unsorted=kw["allow_unsorted"])

@@ -51,6 +51,7 @@ __all__ = [
     "opened_branch",
     "register_read_handle",
     "source_path",
+    "stored_encoding",
 ]
 
 #: The managers this process opened, by real path (see :func:`close_read_handles`).
@@ -220,6 +221,20 @@ def _backend_array(manager, version: str, ds, shape, dtype, as_str: bool) -> Bac
     return HandleBackendArray(manager, version, ds.name, shape, dtype, as_str, timestamp)
 
 
+def stored_encoding(dtype: np.dtype, attrs) -> dict[str, Any]:
+    """The ``encoding`` a version's dataset of ``dtype`` and visible ``attrs`` opens with (before CF decoding).
+
+    ``dtype`` (``str`` for variable-length strings); for floats stored
+    without ``_FillValue`` (e.g. by versioned-hdf5), ``_FillValue=None``: so
+    written back, not with the NaN xarray's encoder adds to floats whose
+    encoding is silent.
+    """
+    encoding: dict[str, Any] = {"dtype": dtype if dtype.kind != "O" else str}
+    if dtype.kind in "fc" and "_FillValue" not in attrs:
+        encoding["_FillValue"] = None
+    return encoding
+
+
 def lazy_variable(manager, version: str, ds, dims_by_size: dict) -> xr.Variable:
     """The lazy variable of ``ds``: an ``h5py.Dataset`` of a version, or a :class:`_StoredView` of one."""
     attrs = visible_attrs(ds.attrs)
@@ -235,11 +250,7 @@ def lazy_variable(manager, version: str, ds, dims_by_size: dict) -> xr.Variable:
     array = _backend_array(manager, version, ds, shape, dtype, as_str)
     data = indexing.LazilyIndexedArray(array)
     chunks = tuple(int(c) for c in ds.attrs["chunks"]) if "chunks" in ds.attrs else None
-    encoding: dict[str, Any] = {"dtype": ds.dtype if ds.dtype.kind != "O" else str}
-    if ds.dtype.kind in "fc" and "_FillValue" not in attrs:
-        # Stored without one (e.g. by versioned-hdf5): so written back, not with the
-        # NaN that xarray's encoder adds to floats whose encoding is silent.
-        encoding["_FillValue"] = None
+    encoding = stored_encoding(ds.dtype, attrs)
     if chunks is not None and shape:
         encoding["chunks"] = chunks
         encoding["preferred_chunks"] = dict(zip(dims, chunks))

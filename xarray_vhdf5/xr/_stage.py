@@ -73,7 +73,7 @@ from ._stored import STORED_KEY, StoredValues, encode_appended
 from ._streaming import DEFAULT_MAX_BYTES
 from ._writer import next_version_name, write_variable
 
-__all__ = ["append_staged", "commit_staged", "is_staged", "stage_dataset"]
+__all__ = ["append_staged", "check_appendable", "commit_staged", "is_staged", "stage_dataset"]
 
 #: ``Dataset.encoding`` key marking a staged Dataset; its value is the file's current version at stage().
 HEAD_KEY = "vhdf5_staged_head"
@@ -289,7 +289,8 @@ def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str, *, allow_unso
         raise IncompatibleDataError(
             f"append(dim={dim!r}): not a dimension of the Dataset; its dims: {list(staged.dims)}"
         )
-    _check_appendable(staged, other, dim)
+    dim_indexes = {d: staged.indexes[d] for d in staged.dims if d in staged.indexes}
+    check_appendable(staged.variables, dim_indexes, other, dim)
     if not allow_unsorted and dim in staged.indexes and dim in other.indexes:
         before = staged.indexes[dim]
         check_sorted_index(dim, before, before.append(other.indexes[dim]), what=f"append(dim={dim!r})")
@@ -329,18 +330,36 @@ def append_staged(staged: xr.Dataset, other: xr.Dataset, dim: str, *, allow_unso
     return out
 
 
-def _check_appendable(staged: xr.Dataset, other: xr.Dataset, dim: str) -> None:
-    """Refuse an ``other`` whose points would be stored under the wrong labels, or dropped."""
-    extra = sorted(str(name) for name in other.data_vars if name not in staged.variables)
+def check_appendable(names, indexes, other: xr.Dataset, dim: str) -> None:
+    """Refuse an ``other`` whose points would be stored under the wrong labels, or dropped.
+
+    Parameters
+    ----------
+    names : container of str
+        The variables of the Dataset appended to.
+    indexes : mapping of str to pandas.Index
+        Its dimension coordinates' indexes, by dimension (at least those
+        ``other`` indexes too).
+    other : xarray.Dataset
+        The Dataset appended.
+    dim : str
+        The dimension grown.
+
+    Raises
+    ------
+    IncompatibleDataError
+        As :func:`append_staged` describes.
+    """
+    extra = sorted(str(name) for name in other.data_vars if name not in names)
     if extra:
         raise IncompatibleDataError(
             f"append(dim={dim!r}): the appended Dataset has data variables the staged one lacks: {extra}; "
             "add them to the staged Dataset first (staged[name] = ...) or drop them from the appended one"
         )
-    for d in staged.dims:
-        if d == dim or d not in staged.indexes or d not in other.indexes:
+    for d in indexes:
+        if d == dim or d not in other.indexes:
             continue
-        have, got = staged.indexes[d], other.indexes[d]
+        have, got = indexes[d], other.indexes[d]
         if not have.equals(got):
             where = next((i for i, (a, b) in enumerate(zip(have, got)) if a != b), min(len(have), len(got)))
             raise IncompatibleDataError(
@@ -349,8 +368,8 @@ def _check_appendable(staged: xr.Dataset, other: xr.Dataset, dim: str) -> None:
                 f"({_label(got, where)} against {_label(have, where)}); its points would be stored under the "
                 f"staged labels. Align it first, e.g. other.reindex({d}=staged[{d!r}]) or other.sortby({d!r})"
             )
-    if dim in staged.indexes and dim in other.indexes:
-        again = _labels_again(staged.indexes[dim], other.indexes[dim])
+    if dim in indexes and dim in other.indexes:
+        again = _labels_again(indexes[dim], other.indexes[dim])
         if len(again):
             raise IncompatibleDataError(
                 f"append(dim={dim!r}): {len(again)} of the appended {dim!r} labels are already in the staged "

@@ -1,0 +1,305 @@
+"""The daily append in one call: ``today.vhdf5.commit(version, path=, append_dim=)`` without staging.
+
+The general path of ``commit(path=, append_dim=)`` opens the file's current
+version as a lazy Dataset (``xr.open_dataset``: byte-range manifests of every
+variable, under the reader's lock), stages it (``ds.vhdf5.stage()``), grows it
+(:func:`~xarray_vhdf5.xr._stage.append_staged`) and commits it
+(:func:`~xarray_vhdf5.xr._stage.commit_staged`): three opens of the file and
+work for every variable, where a daily append changes the variables along
+one dimension.
+
+:func:`commit_appended` does the same in one open of the file, under the
+write lock, with the same checks and the same stored result:
+
+1. the current version's group is read as xarray would decode it
+   (:func:`~xarray_vhdf5.xr._reading.group_dataset`, its arrays reading
+   through the writer's handle; only the indexed coordinates are read);
+2. ``today`` is checked against it as :func:`~xarray_vhdf5.xr._stage.append_staged`
+   checks (dimensions and sizes, no data variable the file lacks, equal
+   labels of the other indexed dimensions, new and sorted labels along the
+   appended one);
+3. a version is staged from it (:meth:`~xarray_vhdf5.VersionedHDF5File.stage_version`)
+   and each variable along the dimension grows by ``today``'s values,
+   encoded as the staged path encodes them: a dimension coordinate through
+   :func:`~xarray_vhdf5.xr._stored.encode_appended` (as a grown in-memory
+   coordinate is committed), any other variable through the
+   :class:`~xarray_vhdf5.xr._cfcodec.CFCodec` a staged variable would have
+   (values cast by numpy's rules, never silently changed);
+4. the netCDF-4 dimension scales are attached inside the commit, as for
+   every commit from xarray.
+
+Whatever the general path does differently (a variable the codec cannot
+encode as stored, a coordinate that would be rewritten, strings, dask arrays,
+a file without ``_ARRAY_DIMENSIONS``, any check that refuses) makes
+:func:`commit_appended` return None before anything is written, and the
+caller takes the general path, which commits or raises as documented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import h5py
+import numpy as np
+import xarray as xr
+from h5py import h5o
+
+from .._backend.h5attrs import read_attr_of, read_attrs_of
+from .._backend.h5objects import object_info_by_name
+from .._backend.layout import VERSION_DATA, version_path
+from .._backend.names import (
+    DIMENSIONS_ATTR,
+    HIDDEN_VARIABLE_ATTRS,
+    MESSAGE_ATTR,
+    NETCDF_DIMENSION_ATTRS,
+    NETCDF_NOT_A_VARIABLE,
+    visible_attrs,
+)
+from .._versions.file import VersionedHDF5File
+from .._versions.mutation import open_for_writing
+from .._versions.timestamps import to_utc_datetime
+from ..errors import CorruptFileError, NotHDF5Error
+from . import _reading
+from ._cfcodec import CFCodec
+from ._commit_checks import check_sorted_index
+from ._dimscales import attach_dimension_scales
+from ._encoding import prepare_fill_encoding
+from ._stage import _cf_attrs, check_appendable
+from ._stored import encode_appended
+from ._streaming import is_dask_array
+from ._writer import next_version_name
+
+__all__ = ["commit_appended"]
+
+#: Attributes of a stored dataset no Dataset shows (:func:`~xarray_vhdf5._backend.names.visible_attrs`): not read.
+_NOT_SHOWN = HIDDEN_VARIABLE_ATTRS | NETCDF_DIMENSION_ATTRS
+
+
+class _General(Exception):
+    """Raised inside the staged version: the general path must commit this append (nothing is written)."""
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What the append writes: the variables along the dimension, decoded as the staged path sees them."""
+
+    names: set  # every variable of the stored group
+    grown: dict  # name -> (decoded xr.Variable of the stored dataset: placeholder values, axis of dim)
+    indexes: dict  # dimension -> pandas.Index of its stored coordinate (those today indexes too)
+
+
+def _dims_of(grp: h5py.Group, bkey: bytes) -> tuple[str, ...] | None:
+    """A dataset's dimension names (``_ARRAY_DIMENSIONS``), read by name; None for a netCDF-4 phony scale.
+
+    Raises
+    ------
+    _General
+        A dataset without names (versioned-hdf5's files: the reader invents
+        them, :func:`~xarray_vhdf5._backend.names.phony_dims`).
+    """
+    try:
+        dims = read_attr_of(grp.id, bkey, DIMENSIONS_ATTR)
+    except KeyError:
+        try:
+            name = read_attr_of(grp.id, bkey, "NAME")
+        except KeyError:
+            raise _General(bkey) from None
+        if isinstance(name, (bytes, np.bytes_)) and bytes(name).startswith(NETCDF_NOT_A_VARIABLE):
+            return None
+        raise _General(bkey) from None
+    return tuple(d.decode() if isinstance(d, bytes) else str(d) for d in np.atleast_1d(dims))
+
+
+def _stand_in(dims: tuple, shape: tuple, dtype: np.dtype, attrs: dict, values=None) -> xr.Variable:
+    """The variable ``xr.open_dataset`` gives a dataset (before CF decoding); without ``values``, zeros
+    broadcast to ``shape`` (no memory, nothing read)."""
+    if values is None:
+        values = np.broadcast_to(np.zeros((), dtype), shape)
+    return xr.Variable(dims, values, attrs, _reading.stored_encoding(np.dtype(dtype), attrs))
+
+
+def _plan(grp: h5py.Group, target, today: xr.Dataset, dim: str, allow_unsorted: bool) -> _Plan:
+    """Check ``today`` against the staged group ``target`` as :func:`~xarray_vhdf5.xr._stage.append_staged` does.
+
+    ``grp`` is the parent version's h5py group of ``target``. Only the
+    variables along ``dim`` are opened (the staged datasets the commit
+    writes) and only the indexed coordinates read.
+
+    Raises
+    ------
+    _General
+        A check would refuse (the general path raises its error), or the
+        general path would store a variable otherwise.
+    """
+    if dim not in today.dims or today.sizes[dim] == 0:
+        raise _General(dim)
+    dims: dict[str, tuple] = {}
+    for key in target.keys():
+        bkey = key.encode("utf-8", "surrogateescape")
+        if object_info_by_name(grp.id, bkey)[1] == h5o.TYPE_DATASET:
+            found = _dims_of(grp, bkey)
+            if found is not None:
+                dims[key] = found
+    wanted = {key for key, d in dims.items() if dim in d}
+    indexed = {key for key, d in dims.items() if d == (key,) and (key == dim or key in today.indexes)}
+    if any(d in dims and d not in indexed for d in (*today.indexes, dim)):
+        raise _General(dim)  # a coordinate of another shape (a char array): compared by the general path
+    stand_ins = {}
+    for key in sorted(wanted | indexed):
+        if key in indexed:  # a dimension coordinate: its values are read
+            stored = grp[key]
+            attrs = visible_attrs(read_attrs_of(grp.id, key.encode(), skip=_NOT_SHOWN))
+            stand_ins[key] = _stand_in(dims[key], stored.shape, stored.dtype, attrs, stored[()])
+        else:  # opened as the staged dataset the commit writes (its attributes loaded once)
+            dataset = target[key]
+            stand_ins[key] = _stand_in(dims[key], tuple(dataset.shape), dataset.dtype, visible_attrs(dataset.attrs))
+    decoded, _attrs, _coords = xr.conventions.decode_cf_variables(stand_ins, {})
+    indexes = {key: decoded[key].to_index() for key in indexed}
+    try:
+        check_appendable(dims, indexes, today, dim)
+        if not allow_unsorted and dim in indexes and dim in today.indexes:
+            before = indexes[dim]
+            check_sorted_index(dim, before, before.append(today.indexes[dim]), what=f"append(dim={dim!r})")
+    except ValueError:  # IncompatibleDataError: raised again, as documented, by the general path
+        raise _General(dim) from None
+    grown = {}
+    for key in wanted:
+        var, new = decoded[key], today.variables.get(key)
+        if new is None or set(new.dims) != set(var.dims):
+            raise _General(key)
+        if any(new.sizes[d] != var.sizes[d] for d in var.dims if d != dim):
+            raise _General(key)
+        if is_dask_array(new.data) or new.dtype.kind in "OSUV" or var.dtype.kind in "OSUV":
+            raise _General(key)  # streamed, or strings (widened, char arrays): the general path
+        grown[key] = (var, var.dims.index(dim))
+    return _Plan(set(dims), grown, indexes)
+
+
+def _grow(target, plan: _Plan, today: xr.Dataset, grp: h5py.Group) -> None:
+    """Resize each dataset of ``plan`` in ``target`` (the staged group) and write ``today``'s points into it.
+
+    Raises
+    ------
+    _General
+        A variable would not be stored as the staged path stores it; nothing
+        is committed.
+    """
+    writes = []
+    for name, (var, axis) in plan.grown.items():
+        values = today.variables[name].transpose(*var.dims).values
+        dataset = target[name]
+        if not hasattr(type(dataset), "staged_array"):
+            raise _General(name)
+        if name in plan.indexes:  # a staged Dataset holds it in memory, committed as grown
+            tail = xr.Variable(var.dims, values, var.attrs, var.encoding)
+            encoded = encode_appended(target, name, tail, 0, grp[name])
+        else:  # a staged variable: its codec encodes the new points
+            prepared = prepare_fill_encoding({name: var})[0][name]
+            codec = CFCodec.for_variable(prepared, dataset, _cf_attrs(dataset.attrs))
+            encoded = None if codec is None else codec.encode(values, name)
+        if encoded is None:
+            raise _General(name)
+        writes.append((dataset, axis, np.asarray(encoded)))
+    for dataset, axis, encoded in writes:
+        shape = list(dataset.shape)
+        old = shape[axis]
+        shape[axis] += encoded.shape[axis]
+        dataset.resize(tuple(shape))
+        dataset[tuple(slice(old, None) if i == axis else slice(None) for i in range(len(shape)))] = encoded
+
+
+def commit_appended(
+    today: xr.Dataset,
+    path: str | os.PathLike,
+    dim: str,
+    *,
+    version: str | None,
+    group: str | None,
+    message: str | None,
+    timestamp,
+    make_current: bool,
+    allow_unsorted: bool,
+) -> str | None:
+    """Commit ``today`` appended along ``dim`` to the current version of ``path``, in one open of the file.
+
+    Parameters
+    ----------
+    today : xarray.Dataset
+        The points to append (not staged), as for ``commit(path=, append_dim=)``.
+    path : str or os.PathLike
+        A versioned HDF5 file with a current version.
+    dim : str
+        The dimension to grow.
+    version, group, message, timestamp, make_current, allow_unsorted
+        As :meth:`~xarray_vhdf5.xr._accessor.VHDF5DatasetAccessor.commit`.
+
+    Returns
+    -------
+    str or None
+        The new version's name; None when nothing was written and the caller
+        must take the general path (see the module docstring): the file has
+        no version yet, a check would refuse, or a variable is not stored as
+        this path stores it.
+
+    Raises
+    ------
+    VersionExistsError
+        ``version`` exists (nothing written).
+    FileBusyError, CorruptFileError, StaleVersionError
+        As :func:`~xarray_vhdf5._versions.mutation.open_for_writing` and
+        :meth:`~xarray_vhdf5.VersionedHDF5File.stage_version`.
+    ValueOverflowError, ValueTypeError, ValueCastError
+        A value does not fit the stored dtype once CF-encoded (as a staged
+        assignment raises it: :meth:`~xarray_vhdf5.xr._cfcodec.CFCodec.encode`);
+        nothing written.
+    """
+    if not os.path.exists(path):
+        return None
+    group_path = (group or "").strip("/")
+    _reading.close_read_handles(path)
+    try:
+        name = _commit_locked(today, path, dim, version, group_path, message, timestamp, make_current, allow_unsorted)
+    except NotHDF5Error:
+        return None  # the general path says what the file is
+    _reading.close_read_handles(path)
+    return name
+
+
+def _commit_locked(today, path, dim, version, group_path, message, timestamp, make_current, allow_unsorted):
+    """:func:`commit_appended` under the file's write lock."""
+    with open_for_writing(path) as f:
+        if VERSION_DATA not in f:
+            return None  # not a versioned file: nothing written (VersionedHDF5File would set one up)
+        vf = VersionedHDF5File(f)
+        parent = vf.current_version
+        if parent is None or parent not in vf:
+            return None
+        root = f[version_path(parent)]
+        if group_path and (group_path not in root or not isinstance(root[group_path], h5py.Group)):
+            return None
+        grp = root[group_path] if group_path else root
+        name = version if version is not None else next_version_name(vf)
+        for attempt in range(2):  # once more after a torn hash table was written again (as commit_staged)
+            try:
+                with vf.stage_version(
+                    name,
+                    prev_version=parent,
+                    make_current=make_current,
+                    timestamp=None if timestamp is None else to_utc_datetime(timestamp),
+                    finish=attach_dimension_scales,
+                ) as staged_root:
+                    target = staged_root[group_path] if group_path else staged_root
+                    plan = _plan(grp, target, today, dim, allow_unsorted)
+                    _grow(target, plan, today, grp)
+                    staged_root.attrs.pop(MESSAGE_ATTR, None)
+                    if message is not None:
+                        staged_root.attrs[MESSAGE_ATTR] = message
+            except _General:
+                return None
+            except CorruptFileError as exc:
+                if attempt or not exc.repaired:
+                    raise
+                continue
+            break
+    return name
