@@ -147,13 +147,15 @@ def _plan(grp: h5py.Group, target, today: xr.Dataset, dim: str, allow_unsorted: 
         raise _General(dim)  # a coordinate of another shape (a char array): compared by the general path
     stand_ins = {}
     for key in sorted(wanted | indexed):
-        if key in indexed:  # a dimension coordinate: its values are read
+        if key in wanted:  # opened as the staged dataset the commit writes (its attributes loaded once)
+            dataset = target[key]
+            values = dataset[()] if key in indexed else None  # a dimension coordinate: read
+            attrs = visible_attrs(dataset.attrs)
+            stand_ins[key] = _stand_in(dims[key], tuple(dataset.shape), dataset.dtype, attrs, values)
+        else:  # a dimension coordinate the commit carries: read from the parent version
             stored = grp[key]
             attrs = visible_attrs(read_attrs_of(grp.id, key.encode(), skip=_NOT_SHOWN))
             stand_ins[key] = _stand_in(dims[key], stored.shape, stored.dtype, attrs, stored[()])
-        else:  # opened as the staged dataset the commit writes (its attributes loaded once)
-            dataset = target[key]
-            stand_ins[key] = _stand_in(dims[key], tuple(dataset.shape), dataset.dtype, visible_attrs(dataset.attrs))
     decoded, _attrs, _coords = xr.conventions.decode_cf_variables(stand_ins, {})
     indexes = {key: decoded[key].to_index() for key in indexed}
     try:
@@ -193,7 +195,7 @@ def _grow(target, plan: _Plan, today: xr.Dataset, grp: h5py.Group) -> None:
             raise _General(name)
         if name in plan.indexes:  # a staged Dataset holds it in memory, committed as grown
             tail = xr.Variable(var.dims, values, var.attrs, var.encoding)
-            encoded = encode_appended(target, name, tail, 0, grp[name])
+            encoded = encode_appended(target, name, tail, 0, dataset.attrs)
         else:  # a staged variable: its codec encodes the new points
             prepared = prepare_fill_encoding({name: var})[0][name]
             codec = CFCodec.for_variable(prepared, dataset, _cf_attrs(dataset.attrs))

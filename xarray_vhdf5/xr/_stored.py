@@ -37,6 +37,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import h5py
@@ -187,7 +188,9 @@ def _attr_names(dset) -> list[str]:
     return names
 
 
-def encode_appended(group, name: str, var: xr.Variable, kept: int, stored: h5py.Dataset) -> np.ndarray | None:
+def encode_appended(
+    group, name: str, var: xr.Variable, kept: int, stored: h5py.Dataset | Mapping[str, Any]
+) -> np.ndarray | None:
     """The stored values of ``var[kept:]``, or None when they would not be stored as dataset ``group[name]`` is.
 
     Encoded as a rewrite of the whole variable would be (the dataset's
@@ -204,9 +207,10 @@ def encode_appended(group, name: str, var: xr.Variable, kept: int, stored: h5py.
     var : xarray.Variable
         1-D, not yet CF-encoded; its first ``kept`` points are stored.
     kept : int
-    stored : h5py.Dataset
+    stored : h5py.Dataset or mapping
         The same dataset in the parent version (its attributes are read
-        from it by name; netCDF-4's object references are left unread).
+        from it by name; netCDF-4's object references are left unread), or
+        its attributes (a staged dataset's ``attrs``).
 
     Returns
     -------
@@ -225,8 +229,11 @@ def encode_appended(group, name: str, var: xr.Variable, kept: int, stored: h5py.
         return None
     if values.dtype != np.dtype(dataset.dtype) or values.ndim != 1:
         return None
-    attrs = stored.attrs
-    kept_now = {k: attrs[k] for k in _attr_names(stored) if k not in _NOT_VARIABLE_ATTRS}
+    if isinstance(stored, h5py.Dataset):
+        attrs, names = stored.attrs, _attr_names(stored)
+    else:
+        attrs, names = stored, list(stored)
+    kept_now = {k: attrs[k] for k in names if k not in _NOT_VARIABLE_ATTRS}
     if not same_value(kept_attrs(kept_now, dict(new.attrs), True), kept_now):
         return None
     return values
