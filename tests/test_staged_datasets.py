@@ -320,7 +320,9 @@ def _count_wholesale_loads(monkeypatch) -> list:
     iterated: list = []
     real_iter, real_by_index = h5py.AttributeManager.__iter__, staged_attrs.attrs_by_index
     monkeypatch.setattr(h5py.AttributeManager, "__iter__", lambda self: iterated.append(self) or real_iter(self))
-    monkeypatch.setattr(staged_attrs, "attrs_by_index", lambda *args: iterated.append(args) or real_by_index(*args))
+    monkeypatch.setattr(
+        staged_attrs, "attrs_by_index", lambda *args, **kw: iterated.append(args) or real_by_index(*args, **kw)
+    )
     return iterated
 
 
@@ -774,3 +776,44 @@ def test_staged_attrs_modify_keeps_the_dtype_and_shape_as_h5py(base, tmp_path):
                 write(vf["v2"]["x"].attrs)
         assert vf["v2"]["x"].attrs["scale"].tolist() == [3, 4] and "other" not in vf["v2"]["x"].attrs
     plain.file.close()
+
+
+def test_object_reference_attributes_are_read_only_when_asked_for(tmp_path, monkeypatch):
+    """netCDF-4's DIMENSION_LIST / REFERENCE_LIST are listed but read on first access only.
+
+    A commit drops them unread (``versions.commit``); asked for, a staged dataset's
+    value is h5py's (the same objects referenced).
+    """
+    import xarray as xr
+
+    from xarray_vhdf5._backend import h5attrs
+    from xarray_vhdf5._wrappers import attrs as staged_attrs
+
+    def names(f, listed):
+        return [[f[r].name for r in np.atleast_1d(axis)] for axis in listed]
+
+    path = tmp_path / "nc.h5"
+    ds = xr.Dataset({"v": (("t", "x"), np.arange(6.0).reshape(2, 3))}, coords={"t": [1, 2], "x": [0.0, 1.0, 2.0]})
+    ds.vhdf5.commit("v1", path=path)
+    reads = []
+    real = h5attrs.read_attr_of
+
+    def counted(loc_id, obj_name, name):
+        reads.append(name)
+        return real(loc_id, obj_name, name)
+
+    monkeypatch.setattr(staged_attrs, "read_attr_of", counted)
+    with h5py.File(path, "r+") as f:
+        vf = VersionedHDF5File(f)
+        want = names(f, f["_version_data/versions/v1/v"].attrs["DIMENSION_LIST"])
+        assert want == [["/_version_data/versions/v1/t"], ["/_version_data/versions/v1/x"]]
+        with vf.stage_version("v2") as g:
+            g["v"][0, 0] = -1.0
+            assert "DIMENSION_LIST" in list(g["v"].attrs)
+        assert reads == []  # committed without reading them (a commit from h5py attaches no scales)
+        with vf.stage_version("v3", prev_version="v1") as g:
+            assert "units" not in list(g["v"].attrs)  # loaded, references left unread
+            assert reads == []
+            assert names(f, g["v"].attrs["DIMENSION_LIST"]) == want
+            assert reads == ["DIMENSION_LIST"]
+            assert "DIMENSION_LIST" in repr(g["v"].attrs)

@@ -31,6 +31,7 @@ from .h5objects import memory_type, object_info_by_name
 from .transfer import get_kernel_backend
 
 __all__ = [
+    "UNREAD",
     "attrs_by_index",
     "read_attr",
     "read_attr_of",
@@ -361,8 +362,16 @@ def read_attr_of(loc_id, obj_name: bytes, name: str) -> Any:
     return _attr_value(attr)
 
 
+#: The value :func:`attrs_by_index` gives an attribute named in its ``defer``: not read.
+UNREAD: Any = type("Unread", (), {"__repr__": lambda self: "UNREAD", "__slots__": ()})()
+
+
 def attrs_by_index(
-    loc_id, count: int, obj_name: bytes = b".", skip: frozenset[str] = frozenset()
+    loc_id,
+    count: int,
+    obj_name: bytes = b".",
+    skip: frozenset[str] = frozenset(),
+    defer: frozenset[str] = frozenset(),
 ) -> list[tuple[str, Any, np.dtype]]:
     """``(name, value, stored dtype)`` of the ``count`` attributes of an object, in name order.
 
@@ -371,14 +380,17 @@ def attrs_by_index(
     never through h5py's ``obj.attrs`` iteration, which copies a virtual
     dataset's creation property list, every mapping, first (see
     :func:`read_attrs_of`). Values as h5py's ``AttributeManager`` converts them;
-    attributes named in ``skip`` are left out.
+    attributes named in ``skip`` are left out, those named in ``defer`` listed
+    with the value :data:`UNREAD` (netCDF-4's object references, slow to
+    read, for a caller that may drop them unread).
     """
     out = []
     for i in range(count):
         attr = h5a.open(loc_id, index=i, obj_name=obj_name, index_type=h5.INDEX_NAME)
         name = attr.name.decode("utf-8", "surrogateescape")
-        if name not in skip:
-            out.append((name, _attr_value(attr), attr.dtype))
+        if name in skip:
+            continue
+        out.append((name, UNREAD if name in defer else _attr_value(attr), attr.dtype))
     return out
 
 

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 from h5py import h5a
 
-from .._backend.h5attrs import attrs_by_index
+from .._backend.h5attrs import UNREAD, attrs_by_index, read_attr_of
 from ..errors import ReadOnlyError
 from .closed import RESTAGE, closed_file_error, reads_file
 
@@ -17,6 +17,11 @@ __all__ = ["RESERVED_ATTRS", "ReadOnlyAttrs", "StagedAttrs"]
 
 #: Attributes the format writes itself; users cannot set them on staged objects.
 RESERVED_ATTRS = frozenset({"raw_data", "chunks", "committed", "prev_version", "timestamp"})
+
+
+#: Attributes read only when asked for: netCDF-4's object references, which a commit drops unread
+#: (``versions.commit``) and the xarray layer writes again (``xr._dimscales``).
+_DEFERRED = frozenset({"DIMENSION_LIST", "REFERENCE_LIST"})
 
 
 class StagedAttrs(MutableMapping):
@@ -63,7 +68,8 @@ class StagedAttrs(MutableMapping):
                 self._values = values
                 return values
             if self._obj_id is not None:  # by index on the open object: no copy of its mappings
-                for key, value, dtype in attrs_by_index(self._obj_id, h5a.get_num_attrs(self._obj_id)):
+                count = h5a.get_num_attrs(self._obj_id)
+                for key, value, dtype in attrs_by_index(self._obj_id, count, defer=_DEFERRED):
                     if key not in self._skip:
                         values[key], self._dtypes[key] = value, dtype
                 self._values = values
@@ -119,7 +125,19 @@ class StagedAttrs(MutableMapping):
             raise KeyError(key)
         if found:  # unchanged since staging: the source's value, the others left unread
             return self._read_one(key)
-        return self._load()[key]
+        return self._value(key)
+
+    def _value(self, key: str) -> Any:
+        """A loaded attribute's value; one left unread on load (:data:`_DEFERRED`) is read now."""
+        values = self._load()
+        value = values[key]
+        if value is UNREAD:
+            value = values[key] = self._read_deferred(key)
+        return value
+
+    @reads_file
+    def _read_deferred(self, key: str) -> Any:
+        return read_attr_of(self._obj_id, b".", key)
 
     @reads_file
     def _read_one(self, key: str) -> Any:
@@ -150,7 +168,7 @@ class StagedAttrs(MutableMapping):
         return found if found is not None else key in self._load()
 
     def __repr__(self) -> str:
-        return f"<StagedAttrs {dict(self._load())!r}>"
+        return f"<StagedAttrs {({key: self._value(key) for key in self._load()})!r}>"
 
     def create(self, name: str, data: Any, shape=None, dtype=None) -> None:
         """h5py's ``attrs.create``: store ``data`` with an explicit dtype."""
@@ -178,7 +196,7 @@ class StagedAttrs(MutableMapping):
         if name not in self:
             self[name] = value
             return
-        old = np.asarray(self._load()[name])
+        old = np.asarray(self._value(name))
         dtype = self._dtypes.get(name, old.dtype)
         new = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=dtype)
         if new.shape != old.shape and not (new.size == 1 and old.size == 1):
@@ -188,7 +206,7 @@ class StagedAttrs(MutableMapping):
 
     def write_to(self, obj) -> None:
         """Write every attribute on ``obj`` (a freshly created HDF5 object, or its dataset id)."""
-        items = self._load()
+        items = {key: self._value(key) for key in self._load()}
         if items and isinstance(obj, h5py.h5d.DatasetID):
             obj = h5py.Dataset(obj)
         for key, value in items.items():

@@ -49,7 +49,6 @@ from h5py import h5o
 
 from .._backend.h5objects import object_info_by_name
 from .._backend.hashtable import hash_table_id, table_state
-from .._backend.layout import VERSION_DATA, VERSIONS
 from .._backend.names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions
 from .._versions.edit import StagedDataset, stage_committed_dataset
 from .._versions.file import VersionedHDF5File
@@ -678,8 +677,10 @@ def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, m
     parent = staged.encoding["vhdf5_version"]
     committed: set[str] = set()
     for key in list(target):
+        if key in variables:
+            continue  # not opened: a dataset never opened is carried as it is (versions.commit)
         item = target[key]
-        if key in variables or isinstance(item, InMemoryGroup):
+        if isinstance(item, InMemoryGroup):
             continue
         # netCDF-4 phony scales are kept (carried unchanged): attach_dimension_scales reuses
         # those of the right length and deletes the others, rather than recreating them all
@@ -736,7 +737,8 @@ def _write_stored(
     dataset = target[name]
     if not hasattr(type(dataset), "staged_array") or dataset.ndim != 1 or dataset.shape != (kept,):
         return False
-    values = encode_appended(target, name, var, kept, f[VERSION_DATA][VERSIONS][parent][path])
+    # the parent's attributes, as the staged dataset holds them (loaded once: the commit writes them)
+    values = encode_appended(target, name, var, kept, dataset.attrs)
     if values is None:
         return False
     dataset.resize((var.shape[0],))
