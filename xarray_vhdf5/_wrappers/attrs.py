@@ -168,7 +168,7 @@ class StagedAttrs(MutableMapping):
         return found if found is not None else key in self._load()
 
     def __repr__(self) -> str:
-        return f"<StagedAttrs {({key: self._value(key) for key in self._load()})!r}>"
+        return f"<StagedAttrs { ({key: self._value(key) for key in self._load()})!r}>"
 
     def create(self, name: str, data: Any, shape=None, dtype=None) -> None:
         """h5py's ``attrs.create``: store ``data`` with an explicit dtype."""
