@@ -252,13 +252,20 @@ class VHDF5DatasetAccessor(AccessorBase[xr.Dataset], ChunkVerbs):
         append_dim : str, optional
             With ``path=``: append this Dataset to the file's current version
             along ``append_dim`` (as ``to_zarr(append_dim=)`` appends), in one
-            call: the current version is opened, staged, grown by :meth:`append`
-            (the same checks: other dimensions and variables must match, labels
-            stay sorted unless ``allow_unsorted``) and committed, writing only
-            the chunks the new labels touch. A file that does not exist yet (or
-            has no version) gets this Dataset as its first version. Not with
-            ``prev_version`` or ``force``; ``rebase=True`` merges onto a version
-            another writer committed meanwhile.
+            call, with :meth:`append`'s checks (other dimensions and variables
+            must match, labels stay sorted unless ``allow_unsorted``), writing
+            only the chunks the new labels touch. The file is opened once,
+            under its write lock, and only the variables along ``append_dim``
+            and the indexed coordinates are read
+            (:func:`~xarray_vhdf5.xr._append.commit_appended`); where a
+            variable cannot be stored so (strings, dask arrays, datasets
+            without ``_ARRAY_DIMENSIONS``), the current version is opened,
+            staged, grown by :meth:`append` and committed, with the same
+            result. A file that does not exist yet (or has no version) gets
+            this Dataset as its first version. Not with ``prev_version`` or
+            ``force``; ``rebase=True`` merges onto a version another writer
+            committed meanwhile (on the staged path; the one-open path reads
+            the current version under the lock, so nothing can come between).
         region : dict or "auto", optional
             With ``path=``: write this Dataset into a slab of the file's current
             version, as ``to_zarr(region=)``: ``{dim: slice(start, stop)}``
