@@ -452,8 +452,9 @@ def test_reopening_reads_each_hash_table_once_for_all_copies(tmp_path, monkeypat
     assert len(calls) == 1
     (tmp_path / "r").mkdir()
     staged2, _ = _rewritten_under_stage(tmp_path / "r")
+    copied = staged2.copy(deep=True)  # a copy reads nothing (copy-on-write): its reads are refused
     with pytest.raises(StaleVersionError, match="stage again"):
-        staged2.copy(deep=True)  # a copy reads the base: refused too
+        copied["x"].values
     with pytest.raises(StaleVersionError, match="stage again"):
         staged2["x"].values
 
@@ -504,12 +505,13 @@ def test_a_rewritten_raw_data_refuses_only_its_own_variables(tmp_path):
 
 def test_a_shallow_copy_of_a_staged_variable_is_checked_and_shares_no_chunks(tmp_path):
     """``copy.copy`` of a staged variable's data is copy-on-write like ``copy.deepcopy`` and is
-    checked when the stage's file reopens: after a rewrite of its raw_data it raises."""
+    checked when the stage's file reopens: after a rewrite of its raw_data its reads raise."""
     import copy
 
     staged, _ = _rewritten_under_stage(tmp_path)  # its file rewritten while closed
+    stale = copy.copy(staged["x"].data)  # copying reads nothing
     with pytest.raises(StaleVersionError, match="stage again"):
-        copy.copy(staged["x"].data)  # copying reads the base: refused
+        np.asarray(stale)
     (tmp_path / "f").mkdir()
     fresh = _staged_arange(tmp_path / "f" / "a.h5")
     data = fresh["x"].data
@@ -695,3 +697,29 @@ def test_an_xarray_edit_keeps_a_versioned_hdf5_files_layout(tmp_path):
         np.testing.assert_array_equal(v2["temp"][()], expected["temp"].values)
     with xr.open_dataset(path, engine="vhdf5", version="v2") as got:
         xr.testing.assert_identical(got, expected)
+
+
+def test_an_append_of_whole_chunks_opens_no_file(tmp_path, monkeypatch):
+    """Between commits the stage's handle is closed: appending whole chunks (copy, resize, assign)
+    reads no base chunk, so the file stays closed; an append into a partly filled edge chunk
+    opens it to read that chunk."""
+    from xarray_vhdf5.xr import _stagefile
+
+    path = tmp_path / "a.h5"
+    staged = _staged_arange(path)  # x: 40 points, chunks of 10
+    staged.vhdf5.commit("v1", allow_empty=True)  # closes the stage's handle
+    opened = []
+    real = _stagefile.open_for_reading
+    monkeypatch.setattr(_stagefile, "open_for_reading", lambda *a, **k: opened.append(a) or real(*a, **k))
+    more = xr.Dataset({"x": ("i", np.arange(40.0, 50.0))})
+    staged = staged.vhdf5.append(more, dim="i")
+    assert opened == []
+    staged.vhdf5.commit("v2")
+    staged = staged.vhdf5.append(xr.Dataset({"x": ("i", [50.0, 51.0])}), dim="i")
+    staged.vhdf5.commit("v3")  # chunk 5 stored with 2 of its 10 points
+    assert opened == []
+    staged = staged.vhdf5.append(xr.Dataset({"x": ("i", np.arange(52.0, 60.0))}), dim="i")
+    assert len(opened) == 1  # chunk 5 read to be filled
+    staged.vhdf5.commit("v4")
+    with xr.open_dataset(path, engine="vhdf5") as got:
+        np.testing.assert_array_equal(got["x"].values, np.arange(60.0))

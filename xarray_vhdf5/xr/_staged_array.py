@@ -328,7 +328,9 @@ class StagedVariableArray(ComputesAsNumpy):
         key = array_key(key)
         raw = self.codec.encode(value, self.origin.path)
         with self.handle.reading():
-            staged = self._ensure_open()
+            # chunks of the base are read (partly overwritten ones) through RawRows if detached:
+            # the file opens only then, not for a write of whole chunks (a daily append)
+            staged = self.staged
             if n_arrays(key) <= 1:
                 staged[key] = raw
                 self.codec = self.codec.widened(np.asarray(value))
@@ -345,8 +347,8 @@ class StagedVariableArray(ComputesAsNumpy):
 
     def resize(self, shape) -> None:
         """Change the shape in place (new points: the fill value); see ``StagedChangesArray.resize``."""
-        with self.handle.reading():
-            self._ensure_open().resize(shape)
+        with self.handle.reading():  # the edge chunk is read, if partly filled, as __setitem__ reads
+            self.staged.resize(shape)
 
     # -- numpy protocols -------------------------------------------------------------------
     def __array__(self, dtype=None, copy=None):
@@ -364,13 +366,11 @@ class StagedVariableArray(ComputesAsNumpy):
 
     def __copy__(self) -> StagedVariableArray:
         """As :meth:`__deepcopy__`: a copy never shares staged chunks (a numpy array's copy does not share data)."""
-        with self.handle.reading():
-            return self._like(self._ensure_open().copy())
+        return self._like(self.staged.copy())
 
     def __deepcopy__(self, memo) -> StagedVariableArray:
-        """A copy-on-write copy (no chunk copied until either side writes), same origin."""
-        with self.handle.reading():
-            return self._like(self._ensure_open().copy())
+        """A copy-on-write copy (no chunk copied until either side writes), same origin; nothing read."""
+        return self._like(self.staged.copy())
 
 
 def same_file(a: str | os.PathLike | None, b: str | os.PathLike | None) -> bool:
