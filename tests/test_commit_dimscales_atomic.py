@@ -1,7 +1,8 @@
 """Dimension scales are part of the commit: a failure while attaching them commits nothing (issue 23).
 
-The xarray writer (``xr/_writer.py``) and the staged commit (``xr/_stage.py``)
-attach netCDF-4 dimension scales through ``stage_version(..., finish=...)``,
+The xarray writer (``xr/_writer.py``), the staged commit (``xr/_stage.py``) and the
+one-open append (``xr/_append.py``) attach netCDF-4 dimension scales through
+``stage_version(..., finish=...)`` (``xr._writer.staged_version``),
 which runs before the version is marked ``committed=True``. An exception
 raised there, or the process killed there, must leave no version behind
 (let alone one without its scales), the file readable, and the previous
@@ -25,7 +26,7 @@ import xarray_vhdf5  # noqa: F401  (the accessor)
 from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5._backend.layout import VERSION_DATA, VERSIONS
 from xarray_vhdf5._versions.check import check_file
-from xarray_vhdf5.xr import _dimscales, _stage, _writer
+from xarray_vhdf5.xr import _dimscales, _writer
 
 
 def _day(t: int) -> xr.Dataset:
@@ -97,13 +98,16 @@ def test_a_failed_attachment_in_a_staged_commit_commits_nothing(tmp_path, monkey
     _day(0).vhdf5.commit("d0", path=path)
     _day(1).vhdf5.commit("d1", path=path, append_dim="time")
     before = _snapshot(path)
-    monkeypatch.setattr(_stage, "attach_dimension_scales", failure)
+    monkeypatch.setattr(_writer, "attach_dimension_scales", failure)  # every commit from xarray stages through it
     with xr.open_dataset(path, engine="vhdf5") as ds:
         staged = ds.vhdf5.stage()
         staged = staged.vhdf5.append(_day(2), dim="time")
         with pytest.raises(ScalesFailed):
             staged.vhdf5.commit("d2")
         staged.close()
+    _assert_unchanged(path, before)
+    with pytest.raises(ScalesFailed):  # the one-open append (xr._append)
+        _day(2).vhdf5.commit("d2", path=path, append_dim="time")
     _assert_unchanged(path, before)
     monkeypatch.undo()
     with xr.open_dataset(path, engine="vhdf5") as ds:  # the next commit works, scales and all
@@ -136,7 +140,7 @@ _KILLED_COMMIT = """
 import os, signal, sys
 import numpy as np, pandas as pd, xarray as xr
 import xarray_vhdf5
-from xarray_vhdf5.xr import _dimscales, _stage
+from xarray_vhdf5.xr import _dimscales, _writer
 
 {day}
 
@@ -145,7 +149,7 @@ def kill(group):
     group.file.flush()
     os.kill(os.getpid(), signal.SIGKILL)
 
-_stage.attach_dimension_scales = kill
+_writer.attach_dimension_scales = kill
 with xr.open_dataset(sys.argv[1], engine="vhdf5") as ds:
     staged = ds.vhdf5.stage().vhdf5.append(_day(2), dim="time")
     staged.vhdf5.commit("d2")

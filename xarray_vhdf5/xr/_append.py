@@ -51,24 +51,21 @@ from .._backend.layout import VERSION_DATA, version_path
 from .._backend.names import (
     DIMENSIONS_ATTR,
     HIDDEN_VARIABLE_ATTRS,
-    MESSAGE_ATTR,
     NETCDF_DIMENSION_ATTRS,
     NETCDF_NOT_A_VARIABLE,
     visible_attrs,
 )
 from .._versions.file import VersionedHDF5File
 from .._versions.mutation import open_for_writing
-from .._versions.timestamps import to_utc_datetime
 from ..errors import CorruptFileError, NotHDF5Error
 from . import _reading
 from ._cfcodec import CFCodec
 from ._commit_checks import check_sorted_index
-from ._dimscales import attach_dimension_scales
 from ._encoding import prepare_fill_encoding
 from ._stage import _cf_attrs, check_appendable
 from ._stored import encode_appended
 from ._streaming import is_dask_array
-from ._writer import next_version_name
+from ._writer import next_version_name, staged_version
 
 __all__ = ["commit_appended"]
 
@@ -284,19 +281,12 @@ def _commit_locked(today, path, dim, version, group_path, message, timestamp, ma
         name = version if version is not None else next_version_name(vf)
         for attempt in range(2):  # once more after a torn hash table was written again (as commit_staged)
             try:
-                with vf.stage_version(
-                    name,
-                    prev_version=parent,
-                    make_current=make_current,
-                    timestamp=None if timestamp is None else to_utc_datetime(timestamp),
-                    finish=attach_dimension_scales,
+                with staged_version(
+                    vf, name, prev_version=parent, make_current=make_current, timestamp=timestamp, message=message
                 ) as staged_root:
                     target = staged_root[group_path] if group_path else staged_root
                     plan = _plan(grp, target, today, dim, allow_unsorted)
                     _grow(target, plan, today, grp)
-                    staged_root.attrs.pop(MESSAGE_ATTR, None)
-                    if message is not None:
-                        staged_root.attrs[MESSAGE_ATTR] = message
             except _General:
                 return None
             except CorruptFileError as exc:

@@ -49,20 +49,18 @@ from h5py import h5o
 
 from .._backend.h5objects import object_info_by_name
 from .._backend.hashtable import hash_table_id, table_state
-from .._backend.names import DIMENSIONS_ATTR, MESSAGE_ATTR, is_netcdf_dimension_only, names_dimensions
+from .._backend.names import DIMENSIONS_ATTR, is_netcdf_dimension_only, names_dimensions
 from .._versions.edit import StagedDataset, stage_committed_dataset
 from .._versions.file import VersionedHDF5File
 from .._versions.mutation import open_for_writing
 from .._versions.refs import branch_tip
 from .._versions.registry import VersionRegistry
-from .._versions.timestamps import to_utc_datetime
 from .._wrappers.chunked import CommittedChunks
 from .._wrappers.group import InMemoryGroup
 from ..errors import CorruptFileError, IncompatibleDataError, StaleVersionError, UnsupportedError
 from . import _reading
 from ._cfcodec import CF_ATTRS, CFCodec
 from ._commit_checks import check_sorted_index, refuse_empty_commit
-from ._dimscales import attach_dimension_scales
 from ._duck import CharArrayValues
 from ._encoding import cf_encode_variables, inherit_stored_encoding, kept_attrs, prepare_fill_encoding
 from ._engine import BRANCH_KEY
@@ -70,7 +68,7 @@ from ._staged_array import StagedVariableArray, StageOrigin, same_file
 from ._stagefile import RawRows, StageFile
 from ._stored import STORED_KEY, StoredValues, encode_appended
 from ._streaming import DEFAULT_MAX_BYTES
-from ._writer import next_version_name, write_variable
+from ._writer import next_version_name, staged_version, write_variable
 
 __all__ = ["append_staged", "check_appendable", "commit_staged", "is_staged", "stage_dataset"]
 
@@ -641,15 +639,15 @@ def commit_staged_groups(
         for attempt in range(2):  # once more after a torn hash table was written again (file._repair_hash_table)
             rebased = [[] for _ in groups]
             try:
-                with vf.stage_version(
+                with staged_version(
+                    vf,
                     name,
                     prev_version=parent,
                     make_current=make_current,
-                    timestamp=None if timestamp is None else to_utc_datetime(timestamp),
+                    timestamp=timestamp,
+                    message=message,
                     rebase=rebase and moved,
                     branch=branch if branch is not None and not moved else None,
-                    # the scales reference the version's own datasets: attached inside its commit
-                    finish=attach_dimension_scales,
                 ) as root:
                     for ds, (variables, attrs), into in zip(groups, encoded, rebased, strict=True):
                         group = (ds.encoding.get("vhdf5_group") or "/").strip("/")
@@ -657,9 +655,6 @@ def commit_staged_groups(
                         _fill_group(target, group, ds, variables, attrs, f, into, progress, max_bytes)
                     if not allow_empty:
                         refuse_empty_commit(root, f, parent, name)
-                    root.attrs.pop(MESSAGE_ATTR, None)
-                    if message is not None:
-                        root.attrs[MESSAGE_ATTR] = message
             except CorruptFileError as exc:
                 if attempt or not exc.repaired:
                     raise

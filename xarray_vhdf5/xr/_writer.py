@@ -31,9 +31,11 @@ After the commit, the writer makes the version readable by netCDF tools
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
@@ -64,6 +66,7 @@ __all__ = [
     "commit_dataset",
     "commit_datatree",
     "next_version_name",
+    "staged_version",
     "variable_chunks",
     "write_variable",
     "write_variables",
@@ -79,6 +82,31 @@ def next_version_name(vf: VersionedHDF5File) -> str:
     while f"r{n}" in vf:
         n += 1
     return f"r{n}"
+
+
+@contextlib.contextmanager
+def staged_version(
+    vf: VersionedHDF5File, name: str, *, timestamp, message: str | None, **kwargs: Any
+) -> Iterator[InMemoryGroup]:
+    """:meth:`VersionedHDF5File.stage_version` for a commit from xarray.
+
+    The netCDF-4 dimension scales are attached inside the commit (they
+    reference the version's own datasets: :func:`~xarray_vhdf5.xr._dimscales.attach_dimension_scales`),
+    ``timestamp`` is taken as :func:`~xarray_vhdf5._versions.timestamps.to_utc_datetime`
+    takes it, and once the block's body ran the version's message is set
+    (the parent's is not carried over). ``kwargs``: ``prev_version``,
+    ``make_current``, ``rebase``, ``branch`` as ``stage_version`` takes them.
+    """
+    with vf.stage_version(
+        name,
+        timestamp=None if timestamp is None else to_utc_datetime(timestamp),
+        finish=attach_dimension_scales,
+        **kwargs,
+    ) as root:
+        yield root
+        root.attrs.pop(MESSAGE_ATTR, None)
+        if message is not None:
+            root.attrs[MESSAGE_ATTR] = message
 
 
 def variable_chunks(name: str, var: xr.Variable, growing: frozenset = frozenset()) -> tuple[int, ...]:
@@ -470,21 +498,13 @@ def _commit(
                 f"of {expected_current!r} anyway (a branch); nothing was written"
             )
         name = version if version is not None else next_version_name(vf)
-        # The scales reference the version's own datasets: attached inside its commit.
-        with vf.stage_version(
-            name,
-            prev_version=prev_version,
-            make_current=make_current,
-            timestamp=None if timestamp is None else to_utc_datetime(timestamp),
-            finish=attach_dimension_scales,
+        with staged_version(
+            vf, name, prev_version=prev_version, make_current=make_current, timestamp=timestamp, message=message
         ) as root:
             target = root if group in (None, "", "/") else root.require_group(group.strip("/"))
             write(target)
             if not allow_empty:
                 parent = vf.current_version if prev_version is None else vf.resolve(prev_version)
                 refuse_empty_commit(root, f, parent, name)
-            root.attrs.pop(MESSAGE_ATTR, None)
-            if message is not None:
-                root.attrs[MESSAGE_ATTR] = message
         close_read_handles(path)  # opened during the commit, they would not survive its close
     return name
