@@ -11,16 +11,19 @@ one dimension.
 :func:`commit_appended` does the same in one open of the file, under the
 write lock, with the same checks and the same stored result:
 
-1. the current version's group is read as xarray would decode it
-   (:func:`~xarray_vhdf5.xr._reading.group_dataset`, its arrays reading
-   through the writer's handle; only the indexed coordinates are read);
-2. ``today`` is checked against it as :func:`~xarray_vhdf5.xr._stage.append_staged`
-   checks (dimensions and sizes, no data variable the file lacks, equal
-   labels of the other indexed dimensions, new and sorted labels along the
-   appended one);
-3. a version is staged from it (:meth:`~xarray_vhdf5.VersionedHDF5File.stage_version`)
-   and each variable along the dimension grows by ``today``'s values,
-   encoded as the staged path encodes them: a dimension coordinate through
+1. a version is staged from the current one
+   (:func:`~xarray_vhdf5.xr._writer.staged_version`); every dataset's
+   dimension names are read by name (``_ARRAY_DIMENSIONS``, nothing opened),
+   the datasets along the dimension are opened as the staged datasets the
+   commit grows, and only the dimension coordinates ``today`` indexes are
+   read; all of them are CF-decoded as ``xr.open_dataset`` decodes them
+   (:func:`xarray.conventions.decode_cf_variables` on stand-ins);
+2. ``today`` is checked as :func:`~xarray_vhdf5.xr._stage.append_staged`
+   checks (:func:`~xarray_vhdf5.xr._stage.check_appendable`: dimensions and
+   sizes, no data variable the file lacks, equal labels of the other indexed
+   dimensions, new and sorted labels along the appended one);
+3. each variable along the dimension grows by ``today``'s values, encoded as
+   the staged path encodes them: a dimension coordinate through
    :func:`~xarray_vhdf5.xr._stored.encode_appended` (as a grown in-memory
    coordinate is committed), any other variable through the
    :class:`~xarray_vhdf5.xr._cfcodec.CFCodec` a staged variable would have
@@ -28,11 +31,17 @@ write lock, with the same checks and the same stored result:
 4. the netCDF-4 dimension scales are attached inside the commit, as for
    every commit from xarray.
 
+Since the current version is read under the write lock, no other writer can
+commit between the read and the commit (the general path's
+``StaleVersionError`` window).
+
 Whatever the general path does differently (a variable the codec cannot
 encode as stored, a coordinate that would be rewritten, strings, dask arrays,
-a file without ``_ARRAY_DIMENSIONS``, any check that refuses) makes
-:func:`commit_appended` return None before anything is written, and the
-caller takes the general path, which commits or raises as documented.
+a file without ``_ARRAY_DIMENSIONS``, any check that refuses) aborts the
+staged version (:class:`_General`) and makes :func:`commit_appended` return
+None with nothing written; the caller takes the general path, which commits
+or raises as documented. ``tests/test_append_fastpath.py`` commits the same
+days both ways and compares the files.
 """
 
 from __future__ import annotations
@@ -81,8 +90,7 @@ class _General(Exception):
 class _Plan:
     """What the append writes: the variables along the dimension, decoded as the staged path sees them."""
 
-    names: set  # every variable of the stored group
-    grown: dict  # name -> (decoded xr.Variable of the stored dataset: placeholder values, axis of dim)
+    grown: dict  # name -> (decoded stand-in of the stored dataset (placeholder values), axis of the dimension)
     indexes: dict  # dimension -> pandas.Index of its stored coordinate (those today indexes too)
 
 
@@ -172,7 +180,7 @@ def _plan(grp: h5py.Group, target, today: xr.Dataset, dim: str, allow_unsorted: 
         if is_dask_array(new.data) or new.dtype.kind in "OSUV" or var.dtype.kind in "OSUV":
             raise _General(key)  # streamed, or strings (widened, char arrays): the general path
         grown[key] = (var, var.dims.index(dim))
-    return _Plan(set(dims), grown, indexes)
+    return _Plan(grown, indexes)
 
 
 def _grow(target, plan: _Plan, today: xr.Dataset, grp: h5py.Group) -> None:
