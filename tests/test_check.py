@@ -838,3 +838,32 @@ def test_reading_commands_say_a_damaged_file_is_damaged(tmp_path):
     result = CliRunner().invoke(cli, ["log", "--graph", str(path)])
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
     assert "is damaged" in result.output and f"vhdf5 check --repair {path}" in result.output, result.output
+
+
+def test_a_repair_crashed_halfway_is_rolled_back_for_every_reader(ours, monkeypatch):
+    """libhdf5 crashing the repairing child inside a journaled step: the parent rolls the step
+    back, so plain h5py (which never reads the journal) opens the file as it was."""
+    import click
+
+    from xarray_vhdf5._versions.journal import journal_path
+    from xarray_vhdf5._versions.mutation import mutating, open_file
+    from xarray_vhdf5.cli import _check as check_cli
+
+    before = check_file(ours, rehash=True)
+    assert before.ok
+
+    def crash_in_a_step(path, report):  # runs in the forked child
+        f = open_file(path, "r+")
+        with mutating(f, what="repair"):  # a step of the repair, journaled
+            del f["_version_data/versions/v1"]
+            f.create_group("half_done")
+            f.flush()
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+    monkeypatch.setattr(check_cli, "_repair_path", crash_in_a_step)
+    with pytest.raises(click.ClickException, match="rolled back"):
+        run_repair(str(ours), before)
+    assert not os.path.exists(journal_path(str(ours)))
+    with h5py.File(ours, "r") as f:  # plain h5py: no recovery of its own
+        assert "half_done" not in f and "v1" in f["_version_data/versions"]
+    assert check_file(ours, rehash=True).ok

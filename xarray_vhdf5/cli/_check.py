@@ -263,14 +263,30 @@ def _repair_path(path: str, report):
     return done
 
 
+def _roll_back(path: str) -> bool:
+    """Roll back the journaled step a crashed repair left (:func:`~xarray_vhdf5._versions.journal.recover`).
+
+    Under the file's ``WRITE`` lock, as the journaled openers do; True when
+    there was one.
+    """
+    from .._versions.journal import recover
+    from .._versions.locking import file_locks
+
+    with file_locks(path).writing():
+        return recover(path)
+
+
 def run_repair(path: str, report):
     """:func:`~xarray_vhdf5._versions.repair.repair` in a child process (see :func:`run_check`).
 
     Raises
     ------
     click.ClickException
-        libhdf5 crashed the repairing process: every step of a repair leaves
-        a valid file, so the file is as the last finished step left it.
+        libhdf5 crashed the repairing process: every step of a repair is
+        journaled, and the step it died in is rolled back here (as the next
+        writer of this package would), so the file is as the last finished
+        step left it, for every reader (plain h5py and netCDF tools do not
+        read the journal).
     """
     import multiprocessing
 
@@ -278,9 +294,11 @@ def run_repair(path: str, report):
         return _repair_path(path, report)
     outcome, code = _in_child(_send_repair, (path, report), lambda message: None)
     if outcome is None:
+        rolled = _roll_back(path)
         raise click.ClickException(
-            f"repair failed: libhdf5 crashed the repairing process (it {_died(code)}); the file is as "
-            "the last finished step of the repair left it: run vhdf5 check again"
+            f"repair failed: libhdf5 crashed the repairing process (it {_died(code)}); "
+            + ("the step it was in was rolled back, so " if rolled else "")
+            + "the file is as the last finished step of the repair left it: run vhdf5 check again"
         )
     if outcome[0] == "error":
         raise _rebuilt(outcome)
