@@ -7,6 +7,7 @@ Run from the repository root with the development environment active::
     python benchmarks/bench_ingest.py --days 200 --compress       # each tool's default filters
     python benchmarks/bench_ingest.py --history 1000              # compact-history workload
     python benchmarks/bench_ingest.py --profile 30                # cProfile of ours-reopen
+    python benchmarks/bench_ingest.py --days 365 --rounds 3 --tools icechunk,ours-one-call
 
 **Ingest** (``--days T``): a ``(T, 90, 180)`` float32 variable ``sst``
 (standard-normal values), chunks ``(1, 90, 180)``, appended one day per commit;
@@ -63,6 +64,11 @@ timed step by step (open_dataset, stage, append, commit, close), then N days
 again under cProfile (which roughly doubles the time of a commit); prints the self time
 summed per package and per module, and the functions with the largest cumulative
 time, all in ms per commit.
+
+**Rounds** (``--rounds R``, ingest only): the tools run R times, in reversed order every
+other round; after the last round's table, each round's median commit and ratio to
+icechunk's in that round, and the median and worst of those ratios (a machine whose
+speed drifts within a run then weighs on every tool alike).
 
 What it leaves out: concurrent readers, dask, remote storage, icechunk's
 repository kept open across days (each day reopens it, as ours reopens the file).
@@ -459,6 +465,27 @@ def ingest_table(results: list[Result]) -> pd.DataFrame:
     return frame
 
 
+def rounds_table(rounds: list[list[Result]]) -> pd.DataFrame:
+    """Per tool: each round's median commit over icechunk's in the same round, and their median.
+
+    Rounds run the tools in alternating order, so a machine whose speed
+    drifts during a run weighs on every tool alike over the rounds.
+    """
+    tables = [ingest_table(results) for results in rounds]
+    frame = pd.DataFrame(index=tables[0].index)
+    ratio = "commit / icechunk"
+    for k, table in enumerate(tables, start=1):
+        frame[f"round {k} (ms)"] = table["median commit (ms)"]
+        if ratio in table:
+            frame[f"round {k} / icechunk"] = table[ratio]
+        frame[f"round {k} t=T/t=10"] = table[next(c for c in table.columns if c.endswith("/t=10"))]
+    ratios = frame[[c for c in frame.columns if c.endswith("/ icechunk")]]
+    if not ratios.empty:
+        frame["median / icechunk"] = ratios.median(axis=1)
+        frame["worst / icechunk"] = ratios.max(axis=1)
+    return frame
+
+
 def h5stat_program() -> str | None:
     """``H5STAT`` if set, else ``h5stat`` on ``PATH``."""
     return os.environ.get("H5STAT") or shutil.which("h5stat")
@@ -644,6 +671,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tools", default=None, help=f"comma-separated subset of {','.join(RUNNERS)}")
     parser.add_argument("--compress", action="store_true", help="each tool's default compression")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="ingest only: run the tools this many times, in reversed order every other round, and "
+        "print each round's ratios to icechunk and their median",
+    )
+    parser.add_argument(
         "--keep",
         default=None,
         metavar="DIR",
@@ -702,7 +736,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             w = ingest_workload(args.days, args.compress)
             tools = args.tools.split(",") if args.tools else list(RUNNERS)
-        results = run_tools(tools, w, workdir)
+        rounds = [run_tools(tools if k % 2 == 0 else tools[::-1], w, workdir) for k in range(max(1, args.rounds))]
+        results = rounds[-1]
         ice = next((r for r in results if r.tool == "icechunk"), None)
         if ice is not None:
             print(
@@ -725,6 +760,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"QC fix of 10x10 in day {w.qc[0] + 1}; old version: {w.old} days"
             )
             print(ingest_table(results).round(3).to_string())
+            if len(rounds) > 1:
+                print(f"\n{len(rounds)} rounds (the table above is the last), median commit per round:")
+                print(rounds_table(rounds).round(3).to_string())
 
 
 if __name__ == "__main__":
