@@ -183,8 +183,22 @@ def test_values_that_do_not_fit_are_refused(tmp_path):
     _refused(path, day, ValueOverflowError, "int16")
 
 
+def _declines(monkeypatch) -> list:
+    """Each result of commit_appended, recorded (None: it declined and the general path committed)."""
+    results: list = []
+    real = _append.commit_appended
+
+    def recorded(*args, **kwargs):
+        results.append(real(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(_append, "commit_appended", recorded)
+    return results
+
+
 def test_the_general_path_takes_what_the_one_open_path_does_not(tmp_path, monkeypatch):
-    """dask-backed values, unsorted labels allowed: committed by the general path, same result."""
+    """dask-backed values are committed by the general path; unsorted labels, allowed, by the one-open path."""
+    results = _declines(monkeypatch)
     path = tmp_path / "a.h5"
     _day(0).vhdf5.commit("d0", path=path)
     lazy = _day(1).chunk({"lat": 2})
@@ -196,9 +210,11 @@ def test_the_general_path_takes_what_the_one_open_path_does_not(tmp_path, monkey
         assert got.sizes["time"] == 3
         np.testing.assert_array_equal(got["sst"].values[1], _day(1)["sst"].values[0])
         assert got.indexes["time"][2] == T0 - pd.Timedelta(days=3)
+    assert results == [None, "d2"]  # dask declined (nothing written by the one-open path)
 
 
-def test_a_file_without_dimension_names_takes_the_general_path(tmp_path):
+def test_a_file_without_dimension_names_takes_the_general_path(tmp_path, monkeypatch):
+    results = _declines(monkeypatch)
     path = tmp_path / "v.h5"
     with h5py.File(path, "w") as f:
         with VersionedHDF5File(f).stage_version("v0") as g:
@@ -209,3 +225,4 @@ def test_a_file_without_dimension_names_takes_the_general_path(tmp_path):
     more.vhdf5.commit("v1", path=path, append_dim=dim)
     with xr.open_dataset(path, engine="vhdf5") as got:
         np.testing.assert_array_equal(got["x"].values[2], [10.0, 11.0, 12.0])
+    assert results == [None]

@@ -347,8 +347,22 @@ def read_attrs_of(loc_id, obj_name: bytes, skip: frozenset[str] = frozenset()) -
 def read_attr_of(loc_id, obj_name: bytes, name: str) -> Any:
     """Attribute ``name`` of the object ``obj_name`` in group ``loc_id``, without opening the object.
 
-    As :func:`read_attrs_of` for one attribute (``H5Aopen_by_name``); the
-    value as h5py's ``AttributeManager`` converts it.
+    As :func:`read_attrs_of` for one attribute (``H5Aopen_by_name``).
+
+    Parameters
+    ----------
+    loc_id : h5py ObjectID
+        The group holding the object, or the object itself with ``obj_name`` ``b"."``.
+    obj_name : bytes
+        The object's name in that group (one link, no ``/``).
+    name : str
+        The attribute.
+
+    Returns
+    -------
+    object
+        The value as h5py's ``AttributeManager`` converts it (``str`` for a
+        variable-length string, numpy scalars and arrays otherwise).
 
     Raises
     ------
@@ -362,8 +376,15 @@ def read_attr_of(loc_id, obj_name: bytes, name: str) -> Any:
     return _attr_value(attr)
 
 
+class _Unread:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNREAD"
+
+
 #: The value :func:`attrs_by_index` gives an attribute named in its ``defer``: not read.
-UNREAD: Any = type("Unread", (), {"__repr__": lambda self: "UNREAD", "__slots__": ()})()
+UNREAD: Any = _Unread()
 
 
 def attrs_by_index(

@@ -183,7 +183,7 @@ def _plan(grp: h5py.Group, target, today: xr.Dataset, dim: str, allow_unsorted: 
     return _Plan(grown, indexes)
 
 
-def _grow(target, plan: _Plan, today: xr.Dataset, grp: h5py.Group) -> None:
+def _grow(target, plan: _Plan, today: xr.Dataset) -> None:
     """Resize each dataset of ``plan`` in ``target`` (the staged group) and write ``today``'s points into it.
 
     Raises
@@ -200,7 +200,7 @@ def _grow(target, plan: _Plan, today: xr.Dataset, grp: h5py.Group) -> None:
             raise _General(name)
         if name in plan.indexes:  # a staged Dataset holds it in memory, committed as grown
             tail = xr.Variable(var.dims, values, var.attrs, var.encoding)
-            encoded = encode_appended(target, name, tail, 0, dataset.attrs)
+            encoded = encode_appended(target, name, tail, 0)
         else:  # a staged variable: its codec encodes the new points
             prepared = prepare_fill_encoding({name: var})[0][name]
             codec = CFCodec.for_variable(prepared, dataset, _cf_attrs(dataset.attrs))
@@ -294,7 +294,7 @@ def _commit_locked(today, path, dim, version, group_path, message, timestamp, ma
                 ) as staged_root:
                     target = staged_root[group_path] if group_path else staged_root
                     plan = _plan(grp, target, today, dim, allow_unsorted)
-                    _grow(target, plan, today, grp)
+                    _grow(target, plan, today)
             except _General:
                 return None
             except CorruptFileError as exc:

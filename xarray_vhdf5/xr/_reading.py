@@ -222,12 +222,22 @@ def _backend_array(manager, version: str, ds, shape, dtype, as_str: bool) -> Bac
 
 
 def stored_encoding(dtype: np.dtype, attrs) -> dict[str, Any]:
-    """The ``encoding`` a version's dataset of ``dtype`` and visible ``attrs`` opens with (before CF decoding).
+    """The ``encoding`` a version's dataset opens with, before CF decoding (xarray's ``Variable.encoding``).
 
-    ``dtype`` (``str`` for variable-length strings); for floats stored
-    without ``_FillValue`` (e.g. by versioned-hdf5), ``_FillValue=None``: so
-    written back, not with the NaN xarray's encoder adds to floats whose
-    encoding is silent.
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        The dataset's stored dtype.
+    attrs : mapping
+        Its visible attributes (:func:`~xarray_vhdf5._backend.names.visible_attrs`).
+
+    Returns
+    -------
+    dict
+        ``dtype`` (``str`` for variable-length strings); for floats stored
+        without ``_FillValue`` (e.g. by versioned-hdf5), ``_FillValue=None``:
+        so written back, not with the NaN xarray's encoder adds to floats
+        whose encoding is silent.
     """
     encoding: dict[str, Any] = {"dtype": dtype if dtype.kind != "O" else str}
     if dtype.kind in "fc" and "_FillValue" not in attrs:

@@ -698,7 +698,7 @@ def _fill_group(target, group, staged, variables, attrs, f, rebased, progress, m
             and _write_staged(target, name, var, arr, f, committed, stored.get(name))
         ):
             rebased.append((arr, path, name in committed))
-        elif not _write_stored(target, name, var, stored.get(name), parent, path, f):
+        elif not _write_stored(target, name, var, stored.get(name), parent, path):
             rest[var_name] = var
     encoded, enc_attrs = cf_encode_variables(inherit_stored_encoding(target, rest), attrs)
     for key, value in kept_attrs(old_attrs, enc_attrs, True).items():
@@ -714,7 +714,6 @@ def _write_stored(
     record: StoredValues | None,
     parent: str,
     path: str,
-    f: h5py.File,
 ) -> bool:
     """Commit in-memory ``var`` through the parent's dataset it was read from; False: rewrite it instead.
 
@@ -732,8 +731,7 @@ def _write_stored(
     dataset = target[name]
     if not hasattr(type(dataset), "staged_array") or dataset.ndim != 1 or dataset.shape != (kept,):
         return False
-    # the parent's attributes, as the staged dataset holds them (loaded once: the commit writes them)
-    values = encode_appended(target, name, var, kept, dataset.attrs)
+    values = encode_appended(target, name, var, kept)
     if values is None:
         return False
     dataset.resize((var.shape[0],))

@@ -37,10 +37,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
-from collections.abc import Mapping
 from typing import Any
 
-import h5py
 import numpy as np
 import xarray as xr
 
@@ -175,22 +173,7 @@ class StoredValues:
         return n if same_value(np.ascontiguousarray(head), np.ascontiguousarray(self.values)) else None
 
 
-def _attr_names(dset) -> list[str]:
-    """The attribute names of h5py dataset ``dset``, listed by name index.
-
-    Not through ``dset.attrs``: h5py copies a dataset's creation property
-    list to choose the index, which for a virtual dataset copies every mapping.
-    """
-    names: list[str] = []
-    h5py.h5a.iterate(
-        dset.id, lambda name, *_: names.append(name.decode("utf-8", "surrogateescape")), index_type=h5py.h5.INDEX_NAME
-    )
-    return names
-
-
-def encode_appended(
-    group, name: str, var: xr.Variable, kept: int, stored: h5py.Dataset | Mapping[str, Any]
-) -> np.ndarray | None:
+def encode_appended(group, name: str, var: xr.Variable, kept: int) -> np.ndarray | None:
     """The stored values of ``var[kept:]``, or None when they would not be stored as dataset ``group[name]`` is.
 
     Encoded as a rewrite of the whole variable would be (the dataset's
@@ -198,24 +181,26 @@ def encode_appended(
     :func:`~xarray_vhdf5.xr._encoding.inherit_stored_encoding`); None when
     the encoder warns or refuses, or its dtype or attributes differ from the
     dataset's (then the whole variable is rewritten, which reports them).
+    The attributes compared are the staged dataset's, the parent's as it
+    holds them (loaded once: the commit writes them; netCDF-4's object
+    references are not read).
 
     Parameters
     ----------
     group : InMemoryGroup
-        The staged group holding dataset ``name`` (the parent version's).
+        The staged group holding dataset ``name`` (the parent version's, not
+        yet grown).
     name : str
+        The dataset's name in ``group``.
     var : xarray.Variable
         1-D, not yet CF-encoded; its first ``kept`` points are stored.
     kept : int
-    stored : h5py.Dataset or mapping
-        The same dataset in the parent version (its attributes are read
-        from it by name; netCDF-4's object references are left unread), or
-        its attributes (a staged dataset's ``attrs``).
+        Points of ``var`` the dataset already holds.
 
     Returns
     -------
     numpy.ndarray or None
-        1-D, the dataset's dtype.
+        1-D, ``len(var) - kept`` points of the dataset's dtype.
     """
     dataset = group[name]
     tail = var.to_base_variable()[kept:]
@@ -229,11 +214,8 @@ def encode_appended(
         return None
     if values.dtype != np.dtype(dataset.dtype) or values.ndim != 1:
         return None
-    if isinstance(stored, h5py.Dataset):
-        attrs, names = stored.attrs, _attr_names(stored)
-    else:
-        attrs, names = stored, list(stored)
-    kept_now = {k: attrs[k] for k in names if k not in _NOT_VARIABLE_ATTRS}
+    attrs = dataset.attrs
+    kept_now = {k: attrs[k] for k in attrs if k not in _NOT_VARIABLE_ATTRS}
     if not same_value(kept_attrs(kept_now, dict(new.attrs), True), kept_now):
         return None
     return values

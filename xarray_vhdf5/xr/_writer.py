@@ -92,10 +92,33 @@ def staged_version(
 
     The netCDF-4 dimension scales are attached inside the commit (they
     reference the version's own datasets: :func:`~xarray_vhdf5.xr._dimscales.attach_dimension_scales`),
-    ``timestamp`` is taken as :func:`~xarray_vhdf5._versions.timestamps.to_utc_datetime`
-    takes it, and once the block's body ran the version's message is set
-    (the parent's is not carried over). ``kwargs``: ``prev_version``,
-    ``make_current``, ``rebase``, ``branch`` as ``stage_version`` takes them.
+    and once the block's body ran the version's message is set (the
+    parent's is not carried over).
+
+    Parameters
+    ----------
+    vf : VersionedHDF5File
+        The file, open writable.
+    name : str
+        The new version's name.
+    timestamp : datetime, numpy.datetime64 or None
+        As :func:`~xarray_vhdf5._versions.timestamps.to_utc_datetime` takes
+        it; None for the time of the commit.
+    message : str or None
+        The commit message (``_vhdf5_message``); None for none.
+    **kwargs
+        ``prev_version``, ``make_current``, ``rebase``, ``branch``, as
+        ``stage_version`` takes them.
+
+    Yields
+    ------
+    InMemoryGroup
+        The staged version's root group.
+
+    Raises
+    ------
+    VersionExistsError, VersionNotFoundError, StaleVersionError, ConflictError
+        As :meth:`VersionedHDF5File.stage_version`; nothing is committed.
     """
     with vf.stage_version(
         name,
