@@ -154,3 +154,49 @@ def test_lazy_names_are_the_defining_modules_objects():
     assert xarray_vhdf5.VersionedHDF5File is VersionedHDF5File
     assert xarray_vhdf5.VHDF5BackendEntrypoint is VHDF5BackendEntrypoint
     assert xarray_vhdf5.xr.open_versions is open_versions
+
+
+def test_import_before_xarray_registers_on_xarrays_import(tmp_path):
+    """``import xarray_vhdf5`` does not import xarray; the accessors appear once xarray is imported
+    (also through a submodule first), silently (``-W error``)."""
+    got = _run(
+        """
+        import json, sys
+        import xarray_vhdf5
+        before = "xarray" in sys.modules
+        import xarray.coding.times
+        import xarray as xr
+        from xarray_vhdf5.xr._accessor import VHDF5DatasetAccessor, VHDF5DataTreeAccessor
+        print(json.dumps({
+            "before": before,
+            "dataset": type(xr.Dataset().vhdf5) is VHDF5DatasetAccessor,
+            "tree": xr.DataTree.vhdf5 is VHDF5DataTreeAccessor,
+            "finders": sum(type(f).__name__ == "_AfterXarrayImport" for f in sys.meta_path),
+        }))
+        """,
+        tmp_path,
+    )
+    assert got == {"before": False, "dataset": True, "tree": True, "finders": 0}
+
+
+def test_log_command_imports_neither_xarray_nor_pandas(tmp_path):
+    """``vhdf5 log`` loads only what it needs: its time is mostly imports otherwise (issue 19)."""
+    path = tmp_path / "a.h5"
+    xr.Dataset({"t": (("x",), np.arange(4.0))}).vhdf5.commit("v1", path=path)
+    got = _run(
+        """
+        import json, sys, contextlib, io
+        from xarray_vhdf5.cli import cli
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            try:
+                cli(["log", "a.h5"])
+            except SystemExit as exit:
+                code = exit.code
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("xarray", "pandas", "zarr", "dask"))
+        ours = sorted(m for m in sys.modules if m.startswith(("xarray_vhdf5.resplit", "xarray_vhdf5.xr")))
+        print(json.dumps({"code": code, "v1": "v1" in out.getvalue(), "heavy": heavy, "ours": ours}))
+        """,
+        tmp_path,
+    )
+    assert got == {"code": 0, "v1": True, "heavy": [], "ours": []}

@@ -15,7 +15,8 @@ The names are imported from their modules on first use (PEP 562): xarray
 imports this package whenever it lists its engines (the ``vhdf5`` entry point
 lives in it), and that must not load h5py, the version history, zarr or the
 compiled kernels. ``import xarray_vhdf5`` registers the ``.vhdf5`` accessors,
-which load on first use (:mod:`xarray_vhdf5._accessors`).
+which load on first use, without importing xarray: if xarray is not imported
+yet, they are registered right after its import (:mod:`xarray_vhdf5._accessors`).
 """
 
 from __future__ import annotations
@@ -205,4 +206,4 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-_accessors.install()
+_accessors.install_when_imported()

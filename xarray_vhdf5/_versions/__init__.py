@@ -1,25 +1,24 @@
 """Versions: the history of a file, lookups, staging and commits."""
 
-from .branchmerge import MergeReport, cherry_pick, merge
-from .caches import CommitCaches, forget_shared_caches
-from .commit import CommitReport, commit_version
-from .delete import delete_version, delete_versions
-from .file import VersionedHDF5File
-from .metadata import modify_metadata
-from .rechunk import RechunkReport, rechunk
-from .refs import (
-    create_branch,
-    create_tag,
-    delete_branch,
-    delete_tag,
-    list_branches,
-    list_tags,
-    reset_branch,
-)
-from .registry import VersionInfo, VersionRegistry, initialize, is_versioned
-from .repack import RepackReport, repack
-from .retention import expire
-from .timestamps import format_timestamp, parse_timestamp, to_utc_datetime
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._lazy import lazy_attribute
+
+if TYPE_CHECKING:
+    from .branchmerge import MergeReport, cherry_pick, merge
+    from .caches import CommitCaches, forget_shared_caches
+    from .commit import CommitReport, commit_version
+    from .delete import delete_version, delete_versions
+    from .file import VersionedHDF5File
+    from .metadata import modify_metadata
+    from .rechunk import RechunkReport, rechunk
+    from .refs import create_branch, create_tag, delete_branch, delete_tag, list_branches, list_tags, reset_branch
+    from .registry import VersionInfo, VersionRegistry, initialize, is_versioned
+    from .repack import RepackReport, repack
+    from .retention import expire
+    from .timestamps import format_timestamp, parse_timestamp, to_utc_datetime
 
 __all__ = [
     "CommitCaches",
@@ -53,3 +52,46 @@ __all__ = [
     "reset_branch",
     "to_utc_datetime",
 ]
+
+#: The module each name comes from, imported on first use (PEP 562): a command
+#: such as ``vhdf5 log`` then loads only the modules it needs.
+_HOMES = {
+    "CommitCaches": "caches",
+    "CommitReport": "commit",
+    "MergeReport": "branchmerge",
+    "RechunkReport": "rechunk",
+    "RepackReport": "repack",
+    "VersionInfo": "registry",
+    "VersionRegistry": "registry",
+    "VersionedHDF5File": "file",
+    "cherry_pick": "branchmerge",
+    "commit_version": "commit",
+    "create_branch": "refs",
+    "create_tag": "refs",
+    "delete_branch": "refs",
+    "delete_tag": "refs",
+    "delete_version": "delete",
+    "delete_versions": "delete",
+    "expire": "retention",
+    "forget_shared_caches": "caches",
+    "format_timestamp": "timestamps",
+    "initialize": "registry",
+    "is_versioned": "registry",
+    "list_branches": "refs",
+    "list_tags": "refs",
+    "merge": "branchmerge",
+    "modify_metadata": "metadata",
+    "parse_timestamp": "timestamps",
+    "rechunk": "rechunk",
+    "repack": "repack",
+    "reset_branch": "refs",
+    "to_utc_datetime": "timestamps",
+}
+
+
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(__name__, _HOMES, name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -54,10 +54,10 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import h5py
 import numpy as np
-import pandas as pd
 from h5py import h5a, h5d, h5g
 
 from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
@@ -71,6 +71,9 @@ from .index import to_micros
 from .logrecord import Fingerprint, fingerprint_of
 from .registry import VersionInfo, VersionRegistry
 from .states import DatasetState, changed_attrs, compared_attrs, version_states
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["LOG_COLUMNS", "LogEntry", "log_frame", "version_log"]
 
@@ -214,6 +217,8 @@ def log_frame(entries: Sequence[LogEntry]) -> pd.DataFrame:
         ``new_bytes`` and ``new_bytes_on_disk`` (int64: chunks the version
         stored, their bytes uncompressed and in the file).
     """
+    import pandas as pd  # here: ``vhdf5 log`` imports this module and not pandas
+
     frame = pd.DataFrame.from_records(
         [(e.name, *(getattr(e, c) for c in LOG_COLUMNS)) for e in entries], columns=["name", *LOG_COLUMNS]
     )

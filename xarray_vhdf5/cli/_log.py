@@ -1,16 +1,20 @@
 """``vhdf5 log FILE``: print the version history as a table.
 
-The table is formatted from the log's DataFrame
-(:func:`~xarray_vhdf5._versions.history.log_frame`, what ``ds.vhdf5.versions`` shows).
+The table shows the log's entries (:func:`~xarray_vhdf5._versions.history.version_log`),
+the rows of what ``ds.vhdf5.versions`` shows as a DataFrame
+(:func:`~xarray_vhdf5._versions.history.log_frame`). It is formatted from the
+entries directly: the command imports neither pandas nor xarray, whose imports
+would take most of its time.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from .._versions.history import LogEntry, log_frame
+if TYPE_CHECKING:
+    from .._versions.history import LogEntry
 
 __all__ = ["LOG_HELP", "format_graph", "format_log", "format_table", "format_totals", "human_bytes"]
 
@@ -41,7 +45,7 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} GiB"  # pragma: no cover
 
 
-def format_log(entries: Sequence[LogEntry] | pd.DataFrame) -> str:
+def format_log(entries: Sequence[LogEntry]) -> str:
     """The log as an aligned text table, one row per version, then a totals line.
 
     Columns: version, timestamp (UTC), parent, new chunks (chunks the version
@@ -51,32 +55,32 @@ def format_log(entries: Sequence[LogEntry] | pd.DataFrame) -> str:
 
     Parameters
     ----------
-    entries : sequence of LogEntry, or pandas.DataFrame
-        :func:`xarray_vhdf5._versions.history.version_log`, or its
-        :func:`~xarray_vhdf5._versions.history.log_frame` (the table is made from that).
+    entries : sequence of LogEntry
+        :func:`xarray_vhdf5._versions.history.version_log`.
 
     Returns
     -------
     str
         The table (header, rule, rows) and :func:`format_totals`, without a final newline.
     """
-    frame = entries if isinstance(entries, pd.DataFrame) else log_frame(entries)
     header = ("version", "timestamp (UTC)", "parent", "new chunks", "on disk", "uncompressed", "changed", "message")
-    shown = pd.DataFrame(
-        {
-            "timestamp": frame["timestamp"].dt.strftime("%Y-%m-%d %H:%M:%S"),
-            "parent": frame["parent"],
-            "new_chunks": frame["new_chunks"].astype(str),
-            "on_disk": frame["new_bytes_on_disk"].map(human_bytes),
-            "uncompressed": frame["new_bytes"].map(human_bytes),
-            "changed": frame["changed"].map(lambda c: ",".join(c) if len(c) <= 3 else f"{len(c)} datasets"),
-            "message": frame["message"].map(lambda m: m if isinstance(m, str) else ""),  # missing: NaN or None
-        },
-        index=frame.index,
-    )
-    rows = [header, *((name, *cells) for name, *cells in shown.itertuples())]
+    rows = [header]
+    for e in entries:
+        changed = ",".join(e.changed) if len(e.changed) <= 3 else f"{len(e.changed)} datasets"
+        rows.append(
+            (
+                e.name,
+                _utc(e.timestamp).strftime("%Y-%m-%d %H:%M:%S"),
+                e.parent,
+                str(e.new_chunks),
+                human_bytes(e.new_bytes_on_disk),
+                human_bytes(e.new_bytes),
+                changed,
+                e.message or "",
+            )
+        )
     lines = format_table(rows)
-    lines.append(format_totals(frame))
+    lines.append(format_totals(entries))
     return "\n".join(lines)
 
 
@@ -88,17 +92,23 @@ def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def format_totals(entries: Sequence[LogEntry] | pd.DataFrame) -> str:
+def format_totals(entries: Sequence[LogEntry]) -> str:
     """One line: the chunks all versions stored, their bytes on disk (compressed) and uncompressed.
 
     ``entries`` as :func:`format_log` takes them.
     """
-    frame = entries if isinstance(entries, pd.DataFrame) else log_frame(entries)
-    chunks, disk, raw = (int(frame[c].sum()) for c in ("new_chunks", "new_bytes_on_disk", "new_bytes"))
+    chunks = sum(e.new_chunks for e in entries)
+    disk = sum(e.new_bytes_on_disk for e in entries)
+    raw = sum(e.new_bytes for e in entries)
     return (
-        f"{_count(len(frame), 'version')} stored {_count(chunks, 'chunk')}: {human_bytes(disk)} on disk, "
+        f"{_count(len(entries), 'version')} stored {_count(chunks, 'chunk')}: {human_bytes(disk)} on disk, "
         f"{human_bytes(raw)} uncompressed"
     )
+
+
+def _utc(t: _dt.datetime) -> _dt.datetime:
+    """``t`` in UTC; naive means UTC already (as ``pandas.to_datetime(utc=True)`` takes it for ``log_frame``)."""
+    return t.replace(tzinfo=_dt.UTC) if t.tzinfo is None else t.astimezone(_dt.UTC)
 
 
 def _count(n: int, noun: str) -> str:

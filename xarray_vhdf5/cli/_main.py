@@ -5,21 +5,16 @@ Tables are formatted in :mod:`.log` and :mod:`.diff`; FILE is opened by
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from .._backend.signature import open_h5file
 from ..errors import VHDF5Error
-from ._branches import branch, cherry_pick, merge, tag
-from ._check import check
-from ._diff import format_diff
 from ._log import LOG_HELP
-from ._rechunk import export, ingest, rechunk
-from ._refs import refs
-from ._repack import expire, repack
 
-__all__ = ["cli", "format_diff", "main"]
+__all__ = ["cli", "main"]
 
 #: Appended to the message for a FILE that is not HDF5.
 _NOT_VERSIONED_HINT = (
@@ -28,7 +23,42 @@ _NOT_VERSIONED_HINT = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: The commands defined in other modules of this package: name -> (module, function).
+_ELSEWHERE = {
+    "branch": ("_branches", "branch"),
+    "check": ("_check", "check"),
+    "cherry-pick": ("_branches", "cherry_pick"),
+    "expire": ("_repack", "expire"),
+    "export": ("_rechunk", "export"),
+    "ingest": ("_rechunk", "ingest"),
+    "merge": ("_branches", "merge"),
+    "rechunk": ("_rechunk", "rechunk"),
+    "refs": ("_refs", "refs"),
+    "repack": ("_repack", "repack"),
+    "tag": ("_branches", "tag"),
+}
+
+
+class _LazyGroup(click.Group):
+    """A group that imports the module of a command in :data:`_ELSEWHERE` only when that command runs.
+
+    click's documented pattern for lazily loaded subcommands ("Advanced
+    Patterns"): ``vhdf5 log`` then loads neither the merge nor the rechunk
+    machinery, whose imports would cost more than reading a log of 1000 versions.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_ELSEWHERE})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _ELSEWHERE and cmd_name not in self.commands:
+            module, name = _ELSEWHERE[cmd_name]
+            command = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="xarray_vhdf5")
 def cli() -> None:
     """Git-like version history for HDF5 files (versioned-hdf5 format), native to xarray."""
@@ -126,7 +156,7 @@ def diff(file: str, a: str, b: str, group: str | None, mappings_only: bool) -> N
     """
     from .._backend.names import is_netcdf_dimension_only
     from .._versions.diff import diff_versions
-    from ._diff import attribute_changes
+    from ._diff import attribute_changes, format_diff
 
     try:
         with open_h5file(file, "r", hint=_NOT_VERSIONED_HINT) as f:
@@ -135,19 +165,6 @@ def diff(file: str, a: str, b: str, group: str | None, mappings_only: bool) -> N
     except (VHDF5Error, OSError, KeyError, RuntimeError) as err:
         raise _read_failed(file, err) from None
     click.echo(format_diff(diffs.values(), a, b, attrs, values=not mappings_only))
-
-
-cli.add_command(check)
-cli.add_command(refs)
-cli.add_command(branch)
-cli.add_command(tag)
-cli.add_command(merge)
-cli.add_command(cherry_pick)
-cli.add_command(expire)
-cli.add_command(repack)
-cli.add_command(rechunk)
-cli.add_command(export)
-cli.add_command(ingest)
 
 
 def main() -> None:
