@@ -34,7 +34,6 @@ import numpy as np
 import pytest
 
 from xarray_vhdf5 import VersionedHDF5File
-from xarray_vhdf5._versions import rechunk
 from xarray_vhdf5._versions.journal import (
     SIDE_SUFFIX,
     SIDE_USERBLOCK,
@@ -46,6 +45,7 @@ from xarray_vhdf5._versions.journal import (
 )
 from xarray_vhdf5._versions.metadata import _same_chunks
 from xarray_vhdf5._versions.mutation import open_file
+from xarray_vhdf5._versions.rechunk import rechunk
 from xarray_vhdf5.errors import CorruptFileError
 from xarray_vhdf5.testing._powercut import KillAtIO, PowerCutIO, in_forked_child
 

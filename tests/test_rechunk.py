@@ -18,7 +18,8 @@ import xarray as xr
 from click.testing import CliRunner
 
 import xarray_vhdf5
-from xarray_vhdf5._versions import modify_metadata, rechunk
+from xarray_vhdf5._versions import modify_metadata
+from xarray_vhdf5._versions.rechunk import rechunk
 from xarray_vhdf5.cli._main import cli
 from xarray_vhdf5.errors import DatasetNotFoundError, IncompatibleDataError, MemoryBudgetError
 from xarray_vhdf5.xr._export import export_netcdf, export_zarr, merge_files, split_version

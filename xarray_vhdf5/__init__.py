@@ -65,13 +65,13 @@ if TYPE_CHECKING:
         expire,
         list_branches,
         list_tags,
-        merge,
         modify_metadata,
-        rechunk,
-        repack,
         reset_branch,
     )
+    from ._versions.branchmerge import merge
     from ._versions.mutation import open_file
+    from ._versions.rechunk import rechunk
+    from ._versions.repack import repack
     from ._wrappers import (
         DatasetWrapper,
         InMemoryArrayDataset,
@@ -164,17 +164,17 @@ _HOMES = {
             "expire",
             "list_branches",
             "list_tags",
-            "merge",
             "modify_metadata",
             "RechunkReport",
-            "rechunk",
-            "repack",
             "reset_branch",
         ),
         "_versions",
     ),
     **dict.fromkeys(("export_netcdf", "export_zarr", "merge_files", "split_version"), "xr._export"),
     "open_file": "_versions.mutation",
+    "merge": "_versions.branchmerge",
+    "rechunk": "_versions.rechunk",
+    "repack": "_versions.repack",
     **dict.fromkeys(
         (
             "DatasetWrapper",

@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import lazy_attribute
 
 if TYPE_CHECKING:
-    from .branchmerge import MergeReport, cherry_pick, merge
+    from .branchmerge import MergeReport, cherry_pick
     from .caches import CommitCaches, forget_shared_caches
     from .commit import CommitReport, commit_version
     from .delete import delete_version, delete_versions
     from .file import VersionedHDF5File
     from .metadata import modify_metadata
-    from .rechunk import RechunkReport, rechunk
+    from .rechunk import RechunkReport
     from .refs import create_branch, create_tag, delete_branch, delete_tag, list_branches, list_tags, reset_branch
     from .registry import VersionInfo, VersionRegistry, initialize, is_versioned
-    from .repack import RepackReport, repack
+    from .repack import RepackReport
     from .retention import expire
     from .timestamps import format_timestamp, parse_timestamp, to_utc_datetime
 
@@ -44,17 +44,17 @@ __all__ = [
     "is_versioned",
     "list_branches",
     "list_tags",
-    "merge",
     "modify_metadata",
     "parse_timestamp",
-    "rechunk",
-    "repack",
     "reset_branch",
     "to_utc_datetime",
 ]
 
 #: The module each name comes from, imported on first use (PEP 562): a command
-#: such as ``vhdf5 log`` then loads only the modules it needs.
+#: such as ``vhdf5 log`` then loads only the modules it needs. The functions
+#: ``merge`` (:mod:`.branchmerge`), ``rechunk`` and ``repack`` are taken from their
+#: modules: the last two share their module's name, which is what
+#: ``from xarray_vhdf5._versions import rechunk`` gives once that module is imported.
 _HOMES = {
     "CommitCaches": "caches",
     "CommitReport": "commit",
@@ -79,11 +79,8 @@ _HOMES = {
     "is_versioned": "registry",
     "list_branches": "refs",
     "list_tags": "refs",
-    "merge": "branchmerge",
     "modify_metadata": "metadata",
     "parse_timestamp": "timestamps",
-    "rechunk": "rechunk",
-    "repack": "repack",
     "reset_branch": "refs",
     "to_utc_datetime": "timestamps",
 }

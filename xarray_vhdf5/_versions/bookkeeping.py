@@ -7,6 +7,8 @@ The group holds what versioned-hdf5's format has no place for (``docs/format.md`
 - ``log``: one record per commit, what ``vhdf5 log`` shows (:mod:`~xarray_vhdf5._versions.logrecord`);
 - ``chunk_maps``, ``chunk_addresses``: where each version's chunks lie, so readers
   need not decode virtual datasets (:mod:`~xarray_vhdf5._versions.chunkmaps`);
+- ``map_log``: every version's chunk map of a dataset, as changes, for reads across
+  versions (:mod:`~xarray_vhdf5._versions.maplog`);
 - attribute ``commit_token``: whose caches may be taken up
   (:mod:`~xarray_vhdf5._versions.caches`).
 

@@ -65,8 +65,10 @@ from .._backend.h5objects import object_address, object_address_by_name
 from .._backend.hashtable import committed_chunks, hash_table_path
 from .._backend.layout import VERSION_DATA
 from .._backend.manifest_resolve import chunk_addresses, manifest_from_starts
-from .._backend.rows import read_rows
-from . import bookkeeping
+from .._backend.rows import read_rows, write_rows
+from . import bookkeeping, maplog
+from .index import to_micros
+from .timestamps import parse_timestamp
 
 __all__ = [
     "MAP_FORMAT",
@@ -79,6 +81,7 @@ __all__ = [
     "forget",
     "load",
     "record",
+    "table_owner",
 ]
 
 #: Layout of a map's values (attribute ``format``): 2, int32 chunk numbers. Maps of
@@ -186,6 +189,7 @@ def record(
     slab_indices: np.ndarray,
     slab_offsets: np.ndarray,
     committed_before: int,
+    base_version: str | None = None,
 ) -> bool:
     """Store the map of ``version``'s dataset ``path`` and extend raw_data's address table.
 
@@ -215,6 +219,10 @@ def record(
         The hash table's ``largest_index`` before this commit: address rows
         from there on are resolved again (an interrupted commit may have
         left rows there that this one overwrote).
+    base_version : str, optional
+        The committed version the dataset was staged from: its map, where
+        stored and trusted, is the base of the map log's row
+        (:mod:`~xarray_vhdf5._versions.maplog`).
 
     Returns
     -------
@@ -230,57 +238,88 @@ def record(
     if name in bk:  # a version re-created under a deleted one's name
         del bk[name]
     parent = bk.require_group(posixpath.dirname(name))
-    mapped = _create_map(parent, posixpath.basename(name), _chunk_numbers(starts, chunks[0]))
+    numbers = _chunk_numbers(starts, chunks[0])
+    mapped = _create_map(parent, posixpath.basename(name), numbers)
+    timestamp = _timestamp(f, version)
     write_attr(mapped, "shape", np.asarray(shape, np.int64))
     write_attr(mapped, "vds", np.int64(object_address(vds_id)))
     write_attr(mapped, "raw", np.int64(object_address(raw.id)))
-    write_attr(mapped, "timestamp", _timestamp(f, version))
+    write_attr(mapped, "timestamp", timestamp)
     write_attr(mapped, "format", np.int64(MAP_FORMAT))
-    _extend_addresses(bk, path, raw, chunks[0], starts, committed_before)
+    owner = table_owner(raw)
+    _extend_addresses(bk, path, raw, chunks[0], starts, committed_before, owner)
+    base = None
+    if base_version is not None:
+        base = (base_version, lambda: _numbers(MapReader(f, path, raw, chunks, bk), base_version))
+    maplog.append(bk, path, raw, owner, version, _micros(timestamp), tuple(shape), numbers, base)
     return True
+
+
+def _micros(timestamp: str) -> int:
+    return to_micros(parse_timestamp(timestamp))
 
 
 def _timestamp(f: h5py.File, version: str) -> str:
     return str(read_attr(f[f"{VERSION_DATA}/versions/{version}"].id, "timestamp"))
 
 
-def _table_owner(raw: h5py.Dataset) -> tuple[int, int]:
+def _numbers(reader: MapReader, version: str) -> np.ndarray | None:
+    """``version``'s stored map as :meth:`MapReader.numbers` checks it, or None."""
+    found = reader.numbers(version)
+    return None if found is None else found[1]
+
+
+def table_owner(raw: h5py.Dataset) -> tuple[int, int]:
     """The object addresses of raw_data and of its hash table: what an address table is valid for."""
     return object_address(raw.id), object_address_by_name(raw.id, hash_table_path(raw))
 
 
 def _extend_addresses(
-    bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int, starts: np.ndarray, committed_before: int
+    bk: h5py.Group,
+    path: str,
+    raw: h5py.Dataset,
+    rows_per_chunk: int,
+    starts: np.ndarray,
+    committed_before: int,
+    owner: tuple[int, int],
 ) -> None:
-    """Resolve the address rows ``starts`` needs that the table lacks (or may hold stale)."""
+    """Resolve the address rows ``starts`` needs that the table lacks (or may hold stale).
+
+    ``owner``: :func:`table_owner` of ``raw``.
+    """
     name = _address_path(path)
-    table = bk.get(name)
-    owner = _table_owner(raw)
+    try:  # low-level calls: this runs in every commit
+        table: h5d.DatasetID | None = h5d.open(bk.id, name.encode())
+    except (KeyError, ValueError):
+        table = None
     if table is not None and _owner_of(table) != owner:
         del bk[name]  # raw_data or its hash table were rewritten: every row may be stale
         table = None
     needed = int(starts.max()) // rows_per_chunk + 1 if starts.size and starts.max() >= 0 else 0
-    have = 0 if table is None else min(table.shape[0], committed_before)
+    length = 0 if table is None else table.shape[0]
+    have = min(length, committed_before)
     if needed <= have:
         return
     if table is None:
         parent = bk.require_group(posixpath.dirname(name))
-        table = parent.create_dataset(
+        created = parent.create_dataset(
             posixpath.basename(name), shape=(0, 3), maxshape=(None, 3), dtype=np.uint64, chunks=(_ADDRESS_ROWS, 3)
         )
-        write_attr(table.id, "raw", np.int64(owner[0]))
-        write_attr(table.id, "table", np.int64(owner[1]))
+        table = created.id
+        write_attr(table, "raw", np.int64(owner[0]))
+        write_attr(table, "table", np.int64(owner[1]))
     rows = np.arange(have, needed, dtype=np.uint64) * np.uint64(rows_per_chunk)
     addr, nbytes, masks = chunk_addresses(raw, rows, rows_per_chunk)
     addr = np.where(nbytes > 0, addr, UNKNOWN)  # never allocated: resolved by the reader
-    if table.shape[0] < needed:
-        table.resize((needed, 3))
-    table[have:needed] = np.stack([addr, nbytes, masks.astype(np.uint64)], axis=1)
+    if length < needed:
+        table.set_extent((needed, 3))
+    write_rows(table, have, np.stack([a.astype(np.uint64) for a in (addr, nbytes, masks)], axis=1))
 
 
-def _owner_of(table: h5py.Dataset) -> tuple[int, int] | None:
+def _owner_of(table: h5py.Dataset | h5d.DatasetID) -> tuple[int, int] | None:
+    tid = table.id if isinstance(table, h5py.Dataset) else table
     try:
-        return int(read_attr(table.id, "raw", expect="int")), int(read_attr(table.id, "table", expect="int"))
+        return int(read_attr(tid, "raw", expect="int")), int(read_attr(tid, "table", expect="int"))
     except KeyError:
         return None
 
@@ -289,22 +328,34 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     """Store the map of a dataset committed unchanged: the source version's map, for its copy.
 
     ``vds_address``: the object address of the copy (the new version's
-    virtual dataset, same mappings). Returns False (nothing stored) when the
-    source has no map.
+    virtual dataset, same mappings). The source's map is checked as a reader
+    checks it (:meth:`MapReader.numbers`): one that no longer holds is not
+    copied. Returns False (nothing stored) when the source has no map to trust.
     """
     bk, source = _stored_map(f, source_version, path)
     if bk is None or source is None:  # (a stored map implies the group)
+        return False
+    raw = f.get(f"{VERSION_DATA}/{path}/raw_data")
+    if not isinstance(raw, h5py.Dataset) or raw.chunks is None:
+        return False
+    numbers = _numbers(MapReader(f, path, raw, raw.chunks, bk), source_version)
+    if numbers is None:  # the source's map does not hold (its dataset rewritten since): none for the copy
         return False
     name = _maps_path(version, path)
     if name in bk:
         del bk[name]
     parent = bk.require_group(posixpath.dirname(name))
-    mapped = _create_map(parent, posixpath.basename(name), source[()])
-    for key in ("shape", "raw"):
-        write_attr(mapped, key, read_attr(source.id, key, expect="int"))
+    mapped = _create_map(parent, posixpath.basename(name), numbers)
+    shape = read_attr(source.id, "shape", expect="int")
+    write_attr(mapped, "shape", shape)
+    write_attr(mapped, "raw", read_attr(source.id, "raw", expect="int"))
     write_attr(mapped, "vds", np.int64(vds_address))
-    write_attr(mapped, "timestamp", _timestamp(f, version))
+    timestamp = _timestamp(f, version)
+    write_attr(mapped, "timestamp", timestamp)
     write_attr(mapped, "format", np.int64(MAP_FORMAT))
+    shape = tuple(int(s) for s in np.atleast_1d(shape))
+    base = (source_version, lambda: numbers)
+    maplog.append(bk, path, raw, table_owner(raw), version, _micros(timestamp), shape, numbers, base)
     return True
 
 
@@ -316,7 +367,7 @@ def _stored_map(f: h5py.File, version: str, path: str) -> tuple[h5py.Group | Non
 
 
 def forget(f: h5py.File) -> None:
-    """Drop every stored map and address table.
+    """Drop every stored map, address table and map log (:mod:`~xarray_vhdf5._versions.maplog`).
 
     Called at the start of this package's mutations that move chunks
     (deletion, ``modify_metadata``: :func:`~xarray_vhdf5._versions.mutation.mutating`
@@ -325,7 +376,7 @@ def forget(f: h5py.File) -> None:
     bk = bookkeeping.open_group(f)
     if bk is None:
         return
-    for name in (_MAPS, _ADDRESSES):
+    for name in (_MAPS, _ADDRESSES, maplog.LOG):
         if name in bk:
             del bk[name]
 
@@ -472,7 +523,7 @@ def _addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int
     k = rows.astype(np.intp) // rows_per_chunk
     table = bk.get(_address_path(path))
     usable = 0
-    if isinstance(table, h5py.Dataset) and _owner_of(table) == _table_owner(raw):
+    if isinstance(table, h5py.Dataset) and _owner_of(table) == table_owner(raw):
         # the chunks a commit finished writing (rows past them are overwritten by the next)
         committed = committed_chunks(raw)
         usable = min(table.shape[0], committed)

@@ -252,16 +252,26 @@ def _commit_dataset(
         writer.chunks,
         *arrays,
         committed_before=len(writer.hash_table) - writer.stats.new_chunks,
+        base_version=_source_version(getattr(ds, "source_path", None), path),
     )
     return writer.stats
 
 
-def _carry_map(f: h5py.File, source_path, version: str, path: str, parent: h5py.Group, last: str) -> None:
-    """The stored chunk map of a dataset copied unchanged from ``source_path`` (its version's), if it had one."""
+def _source_version(source_path: bytes | str | None, path: str) -> str | None:
+    """The version whose dataset ``path`` a staged dataset was opened from (``source_path``), or None."""
+    if source_path is None:
+        return None
     source = source_path.decode() if isinstance(source_path, bytes) else str(source_path)
     prefix = f"/{VERSION_DATA}/{VERSIONS}/"
     if source.startswith(prefix) and source[len(prefix) :].partition("/")[2] == path:
-        source_version = source[len(prefix) :].partition("/")[0]
+        return source[len(prefix) :].partition("/")[0]
+    return None
+
+
+def _carry_map(f: h5py.File, source_path, version: str, path: str, parent: h5py.Group, last: str) -> None:
+    """The stored chunk map of a dataset copied unchanged from ``source_path`` (its version's), if it had one."""
+    source_version = _source_version(source_path, path)
+    if source_version is not None:
         chunkmaps.carry(f, source_version, version, path, object_address_by_name(parent.id, last.encode()))
 
 

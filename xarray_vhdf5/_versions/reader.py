@@ -382,9 +382,10 @@ class SharedVersionedFile:
         """One selection of dataset ``path`` read from many versions, stacked: a value's history.
 
         The same values as ``numpy.stack([reader[v][path][key] for v in versions])``,
-        read through one HDF5 handle per :data:`~xarray_vhdf5._versions.reader_history.BATCH`
-        versions instead of two per version, each version's chunks located from
-        the chunk map its commit stored (:mod:`~xarray_vhdf5._versions.reader_history`).
+        read through one HDF5 handle per :data:`~xarray_vhdf5._versions.reader_history.HOLD`
+        seconds instead of two per version, each version's chunks located from
+        the map log its commit appended to, and each distinct set of chunks the
+        selection touches read once (:mod:`~xarray_vhdf5._versions.reader_history`).
 
         Parameters
         ----------

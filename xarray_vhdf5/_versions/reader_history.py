@@ -4,14 +4,16 @@ Reading ``reader[v]["x"][key]`` for each of many versions pays, per version,
 two fresh HDF5 opens under the reader's lock, the version's tree and the
 dataset's manifest (``docs/benchmarks.md``, "Reading versions"). Yet every
 version of a dataset maps chunks of the same raw_data, and a commit of this
-package stores each version's chunk map (:mod:`~xarray_vhdf5._versions.chunkmaps`).
-:func:`read_versions` therefore opens the file once for a batch of versions
-(:data:`BATCH`, under the reader's shared lock, released between batches),
-builds one manifest over all of raw_data's stored chunks
+package logs each version's chunk map (:mod:`~xarray_vhdf5._versions.maplog`).
+:func:`read_versions` therefore opens the file once per :data:`HOLD` seconds
+(under the reader's shared lock, released in between), reads the dataset's
+map log whole, builds one manifest over all of raw_data's stored chunks
 (:meth:`~xarray_vhdf5._backend.manifest.ChunkManifest.remapped` gives each
-version its own grid over it), and for each version reads only its stored
+version its own grid over it), and reads each distinct set of chunks once:
+versions that map the same raw_data chunks where the selection lies get the
+same values without a read. A version the log has no row for reads its stored
 map, after the same checks as any reader of the map
-(:class:`~xarray_vhdf5._versions.chunkmaps.MapReader`). A version without a map
+(:class:`~xarray_vhdf5._versions.chunkmaps.MapReader`); one without a map
 to trust (committed by versioned-hdf5, a dataset of fewer than
 :data:`~xarray_vhdf5._versions.chunkmaps.MIN_CHUNKS` chunks) has its
 mappings decoded through the same handle, and a dataset without a manifest
@@ -20,6 +22,7 @@ mappings decoded through the same handle, and a dataset without a manifest
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,26 +35,28 @@ from .._backend.hashtable import committed_chunks
 from .._backend.layout import VERSION_DATA, version_path
 from .._backend.manifest import ChunkManifest
 from .._backend.manifest_resolve import manifest_from_starts, resolve_manifest
-from . import chunkmaps
+from . import bookkeeping, chunkmaps, maplog
 from .reader_dataset import outer_key
 
 if TYPE_CHECKING:
     from .reader import SharedVersionedFile
 
-__all__ = ["BATCH", "read_versions"]
+__all__ = ["HOLD", "read_versions"]
 
-#: Versions read through one handle, under one hold of the reader's shared lock.
-BATCH = 256
+#: Seconds one handle reads versions for, under one hold of the reader's shared lock
+#: (a writer waits at most about this long); at least one version is read per hold.
+HOLD = 0.05
 
 
 def read_versions(
     reader: SharedVersionedFile, path: str, key: Any = (), versions: Iterable | None = None
 ) -> np.ndarray:
-    """``numpy.stack([reader[v][path][key] for v in versions])``, read through one handle per batch.
+    """``numpy.stack([reader[v][path][key] for v in versions])``, read through one handle per :data:`HOLD` seconds.
 
     See :meth:`~xarray_vhdf5._versions.reader.SharedVersionedFile.read_versions`.
     """
-    names = reader.versions if versions is None else [reader.resolve(v) for v in versions]
+    listing = reader._versions()  # one look at the file's counters, not one per version
+    names = listing.names() if versions is None else [listing.resolve(v) for v in versions]
     path = path.strip("/")
     args = key if isinstance(key, tuple) else (key,)
     if any(a is None for a in args):
@@ -60,17 +65,24 @@ def read_versions(
         raise TypeError("read_versions takes no field names: read the fields from its result")
     plans: dict[tuple[int, ...], tuple] = {}  # per shape: h5py's checks passed, the manifest's key
     parts: list[np.ndarray] = []
-    for start in range(0, len(names), BATCH):
+    while len(parts) < len(names):
         with reader._handle() as f:
-            parts.extend(_read_batch(f, path, args, names[start : start + BATCH], reader.verify, plans))
+            listing = reader._read_listing  # the file as this handle sees it
+            rest = names[len(parts) :]
+            stamps = {n: t for n in set(rest) if (t := listing.timestamp_micros(n)) is not None}
+            _read_batch(f, path, args, rest, stamps, reader.verify, plans, parts, time.monotonic() + HOLD)
     if not parts:
         raise ValueError("no versions to read")
     shapes = {p.shape for p in parts}
     if len(shapes) > 1:
-        first = {p.shape: v for v, p in zip(names, parts, strict=True)}
+        first: dict[tuple[int, ...], str] = {}
+        for v, p in zip(names, parts, strict=True):
+            first.setdefault(p.shape, v)
+        shown = ", ".join(f"{s} in {v!r}" for s, v in list(first.items())[:4])
+        more = f" and {len(first) - 4} more" if len(first) > 4 else ""
         raise ValueError(
             f"{path!r}: the selection has different shapes in different versions "
-            f"({', '.join(f'{s} in {v!r}' for s, v in first.items())}): select a region every version has"
+            f"({shown}{more}): select a region every version has"
         )
     return np.stack(parts)
 
@@ -100,8 +112,13 @@ def _whole(raw: h5py.Dataset, lookup, verify: bool) -> ChunkManifest | None:
     return manifest if manifest.supported else None
 
 
-def _plan(shape: tuple[int, ...], args: tuple, plans: dict, name: str) -> tuple:
-    """``(result shape, manifest key or None for a whole-shape mask)`` of ``args`` on ``shape``: h5py's rules.
+def _plan(shape: tuple[int, ...], args: tuple, plans: dict, name: str, chunks: tuple[int, ...] | None = None) -> tuple:
+    """``(result shape, manifest key or None for a whole-shape mask, chunks touched)`` of ``args`` on ``shape``.
+
+    h5py's rules. The chunks touched (of a dataset with chunk shape ``chunks``)
+    are an index of the chunk grid (``numpy.ix_`` of the chunks each axis
+    touches; ``...`` without ``chunks``): versions that map the same raw_data
+    chunks there read the same values.
 
     Raises h5py's errors for ``args`` invalid on ``shape`` (``IndexError`` out of
     bounds, ``TypeError`` for an unsorted list, ...), naming version ``name``.
@@ -113,40 +130,84 @@ def _plan(shape: tuple[int, ...], args: tuple, plans: dict, name: str) -> tuple:
         except (IndexError, TypeError, ValueError) as exc:
             raise type(exc)(f"version {name!r}: {exc}") from exc
         mask = isinstance(selection, _selections.PointSelection)  # a boolean mask of the whole shape
-        plan = plans[shape] = (selection.array_shape, None if mask else outer_key(args, shape))
+        key = None if mask else outer_key(args, shape)
+        plan = plans[shape] = (selection.array_shape, key, _touched(shape, chunks, key))
     return plan
 
 
+def _touched(shape: tuple[int, ...], chunks: tuple[int, ...] | None, key: tuple | None) -> Any:
+    """The chunks the outer ``key`` reads on ``shape`` as an index of the chunk grid (``...``: all)."""
+    if chunks is None or key is None:
+        return Ellipsis
+    per_axis = []
+    for axis, n in enumerate(shape):
+        a = key[axis] if axis < len(key) else slice(None)
+        if isinstance(a, slice):
+            points = np.arange(*a.indices(n))
+        else:
+            points = np.atleast_1d(np.asarray(a, np.intp))
+            points = np.where(points < 0, points + n, points)
+        per_axis.append(np.unique(points // chunks[axis]))
+    return np.ix_(*per_axis)
+
+
 def _through_manifest(manifest: ChunkManifest, args: tuple, plan: tuple) -> np.ndarray:
-    shape, key = plan
+    shape, key = plan[0], plan[1]
     out = manifest.read(())[args[0]] if key is None else manifest.read(key)
     return out.reshape(shape)
 
 
 def _read_batch(
-    f: h5py.File, path: str, args: tuple, names: Sequence[str], verify: bool, plans: dict
-) -> list[np.ndarray]:
+    f: h5py.File,
+    path: str,
+    args: tuple,
+    names: Sequence[str],
+    stamps: dict[str, int],
+    verify: bool,
+    plans: dict,
+    out: list[np.ndarray],
+    until: float,
+) -> None:
+    """Append to ``out`` the selection ``args`` of dataset ``path`` in the versions ``names``, in order,
+    until the clock passes ``until`` (at least one). ``stamps``: their timestamps (us), for the map log."""
     raw = f.get(f"/{VERSION_DATA}/{path}/raw_data")
-    maps = lookup = None
+    maps = lookup = chunks = None
+    logged: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
     if isinstance(raw, h5py.Dataset) and raw.chunks is not None:
-        maps = chunkmaps.MapReader(f, path, raw, raw.chunks)
+        chunks = tuple(int(c) for c in raw.chunks)
+        bk = bookkeeping.open_group(f)
+        maps = chunkmaps.MapReader(f, path, raw, chunks, bk)
         lookup = chunkmaps.address_lookup(f, path, raw)
+        log = maplog.MapLog.load(bk, path, raw, chunkmaps.table_owner(raw))
+        if log is not None:
+            logged = log.maps(stamps.items())
     base: ChunkManifest | None = None  # made at the first version with a map (small datasets have none)
     tried = False
-    out = []
-    for name in names:
+    read: dict[tuple, np.ndarray] = {}  # (shape, chunk numbers the selection touches) -> the values
+    for k, name in enumerate(names):
+        if k and time.monotonic() > until:
+            break
         vds_path = f"{version_path(name)}/{path}"
-        found = maps.numbers(name) if maps is not None else None
+        found = logged.get(name)
+        if found is None and maps is not None:
+            found = maps.numbers(name)
         if found is not None and not tried:
             assert raw is not None
             base, tried = _whole(raw, lookup, verify), True
         manifest: ChunkManifest | None = None
         if found is not None and base is not None and not (found[1].size and int(found[1].max()) >= len(base.rows)):
-            manifest, shape = base.remapped(vds_path, *found), found[0]
+            shape = found[0]
+            plan = _plan(shape, args, plans, name, chunks)
+            same = (shape, np.ascontiguousarray(found[1][plan[2]], np.int64).tobytes())
+            if same in read:  # the chunks this selection reads are those of a version read before
+                out.append(read[same])
+                continue
+            manifest = base.remapped(vds_path, *found)
         else:  # no map, or one naming a chunk past the committed ones: the mappings decoded
+            same = None
             manifest, vds = _resolved(f, name, path, vds_path, verify, lookup)
             shape = vds.shape
-        plan = _plan(shape, args, plans, name)
+            plan = _plan(shape, args, plans, name)
         if manifest is None:
             out.append(np.asarray(vds[args]).reshape(plan[0]))
             continue
@@ -154,9 +215,10 @@ def _read_batch(
             out.append(_through_manifest(manifest, args, plan))
         finally:
             manifest.close()  # a remapped manifest's close leaves its parent's descriptor
+        if same is not None:
+            read[same] = out[-1]
     if base is not None:
         base.close()
-    return out
 
 
 def _resolved(f: h5py.File, name: str, path: str, vds_path: str, verify: bool, lookup):

@@ -211,6 +211,11 @@ class VersionRegistry:
         e = self._entries
         return VersionInfo(name, e.parents[i], _index.from_micros(e.timestamps[i]), True)
 
+    def timestamp_micros(self, name: str) -> int | None:
+        """``timestamp`` of version ``name`` in microseconds since 1970-01-01 UTC, None for no such version."""
+        i = self._row.get(name)
+        return None if i is None else int(self._entries.timestamps[i])
+
     def parent(self, name: str) -> str:
         """``prev_version`` of version ``name``; raises :class:`VersionNotFoundError`."""
         try:

@@ -73,9 +73,9 @@ def rechunk(file: str, variables: tuple[str, ...], chunks: str, max_mem: str | N
     rewritten, deduplicated, into the old raw_data's space; every version reads
     the same values after. Example: vhdf5 rechunk sst.h5 sst --chunks 365,16,16
     """
-    from .._versions import rechunk as rechunk_history
     from .._versions.mutation import open_file
     from .._versions.rechunk import dimension_names
+    from .._versions.rechunk import rechunk as rechunk_history
 
     spec = parse_chunks(chunks)
     if dry_run:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import xarray as xr
 
-from .._versions import RechunkReport, rechunk
 from .._versions.mutation import open_file
+from .._versions.rechunk import RechunkReport, rechunk
 from ..errors import IncompatibleDataError
 from ._export import ExportReport, export_netcdf, export_zarr, split_version
 
