@@ -273,3 +273,32 @@ def test_the_tip_this_process_logged_is_used_only_while_it_is_the_last_row(tmp_p
         assert log_group(f)["rows"][3, 3] == 1  # one chunk against v2's stored map (against zeros: 100)
         assert_same_maps(f, "x", 4)
     assert_reads_match(path)
+
+
+def test_a_cache_whose_header_is_torn_is_moved_aside(tmp_path, monkeypatch):
+    """A deletion drops the maps and logs first; one that libhdf5 cannot unlink (a header a killed
+    plain-handle writer tore: "bad object header version number") is parked, and the deletion goes on."""
+    path = tmp_path / "h.h5"
+    history(path, 4)
+    unlink = h5py.Group.__delitem__
+
+    def torn(self, name):
+        if name == "chunk_maps":
+            raise KeyError("Couldn't delete link (bad object header version number)")
+        unlink(self, name)
+
+    monkeypatch.setattr(h5py.Group, "__delitem__", torn)
+    with h5py.File(path, "r+") as f:
+        xv.delete_versions(f, ["v1"])
+        bk = bookkeeping.open_group(f)
+        assert "chunk_maps" not in bk and "damaged_caches/chunk_maps" in bk
+        assert maplog.LOG not in bk
+    monkeypatch.undo()
+    with h5py.File(path, "r+") as f:
+        vf = xv.VersionedHDF5File(f)
+        with vf.stage_version("v4") as g:
+            g["x"][0, 0] = 7.0
+    with xv.VersionedHDF5File.open(path) as reader:
+        assert reader.versions == ["v0", "v2", "v3", "v4"]
+        assert reader["v4"]["x"][0, 0] == 7.0 and reader["v2"]["x"][8, 0] == -2.0
+    assert_reads_match(path)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-__all__ = ["lazy_attribute"]
+__all__ = ["lazy_attribute", "lazy_module"]
 
 
 def lazy_attribute(package: str, homes: Mapping[str, str], name: str) -> Any:
@@ -35,3 +36,22 @@ def lazy_attribute(package: str, homes: Mapping[str, str], name: str) -> Any:
                 raise
             raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
     return getattr(importlib.import_module(f"{package}.{home}"), name)
+
+
+def lazy_module(
+    package: str, homes: Mapping[str, str], names: Collection[str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's module-level ``__getattr__`` and ``__dir__`` (PEP 562) over :func:`lazy_attribute`.
+
+    ``__dir__`` lists what the package has loaded and ``names`` (its ``__all__``).
+    Use: ``__getattr__, __dir__ = lazy_module(__name__, _HOMES, __all__)``.
+    """
+    module = sys.modules[package]
+
+    def __getattr__(name: str) -> Any:
+        return lazy_attribute(package, homes, name)
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(module), *names})
+
+    return __getattr__, __dir__

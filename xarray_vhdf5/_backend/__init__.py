@@ -7,9 +7,9 @@ This is the only layer that writes datasets to HDF5 (``docs/design.md``, "Layers
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .._lazy import lazy_attribute
+from .._lazy import lazy_module
 
 if TYPE_CHECKING:
     from .chunkmap import build_slab_indices_and_offsets, build_slab_indices_and_offsets_reference
@@ -91,9 +91,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    return lazy_attribute(__name__, _HOMES, name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_module(__name__, _HOMES, __all__)

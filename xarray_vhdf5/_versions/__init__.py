@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .._lazy import lazy_attribute
+from .._lazy import lazy_module
 
 if TYPE_CHECKING:
     from .branchmerge import MergeReport, cherry_pick
@@ -86,9 +86,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    return lazy_attribute(__name__, _HOMES, name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_module(__name__, _HOMES, __all__)

@@ -43,6 +43,7 @@ __all__ = [
     "PATH",
     "RELINKING",
     "SEARCH",
+    "discard",
     "find",
     "migrate",
     "open_group",
@@ -140,6 +141,23 @@ def parking_place(loc: h5py.Group | h5py.File, what: str, name: str = "") -> str
         k += 1
         found = f"{base}_{k}"
     return f"{parent.name}/{found}"
+
+
+def discard(bk: h5py.Group, name: str) -> None:
+    """Remove member ``name`` (a path) of the bookkeeping group ``bk``, if present: a cache of ours.
+
+    Unlinking reads the object's header (libhdf5 decrements its link count).
+    A header a killed plain-handle writer tore cannot be read, and a cache
+    must never be the reason an operation fails: such an object is moved
+    aside instead (one link move, no header read) to
+    ``damaged_caches/<name>`` (:func:`parking_place`), never read again.
+    """
+    try:
+        if name not in bk:
+            return
+        del bk[name]
+    except (KeyError, RuntimeError, OSError, ValueError):  # the object's header (or one on its path) is torn
+        bk.move(name, parking_place(bk, "caches", name))
 
 
 def migrate(f: h5py.File | h5py.Group) -> bool:

@@ -235,8 +235,7 @@ def record(
     starts = np.where(slab_indices != 0, slab_offsets.astype(np.int64), -1)
     bk = bookkeeping.require_group(f)
     name = _maps_path(version, path)
-    if name in bk:  # a version re-created under a deleted one's name
-        del bk[name]
+    bookkeeping.discard(bk, name)  # a version re-created under a deleted one's name
     parent = bk.require_group(posixpath.dirname(name))
     numbers = _chunk_numbers(starts, chunks[0])
     mapped = _create_map(parent, posixpath.basename(name), numbers)
@@ -293,8 +292,8 @@ def _extend_addresses(
     except (KeyError, ValueError):
         table = None
     if table is not None and _owner_of(table) != owner:
-        del bk[name]  # raw_data or its hash table were rewritten: every row may be stale
         table = None
+        bookkeeping.discard(bk, name)  # raw_data or its hash table were rewritten: every row may be stale
     needed = int(starts.max()) // rows_per_chunk + 1 if starts.size and starts.max() >= 0 else 0
     length = 0 if table is None else table.shape[0]
     have = min(length, committed_before)
@@ -342,8 +341,7 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     if numbers is None:  # the source's map does not hold (its dataset rewritten since): none for the copy
         return False
     name = _maps_path(version, path)
-    if name in bk:
-        del bk[name]
+    bookkeeping.discard(bk, name)
     parent = bk.require_group(posixpath.dirname(name))
     mapped = _create_map(parent, posixpath.basename(name), numbers)
     shape = read_attr(source.id, "shape", expect="int")
@@ -377,8 +375,7 @@ def forget(f: h5py.File) -> None:
     if bk is None:
         return
     for name in (_MAPS, _ADDRESSES, maplog.LOG):
-        if name in bk:
-            del bk[name]
+        bookkeeping.discard(bk, name)
 
 
 def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:

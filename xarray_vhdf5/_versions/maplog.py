@@ -65,6 +65,7 @@ from h5py import h5d, h5f, h5g
 
 from .._backend.h5attrs import read_attr, write_attr
 from .._backend.rows import read_rows, write_rows
+from . import bookkeeping
 
 __all__ = ["FORMAT", "LOG", "MapLog", "append", "log_path", "name_digest"]
 
@@ -100,8 +101,7 @@ def _state(gid: h5g.GroupID) -> np.ndarray | None:
 
 
 def _create(bk: h5py.Group, path: str, ndim: int, owner: tuple[int, int]) -> h5py.Group:
-    if log_path(path) in bk:
-        del bk[log_path(path)]
+    bookkeeping.discard(bk, log_path(path))  # one that no longer holds
     group = bk.require_group(log_path(path))
     width = _FIXED + ndim
     group.create_dataset("rows", (0, width), np.int64, maxshape=(None, width), chunks=(_ROWS_CHUNK, width))

@@ -61,7 +61,7 @@ KINDS = {
 JOURNALED_KINDS = ("held_open_journaled", "delete_versions_journaled", "modify_metadata_journaled")
 
 #: The datasets: x (float64) and y (int64), with their chunks.
-X_SHAPE, X_CHUNKS, X_CHUNKS_OTHER = (200, 50), (20, 50), (25, 40)
+X_SHAPE, X_CHUNKS, X_CHUNKS_OTHER = (200, 50), (5, 25), (25, 40)  # 80 chunks (a stored map, the map log), 16
 Y_SIZE, Y_CHUNKS = 4000, (500,)
 #: Versions of a template file (v0 .. v4).
 TEMPLATE_VERSIONS = 5

@@ -53,6 +53,7 @@ def blank_verdict() -> dict[str, Any]:
         "repaired_hashes": None,
         "repair_error": None,
         "repaired_on_open": None,
+        "history_hashes": {},
     }
 
 
@@ -90,7 +91,9 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
         copy, for a file the check found damaged; None otherwise) and ``repair_error``;
         ``next_ok``, ``next_error``, ``next_hash``, ``next_parent``; ``repaired_on_open``
         (the :class:`~xarray_vhdf5.errors.RepairedFileWarning` of ``VersionedHDF5File.open``, which
-        repairs what an interrupted flush left: ``versions.openrepair``; None: none).
+        repairs what an interrupted flush left: ``versions.openrepair``; None: none);
+        ``history_hashes`` (this package: version -> hash of ``x`` and ``y`` as
+        ``read_versions`` reads them, from the map log, or the error it raised).
     """
     import h5py
 
@@ -142,11 +145,13 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
             out["versions"] = versions
             out["current"] = vf.current_version
             out["opened"] = True
+            shapes: dict[tuple, list[str]] = {}
             for v in versions:
                 try:
                     group = vf[v]
                     x, y = group["x"], group["y"]
                     out["hashes"][v] = data_hash(np.asarray(x[()]), np.asarray(y[()]))
+                    shapes.setdefault((x.shape, y.shape), []).append(v)
                     out["parents"][v] = _prev_version(f, v)
                     out["x_chunks"][v] = _chunks_attr(f, v)
                     out["x_compression"][v] = f["_version_data/x/raw_data"].compression
@@ -154,6 +159,8 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
                     out["read_errors"][v] = f"{type(exc).__name__}: {exc}"[:300]
     except Exception as exc:  # noqa: BLE001
         out["open_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    if package == "xarray_vhdf5" and out["opened"] and out.get("reader_opened"):
+        out["history_hashes"] = _history_hashes(vf_class, path, shapes)
     from .._versions.check import check_file
 
     try:
@@ -171,6 +178,21 @@ def verify_file(package: str, kind: str, path: str, xr_versions: list[str], next
         except Exception as exc:  # noqa: BLE001
             out["next_ok"], out["next_error"] = False, f"{type(exc).__name__}: {exc}"[:500]
     return out
+
+
+def _history_hashes(vf_class, path: str, shapes: dict[tuple, list[str]]) -> dict[str, str]:
+    """Version -> hash of ``x`` and ``y`` read by ``read_versions``, a group of equal shapes at a time."""
+    hashes = {}
+    with vf_class.open(path) as reader:
+        for group in shapes.values():
+            try:
+                xs, ys = reader.read_versions("x", (), versions=group), reader.read_versions("y", (), versions=group)
+            except Exception as exc:  # noqa: BLE001
+                hashes.update(dict.fromkeys(group, f"{type(exc).__name__}: {exc}"[:200]))
+                continue
+            for i, v in enumerate(group):
+                hashes[v] = data_hash(xs[i], ys[i])
+    return hashes
 
 
 def _after_repair(path: str) -> tuple[dict[str, str] | None, str | None]:

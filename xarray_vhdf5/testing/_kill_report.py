@@ -44,6 +44,7 @@ COUNT_COLUMNS = (
     "check_errors",
     "next_commit_failed",
     "xr_wrong",
+    "history_wrong",
     "child_failures",
     "repaired",
     "lost_after_repair",
@@ -230,6 +231,10 @@ def classify(
             if h != reference:
                 c["xr_wrong"] += 1
                 problems.append(f"xr.open_dataset reads {v} differently from VersionedHDF5File")
+        for v, h in result.get("history_hashes", {}).items():
+            if v in present and v not in result["read_errors"] and h != hashes.get(v):
+                c["history_wrong"] += 1
+                problems.append(f"read_versions reads {v} differently from VersionedHDF5File: {h}")
     if result["check_ok"] is False:
         c["check_errors"] = 1
         problems.append("check_file: " + "; ".join(result["check_errors"][:3]))

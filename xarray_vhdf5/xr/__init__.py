@@ -7,9 +7,9 @@ the entry point xarray loads whenever it lists its engines
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .._lazy import lazy_attribute
+from .._lazy import lazy_module
 
 if TYPE_CHECKING:
     from ._accessor import VHDF5DatasetAccessor, VHDF5DataTreeAccessor, version_log_frame
@@ -74,9 +74,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    return lazy_attribute(__name__, _HOMES, name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_module(__name__, _HOMES, __all__)
