@@ -48,6 +48,8 @@ KINDS = {
     "xr_path": ("xarray_vhdf5",),
     # staged = ds.vhdf5.stage() once; edit; staged.vhdf5.commit(name) per commit
     "xr_staged": ("xarray_vhdf5",),
+    # the daily ingest: one row of x a commit, today.vhdf5.commit(name, path=p, append_dim="row")
+    "xr_append": ("xarray_vhdf5",),
     # alternately an open-commit-close commit and delete_versions of the oldest version
     "delete_versions": PACKAGES,
     # modify_metadata of x: alternately its chunks and its compression
@@ -95,21 +97,29 @@ def family(kind: str) -> str:
 
 
 def apply_edit(arrays: dict[str, np.ndarray], edit: dict) -> dict[str, np.ndarray]:
-    """``arrays`` (the model of a version) with ``edit`` (:func:`commit_edit`) applied: a new dict."""
+    """``arrays`` (the model of a version) with ``edit`` (:func:`commit_edit`) applied: a new dict.
+
+    An edit with ``append`` adds a row of ``value`` to x and leaves y; the others
+    set row ``row`` of x and three points of y.
+    """
+    if edit.get("append"):
+        return {"x": np.concatenate([arrays["x"], np.full((1, X_SHAPE[1]), edit["value"])]), "y": arrays["y"]}
     x, y = arrays["x"].copy(), arrays["y"].copy()
     x[edit["row"]] = edit["value"]
     y[edit["k0"] : edit["k0"] + 3] = edit["ivalue"]
     return {"x": x, "y": y}
 
 
-def commit_edit(seq: int) -> dict:
-    """The edit of commit number ``seq``: a row of x and three points of y, values unique to ``seq``."""
-    return {
+def commit_edit(seq: int, append: bool = False) -> dict:
+    """The edit of commit number ``seq``: a row of x and three points of y, values unique to ``seq``
+    (``append``: a new row of x of that value instead, :func:`apply_edit`)."""
+    edit = {
         "row": (seq * 7) % X_SHAPE[0],
         "value": 1000.0 + seq + 0.25,
         "k0": (seq * 13) % (Y_SIZE - 3),
         "ivalue": -(seq + 1),
     }
+    return {**edit, "append": True} if append else edit
 
 
 def template_model() -> dict[str, dict[str, np.ndarray]]:
@@ -238,6 +248,12 @@ def child_loop(
         import xarray_vhdf5  # noqa: F401
 
         staged = xr.open_dataset(path, engine="vhdf5").vhdf5.stage()
+    elif kind in ("xr_path", "xr_append"):  # imported, and a first Dataset made, before the kill window opens
+        import xarray as xr
+
+        from xarray_vhdf5.xr import _accessor, _append  # noqa: F401
+
+        xr.Dataset({"x": (("row", "col"), np.zeros((1, 1)))})  # its first costs 0.5 s of xarray's lazy setup
     ledger.append({"phase": "ready", "t": time.monotonic()}, fsync=False)
     ready.set()
     for i in range(max_ops):
@@ -251,7 +267,7 @@ def child_loop(
         try:
             if op == "commit":
                 name = f"c{seq:05d}"
-                edit = commit_edit(seq)
+                edit = commit_edit(seq, append=kind == "xr_append")
                 record.update(version=name, seq=seq, **edit)
                 _commit(package, kind, path, held, staged, name, edit, record, ledger)
                 deletable.append(name)
@@ -329,6 +345,19 @@ def _commit(package, kind, path, held, staged, name, edit, record, ledger) -> No
         ds["y"].values[...] = y
         start()
         ds.vhdf5.commit(name, path=path)
+    elif kind == "xr_append":
+        import h5py
+        import xarray as xr
+
+        import xarray_vhdf5  # noqa: F401
+
+        from .._backend.h5attrs import read_attr
+
+        with h5py.File(path, "r") as f:  # the one writer is this process: the version it committed last
+            record["parent"] = str(read_attr(f["_version_data/versions"].id, "current_version"))
+        today = xr.Dataset({"x": (("row", "col"), np.full((1, X_SHAPE[1]), edit["value"]))})
+        start()
+        today.vhdf5.commit(name, path=path, append_dim="row")
     elif kind == "xr_staged":
         record["parent"] = staged.encoding["vhdf5_version"]
         staged["x"].variable[r] = edit["value"]
