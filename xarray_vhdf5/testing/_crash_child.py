@@ -248,7 +248,7 @@ def child_loop(
         import xarray_vhdf5  # noqa: F401
 
         staged = xr.open_dataset(path, engine="vhdf5").vhdf5.stage()
-    elif kind in ("xr_path", "xr_append"):  # imported, and a first Dataset made, before the kill window opens
+    elif kind == "xr_append":  # imported, and a first Dataset made, before the kill window opens
         import xarray as xr
 
         from xarray_vhdf5.xr import _accessor, _append  # noqa: F401
