@@ -107,18 +107,20 @@ def test_many_batches_read_the_same(history, monkeypatch):
 
 
 def test_stored_maps_are_used(history, monkeypatch):
-    """Versions of ``big`` are read from their stored maps (no mapping decoded), ``small``'s decoded."""
+    """Versions of ``big`` are read from their logged maps (no mapping decoded); ``small``'s (5 chunks,
+    no map) have their mappings decoded onto raw_data's one manifest: no manifest of their own."""
     file, _ = history
-    decoded = []
-    resolve = reader_history.resolve_manifest
+    decoded, resolved = [], []
+    decode, resolve = reader_history._decoded, reader_history.resolve_manifest
+    monkeypatch.setattr(reader_history, "_decoded", lambda vds, *a: decoded.append(vds.name) or decode(vds, *a))
     monkeypatch.setattr(
-        reader_history, "resolve_manifest", lambda vds, **kw: decoded.append(vds.name) or resolve(vds, **kw)
+        reader_history, "resolve_manifest", lambda vds, **kw: resolved.append(vds.name) or resolve(vds, **kw)
     )
     with xv.VersionedHDF5File.open(file) as reader:
         reader.read_versions("big", 1)
-        assert decoded == []
+        assert decoded == resolved == []
         reader.read_versions("grp/small", 1)
-        assert len(decoded) == 12
+        assert len(decoded) == 12 and resolved == []
 
 
 def test_errors_name_the_version(history):

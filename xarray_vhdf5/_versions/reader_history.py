@@ -28,13 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
+from h5py import h5d
 from h5py._hl import selections as _selections
 
+from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from .._backend.chunks import chunk_grid_shape
 from .._backend.hashtable import committed_chunks
 from .._backend.layout import VERSION_DATA, version_path
 from .._backend.manifest import ChunkManifest
 from .._backend.manifest_resolve import manifest_from_starts, resolve_manifest
+from ..errors import IncompatibleDataError
 from . import bookkeeping, chunkmaps, maplog
 from .reader_dataset import outer_key
 
@@ -181,6 +184,7 @@ def _read_batch(
         log = maplog.MapLog.load(bk, path, raw, chunkmaps.table_owner(raw))
         if log is not None:
             logged = log.maps(stamps.items())
+    raw_fill = None if chunks is None else np.asarray(raw.fillvalue, raw.dtype).tobytes()
     base: ChunkManifest | None = None  # made at the first version with a map (small datasets have none)
     tried = False
     read: dict[tuple, np.ndarray] = {}  # (shape, chunk numbers the selection touches) -> the values
@@ -191,6 +195,12 @@ def _read_batch(
         found = logged.get(name)
         if found is None and maps is not None:
             found = maps.numbers(name)
+        vds = None
+        if found is None and chunks is not None:  # no map: the mappings decoded, onto the same manifest
+            vds = f.get(vds_path)
+            if not isinstance(vds, h5py.Dataset):
+                raise KeyError(f"no dataset {path!r} in version {name!r}")
+            found = _decoded(vds, raw, chunks, raw_fill)
         if found is not None and not tried:
             assert raw is not None
             base, tried = _whole(raw, lookup, verify), True
@@ -203,9 +213,9 @@ def _read_batch(
                 out.append(read[same])
                 continue
             manifest = base.remapped(vds_path, *found)
-        else:  # no map, or one naming a chunk past the committed ones: the mappings decoded
+        else:  # mappings another manifest must describe, or naming a chunk past the committed ones
             same = None
-            manifest, vds = _resolved(f, name, path, vds_path, verify, lookup)
+            manifest, vds = _resolved(f, name, path, vds_path, verify, lookup, vds)
             shape = vds.shape
             plan = _plan(shape, args, plans, name)
         if manifest is None:
@@ -221,9 +231,47 @@ def _read_batch(
         base.close()
 
 
-def _resolved(f: h5py.File, name: str, path: str, vds_path: str, verify: bool, lookup):
-    """``(manifest or None, the version's dataset)``: its mappings decoded through this handle."""
-    vds = f.get(vds_path)
+def _decoded(
+    vds: h5py.Dataset, raw: h5py.Dataset, chunks: tuple[int, ...], raw_fill: bytes | None
+) -> tuple[tuple[int, ...], np.ndarray] | None:
+    """``(shape, chunk numbers)`` of a version's dataset from its mappings, where raw_data's manifest reads it.
+
+    That is: a virtual dataset of raw_data's dtype and fill value (``raw_fill``,
+    its bytes) and chunks, mapping whole raw_data chunks (``docs/format.md``).
+    Else None: :func:`resolve_manifest` then makes the dataset its own manifest.
+    """
+    dcpl = vds.id.get_create_plist()
+    dtype = vds.dtype
+    if dcpl.get_layout() != h5d.VIRTUAL or dtype.hasobject or dtype != raw.dtype:
+        return None
+    if dcpl.fill_value_defined() == h5d.FILL_VALUE_UNDEFINED:
+        return None
+    fill = np.zeros((), dtype)
+    dcpl.get_fill_value(fill)
+    if fill.tobytes() != raw_fill:
+        return None
+    try:
+        vchunks, raw_path = version_dataset_layout(vds)
+    except IncompatibleDataError:
+        return None
+    shape = vds.shape
+    if tuple(vchunks) != chunks or raw_path != raw.name:
+        return None
+    try:
+        indices, offsets = build_slab_indices_and_offsets(vds, shape, chunks, raw)
+    except ValueError:  # mappings raw_data's chunks cannot express
+        return None
+    starts = np.where(indices != 0, offsets.astype(np.int64), -1)
+    if np.any(starts[starts >= 0] % chunks[0]):
+        return None
+    return shape, np.where(starts >= 0, starts // chunks[0], -1)
+
+
+def _resolved(f: h5py.File, name: str, path: str, vds_path: str, verify: bool, lookup, vds=None):
+    """``(manifest or None, the version's dataset)``: its mappings decoded through this handle
+    (``vds``: the dataset, when already got)."""
+    if vds is None:
+        vds = f.get(vds_path)
     if not isinstance(vds, h5py.Dataset):
         raise KeyError(f"no dataset {path!r} in version {name!r}")
     if vds.dtype.kind == "O" or not vds.is_virtual:
