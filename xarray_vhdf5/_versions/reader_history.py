@@ -216,11 +216,10 @@ def _read_batch(
         else:  # mappings another manifest must describe, or naming a chunk past the committed ones
             same = None
             manifest, vds = _resolved(f, name, path, vds_path, verify, lookup, vds)
-            shape = vds.shape
-            plan = _plan(shape, args, plans, name)
-        if manifest is None:
-            out.append(np.asarray(vds[args]).reshape(plan[0]))
-            continue
+            plan = _plan(vds.shape, args, plans, name)
+            if manifest is None:  # no manifest can read it: libhdf5 does
+                out.append(np.asarray(vds[args]).reshape(plan[0]))
+                continue
         try:
             out.append(_through_manifest(manifest, args, plan))
         finally:
