@@ -44,7 +44,12 @@ from ._kernels import slicetools as _slicetools
 from .chunks import chunk_grid_shape
 from .h5attrs import read_attr
 
-__all__ = ["build_slab_indices_and_offsets", "build_slab_indices_and_offsets_reference", "version_dataset_layout"]
+__all__ = [
+    "build_slab_indices_and_offsets",
+    "build_slab_indices_and_offsets_reference",
+    "mapped_starts",
+    "version_dataset_layout",
+]
 
 
 def version_dataset_layout(vds: h5py.Dataset) -> tuple[tuple[int, ...], str]:
@@ -259,3 +264,21 @@ def _reference(
             slab_indices[chunk] = 1
             slab_offsets[chunk] = sstart[0] + k * chunks[0]
     return slab_indices, slab_offsets
+
+
+def mapped_starts(
+    dset: h5py.Dataset, shape: Sequence[int], chunks: Sequence[int], raw_data: h5py.Dataset
+) -> np.ndarray:
+    """Per chunk of ``dset``'s grid, the first raw_data row its mapping reads (points along axis 0), -1 unmapped.
+
+    :func:`build_slab_indices_and_offsets` as one int64 array of the grid's
+    shape (``ceil(shape / chunks)``).
+
+    Raises
+    ------
+    ValueError
+        A mapping raw_data's chunks cannot express (as
+        :func:`build_slab_indices_and_offsets`).
+    """
+    indices, offsets = build_slab_indices_and_offsets(dset, shape, chunks, raw_data)
+    return np.where(indices != 0, offsets.astype(np.int64), -1)

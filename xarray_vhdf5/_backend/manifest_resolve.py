@@ -23,7 +23,7 @@ import numpy as np
 from h5py import h5d
 
 from ..errors import CorruptFileError
-from .chunkmap import build_slab_indices_and_offsets, version_dataset_layout
+from .chunkmap import mapped_starts, version_dataset_layout
 from .chunks import chunk_grid_shape
 from .decoders import DECODED_FILTERS
 from .hashtable import hash_table_path
@@ -93,11 +93,10 @@ def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False, addresses=None)
     elif dtype.subdtype is not None or raw.dtype != dtype:
         reasons.append(f"the virtual dataset's dtype {dtype} is converted from raw_data's {raw.dtype}")
     try:
-        indices, offsets = build_slab_indices_and_offsets(vds, shape, chunks, raw)
+        starts = mapped_starts(vds, shape, chunks, raw)
     except ValueError as exc:  # mappings libhdf5 reads but raw_data's chunks cannot express
         reasons.append(str(exc))
-        indices, offsets = np.zeros(grid, np.intp), np.zeros(grid, np.uint64)
-    starts = np.where(indices != 0, offsets.astype(np.int64), -1)
+        starts = np.full(grid, -1, np.int64)
     fill = np.zeros((), dtype) if dtype.hasobject else np.asarray(vds.fillvalue, dtype)
     return manifest_from_starts(
         vds.name, raw, shape, chunks, dtype, fill, starts, verify=verify, reasons=reasons, addresses=addresses

@@ -78,6 +78,7 @@ __all__ = [
     "StoredLayout",
     "address_lookup",
     "carry",
+    "chunk_numbers",
     "forget",
     "load",
     "record",
@@ -99,8 +100,11 @@ _ADDRESS_ROWS = 1024  # HDF5 chunk of an address table, in rows (24 KB)
 _COMPACT_BYTES = 32 * 1024
 
 
-def _chunk_numbers(starts: np.ndarray, rows_per_chunk: int) -> np.ndarray:
-    """int32 raw_data chunk numbers (first row // rows per chunk) of a chunk map, -1 kept."""
+def chunk_numbers(starts: np.ndarray, rows_per_chunk: int) -> np.ndarray:
+    """int32 raw_data chunk numbers (first row // rows per chunk) of a chunk map's first rows ``starts``, -1 kept.
+
+    Of ``starts``' shape; int64 past 2**31 chunks.
+    """
     numbers = np.where(starts >= 0, starts // rows_per_chunk, -1)
     if numbers.size and int(numbers.max()) >= 2**31:  # pragma: no cover - 2**31 chunks
         return numbers.astype(np.int64)
@@ -237,7 +241,7 @@ def record(
     name = _maps_path(version, path)
     bookkeeping.discard(bk, name)  # a version re-created under a deleted one's name
     parent = bk.require_group(posixpath.dirname(name))
-    numbers = _chunk_numbers(starts, chunks[0])
+    numbers = chunk_numbers(starts, chunks[0])
     mapped = _create_map(parent, posixpath.basename(name), numbers)
     timestamp = _timestamp(f, version)
     write_attr(mapped, "shape", np.asarray(shape, np.int64))

@@ -176,6 +176,12 @@ def append(
         linear history: a name is the previous row's version while the log
         holds, since deleting a version resets the log); else, or for None,
         the row lists every chunk.
+
+    Raises
+    ------
+    RuntimeError, OSError
+        libhdf5 failed writing (as h5py raises it); the caller's mutation is
+        then journaled back with it.
     """
     opened = _opened(bk.id, path, len(shape), owner)
     if opened is None:
@@ -219,10 +225,15 @@ def append(
             _TIPS.popitem(last=False)
 
 
+def _overlap(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[slice, ...]:
+    """The chunks two grids have in common: ``[:min]`` on every axis."""
+    return tuple(slice(0, min(p, q)) for p, q in zip(a, b, strict=True))
+
+
 def _changed(previous: np.ndarray, current: np.ndarray) -> np.ndarray:
     """Indices (C order in ``current``'s grid) of its chunks outside ``previous``'s grid or mapping another chunk."""
     changed = np.ones(current.shape, bool)
-    overlap = tuple(slice(0, min(a, b)) for a, b in zip(previous.shape, current.shape, strict=True))
+    overlap = _overlap(previous.shape, current.shape)
     changed[overlap] = previous[overlap] != current[overlap]
     return np.flatnonzero(changed)
 
@@ -322,7 +333,7 @@ class MapLog:
                 current = base
             else:
                 current = np.full(grid, -1, np.int64)
-                overlap = tuple(slice(0, min(p, q)) for p, q in zip(base.shape, grid, strict=True))
+                overlap = _overlap(base.shape, grid)
                 current[overlap] = base[overlap]
                 changes = self.changes[first : first + count]
                 current.reshape(-1)[changes[:, 0]] = changes[:, 1]

@@ -31,7 +31,7 @@ import numpy as np
 from h5py import h5d
 from h5py._hl import selections as _selections
 
-from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
+from .._backend.chunkmap import mapped_starts, version_dataset_layout
 from .._backend.chunks import chunk_grid_shape
 from .._backend.hashtable import committed_chunks
 from .._backend.layout import VERSION_DATA, version_path
@@ -257,13 +257,12 @@ def _decoded(
     if tuple(vchunks) != chunks or raw_path != raw.name:
         return None
     try:
-        indices, offsets = build_slab_indices_and_offsets(vds, shape, chunks, raw)
+        starts = mapped_starts(vds, shape, chunks, raw)
     except ValueError:  # mappings raw_data's chunks cannot express
         return None
-    starts = np.where(indices != 0, offsets.astype(np.int64), -1)
     if np.any(starts[starts >= 0] % chunks[0]):
         return None
-    return shape, np.where(starts >= 0, starts // chunks[0], -1)
+    return shape, chunkmaps.chunk_numbers(starts, chunks[0])
 
 
 def _resolved(f: h5py.File, name: str, path: str, vds_path: str, verify: bool, lookup, vds=None):
