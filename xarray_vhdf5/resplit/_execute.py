@@ -291,6 +291,7 @@ def iter_resplit(
                     note(data.nbytes)
                     place[...] = data
                     del data
+                note(0)  # the buffer, however its chunks came in (read_into leaves no other trace)
             ranges = [range(int(lo[b]), int(hi[b]) + 1) for (lo, hi), b in zip(touch, bidx, strict=True)]
             for oidx in itertools.product(*ranges):
                 if not plan.needed[oidx]:
