@@ -132,6 +132,7 @@ cdef int _load_hdf5_symbols() except -1:
     H5.H5Tget_member_type = <hdf5.H5Tget_member_type_ft>_sym(handle, b"H5Tget_member_type")
     H5.H5Aopen_by_idx = <hdf5.H5Aopen_by_idx_ft>_sym(handle, b"H5Aopen_by_idx")
     H5.H5Aget_name = <hdf5.H5Aget_name_ft>_sym(handle, b"H5Aget_name")
+    H5.H5Tget_cset = <hdf5.H5Tget_cset_ft>_sym(handle, b"H5Tget_cset")
     return 0
 
 

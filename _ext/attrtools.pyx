@@ -47,7 +47,7 @@ from h5py._objects import phil
 
 from xarray_vhdf5.errors import HDF5Error
 
-__all__ = ["read_int64", "read_vlen_str", "reference_attr_names", "write_buffer", "write_vlen_str"]
+__all__ = ["read_by_index", "read_int64", "read_vlen_str", "reference_attr_names", "write_buffer", "write_vlen_str"]
 
 
 cdef int _fail(const char *call, bytes name) except -1:
@@ -345,4 +345,115 @@ def reference_attr_names(hid_t loc_id, bytes obj_name not None, Py_ssize_t count
                     f"{'H5Aget_name' if holds == 1 else 'H5Aget_type'} failed: attribute {i} of object "
                     f"{obj_name.decode('utf-8', 'replace')!r}"
                 )
+    return found
+
+
+cdef int _matching(hid_t atype, tuple type_ids) except -2:
+    """The index in ``type_ids`` of a datatype equal to ``atype`` (``H5Tequal``, and the same
+    character set for strings), -1 if none."""
+    cdef Py_ssize_t k
+    cdef htri_t same
+    for k in range(len(type_ids)):
+        same = H5.H5Tequal(atype, <hid_t>type_ids[k])
+        if same < 0:
+            raise HDF5Error("H5Tequal failed")
+        if same and H5.H5Tget_class(atype) == H5T_STRING:  # H5Tequal does not tell UTF-8 from ASCII
+            same = H5.H5Tget_cset(atype) == H5.H5Tget_cset(<hid_t>type_ids[k])
+        if same:
+            return <int>k
+    return -1
+
+
+cdef object _read_value(hid_t attr, hid_t atype, object dtype, bytes name):
+    """The attribute's value: bytes for a scalar variable-length string, else a numpy array of ``dtype``
+    (the attribute's shape); None when its dataspace or datatype is not one read here."""
+    cdef hid_t space = H5.H5Aget_space(attr)
+    cdef hsize_t dims[H5S_MAX_RANK]
+    cdef int kind, rank, i, is_vlen
+    cdef char *text = NULL
+    cdef unsigned char[::1] flat
+    cdef unsigned char empty = 0  # libhdf5 refuses a NULL buffer, even for no point
+    cdef Failure fail
+    fail.failed = 0
+    if space < 0:
+        _fail(b"H5Aget_space", name)
+    kind = H5.H5Sget_simple_extent_type(space)
+    rank = H5.H5Sget_simple_extent_dims(space, dims, NULL) if kind == H5S_SIMPLE else 0
+    H5.H5Sclose(space)
+    if kind not in (H5S_SCALAR, H5S_SIMPLE) or rank < 0:
+        return None  # a null dataspace (h5py.Empty): the reference path
+    is_vlen = H5.H5Tget_class(atype) == H5T_STRING and H5.H5Tis_variable_str(atype) > 0
+    if is_vlen:
+        if kind != H5S_SCALAR:
+            return None
+        if H5.H5Aread(attr, atype, &text) < 0:
+            record_failure(&fail, b"H5Aread", -1)
+            _fail_read(name, &fail)
+        if text == NULL:
+            return b""
+        try:
+            return <bytes>text
+        finally:
+            H5.H5free_memory(text)
+    out = np.empty(tuple(int(dims[i]) for i in range(rank)), dtype=dtype)
+    flat = out.reshape(-1).view(np.uint8)
+    if H5.H5Aread(attr, atype, &flat[0] if flat.shape[0] else &empty) < 0:
+        record_failure(&fail, b"H5Aread", -1)
+        _fail_read(name, &fail)
+    return out
+
+
+def read_by_index(
+    hid_t loc_id,
+    bytes obj_name not None,
+    Py_ssize_t count,
+    int index_type,
+    tuple type_ids not None,
+    tuple dtypes not None,
+    frozenset unread not None,
+):
+    """``[(name, k, value)]`` of the ``count`` attributes of ``obj_name`` (relative to ``loc_id``).
+
+    Each is opened by index (``H5Aopen_by_idx``, ``index_type`` order,
+    increasing). When its datatype equals ``type_ids[k]`` (``H5Tequal``; the
+    caller lists fixed-size numbers and variable-length strings) it is read
+    with that datatype as memory type, so its bytes are the stored ones: the
+    value is ``bytes`` for a scalar variable-length string, else a numpy
+    array of ``dtypes[k]`` with the attribute's shape. ``k`` is -1 and the
+    value None when it is not read: another datatype, a null dataspace, an
+    array of variable-length strings, or a name in ``unread`` (bytes); the
+    caller reads those through h5py. Raises HDF5Error when a libhdf5 call fails.
+    """
+    cdef list found = []
+    cdef Py_ssize_t i, size
+    cdef hid_t attr, atype
+    cdef int k
+    cdef bytearray buf
+    cdef bytes name
+    with phil:
+        for i in range(count):
+            attr = H5.H5Aopen_by_idx(loc_id, obj_name, index_type, H5_ITER_INC, <hsize_t>i, H5P_DEFAULT, H5P_DEFAULT)
+            if attr < 0:
+                raise HDF5Error(f"H5Aopen_by_idx failed: attribute {i} of object {obj_name.decode('utf-8', 'replace')!r}")
+            try:
+                size = H5.H5Aget_name(attr, 0, NULL)
+                if size < 0:
+                    raise HDF5Error(f"H5Aget_name failed: attribute {i} of object {obj_name.decode('utf-8', 'replace')!r}")
+                buf = bytearray(size + 1)
+                H5.H5Aget_name(attr, size + 1, buf)
+                name = bytes(buf[:size])
+                if name in unread:
+                    found.append((name, -1, None))
+                    continue
+                atype = H5.H5Aget_type(attr)
+                if atype < 0:
+                    _fail(b"H5Aget_type", name)
+                try:
+                    k = _matching(atype, type_ids)
+                    value = None if k < 0 else _read_value(attr, atype, dtypes[k], name)
+                finally:
+                    H5.H5Tclose(atype)
+                found.append((name, -1, None) if value is None else (name, k, value))
+            finally:
+                H5.H5Aclose(attr)
     return found

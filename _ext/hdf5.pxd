@@ -125,6 +125,7 @@ ctypedef hid_t (*H5Aopen_by_idx_ft)(hid_t loc_id, const char *obj_name, int idx_
                                     hsize_t n, hid_t aapl_id, hid_t lapl_id) noexcept nogil
 ctypedef Py_ssize_t (*H5Aget_name_ft)(hid_t attr_id, size_t buf_size, char *buf) noexcept nogil
 ctypedef htri_t (*H5Tis_variable_str_ft)(hid_t type_id) noexcept nogil
+ctypedef int (*H5Tget_cset_ft)(hid_t type_id) noexcept nogil
 ctypedef hid_t (*H5Screate_ft)(int type) noexcept nogil
 ctypedef int (*H5Sget_simple_extent_dims_ft)(hid_t space_id, hsize_t *dims,
                                              hsize_t *maxdims) noexcept nogil
@@ -179,3 +180,4 @@ ctypedef struct HDF5API:
     H5Tget_member_type_ft H5Tget_member_type
     H5Aopen_by_idx_ft H5Aopen_by_idx
     H5Aget_name_ft H5Aget_name
+    H5Tget_cset_ft H5Tget_cset

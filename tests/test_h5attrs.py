@@ -171,3 +171,94 @@ def test_reference_dtypes_get_their_own_datatypes():
     neither may take the other's (or a string's) cached HDF5 type."""
     for dtype in (h5py.string_dtype(), h5py.ref_dtype, h5py.regionref_dtype, h5py.ref_dtype):
         assert h5attrs._h5type(dtype, logical=True) == h5py.h5t.py_create(dtype, logical=True), dtype.metadata
+
+
+def _every_kind(g) -> None:
+    """Attributes of every kind the by-index reader meets: read by it, or left to h5py."""
+    for name, value in VALUES.items():
+        g.attrs[name] = value
+    g.attrs.create("ascii", "plain", dtype=h5py.string_dtype("ascii"))
+    g.attrs["fixed"] = np.bytes_(b"fixed")
+    g.attrs["names"] = np.array(["a", "b"], dtype=h5py.string_dtype())
+    g.attrs["big_endian"] = np.array([1, 2, 3], dtype=">i4")
+    g.attrs["big_f8"] = np.array(2.5, dtype=">f8")
+    g.attrs["f2"] = np.float16(0.5)
+    g.attrs["u8_matrix"] = np.arange(6, dtype=np.uint64).reshape(2, 3)
+    g.attrs["null"] = h5py.Empty("f4")
+    g.attrs["compound"] = np.array((1, 2.0), dtype=[("a", "i4"), ("b", "f8")])
+    g.attrs["ref"] = g.ref
+    g.attrs["DIMENSION_LIST"] = np.int32(1)  # a deferred name (its value is not read)
+    g.attrs.create("fixed_array", np.array([b"ab", b"c"], dtype="S2"))
+    g.attrs.create("enum", np.int8(1), dtype=h5py.enum_dtype({"A": 0, "B": 1}, basetype="i1"))
+    g.attrs["snow"] = "snow ❄"
+
+
+@pytest.mark.parametrize("where", ["member", "self"])
+def test_by_index_reader_agrees_with_the_reference(f, where):
+    """The compiled attrs_by_index and its Python twin: same names, values (and their types), dtypes."""
+    g = f.create_group("g")
+    _every_kind(g)
+    loc, obj_name = (f.id, b"g") if where == "member" else (g.id, b".")
+    count = h5py.h5o.get_info(g.id).num_attrs
+    kwargs = {"skip": frozenset({"f4"}), "defer": frozenset({"DIMENSION_LIST"})}
+    got = h5attrs.attrs_by_index(loc, count, obj_name, **kwargs)
+    with kernel_backend("python"):
+        want = h5attrs.attrs_by_index(loc, count, obj_name, **kwargs)
+    assert [n for n, _, _ in got] == [n for n, _, _ in want] and "f4" not in [n for n, _, _ in got]
+    assert len(got) == count - 1
+    for (name, value, dtype), (_, value_ref, dtype_ref) in zip(got, want):
+        assert dtype == dtype_ref and h5py.check_string_dtype(dtype) == h5py.check_string_dtype(dtype_ref), name
+        if isinstance(value_ref, h5py.Empty):
+            assert isinstance(value, h5py.Empty) and value.dtype == value_ref.dtype
+        elif value_ref is h5attrs.UNREAD:
+            assert value is h5attrs.UNREAD, name
+        elif isinstance(value_ref, np.ndarray) and value_ref.dtype.kind in "OV":
+            assert value.dtype == value_ref.dtype and value.tolist() == value_ref.tolist(), name
+        elif isinstance(value_ref, h5py.h5r.Reference):
+            assert type(value) is type(value_ref), name
+        else:
+            assert _same(value, value_ref), (name, value, value_ref)
+            assert not isinstance(value, np.ndarray) or value.flags.writeable, name  # as h5py's arrays
+
+
+def test_by_index_reader_reads_the_common_kinds_itself(f):
+    """Numbers and scalar variable-length strings come from the kernel, not h5py (one h5a.open per other kind)."""
+    g = f.create_group("g")
+    _every_kind(g)
+    opened = []
+    real_open = h5attrs.h5a.open
+
+    def spy(*args, **kwargs):
+        opened.append(kwargs.get("index"))
+        return real_open(*args, **kwargs)
+
+    count = h5py.h5o.get_info(g.id).num_attrs
+    names = sorted(g.attrs.keys(), key=lambda n: n.encode("utf-8", "surrogateescape"))
+    try:
+        h5attrs.h5a.open = spy
+        h5attrs.attrs_by_index(g.id, count, defer=frozenset({"DIMENSION_LIST"}))
+    finally:
+        h5attrs.h5a.open = real_open
+    by_h5py = sorted(names[i] for i in opened)
+    assert by_h5py == sorted(["DIMENSION_LIST", "compound", "enum", "fixed", "fixed_array", "names", "null", "ref"])
+
+
+@pytest.mark.parametrize("track_order", [False, True])
+def test_version_tree_attributes_are_h5pys(f, track_order):
+    """The reader's tree reads a group's attributes by index: h5py's values, in h5py's order."""
+    from xarray_vhdf5._versions.reader_tree import _group_attrs
+
+    g = f.create_group("g", track_order=track_order)
+    _every_kind(g)
+    got = _group_attrs(g)
+    want = dict(g.attrs)
+    assert list(got) == list(want)
+    for name, value in want.items():
+        if isinstance(value, h5py.Empty):
+            assert isinstance(got[name], h5py.Empty)
+        elif isinstance(value, h5py.h5r.Reference):
+            assert type(got[name]) is type(value)
+        elif isinstance(value, np.ndarray) and value.dtype.kind in "OV":
+            assert got[name].tolist() == value.tolist(), name
+        else:
+            assert _same(got[name], value), (name, got[name], value)

@@ -393,6 +393,7 @@ def attrs_by_index(
     obj_name: bytes = b".",
     skip: frozenset[str] = frozenset(),
     defer: frozenset[str] = frozenset(),
+    index_type: int = h5.INDEX_NAME,
 ) -> list[tuple[str, Any, np.dtype]]:
     """``(name, value, stored dtype)`` of the ``count`` attributes of an object, in name order.
 
@@ -403,14 +404,60 @@ def attrs_by_index(
     :func:`read_attrs_of`). Values as h5py's ``AttributeManager`` converts them;
     attributes named in ``skip`` are left out, those named in ``defer`` listed
     with the value :data:`UNREAD` (netCDF-4's object references, slow to
-    read, for a caller that may drop them unread).
+    read, for a caller that may drop them unread). ``index_type``
+    ``h5py.h5.INDEX_CRT_ORDER`` lists them in creation order instead (which
+    h5py's ``obj.attrs`` follows when the object tracks it).
     """
+    kernel = _kernel()
+    if kernel is not None and count:
+        return _attrs_compiled(kernel, loc_id, count, obj_name, skip, defer, index_type)
     out = []
     for i in range(count):
-        attr = h5a.open(loc_id, index=i, obj_name=obj_name, index_type=h5.INDEX_NAME)
+        attr = h5a.open(loc_id, index=i, obj_name=obj_name, index_type=index_type)
         name = attr.name.decode("utf-8", "surrogateescape")
         if name in skip:
             continue
+        out.append((name, UNREAD if name in defer else _attr_value(attr), attr.dtype))
+    return out
+
+
+def _read_types() -> tuple[tuple[int, ...], tuple[np.dtype, ...], tuple[h5t.TypeID, ...]]:
+    """The datatypes the compiled reader reads (:func:`attrs_by_index`), with h5py's dtype of each.
+
+    Integers and IEEE floats of either byte order, h5py's booleans, and scalar
+    variable-length strings (UTF-8 and ASCII): what attributes of this format,
+    netCDF-4 and CF hold. Returned with the TypeIDs, which must stay alive while their ids are used.
+    """
+    named = [f"STD_{s}{bits}{order}" for s in "IU" for bits in (8, 16, 32, 64) for order in ("LE", "BE")]
+    named += [f"IEEE_F{bits}{order}" for bits in (16, 32, 64) for order in ("LE", "BE")]
+    types = [getattr(h5t, n) for n in named if hasattr(h5t, n)]
+    types += [h5t.py_create(h5py.string_dtype(e), logical=True) for e in ("utf-8", "ascii")]
+    types.append(_BOOL_TYPE)  # h5py's enum (FALSE, TRUE) of int8: numpy bools
+    return tuple(t.id for t in types), tuple(t.dtype for t in types), tuple(types)
+
+
+_READ_TYPES = _read_types()
+
+
+def _attrs_compiled(
+    kernel, loc_id, count: int, obj_name: bytes, skip, defer, index_type: int
+) -> list[tuple[str, Any, np.dtype]]:
+    """:func:`attrs_by_index` through the compiled reader; what it does not read goes through h5py."""
+    ids, dtypes, _ = _READ_TYPES
+    unread = frozenset(n.encode("utf-8", "surrogateescape") for n in (*skip, *defer))
+    out = []
+    rows = kernel.read_by_index(loc_id.id, obj_name, count, index_type, ids, dtypes, unread)
+    for i, (bname, k, value) in enumerate(rows):
+        name = bname.decode("utf-8", "surrogateescape")
+        if name in skip:
+            continue
+        if k >= 0:
+            if isinstance(value, bytes):  # a scalar variable-length string, as _attr_value decodes it
+                out.append((name, value.decode("utf-8", "surrogateescape"), dtypes[k]))
+            else:
+                out.append((name, value[()] if value.ndim == 0 else value, dtypes[k]))
+            continue
+        attr = h5a.open(loc_id, index=i, obj_name=obj_name, index_type=index_type)
         out.append((name, UNREAD if name in defer else _attr_value(attr), attr.dtype))
     return out
 

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
-from h5py import h5o
+from h5py import h5, h5o, h5p
 
+from .._backend.h5attrs import attrs_by_index
 from .._backend.h5objects import object_info_by_name
 from .._backend.layout import version_path
 from ..errors import ReadOnlyError, VersionNotFoundError
@@ -86,6 +87,15 @@ def _attrs(obj) -> dict[str, Any]:
     return {key: obj.attrs[key] for key in obj.attrs}
 
 
+def _group_attrs(group: h5py.Group) -> dict[str, Any]:
+    """``dict(group.attrs)``: h5py's values, in h5py's order (creation order when the group
+    tracks it, else by name), read by index (``backend.h5attrs``)."""
+    tracked = group.id.get_create_plist().get_attr_creation_order() & h5p.CRT_ORDER_TRACKED
+    count = object_info_by_name(group.id, b".")[2]
+    index_type = h5.INDEX_CRT_ORDER if tracked else h5.INDEX_NAME
+    return {name: value for name, value, _ in attrs_by_index(group.id, count, index_type=index_type)}
+
+
 class _Tree:
     """The groups of one version, read once: paths (h5py's ``visit`` order), kinds, members, attributes.
 
@@ -116,7 +126,7 @@ class _Tree:
 
     def _walk(self, sub: h5py.Group, path: str) -> None:
         self.members[path] = list(sub.keys())
-        self.attrs[path] = _attrs(sub)
+        self.attrs[path] = _group_attrs(sub)
         for name in sorted(self.members[path], key=lambda n: n.encode("utf-8", "surrogateescape")):
             member = f"{path}/{name}" if path else name
             kind = object_info_by_name(sub.id, name.encode("utf-8", "surrogateescape"))[1]
