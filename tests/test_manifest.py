@@ -599,3 +599,26 @@ def test_a_truncated_file_names_the_chunk_when_the_read_is_split(tmp_path):
     with pytest.raises(CorruptFileError, match=r"file ends \d+ bytes into the chunk \(truncated\)") as err:
         manifest.read((), threads=4)
     assert f"chunk ({where[0]}, {where[1]})" in str(err.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 60), min_size=0, max_size=80),
+    st.sampled_from([1, 3, 10]),
+    st.integers(-(2**40), 2**40),
+    st.booleans(),
+    st.booleans(),
+)
+def test_unique_inverse_is_numpys(ks, step, low, spread, jitter):
+    """The manifest's ranking of first rows, by counting or by sorting, is numpy.unique's."""
+    from xarray_vhdf5._backend.manifest_resolve import _unique_inverse
+
+    values = np.asarray(ks, np.int64) * (step * (10**9 if spread else 1)) + low
+    if jitter:  # rows that are not the smallest plus a multiple of step
+        values += np.asarray(ks, np.int64) % 2
+    rows, inverse = _unique_inverse(values, step)
+    want_rows, want_inverse = np.unique(values, return_inverse=True)
+    assert rows.dtype == values.dtype and inverse.dtype == np.intp
+    np.testing.assert_array_equal(rows, want_rows)
+    np.testing.assert_array_equal(inverse, want_inverse.reshape(-1))
+    np.testing.assert_array_equal(rows[inverse], values)

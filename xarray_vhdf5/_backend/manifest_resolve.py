@@ -159,17 +159,18 @@ def manifest_from_starts(
     if path is not None and addresses is None:
         raise ValueError("a manifest over another file needs the chunks' addresses in it")
     elsewhere = path is not None
-    path = os.path.abspath(raw.file.filename if path is None else path)
+    h5file = raw.file  # one File object for its name, driver and user block
+    path = os.path.abspath(h5file.filename if path is None else path)
     chunks = tuple(int(c) for c in chunks)
     dcpl = raw.id.get_create_plist()
     pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
     filters = tuple(tuple(f[:3]) for f in pipeline)
     names = tuple(f[3].decode(errors="replace").split(";")[0].strip() or str(f[0]) for f in pipeline)
-    reasons = list(reasons or ()) + _unsupported(raw, dcpl, dtype, chunks, filters, names, elsewhere)
+    reasons = list(reasons or ()) + _unsupported(raw, h5file.driver, dcpl, dtype, chunks, filters, names, elsewhere)
     grid = starts.shape
     mapped = np.flatnonzero(starts >= 0)
     flat = starts.reshape(-1)[mapped]
-    rows, inverse = _unique_inverse(flat)
+    rows, inverse = _unique_inverse(flat, chunks[0])
     slots = np.full(grid, -1, np.int32)
     slots.reshape(-1)[mapped] = inverse
     if np.any(rows % chunks[0]):
@@ -192,7 +193,7 @@ def manifest_from_starts(
     else:
         found = addresses(rows.astype(np.uint64))
         addr, nbytes, masks = found[:, 0], found[:, 1], found[:, 2].astype(np.uint32)
-    if not reasons and not elsewhere and raw.file.userblock_size and rows.size and nbytes[0]:
+    if not reasons and not elsewhere and h5file.userblock_size and rows.size and nbytes[0]:
         # chunk addresses count the user block (HDF5 2.0); check one against libhdf5
         with open(path, "rb") as fh:
             fh.seek(int(addr[0]))
@@ -222,14 +223,31 @@ def manifest_from_starts(
     )
 
 
-def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``numpy.unique(values, return_inverse=True)`` for 1-d int64, by one stable sort.
+def _unique_inverse(values: np.ndarray, step: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """``numpy.unique(values, return_inverse=True)`` for 1-d int64, without hashing.
 
-    numpy 2's ``unique`` hashes, several times slower on the mostly sorted
-    rows of a chunk map than one stable sort.
+    numpy 2's ``unique`` hashes, several times slower on a chunk map than
+    this. Values spread over a range of at most about four times their
+    number (counted in ``step``, a chunk's rows, when every value is the
+    smallest plus a multiple of it: a map's first rows) are ranked by
+    counting, in one pass; others by one stable sort.
     """
     if values.size == 0:
         return values.copy(), np.zeros(0, np.intp)
+    if values.size == 1 or bool(np.all(values[1:] > values[:-1])):  # already unique and sorted
+        return values.copy(), np.arange(values.size, dtype=np.intp)
+    low = int(values.min())
+    offsets = values - low
+    if step > 1 and not np.any(offsets % step):
+        offsets //= step
+    else:
+        step = 1
+    span = int(offsets.max()) + 1
+    if span <= 4 * values.size + 4096:  # rank by presence: O(values + span), no sort
+        present = np.zeros(span, bool)
+        present[offsets] = True
+        rank = np.cumsum(present, dtype=np.intp) - 1
+        return (np.flatnonzero(present) * step + low).astype(values.dtype), rank[offsets]
     order = np.argsort(values, kind="stable")
     ordered = values[order]
     first = np.empty(ordered.size, bool)
@@ -241,12 +259,22 @@ def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _unsupported(
-    raw: h5py.Dataset, dcpl, dtype: np.dtype, chunks: tuple, filters: tuple, names: tuple, elsewhere: bool = False
+    raw: h5py.Dataset,
+    driver: str,
+    dcpl,
+    dtype: np.dtype,
+    chunks: tuple,
+    filters: tuple,
+    names: tuple,
+    elsewhere: bool = False,
 ) -> list[str]:
-    """Why raw_data's chunks cannot be read without libhdf5 (empty: they can); ``elsewhere``: from a copy."""
+    """Why raw_data's chunks cannot be read without libhdf5 (empty: they can); ``elsewhere``: from a copy.
+
+    ``driver``: the HDF5 file driver of raw_data's file, as h5py names it.
+    """
     reasons = []
-    if not elsewhere and raw.file.driver not in ("sec2", "stdio"):
-        reasons.append(f"the file is opened with the {raw.file.driver!r} driver, not read from its path")
+    if not elsewhere and driver not in ("sec2", "stdio"):
+        reasons.append(f"the file is opened with the {driver!r} driver, not read from its path")
     if raw.dtype.hasobject and not dtype.hasobject:
         reasons.append(f"raw_data's dtype {raw.dtype} holds variable-length data")
     if raw.chunks != chunks:

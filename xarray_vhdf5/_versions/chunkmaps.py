@@ -522,16 +522,24 @@ def _addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int
     if rows.size == 0:
         return out
     k = rows.astype(np.intp) // rows_per_chunk
-    table = bk.get(_address_path(path))
+    try:  # low-level calls: this runs in every open of a dataset with a stored map
+        table: h5d.DatasetID | None = h5d.open(bk.id, _address_path(path).encode())
+    except (KeyError, ValueError):
+        table = None
     usable = 0
-    if isinstance(table, h5py.Dataset) and _owner_of(table) == table_owner(raw):
+    if table is not None and _owner_of(table) == table_owner(raw):
         # the chunks a commit finished writing (rows past them are overwritten by the next)
         committed = committed_chunks(raw)
         usable = min(table.shape[0], committed)
     n = int(np.searchsorted(k, usable))  # rows[:n] have a usable row of the table
     if n:
-        block = table[int(k[0]) : int(k[n - 1]) + 1]
-        out[:n] = block[k[:n] - k[0]]
+        assert table is not None  # usable > 0
+        first, last = int(k[0]), int(k[n - 1])
+        if last - first + 1 == n and bool(np.all(np.diff(k[:n]) == 1)):
+            read_rows(table, first, out[:n])  # consecutive chunks: the table's rows are the answer
+        else:
+            block = read_rows(table, first, np.empty((last - first + 1, 3), np.uint64))
+            np.take(block, k[:n] - first, axis=0, out=out[:n])
     missing = np.concatenate([np.flatnonzero(out[:n, 0] == UNKNOWN), np.arange(n, rows.size)])
     if missing.size:
         addr, nbytes, masks = chunk_addresses(raw, rows[missing], rows_per_chunk)

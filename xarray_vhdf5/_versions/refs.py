@@ -97,7 +97,12 @@ def _listing(f, which: str) -> dict[str, str]:
 def _group(f: h5py.File, kind: str) -> h5py.Group | None:
     """The group of ``kind`` refs (``"branches"``, ``"tags"``), None if none was ever made."""
     path = f"/{BOOKKEEPING}/refs/{kind}"
-    return f[path] if path in f else None
+    prefix = b""
+    for part in path.encode().split(b"/")[1:]:  # link by link, low-level: every reader's listing asks
+        prefix += b"/" + part
+        if not f.id.links.exists(prefix):
+            return None
+    return f[path]
 
 
 def _made_group(f: h5py.File, kind: str) -> h5py.Group:

@@ -187,7 +187,10 @@ class VersionRegistry:
     @property
     def data_version(self) -> int:
         """The format's ``data_version`` attribute (4 for files this package writes)."""
-        return int(self.group.attrs.get("data_version", 1))
+        try:  # the compiled attribute kernel: read with every listing
+            return int(np.asarray(read_attr(self.group.id, "data_version", expect="int")).reshape(-1)[0])
+        except KeyError:
+            return 1
 
     def names(self) -> list[str]:
         """Names of all committed versions, oldest timestamp first."""
