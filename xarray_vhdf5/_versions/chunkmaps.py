@@ -57,7 +57,7 @@ import posixpath
 
 import h5py
 import numpy as np
-from h5py import h5d, h5g, h5p, h5s, h5t
+from h5py import h5d, h5g, h5o, h5p, h5s, h5t
 
 from .._backend.chunks import chunk_grid_shape
 from .._backend.h5attrs import read_attr, read_attrs_of, write_attr
@@ -361,11 +361,24 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     return True
 
 
+def _object(loc, path: str, kind: type):
+    """The object at ``path`` from group ``loc`` if it is a ``kind`` (``h5py.Dataset`` or
+    ``h5py.Group``), else None: one ``H5Oopen``, without h5py's ``get`` (every open asks)."""
+    try:
+        oid = h5o.open(loc.id, path.encode("utf-8", "surrogateescape"))
+    except (KeyError, ValueError):
+        return None
+    if kind is h5py.Dataset and isinstance(oid, h5d.DatasetID):
+        return h5py.Dataset(oid)
+    if kind is h5py.Group and isinstance(oid, h5g.GroupID):
+        return h5py.Group(oid)
+    return None
+
+
 def _stored_map(f: h5py.File, version: str, path: str) -> tuple[h5py.Group | None, h5py.Dataset | None]:
     """The bookkeeping group and the map of ``version``'s dataset ``path`` (None where absent)."""
     bk = bookkeeping.open_group(f)
-    stored = None if bk is None else bk.get(_maps_path(version, path))
-    return bk, stored if isinstance(stored, h5py.Dataset) else None
+    return bk, None if bk is None else _object(bk, _maps_path(version, path), h5py.Dataset)
 
 
 def forget(f: h5py.File) -> None:
@@ -404,8 +417,8 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
     if stored is None:
         return None
     group_path, _, leaf = f"{VERSION_DATA}/versions/{version}/{path}".rpartition("/")
-    group = f.get(group_path)
-    if not isinstance(group, h5py.Group):
+    group = _object(f, group_path, h5py.Group)
+    if group is None:
         return None
     try:
         attrs = read_attrs_of(group.id, leaf.encode())
@@ -414,8 +427,8 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
     raw_path, chunks = attrs.get("raw_data"), attrs.get("chunks")
     if not isinstance(raw_path, str) or chunks is None:
         return None
-    raw = f.get(raw_path)
-    if not isinstance(raw, h5py.Dataset):
+    raw = _object(f, raw_path, h5py.Dataset)
+    if raw is None:
         return None
     chunks = tuple(int(c) for c in np.atleast_1d(chunks))
     found = MapReader(f, path, raw, chunks, bk).numbers(version, stored.id)
