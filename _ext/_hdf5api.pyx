@@ -133,6 +133,8 @@ cdef int _load_hdf5_symbols() except -1:
     H5.H5Aopen_by_idx = <hdf5.H5Aopen_by_idx_ft>_sym(handle, b"H5Aopen_by_idx")
     H5.H5Aget_name = <hdf5.H5Aget_name_ft>_sym(handle, b"H5Aget_name")
     H5.H5Tget_cset = <hdf5.H5Tget_cset_ft>_sym(handle, b"H5Tget_cset")
+    H5.H5Aexists_by_name = <hdf5.H5Aexists_by_name_ft>_sym(handle, b"H5Aexists_by_name")
+    H5.H5Aopen_by_name = <hdf5.H5Aopen_by_name_ft>_sym(handle, b"H5Aopen_by_name")
     return 0
 
 

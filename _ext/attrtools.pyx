@@ -20,6 +20,7 @@ the caller uses h5py); a libhdf5 failure raises
 :class:`xarray_vhdf5.errors.HDF5Error` naming the call.
 """
 
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from libc.stdint cimport int64_t
 
 from hdf5 cimport (
@@ -47,7 +48,7 @@ from h5py._objects import phil
 
 from xarray_vhdf5.errors import HDF5Error
 
-__all__ = ["read_by_index", "read_int64", "read_vlen_str", "reference_attr_names", "write_buffer", "write_vlen_str"]
+__all__ = ["read_by_index", "read_by_name", "read_int64", "read_vlen_str", "reference_attr_names", "write_buffer", "write_vlen_str"]
 
 
 cdef int _fail(const char *call, bytes name) except -1:
@@ -364,12 +365,37 @@ cdef int _matching(hid_t atype, tuple type_ids) except -2:
     return -1
 
 
+cdef object _read_strings(hid_t attr, hid_t atype, tuple shape, Py_ssize_t n, bytes name):
+    """An array of variable-length strings: ``(shape, [bytes, ...])`` in C order (NULL read as b"")."""
+    cdef char **texts = <char **>PyMem_Calloc(n if n else 1, sizeof(char *))
+    cdef Py_ssize_t i
+    cdef list out = []
+    cdef Failure fail
+    fail.failed = 0
+    if texts == NULL:
+        raise MemoryError()
+    try:
+        if n and H5.H5Aread(attr, atype, texts) < 0:
+            record_failure(&fail, b"H5Aread", -1)
+            _fail_read(name, &fail)
+        for i in range(n):
+            out.append(b"" if texts[i] == NULL else <bytes>texts[i])
+    finally:
+        for i in range(n):
+            if texts[i] != NULL:
+                H5.H5free_memory(texts[i])
+        PyMem_Free(texts)
+    return shape, out
+
+
 cdef object _read_value(hid_t attr, hid_t atype, object dtype, bytes name):
-    """The attribute's value: bytes for a scalar variable-length string, else a numpy array of ``dtype``
-    (the attribute's shape); None when its dataspace or datatype is not one read here."""
+    """The attribute's value: bytes for a scalar variable-length string, ``(shape, [bytes])`` for an
+    array of them, else a numpy array of ``dtype`` (the attribute's shape); None when its dataspace
+    is not one read here (null)."""
     cdef hid_t space = H5.H5Aget_space(attr)
     cdef hsize_t dims[H5S_MAX_RANK]
     cdef int kind, rank, i, is_vlen
+    cdef Py_ssize_t n = 1
     cdef char *text = NULL
     cdef unsigned char[::1] flat
     cdef unsigned char empty = 0  # libhdf5 refuses a NULL buffer, even for no point
@@ -382,10 +408,13 @@ cdef object _read_value(hid_t attr, hid_t atype, object dtype, bytes name):
     H5.H5Sclose(space)
     if kind not in (H5S_SCALAR, H5S_SIMPLE) or rank < 0:
         return None  # a null dataspace (h5py.Empty): the reference path
+    shape = tuple(int(dims[i]) for i in range(rank))
     is_vlen = H5.H5Tget_class(atype) == H5T_STRING and H5.H5Tis_variable_str(atype) > 0
     if is_vlen:
         if kind != H5S_SCALAR:
-            return None
+            for i in range(rank):
+                n *= <Py_ssize_t>dims[i]
+            return _read_strings(attr, atype, shape, n, name)
         if H5.H5Aread(attr, atype, &text) < 0:
             record_failure(&fail, b"H5Aread", -1)
             _fail_read(name, &fail)
@@ -395,7 +424,7 @@ cdef object _read_value(hid_t attr, hid_t atype, object dtype, bytes name):
             return <bytes>text
         finally:
             H5.H5free_memory(text)
-    out = np.empty(tuple(int(dims[i]) for i in range(rank)), dtype=dtype)
+    out = np.empty(shape, dtype=dtype)
     flat = out.reshape(-1).view(np.uint8)
     if H5.H5Aread(attr, atype, &flat[0] if flat.shape[0] else &empty) < 0:
         record_failure(&fail, b"H5Aread", -1)
@@ -418,10 +447,10 @@ def read_by_index(
     increasing). When its datatype equals ``type_ids[k]`` (``H5Tequal``; the
     caller lists fixed-size numbers and variable-length strings) it is read
     with that datatype as memory type, so its bytes are the stored ones: the
-    value is ``bytes`` for a scalar variable-length string, else a numpy
-    array of ``dtypes[k]`` with the attribute's shape. ``k`` is -1 and the
-    value None when it is not read: another datatype, a null dataspace, an
-    array of variable-length strings, or a name in ``unread`` (bytes); the
+    value is ``bytes`` for a scalar variable-length string, ``(shape, [bytes,
+    ...])`` for an array of them, else a numpy array of ``dtypes[k]`` with the
+    attribute's shape. ``k`` is -1 and the value None when it is not read:
+    another datatype, a null dataspace, or a name in ``unread`` (bytes); the
     caller reads those through h5py. Raises HDF5Error when a libhdf5 call fails.
     """
     cdef list found = []
@@ -457,3 +486,33 @@ def read_by_index(
             finally:
                 H5.H5Aclose(attr)
     return found
+
+
+def read_by_name(hid_t loc_id, bytes obj_name not None, bytes name not None, tuple type_ids not None, tuple dtypes not None):
+    """``(k, value)`` of attribute ``name`` of ``obj_name`` (relative to ``loc_id``), as :func:`read_by_index`
+    gives each; ``(-2, None)`` when the object has no such attribute. Raises HDF5Error when a libhdf5
+    call fails (e.g. no object ``obj_name``)."""
+    cdef htri_t exists
+    cdef hid_t attr, atype
+    cdef int k
+    with phil:
+        exists = H5.H5Aexists_by_name(loc_id, obj_name, name, H5P_DEFAULT)
+        if exists < 0:
+            raise HDF5Error(f"H5Aexists_by_name failed: object {obj_name.decode('utf-8', 'replace')!r}")
+        if not exists:
+            return -2, None
+        attr = H5.H5Aopen_by_name(loc_id, obj_name, name, H5P_DEFAULT, H5P_DEFAULT)
+        if attr < 0:
+            _fail(b"H5Aopen_by_name", name)
+        try:
+            atype = H5.H5Aget_type(attr)
+            if atype < 0:
+                _fail(b"H5Aget_type", name)
+            try:
+                k = _matching(atype, type_ids)
+                value = None if k < 0 else _read_value(attr, atype, dtypes[k], name)
+            finally:
+                H5.H5Tclose(atype)
+        finally:
+            H5.H5Aclose(attr)
+    return (-1, None) if value is None else (k, value)

@@ -126,6 +126,10 @@ ctypedef hid_t (*H5Aopen_by_idx_ft)(hid_t loc_id, const char *obj_name, int idx_
 ctypedef Py_ssize_t (*H5Aget_name_ft)(hid_t attr_id, size_t buf_size, char *buf) noexcept nogil
 ctypedef htri_t (*H5Tis_variable_str_ft)(hid_t type_id) noexcept nogil
 ctypedef int (*H5Tget_cset_ft)(hid_t type_id) noexcept nogil
+ctypedef htri_t (*H5Aexists_by_name_ft)(hid_t loc_id, const char *obj_name, const char *attr_name,
+                                        hid_t lapl_id) noexcept nogil
+ctypedef hid_t (*H5Aopen_by_name_ft)(hid_t loc_id, const char *obj_name, const char *attr_name,
+                                     hid_t aapl_id, hid_t lapl_id) noexcept nogil
 ctypedef hid_t (*H5Screate_ft)(int type) noexcept nogil
 ctypedef int (*H5Sget_simple_extent_dims_ft)(hid_t space_id, hsize_t *dims,
                                              hsize_t *maxdims) noexcept nogil
@@ -181,3 +185,5 @@ ctypedef struct HDF5API:
     H5Aopen_by_idx_ft H5Aopen_by_idx
     H5Aget_name_ft H5Aget_name
     H5Tget_cset_ft H5Tget_cset
+    H5Aexists_by_name_ft H5Aexists_by_name
+    H5Aopen_by_name_ft H5Aopen_by_name

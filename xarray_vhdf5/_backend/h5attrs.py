@@ -26,6 +26,7 @@ import numpy as np
 from h5py import h5, h5a, h5s, h5t
 from h5py._hl.base import Empty
 
+from ..errors import HDF5Error
 from ._kernels import attrtools as _attrtools  # None if not built: every use checks
 from .h5objects import memory_type, object_info_by_name
 from .transfer import get_kernel_backend
@@ -369,8 +370,20 @@ def read_attr_of(loc_id, obj_name: bytes, name: str) -> Any:
     KeyError
         No object ``obj_name``, or it has no attribute ``name``.
     """
+    bname = name.encode("utf-8", "surrogateescape")
+    kernel = _kernel()
+    if kernel is not None:
+        ids, dtypes, _ = _READ_TYPES
+        try:
+            k, value = kernel.read_by_name(loc_id.id, obj_name, bname, ids, dtypes)
+        except HDF5Error:  # no object obj_name, or damage: h5py's open below says which, as before
+            k, value = -1, None
+        if k == -2:
+            raise KeyError(f"no attribute {name!r} on {obj_name.decode('utf-8', 'surrogateescape')!r}")
+        if k >= 0:
+            return _converted(value, dtypes[k])
     try:
-        attr = h5a.open(loc_id, name.encode("utf-8", "surrogateescape"), obj_name=obj_name)
+        attr = h5a.open(loc_id, bname, obj_name=obj_name)
     except KeyError:
         raise KeyError(f"no attribute {name!r} on {obj_name.decode('utf-8', 'surrogateescape')!r}") from None
     return _attr_value(attr)
@@ -439,6 +452,17 @@ def _read_types() -> tuple[tuple[int, ...], tuple[np.dtype, ...], tuple[h5t.Type
 _READ_TYPES = _read_types()
 
 
+def _converted(value, dtype: np.dtype) -> Any:
+    """A value of the compiled reader as :func:`_attr_value` gives it: strings decoded (UTF-8,
+    surrogateescape), a 0-d array as its numpy scalar."""
+    if isinstance(value, bytes):  # a scalar variable-length string
+        return value.decode("utf-8", "surrogateescape")
+    if isinstance(value, tuple):  # an array of them: an object array of str, as h5py's
+        shape, texts = value
+        return np.array([t.decode("utf-8", "surrogateescape") for t in texts], dtype=dtype).reshape(shape)
+    return value[()] if value.ndim == 0 else value
+
+
 def _attrs_compiled(
     kernel, loc_id, count: int, obj_name: bytes, skip, defer, index_type: int
 ) -> list[tuple[str, Any, np.dtype]]:
@@ -452,10 +476,7 @@ def _attrs_compiled(
         if name in skip:
             continue
         if k >= 0:
-            if isinstance(value, bytes):  # a scalar variable-length string, as _attr_value decodes it
-                out.append((name, value.decode("utf-8", "surrogateescape"), dtypes[k]))
-            else:
-                out.append((name, value[()] if value.ndim == 0 else value, dtypes[k]))
+            out.append((name, _converted(value, dtypes[k]), dtypes[k]))
             continue
         attr = h5a.open(loc_id, index=i, obj_name=obj_name, index_type=index_type)
         out.append((name, UNREAD if name in defer else _attr_value(attr), attr.dtype))
