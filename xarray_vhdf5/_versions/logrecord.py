@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import posixpath
 import weakref
 from typing import Any, NamedTuple
 
@@ -225,7 +226,7 @@ def build_record(
     caches : CommitCaches
         The commit's caches: the raw_data and hash tables it wrote through.
     """
-    prefix = f"{group.parent.name}/{prev_version}/"
+    prefix = f"{posixpath.dirname(group.name)}/{prev_version}/"  # h5py's group.parent opens the parent
     entries: dict[str, Any] = {}
     tables: dict[str, list] = {}
     objects: dict[str, int] = {}
