@@ -313,6 +313,14 @@ cdef int _holds_references(hid_t tid) noexcept nogil:
     return 0
 
 
+cdef hid_t _open_by_idx(hid_t loc_id, bytes obj_name, int index_type, Py_ssize_t i) except -1:
+    """Attribute ``i`` of ``obj_name`` in ``index_type`` order (increasing); HDF5Error if it cannot be opened."""
+    cdef hid_t attr = H5.H5Aopen_by_idx(loc_id, obj_name, index_type, H5_ITER_INC, <hsize_t>i, H5P_DEFAULT, H5P_DEFAULT)
+    if attr < 0:
+        raise HDF5Error(f"H5Aopen_by_idx failed: attribute {i} of object {obj_name.decode('utf-8', 'replace')!r}")
+    return attr
+
+
 def reference_attr_names(hid_t loc_id, bytes obj_name not None, Py_ssize_t count):
     """Names of the attributes of ``obj_name`` (relative to ``loc_id``) whose datatype holds references.
 
@@ -328,9 +336,7 @@ def reference_attr_names(hid_t loc_id, bytes obj_name not None, Py_ssize_t count
     cdef bytearray buf
     with phil:
         for i in range(count):
-            attr = H5.H5Aopen_by_idx(loc_id, obj_name, H5_INDEX_NAME, H5_ITER_INC, <hsize_t>i, H5P_DEFAULT, H5P_DEFAULT)
-            if attr < 0:
-                raise HDF5Error(f"H5Aopen_by_idx failed: attribute {i} of object {obj_name.decode('utf-8', 'replace')!r}")
+            attr = _open_by_idx(loc_id, obj_name, H5_INDEX_NAME, i)
             atype = H5.H5Aget_type(attr)
             holds = _holds_references(atype) if atype >= 0 else -1
             if atype >= 0:
@@ -432,6 +438,21 @@ cdef object _read_value(hid_t attr, hid_t atype, object dtype, bytes name):
     return out
 
 
+cdef tuple _typed_value(hid_t attr, tuple type_ids, tuple dtypes, bytes name):
+    """``(k, value)`` of an open attribute: its datatype's index in ``type_ids`` and its value
+    (:func:`_read_value`), or ``(-1, None)`` when it is not one read here."""
+    cdef hid_t atype = H5.H5Aget_type(attr)
+    cdef int k
+    if atype < 0:
+        _fail(b"H5Aget_type", name)
+    try:
+        k = _matching(atype, type_ids)
+        value = None if k < 0 else _read_value(attr, atype, dtypes[k], name)
+    finally:
+        H5.H5Tclose(atype)
+    return (-1, None) if value is None else (k, value)
+
+
 def read_by_index(
     hid_t loc_id,
     bytes obj_name not None,
@@ -455,15 +476,12 @@ def read_by_index(
     """
     cdef list found = []
     cdef Py_ssize_t i, size
-    cdef hid_t attr, atype
-    cdef int k
+    cdef hid_t attr
     cdef bytearray buf
     cdef bytes name
     with phil:
         for i in range(count):
-            attr = H5.H5Aopen_by_idx(loc_id, obj_name, index_type, H5_ITER_INC, <hsize_t>i, H5P_DEFAULT, H5P_DEFAULT)
-            if attr < 0:
-                raise HDF5Error(f"H5Aopen_by_idx failed: attribute {i} of object {obj_name.decode('utf-8', 'replace')!r}")
+            attr = _open_by_idx(loc_id, obj_name, index_type, i)
             try:
                 size = H5.H5Aget_name(attr, 0, NULL)
                 if size < 0:
@@ -474,15 +492,7 @@ def read_by_index(
                 if name in unread:
                     found.append((name, -1, None))
                     continue
-                atype = H5.H5Aget_type(attr)
-                if atype < 0:
-                    _fail(b"H5Aget_type", name)
-                try:
-                    k = _matching(atype, type_ids)
-                    value = None if k < 0 else _read_value(attr, atype, dtypes[k], name)
-                finally:
-                    H5.H5Tclose(atype)
-                found.append((name, -1, None) if value is None else (name, k, value))
+                found.append((name, *_typed_value(attr, type_ids, dtypes, name)))
             finally:
                 H5.H5Aclose(attr)
     return found
@@ -493,8 +503,7 @@ def read_by_name(hid_t loc_id, bytes obj_name not None, bytes name not None, tup
     gives each; ``(-2, None)`` when the object has no such attribute. Raises HDF5Error when a libhdf5
     call fails (e.g. no object ``obj_name``)."""
     cdef htri_t exists
-    cdef hid_t attr, atype
-    cdef int k
+    cdef hid_t attr
     with phil:
         exists = H5.H5Aexists_by_name(loc_id, obj_name, name, H5P_DEFAULT)
         if exists < 0:
@@ -505,14 +514,6 @@ def read_by_name(hid_t loc_id, bytes obj_name not None, bytes name not None, tup
         if attr < 0:
             _fail(b"H5Aopen_by_name", name)
         try:
-            atype = H5.H5Aget_type(attr)
-            if atype < 0:
-                _fail(b"H5Aget_type", name)
-            try:
-                k = _matching(atype, type_ids)
-                value = None if k < 0 else _read_value(attr, atype, dtypes[k], name)
-            finally:
-                H5.H5Tclose(atype)
+            return _typed_value(attr, type_ids, dtypes, name)
         finally:
             H5.H5Aclose(attr)
-    return (-1, None) if value is None else (k, value)
