@@ -302,3 +302,30 @@ def test_a_cache_whose_header_is_torn_is_moved_aside(tmp_path, monkeypatch):
         assert reader.versions == ["v0", "v2", "v3", "v4"]
         assert reader["v4"]["x"][0, 0] == 7.0 and reader["v2"]["x"][8, 0] == -2.0
     assert_reads_match(path)
+
+
+def test_a_cache_unlinked_before_its_torn_header_failed_is_not_moved(tmp_path, monkeypatch):
+    """libhdf5 can remove the link and then fail on the torn header (found by the kill harness:
+    "Unable to move link (component not found)" in the next commit): the link is gone, nothing is
+    parked, and the deletion goes on."""
+    path = tmp_path / "h.h5"
+    history(path, 4)
+    unlink = h5py.Group.__delitem__
+
+    def torn_after_unlink(self, name):
+        unlink(self, name)
+        if name == "chunk_maps":
+            raise RuntimeError("Couldn't delete link (bad object header version number)")
+
+    monkeypatch.setattr(h5py.Group, "__delitem__", torn_after_unlink)
+    with h5py.File(path, "r+") as f:
+        xv.delete_versions(f, ["v1"])
+        bk = bookkeeping.open_group(f)
+        assert "chunk_maps" not in bk and "damaged_caches" not in bk
+        assert maplog.LOG not in bk
+    monkeypatch.undo()
+    with h5py.File(path, "r+") as f:
+        vf = xv.VersionedHDF5File(f)
+        with vf.stage_version("v4") as g:
+            g["x"][0, 0] = 7.0
+    assert_reads_match(path)

@@ -150,14 +150,22 @@ def discard(bk: h5py.Group, name: str) -> None:
     A header a killed plain-handle writer tore cannot be read, and a cache
     must never be the reason an operation fails: such an object is moved
     aside instead (one link move, no header read) to
-    ``damaged_caches/<name>`` (:func:`parking_place`), never read again.
+    ``damaged_caches/<name>`` (:func:`parking_place`), never read again;
+    when the failed unlink already removed the link, nothing is moved.
     """
     try:
         if name not in bk:
             return
         del bk[name]
     except (KeyError, RuntimeError, OSError, ValueError):  # the object's header (or one on its path) is torn
-        bk.move(name, parking_place(bk, "caches", name))
+        try:
+            # libhdf5 removes the link before it reads the header to count it down: when
+            # that read fails, the link may be gone already, and then nothing is left to move.
+            linked = name in bk
+        except (KeyError, RuntimeError, OSError, ValueError):
+            linked = True  # a torn group on the path: the move says what it finds
+        if linked:
+            bk.move(name, parking_place(bk, "caches", name))
 
 
 def migrate(f: h5py.File | h5py.Group) -> bool:
