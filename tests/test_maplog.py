@@ -329,3 +329,44 @@ def test_a_cache_unlinked_before_its_torn_header_failed_is_not_moved(tmp_path, m
         with vf.stage_version("v4") as g:
             g["x"][0, 0] = 7.0
     assert_reads_match(path)
+
+
+def test_a_cache_under_a_torn_group_parks_the_group(tmp_path, monkeypatch):
+    """A cache group whose own links are torn (found by the kill harness: "Unable to move link
+    (incorrect cache entry type)" in the next commit) is parked whole: nothing under it can be
+    looked up, unlinked or moved, and the commit that wanted to drop one of its members goes on."""
+    path = tmp_path / "h.h5"
+    history(path, 4)
+    contains, unlink, move = h5py.Group.__contains__, h5py.Group.__delitem__, h5py.Group.move
+
+    def torn(name) -> bool:
+        return isinstance(name, str) and name.startswith("chunk_maps/")
+
+    def torn_contains(self, name):
+        if torn(name):
+            raise RuntimeError("Unable to get link info (incorrect cache entry type)")
+        return contains(self, name)
+
+    def torn_unlink(self, name):
+        if torn(name):
+            raise RuntimeError("Couldn't delete link (incorrect cache entry type)")
+        unlink(self, name)
+
+    def torn_move(self, source, dest):
+        if torn(source):
+            raise ValueError("Unable to move link (incorrect cache entry type)")
+        move(self, source, dest)
+
+    monkeypatch.setattr(h5py.Group, "__contains__", torn_contains)
+    monkeypatch.setattr(h5py.Group, "__delitem__", torn_unlink)
+    monkeypatch.setattr(h5py.Group, "move", torn_move)
+    with h5py.File(path, "r+") as f:
+        bk = bookkeeping.open_group(f)
+        bookkeeping.discard(bk, "chunk_maps/v2/x")
+        monkeypatch.undo()
+        assert "chunk_maps" not in bk and "damaged_caches/chunk_maps" in bk
+    with h5py.File(path, "r+") as f:
+        vf = xv.VersionedHDF5File(f)
+        with vf.stage_version("v4") as g:
+            g["x"][0, 0] = 7.0
+    assert_reads_match(path)

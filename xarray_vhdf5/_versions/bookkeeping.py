@@ -143,6 +143,10 @@ def parking_place(loc: h5py.Group | h5py.File, what: str, name: str = "") -> str
     return f"{parent.name}/{found}"
 
 
+#: What h5py raises when libhdf5 finds a torn object header or group storage.
+_TORN = (KeyError, RuntimeError, OSError, ValueError)
+
+
 def discard(bk: h5py.Group, name: str) -> None:
     """Remove member ``name`` (a path) of the bookkeeping group ``bk``, if present: a cache of ours.
 
@@ -151,21 +155,39 @@ def discard(bk: h5py.Group, name: str) -> None:
     must never be the reason an operation fails: such an object is moved
     aside instead (one link move, no header read) to
     ``damaged_caches/<name>`` (:func:`parking_place`), never read again;
-    when the failed unlink already removed the link, nothing is moved.
+    when the failed unlink already removed the link, nothing is moved. When a
+    group on the path is torn too (its links cannot be read or moved), the
+    nearest group above it that moves is parked, up to the member of ``bk``
+    the path starts with (a cache group: its caches are built again).
+
+    Raises
+    ------
+    KeyError, RuntimeError, OSError, ValueError
+        Not even that member of ``bk`` could be moved (``bk``'s own links are torn).
     """
     try:
         if name not in bk:
             return
         del bk[name]
-    except (KeyError, RuntimeError, OSError, ValueError):  # the object's header (or one on its path) is torn
+        return
+    except _TORN:  # the object's header (or a group's on its path) is torn
+        pass
+    try:
+        # libhdf5 removes the link before it reads the header to count it down: when
+        # that read fails, the link may be gone already, and then nothing is left to move.
+        if name not in bk:
+            return
+    except _TORN:
+        pass  # a torn group on the path: see what moves
+    parts = name.split("/")
+    for depth in range(len(parts), 0, -1):
+        path = "/".join(parts[:depth])
         try:
-            # libhdf5 removes the link before it reads the header to count it down: when
-            # that read fails, the link may be gone already, and then nothing is left to move.
-            linked = name in bk
-        except (KeyError, RuntimeError, OSError, ValueError):
-            linked = True  # a torn group on the path: the move says what it finds
-        if linked:
-            bk.move(name, parking_place(bk, "caches", name))
+            bk.move(path, parking_place(bk, "caches", path))
+            return
+        except _TORN:
+            if depth == 1:
+                raise
 
 
 def migrate(f: h5py.File | h5py.Group) -> bool:
