@@ -307,7 +307,9 @@ def type_holds_references(tid: h5t.TypeID) -> bool:
     return False
 
 
-def read_attrs_of(loc_id, obj_name: bytes, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+def read_attrs_of(
+    loc_id, obj_name: bytes, skip: frozenset[str] = frozenset(), index_type: int = h5.INDEX_NAME
+) -> dict[str, Any]:
     """Every attribute of the object ``obj_name`` in group ``loc_id``, without opening the object.
 
     The values are those of ``dict(obj.attrs)`` in h5py, in name order (h5py's
@@ -330,6 +332,10 @@ def read_attrs_of(loc_id, obj_name: bytes, skip: frozenset[str] = frozenset()) -
     skip : frozenset of str
         Attributes left out, their values unread (netCDF-4's ``DIMENSION_LIST``
         and ``REFERENCE_LIST`` hold object references, slow to read).
+    index_type : int
+        ``h5py.h5.INDEX_NAME`` (default) or ``INDEX_CRT_ORDER``: the order of
+        the result (h5py's ``obj.attrs`` follows creation order when the
+        object tracks it).
 
     Returns
     -------
@@ -342,7 +348,7 @@ def read_attrs_of(loc_id, obj_name: bytes, skip: frozenset[str] = frozenset()) -
         ``obj_name`` is not in the group.
     """
     _, _, count = object_info_by_name(loc_id, obj_name)  # KeyError when absent
-    return {name: value for name, value, _ in attrs_by_index(loc_id, count, obj_name, skip)}
+    return {name: value for name, value, _ in attrs_by_index(loc_id, count, obj_name, skip, index_type=index_type)}
 
 
 def read_attr_of(loc_id, obj_name: bytes, name: str) -> Any:

@@ -48,6 +48,8 @@ __all__ = [
     "migrate",
     "open_group",
     "parking_place",
+    "path_exists",
+    "path_exists",
     "require_group",
 ]
 
@@ -66,12 +68,18 @@ PARKED_PREFIX = "damaged_"
 RELINKING = "/__vhdf5_relinking__"
 
 
-def _exists(loc, path: bytes) -> bool:
-    """True when ``path`` (absolute, two levels at most) names an object of the file of ``loc``."""
-    parent = path.rsplit(b"/", 1)[0]
-    if parent and not loc.links.exists(parent):
-        return False
-    return bool(loc.links.exists(path))
+def path_exists(loc, path: bytes) -> bool:
+    """True when the absolute ``path`` names an object of the file of ``loc`` (a low-level id).
+
+    Link by link (``H5Lexists`` on each prefix: libhdf5 refuses a path whose
+    parent is missing), without h5py's ``in``, which builds objects per call.
+    """
+    prefix = b""
+    for part in path.strip(b"/").split(b"/"):
+        prefix += b"/" + part
+        if not loc.links.exists(prefix):
+            return False
+    return True
 
 
 def find(loc: h5py.Group | h5py.File) -> str | None:
@@ -90,7 +98,7 @@ def find(loc: h5py.Group | h5py.File) -> str | None:
     """
     gid = loc.id
     for path in SEARCH:
-        if _exists(gid, path):
+        if path_exists(gid, path):
             return path.decode()
     return None
 
@@ -201,7 +209,7 @@ def migrate(f: h5py.File | h5py.Group) -> bool:
     """
     gid = f.id
     new, old = SEARCH
-    if not _exists(gid, old) or gid.links.exists(new):
+    if not path_exists(gid, old) or gid.links.exists(new):
         return False
     h5g.open(gid, b"/").move(old, new)
     return True

@@ -81,21 +81,16 @@ def open_counters(f: h5py.File) -> h5py.Dataset | None:
     where = bookkeeping.find(f)
     if where is None:
         return None
-    try:
-        return f.file[f"{where}/generation"]
+    try:  # opened low-level (no link walk, no class check): every reader's open asks
+        return h5py.Dataset(h5d.open(f.id, f"{where}/generation".encode()))
     except KeyError:
         return None
 
 
 def locate(f: h5py.File) -> int | None:
     """Byte offset of the counters in the file, or None when the file has none yet."""
-    where = bookkeeping.find(f)
-    if where is None:
-        return None
-    try:  # low-level: every reader's open asks
-        offset = h5d.open(f.id, f"{where}/generation".encode()).get_offset()
-    except KeyError:
-        return None
+    ds = open_counters(f)
+    offset = None if ds is None else ds.id.get_offset()
     return None if offset is None else int(offset)
 
 

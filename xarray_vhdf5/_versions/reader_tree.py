@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 from h5py import h5, h5o, h5p
 
-from .._backend.h5attrs import attrs_by_index
+from .._backend.h5attrs import read_attrs_of
 from .._backend.h5objects import object_info_by_name
 from .._backend.layout import version_path
 from ..errors import ReadOnlyError, VersionNotFoundError
@@ -91,9 +91,7 @@ def _group_attrs(group: h5py.Group) -> dict[str, Any]:
     """``dict(group.attrs)``: h5py's values, in h5py's order (creation order when the group
     tracks it, else by name), read by index (``backend.h5attrs``)."""
     tracked = group.id.get_create_plist().get_attr_creation_order() & h5p.CRT_ORDER_TRACKED
-    count = object_info_by_name(group.id, b".")[2]
-    index_type = h5.INDEX_CRT_ORDER if tracked else h5.INDEX_NAME
-    return {name: value for name, value, _ in attrs_by_index(group.id, count, index_type=index_type)}
+    return read_attrs_of(group.id, b".", index_type=h5.INDEX_CRT_ORDER if tracked else h5.INDEX_NAME)
 
 
 class _Tree:

@@ -38,6 +38,7 @@ import h5py
 
 from .._backend.layout import BOOKKEEPING, FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import ReadOnlyError, RefExistsError, RefNotFoundError, VersionNotFoundError
+from . import bookkeeping
 from .mutation import _disk_path, mutating, open_file
 
 __all__ = [
@@ -97,12 +98,7 @@ def _listing(f, which: str) -> dict[str, str]:
 def _group(f: h5py.File, kind: str) -> h5py.Group | None:
     """The group of ``kind`` refs (``"branches"``, ``"tags"``), None if none was ever made."""
     path = f"/{BOOKKEEPING}/refs/{kind}"
-    prefix = b""
-    for part in path.encode().split(b"/")[1:]:  # link by link, low-level: every reader's listing asks
-        prefix += b"/" + part
-        if not f.id.links.exists(prefix):
-            return None
-    return f[path]
+    return f[path] if bookkeeping.path_exists(f.id, path.encode()) else None  # every reader's listing asks
 
 
 def _made_group(f: h5py.File, kind: str) -> h5py.Group:

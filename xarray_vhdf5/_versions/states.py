@@ -20,8 +20,7 @@ import h5py
 import numpy as np
 
 from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
-from .._backend.h5attrs import attrs_by_index
-from .._backend.h5objects import object_info_by_name
+from .._backend.h5attrs import read_attrs_of
 from .._backend.names import (
     DIMENSIONS_ATTR,
     HIDDEN_VARIABLE_ATTRS,
@@ -59,8 +58,7 @@ def compared_attrs(dset: h5py.Dataset) -> dict[str, Any]:
     # encodes every mapping); the object references of netCDF-4 and the format's own
     # attributes are not read.
     unread = (HIDDEN_VARIABLE_ATTRS | NETCDF_DIMENSION_ATTRS) - {DIMENSIONS_ATTR}
-    count = object_info_by_name(dset.id, b".")[2]
-    found = {name: value for name, value, _ in attrs_by_index(dset.id, count, skip=unread)}
+    found = read_attrs_of(dset.id, b".", skip=unread)
     if is_dimension_scale(found):
         found.pop("CLASS", None)
         found.pop("NAME", None)
