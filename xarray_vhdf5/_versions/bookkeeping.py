@@ -49,7 +49,6 @@ __all__ = [
     "open_group",
     "parking_place",
     "path_exists",
-    "path_exists",
     "require_group",
 ]
 
