@@ -663,3 +663,65 @@ def test_a_closed_reader_is_freed_without_the_cycle_collector(tmp_path):
         gc.garbage.clear()
         gc.enable()
     assert ours == []
+
+
+def _scale_names(f: h5py.File, name: str, value) -> list:
+    """A ``DIMENSION_LIST`` (per axis, references) or ``REFERENCE_LIST`` (references and axes) by object name."""
+    if name == "DIMENSION_LIST":
+        return [[f[ref].name for ref in refs] for refs in value]
+    return [(f[row["dataset"]].name, int(row["dimension"])) for row in value]
+
+
+@pytest.mark.parametrize("big", [False, True], ids=["decoded-mappings", "stored-map"])
+def test_reference_attributes_are_read_when_asked_and_equal_h5pys(tmp_path, big):
+    """netCDF-4's DIMENSION_LIST and REFERENCE_LIST are left unread when a dataset is made and
+    read through a fresh handle when asked for: the same references h5py reads."""
+    import xarray_vhdf5 as xv
+    from xarray_vhdf5._backend.h5attrs import UNREAD
+    from xarray_vhdf5._versions import chunkmaps
+
+    p = str(tmp_path / "scales.h5")
+    n = 2 * chunkmaps.MIN_CHUNKS if big else 3  # with a stored chunk map, and without
+    ds = xr.Dataset(
+        {"sst": (("time", "lat"), np.arange(4.0 * n).reshape(n, 4))},
+        coords={"time": np.arange(n), "lat": [1.0, 2.0, 3.0, 4.0]},
+    )
+    ds["sst"].encoding["chunks"] = (1, 4)
+    ds.vhdf5.commit("v1", path=p)
+    with h5py.File(p, "r") as f:
+        assert (chunkmaps.load(f, "v1", "sst") is not None) == big
+        group = f["_version_data/versions/v1"]
+        expected = {}
+        for name in ("sst", "time", "lat"):
+            attrs = group[name].attrs
+            expected[name] = [(k, _value(attrs[k]) if not k.endswith("_LIST") else None) for k in attrs]
+            for k in ("DIMENSION_LIST", "REFERENCE_LIST"):
+                if k in attrs:
+                    expected[name, k] = _scale_names(f, k, attrs[k])
+    with VersionedHDF5File.open(p) as vf:
+        v1 = vf["v1"]
+        assert (v1["sst"].manifest is not None) and (len(v1["sst"].manifest.rows) == n)
+        with h5py.File(p, "r") as f:
+            for name in ("sst", "time", "lat"):
+                got = v1[name]
+                held = got._meta["attrs"]
+                assert [k for k in held if held[k] is UNREAD] == [k for k in held if k.endswith("_LIST")]
+                assert [(k, None if k.endswith("_LIST") else _value(got.attrs[k])) for k in got.attrs] == expected[name]
+                for k in ("DIMENSION_LIST", "REFERENCE_LIST"):
+                    if (name, k) in expected:
+                        assert _scale_names(f, k, got.attrs[k]) == expected[name, k]
+                        assert held[k] is not UNREAD  # read once, kept
+        unread = v1["time"]
+        dimension_list = v1["sst"]
+    unread._meta["attrs"]["REFERENCE_LIST"] = UNREAD  # as made, never asked for
+    with pytest.raises(ClosedFileError):
+        unread.attrs["REFERENCE_LIST"]
+    assert isinstance(dimension_list.attrs["DIMENSION_LIST"], np.ndarray)  # kept: no handle needed
+    with VersionedHDF5File.open(p) as vf:
+        v1 = vf["v1"]
+        with h5py.File(p, "r+") as f:
+            with xv.VersionedHDF5File(f).stage_version("v2") as g:
+                g["sst"][0, 0] = -1.0
+            xv.delete_versions(f, ["v1"])
+        with pytest.raises(VersionNotFoundError):
+            v1["sst"].attrs["DIMENSION_LIST"]

@@ -308,7 +308,11 @@ def type_holds_references(tid: h5t.TypeID) -> bool:
 
 
 def read_attrs_of(
-    loc_id, obj_name: bytes, skip: frozenset[str] = frozenset(), index_type: int = h5.INDEX_NAME
+    loc_id,
+    obj_name: bytes,
+    skip: frozenset[str] = frozenset(),
+    index_type: int = h5.INDEX_NAME,
+    defer: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Every attribute of the object ``obj_name`` in group ``loc_id``, without opening the object.
 
@@ -336,6 +340,9 @@ def read_attrs_of(
         ``h5py.h5.INDEX_NAME`` (default) or ``INDEX_CRT_ORDER``: the order of
         the result (h5py's ``obj.attrs`` follows creation order when the
         object tracks it).
+    defer : frozenset of str
+        Attributes listed with the value :data:`UNREAD`, their values unread
+        (for a caller that reads them, with :func:`read_attr_of`, only if asked).
 
     Returns
     -------
@@ -348,7 +355,9 @@ def read_attrs_of(
         ``obj_name`` is not in the group.
     """
     _, _, count = object_info_by_name(loc_id, obj_name)  # KeyError when absent
-    return {name: value for name, value, _ in attrs_by_index(loc_id, count, obj_name, skip, index_type=index_type)}
+    return {
+        name: value for name, value, _ in attrs_by_index(loc_id, count, obj_name, skip, defer, index_type=index_type)
+    }
 
 
 def read_attr_of(loc_id, obj_name: bytes, name: str) -> Any:

@@ -25,7 +25,7 @@ import ctypes
 
 import h5py
 import numpy as np
-from h5py import h5g, h5o, h5p, h5t
+from h5py import h5d, h5g, h5o, h5p, h5t
 
 from ._libhdf5 import (
     H5O_INFO_BASIC,
@@ -54,6 +54,7 @@ __all__ = [
     "object_address_by_name",
     "object_info_by_name",
     "open_by_address",
+    "open_object",
     "readable",
     "relinked",
 ]
@@ -209,6 +210,37 @@ def open_by_address(loc_id, address: int):
     if hid < 0:
         raise KeyError(f"no object can be opened at address {address}")
     return h5py.h5i.wrap_identifier(hid)
+
+
+def open_object(loc, path: str, kind: type):
+    """The object at ``path`` from ``loc`` if it is a ``kind``, else None: one ``H5Oopen``.
+
+    h5py's ``loc.get(path)`` and ``loc[path]`` ask libhdf5 for the link and the
+    object's type before opening it; this opens it once and looks at what opened.
+
+    Parameters
+    ----------
+    loc : h5py.File or h5py.Group
+        Where ``path`` starts (an absolute ``path`` starts at the file's root).
+    path : str
+        The object's path (UTF-8; undecodable bytes as surrogate escapes).
+    kind : type
+        ``h5py.Dataset`` or ``h5py.Group``.
+
+    Returns
+    -------
+    h5py.Dataset, h5py.Group or None
+        None when nothing is at ``path`` or it is of another kind.
+    """
+    try:
+        oid = h5o.open(loc.id, path.encode("utf-8", "surrogateescape"))
+    except (KeyError, ValueError):
+        return None
+    if kind is h5py.Dataset and isinstance(oid, h5d.DatasetID):
+        return h5py.Dataset(oid)
+    if kind is h5py.Group and isinstance(oid, h5g.GroupID):
+        return h5py.Group(oid)
+    return None
 
 
 def readable(file_id, path: bytes) -> bool:

@@ -39,7 +39,13 @@ __all__ = ["chunk_addresses", "manifest_from_starts", "resolve_manifest"]
 _LOOKUP_START, _ITER_COST = 90, 58
 
 
-def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False, addresses=None) -> ChunkManifest:
+def resolve_manifest(
+    vds: h5py.Dataset,
+    *,
+    verify: bool = False,
+    addresses=None,
+    layout: tuple[tuple[int, ...], h5py.Dataset | None] | None = None,
+) -> ChunkManifest:
     """Resolve one versioned dataset of one version into a :class:`ChunkManifest`.
 
     Parameters
@@ -56,6 +62,9 @@ def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False, addresses=None)
     addresses : callable, optional
         Where the chunks lie, as :func:`manifest_from_starts` takes it (a
         stored address table); default: asked of libhdf5.
+    layout : (tuple of int, h5py.Dataset or None), optional
+        ``vds``'s chunk shape and its raw_data (None: missing), when the
+        caller has read them (:func:`~xarray_vhdf5._backend.chunkmap.version_dataset_layout`).
 
     Returns
     -------
@@ -76,10 +85,14 @@ def resolve_manifest(vds: h5py.Dataset, *, verify: bool = False, addresses=None)
     """
     if not isinstance(vds, h5py.Dataset):
         raise TypeError(f"vds must be an h5py.Dataset, got {type(vds).__name__}")
-    chunks, raw_path = version_dataset_layout(vds)
-    raw = vds.file.get(raw_path)
+    if layout is not None:
+        chunks, raw = layout
+    else:
+        chunks, raw_path = version_dataset_layout(vds)
+        raw = vds.file.get(raw_path)
     if not isinstance(raw, h5py.Dataset):
         path = os.path.abspath(vds.file.filename)
+        raw_path = version_dataset_layout(vds)[1]
         raise CorruptFileError(f"{path}: dataset {vds.name} names raw_data {raw_path}, which is missing", path=path)
     shape, dtype = vds.shape, vds.dtype
     grid = chunk_grid_shape(shape, chunks)

@@ -17,6 +17,7 @@ __all__ = [
     "MESSAGE_ATTR",
     "NETCDF_DIMENSION_ATTRS",
     "NETCDF_NOT_A_VARIABLE",
+    "NETCDF_REFERENCE_ATTRS",
     "SCALAR_DIM",
     "is_dimension_scale",
     "is_netcdf_dimension_only",
@@ -42,6 +43,9 @@ HIDDEN_GROUP_ATTRS = frozenset({"committed", "prev_version", "timestamp", MESSAG
 #: Attributes of the HDF5 Dimension Scales API and of netCDF-4 on a version's datasets.
 #: ``CLASS`` and ``NAME`` are hidden only on a dimension scale (``CLASS == "DIMENSION_SCALE"``).
 NETCDF_DIMENSION_ATTRS = frozenset({"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid", "_Netcdf4Coordinates"})
+#: Those of them holding object references: slow to read (h5py's compound and
+#: variable-length conversions), so readers leave their values unread until asked.
+NETCDF_REFERENCE_ATTRS = frozenset({"DIMENSION_LIST", "REFERENCE_LIST"})
 #: ``NAME`` prefix of a dimension scale that is not a variable (netCDF-4's "phony" scale).
 NETCDF_NOT_A_VARIABLE = b"This is a netCDF dimension but not a netCDF variable."
 #: Dimension that netCDF tools see on scalar variables, which the format stores as one

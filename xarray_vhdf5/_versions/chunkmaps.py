@@ -57,11 +57,11 @@ import posixpath
 
 import h5py
 import numpy as np
-from h5py import h5d, h5g, h5o, h5p, h5s, h5t
+from h5py import h5d, h5g, h5p, h5s, h5t
 
 from .._backend.chunks import chunk_grid_shape
 from .._backend.h5attrs import read_attr, read_attrs_of, write_attr
-from .._backend.h5objects import object_address, object_address_by_name
+from .._backend.h5objects import object_address, object_address_by_name, open_object
 from .._backend.hashtable import committed_chunks, hash_table_path
 from .._backend.layout import VERSION_DATA
 from .._backend.manifest_resolve import chunk_addresses, manifest_from_starts
@@ -361,24 +361,10 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     return True
 
 
-def _object(loc, path: str, kind: type):
-    """The object at ``path`` from group ``loc`` if it is a ``kind`` (``h5py.Dataset`` or
-    ``h5py.Group``), else None: one ``H5Oopen``, without h5py's ``get`` (every open asks)."""
-    try:
-        oid = h5o.open(loc.id, path.encode("utf-8", "surrogateescape"))
-    except (KeyError, ValueError):
-        return None
-    if kind is h5py.Dataset and isinstance(oid, h5d.DatasetID):
-        return h5py.Dataset(oid)
-    if kind is h5py.Group and isinstance(oid, h5g.GroupID):
-        return h5py.Group(oid)
-    return None
-
-
 def _stored_map(f: h5py.File, version: str, path: str) -> tuple[h5py.Group | None, h5py.Dataset | None]:
     """The bookkeeping group and the map of ``version``'s dataset ``path`` (None where absent)."""
     bk = bookkeeping.open_group(f)
-    return bk, None if bk is None else _object(bk, _maps_path(version, path), h5py.Dataset)
+    return bk, None if bk is None else open_object(bk, _maps_path(version, path), h5py.Dataset)
 
 
 def forget(f: h5py.File) -> None:
@@ -395,7 +381,7 @@ def forget(f: h5py.File) -> None:
         bookkeeping.discard(bk, name)
 
 
-def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
+def load(f: h5py.File, version: str, path: str, defer: frozenset[str] = frozenset()) -> StoredLayout | None:
     """The stored layout of ``version``'s dataset ``path``, or None when there is none to trust.
 
     The caller checked that the version index is trusted (the module
@@ -408,6 +394,10 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
         Open (read-only is enough).
     version, path : str
         The version's name and the dataset's path in it.
+    defer : frozenset of str
+        Attributes of the virtual dataset left unread in ``attrs``
+        (:data:`~xarray_vhdf5._backend.h5attrs.UNREAD`; see
+        :func:`~xarray_vhdf5._backend.h5attrs.read_attrs_of`).
 
     Returns
     -------
@@ -417,17 +407,17 @@ def load(f: h5py.File, version: str, path: str) -> StoredLayout | None:
     if stored is None:
         return None
     group_path, _, leaf = f"{VERSION_DATA}/versions/{version}/{path}".rpartition("/")
-    group = _object(f, group_path, h5py.Group)
+    group = open_object(f, group_path, h5py.Group)
     if group is None:
         return None
     try:
-        attrs = read_attrs_of(group.id, leaf.encode())
+        attrs = read_attrs_of(group.id, leaf.encode(), defer=defer)
     except KeyError:  # no such dataset in the version
         return None
     raw_path, chunks = attrs.get("raw_data"), attrs.get("chunks")
     if not isinstance(raw_path, str) or chunks is None:
         return None
-    raw = _object(f, raw_path, h5py.Dataset)
+    raw = open_object(f, raw_path, h5py.Dataset)
     if raw is None:
         return None
     chunks = tuple(int(c) for c in np.atleast_1d(chunks))

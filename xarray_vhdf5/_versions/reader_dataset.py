@@ -15,18 +15,22 @@ from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
+from h5py import h5, h5a, h5p
 from h5py._hl import selections as _selections
 
 from .._backend.chunkmap import version_dataset_layout
 from .._backend.chunks import chunk_grid_shape
+from .._backend.h5attrs import UNREAD, attrs_by_index, read_attr_of
+from .._backend.h5objects import open_object
 from .._backend.hashing import is_vlen_string_dtype
 from .._backend.layout import version_path
 from .._backend.manifest_resolve import resolve_manifest
+from .._backend.names import NETCDF_REFERENCE_ATTRS
 from .._backend.raw_data import reported_fillvalue
 from .._wrappers.dataset_api import FieldsView, chunk_slices
 from ..errors import ReadOnlyError, UnsupportedError, VersionNotFoundError
 from . import chunkmaps
-from .reader_tree import _HINT, _READ_ONLY, SharedAttrs, SharedVersionGroup, _attrs, _Tree
+from .reader_tree import _HINT, _READ_ONLY, SharedAttrs, SharedVersionGroup, _Tree
 from .sharing import version_dataset
 
 if TYPE_CHECKING:  # for annotations only: the reader module imports this one
@@ -113,7 +117,7 @@ class SharedVersionDataset:
         self.name = self.path = tree.name(path)  # ``path``: for SharedFile.read
         self.version = tree.version
         self._lock = threading.Lock()
-        stored = chunkmaps.load(f, tree.version, path)
+        stored = chunkmaps.load(f, tree.version, path, defer=NETCDF_REFERENCE_ATTRS)
         if stored is not None:  # the commit's stored map: the virtual dataset is not opened
             raw = stored.raw_data
             self._meta = {
@@ -133,10 +137,21 @@ class SharedVersionDataset:
             self.manifest = manifest if manifest.supported else None
             self.resolved = reader._shared.stamp()
             return
-        vds = version_dataset(f, tree.version, self.name)
+        # The tree was listed through this handle: the dataset is there. One H5Oopen each.
+        vds = open_object(f, self.name, h5py.Dataset)
+        if vds is None:
+            vds = version_dataset(f, tree.version, self.name)  # raises as it does for a missing one
         chunks, raw_path = version_dataset_layout(vds)
-        raw = f[raw_path]
+        raw = open_object(f, raw_path, h5py.Dataset)
         dtype = vds.dtype
+        # h5py's order of ``vds.attrs`` (creation order when tracked), from the creation
+        # property list h5py copied when it made ``vds``; references left for :attr:`attrs`
+        dcpl = getattr(vds, "_dcpl", None) or vds.id.get_create_plist()
+        tracked = dcpl.get_attr_creation_order() & h5p.CRT_ORDER_TRACKED
+        order = h5.INDEX_CRT_ORDER if tracked else h5.INDEX_NAME
+        found = attrs_by_index(vds.id, h5a.get_num_attrs(vds.id), defer=NETCDF_REFERENCE_ATTRS, index_type=order)
+        if raw is None:
+            raw = f[raw_path]  # KeyError, as h5py says it
         self._meta = {
             "shape": vds.shape,
             "dtype": dtype,
@@ -148,11 +163,12 @@ class SharedVersionDataset:
             "shuffle": raw.shuffle,
             "fletcher32": raw.fletcher32,
             "scaleoffset": raw.scaleoffset,
-            "attrs": _attrs(vds),
+            "attrs": {name: value for name, value, _ in found},
         }
         manifest = None
         if dtype.kind != "O" and vds.is_virtual:
-            manifest = resolve_manifest(vds, verify=reader.verify, addresses=chunkmaps.address_lookup(f, path, raw))
+            lookup = chunkmaps.address_lookup(f, path, raw)
+            manifest = resolve_manifest(vds, verify=reader.verify, addresses=lookup, layout=(chunks, raw))
             if not manifest.supported:
                 manifest = None
         self.manifest = manifest
@@ -174,8 +190,31 @@ class SharedVersionDataset:
 
     @property
     def attrs(self) -> SharedAttrs:
-        """The dataset's attributes, read-only (with the format's ``raw_data`` and ``chunks``)."""
-        return SharedAttrs(self._meta["attrs"])
+        """The dataset's attributes, read-only (with the format's ``raw_data`` and ``chunks``).
+
+        Those holding object references (netCDF-4's ``DIMENSION_LIST`` and
+        ``REFERENCE_LIST``, slow to read) are read when first asked for,
+        through a fresh handle, from the version as it is then.
+        """
+        return SharedAttrs(self._meta["attrs"], self._read_deferred)
+
+    def _read_deferred(self, key: str) -> Any:
+        """Attribute ``key``, left unread when the dataset was made; kept once read.
+
+        Raises
+        ------
+        VersionNotFoundError, ClosedFileError, FileBusyError
+            See the class.
+        """
+        with self._lock:
+            value = self._meta["attrs"][key]
+            if value is not UNREAD:
+                return value
+            self._reader._check_open()
+            with self._reader._shared.open(hint=_HINT) as f:
+                value = read_attr_of(self._same_version(f, open_dataset=False), b".", key)
+            self._meta["attrs"][key] = value
+            return value
 
     @property
     def parent(self) -> SharedVersionGroup:
@@ -311,8 +350,11 @@ class SharedVersionDataset:
         with self._reader._shared.open(hint=_HINT) as f:
             return self._same_version(f)[args]
 
-    def _same_version(self, f: h5py.File) -> h5py.Dataset:
+    def _same_version(self, f: h5py.File, open_dataset: bool = True):
         """The dataset in ``f``, if its version is the one it was got from (not deleted, not made again).
+
+        ``open_dataset`` False: its low-level id (``h5py.h5d.DatasetID``), no
+        ``h5py.Dataset`` made (which copies a virtual dataset's every mapping).
 
         Raises
         ------
@@ -320,7 +362,11 @@ class SharedVersionDataset:
             The version was deleted, or deleted and a version of the same name
             committed since (another timestamp).
         """
-        vds = version_dataset(f, self.version, self.name)
+        if open_dataset:
+            vds = version_dataset(f, self.version, self.name)
+        else:
+            vds = open_object(f, self.name, h5py.Dataset)
+            vds = vds.id if vds is not None else version_dataset(f, self.version, self.name).id
         if f[version_path(self.version)].attrs.get("timestamp") != self._tree.attrs[""].get("timestamp"):
             raise VersionNotFoundError(
                 f"{self._reader.path!r}: version {self.version!r} was deleted while this dataset of it was "

@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 from h5py import h5, h5o, h5p
 
-from .._backend.h5attrs import read_attrs_of
+from .._backend.h5attrs import UNREAD, read_attrs_of
 from .._backend.h5objects import object_info_by_name
 from .._backend.layout import version_path
 from ..errors import ReadOnlyError, VersionNotFoundError
@@ -41,19 +41,32 @@ class SharedAttrs(Mapping):
     ``committed`` and ``timestamp`` on a version's group, and the user's).
     Array values are returned as copies.
 
+    Parameters
+    ----------
+    values : dict
+        Name -> value; a value :data:`~xarray_vhdf5._backend.h5attrs.UNREAD`
+        is read by ``read`` when first asked for.
+    read : callable, optional
+        ``read(name)``: the value of an attribute left unread (the object's,
+        which keeps it in ``values``).
+
     Raises
     ------
     ReadOnlyError
         From every write (``attrs[k] = v``, ``del``, ``create``, ``modify``).
     """
 
-    __slots__ = ("_values",)
+    __slots__ = ("_read", "_values")
 
-    def __init__(self, values: dict[str, Any]):
+    def __init__(self, values: dict[str, Any], read: Callable[[str], Any] | None = None):
         self._values = values
+        self._read = read
 
     def __getitem__(self, key: str) -> Any:
         value = self._values[key]
+        if value is UNREAD:
+            assert self._read is not None, "an unread value comes with its reader"
+            value = self._read(key)
         return value.copy() if isinstance(value, np.ndarray) else value
 
     def __iter__(self) -> Iterator[str]:
@@ -81,10 +94,6 @@ class SharedAttrs(Mapping):
 
     def __repr__(self) -> str:
         return f"<SharedAttrs {self._values!r}>"
-
-
-def _attrs(obj) -> dict[str, Any]:
-    return {key: obj.attrs[key] for key in obj.attrs}
 
 
 def _group_attrs(group: h5py.Group) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import numpy as np
 from h5py import h5a
 
 from .._backend.h5attrs import UNREAD, attrs_by_index, read_attr_of
+from .._backend.names import NETCDF_REFERENCE_ATTRS
 from ..errors import ReadOnlyError
 from .closed import RESTAGE, closed_file_error, reads_file
 
@@ -21,7 +22,7 @@ RESERVED_ATTRS = frozenset({"raw_data", "chunks", "committed", "prev_version", "
 
 #: Attributes read only when asked for: netCDF-4's object references, which a commit drops unread
 #: (``versions.commit``) and the xarray layer writes again (``xr._dimscales``).
-_DEFERRED = frozenset({"DIMENSION_LIST", "REFERENCE_LIST"})
+_DEFERRED = NETCDF_REFERENCE_ATTRS
 
 
 class StagedAttrs(MutableMapping):

@@ -30,7 +30,14 @@ from xarray.core import indexing
 from .._backend.h5objects import object_info_by_name
 from .._backend.layout import version_path as root_path
 from .._backend.manifest_resolve import resolve_manifest
-from .._backend.names import DIMENSIONS_ATTR, HIDDEN_GROUP_ATTRS, is_netcdf_dimension_only, phony_dims, visible_attrs
+from .._backend.names import (
+    DIMENSIONS_ATTR,
+    HIDDEN_GROUP_ATTRS,
+    NETCDF_REFERENCE_ATTRS,
+    is_netcdf_dimension_only,
+    phony_dims,
+    visible_attrs,
+)
 from .._backend.signature import not_hdf5_error
 from .._versions import chunkmaps, refs
 from .._versions.lookup import lookup_as_of, lookup_version
@@ -196,7 +203,8 @@ def dataset_members(manager, version: str, grp: h5py.Group) -> Iterator[tuple[st
         bkey = key.encode("utf-8", "surrogateescape")
         if object_info_by_name(grp.id, bkey)[1] != h5o.TYPE_DATASET:
             continue
-        stored = chunkmaps.load(grp.file, version, f"{prefix}/{key}" if prefix else key)
+        # object references left unread: lazy_variable shows neither (visible_attrs)
+        stored = chunkmaps.load(grp.file, version, f"{prefix}/{key}" if prefix else key, defer=NETCDF_REFERENCE_ATTRS)
         if stored is not None:
             yield key, _StoredView(f"{grp.name}/{key}", stored)
         else:
