@@ -305,3 +305,46 @@ def test_files_written_by_versioned_hdf5_open_with_phony_dims(tmp_path):
         assert got["a"].dims == ("phony_dim_0", "phony_dim_1")
         assert got["b"].dims == ("phony_dim_1",)
         assert got["a"].attrs == {"units": "m"}
+
+
+def _exact(value) -> tuple:
+    """``value``'s type, dtype and bytes (NaN equals NaN; repr for strings and objects)."""
+    arr = np.asarray(value)
+    body = repr(value) if arr.dtype.hasobject or arr.dtype.kind in "US" else arr.tobytes()
+    return type(value).__name__, arr.dtype.str, body
+
+
+@pytest.mark.parametrize("n_time", [3, 130], ids=["decoded-mappings", "stored-map"])
+def test_members_read_attributes_once_and_leave_references_unread(tmp_path, n_time):
+    """The engine's view of each dataset holds h5py's attributes, in h5py's order, but for
+    netCDF-4's object references, which no variable shows: those are never read."""
+    from xarray_vhdf5._backend.h5attrs import UNREAD
+    from xarray_vhdf5._backend.names import visible_attrs
+    from xarray_vhdf5._versions import chunkmaps
+    from xarray_vhdf5.xr._reading import _DatasetView, _StoredView, dataset_members, file_source, opened
+
+    p = str(tmp_path / "members.h5")
+    ds = xr.Dataset(
+        {"sst": (("time", "lat"), np.arange(2.0 * n_time).reshape(n_time, 2), {"units": "K", "scale": 2.0})},
+        coords={"time": np.arange(n_time), "lat": ("lat", [1.0, 2.0], {"units": "degrees_north"})},
+    )
+    ds["sst"].encoding["chunks"] = (1, 2)
+    ds.vhdf5.commit("v1", path=p)
+    source = file_source(p)
+    with opened(source, p) as f:
+        grp = f["_version_data/versions/v1"]
+        members = dict(dataset_members(source, "v1", grp))
+        assert (chunkmaps.load(f, "v1", "sst") is not None) == (n_time >= chunkmaps.MIN_CHUNKS)
+        assert isinstance(members["sst"], _StoredView if n_time >= chunkmaps.MIN_CHUNKS else _DatasetView)
+        assert isinstance(members["lat"], _DatasetView)
+        for name, view in members.items():
+            h5 = grp[name].attrs
+            assert list(view.attrs) == list(h5)
+            unread = [k for k, v in view.attrs.items() if v is UNREAD]
+            assert unread == [k for k in h5 if k in ("DIMENSION_LIST", "REFERENCE_LIST")] and unread
+            shown, expected = visible_attrs(view.attrs), visible_attrs(h5)
+            assert list(shown) == list(expected)
+            assert [_exact(shown[k]) for k in shown] == [_exact(expected[k]) for k in expected]
+            assert view.raw.name == h5["raw_data"]
+    with xr.open_dataset(p, engine="vhdf5") as back:
+        xr.testing.assert_identical(back.load(), ds)

@@ -23,11 +23,12 @@ from typing import Any
 import h5py
 import numpy as np
 import xarray as xr
-from h5py import h5o
+from h5py import h5, h5a, h5o, h5p
 from xarray.backends import BackendArray, CachingFileManager
 from xarray.core import indexing
 
-from .._backend.h5objects import object_info_by_name
+from .._backend.h5attrs import attrs_by_index
+from .._backend.h5objects import object_info_by_name, open_object
 from .._backend.layout import version_path as root_path
 from .._backend.manifest_resolve import resolve_manifest
 from .._backend.names import (
@@ -190,15 +191,40 @@ class _StoredView:
     the virtual dataset (:mod:`~xarray_vhdf5._versions.chunkmaps`).
     """
 
-    def __init__(self, name: str, stored: chunkmaps.StoredLayout):
-        self.name, self.stored = name, stored
+    def __init__(self, name: str, stored: chunkmaps.StoredLayout, timestamp):
+        self.name, self.stored, self.timestamp = name, stored, timestamp
         self.attrs, self.shape, self.dtype = stored.attrs, stored.shape, stored.raw_data.dtype
-        self.file = stored.raw_data.file
+        self.file, self.raw = stored.raw_data.file, stored.raw_data
+
+
+class _DatasetView:
+    """What :func:`lazy_variable` reads of a version's dataset without a stored map, read once.
+
+    The dataset (``dataset``, its mappings decoded when a manifest is made), its
+    attributes read by index (:func:`~xarray_vhdf5._backend.h5attrs.attrs_by_index`,
+    in h5py's order; object references left unread, as ``lazy_variable`` shows
+    none), and its raw_data (``raw``, None for a dataset that names none).
+    """
+
+    def __init__(self, ds: h5py.Dataset, timestamp):
+        self.dataset, self.timestamp = ds, timestamp
+        self.name, self.shape, self.dtype, self.file = ds.name, ds.shape, ds.dtype, ds.file
+        dcpl = getattr(ds, "_dcpl", None) or ds.id.get_create_plist()  # h5py's copy, made with ``ds``
+        order = h5.INDEX_CRT_ORDER if dcpl.get_attr_creation_order() & h5p.CRT_ORDER_TRACKED else h5.INDEX_NAME
+        found = attrs_by_index(ds.id, h5a.get_num_attrs(ds.id), defer=NETCDF_REFERENCE_ATTRS, index_type=order)
+        self.attrs = {name: value for name, value, _ in found}
+        raw_path = self.attrs.get("raw_data")
+        self.raw = None
+        if isinstance(raw_path, str):
+            self.raw = open_object(self.file, raw_path, h5py.Dataset)
+            if self.raw is None:
+                self.raw = self.file[raw_path]  # KeyError, as h5py says it
 
 
 def dataset_members(manager, version: str, grp: h5py.Group) -> Iterator[tuple[str, Any]]:
-    """``(name, dataset or _StoredView)`` of the datasets in ``grp``, in ``grp.keys()`` order."""
+    """``(name, _StoredView or _DatasetView)`` of the datasets in ``grp``, in ``grp.keys()`` order."""
     prefix = grp.name[len(root_path(version)) :].strip("/")
+    timestamp = version_timestamp(grp.file, version)  # what each variable's reads check, read once
     for key in grp.keys():
         bkey = key.encode("utf-8", "surrogateescape")
         if object_info_by_name(grp.id, bkey)[1] != h5o.TYPE_DATASET:
@@ -206,24 +232,34 @@ def dataset_members(manager, version: str, grp: h5py.Group) -> Iterator[tuple[st
         # object references left unread: lazy_variable shows neither (visible_attrs)
         stored = chunkmaps.load(grp.file, version, f"{prefix}/{key}" if prefix else key, defer=NETCDF_REFERENCE_ATTRS)
         if stored is not None:
-            yield key, _StoredView(f"{grp.name}/{key}", stored)
+            yield key, _StoredView(f"{grp.name}/{key}", stored, timestamp)
         else:
-            yield key, grp[key]
+            yield key, _DatasetView(grp[key], timestamp)
+
+
+def _raw_data(ds) -> h5py.Dataset | None:
+    """The raw_data of ``ds`` (a view, or an ``h5py.Dataset`` of a version); None if it names none."""
+    if isinstance(ds, (_StoredView, _DatasetView)):
+        return ds.raw
+    return ds.file[ds.attrs["raw_data"]] if "raw_data" in ds.attrs else None
 
 
 def _backend_array(manager, version: str, ds, shape, dtype, as_str: bool) -> BackendArray:
     if not isinstance(manager, SharedFile):
         return VersionedBackendArray(manager, ds.name, shape, dtype, as_str)
-    timestamp = version_timestamp(ds.file, version)
-    if ds.dtype.kind != "O" and "raw_data" in ds.attrs:  # a versioned dataset: its chunks as bytes
+    timestamp = getattr(ds, "timestamp", None) or version_timestamp(ds.file, version)
+    raw = _raw_data(ds)
+    if ds.dtype.kind != "O" and raw is not None:  # a versioned dataset: its chunks as bytes
         # Resolved now, under the lock the open holds: a read while this process
         # commits (a dask variable of this file streamed into it) needs no lock then.
         if isinstance(ds, _StoredView):
             manifest = ds.stored.manifest(ds.name, verify=manager.verify)
         else:
-            raw = ds.file[ds.attrs["raw_data"]]
+            dataset = ds.dataset if isinstance(ds, _DatasetView) else ds
             lookup = chunkmaps.address_lookup(ds.file, ds.name[len(root_path(version)) :].strip("/"), raw)
-            manifest = resolve_manifest(ds, verify=manager.verify, addresses=lookup)
+            chunks = ds.attrs.get("chunks")
+            layout = None if chunks is None else (tuple(int(c) for c in np.atleast_1d(chunks)), raw)
+            manifest = resolve_manifest(dataset, verify=manager.verify, addresses=lookup, layout=layout)
         if manifest.supported:
             return ManifestBackendArray(manager, version, ds.name, shape, dtype, timestamp, manifest)
     return HandleBackendArray(manager, version, ds.name, shape, dtype, as_str, timestamp)
@@ -272,10 +308,7 @@ def lazy_variable(manager, version: str, ds, dims_by_size: dict) -> xr.Variable:
     if chunks is not None and shape:
         encoding["chunks"] = chunks
         encoding["preferred_chunks"] = dict(zip(dims, chunks))
-    if isinstance(ds, _StoredView):
-        raw = ds.stored.raw_data
-    else:
-        raw = ds.file[ds.attrs["raw_data"]] if "raw_data" in ds.attrs else None
+    raw = _raw_data(ds)
     if raw is not None and raw.compression is not None:
         encoding["compression"] = raw.compression
         encoding["compression_opts"] = raw.compression_opts
