@@ -51,6 +51,7 @@ __all__ = [
 COUNTERS_PATH = f"{bookkeeping.PATH}/generation"
 #: Its path in a file written before the bookkeeping moved (read until the next write moves it).
 LEGACY_COUNTERS_PATH = f"{bookkeeping.LEGACY_PATH}/generation"
+_COUNTERS = COUNTERS_PATH.encode()
 _DTYPE = np.dtype("<i8")
 _STRUCT = struct.Struct("<qq")  # the same two int64, packed without numpy (a commit's hot path)
 
@@ -88,9 +89,18 @@ def open_counters(f: h5py.File) -> h5py.Dataset | None:
 
 
 def locate(f: h5py.File) -> int | None:
-    """Byte offset of the counters in the file, or None when the file has none yet."""
-    ds = open_counters(f)
-    offset = None if ds is None else ds.id.get_offset()
+    """Byte offset of the counters in the file, or None when the file has none yet.
+
+    Every open of a reader and of a writer asks: one ``H5Dopen`` of
+    :data:`COUNTERS_PATH`, no ``h5py.Dataset`` made; else where
+    :func:`open_counters` finds them.
+    """
+    try:
+        dsid = h5d.open(f.id, _COUNTERS)
+    except KeyError:
+        ds = open_counters(f)
+        dsid = None if ds is None else ds.id
+    offset = None if dsid is None else dsid.get_offset()
     return None if offset is None else int(offset)
 
 

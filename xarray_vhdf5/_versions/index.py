@@ -57,7 +57,7 @@ from typing import NamedTuple
 
 import h5py
 import numpy as np
-from h5py import h5d
+from h5py import h5d, h5f, h5i
 
 from .._backend.h5attrs import read_attr, write_attr
 from .._backend.h5objects import link_counters, object_address, object_address_by_name
@@ -612,6 +612,10 @@ def after_delete(
 
 
 def writable(vdata: h5py.Group) -> bool:
-    """True when the index may be written (file open writable, not in SWMR mode)."""
-    f = vdata.file
-    return f.mode != "r" and not getattr(f, "swmr_mode", False)
+    """True when the index may be written (file open writable, not in SWMR mode).
+
+    h5py's ``File.mode`` and ``File.swmr_mode``, from one ``H5Fget_intent``
+    (no ``h5py.File`` made: every reader's open asks).
+    """
+    intent = h5i.get_file_id(vdata.id).get_intent()
+    return bool(intent & h5f.ACC_RDWR) and not intent & (h5f.ACC_SWMR_READ | h5f.ACC_SWMR_WRITE)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import h5py
 import numpy as np
+from h5py import h5g
 
 from .._backend.h5attrs import read_attr
 from .._backend.layout import DATA_VERSION, FIRST_VERSION, VERSION_DATA, VERSIONS
@@ -22,6 +23,8 @@ from .timestamps import format_timestamp, now_utc, parse_timestamp, to_utc_datet
 
 __all__ = ["VersionInfo", "VersionKey", "VersionRegistry", "initialize", "is_versioned"]
 
+
+_VERSION_DATA, _VERSIONS_PATH = VERSION_DATA.encode(), f"{VERSION_DATA}/{VERSIONS}".encode()
 
 VersionKey = str | int | np.integer | _dt.datetime | np.datetime64 | None
 
@@ -85,14 +88,18 @@ class VersionRegistry:
 
     def _load(self, f: h5py.Group) -> None:
         """Read the versions of ``f`` (``__init__`` and :meth:`reload`)."""
-        if not is_versioned(f):
-            raise NotVersionedError(
-                f"{getattr(f.file, 'filename', f)!r} is not a versioned HDF5 file: "
-                f"it has no /{VERSION_DATA}/{VERSIONS} group (create versions with "
-                "VersionedHDF5File(h5py.File(path, 'a')).stage_version(...))"
-            )
-        self.vdata: h5py.Group = f[VERSION_DATA]
-        self.group: h5py.Group = self.vdata[VERSIONS]
+        try:  # two H5Gopen: every reader's open asks (h5py's lookups check each link first)
+            self.group: h5py.Group = h5py.Group(h5g.open(f.id, _VERSIONS_PATH))
+            self.vdata: h5py.Group = h5py.Group(h5g.open(f.id, _VERSION_DATA))
+        except ValueError:  # not there, or not a group: h5py's way says which
+            if not is_versioned(f):
+                raise NotVersionedError(
+                    f"{getattr(f.file, 'filename', f)!r} is not a versioned HDF5 file: "
+                    f"it has no /{VERSION_DATA}/{VERSIONS} group (create versions with "
+                    "VersionedHDF5File(h5py.File(path, 'a')).stage_version(...))"
+                ) from None
+            self.vdata = f[VERSION_DATA]
+            self.group = self.vdata[VERSIONS]
         # Fixed when the group was created: read once.
         self._tracks_order = _index._tracks_order(self.group)
         # So is whether the handle may write the index (mode, SWMR).
