@@ -264,6 +264,33 @@ def test_version_tree_attributes_are_h5pys(f, track_order):
             assert _same(got[name], value), (name, got[name], value)
 
 
+@pytest.mark.parametrize("kind", ["dataset", "group"])
+@pytest.mark.parametrize("track_order", [False, True])
+def test_object_attrs_are_h5pys_in_h5pys_order(f, kind, track_order):
+    """object_attrs of an open dataset or group: dict(obj.attrs), order included; deferred names unread."""
+    if kind == "group":
+        obj = f.create_group("g", track_order=track_order)
+    else:
+        obj = f.create_dataset("d", data=np.arange(3.0), track_order=track_order)
+    _every_kind(obj)
+    got = h5attrs.object_attrs(obj)
+    want = dict(obj.attrs)
+    assert list(got) == list(want)
+    assert (list(want) == sorted(want)) != track_order  # the orders differ: the test tells them apart
+    for name, value in want.items():
+        if isinstance(value, h5py.Empty):
+            assert isinstance(got[name], h5py.Empty)
+        elif isinstance(value, h5py.h5r.Reference):
+            assert type(got[name]) is type(value)
+        elif isinstance(value, np.ndarray) and value.dtype.kind in "OV":
+            assert got[name].tolist() == value.tolist(), name
+        else:
+            assert _same(got[name], value), (name, got[name], value)
+    deferred = h5attrs.object_attrs(obj, defer=frozenset({"ref", "i8"}))
+    assert list(deferred) == list(want)
+    assert [k for k, v in deferred.items() if v is h5attrs.UNREAD] == [k for k in want if k in ("ref", "i8")]
+
+
 @pytest.mark.parametrize("where", ["member", "self"])
 def test_by_name_reader_agrees_with_the_reference(f, where):
     """read_attr_of, compiled and its Python twin: the same value for every kind, the same KeyError."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5, h5a, h5s, h5t
+from h5py import h5, h5a, h5p, h5s, h5t
 from h5py._hl.base import Empty
 
 from ..errors import HDF5Error
@@ -34,6 +34,7 @@ from .transfer import get_kernel_backend
 __all__ = [
     "UNREAD",
     "attrs_by_index",
+    "object_attrs",
     "read_attr",
     "read_attr_of",
     "read_attrs_of",
@@ -358,6 +359,21 @@ def read_attrs_of(
     return {
         name: value for name, value, _ in attrs_by_index(loc_id, count, obj_name, skip, defer, index_type=index_type)
     }
+
+
+def object_attrs(obj: h5py.Dataset | h5py.Group, defer: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``dict(obj.attrs)`` of an open object, read by index (:func:`attrs_by_index`), in h5py's order.
+
+    h5py lists attributes in creation order when the object tracks it, else by
+    name; this asks the creation property list h5py keeps for a dataset
+    (``_dcpl``, copied when the ``h5py.Dataset`` was made) instead of copying it
+    again as iterating ``obj.attrs`` does (for a virtual dataset, a copy of every
+    mapping). ``defer``: names listed with the value :data:`UNREAD`, unread.
+    """
+    plist = getattr(obj, "_dcpl", None) or obj.id.get_create_plist()
+    order = h5.INDEX_CRT_ORDER if plist.get_attr_creation_order() & h5p.CRT_ORDER_TRACKED else h5.INDEX_NAME
+    found = attrs_by_index(obj.id, h5a.get_num_attrs(obj.id), defer=defer, index_type=order)
+    return {name: value for name, value, _ in found}
 
 
 def read_attr_of(loc_id, obj_name: bytes, name: str) -> Any:

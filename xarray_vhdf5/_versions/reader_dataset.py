@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
-from h5py import h5, h5a, h5p
 from h5py._hl import selections as _selections
 
 from .._backend.chunkmap import version_dataset_layout
 from .._backend.chunks import chunk_grid_shape
-from .._backend.h5attrs import UNREAD, attrs_by_index, read_attr_of
+from .._backend.h5attrs import UNREAD, object_attrs, read_attr_of
 from .._backend.h5objects import open_object
 from .._backend.hashing import is_vlen_string_dtype
 from .._backend.layout import version_path
@@ -144,12 +143,7 @@ class SharedVersionDataset:
         chunks, raw_path = version_dataset_layout(vds)
         raw = open_object(f, raw_path, h5py.Dataset)
         dtype = vds.dtype
-        # h5py's order of ``vds.attrs`` (creation order when tracked), from the creation
-        # property list h5py copied when it made ``vds``; references left for :attr:`attrs`
-        dcpl = getattr(vds, "_dcpl", None) or vds.id.get_create_plist()
-        tracked = dcpl.get_attr_creation_order() & h5p.CRT_ORDER_TRACKED
-        order = h5.INDEX_CRT_ORDER if tracked else h5.INDEX_NAME
-        found = attrs_by_index(vds.id, h5a.get_num_attrs(vds.id), defer=NETCDF_REFERENCE_ATTRS, index_type=order)
+        attrs = object_attrs(vds, defer=NETCDF_REFERENCE_ATTRS)  # references read by :attr:`attrs`
         if raw is None:
             raw = f[raw_path]  # KeyError, as h5py says it
         self._meta = {
@@ -163,7 +157,7 @@ class SharedVersionDataset:
             "shuffle": raw.shuffle,
             "fletcher32": raw.fletcher32,
             "scaleoffset": raw.scaleoffset,
-            "attrs": {name: value for name, value, _ in found},
+            "attrs": attrs,
         }
         manifest = None
         if dtype.kind != "O" and vds.is_virtual:

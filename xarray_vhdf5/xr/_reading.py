@@ -23,11 +23,11 @@ from typing import Any
 import h5py
 import numpy as np
 import xarray as xr
-from h5py import h5, h5a, h5o, h5p
+from h5py import h5o
 from xarray.backends import BackendArray, CachingFileManager
 from xarray.core import indexing
 
-from .._backend.h5attrs import attrs_by_index
+from .._backend.h5attrs import object_attrs
 from .._backend.h5objects import object_info_by_name, open_object
 from .._backend.layout import version_path as root_path
 from .._backend.manifest_resolve import resolve_manifest
@@ -209,10 +209,7 @@ class _DatasetView:
     def __init__(self, ds: h5py.Dataset, timestamp):
         self.dataset, self.timestamp = ds, timestamp
         self.name, self.shape, self.dtype, self.file = ds.name, ds.shape, ds.dtype, ds.file
-        dcpl = getattr(ds, "_dcpl", None) or ds.id.get_create_plist()  # h5py's copy, made with ``ds``
-        order = h5.INDEX_CRT_ORDER if dcpl.get_attr_creation_order() & h5p.CRT_ORDER_TRACKED else h5.INDEX_NAME
-        found = attrs_by_index(ds.id, h5a.get_num_attrs(ds.id), defer=NETCDF_REFERENCE_ATTRS, index_type=order)
-        self.attrs = {name: value for name, value, _ in found}
+        self.attrs = object_attrs(ds, defer=NETCDF_REFERENCE_ATTRS)
         raw_path = self.attrs.get("raw_data")
         self.raw = None
         if isinstance(raw_path, str):
