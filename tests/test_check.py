@@ -335,6 +335,51 @@ def test_a_truncated_file_is_reported_not_raised(ours):
     assert f"vhdf5 check {ours}" in str(error) and f"vhdf5 check --repair {ours}" in str(error)  # what to run
 
 
+def test_repair_extends_a_file_left_short_of_its_recorded_end_and_keeps_every_version(ours):
+    """A writer killed inside libhdf5's flush can leave the file shorter than the end its superblock
+    records, the missing bytes free (found by the kill harness in ``delete_versions``): libhdf5 refuses
+    to open it; ``--repair`` extends it with zeros, after which every version is there, unchanged."""
+    from xarray_vhdf5._backend.h5objects import allocate_through, end_of_allocation
+    from xarray_vhdf5._backend.signature import recorded_end
+
+    before = read_all(ours)
+    with h5py.File(ours, "r+") as f:  # free space at the end of allocation, then cut off
+        allocate_through(f.id, end_of_allocation(f.id) + 4000)
+    end = recorded_end(ours)
+    assert os.path.getsize(ours) == end
+    with open(ours, "r+b") as fh:
+        fh.truncate(end - 4000)
+    report = check_file(ours)
+    assert not report.ok and "ends 4000 bytes before the end its superblock records" in report.errors[0].what
+    result = CliRunner().invoke(cli, ["check", "--repair", str(ours)])
+    assert "file extended with 4000 bytes of zeros" in result.output, result.output
+    assert os.path.getsize(ours) == end
+    assert check_file(ours, rehash=True).ok
+    after = read_all(ours)
+    assert list(after) == list(before) == ["v1", "v2", "v3"]
+    for v in before:
+        for name in before[v]:
+            assert np.array_equal(after[v][name], before[v][name]), (v, name)
+
+
+def test_repair_of_a_file_cut_short_changes_no_value(ours):
+    """Bytes that held data cut off the end: the versions that needed them are rolled back, the
+    others read as before; no version reads the zeros the repair extended the file with."""
+    before = read_all(ours)
+    size = os.path.getsize(ours)
+    with open(ours, "r+b") as fh:
+        fh.truncate(size - 1000)
+    result = CliRunner().invoke(cli, ["check", "--repair", str(ours)])
+    assert "file extended with 1000 bytes of zeros" in result.output, result.output
+    report = check_file(ours, rehash=True)
+    assert report.ok, str(report)
+    after = read_all(ours)
+    assert after and set(after) <= set(before)
+    for v in after:
+        for name in before[v]:
+            assert np.array_equal(after[v][name], before[v][name]), (v, name)
+
+
 def test_files_that_are_not_versioned_raise(tmp_path):
     (tmp_path / "a.nc").write_bytes(b"CDF\x01" + bytes(100))
     with pytest.raises(NotHDF5Error):

@@ -339,8 +339,18 @@ def check_file(
             f = open_h5file(path, "r")
         except OSError as exc:
             if corrupt_file_error(path, exc) is not None:
+                from .openrepair import short_of_end  # here: it imports modules that import this one
+
                 report = CheckReport(path)
-                report.problems.append(Problem(ERROR, f"libhdf5 cannot open the file: {describe(exc)}"))
+                said = f"libhdf5 cannot open the file: {describe(exc)}"
+                missing = short_of_end(path)
+                if missing:
+                    said += (
+                        f" (it ends {missing} bytes before the end its superblock records, as a writer killed "
+                        "inside libhdf5's flush can leave it: --repair extends it with zeros and checks every "
+                        "chunk before rolling back)"
+                    )
+                report.problems.append(Problem(ERROR, said))
                 return report
             raise
         with f:

@@ -50,6 +50,7 @@ from .chunkcheck import DAMAGE_ERRORS, describe
 from .mutation import file_name
 
 __all__ = [
+    "extend_to_recorded_end",
     "interrupted_damage",
     "move_end_past_chunks",
     "move_end_through",
@@ -57,6 +58,7 @@ __all__ = [
     "past_allocation",
     "repair_at",
     "repair_through",
+    "short_of_end",
     "torn_versions",
     "warn_moved",
 ]
@@ -277,6 +279,64 @@ def past_allocation(path: str | os.PathLike) -> bool:
         return end is not None and os.path.getsize(path) > end
     except OSError:
         return False
+
+
+def short_of_end(path: str | os.PathLike) -> int:
+    """Bytes the file at ``path`` lacks before the end its superblock records (0: none).
+
+    libhdf5 refuses to open such a file ("truncated file"). A writer killed
+    inside libhdf5's flush can leave it so: libhdf5 had shortened the file to
+    its new end of allocation when the superblock still on disk recorded the
+    old one (measured with ``delete_versions`` through a plain ``h5py.File``,
+    ``tests/test_concurrency_slow.py``). A file cut short by a copy or a full
+    disk looks the same. Reads the superblock's first bytes
+    (:func:`~xarray_vhdf5._backend.signature.recorded_end`); 0 when it cannot.
+    """
+    end = recorded_end(path)
+    try:
+        return max(0, end - os.path.getsize(path)) if end is not None else 0
+    except OSError:
+        return 0
+
+
+def extend_to_recorded_end(path: str | os.PathLike) -> int:
+    """Extend a file :func:`short_of_end` finds short with zeros, up to the end its superblock records.
+
+    What ``vhdf5 check --repair`` does first with such a file, so that libhdf5
+    opens it and the check that follows finds what the missing bytes held:
+    objects libhdf5 cannot read there damage their versions, chunks there fail
+    their SHA-256 and are retired (the repair rolls those versions back;
+    nothing reads the zeros as data). Taken under the file's ``WRITE`` lock,
+    held exclusively; a file with a journal beside it is left to the journal's
+    roll-back (:func:`~xarray_vhdf5._versions.journal.recover`), which restores
+    its length. The zeros follow the file's own bytes, which stay as they were,
+    also when the repair that follows fails.
+
+    Returns
+    -------
+    int
+        Bytes added (0: the file was not short, or a journal is beside it).
+
+    Raises
+    ------
+    FileBusyError
+        Another writer held the file past the timeout.
+    OSError
+        The file cannot be written.
+    """
+    from .journal import journal_path
+    from .locking import file_locks
+
+    path = os.fspath(path)
+    with file_locks(path).writing():
+        missing = short_of_end(path)
+        if not missing or os.path.exists(journal_path(path)):
+            return 0
+        with open(path, "r+b") as fh:
+            fh.truncate(os.path.getsize(path) + missing)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return missing
 
 
 def move_end_through(h5file: h5py.Group, *, always: bool = False) -> int:

@@ -119,6 +119,10 @@ class RepairReport:
     end_moved : int
         Bytes the file's end of allocation moved, past chunks the chunk index
         placed beyond it (``CheckReport.past_end``).
+    extended : int
+        Bytes of zeros the file was extended by, up to the end its superblock
+        records (set by ``vhdf5 check --repair``:
+        :func:`~xarray_vhdf5._versions.openrepair.extend_to_recorded_end`).
     restored : dict of str to list of str
         Versions whose unreadable ``prev_version`` or ``timestamp`` was written
         again from the version index (:mod:`~xarray_vhdf5._versions.reattr`):
@@ -139,6 +143,7 @@ class RepairReport:
     relinked: RelinkReport | None = None
     end_moved: int = 0
     restored: dict[str, list[str]] = field(default_factory=dict)
+    extended: int = 0
 
     @property
     def changed(self) -> bool:
@@ -154,12 +159,15 @@ class RepairReport:
             or self.hash_tables_rebuilt
             or self.end_moved
             or self.restored
+            or self.extended
         )
 
     def __str__(self) -> str:
         if not self.changed and not self.notes:
             return "nothing to repair"
         lines = str(self.relinked).splitlines() if self.relinked is not None else []
+        if self.extended:
+            lines.insert(0, f"file extended with {self.extended} bytes of zeros, to the end its superblock records")
         if self.restored:
             lines.append(
                 "attributes that could not be read written again from the version index: "

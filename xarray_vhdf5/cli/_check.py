@@ -243,11 +243,15 @@ def _repair_path(path: str, report):
     storage when the last handle goes, and cannot read it. What the repair
     wrote was flushed by then.
     """
+    from .._versions.check import check_file
     from .._versions.chunkcheck import DAMAGE_ERRORS, describe
     from .._versions.mutation import open_file
-    from .._versions.openrepair import move_end_past_chunks
+    from .._versions.openrepair import extend_to_recorded_end, move_end_past_chunks
     from .._versions.repair import repair
 
+    extended = extend_to_recorded_end(path)  # libhdf5 opens no file shorter than its superblock says
+    if extended:  # the report was of the file libhdf5 refused; every chunk read, so none reads zeros
+        report = check_file(path, rehash=True)
     move_end_past_chunks(path)  # the journaled handle cannot move the end of allocation
     f = open_file(path, "r+")
     try:
@@ -256,6 +260,7 @@ def _repair_path(path: str, report):
         with contextlib.suppress(*DAMAGE_ERRORS):
             f.close()
         raise
+    done.extended = extended
     try:
         f.close()
     except DAMAGE_ERRORS as exc:
