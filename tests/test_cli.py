@@ -58,7 +58,12 @@ def test_demo_on_embedded_data(tmp_path):
     assert f"({disk} of it chunk data, the log's total on disk)" in result.output
 
 
-@pytest.mark.parametrize("name", NOAA_RECORD_FILES)
+@pytest.mark.parametrize(
+    "name",
+    # ocean_atlas_subset.nc in the suite; COADS (the embedded demo's source, test_demo_on_embedded_data)
+    # and esku_heat_budget.cdf (12 s: 100 variables) in the slow run, so the suite stays under 5 minutes
+    [n if n == "ocean_atlas_subset.nc" else pytest.param(n, marks=pytest.mark.slow) for n in NOAA_RECORD_FILES],
+)
 def test_demo_on_noaa_files(noaa_dir, tmp_path, name):
     out = tmp_path / "demo.h5"
     result = CliRunner().invoke(cli, ["demo", "--source", str(noaa_dir / name), "--out", str(out)])

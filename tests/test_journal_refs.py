@@ -207,7 +207,7 @@ def test_sigkill_at_random_writes_of_an_in_place_rechunk(tmp_path, compression):
     assert total > 50
     rng = random.Random(22)
     points = sorted(
-        {1, 2, total // 2, total - 1} | {rng.randint(1, total) for _ in range(int(os.environ.get("VHDF5_KILLS", "14")))}
+        {1, 2, total // 2, total - 1} | {rng.randint(1, total) for _ in range(int(os.environ.get("VHDF5_KILLS", "3")))}
     )
     outcomes = {"absent": 0, "whole": 0}
     for n in points:

@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import xarray_vhdf5 as xv
 from xarray_vhdf5 import VersionedHDF5File, open_file
@@ -253,7 +260,19 @@ class RefsMachine(RuleBasedStateMachine):
                 assert attrs["_vhdf5_merge_parent"] == parents[1]
 
 
+# The suite's run (under 5 minutes on 2 cores): 20 programs of at most 12 rules; the slow run
+# below draws 150 of at most 25.
 TestRefsMachine = RefsMachine.TestCase
 TestRefsMachine.settings = settings(
-    max_examples=100, stateful_step_count=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=20, stateful_step_count=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+
+
+@pytest.mark.slow
+def test_refs_machine_long():
+    run_state_machine_as_test(
+        RefsMachine,
+        settings=settings(
+            max_examples=150, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+        ),
+    )

@@ -128,7 +128,11 @@ SOURCES = [
 ]  # etopo5.cdf (37 MB) left out: the same layout as etopo20, 4 s more
 
 
-@pytest.mark.parametrize("name", SOURCES)
+@pytest.mark.parametrize(
+    "name",
+    # esku_heat_budget.cdf (4 s, its 100 variables) in the slow run: the suite stays under 5 minutes
+    [pytest.param(n, marks=pytest.mark.slow) if n == "esku_heat_budget.cdf" else n for n in SOURCES],
+)
 def test_noaa_versions_read_as_the_engine(noaa_dir, tmp_path, name):
     """First half of the records, the rest appended, then a staged edit: each version agrees."""
     source = PACKAGE_DATA / name if name == "coads_sst_airt.nc" else noaa_dir / name

@@ -7,6 +7,8 @@ the same as through the mappings.
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -32,17 +34,25 @@ def _day(data: np.ndarray, t: int) -> xr.Dataset:
     return ds
 
 
-@pytest.fixture
-def daily(tmp_path):
+@pytest.fixture(scope="module")
+def _daily_file(tmp_path_factory):
+    """The history, committed once for the module (3 s); each test gets a copy."""
     data = _data()
-    path = tmp_path / "daily.h5"
-    staged = None
+    path = tmp_path_factory.mktemp("daily") / "daily.h5"
     _day(data, 0).vhdf5.commit("d0", path=path)
     staged = xr.open_dataset(path, engine="vhdf5").vhdf5.stage()
     for t in range(1, DAYS):
         staged = staged.vhdf5.append(_day(data, t), dim="time")
         staged.vhdf5.commit(f"d{t}")
     staged.close()
+    return path, data
+
+
+@pytest.fixture
+def daily(_daily_file, tmp_path):
+    source, data = _daily_file
+    path = tmp_path / "daily.h5"
+    shutil.copyfile(source, path)
     return path, data
 
 
