@@ -243,6 +243,19 @@ def test_by_index_reader_reads_the_common_kinds_itself(f):
     assert by_h5py == sorted(["DIMENSION_LIST", "compound", "enum", "fixed", "fixed_array", "null", "ref"])
 
 
+def _assert_h5pys(got: dict, want: dict) -> None:
+    """``got`` holds h5py's values of ``want`` (``dict(obj.attrs)``), kind by kind."""
+    for name, value in want.items():
+        if isinstance(value, h5py.Empty):
+            assert isinstance(got[name], h5py.Empty)
+        elif isinstance(value, h5py.h5r.Reference):
+            assert type(got[name]) is type(value)
+        elif isinstance(value, np.ndarray) and value.dtype.kind in "OV":
+            assert got[name].tolist() == value.tolist(), name
+        else:
+            assert _same(got[name], value), (name, got[name], value)
+
+
 @pytest.mark.parametrize("track_order", [False, True])
 def test_version_tree_attributes_are_h5pys(f, track_order):
     """The reader's tree reads a group's attributes by index: h5py's values, in h5py's order."""
@@ -253,15 +266,7 @@ def test_version_tree_attributes_are_h5pys(f, track_order):
     got = _group_attrs(g)
     want = dict(g.attrs)
     assert list(got) == list(want)
-    for name, value in want.items():
-        if isinstance(value, h5py.Empty):
-            assert isinstance(got[name], h5py.Empty)
-        elif isinstance(value, h5py.h5r.Reference):
-            assert type(got[name]) is type(value)
-        elif isinstance(value, np.ndarray) and value.dtype.kind in "OV":
-            assert got[name].tolist() == value.tolist(), name
-        else:
-            assert _same(got[name], value), (name, got[name], value)
+    _assert_h5pys(got, want)
 
 
 @pytest.mark.parametrize("kind", ["dataset", "group"])
@@ -277,15 +282,7 @@ def test_object_attrs_are_h5pys_in_h5pys_order(f, kind, track_order):
     want = dict(obj.attrs)
     assert list(got) == list(want)
     assert (list(want) == sorted(want)) != track_order  # the orders differ: the test tells them apart
-    for name, value in want.items():
-        if isinstance(value, h5py.Empty):
-            assert isinstance(got[name], h5py.Empty)
-        elif isinstance(value, h5py.h5r.Reference):
-            assert type(got[name]) is type(value)
-        elif isinstance(value, np.ndarray) and value.dtype.kind in "OV":
-            assert got[name].tolist() == value.tolist(), name
-        else:
-            assert _same(got[name], value), (name, got[name], value)
+    _assert_h5pys(got, want)
     deferred = h5attrs.object_attrs(obj, defer=frozenset({"ref", "i8"}))
     assert list(deferred) == list(want)
     assert [k for k, v in deferred.items() if v is h5attrs.UNREAD] == [k for k in want if k in ("ref", "i8")]

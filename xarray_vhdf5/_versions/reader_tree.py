@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
-from h5py import h5, h5o, h5p
+from h5py import h5o
 
-from .._backend.h5attrs import UNREAD, read_attrs_of
+from .._backend.h5attrs import UNREAD, object_attrs
 from .._backend.h5objects import object_info_by_name
 from .._backend.layout import version_path
 from ..errors import ReadOnlyError, VersionNotFoundError
@@ -98,9 +98,8 @@ class SharedAttrs(Mapping):
 
 def _group_attrs(group: h5py.Group) -> dict[str, Any]:
     """``dict(group.attrs)``: h5py's values, in h5py's order (creation order when the group
-    tracks it, else by name), read by index (``backend.h5attrs``)."""
-    tracked = group.id.get_create_plist().get_attr_creation_order() & h5p.CRT_ORDER_TRACKED
-    return read_attrs_of(group.id, b".", index_type=h5.INDEX_CRT_ORDER if tracked else h5.INDEX_NAME)
+    tracks it, else by name), read by index (:func:`~xarray_vhdf5._backend.h5attrs.object_attrs`)."""
+    return object_attrs(group)
 
 
 class _Tree:
