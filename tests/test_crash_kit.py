@@ -62,3 +62,27 @@ def test_a_kind_run_without_a_kill_is_whole(tmp_path, kind):
     counts = classify(hashes, hashes, returned, set(), None, None, result, None)
     damage = {k: v for k, v in counts.items() if k != "problems" and k not in crash.INFORMATIVE_COLUMNS and v}
     assert damage == {} and counts["problems"] == []
+
+
+def test_the_engine_reading_a_version_libhdf5_cannot_is_judged_against_the_model():
+    """A torn chunk index (found by the kill harness): VersionedHDF5File cannot read a version the
+    engine reads as byte ranges. Right values are not a misread; wrong ones still are."""
+    from xarray_vhdf5.testing._crash_verify import blank_verdict
+
+    model = {"v1": "h1", "v2": "h2"}
+    result = blank_verdict()
+    result.update(
+        opened=True,
+        versions=["v1", "v2"],
+        current="v2",
+        hashes={"v1": "h1"},
+        read_errors={"v2": "OSError: wrong B-tree signature"},
+        xr_opened=True,
+        xr_hashes={"v2": "h2", "<current>": "h2"},
+        check_ok=True,
+    )
+    right = classify(model, model, {"v1", "v2"}, set(), None, None, result, None)
+    assert right["xr_wrong"] == 0 and right["versions_altered"] == 1  # libhdf5's failure still counts
+    result["xr_hashes"] = {"v2": "other", "<current>": "other"}
+    wrong = classify(model, model, {"v1", "v2"}, set(), None, None, result, None)
+    assert wrong["xr_wrong"] == 2

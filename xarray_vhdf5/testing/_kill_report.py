@@ -227,7 +227,10 @@ def classify(
                 c["xr_wrong"] += 1
                 problems.append(f"xr.open_dataset cannot read {v}: {message}")
         for v, h in result["xr_hashes"].items():
-            reference = hashes.get(result["current"]) if v == "<current>" else hashes.get(v)
+            name = result["current"] if v == "<current>" else v
+            # the model's hash where libhdf5 could not read the version (the engine reads chunks as
+            # byte ranges, past a torn chunk index): reading the right values there is not a misread
+            reference = hashes.get(name) if hashes.get(name) is not None else model.get(name)
             if h != reference:
                 c["xr_wrong"] += 1
                 problems.append(f"xr.open_dataset reads {v} differently from VersionedHDF5File")
