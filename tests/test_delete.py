@@ -237,7 +237,25 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("doomed", CASES, ids="-".join)
+#: CASES also run on versioned-hdf5's history in the suite (a leaf, two on the main line, a branch,
+#: every version); the others there in the slow run, so the suite stays under 5 minutes on 2 cores.
+_REF_IN_SUITE = {0, 3, 4, 7}
+
+
+@pytest.mark.parametrize(
+    "history, doomed",
+    [
+        pytest.param(
+            writer,
+            doomed,
+            marks=[pytest.mark.slow] if writer == "ref" and i not in _REF_IN_SUITE else [],
+            id=f"{writer}-{'-'.join(doomed)}",
+        )
+        for writer in ("ours", "ref")
+        for i, doomed in enumerate(CASES)
+    ],
+    indirect=["history"],
+)
 def test_delete_like_versioned_hdf5(history, tmp_path, doomed):
     """Same survivors, data, parents and current version as versioned-hdf5; each extends the other's."""
     source, model = history
