@@ -142,10 +142,10 @@ class SharedVersionDataset:
             vds = version_dataset(f, tree.version, self.name)  # raises as it does for a missing one
         chunks, raw_path = version_dataset_layout(vds)
         raw = open_object(f, raw_path, h5py.Dataset)
-        dtype = vds.dtype
-        attrs = object_attrs(vds, defer=NETCDF_REFERENCE_ATTRS)  # references read by :attr:`attrs`
         if raw is None:
             raw = f[raw_path]  # KeyError, as h5py says it
+        dtype = vds.dtype
+        attrs = object_attrs(vds, defer=NETCDF_REFERENCE_ATTRS)  # references read by :attr:`attrs`
         self._meta = {
             "shape": vds.shape,
             "dtype": dtype,
@@ -206,7 +206,7 @@ class SharedVersionDataset:
                 return value
             self._reader._check_open()
             with self._reader._shared.open(hint=_HINT) as f:
-                value = read_attr_of(self._same_version(f, open_dataset=False), b".", key)
+                value = read_attr_of(self._same_version(f).id, b".", key)
             self._meta["attrs"][key] = value
             return value
 
@@ -344,11 +344,11 @@ class SharedVersionDataset:
         with self._reader._shared.open(hint=_HINT) as f:
             return self._same_version(f)[args]
 
-    def _same_version(self, f: h5py.File, open_dataset: bool = True):
+    def _same_version(self, f: h5py.File) -> h5py.Dataset:
         """The dataset in ``f``, if its version is the one it was got from (not deleted, not made again).
 
-        ``open_dataset`` False: its low-level id (``h5py.h5d.DatasetID``), no
-        ``h5py.Dataset`` made (which copies a virtual dataset's every mapping).
+        Opened with one ``H5Oopen`` (:func:`~xarray_vhdf5._backend.h5objects.open_object`);
+        when nothing opens, :func:`~xarray_vhdf5._versions.sharing.version_dataset` says why.
 
         Raises
         ------
@@ -356,11 +356,9 @@ class SharedVersionDataset:
             The version was deleted, or deleted and a version of the same name
             committed since (another timestamp).
         """
-        if open_dataset:
+        vds = open_object(f, self.name, h5py.Dataset)
+        if vds is None:
             vds = version_dataset(f, self.version, self.name)
-        else:
-            vds = open_object(f, self.name, h5py.Dataset)
-            vds = vds.id if vds is not None else version_dataset(f, self.version, self.name).id
         if f[version_path(self.version)].attrs.get("timestamp") != self._tree.attrs[""].get("timestamp"):
             raise VersionNotFoundError(
                 f"{self._reader.path!r}: version {self.version!r} was deleted while this dataset of it was "

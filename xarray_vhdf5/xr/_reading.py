@@ -201,9 +201,15 @@ class _DatasetView:
     """What :func:`lazy_variable` reads of a version's dataset without a stored map, read once.
 
     The dataset (``dataset``, its mappings decoded when a manifest is made), its
-    attributes read by index (:func:`~xarray_vhdf5._backend.h5attrs.attrs_by_index`,
-    in h5py's order; object references left unread, as ``lazy_variable`` shows
-    none), and its raw_data (``raw``, None for a dataset that names none).
+    attributes (:func:`~xarray_vhdf5._backend.h5attrs.object_attrs`, in h5py's
+    order; object references left unread, as ``lazy_variable`` shows none), its
+    raw_data (``raw``, None for a dataset that names none) and the version's
+    ``timestamp`` attribute (read once per group by :func:`dataset_members`).
+
+    Raises
+    ------
+    KeyError
+        The raw_data the dataset names is missing (h5py's error).
     """
 
     def __init__(self, ds: h5py.Dataset, timestamp):
