@@ -161,7 +161,9 @@ def discard(bk: h5py.Group, name: str) -> None:
     A header a killed plain-handle writer tore cannot be read, and a cache
     must never be the reason an operation fails: such an object is moved
     aside instead (one link move, no header read) to
-    ``damaged_caches/<name>`` (:func:`parking_place`), never read again;
+    ``damaged_caches/<name>`` (:func:`parking_place`), never read again (a
+    group is first walked link by link, so that one torn below it is moved
+    whole before libhdf5 starts unlinking it);
     when the failed unlink already removed the link, nothing is moved. When a
     group on the path is torn too (its links cannot be read or moved), the
     nearest group above it that moves is parked, up to the member of ``bk``
@@ -175,6 +177,11 @@ def discard(bk: h5py.Group, name: str) -> None:
     try:
         if name not in bk:
             return
+        member = bk[name]
+        if isinstance(member, h5py.Group):
+            # A torn group below fails the unlink halfway, and libhdf5's cache of this
+            # handle then refuses the move below too (measured): walk the links first.
+            member.id.links.visit(lambda link: None)
         del bk[name]
         return
     except _TORN:  # the object's header (or a group's on its path) is torn

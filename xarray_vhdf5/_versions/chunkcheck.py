@@ -559,7 +559,11 @@ def _allocated(
     try:
         raw.id.chunk_iter(visit)
     except DAMAGE_ERRORS as exc:
-        problem("error", f"raw_data's chunk index cannot be read: {describe(exc)}")
+        problem(
+            "error",
+            f"raw_data's chunk index cannot be read: {describe(exc)} (--repair rebuilds it from the chunks' "
+            "stored bytes where libhdf5 or this package's address table still finds them)",
+        )
         return None, [], []
     return allocated, outside, beyond
 

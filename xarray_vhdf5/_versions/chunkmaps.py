@@ -82,6 +82,7 @@ __all__ = [
     "forget",
     "load",
     "record",
+    "stored_addresses",
     "table_owner",
 ]
 
@@ -517,6 +518,34 @@ def address_lookup(f: h5py.File, path: str, raw: h5py.Dataset):
     if bk is None or _address_path(path) not in bk or raw.chunks is None:
         return None
     return lambda rows: _addresses(bk, path, raw, raw.chunks[0], rows)
+
+
+def stored_addresses(f: h5py.File, path: str, raw: h5py.Dataset) -> np.ndarray | None:
+    """Every usable row of ``path``'s address table, without asking libhdf5's chunk index; None without one.
+
+    Rows below the hash table's ``largest_index`` (the chunks commits
+    finished), of a table written for this raw_data and hash table (their
+    object addresses); row ``k`` is raw_data's chunk ``k`` (rows ``k *
+    chunks[0]`` on). For a repair that rebuilds a chunk index libhdf5 cannot
+    read (:mod:`~xarray_vhdf5._versions.reindex`).
+
+    Returns
+    -------
+    numpy.ndarray of uint64, shape ``(n, 3)``, or None
+        File offset (:data:`UNKNOWN`: not resolved), stored size in bytes and
+        HDF5 filter mask of each chunk.
+    """
+    bk = bookkeeping.open_group(f)
+    if bk is None:
+        return None
+    try:
+        table = h5d.open(bk.id, _address_path(path).encode())
+    except (KeyError, ValueError):
+        return None
+    if _owner_of(table) != table_owner(raw):
+        return None
+    n = min(int(table.shape[0]), committed_chunks(raw))
+    return read_rows(table, 0, np.empty((n, 3), np.uint64)) if n > 0 else np.zeros((0, 3), np.uint64)
 
 
 def _addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int, rows: np.ndarray) -> np.ndarray:

@@ -77,6 +77,7 @@ from .objects import _open, dataset_paths
 from .openrepair import moved_words
 from .reattr import restore_attributes
 from .rebuild import placeholder_digest, rebuild_hash_tables
+from .reindex import ReindexReport, reindex, table_chunks_end, unindexed
 from .relink import RelinkReport, finish_interrupted_relink, relink_versions
 from .scratch import Scratch
 
@@ -127,6 +128,9 @@ class RepairReport:
         Versions whose unreadable ``prev_version`` or ``timestamp`` was written
         again from the version index (:mod:`~xarray_vhdf5._versions.reattr`):
         name -> the attributes.
+    reindexed : list of ReindexReport
+        Datasets whose raw_data chunk index libhdf5 could not read, rebuilt
+        from their chunks' stored bytes (:mod:`~xarray_vhdf5._versions.reindex`).
     """
 
     current_version_before: str | None
@@ -144,6 +148,7 @@ class RepairReport:
     end_moved: int = 0
     restored: dict[str, list[str]] = field(default_factory=dict)
     extended: int = 0
+    reindexed: list[ReindexReport] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -160,6 +165,7 @@ class RepairReport:
             or self.end_moved
             or self.restored
             or self.extended
+            or self.reindexed
         )
 
     def __str__(self) -> str:
@@ -173,6 +179,7 @@ class RepairReport:
                 "attributes that could not be read written again from the version index: "
                 + ", ".join(f"{v} ({', '.join(a)})" for v, a in self.restored.items())
             )
+        lines.extend(f"raw_data chunk index rebuilt: {r}" for r in self.reindexed)
         if self.current_version != self.current_version_before:
             lines.append(f"current version: {self.current_version_before} -> {self.current_version}")
         if self.removed:
@@ -250,8 +257,10 @@ def repair(f, report: CheckReport) -> RepairReport:
     # Version attributes a torn global heap lost: from the index, before the relink judges the groups by them.
     restored = restore_attributes(h5file)
     relinked = relink_versions(h5file)  # a versions group that cannot be read: rebuilt from the index
-    if relinked is not None or finished or restored:
-        report = check_file(h5file, rehash=report.rehashed)  # the report was of another file state
+    reindexed, notes = _reindex_unreadable(h5file)
+    if relinked is not None or finished or restored or reindexed:
+        # the report was of another file state; copied chunks are checked against their digests
+        report = check_file(h5file, rehash=report.rehashed or bool(reindexed))
     vdata = h5file[VERSION_DATA]
     versions = vdata[VERSIONS]
     existing = set(versions)
@@ -259,7 +268,13 @@ def repair(f, report: CheckReport) -> RepairReport:
     if target not in existing and target != FIRST_VERSION:
         raise ValueError(f"the report's last whole version {target!r} is not in the file: check it again")
     out = RepairReport(
-        report.current_version, report.current_version, relinked=relinked, end_moved=moved, restored=restored
+        report.current_version,
+        report.current_version,
+        relinked=relinked,
+        end_moved=moved,
+        restored=restored,
+        reindexed=reindexed,
+        notes=notes,
     )
     damaged = [v for v in report.damaged_versions if v in existing and v != FIRST_VERSION]
     leftovers = [v for v in report.leftover_groups if v in existing and v not in damaged]
@@ -391,9 +406,23 @@ def chunks_end(h5file: h5py.Group) -> int:
     for path in dataset_paths(h5file):
         try:
             h5file[f"{VERSION_DATA}/{path}/raw_data"].id.chunk_iter(visit)
-        except DAMAGE_ERRORS:
-            continue  # damage the check reports; what was seen still counts
+        except DAMAGE_ERRORS:  # damage the check reports; what was seen still counts, and
+            end = max(end, table_chunks_end(h5file, path))  # what a rebuilt index will name
     return end
+
+
+def _reindex_unreadable(h5file: h5py.Group) -> tuple[list[ReindexReport], list[str]]:
+    """Rebuild every raw_data whose chunk index libhdf5 cannot walk (:mod:`~xarray_vhdf5._versions.reindex`).
+
+    Returns what was rebuilt, and notes of what failed.
+    """
+    try:
+        paths = unindexed(h5file)
+        return reindex(h5file, paths), []
+    except (FileBusyError, StaleVersionError):
+        raise
+    except _DELETE_FAILURES as exc:
+        return [], [f"raw_data's chunk index could not be rebuilt: {describe(exc)}"]
 
 
 def _rebuild_unreadable_tables(h5file: h5py.Group, out: RepairReport) -> list[str]:

@@ -22,7 +22,9 @@ from collections.abc import Iterator
 
 import h5py
 import numpy as np
+from h5py import h5o
 
+from .._backend.h5attrs import read_attr_of
 from .._backend.layout import versions_path
 from .._backend.manifest_resolve import resolve_manifest
 from .._backend.signature import open_for_reading
@@ -214,9 +216,19 @@ def _damage_as_corrupt_file(path: str) -> Iterator[None]:
         raise error from exc
 
 
-def version_timestamp(f: h5py.File, version: str):
-    """The ``timestamp`` attribute of ``version``'s group: what tells a version from a later one of the same name."""
-    return f[f"{versions_path()}/{version}"].attrs.get("timestamp")
+def version_timestamp(f: h5py.Group, version: str):
+    """The ``timestamp`` attribute of ``version``'s group: what tells a version from a later one of the same name.
+
+    ``f``: the file or any group of it (the version is found from the root).
+    None when the group has no ``timestamp``; ``KeyError`` when there is no
+    such version. Read with libhdf5's calls (``H5Oopen``, ``H5Aopen``), as
+    h5py's ``attrs.get`` would convert it.
+    """
+    group = h5o.open(f.id, f"{versions_path()}/{version}".encode("utf-8", "surrogateescape"))
+    try:
+        return read_attr_of(group, b".", "timestamp")
+    except KeyError:
+        return None
 
 
 def version_dataset(f: h5py.File, version: str, path: str, timestamp=None) -> h5py.Dataset:

@@ -227,7 +227,7 @@ class _DatasetView:
 def dataset_members(manager, version: str, grp: h5py.Group) -> Iterator[tuple[str, Any]]:
     """``(name, _StoredView or _DatasetView)`` of the datasets in ``grp``, in ``grp.keys()`` order."""
     prefix = grp.name[len(root_path(version)) :].strip("/")
-    timestamp = version_timestamp(grp.file, version)  # what each variable's reads check, read once
+    timestamp = version_timestamp(grp, version)  # what each variable's reads check, read once
     for key in grp.keys():
         bkey = key.encode("utf-8", "surrogateescape")
         if object_info_by_name(grp.id, bkey)[1] != h5o.TYPE_DATASET:
@@ -363,7 +363,7 @@ def group_dataset(
         if not is_netcdf_dimension_only(item)
     }
     at_root = grp.name == root_path(version)
-    stored_attrs = {k: v for k, v in grp.attrs.items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}
+    stored_attrs = {k: v for k, v in object_attrs(grp).items() if not (at_root and k in HIDDEN_GROUP_ATTRS)}
     if drop_variables is not None:
         drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables)
         variables = {k: v for k, v in variables.items() if k not in drop}
