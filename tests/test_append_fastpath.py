@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 
+import xarray_vhdf5 as xv
 from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5._backend.names import NETCDF_DIMENSION_ATTRS
 from xarray_vhdf5.errors import IncompatibleDataError, ValueOverflowError
@@ -226,3 +227,44 @@ def test_a_file_without_dimension_names_takes_the_general_path(tmp_path, monkeyp
     with xr.open_dataset(path, engine="vhdf5") as got:
         np.testing.assert_array_equal(got["x"].values[2], [10.0, 11.0, 12.0])
     assert results == [None]
+
+
+def _remembered_for(path) -> dict:
+    st = path.stat()
+    found = _append._REMEMBERED.get((st.st_dev, st.st_ino, "", "time"))
+    return {} if found is None else {"version": found.version, **found.indexes}
+
+
+@pytest.mark.parametrize("options", [{}, {"extra": True}], ids=["float", "coords"])
+def test_the_indexes_remembered_are_those_a_read_gives(tmp_path, monkeypatch, options):
+    """After each one-open append, the process keeps the new version's decoded indexes for the next
+    (not read again): they must equal what xr.open_dataset decodes from the file."""
+    _fast_only(monkeypatch)
+    path = tmp_path / "a.h5"
+    _run(path, [_day(t, **options) for t in range(4)])
+    remembered = _remembered_for(path)
+    assert remembered.pop("version") == "d3"
+    with xr.open_dataset(path, engine="vhdf5") as got:
+        assert remembered.keys() == {"time", "lat", "lon"}
+        for key, index in remembered.items():
+            assert index.equals(got.indexes[key]), key
+            assert index.dtype == got.indexes[key].dtype, key
+
+
+def test_a_parent_rewritten_by_another_writer_is_read_again(tmp_path, monkeypatch):
+    """d1 deleted and committed again by the general path (other labels, same name): the labels this
+    process remembered for the old d1 must not be taken, or a label already stored would pass."""
+    path = tmp_path / "a.h5"
+    _day(0).vhdf5.commit("d0", path=path)
+    _day(1).vhdf5.commit("d1", path=path, append_dim="time")
+    assert _remembered_for(path)["version"] == "d1"
+    with xv.open_file(path, "r+") as f:
+        xv.delete_versions(f, ["d1"])
+    with monkeypatch.context() as m:
+        _general_only(m)
+        _day(2).vhdf5.commit("d1", path=path, append_dim="time")  # d0 + day 2
+    assert _remembered_for(path)["version"] == "d1"  # the old d1's, kept by this process
+    _refused(path, _day(2), IncompatibleDataError, "already in the staged")
+    _day(3).vhdf5.commit("d2", path=path, append_dim="time")
+    with xr.open_dataset(path, engine="vhdf5") as got:
+        assert list(got.indexes["time"]) == [T0, T0 + pd.Timedelta(hours=12), T0 + pd.Timedelta(hours=18)]

@@ -31,6 +31,16 @@ write lock, with the same checks and the same stored result:
 4. the netCDF-4 dimension scales are attached inside the commit, as for
    every commit from xarray.
 
+The decoded indexes of step 1 are the only part that grows with the
+history (the appended dimension's labels, read and CF-decoded whole). After
+a commit, this process remembers them with the new labels appended (decoded
+from the values just stored), and the next append to the same file and group
+takes them instead of reading, when its parent is that version: same name,
+same ``timestamp`` and the same object addresses of the coordinates' virtual
+datasets (any rewrite of them by this package or versioned-hdf5 makes new
+ones, and a version deleted and committed again has another timestamp). The
+checks then compare against the same labels a read would give.
+
 Since the current version is read under the write lock, no other writer can
 commit between the read and the commit (the general path's
 ``StaleVersionError`` window).
@@ -46,6 +56,7 @@ days both ways and compares the files.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 
@@ -55,7 +66,7 @@ import xarray as xr
 from h5py import h5o
 
 from .._backend.h5attrs import read_attr_of, read_attrs_of
-from .._backend.h5objects import object_info_by_name
+from .._backend.h5objects import object_address_by_name, object_info_by_name
 from .._backend.layout import VERSION_DATA, version_path
 from .._backend.names import (
     DIMENSIONS_ATTR,
@@ -66,6 +77,7 @@ from .._backend.names import (
 )
 from .._versions.file import VersionedHDF5File
 from .._versions.mutation import open_for_writing
+from .._versions.sharing import version_timestamp
 from ..errors import CorruptFileError, NotHDF5Error
 from . import _reading
 from ._cfcodec import CFCodec
@@ -92,6 +104,54 @@ class _Plan:
 
     grown: dict  # name -> (decoded stand-in of the stored dataset (placeholder values), axis of the dimension)
     indexes: dict  # dimension -> pandas.Index of its stored coordinate (those today indexes too)
+    stored_attrs: dict = dataclasses.field(default_factory=dict)  # grown dimension coordinate -> its stored attrs
+    appended: dict = dataclasses.field(default_factory=dict)  # grown dimension coordinate -> index of the new labels
+
+
+@dataclasses.dataclass
+class _Remembered:
+    """The decoded indexes of the version the last append of this process into a file's group committed."""
+
+    version: str
+    stamp: tuple  # _stamp() of the version then
+    indexes: dict  # dimension -> pandas.Index
+
+
+#: By ``(device, inode, group path, dimension)``, for the last few files appended to.
+_REMEMBERED: collections.OrderedDict[tuple, _Remembered] = collections.OrderedDict()
+_REMEMBERED_FILES = 8
+
+
+def _stamp(grp: h5py.Group, version: str, keys) -> tuple | None:
+    """``version``'s ``timestamp`` and the object addresses of the datasets ``keys`` of its group ``grp``.
+
+    What tells the version's coordinates from any others: None when one
+    cannot be read.
+    """
+    try:
+        addresses = tuple((key, object_address_by_name(grp.id, key.encode("utf-8", "surrogateescape"))) for key in keys)
+        return version_timestamp(grp, version), addresses
+    except (KeyError, ValueError, RuntimeError, OSError):
+        return None
+
+
+def _remembered(key: tuple, parent: str, grp: h5py.Group) -> dict | None:
+    """The indexes remembered for ``key`` when ``parent`` (its group ``grp``) is the version they describe."""
+    found = _REMEMBERED.get(key)
+    if found is None or found.version != parent or _stamp(grp, parent, sorted(found.indexes)) != found.stamp:
+        return None
+    return found.indexes
+
+
+def _remember(key: tuple, grp: h5py.Group, version: str, plan: _Plan) -> None:
+    """Remember the indexes of ``version`` (just committed; ``grp`` its group): ``plan``'s, with the new labels."""
+    indexes = {d: index.append(plan.appended[d]) if d in plan.appended else index for d, index in plan.indexes.items()}
+    stamp = _stamp(grp, version, sorted(indexes))
+    _REMEMBERED.pop(key, None)
+    if stamp is not None and all(d in plan.appended or d not in plan.grown for d in indexes):
+        _REMEMBERED[key] = _Remembered(version, stamp, indexes)
+        while len(_REMEMBERED) > _REMEMBERED_FILES:
+            _REMEMBERED.popitem(last=False)
 
 
 def _dims_of(grp: h5py.Group, bkey: bytes) -> tuple[str, ...] | None:
@@ -124,12 +184,15 @@ def _stand_in(dims: tuple, shape: tuple, dtype: np.dtype, attrs: dict, values=No
     return xr.Variable(dims, values, attrs, _reading.stored_encoding(np.dtype(dtype), attrs))
 
 
-def _plan(grp: h5py.Group, target, today: xr.Dataset, dim: str, allow_unsorted: bool) -> _Plan:
+def _plan(
+    grp: h5py.Group, target, today: xr.Dataset, dim: str, allow_unsorted: bool, known: dict | None = None
+) -> _Plan:
     """Check ``today`` against the staged group ``target`` as :func:`~xarray_vhdf5.xr._stage.append_staged` does.
 
     ``grp`` is the parent version's h5py group of ``target``. Only the
     variables along ``dim`` are opened (the staged datasets the commit
-    writes) and only the indexed coordinates read.
+    writes) and only the indexed coordinates read; with ``known`` (the
+    parent's indexes, remembered: :func:`_remembered`) none is read.
 
     Raises
     ------
@@ -150,19 +213,21 @@ def _plan(grp: h5py.Group, target, today: xr.Dataset, dim: str, allow_unsorted: 
     indexed = {key for key, d in dims.items() if d == (key,) and (key == dim or key in today.indexes)}
     if any(d in dims and d not in indexed for d in (*today.indexes, dim)):
         raise _General(dim)  # a coordinate of another shape (a char array): compared by the general path
+    if known is not None and set(known) != indexed:
+        known = None
     stand_ins = {}
     for key in sorted(wanted | indexed):
         if key in wanted:  # opened as the staged dataset the commit writes (its attributes loaded once)
             dataset = target[key]
-            values = dataset[()] if key in indexed else None  # a dimension coordinate: read
+            values = dataset[()] if key in indexed and known is None else None  # a dimension coordinate: read
             attrs = visible_attrs(dataset.attrs)
             stand_ins[key] = _stand_in(dims[key], tuple(dataset.shape), dataset.dtype, attrs, values)
-        else:  # a dimension coordinate the commit carries: read from the parent version
+        elif known is None:  # a dimension coordinate the commit carries: read from the parent version
             stored = grp[key]
             attrs = visible_attrs(read_attrs_of(grp.id, key.encode(), skip=_NOT_SHOWN))
             stand_ins[key] = _stand_in(dims[key], stored.shape, stored.dtype, attrs, stored[()])
     decoded, _attrs, _coords = xr.conventions.decode_cf_variables(stand_ins, {})
-    indexes = {key: decoded[key].to_index() for key in indexed}
+    indexes = dict(known) if known is not None else {key: decoded[key].to_index() for key in indexed}
     try:
         check_appendable(dims, indexes, today, dim)
         if not allow_unsorted and dim in indexes and dim in today.indexes:
@@ -180,7 +245,7 @@ def _plan(grp: h5py.Group, target, today: xr.Dataset, dim: str, allow_unsorted: 
         if is_dask_array(new.data) or new.dtype.kind in "OSUV" or var.dtype.kind in "OSUV":
             raise _General(key)  # streamed, or strings (widened, char arrays): the general path
         grown[key] = (var, var.dims.index(dim))
-    return _Plan(grown, indexes)
+    return _Plan(grown, indexes, {key: stand_ins[key].attrs for key in grown if key in indexes})
 
 
 def _grow(target, plan: _Plan, today: xr.Dataset) -> None:
@@ -207,7 +272,11 @@ def _grow(target, plan: _Plan, today: xr.Dataset) -> None:
             encoded = None if codec is None else codec.encode(values, name)
         if encoded is None:
             raise _General(name)
-        writes.append((dataset, axis, np.asarray(encoded)))
+        encoded = np.asarray(encoded)
+        if name in plan.indexes:  # the new labels as a read of them decodes them (remembered: _remember)
+            stand_in = _stand_in(var.dims, encoded.shape, encoded.dtype, plan.stored_attrs[name], encoded)
+            plan.appended[name] = xr.conventions.decode_cf_variables({name: stand_in}, {})[0][name].to_index()
+        writes.append((dataset, axis, encoded))
     for dataset, axis, encoded in writes:
         shape = list(dataset.shape)
         old = shape[axis]
@@ -287,13 +356,16 @@ def _commit_locked(today, path, dim, version, group_path, message, timestamp, ma
             return None
         grp = root[group_path] if group_path else root
         name = version if version is not None else next_version_name(vf)
+        st = os.stat(path)
+        key = (st.st_dev, st.st_ino, group_path, dim)
+        known = _remembered(key, parent, grp)
         for attempt in range(2):  # once more after a torn hash table was written again (as commit_staged)
             try:
                 with staged_version(
                     vf, name, prev_version=parent, make_current=make_current, timestamp=timestamp, message=message
                 ) as staged_root:
                     target = staged_root[group_path] if group_path else staged_root
-                    plan = _plan(grp, target, today, dim, allow_unsorted)
+                    plan = _plan(grp, target, today, dim, allow_unsorted, known)
                     _grow(target, plan, today)
             except _General:
                 return None
@@ -302,4 +374,6 @@ def _commit_locked(today, path, dim, version, group_path, message, timestamp, ma
                     raise
                 continue
             break
+        committed = f[version_path(name)]
+        _remember(key, committed[group_path] if group_path else committed, name, plan)
     return name
