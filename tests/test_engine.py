@@ -189,6 +189,24 @@ def test_unknown_version_lists_existing(committed):
     assert isinstance(err.value, KeyError)
 
 
+def test_names_that_are_not_committed_versions_are_not_opened(committed):
+    """A version given by name is opened straight from its group (no registry): only a committed one.
+    A group a crashed commit left (committed=False), one without a timestamp, the first version's
+    placeholder and a path into a version are what the registry refuses too."""
+    path, _, ds2 = committed
+    with h5py.File(path, "r+") as f:
+        versions = f["_version_data/versions"]
+        versions.copy("v2", "half")
+        versions["half"].attrs["committed"] = False
+        versions.create_group("by_hand")
+    for name in ("half", "by_hand", "__first_version__", "v2/sst", ""):
+        with pytest.raises(xv.VersionNotFoundError):
+            xr.open_dataset(path, engine="vhdf5", version=name)
+    with xr.open_dataset(path, engine="vhdf5", version="v2") as got:
+        assert got.encoding["vhdf5_version"] == "v2"
+        xr.testing.assert_identical(got.drop_encoding(), ds2)
+
+
 def test_not_versioned_file(tmp_path):
     plain = tmp_path / "plain.h5"
     with h5py.File(plain, "w") as f:

@@ -50,6 +50,7 @@ from .chunkcheck import DAMAGE_ERRORS, describe
 from .mutation import file_name
 
 __all__ = [
+    "committed_flag",
     "extend_to_recorded_end",
     "interrupted_damage",
     "move_end_past_chunks",
@@ -114,7 +115,7 @@ def interrupted_damage(h5file: h5py.Group) -> str | None:
             return f"current_version names {current!r}, whose group never reached the file (a commit interrupted)"
         return f"the current version {current!r} cannot be read ({describe(exc)})"
     try:
-        committed = _committed(group)
+        committed = committed_flag(group)
     except DAMAGE_ERRORS as exc:
         return f"the current version {current!r} cannot be read ({describe(exc)})"
     if committed is False:
@@ -122,8 +123,11 @@ def interrupted_damage(h5file: h5py.Group) -> str | None:
     return None
 
 
-def _committed(group) -> bool | None:
-    """A version group's ``committed`` attribute (h5py's boolean enum read as int8); None if it has none."""
+def committed_flag(group) -> bool | None:
+    """A version group's ``committed`` attribute (h5py's boolean enum read as int8); None if it has none.
+
+    ``group``: the group's low-level id (``h5py.h5g.GroupID`` or ``h5py.h5o`` object id).
+    """
     if not h5a.exists(group, b"committed"):
         return None
     value = np.empty((), dtype=np.int8)

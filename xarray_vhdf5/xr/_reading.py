@@ -23,12 +23,13 @@ from typing import Any
 import h5py
 import numpy as np
 import xarray as xr
-from h5py import h5o
+from h5py import h5a, h5g, h5o
 from xarray.backends import BackendArray, CachingFileManager
 from xarray.core import indexing
 
 from .._backend.h5attrs import object_attrs
 from .._backend.h5objects import object_info_by_name, open_object
+from .._backend.layout import FIRST_VERSION, versions_path
 from .._backend.layout import version_path as root_path
 from .._backend.manifest_resolve import resolve_manifest
 from .._backend.names import (
@@ -42,6 +43,7 @@ from .._backend.names import (
 from .._backend.signature import not_hdf5_error
 from .._versions import chunkmaps, refs
 from .._versions.lookup import lookup_as_of, lookup_version
+from .._versions.openrepair import committed_flag
 from .._versions.registry import VersionKey, VersionRegistry
 from .._versions.sharing import SharedFile, version_timestamp
 from ._array import HandleBackendArray, ManifestBackendArray, VersionedBackendArray
@@ -159,15 +161,41 @@ def open_version_group(f: h5py.File, version: VersionKey, group: str | None, as_
     KeyError
         ``group`` does not exist in that version.
     """
-    registry = VersionRegistry(f)
-    name = lookup_version(registry, version) if as_of is None else lookup_as_of(registry, version, as_of)
-    root = registry.group[name]
+    root = _named_version(f, version) if as_of is None else None
+    if root is not None:  # what lookup_version answers first: a committed version of that name
+        name = str(version)
+    else:
+        registry = VersionRegistry(f)
+        name = lookup_version(registry, version) if as_of is None else lookup_as_of(registry, version, as_of)
+        root = registry.group[name]
     if group in (None, "", "/"):
         return name, root
     path = group.strip("/")
     if path not in root or not isinstance(root[path], h5py.Group):
         raise KeyError(f"no group {group!r} in version {name!r}; groups: {sorted(_groups(root))}")
     return name, root[path]
+
+
+def _named_version(f: h5py.File, version: VersionKey) -> h5py.Group | None:
+    """The group of the committed version named ``version``, opened without the version registry; else None.
+
+    A name is the first thing :func:`~xarray_vhdf5._versions.lookup.lookup_version`
+    looks for, among committed versions: groups of the versions group with a
+    ``timestamp`` whose ``committed`` attribute is not False
+    (:func:`~xarray_vhdf5._versions.index.read_group_entry`). Asking the group
+    directly answers that in three libhdf5 calls, where loading the registry
+    reads the version index; anything else (a branch, a time, a position, an
+    uncommitted group) is left to the registry.
+    """
+    if not isinstance(version, str) or not version or version == FIRST_VERSION or "/" in version:
+        return None
+    try:
+        gid = h5g.open(f.id, f"{versions_path()}/{version}".encode("utf-8", "surrogateescape"))
+    except (KeyError, ValueError, UnicodeEncodeError):
+        return None
+    if not h5a.exists(gid, b"timestamp") or committed_flag(gid) is False:
+        return None
+    return h5py.Group(gid)
 
 
 def opened_branch(f: h5py.File, version: VersionKey, name: str) -> str | None:
