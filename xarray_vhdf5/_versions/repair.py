@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
+from h5py import h5o
 
 from .._backend.h5objects import allocate_through, end_of_allocation, readable
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
@@ -284,17 +285,26 @@ def repair(f, report: CheckReport) -> RepairReport:
         with mutating(h5file, what="repair"):
             out.rerooted = [v for v in rerooted if _set_parent(versions, v, FIRST_VERSION, out)]
     if doomed:
+        # A version holding an object libhdf5 cannot read fails its unlink halfway, and libhdf5's
+        # cache of this handle then refuses the next unlink too (measured): such versions are
+        # moved aside whole first (a link move reads no header below the group).
+        torn = [v for v in doomed if not _walkable(versions, v)]
+        if torn:
+            with mutating(h5file, what="repair"):
+                _unlink(h5file, torn, out, park=True)
+        rest = [v for v in doomed if v not in torn]
         try:
-            deleted = delete_versions(h5file, doomed)  # a mutation of its own
+            deleted = delete_versions(h5file, rest) if rest else None  # a mutation of its own
         except (FileBusyError, StaleVersionError):  # another writer, not damage
             raise
         except _DELETE_FAILURES as exc:
             out.notes.append(f"raw_data could not be compacted ({describe(exc)}): the groups were unlinked only")
             with mutating(h5file, what="repair"):
-                _unlink(h5file, doomed, out)
+                _unlink(h5file, rest, out)
         else:
-            out.compacted = True
-            out.reparented.update(deleted.reparented)
+            out.compacted = deleted is not None
+            if deleted is not None:
+                out.reparented.update(deleted.reparented)
         gone = set(versions)
         out.removed = [v for v in damaged if v not in gone]
         out.leftovers_removed = [v for v in leftovers if v not in gone]
@@ -470,8 +480,26 @@ def _parent(versions: h5py.Group, name: str) -> str:
     return prev.decode() if isinstance(prev, bytes) else str(prev)
 
 
-def _unlink(h5file: h5py.Group, doomed: list[str], out: RepairReport) -> None:
-    """Delete the groups ``doomed`` without compaction, re-parenting their children (as delete_versions)."""
+def _walkable(versions: h5py.Group, name: str) -> bool:
+    """Whether libhdf5 reads the header of every object under version ``name`` (``H5Lvisit``, ``H5Oget_info``)."""
+    try:
+        group = versions[name]
+        names: list[bytes] = []
+        group.id.links.visit(names.append)
+        for member in names:
+            h5o.get_info(group.id, member)
+    except DAMAGE_ERRORS:
+        return False
+    return True
+
+
+def _unlink(h5file: h5py.Group, doomed: list[str], out: RepairReport, park: bool = False) -> None:
+    """Delete the groups ``doomed`` without compaction, re-parenting their children (as delete_versions).
+
+    ``park``: move them into the bookkeeping group instead
+    (``/__vhdf5__/damaged_versions/<name>``, never read), for groups whose
+    objects libhdf5 cannot read.
+    """
     try:
         Scratch.recover(h5file)  # a deletion that failed halfway leaves its scratch group
     except DAMAGE_ERRORS as exc:
@@ -495,9 +523,13 @@ def _unlink(h5file: h5py.Group, doomed: list[str], out: RepairReport) -> None:
     for name in doomed:
         if name in versions:
             try:
-                del versions[name]
+                if park:
+                    h5file.move(versions[name].name, bookkeeping.parking_place(h5file, "versions", name))
+                else:
+                    del versions[name]
             except DAMAGE_ERRORS as exc:
-                out.notes.append(f"the group of {name!r} could not be deleted: {describe(exc)}")
+                what = "moved aside" if park else "deleted"
+                out.notes.append(f"the group of {name!r} could not be {what}: {describe(exc)}")
 
 
 def _retire_rows(vdata: h5py.Group, path: str, rows: list[tuple[int, bytes]], out: RepairReport) -> int:
