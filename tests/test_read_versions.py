@@ -106,6 +106,24 @@ def test_many_batches_read_the_same(history, monkeypatch):
         np.testing.assert_array_equal(reader.read_versions("big", (slice(0, 40),)), whole)
 
 
+def test_raw_datas_manifest_is_made_once_while_the_file_is_unchanged(history, monkeypatch):
+    """Batch after batch (one version each), raw_data's manifest is made once; when the file's write
+    counter moves between batches (a writer committed), it is made again."""
+    file, model = history
+    made = []
+    whole = reader_history._whole
+    monkeypatch.setattr(reader_history, "_whole", lambda *a: made.append(1) or whole(*a))
+    monkeypatch.setattr(reader_history, "HOLD", 0.0)
+    with xv.VersionedHDF5File.open(file) as reader:
+        want = [model[v]["grp/small"][3] for v in reader.versions]
+        assert reader.read_versions("grp/small", 3).tolist() == want
+        assert len(made) == 1
+        tokens = iter(range(1000))
+        monkeypatch.setattr(reader, "_token", lambda: ("writes", next(tokens) // 4))  # moves every 4 calls
+        assert reader.read_versions("grp/small", 3).tolist() == want
+        assert len(made) > 2
+
+
 def test_stored_maps_are_used(history, monkeypatch):
     """Versions of ``big`` are read from their logged maps (no mapping decoded); ``small``'s (5 chunks,
     no map) have their mappings decoded onto raw_data's one manifest: no manifest of their own."""

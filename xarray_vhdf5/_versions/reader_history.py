@@ -33,6 +33,7 @@ from h5py._hl import selections as _selections
 
 from .._backend.chunkmap import mapped_starts, version_dataset_layout
 from .._backend.chunks import chunk_grid_shape
+from .._backend.h5objects import open_object
 from .._backend.hashtable import committed_chunks
 from .._backend.layout import VERSION_DATA, version_path
 from .._backend.manifest import ChunkManifest
@@ -68,12 +69,20 @@ def read_versions(
         raise TypeError("read_versions takes no field names: read the fields from its result")
     plans: dict[tuple[int, ...], tuple] = {}  # per shape: h5py's checks passed, the manifest's key
     parts: list[np.ndarray] = []
-    while len(parts) < len(names):
-        with reader._handle() as f:
-            listing = reader._read_listing  # the file as this handle sees it
-            rest = names[len(parts) :]
-            stamps = {n: t for n in set(rest) if (t := listing.timestamp_micros(n)) is not None}
-            _read_batch(f, path, args, rest, stamps, reader.verify, plans, parts, time.monotonic() + HOLD)
+    bases: dict[Any, ChunkManifest | None] = {}  # raw_data's manifest, by the file's token
+    try:
+        while len(parts) < len(names):
+            with reader._handle() as f:
+                listing = reader._read_listing  # the file as this handle sees it
+                rest = names[len(parts) :]
+                stamps = {n: t for n in set(rest) if (t := listing.timestamp_micros(n)) is not None}
+                token = reader._token()  # unchanged: no writer since, the manifest of raw_data holds
+                if token not in bases:
+                    _close_bases(bases)
+                until = time.monotonic() + HOLD
+                _read_batch(f, path, args, rest, stamps, reader.verify, plans, parts, until, bases, token)
+    finally:
+        _close_bases(bases)
     if not parts:
         raise ValueError("no versions to read")
     shapes = {p.shape for p in parts}
@@ -88,6 +97,13 @@ def read_versions(
             f"({shown}{more}): select a region every version has"
         )
     return np.stack(parts)
+
+
+def _close_bases(bases: dict) -> None:
+    for base in bases.values():
+        if base is not None:
+            base.close()
+    bases.clear()
 
 
 def _whole(raw: h5py.Dataset, lookup, verify: bool) -> ChunkManifest | None:
@@ -170,9 +186,13 @@ def _read_batch(
     plans: dict,
     out: list[np.ndarray],
     until: float,
+    bases: dict,
+    token: Any,
 ) -> None:
     """Append to ``out`` the selection ``args`` of dataset ``path`` in the versions ``names``, in order,
-    until the clock passes ``until`` (at least one). ``stamps``: their timestamps (us), for the map log."""
+    until the clock passes ``until`` (at least one). ``stamps``: their timestamps (us), for the map log.
+    ``bases``: raw_data's manifest (None: none) under the file's ``token``, made by the first batch
+    that needs it and kept for the next while no writer changed the file."""
     raw = f.get(f"/{VERSION_DATA}/{path}/raw_data")
     maps = lookup = chunks = None
     logged: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
@@ -185,8 +205,8 @@ def _read_batch(
         if log is not None:
             logged = log.maps(stamps.items())
     raw_fill = None if chunks is None else np.asarray(raw.fillvalue, raw.dtype).tobytes()
-    base: ChunkManifest | None = None  # made at the first version with a map (small datasets have none)
-    tried = False
+    base: ChunkManifest | None = bases.get(token)  # made at the first version with a map
+    tried = token in bases
     read: dict[tuple, np.ndarray] = {}  # (shape, chunk numbers the selection touches) -> the values
     for k, name in enumerate(names):
         if k and time.monotonic() > until:
@@ -197,13 +217,14 @@ def _read_batch(
             found = maps.numbers(name)
         vds = None
         if found is None and chunks is not None:  # no map: the mappings decoded, onto the same manifest
-            vds = f.get(vds_path)
-            if not isinstance(vds, h5py.Dataset):
+            vds = open_object(f, vds_path, h5py.Dataset)
+            if vds is None:
                 raise KeyError(f"no dataset {path!r} in version {name!r}")
             found = _decoded(vds, raw, chunks, raw_fill)
         if found is not None and not tried:
             assert raw is not None
             base, tried = _whole(raw, lookup, verify), True
+            bases[token] = base
         manifest: ChunkManifest | None = None
         if found is not None and base is not None and not (found[1].size and int(found[1].max()) >= len(base.rows)):
             shape = found[0]
@@ -226,8 +247,6 @@ def _read_batch(
             manifest.close()  # a remapped manifest's close leaves its parent's descriptor
         if same is not None:
             read[same] = out[-1]
-    if base is not None:
-        base.close()
 
 
 def _decoded(
@@ -239,7 +258,7 @@ def _decoded(
     its bytes) and chunks, mapping whole raw_data chunks (``docs/format.md``).
     Else None: :func:`resolve_manifest` then makes the dataset its own manifest.
     """
-    dcpl = vds.id.get_create_plist()
+    dcpl = getattr(vds, "_dcpl", None) or vds.id.get_create_plist()  # the copy h5py made opening vds
     dtype = vds.dtype
     if dcpl.get_layout() != h5d.VIRTUAL or dtype.hasobject or dtype != raw.dtype:
         return None
@@ -269,8 +288,8 @@ def _resolved(f: h5py.File, name: str, path: str, vds_path: str, verify: bool, l
     """``(manifest or None, the version's dataset)``: its mappings decoded through this handle
     (``vds``: the dataset, when already got)."""
     if vds is None:
-        vds = f.get(vds_path)
-    if not isinstance(vds, h5py.Dataset):
+        vds = open_object(f, vds_path, h5py.Dataset)
+    if vds is None:
         raise KeyError(f"no dataset {path!r} in version {name!r}")
     if vds.dtype.kind == "O" or not vds.is_virtual:
         return None, vds
