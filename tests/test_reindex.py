@@ -149,22 +149,29 @@ def test_reindexing_a_whole_index_copies_every_chunk_and_changes_no_value(tmp_pa
     _assert_versions(path, model, list(model))
 
 
-def test_a_deletion_parks_a_torn_chunk_map_group_instead_of_failing(tmp_path):
-    """A torn group under the bookkeeping caches (a killed commit's chunk map) made libhdf5 fail the
-    unlink halfway, and then refuse to move it aside too: the deletion that drops the caches failed."""
+@pytest.mark.parametrize("torn", ["group", "dataset"])
+def test_a_deletion_parks_a_torn_chunk_map_group_instead_of_failing(tmp_path, torn):
+    """A torn group under the bookkeeping caches (a killed commit's chunk map), or a torn header of a
+    map in it, made libhdf5 fail the unlink halfway, and then refuse to move it aside too: the
+    deletion that drops the caches failed."""
     path = tmp_path / "maps.h5"
     model = _build(path)
     with h5py.File(path, "r") as f:
         target = object_address(f["__vhdf5__/chunk_maps/v3/x"].id)
     blob = bytearray(path.read_bytes())
-    at = blob.find(b"SNOD")
-    while at >= 0 and int.from_bytes(blob[at + 16 : at + 24], "little") != target:
-        at = blob.find(b"SNOD", at + 1)
-    assert at >= 0, "the symbol table node listing chunk_maps/v3's members"
-    blob[at : at + 4] = b"\0\0\0\0"
+    if torn == "group":  # the symbol table node listing chunk_maps/v3's members
+        at = blob.find(b"SNOD")
+        while at >= 0 and int.from_bytes(blob[at + 16 : at + 24], "little") != target:
+            at = blob.find(b"SNOD", at + 1)
+        assert at >= 0
+        blob[at : at + 4] = b"\0\0\0\0"
+    elif blob[target : target + 4] == b"OHDR":  # the map's header (version 2): its checksum fails
+        blob[target + 6] ^= 0xFF
+    else:  # version 1: the first message's size past the header's end
+        blob[target + 18 : target + 20] = b"\xff\xff"
     path.write_bytes(bytes(blob))
     with h5py.File(path, "r") as f, pytest.raises((KeyError, RuntimeError, OSError)):
-        list(f["__vhdf5__/chunk_maps/v3"])
+        [f["__vhdf5__/chunk_maps/v3"][k].shape for k in f["__vhdf5__/chunk_maps/v3"]]
 
     with xv.open_file(path, "r+") as f:
         xv.delete_versions(f, ["v1"])

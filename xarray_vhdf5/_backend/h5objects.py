@@ -56,6 +56,7 @@ __all__ = [
     "open_by_address",
     "open_object",
     "readable",
+    "readable_tree",
     "relinked",
 ]
 
@@ -251,6 +252,24 @@ def readable(file_id, path: bytes) -> bool:
     """
     try:
         h5o.get_info(file_id, path)
+    except (KeyError, RuntimeError, OSError, ValueError):
+        return False
+    return True
+
+
+def readable_tree(group_id) -> bool:
+    """Whether libhdf5 reads every link below the group ``group_id`` and the header of every object they name.
+
+    ``H5Lvisit``, then ``H5Oget_info`` per member. Unlinking a group whose
+    members libhdf5 cannot read fails halfway, and libhdf5's cache of the
+    handle then refuses to unlink or move it too (measured): callers move such
+    a group aside whole instead.
+    """
+    names: list[bytes] = []
+    try:
+        group_id.links.visit(names.append)
+        for name in names:
+            h5o.get_info(group_id, name)
     except (KeyError, RuntimeError, OSError, ValueError):
         return False
     return True

@@ -35,6 +35,7 @@ from __future__ import annotations
 import h5py
 from h5py import h5g, h5o
 
+from .._backend.h5objects import readable_tree
 from .._backend.layout import BOOKKEEPING, VERSION_DATA, VERSION_INDEX
 
 __all__ = [
@@ -162,8 +163,9 @@ def discard(bk: h5py.Group, name: str) -> None:
     must never be the reason an operation fails: such an object is moved
     aside instead (one link move, no header read) to
     ``damaged_caches/<name>`` (:func:`parking_place`), never read again (a
-    group is first walked link by link, so that one torn below it is moved
-    whole before libhdf5 starts unlinking it);
+    group is looked through first, :func:`~xarray_vhdf5._backend.h5objects.readable_tree`,
+    so that one with a torn object below is moved whole before libhdf5 starts
+    unlinking it);
     when the failed unlink already removed the link, nothing is moved. When a
     group on the path is torn too (its links cannot be read or moved), the
     nearest group above it that moves is parked, up to the member of ``bk``
@@ -178,12 +180,11 @@ def discard(bk: h5py.Group, name: str) -> None:
         if name not in bk:
             return
         member = bk[name]
-        if isinstance(member, h5py.Group):
-            # A torn group below fails the unlink halfway, and libhdf5's cache of this
-            # handle then refuses the move below too (measured): walk the links first.
-            member.id.links.visit(lambda link: None)
-        del bk[name]
-        return
+        # A torn object below fails the unlink halfway, and libhdf5's cache of this
+        # handle then refuses the move below too (measured): look first.
+        if not isinstance(member, h5py.Group) or readable_tree(member.id):
+            del bk[name]
+            return
     except _TORN:  # the object's header (or a group's on its path) is torn
         pass
     try:

@@ -61,9 +61,8 @@ from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
-from h5py import h5o
 
-from .._backend.h5objects import allocate_through, end_of_allocation, readable
+from .._backend.h5objects import allocate_through, end_of_allocation, readable, readable_tree
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from .._backend.signature import recorded_end
 from ..errors import CorruptFileError, FileBusyError, StaleVersionError, VHDF5Error
@@ -481,16 +480,11 @@ def _parent(versions: h5py.Group, name: str) -> str:
 
 
 def _walkable(versions: h5py.Group, name: str) -> bool:
-    """Whether libhdf5 reads the header of every object under version ``name`` (``H5Lvisit``, ``H5Oget_info``)."""
+    """Whether libhdf5 reads the header of every object under version ``name`` (:func:`readable_tree`)."""
     try:
-        group = versions[name]
-        names: list[bytes] = []
-        group.id.links.visit(names.append)
-        for member in names:
-            h5o.get_info(group.id, member)
+        return readable_tree(versions[name].id)
     except DAMAGE_ERRORS:
         return False
-    return True
 
 
 def _unlink(h5file: h5py.Group, doomed: list[str], out: RepairReport, park: bool = False) -> None:
