@@ -59,6 +59,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import threading
 
 import h5py
 import numpy as np
@@ -120,6 +121,7 @@ class _Remembered:
 #: By ``(device, inode, group path, dimension)``, for the last few files appended to.
 _REMEMBERED: collections.OrderedDict[tuple, _Remembered] = collections.OrderedDict()
 _REMEMBERED_FILES = 8
+_REMEMBERED_LOCK = threading.Lock()  # threads may append to different files at once
 
 
 def _stamp(grp: h5py.Group, version: str, keys) -> tuple | None:
@@ -137,7 +139,8 @@ def _stamp(grp: h5py.Group, version: str, keys) -> tuple | None:
 
 def _remembered(key: tuple, parent: str, grp: h5py.Group) -> dict | None:
     """The indexes remembered for ``key`` when ``parent`` (its group ``grp``) is the version they describe."""
-    found = _REMEMBERED.get(key)
+    with _REMEMBERED_LOCK:
+        found = _REMEMBERED.get(key)
     if found is None or found.version != parent or _stamp(grp, parent, sorted(found.indexes)) != found.stamp:
         return None
     return found.indexes
@@ -147,11 +150,12 @@ def _remember(key: tuple, grp: h5py.Group, version: str, plan: _Plan) -> None:
     """Remember the indexes of ``version`` (just committed; ``grp`` its group): ``plan``'s, with the new labels."""
     indexes = {d: index.append(plan.appended[d]) if d in plan.appended else index for d, index in plan.indexes.items()}
     stamp = _stamp(grp, version, sorted(indexes))
-    _REMEMBERED.pop(key, None)
-    if stamp is not None and all(d in plan.appended or d not in plan.grown for d in indexes):
-        _REMEMBERED[key] = _Remembered(version, stamp, indexes)
-        while len(_REMEMBERED) > _REMEMBERED_FILES:
-            _REMEMBERED.popitem(last=False)
+    with _REMEMBERED_LOCK:
+        _REMEMBERED.pop(key, None)
+        if stamp is not None and all(d in plan.appended or d not in plan.grown for d in indexes):
+            _REMEMBERED[key] = _Remembered(version, stamp, indexes)
+            while len(_REMEMBERED) > _REMEMBERED_FILES:
+                _REMEMBERED.popitem(last=False)
 
 
 def _dims_of(grp: h5py.Group, bkey: bytes) -> tuple[str, ...] | None:
