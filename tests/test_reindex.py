@@ -113,6 +113,29 @@ def test_repair_rebuilds_a_torn_chunk_index_and_keeps_every_version(tmp_path):
     _assert_versions(path, model, list(model))
 
 
+def test_a_commit_into_a_torn_chunk_index_says_what_to_run(tmp_path):
+    """libhdf5 cannot add a chunk under a torn node: the commit raises CorruptFileError (not libhdf5's bare
+    RuntimeError) naming `vhdf5 check --repair`, commits nothing, and commits after the repair."""
+    path = tmp_path / "torn.h5"
+    model = _build(path)
+    _tear_newest_leaf(path)
+    with xv.open_file(path, "r+") as f, pytest.raises(xv.CorruptFileError, match="check --repair") as err:
+        with xv.VersionedHDF5File(f).stage_version("v4") as g:
+            g["x"][0] = 1234.0
+    assert "B-tree" in str(err.value) and isinstance(err.value, OSError)
+    with h5py.File(path, "r") as f:
+        assert "v4" not in f["/_version_data/versions"]
+    result = CliRunner().invoke(cli, ["check", "--repair", str(path)])
+    assert "raw_data chunk index rebuilt" in result.output and "no problems found" in result.output, result.output
+    with xv.open_file(path, "r+") as f:
+        with xv.VersionedHDF5File(f).stage_version("v4") as g:
+            g["x"][0] = 1234.0
+    model["v4"] = model["v3"].copy()
+    model["v4"][0] = 1234.0
+    assert check_file(path, rehash=True).ok
+    _assert_versions(path, model, list(model))
+
+
 def test_without_the_address_table_the_versions_needing_lost_chunks_are_rolled_back(tmp_path):
     path = tmp_path / "torn.h5"
     model = _build(path)

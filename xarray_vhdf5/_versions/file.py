@@ -28,8 +28,10 @@ from ..errors import (
     StaleVersionError,
     UnsupportedError,
     VersionExistsError,
+    VHDF5Error,
 )
 from .caches import caches_for
+from .check import corrupt_file_error
 from .commit import CommitReport, commit_version
 from .delete import DeleteReport, delete_versions
 from .index import touch as touch_index
@@ -679,6 +681,9 @@ class VersionedHDF5File(RefMethods):
                 if index_was_valid:  # the failed commit made and removed a group: same versions
                     touch_index(self._registry.vdata, self._registry.group)
                 self._repair_hash_table(exc)
+                damage = self._damage(exc)
+                if damage is not None:  # libhdf5 met damaged bytes: say so, and what to run
+                    raise damage from exc
                 raise
             finally:
                 root._close()
@@ -697,6 +702,18 @@ class VersionedHDF5File(RefMethods):
             if self._trim_every and self._commits_since_trim >= self._trim_every:
                 self._commits_since_trim = 0
                 trim_metadata_cache(self.f.file.id)
+
+    def _damage(self, exc: BaseException) -> CorruptFileError | None:
+        """libhdf5's ``exc`` from a commit as a :class:`CorruptFileError`, when its message says the file is damaged.
+
+        E.g. a chunk index a killed writer tore ("wrong B-tree signature"),
+        which ``vhdf5 check --repair`` rebuilds (:mod:`~xarray_vhdf5._versions.reindex`).
+        None for this package's own errors (already what they should be) and
+        anything that is not damage (:func:`~xarray_vhdf5._versions.check.corrupt_file_error`).
+        """
+        if isinstance(exc, VHDF5Error):
+            return None
+        return corrupt_file_error(file_name(self.f) if self.f.id.valid else None, exc)
 
     def _repair_hash_table(self, exc: BaseException) -> None:
         """After a staging or commit that met a hash table libhdf5 cannot open: write it again from the versions.
