@@ -21,6 +21,7 @@ from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5._backend.names import NETCDF_DIMENSION_ATTRS
 from xarray_vhdf5.errors import IncompatibleDataError, ValueOverflowError
 from xarray_vhdf5.xr import _accessor, _append
+from xarray_vhdf5.xr._append import _stand_in
 
 LAT = np.linspace(-80.0, 80.0, 5)
 LON = np.arange(0.0, 360.0, 60.0)
@@ -232,23 +233,41 @@ def test_a_file_without_dimension_names_takes_the_general_path(tmp_path, monkeyp
 def _remembered_for(path) -> dict:
     st = path.stat()
     found = _append._REMEMBERED.get((st.st_dev, st.st_ino, "", "time"))
-    return {} if found is None else {"version": found.version, **found.indexes}
+    return {} if found is None else {"version": found.version}
 
 
 @pytest.mark.parametrize("options", [{}, {"extra": True}], ids=["float", "coords"])
 def test_the_indexes_remembered_are_those_a_read_gives(tmp_path, monkeypatch, options):
-    """After each one-open append, the process keeps the new version's decoded indexes for the next
-    (not read again): they must equal what xr.open_dataset decodes from the file."""
+    """After each one-open append, the process keeps the new version's indexes (its parent's, decoded, and
+    its new labels as stored) for the next, which reads no coordinate: the labels the next append checks
+    against must equal what xr.open_dataset decodes from the file."""
     _fast_only(monkeypatch)
     path = tmp_path / "a.h5"
-    _run(path, [_day(t, **options) for t in range(4)])
-    remembered = _remembered_for(path)
-    assert remembered.pop("version") == "d3"
+    days = [_day(t, **options) for t in range(5)]
+    _run(path, days[:4])
+    assert _remembered_for(path)["version"] == "d3"
     with xr.open_dataset(path, engine="vhdf5") as got:
-        assert remembered.keys() == {"time", "lat", "lon"}
-        for key, index in remembered.items():
-            assert index.equals(got.indexes[key]), key
-            assert index.dtype == got.indexes[key].dtype, key
+        want = {key: got.indexes[key] for key in ("time", "lat", "lon")}
+    checked = []
+    check = _append.check_appendable
+    monkeypatch.setattr(
+        _append, "check_appendable", lambda dims, indexes, *a: checked.append(indexes) or check(dims, indexes, *a)
+    )
+    given = []  # the sizes of the stand-ins made with values (a coordinate read, or the parent's new labels)
+
+    def stand_in(dims, shape, dtype, attrs, values=None):
+        if values is not None:
+            given.append(np.size(values))
+        return _stand_in(dims, shape, dtype, attrs, values)
+
+    monkeypatch.setattr(_append, "_stand_in", stand_in)
+    days[4].vhdf5.commit("d4", path=path, append_dim="time")
+    (indexes,) = checked
+    assert indexes.keys() == want.keys()
+    for key, index in indexes.items():
+        assert index.equals(want[key]), key
+        assert index.dtype == want[key].dtype, key
+    assert given == [1]  # no coordinate read: only d3's new time label decoded
 
 
 def test_a_parent_rewritten_by_another_writer_is_read_again(tmp_path, monkeypatch):

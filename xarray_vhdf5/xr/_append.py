@@ -33,13 +33,14 @@ write lock, with the same checks and the same stored result:
 
 The decoded indexes of step 1 are the only part that grows with the
 history (the appended dimension's labels, read and CF-decoded whole). After
-a commit, this process remembers them with the new labels appended (decoded
-from the values just stored), and the next append to the same file and group
-takes them instead of reading, when its parent is that version: same name,
-same ``timestamp`` and the same object addresses of the coordinates' virtual
-datasets (any rewrite of them by this package or versioned-hdf5 makes new
-ones, and a version deleted and committed again has another timestamp). The
-checks then compare against the same labels a read would give.
+a commit, this process remembers them, and the new labels as stored (encoded),
+and the next append to the same file and group takes them instead of
+reading, when its parent is that version: same name, same ``timestamp`` and
+the same object addresses of the coordinates' virtual datasets (any rewrite
+of them by this package or versioned-hdf5 makes new ones, and a version
+deleted and committed again has another timestamp). It CF-decodes those new
+labels where it would decode the whole coordinate (one decode a commit either
+way), so the checks compare against the same labels a read would give.
 
 Since the current version is read under the write lock, no other writer can
 commit between the read and the commit (the general path's
@@ -105,8 +106,7 @@ class _Plan:
 
     grown: dict  # name -> (decoded stand-in of the stored dataset (placeholder values), axis of the dimension)
     indexes: dict  # dimension -> pandas.Index of its stored coordinate (those today indexes too)
-    stored_attrs: dict = dataclasses.field(default_factory=dict)  # grown dimension coordinate -> its stored attrs
-    appended: dict = dataclasses.field(default_factory=dict)  # grown dimension coordinate -> index of the new labels
+    appended: dict = dataclasses.field(default_factory=dict)  # grown dimension coordinate -> its new values, stored
 
 
 @dataclasses.dataclass
@@ -115,7 +115,8 @@ class _Remembered:
 
     version: str
     stamp: tuple  # _stamp() of the version then
-    indexes: dict  # dimension -> pandas.Index
+    indexes: dict  # dimension -> pandas.Index of its parent's labels
+    appended: dict  # dimension it grew -> the values it appended, as stored (encoded)
 
 
 #: By ``(device, inode, group path, dimension)``, for the last few files appended to.
@@ -137,23 +138,22 @@ def _stamp(grp: h5py.Group, version: str, keys) -> tuple | None:
         return None
 
 
-def _remembered(key: tuple, parent: str, grp: h5py.Group) -> dict | None:
-    """The indexes remembered for ``key`` when ``parent`` (its group ``grp``) is the version they describe."""
+def _remembered(key: tuple, parent: str, grp: h5py.Group) -> _Remembered | None:
+    """What was remembered for ``key`` when ``parent`` (its group ``grp``) is the version it describes."""
     with _REMEMBERED_LOCK:
         found = _REMEMBERED.get(key)
     if found is None or found.version != parent or _stamp(grp, parent, sorted(found.indexes)) != found.stamp:
         return None
-    return found.indexes
+    return found
 
 
 def _remember(key: tuple, grp: h5py.Group, version: str, plan: _Plan) -> None:
-    """Remember the indexes of ``version`` (just committed; ``grp`` its group): ``plan``'s, with the new labels."""
-    indexes = {d: index.append(plan.appended[d]) if d in plan.appended else index for d, index in plan.indexes.items()}
-    stamp = _stamp(grp, version, sorted(indexes))
+    """Remember ``plan``'s indexes and new values for the next append onto ``version`` (``grp``: its group)."""
+    stamp = _stamp(grp, version, sorted(plan.indexes))
     with _REMEMBERED_LOCK:
         _REMEMBERED.pop(key, None)
-        if stamp is not None and all(d in plan.appended or d not in plan.grown for d in indexes):
-            _REMEMBERED[key] = _Remembered(version, stamp, indexes)
+        if stamp is not None and all(d in plan.appended for d in plan.indexes if d in plan.grown):
+            _REMEMBERED[key] = _Remembered(version, stamp, plan.indexes, plan.appended)
             while len(_REMEMBERED) > _REMEMBERED_FILES:
                 _REMEMBERED.popitem(last=False)
 
@@ -189,14 +189,15 @@ def _stand_in(dims: tuple, shape: tuple, dtype: np.dtype, attrs: dict, values=No
 
 
 def _plan(
-    grp: h5py.Group, target, today: xr.Dataset, dim: str, allow_unsorted: bool, known: dict | None = None
+    grp: h5py.Group, target, today: xr.Dataset, dim: str, allow_unsorted: bool, known: _Remembered | None = None
 ) -> _Plan:
     """Check ``today`` against the staged group ``target`` as :func:`~xarray_vhdf5.xr._stage.append_staged` does.
 
     ``grp`` is the parent version's h5py group of ``target``. Only the
     variables along ``dim`` are opened (the staged datasets the commit
-    writes) and only the indexed coordinates read; with ``known`` (the
-    parent's indexes, remembered: :func:`_remembered`) none is read.
+    writes) and only the indexed coordinates read; with ``known`` (what
+    the commit of the parent left: :func:`_remembered`) none is read, and
+    only the labels that commit appended are decoded.
 
     Raises
     ------
@@ -217,21 +218,31 @@ def _plan(
     indexed = {key for key, d in dims.items() if d == (key,) and (key == dim or key in today.indexes)}
     if any(d in dims and d not in indexed for d in (*today.indexes, dim)):
         raise _General(dim)  # a coordinate of another shape (a char array): compared by the general path
-    if known is not None and set(known) != indexed:
+    if known is not None and (set(known.indexes) != indexed or set(known.appended) != wanted & indexed):
         known = None
     stand_ins = {}
     for key in sorted(wanted | indexed):
         if key in wanted:  # opened as the staged dataset the commit writes (its attributes loaded once)
             dataset = target[key]
-            values = dataset[()] if key in indexed and known is None else None  # a dimension coordinate: read
             attrs = visible_attrs(dataset.attrs)
+            if known is not None and key in known.appended:  # the parent's new labels: decoded with it
+                values = known.appended[key]
+                stand_ins[key] = _stand_in(dims[key], values.shape, values.dtype, attrs, values)
+                continue
+            values = dataset[()] if key in indexed and known is None else None  # a dimension coordinate: read
             stand_ins[key] = _stand_in(dims[key], tuple(dataset.shape), dataset.dtype, attrs, values)
         elif known is None:  # a dimension coordinate the commit carries: read from the parent version
             stored = grp[key]
             attrs = visible_attrs(read_attrs_of(grp.id, key.encode(), skip=_NOT_SHOWN))
             stand_ins[key] = _stand_in(dims[key], stored.shape, stored.dtype, attrs, stored[()])
     decoded, _attrs, _coords = xr.conventions.decode_cf_variables(stand_ins, {})
-    indexes = dict(known) if known is not None else {key: decoded[key].to_index() for key in indexed}
+    if known is None:
+        indexes = {key: decoded[key].to_index() for key in indexed}
+    else:
+        indexes = {
+            key: index.append(decoded[key].to_index()) if key in known.appended else index
+            for key, index in known.indexes.items()
+        }
     try:
         check_appendable(dims, indexes, today, dim)
         if not allow_unsorted and dim in indexes and dim in today.indexes:
@@ -249,7 +260,7 @@ def _plan(
         if is_dask_array(new.data) or new.dtype.kind in "OSUV" or var.dtype.kind in "OSUV":
             raise _General(key)  # streamed, or strings (widened, char arrays): the general path
         grown[key] = (var, var.dims.index(dim))
-    return _Plan(grown, indexes, {key: stand_ins[key].attrs for key in grown if key in indexes})
+    return _Plan(grown, indexes)
 
 
 def _grow(target, plan: _Plan, today: xr.Dataset) -> None:
@@ -277,9 +288,8 @@ def _grow(target, plan: _Plan, today: xr.Dataset) -> None:
         if encoded is None:
             raise _General(name)
         encoded = np.asarray(encoded)
-        if name in plan.indexes:  # the new labels as a read of them decodes them (remembered: _remember)
-            stand_in = _stand_in(var.dims, encoded.shape, encoded.dtype, plan.stored_attrs[name], encoded)
-            plan.appended[name] = xr.conventions.decode_cf_variables({name: stand_in}, {})[0][name].to_index()
+        if name in plan.indexes:  # the new labels as stored, for the next append (_remember)
+            plan.appended[name] = encoded
         writes.append((dataset, axis, encoded))
     for dataset, axis, encoded in writes:
         shape = list(dataset.shape)
