@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import xarray_vhdf5 as xv
 from xarray_vhdf5._backend.h5attrs import read_attr, write_attr
-from xarray_vhdf5._versions import bookkeeping, chunkmaps, maplog, reader_history
+from xarray_vhdf5._versions import bookkeeping, chunkmaps, maplog, mutation, reader_history
 from xarray_vhdf5._versions.index import to_micros
 from xarray_vhdf5._versions.registry import VersionRegistry
 
@@ -263,7 +263,7 @@ def test_the_tip_this_process_logged_is_used_only_while_it_is_the_last_row(tmp_p
     writer's rows since, or a tip of another row, make the writer read the base's stored map."""
     path = tmp_path / "h.h5"
     history(path, 3)
-    key = next(k for k in maplog._TIPS if k[1] == "x" and k[0].endswith("h.h5"))
+    key = next(k for k in reversed(maplog._TIPS) if k[0] == "x")  # (path, owner): the last logged
     identity, numbers = maplog._TIPS[key]
     maplog._TIPS[key] = ((*identity[:2], identity[2] + 1, *identity[3:]), np.zeros_like(numbers))  # another row's
     with h5py.File(path, "r+") as f:
@@ -272,6 +272,30 @@ def test_the_tip_this_process_logged_is_used_only_while_it_is_the_last_row(tmp_p
             g["x"][12, 0] = 5.0
         assert log_group(f)["rows"][3, 3] == 1  # one chunk against v2's stored map (against zeros: 100)
         assert_same_maps(f, "x", 4)
+    assert_reads_match(path)
+
+
+def test_the_tip_serves_commits_through_a_handle_opened_for_each(tmp_path, monkeypatch):
+    """The journaled opener (``open_file``, the xarray writers) opens the file anew for each commit, and
+    libhdf5 names a journaled file by its file object: the tip is keyed by the log, not that name, so
+    the base's stored map is read once, not once a commit."""
+    path = tmp_path / "h.h5"
+    history(path, 2)
+    read = []
+    numbers = chunkmaps._numbers
+    monkeypatch.setattr(chunkmaps, "_numbers", lambda *a: read.append(a[1]) or numbers(*a))
+    names = []
+    kept = []  # each journaled file object kept, so that no later one reuses its address (and repr)
+    for k in range(2, 6):
+        with xv.open_file(path, "r+") as f:
+            kept.append(mutation._JOURNALED[f.id.fileno])
+            names.append(h5py.h5f.get_name(f.id))
+            with xv.VersionedHDF5File(f).stage_version(f"v{k}") as g:
+                g["x"][4 * k, :] = -k
+    assert len(set(names)) == 4, names  # libhdf5 named the file differently at each open
+    assert len(read) <= 1, read
+    with h5py.File(path, "r") as f:
+        assert_same_maps(f, "x", 6)
     assert_reads_match(path)
 
 

@@ -61,7 +61,7 @@ from typing import NamedTuple
 
 import h5py
 import numpy as np
-from h5py import h5d, h5f, h5g
+from h5py import h5d, h5g
 
 from .._backend.h5attrs import read_attr, write_attr
 from .._backend.rows import read_rows, write_rows
@@ -76,8 +76,12 @@ LOG = "map_log"
 _ROWS_CHUNK = 256  # HDF5 chunk of ``rows``, in rows
 _CHANGES_CHUNK = 4096  # of ``changes``, in rows (64 KiB)
 _FIXED = 6  # columns of ``rows`` before the shape
-#: Maps this process logged last, per (file, dataset): the base of its next row.
-_TIPS: OrderedDict[tuple[str, str], tuple[tuple[int, ...], np.ndarray]] = OrderedDict()
+#: Maps this process logged last, per dataset and log (its path and the object addresses of
+#: raw_data and its hash table the log was started for): the base of its next row, taken
+#: only while the log's last row is still that map's (row count, version digest, timestamp).
+#: Not keyed by libhdf5's name of the file: a journaled handle's is its file object's, new
+#: at each open, and every commit through ``open_file`` or the xarray writers opens anew.
+_TIPS: OrderedDict[tuple, tuple[tuple[int, ...], np.ndarray]] = OrderedDict()
 _TIPS_KEPT = 64
 _TIPS_LOCK = threading.Lock()
 
@@ -193,7 +197,7 @@ def append(
     previous = np.zeros((1, opened.width), np.int64)
     if n:
         read_rows(rows, n - 1, previous)
-    key = (h5f.get_name(bk.id).decode("utf-8", "surrogateescape"), path)  # the file as opened
+    key = (path, *owner)
     base_map = None
     if base is not None and n and int(previous[0, 0]) == name_digest(base[0]):
         with _TIPS_LOCK:
