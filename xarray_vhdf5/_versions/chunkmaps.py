@@ -532,20 +532,32 @@ def stored_addresses(f: h5py.File, path: str, raw: h5py.Dataset) -> np.ndarray |
     Returns
     -------
     numpy.ndarray of uint64, shape ``(n, 3)``, or None
-        File offset (:data:`UNKNOWN`: not resolved), stored size in bytes and
-        HDF5 filter mask of each chunk.
+        File offset in bytes (:data:`UNKNOWN`: not resolved), stored size in
+        bytes and HDF5 filter mask of each chunk.
+
+    Raises
+    ------
+    KeyError
+        raw_data has no hash table beside it, or it has no ``largest_index``.
     """
     bk = bookkeeping.open_group(f)
-    if bk is None:
+    table, usable = (None, 0) if bk is None else _usable_table(bk, path, raw)
+    if table is None:
         return None
-    try:
+    return read_rows(table, 0, np.empty((usable, 3), np.uint64)) if usable else np.zeros((0, 3), np.uint64)
+
+
+def _usable_table(bk: h5py.Group, path: str, raw: h5py.Dataset) -> tuple[h5d.DatasetID | None, int]:
+    """``path``'s address table (low-level, opened in ``bk``) and its rows usable for ``raw``; ``(None, 0)``
+    without a table written for this raw_data and its hash table. Usable: below the hash table's
+    ``largest_index`` (the chunks commits finished; rows past them are overwritten by the next)."""
+    try:  # low-level calls: this runs in every open of a dataset with a stored map
         table = h5d.open(bk.id, _address_path(path).encode())
     except (KeyError, ValueError):
-        return None
+        return None, 0
     if _owner_of(table) != table_owner(raw):
-        return None
-    n = min(int(table.shape[0]), committed_chunks(raw))
-    return read_rows(table, 0, np.empty((n, 3), np.uint64)) if n > 0 else np.zeros((0, 3), np.uint64)
+        return None, 0
+    return table, min(int(table.shape[0]), committed_chunks(raw))
 
 
 def _addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int, rows: np.ndarray) -> np.ndarray:
@@ -554,15 +566,7 @@ def _addresses(bk: h5py.Group, path: str, raw: h5py.Dataset, rows_per_chunk: int
     if rows.size == 0:
         return out
     k = rows.astype(np.intp) // rows_per_chunk
-    try:  # low-level calls: this runs in every open of a dataset with a stored map
-        table: h5d.DatasetID | None = h5d.open(bk.id, _address_path(path).encode())
-    except (KeyError, ValueError):
-        table = None
-    usable = 0
-    if table is not None and _owner_of(table) == table_owner(raw):
-        # the chunks a commit finished writing (rows past them are overwritten by the next)
-        committed = committed_chunks(raw)
-        usable = min(table.shape[0], committed)
+    table, usable = _usable_table(bk, path, raw)
     n = int(np.searchsorted(k, usable))  # rows[:n] have a usable row of the table
     if n:
         assert table is not None  # usable > 0

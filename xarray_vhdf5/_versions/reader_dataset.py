@@ -22,7 +22,6 @@ from .._backend.chunks import chunk_grid_shape
 from .._backend.h5attrs import UNREAD, object_attrs, read_attr_of
 from .._backend.h5objects import open_object
 from .._backend.hashing import is_vlen_string_dtype
-from .._backend.layout import version_path
 from .._backend.manifest_resolve import resolve_manifest
 from .._backend.names import NETCDF_REFERENCE_ATTRS
 from .._backend.raw_data import reported_fillvalue
@@ -30,7 +29,7 @@ from .._wrappers.dataset_api import FieldsView, chunk_slices
 from ..errors import ReadOnlyError, UnsupportedError, VersionNotFoundError
 from . import chunkmaps
 from .reader_tree import _HINT, _READ_ONLY, SharedAttrs, SharedVersionGroup, _Tree
-from .sharing import version_dataset
+from .sharing import version_dataset, version_timestamp
 
 if TYPE_CHECKING:  # for annotations only: the reader module imports this one
     from .reader import SharedVersionedFile
@@ -359,7 +358,7 @@ class SharedVersionDataset:
         vds = open_object(f, self.name, h5py.Dataset)
         if vds is None:
             vds = version_dataset(f, self.version, self.name)
-        if f[version_path(self.version)].attrs.get("timestamp") != self._tree.attrs[""].get("timestamp"):
+        if version_timestamp(f, self.version) != self._tree.attrs[""].get("timestamp"):
             raise VersionNotFoundError(
                 f"{self._reader.path!r}: version {self.version!r} was deleted while this dataset of it was "
                 "held (a new version of that name was committed since); get it again"
