@@ -20,6 +20,7 @@ import xarray_vhdf5.xr._reading as reading
 from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5._backend.manifest_resolve import resolve_manifest
 from xarray_vhdf5._versions import chunkmaps
+from xarray_vhdf5._versions.caches import forget_shared_caches
 from xarray_vhdf5._versions.mutation import open_file
 
 FIELDS = ("slots", "rows", "offsets", "nbytes", "filter_masks", "fillvalue", "raw_fillvalue")
@@ -280,3 +281,68 @@ def test_attributes_by_index_equal_h5py(tmp_path):
                 np.testing.assert_array_equal(value, want[name], err_msg=name)
         with pytest.raises(KeyError):
             read_attrs_of(f.id, b"missing")
+
+
+def _stage_one_row_and_resize(path, version: str, monkeypatch, decodes: list) -> np.ndarray:
+    """Stage ``version`` from the current one as a new process would: a row changed, the array grown.
+
+    The caches this process kept of the file since its last commit are dropped
+    first (a daily job starts without them). ``decodes`` collects each decode
+    of a virtual dataset's mappings the staging asked for. Returns the values
+    committed, read back through libhdf5.
+    """
+    import xarray_vhdf5._wrappers.chunked as chunked
+
+    forget_shared_caches()
+    decode = chunked.build_slab_indices_and_offsets
+
+    def spy(dset, *args):
+        decodes.append(dset.name)
+        return decode(dset, *args)
+
+    monkeypatch.setattr(chunked, "build_slab_indices_and_offsets", spy)
+    with open_file(path) as f:
+        with VersionedHDF5File(f).stage_version(version) as g:
+            x = g["x"]
+            x[3, :] = -7.0
+            x.resize((103, 20))
+            x[100:, :] = 42.0
+    with h5py.File(path, "r") as f:
+        assert _same_manifest(f, version, "x")
+        return f[f"_version_data/versions/{version}/x"][()]
+
+
+def test_staging_through_a_fresh_handle_takes_the_stored_map(tmp_path, monkeypatch):
+    path = tmp_path / "a.h5"
+    _history(path, 3)
+    with h5py.File(path, "r") as f:
+        want = f["_version_data/versions/v2/x"][()]
+    want[3, :] = -7.0
+    want = np.concatenate([want, np.full((3, 20), 42.0)])
+    decodes: list[str] = []
+    got = _stage_one_row_and_resize(path, "v3", monkeypatch, decodes)
+    assert decodes == []  # the map v2's commit stored, not libhdf5 decoding v2's mappings
+    np.testing.assert_array_equal(got, want)
+    _every_version_reads_right(path)
+
+
+@pytest.mark.parametrize("damage", ["other-vds", "no-timestamp", "past-raw"])
+def test_staging_from_a_map_that_does_not_hold_decodes_the_mappings(tmp_path, monkeypatch, damage):
+    path = tmp_path / "a.h5"
+    _history(path, 3)
+    with h5py.File(path, "r+") as f:
+        want = f["_version_data/versions/v2/x"][()]
+        mapped = f["__vhdf5__/chunk_maps/v2/x"]
+        if damage == "other-vds":
+            mapped.attrs["vds"] = np.int64(1)
+        elif damage == "no-timestamp":
+            del mapped.attrs["timestamp"]
+        else:
+            mapped[...] = mapped[...] * 1000
+    want[3, :] = -7.0
+    want = np.concatenate([want, np.full((3, 20), 42.0)])
+    decodes: list[str] = []
+    got = _stage_one_row_and_resize(path, "v3", monkeypatch, decodes)
+    assert decodes == ["/_version_data/versions/v2/x"]
+    np.testing.assert_array_equal(got, want)
+    _every_version_reads_right(path)

@@ -83,6 +83,7 @@ __all__ = [
     "load",
     "record",
     "stored_addresses",
+    "stored_starts",
     "table_owner",
 ]
 
@@ -504,6 +505,31 @@ class MapReader:
             if int(numbers.max()) * chunks[0] >= self.raw.shape[0]:  # not raw_data's chunks
                 return None
         return shape, numbers
+
+
+def stored_starts(
+    f: h5py.File, source_path: str, raw: h5py.Dataset, shape: tuple[int, ...], chunks: tuple[int, ...]
+) -> np.ndarray | None:
+    """Each chunk's first raw_data row (int64 of the chunk grid's shape, -1 unmapped) from a stored map.
+
+    For staging the dataset at ``source_path`` (its HDF5 path,
+    ``/_version_data/versions/<version>/<path>``) of shape ``shape`` and chunks
+    ``chunks`` (points) without decoding its virtual dataset's mappings. None
+    when the version has no map of that dataset to trust (:meth:`MapReader.numbers`)
+    or the map's shape is not ``shape``.
+    """
+    prefix = f"/{VERSION_DATA}/versions/"
+    version, _, path = source_path[len(prefix) :].partition("/") if source_path.startswith(prefix) else ("", "", "")
+    if not path or raw.dtype.hasobject:
+        return None
+    bk = bookkeeping.open_group(f)
+    if bk is None:
+        return None
+    found = MapReader(f, path, raw, chunks, bk).numbers(version)
+    if found is None or found[0] != tuple(int(n) for n in shape):
+        return None
+    numbers = found[1]
+    return np.where(numbers >= 0, numbers.astype(np.int64) * chunks[0], -1)
 
 
 def address_lookup(f: h5py.File, path: str, raw: h5py.Dataset):

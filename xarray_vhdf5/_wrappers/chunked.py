@@ -310,14 +310,26 @@ class InMemoryDataset(ChunkedStagedDataset):
         if known is not None:  # this file handle committed the previous version
             committed = CommittedChunks(self.source_shape, self.chunks, *known)
         else:
-            committed = CommittedChunks.read(
-                self.source_shape,
-                self.chunks,
-                table_id,
-                lambda: build_slab_indices_and_offsets(self.source, self.source_shape, self.chunks, self.raw_data),
-            )
+            committed = CommittedChunks.read(self.source_shape, self.chunks, table_id, self._read_map)
         self.base_table_state = committed.table_state
         return committed.over(self.raw_data, self.storage_fill, self.dtype)
+
+    def _read_map(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(slab_indices, slab_offsets)`` of the previous version's dataset.
+
+        From the map its commit stored (the root's ``stored_map``, checked as a
+        reader checks it), else decoded from the virtual dataset's mappings
+        (libhdf5 copies and decodes every mapping: O(chunks) a commit).
+        """
+        root = self.parent._root if self.parent is not None else None
+        stored = getattr(root, "stored_map", None)
+        starts = None
+        if stored is not None:
+            starts = stored(self.source_path.decode(), self.raw_data, self.source_shape, self.chunks)
+        if starts is not None:
+            chunk_map = CommittedChunks.from_starts(self.source_shape, self.chunks, starts, None)
+            return chunk_map.slab_indices, chunk_map.slab_offsets
+        return build_slab_indices_and_offsets(self.source, self.source_shape, self.chunks, self.raw_data)
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -120,6 +120,14 @@ class InMemoryGroup(GroupAPI):
     h5file : h5py.File or h5py.Group, optional
         The file or group the handle was given; reads through this tree after
         its commit go to the committed version in it.
+    stored_map : callable, optional
+        ``stored_map(source_path, raw_data, shape, chunks)``: the chunk map a
+        commit stored for the previous version's dataset at ``source_path``
+        (its HDF5 path), as each chunk's first row in raw_data (int64, -1
+        unmapped), or None without one to trust
+        (:mod:`~xarray_vhdf5._versions.chunkmaps`; this module cannot import
+        it). Staging a dataset takes it before decoding the virtual dataset's
+        mappings.
     """
 
     def __init__(
@@ -132,6 +140,7 @@ class InMemoryGroup(GroupAPI):
         chunk_map_cache: ChunkMapCache | None = None,
         versions_state: tuple[int, int] | None = None,
         h5file: h5py.File | h5py.Group | None = None,
+        stored_map: Callable[..., np.ndarray | None] | None = None,
     ):
         self.name = name
         self._root = root if root is not None else self
@@ -159,6 +168,8 @@ class InMemoryGroup(GroupAPI):
         self.versions_state = versions_state
         #: On a version's root: the h5py file or group the handle was given (``file``).
         self.h5file = h5file
+        #: On a version's root: the stored chunk maps of the previous version (``stored_map``).
+        self.stored_map = stored_map
         if source is not None:
             # Through the low-level API, in h5py's order (``Group.items()`` builds
             # more objects per member).
