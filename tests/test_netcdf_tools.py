@@ -19,6 +19,7 @@ import pytest
 import xarray as xr
 
 import xarray_vhdf5 as xv
+from xarray_vhdf5._versions import rootview
 from xarray_vhdf5._versions.rootview import disable_root_view, enable_root_view, root_view_enabled
 
 netCDF4 = pytest.importorskip("netCDF4")
@@ -287,3 +288,38 @@ def test_root_view_off_for_h5py_level_files_and_can_be_turned_off(tmp_path, hist
         with xv.VersionedHDF5File(f).stage_version("E") as g:
             g["v"][0, 0] = 5.0
         assert sorted(f) == ["__vhdf5__", "_version_data"]
+
+
+def test_root_view_links_end_the_same_whatever_the_view_held_before(tmp_path):
+    path = tmp_path / "view.nc"
+    a = xr.Dataset({"x": ("t", np.arange(3.0)), "y": ("t", np.ones(3))}, attrs={"title": "a", "keep": 1})
+    a.vhdf5.commit("A", path=path)
+    b = xr.Dataset({"x": ("t", np.arange(4.0))}, attrs={"keep": 1})
+    with h5py.File(path, "a") as f:
+        f["stale"] = h5py.SoftLink("/_version_data/versions/A/y")  # a link of an older view
+        f["mine"] = h5py.SoftLink("/elsewhere")  # the user's own links and objects are left alone
+        f.attrs["own"] = "user"
+    b.vhdf5.commit("B", path=path)
+    with h5py.File(path, "r") as f:
+        links = {k: f.get(k, getlink=True) for k in f if k not in ("__vhdf5__", "_version_data")}
+        assert {k: getattr(v, "path", None) for k, v in links.items()} == {
+            "x": "/_version_data/versions/B/x",
+            "t": "/_version_data/versions/B/t",
+            "mine": "/elsewhere",
+        }
+        assert dict(f.attrs) == {"keep": 1, "own": "user"}  # "title" went with version A
+        state = f["_version_data/__netcdf_dimensions__"].attrs
+        assert state["root_view"] == "B" and list(state["root_view_attrs"]) == ["keep"]
+        kept = f.get("x", getlink=True)
+    with h5py.File(path, "a") as f:
+        rootview.update_root_view(f, "A")  # back to A: every link re-pointed, title back
+        assert f.get("y", getlink=True).path == "/_version_data/versions/A/y"
+        assert f.get("x", getlink=True).path == "/_version_data/versions/A/x"
+        assert f.attrs["title"] == "a" and f.attrs["own"] == "user"
+        rootview.update_root_view(f, "A")  # again: the same end state
+        assert sorted(k for k in f) == ["__vhdf5__", "_version_data", "mine", "t", "x", "y"]
+        rootview.update_root_view(f, "nonesuch")  # a name no version has: an empty view
+        assert sorted(f) == ["__vhdf5__", "_version_data", "mine"] and dict(f.attrs) == {"own": "user"}
+    assert kept.path == "/_version_data/versions/B/x"
+    with xr.open_dataset(path, engine="vhdf5") as got:
+        xr.testing.assert_identical(got, b)

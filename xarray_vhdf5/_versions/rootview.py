@@ -51,7 +51,9 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
+from h5py import h5a, h5g, h5l
 
+from .._backend.h5attrs import read_attr, write_attr
 from .._backend.h5objects import member_names
 from .._backend.layout import FIRST_VERSION, NETCDF_DIMENSIONS, VERSION_ATTRS, VERSION_DATA, VERSIONS
 
@@ -86,8 +88,8 @@ def root_view_enabled(f: h5py.File) -> bool:
     bool
         Whether ``/_version_data/__netcdf_dimensions__`` has the ``root_view`` attribute.
     """
-    state = f.file.get(_STATE)
-    return isinstance(state, h5py.Group) and VIEW_ATTR in state.attrs
+    state = _state_id(f.file)
+    return state is not None and bool(h5a.exists(state, VIEW_ATTR.encode()))
 
 
 def enable_root_view(f: h5py.File) -> None:
@@ -137,6 +139,12 @@ def disable_root_view(f: h5py.File) -> None:
 def update_root_view(f: h5py.File, version: str | None = None) -> bool:
     """Point the root view at ``version`` (default: the current version), if the view is on.
 
+    The end state is the one the module docstring describes whatever the
+    view showed before; links already pointing where they should are kept
+    (a commit re-points only the links whose target changed, and every link
+    names its version, so all of them each commit: low-level calls, two per
+    member).
+
     Parameters
     ----------
     f : h5py.File
@@ -156,47 +164,83 @@ def update_root_view(f: h5py.File, version: str | None = None) -> bool:
         ``f`` is open read-only, or is not a versioned file.
     """
     f = f.file
-    if not root_view_enabled(f):
+    state = _state_id(f)
+    if state is None or not h5a.exists(state, VIEW_ATTR.encode()):
         return False
     _check_writable(f)
-    versions = f[_VERSIONS_PREFIX.rstrip("/")]
+    versions = h5g.open(f.id, _VERSIONS_PREFIX.rstrip("/").encode())
     if version is None:
-        version = _str(versions.attrs.get("current_version", FIRST_VERSION))
-    _clear(f)
-    state = f[_STATE]
-    if version == FIRST_VERSION or version not in versions:
-        state.attrs[VIEW_ATTR] = ""
+        current = read_attr(versions, "current_version") if h5a.exists(versions, b"current_version") else None
+        version = FIRST_VERSION if current is None else _str(current)
+    group = None
+    if version != FIRST_VERSION:
+        try:
+            group = h5g.open(versions, version.encode())
+        except (KeyError, ValueError):  # no such version (or not a group)
+            group = None
+    members = member_names(group) if group is not None else []
+    target = f"{_VERSIONS_PREFIX}{version}/".encode()
+    _clear_links(f.id, keep={name: target + name for name in members})
+    _clear_attrs(f, state)
+    if group is None:
+        write_attr(state, VIEW_ATTR, "")
         return True
-    group = versions[version]
-    for name in group:
-        if name in f or f.get(name, getlink=True) is not None:
-            continue  # the user's own root object (or a name the format uses): left alone
-        f[name] = h5py.SoftLink(f"{_VERSIONS_PREFIX}{version}/{name}")
+    links = f.id.links
+    for name in members:
+        if not links.exists(name):  # else a link kept above, or the user's own root object: left alone
+            links.create_soft(name, target + name)
     written = []
-    for key in group.attrs:
-        if key in VERSION_ATTRS or key.startswith("_vhdf5") or key in f.attrs:
-            continue
-        aid = group.attrs.get_id(key)
-        f.attrs.create(key, group.attrs[key], dtype=aid.dtype)
-        written.append(key)
-    state.attrs[VIEW_ATTR] = version
-    state.attrs[VIEW_ATTRS_ATTR] = np.array(written, dtype=h5py.string_dtype())
+    if h5a.get_num_attrs(group) > sum(bool(h5a.exists(group, k.encode())) for k in VERSION_ATTRS):
+        source = h5py.Group(group).attrs
+        for key in source:
+            if key in VERSION_ATTRS or key.startswith("_vhdf5") or key in f.attrs:
+                continue
+            f.attrs.create(key, source[key], dtype=source.get_id(key).dtype)
+            written.append(key)
+    write_attr(state, VIEW_ATTR, version)
+    if written:
+        write_attr(state, VIEW_ATTRS_ATTR, np.array(written, dtype=h5py.string_dtype()))
     return True
+
+
+def _state_id(f: h5py.File) -> h5g.GroupID | None:
+    """The group holding the view's state (``_STATE``), or None."""
+    try:
+        return h5g.open(f.id, _STATE.encode())
+    except (KeyError, ValueError):
+        return None
+
+
+def _clear_links(root: h5g.GroupID, keep: dict[bytes, bytes] | None = None) -> None:
+    """Delete the root's soft links into the versions, but those ``keep`` maps to their target path."""
+    keep = keep or {}
+    prefix = _VERSIONS_PREFIX.encode()
+    links = root.links
+    for name in member_names(root):
+        if links.get_info(name).type != h5l.TYPE_SOFT:
+            continue
+        value = links.get_val(name)
+        if value.startswith(prefix) and keep.get(name) != value:
+            root.unlink(name)
+
+
+def _clear_attrs(f: h5py.File, state: h5g.GroupID) -> None:
+    """Delete the root attributes the view wrote, and the list of them."""
+    if not h5a.exists(state, VIEW_ATTRS_ATTR.encode()):
+        return
+    for key in np.atleast_1d(read_attr(state, VIEW_ATTRS_ATTR)).tolist():
+        key = _str(key).encode()
+        if h5a.exists(f.id, key):
+            h5a.delete(f.id, key)
+    h5a.delete(state, VIEW_ATTRS_ATTR.encode())
 
 
 def _clear(f: h5py.File) -> None:
     """Delete the view's soft links and the root attributes it wrote."""
-    for name in list(f):
-        link = f.get(name, getlink=True)
-        if isinstance(link, h5py.SoftLink) and link.path.startswith(_VERSIONS_PREFIX):
-            del f[name]
-    state = f[_STATE]
-    for key in state.attrs.get(VIEW_ATTRS_ATTR, []):
-        key = _str(key)
-        if key in f.attrs:
-            del f.attrs[key]
-    if VIEW_ATTRS_ATTR in state.attrs:
-        del state.attrs[VIEW_ATTRS_ATTR]
+    _clear_links(f.id)
+    state = _state_id(f)
+    if state is not None:
+        _clear_attrs(f, state)
 
 
 def _check_writable(f: h5py.File) -> None:

@@ -53,6 +53,7 @@ from collections import ChainMap
 import h5py
 import numpy as np
 
+from .._backend.h5attrs import read_attr
 from .._backend.hashtable import HashTable
 from .._backend.layout import NETCDF_DIMENSIONS, VERSION_DATA, VERSIONS
 from .._backend.names import (
@@ -202,8 +203,11 @@ def _drop_dimid(oid) -> None:
 
 
 def _dimids_forgotten(f: h5py.File) -> bool:
-    path = f"/{VERSION_DATA}/{DIMENSIONS_DATA}"
-    return path in f and f[path].attrs.get(_NO_DIMIDS, False)
+    try:  # low-level calls: this runs in every commit from xarray
+        gid = h5py.h5g.open(f.id, f"/{VERSION_DATA}/{DIMENSIONS_DATA}".encode())
+    except (KeyError, ValueError):
+        return False
+    return h5py.h5a.exists(gid, _NO_DIMIDS.encode()) and bool(read_attr(gid, _NO_DIMIDS))
 
 
 def forget_dimension_ids(f: h5py.File) -> int:
