@@ -346,3 +346,68 @@ def test_staging_from_a_map_that_does_not_hold_decodes_the_mappings(tmp_path, mo
     assert decodes == ["/_version_data/versions/v2/x"]
     np.testing.assert_array_equal(got, want)
     _every_version_reads_right(path)
+
+
+def test_a_mapped_dataset_is_staged_and_committed_without_opening_it(tmp_path):
+    path = tmp_path / "a.h5"
+    _history(path, 2)
+    with h5py.File(path, "r+") as f:
+        f["_version_data/versions/v1/x"].attrs["units"] = "K"  # a user attribute, carried by name
+        want = f["_version_data/versions/v1/x"][()]
+    for fresh in (True, False):  # a new process (no kept caches), then the handle's own caches
+        if fresh:
+            forget_shared_caches()
+        version = f"w{int(fresh)}"
+        with open_file(path) as f:
+            with VersionedHDF5File(f).stage_version(version) as g:
+                x = g["x"]
+                n = len(want)
+                assert x._source is None and x.shape == (n, 20) and x.dtype == np.float64
+                assert x.attrs["units"] == "K" and x.chunks == (5, 4)
+                x.resize((n + 1, 20))
+                x[n] = 7.0
+                x[0, 0] = -1.0
+                assert x._source is None  # the virtual dataset was never opened
+                np.testing.assert_array_equal(x[1:3], want[1:3])
+        want = np.concatenate([want, np.full((1, 20), 7.0)])
+        want[0, 0] = -1.0
+        with h5py.File(path, "r") as f:
+            got = f[f"_version_data/versions/{version}/x"]
+            np.testing.assert_array_equal(got[()], want)
+            assert got.attrs["units"] == "K"
+            assert _same_manifest(f, version, "x")
+    _every_version_reads_right(path)
+
+
+def test_an_unopened_staged_dataset_opens_when_read_before_any_write(tmp_path):
+    path = tmp_path / "a.h5"
+    _history(path, 2)
+    with h5py.File(path, "r") as f:
+        want = f["_version_data/versions/v1/x"][()]
+    with open_file(path) as f:
+        with VersionedHDF5File(f).stage_version("v2") as g:
+            x = g["x"]
+            assert x._source is None
+            np.testing.assert_array_equal(x[10:20, 3], want[10:20, 3])  # through libhdf5, as before
+            assert x.source.is_virtual and x.rewritten() is None
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(f["_version_data/versions/v2/x"][()], want)  # carried unchanged
+        assert _same_manifest(f, "v2", "x")
+
+
+def test_an_unopened_staged_dataset_refuses_reads_after_the_file_closed(tmp_path):
+    from xarray_vhdf5.errors import ClosedFileError
+
+    path = tmp_path / "a.h5"
+    _history(path, 2)
+    f = h5py.File(path, "r+")
+    with pytest.raises(ClosedFileError):
+        with VersionedHDF5File(f).stage_version("v2") as g:
+            x = g["x"]
+            assert x._source is None
+            f.close()
+            for use in (lambda: x[0], lambda: x.attrs["units"], lambda: x.resize((200, 20))):
+                with pytest.raises(ClosedFileError):
+                    use()
+    with h5py.File(path, "r") as f:
+        assert VersionedHDF5File(f).versions == ["v0", "v1"]

@@ -22,6 +22,8 @@ written.
 
 from __future__ import annotations
 
+import math
+
 import h5py
 from h5py import h5d, h5p
 
@@ -181,6 +183,27 @@ class OpenDatasets:
         if wrapper is None or wrapper.id is not dsid:  # an h5py.Dataset made once per id
             wrapper = self._wrappers[bpath] = HeldDataset(dsid, path, self._held[bpath][0])
         return wrapper
+
+    def raw_data_of(self, loc, path: str) -> h5py.Dataset | None:
+        """:meth:`raw_data` sized from the dataset's own chunk shape and datatype; None if not a chunked dataset.
+
+        For a caller that knows raw_data's path but not its datatype (a virtual
+        dataset left unopened has the same, ``docs/format.md``).
+        """
+        bpath = path.encode()
+        held = self._held.get(bpath)
+        if held is None or not held[1].valid:
+            try:
+                probe = h5d.open(loc, bpath)
+            except (KeyError, ValueError, TypeError):  # nothing there, or not a dataset
+                return None
+            dcpl = probe.get_create_plist()
+            if dcpl.get_layout() != h5d.CHUNKED:
+                return None
+            chunk_bytes = math.prod(dcpl.get_chunk()) * probe.get_type().get_size()
+        else:
+            chunk_bytes = 0  # held already: its cache was sized when it was first opened
+        return self.raw_data(loc, path, chunk_bytes)
 
     def clear(self) -> None:
         """Let go of every handle (they close when no other reference remains)."""

@@ -54,6 +54,7 @@ objects replaces one of them:
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 
 import h5py
 import numpy as np
@@ -76,6 +77,7 @@ __all__ = [
     "UNKNOWN",
     "MapReader",
     "StoredLayout",
+    "StoredLayouts",
     "address_lookup",
     "carry",
     "chunk_numbers",
@@ -83,7 +85,6 @@ __all__ = [
     "load",
     "record",
     "stored_addresses",
-    "stored_starts",
     "table_owner",
 ]
 
@@ -507,29 +508,56 @@ class MapReader:
         return shape, numbers
 
 
-def stored_starts(
-    f: h5py.File, source_path: str, raw: h5py.Dataset, shape: tuple[int, ...], chunks: tuple[int, ...]
-) -> np.ndarray | None:
-    """Each chunk's first raw_data row (int64 of the chunk grid's shape, -1 unmapped) from a stored map.
+class StoredLayouts:
+    """The stored maps of a file's versions, for staging a dataset without opening its virtual dataset.
 
-    For staging the dataset at ``source_path`` (its HDF5 path,
-    ``/_version_data/versions/<version>/<path>``) of shape ``shape`` and chunks
-    ``chunks`` (points) without decoding its virtual dataset's mappings. None
-    when the version has no map of that dataset to trust (:meth:`MapReader.numbers`)
-    or the map's shape is not ``shape``.
+    ``layouts(source_path)`` for the dataset at ``source_path`` (its HDF5
+    path, ``/_version_data/versions/<version>/<path>``) is None when no map
+    is stored for it (one failed open), else a function ``read(raw, chunks)``
+    (``raw``: the dataset's raw_data, ``chunks``: its chunk shape in points)
+    giving ``(shape, starts)``: the dataset's shape (points) and each chunk's
+    first raw_data row (int64 of the chunk grid's shape, -1 unmapped), or
+    None when the map cannot be trusted (:meth:`MapReader.numbers`). Two
+    steps, so that a caller can read the hash table's state between them
+    (before the map, as staging's ``CommittedChunks.read`` does).
+
+    Parameters
+    ----------
+    f : h5py.File
+        The versioned file (read-only is enough); the bookkeeping group is
+        looked up once, at the first call.
     """
-    prefix = f"/{VERSION_DATA}/versions/"
-    version, _, path = source_path[len(prefix) :].partition("/") if source_path.startswith(prefix) else ("", "", "")
-    if not path or raw.dtype.hasobject:
-        return None
-    bk = bookkeeping.open_group(f)
-    if bk is None:
-        return None
-    found = MapReader(f, path, raw, chunks, bk).numbers(version)
-    if found is None or found[0] != tuple(int(n) for n in shape):
-        return None
-    numbers = found[1]
-    return np.where(numbers >= 0, numbers.astype(np.int64) * chunks[0], -1)
+
+    def __init__(self, f: h5py.File):
+        self._f = f
+        self._maps: h5g.GroupID | bool | None = False  # False: not looked up yet
+
+    def __call__(self, source_path: str) -> Callable[..., tuple[tuple[int, ...], np.ndarray] | None] | None:
+        prefix = f"/{VERSION_DATA}/versions/"
+        if not source_path.startswith(prefix):
+            return None
+        version, _, path = source_path[len(prefix) :].partition("/")
+        if self._maps is False:
+            bk = bookkeeping.open_group(self._f)
+            self._maps = None if bk is None or _MAPS not in bk else h5g.open(bk.id, _MAPS.encode())
+        if not path or self._maps is None:
+            return None
+        try:
+            stored = h5d.open(self._maps, f"{version}/{path}".encode())
+        except (KeyError, ValueError):
+            return None
+        f = self._f
+
+        def read(raw: h5py.Dataset, chunks: tuple[int, ...]) -> tuple[tuple[int, ...], np.ndarray] | None:
+            if raw.dtype.hasobject:
+                return None
+            found = MapReader(f, path, raw, chunks).numbers(version, stored)
+            if found is None:
+                return None
+            shape, numbers = found
+            return shape, np.where(numbers >= 0, numbers.astype(np.int64) * chunks[0], -1)
+
+        return read
 
 
 def address_lookup(f: h5py.File, path: str, raw: h5py.Dataset):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import functools
 import os
 import uuid
 import warnings
@@ -770,7 +769,7 @@ class VersionedHDF5File(RefMethods):
             chunk_map_cache=self._caches.chunk_map_cache,
             versions_state=self._registry.tracked_state,  # just synced by _check_open
             h5file=self.f,  # its .file on demand (h5py makes a new File object per call)
-            stored_map=functools.partial(chunkmaps.stored_starts, self.f),
+            stored_map=chunkmaps.StoredLayouts(self.f),
         )
         for name in (MESSAGE_ATTR, MERGE_PARENT_ATTR):  # the parent's commit message and merge parent
             if name in root.attrs:  # describe the parent, not the new version

@@ -10,6 +10,7 @@ import numpy as np
 from h5py import h5a
 
 from .._backend.h5attrs import UNREAD, attrs_by_index, read_attr_of
+from .._backend.h5objects import object_info_by_name
 from .._backend.names import NETCDF_REFERENCE_ATTRS
 from ..errors import ReadOnlyError
 from .closed import RESTAGE, closed_file_error, reads_file
@@ -45,12 +46,24 @@ class StagedAttrs(MutableMapping):
     obj_id : h5py ObjectID, optional
         The source object's id: its attributes are counted before anything is
         read, so an object holding only skipped ones reads nothing.
+    obj_name : bytes
+        ``b"."``: ``obj_id`` is the source object; else the source is
+        ``obj_id``'s member of that name, its attributes read by name and
+        the object itself never opened (opening a virtual dataset makes
+        libhdf5 decode every mapping).
     """
 
-    def __init__(self, source: h5py.AttributeManager | None = None, skip: frozenset = frozenset(), obj_id=None):
+    def __init__(
+        self,
+        source: h5py.AttributeManager | None = None,
+        skip: frozenset = frozenset(),
+        obj_id=None,
+        obj_name: bytes = b".",
+    ):
         self._source: Any = source  # an AttributeManager, or a callable making one
         self._skip = skip
         self._obj_id = obj_id  # the source object's id (``h5py`` ObjectID): count before iterating
+        self._obj_name = obj_name
         self._values: dict[str, Any] | None = None if source is not None else {}
         self._dtypes: dict[str, np.dtype] = {}
         #: True once an attribute was set, created or deleted on this staged object.
@@ -69,8 +82,8 @@ class StagedAttrs(MutableMapping):
                 self._values = values
                 return values
             if self._obj_id is not None:  # by index on the open object: no copy of its mappings
-                count = h5a.get_num_attrs(self._obj_id)
-                for key, value, dtype in attrs_by_index(self._obj_id, count, defer=_DEFERRED):
+                count = self._count()
+                for key, value, dtype in attrs_by_index(self._obj_id, count, self._obj_name, defer=_DEFERRED):
                     if key not in self._skip:
                         values[key], self._dtypes[key] = value, dtype
                 self._values = values
@@ -95,12 +108,18 @@ class StagedAttrs(MutableMapping):
         oid = self._obj_id
         if oid is None:
             return False
-        n = h5a.get_num_attrs(oid)
+        n = self._count()
         if n == 0:
             return True
         if n > len(self._skip):
             return False
-        return sum(h5a.exists(oid, name.encode()) for name in self._skip) == n
+        return sum(h5a.exists(oid, name.encode(), obj_name=self._obj_name) for name in self._skip) == n
+
+    def _count(self) -> int:
+        """The number of the source's attributes (skipped ones included)."""
+        if self._obj_name == b".":
+            return h5a.get_num_attrs(self._obj_id)
+        return object_info_by_name(self._obj_id, self._obj_name)[2]
 
     @reads_file
     def _unloaded_lookup(self, key: object) -> bool | None:
@@ -118,7 +137,7 @@ class StagedAttrs(MutableMapping):
             name = key.encode("utf-8")
         except UnicodeEncodeError:  # e.g. a lone surrogate: no stored name decodes to it
             return None
-        return bool(h5a.exists(self._obj_id, name))
+        return bool(h5a.exists(self._obj_id, name, obj_name=self._obj_name))
 
     def __getitem__(self, key: str) -> Any:
         found = self._unloaded_lookup(key)
@@ -138,7 +157,7 @@ class StagedAttrs(MutableMapping):
 
     @reads_file
     def _read_deferred(self, key: str) -> Any:
-        return read_attr_of(self._obj_id, b".", key)
+        return read_attr_of(self._obj_id, self._obj_name, key)
 
     @reads_file
     def _read_one(self, key: str) -> Any:

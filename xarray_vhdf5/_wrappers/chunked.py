@@ -29,11 +29,11 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5d, h5i
+from h5py import h5d, h5i, h5o
 
 from .._backend.chunkmap import build_slab_indices_and_offsets
 from .._backend.chunkmap_cache import chunk_map_arrays
-from .._backend.h5attrs import read_attr
+from .._backend.h5attrs import read_attr, read_attr_of
 from .._backend.h5objects import object_address, relinked
 from .._backend.hashing import is_vlen_string_dtype
 from .._backend.hashtable import table_state
@@ -41,7 +41,7 @@ from .._backend.held import HeldDataset
 from .._backend.raw_data import Filters
 from .._backend.rows import dataset_shape
 from .._staging import StagedChangesArray
-from ..errors import IncompatibleDataError
+from ..errors import CorruptFileError, IncompatibleDataError
 from .attrs import RESERVED_ATTRS, StagedAttrs
 from .closed import RESTAGE, closed_file_error, reads_file
 from .dataset import InMemoryArrayDataset, StagedDatasetBase
@@ -50,6 +50,22 @@ from .dataset_api import empty_selection
 __all__ = ["ChunkedStagedDataset", "CommittedChunks", "InMemoryDataset", "InMemorySparseDataset", "storage_fill"]
 
 _UNSET: Any = object()  # a lazily read attribute not read yet (stands in for any type)
+
+
+def _absolute(raw_path: Any) -> str:
+    """A ``raw_data`` attribute's path (``str`` or ``bytes``) from the file's root."""
+    raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
+    return "/" + raw_path.lstrip("/")
+
+
+def _attrs_opener(loc, bname: bytes) -> Callable[[], h5py.AttributeManager]:
+    """h5py's attributes of the object ``bname`` of ``loc`` (``b"."``: ``loc`` itself), made when called.
+
+    Holds the ids only: a closure over the staged dataset would make a reference cycle.
+    """
+    if bname == b".":
+        return lambda: h5py.Dataset(loc).attrs
+    return lambda: h5py.Dataset(h5o.open(loc, bname)).attrs
 
 
 def storage_fill(raw_data: h5py.Dataset) -> Any:
@@ -193,12 +209,8 @@ class InMemoryDataset(ChunkedStagedDataset):
     def __init__(self, name: str, parent, source: h5py.Dataset | h5d.DatasetID):
         sid = source.id if isinstance(source, h5py.Dataset) else source
         raw_chunks = tuple(int(c) for c in read_attr(sid, "chunks", expect="int"))
-        raw_path = read_attr(sid, "raw_data", expect="str")
-        raw_path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
-        raw_path = "/" + raw_path.lstrip("/")  # from the file's root
+        raw_path = _absolute(read_attr(sid, "raw_data", expect="str"))
         held = parent._root.open_datasets if parent is not None else None
-        #: The previous version's shape: a virtual dataset's never changes (maxshape == shape).
-        self.source_shape = dataset_shape(sid)
         if held is not None:  # held open by the file handle, with a chunk cache of a few chunks
             file_type = sid.get_type()
             raw = held.raw_data(sid, raw_path, math.prod(raw_chunks) * file_type.get_size())
@@ -208,11 +220,61 @@ class InMemoryDataset(ChunkedStagedDataset):
         else:
             raw = h5py.Dataset(h5d.open(sid, raw_path.encode()))
             dtype = sid.dtype
-        self._source = source
+        self._source: h5py.Dataset | h5d.DatasetID | None = source
+        self._setup(name, parent, sid, b".", h5i.get_name(sid), raw, raw_path, raw_chunks, dataset_shape(sid), dtype)
+
+    @classmethod
+    def from_stored_map(cls, name: str, parent, unopened) -> InMemoryDataset | None:
+        """The dataset staged from the map its commit stored, its virtual dataset left unopened; else None.
+
+        ``unopened``: the previous version's dataset as its group lists it
+        (``group.UnopenedDataset``: group id, link name, path, object address).
+        Its ``chunks`` and ``raw_data`` attributes are read by name, its shape
+        and chunk map taken from the root's ``stored_map`` (checked there as a
+        reader checks a map), its dtype is raw_data's (the format's). Opening a
+        virtual dataset makes libhdf5 decode every mapping (O(chunks)); the
+        dataset is opened only if something needs it (:attr:`source`). None
+        when the version has no map to trust: open it then.
+        """
+        root = parent._root
+        gid, bname = unopened.gid, unopened.bname
+        read_map = root.stored_map(unopened.source_path.decode())
+        if read_map is None:
+            return None
+        try:
+            raw_chunks = tuple(int(c) for c in np.atleast_1d(read_attr_of(gid, bname, "chunks")))
+            raw_path = _absolute(read_attr_of(gid, bname, "raw_data"))
+        except KeyError:
+            return None
+        raw = root.open_datasets.raw_data_of(gid, raw_path)
+        if raw is None:
+            return None
+        try:  # the hash table's state before the map is read (``CommittedChunks.read``)
+            state = table_state(root.open_datasets.hash_table_id(raw))
+        except (KeyError, CorruptFileError):  # the usual open reports it
+            return None
+        found = read_map(raw, raw_chunks)
+        if found is None:
+            return None
+        self = cls.__new__(cls)
+        self._source = None
+        self._setup(name, parent, gid, bname, unopened.source_path, raw, raw_path, raw_chunks, found[0], raw.dtype)
+        self._address = unopened.address
+        self._stored_starts = found[1]
+        self.base_table_state = state
+        return self
+
+    def _setup(self, name, parent, loc, bname, source_path, raw, raw_path, raw_chunks, shape, dtype) -> None:
+        """What both constructors set: ``loc``/``bname`` locate the source (``b"."``: ``loc`` is it)."""
+        #: The previous version's shape: a virtual dataset's never changes (maxshape == shape).
+        self.source_shape = tuple(int(n) for n in shape)
+        self._loc, self._bname = loc, bname
+        self._address: int | None = None  # the source's object address, when known without it open
+        self._stored_starts: np.ndarray | None = None  # the chunk map its commit stored, when staged from it
         self.raw_data = raw
         self.raw_path = raw_path
         #: Where the source was opened (``rewritten`` checks it is still there).
-        self.source_path = h5i.get_name(sid)
+        self.source_path = source_path
         # Fill value and filters are read from raw_data on first use (most commits
         # of an unchanged or edited dataset never look at them).
         super().__init__(name, parent, dtype, raw_chunks, _UNSET, _UNSET, (None,) * len(self.source_shape))
@@ -220,15 +282,15 @@ class InMemoryDataset(ChunkedStagedDataset):
         #: ``table_state`` of raw_data's hash table when the chunk map was taken (None: not
         #: known). A commit refuses the staged data if raw_data was rewritten since.
         self.base_table_state: tuple[int, bytes] | None = None
-        # Read on first use; the function holds the id only (referring to ``self`` would make
+        # Read on first use; the function holds ids only (referring to ``self`` would make
         # a reference cycle, which keeps staged data alive until the cyclic GC runs).
-        self.attrs = StagedAttrs(lambda: h5py.Dataset(sid).attrs, skip=RESERVED_ATTRS, obj_id=sid)
+        self.attrs = StagedAttrs(_attrs_opener(loc, bname), skip=RESERVED_ATTRS, obj_id=loc, obj_name=bname)
 
     @property
     def source(self) -> h5py.Dataset:
-        """The previous version's virtual dataset."""
+        """The previous version's virtual dataset (opened now if it was not)."""
         if not isinstance(self._source, h5py.Dataset):
-            self._source = h5py.Dataset(self._source)
+            self._source = h5py.Dataset(self.source_id)
         return self._source
 
     def rewritten(self) -> str | None:
@@ -246,10 +308,9 @@ class InMemoryDataset(ChunkedStagedDataset):
             Which object was deleted or replaced, with its path; None when both
             are still the objects staged.
         """
-        sid = self.source_id
         raw = self.raw_data
         staged = (
-            ("the previous version's dataset", self.source_path, object_address(sid)),
+            ("the previous version's dataset", self.source_path, self.source_address),
             (
                 "its raw_data",
                 self.raw_path.encode(),
@@ -257,18 +318,28 @@ class InMemoryDataset(ChunkedStagedDataset):
             ),
         )
         for what, path, addr in staged:
-            why = relinked(sid, path, addr)
+            why = relinked(self._loc, path, addr)
             if why is not None:
                 return f"{what} ({path.decode()}) {why}"
         return None
 
+    @property
+    def source_address(self) -> int:
+        """The object address of the previous version's dataset."""
+        if self._address is None:
+            self._address = object_address(self.source_id)
+        return self._address
+
     def _raise_if_closed(self) -> None:
-        if not self.source_id.valid:
+        if not self._loc.valid:
             raise closed_file_error(f"staged dataset {self.name!r}", RESTAGE) from None
 
     @property
     def source_id(self) -> h5d.DatasetID:
-        """Its low-level id (no h5py object made)."""
+        """Its low-level id (no h5py object made; opened now if it was not)."""
+        if self._source is None:
+            self._raise_if_closed()
+            self._source = h5o.open(self._loc, self._bname)
         return self._source.id if isinstance(self._source, h5py.Dataset) else self._source
 
     @property
@@ -297,6 +368,12 @@ class InMemoryDataset(ChunkedStagedDataset):
 
     @reads_file
     def _build_array(self) -> StagedChangesArray:
+        if self._stored_starts is not None:  # staged from its stored map (``from_stored_map``)
+            committed = CommittedChunks.from_starts(
+                self.source_shape, self.chunks, self._stored_starts, self.base_table_state
+            )
+            self._stored_starts = None
+            return committed.over(self.raw_data, self.storage_fill, self.dtype)
         source = self.source_id
         root = self.parent._root if self.parent is not None else None
         cache = getattr(root, "chunk_map_cache", None)
@@ -321,11 +398,14 @@ class InMemoryDataset(ChunkedStagedDataset):
         reader checks it), else decoded from the virtual dataset's mappings
         (libhdf5 copies and decodes every mapping: O(chunks) a commit).
         """
-        root = self.parent._root if self.parent is not None else None
-        stored = getattr(root, "stored_map", None)
-        starts = None
-        if stored is not None:
-            starts = stored(self.source_path.decode(), self.raw_data, self.source_shape, self.chunks)
+        starts = self._stored_starts
+        if starts is None:
+            root = self.parent._root if self.parent is not None else None
+            stored = getattr(root, "stored_map", None)
+            read_map = stored(self.source_path.decode()) if stored is not None else None
+            found = read_map(self.raw_data, self.chunks) if read_map is not None else None
+            if found is not None and found[0] == self.source_shape:
+                starts = found[1]
         if starts is not None:
             chunk_map = CommittedChunks.from_starts(self.source_shape, self.chunks, starts, None)
             return chunk_map.slab_indices, chunk_map.slab_offsets

@@ -121,13 +121,14 @@ class InMemoryGroup(GroupAPI):
         The file or group the handle was given; reads through this tree after
         its commit go to the committed version in it.
     stored_map : callable, optional
-        ``stored_map(source_path, raw_data, shape, chunks)``: the chunk map a
-        commit stored for the previous version's dataset at ``source_path``
-        (its HDF5 path), as each chunk's first row in raw_data (int64, -1
-        unmapped), or None without one to trust
-        (:mod:`~xarray_vhdf5._versions.chunkmaps`; this module cannot import
-        it). Staging a dataset takes it before decoding the virtual dataset's
-        mappings.
+        ``stored_map(source_path)``: None when no chunk map was stored for the
+        previous version's dataset at ``source_path`` (its HDF5 path, ``str``),
+        else a function ``read(raw_data, chunks)`` giving ``(shape, starts)``:
+        its shape (points) and each chunk's first row in raw_data (int64, -1
+        unmapped), or None when the map cannot be trusted
+        (:class:`~xarray_vhdf5._versions.chunkmaps.StoredLayouts`; this module
+        cannot import it). A dataset with one is staged without opening its
+        virtual dataset (libhdf5 would decode every mapping).
     """
 
     def __init__(
@@ -140,7 +141,7 @@ class InMemoryGroup(GroupAPI):
         chunk_map_cache: ChunkMapCache | None = None,
         versions_state: tuple[int, int] | None = None,
         h5file: h5py.File | h5py.Group | None = None,
-        stored_map: Callable[..., np.ndarray | None] | None = None,
+        stored_map: Callable[[str], Callable[..., tuple[tuple[int, ...], np.ndarray] | None] | None] | None = None,
     ):
         self.name = name
         self._root = root if root is not None else self
@@ -218,9 +219,14 @@ class InMemoryGroup(GroupAPI):
             child.check()  # opened through its group's id, which outlives an unlink
             held = self._root.open_datasets
             oid = held.made(child.source_path, child.address) if held is not None else None
-            if oid is None:
-                oid = h5o.open(child.gid, child.bname)
-            child = self._children[key] = InMemoryDataset(child.name, self, oid)
+            staged = None
+            if oid is None and self._root.stored_map is not None and held is not None:
+                staged = InMemoryDataset.from_stored_map(child.name, self, child)
+            if staged is None:
+                if oid is None:
+                    oid = h5o.open(child.gid, child.bname)
+                staged = InMemoryDataset(child.name, self, oid)
+            child = self._children[key] = staged
         return child
 
     def _check_open(self) -> None:
