@@ -411,3 +411,18 @@ def test_an_unopened_staged_dataset_refuses_reads_after_the_file_closed(tmp_path
                     use()
     with h5py.File(path, "r") as f:
         assert VersionedHDF5File(f).versions == ["v0", "v1"]
+
+
+def test_maps_of_nested_datasets_under_non_ascii_version_names(tmp_path):
+    path = tmp_path / "a.h5"
+    with open_file(path) as f:
+        vf = VersionedHDF5File(f)
+        with vf.stage_version("été-1") as g:
+            g.create_group("ocean/deep").create_dataset("t", data=np.arange(800.0).reshape(80, 10), chunks=(1, 10))
+        with vf.stage_version("δ") as g:
+            g["ocean/deep/t"][5] = -1.0
+    with h5py.File(path, "r") as f:
+        for version in ("été-1", "δ"):
+            assert f"__vhdf5__/chunk_maps/{version}/ocean/deep/t" in f
+            assert _same_manifest(f, version, "ocean/deep/t")
+    _every_version_reads_right(path)

@@ -116,6 +116,10 @@ def chunk_numbers(starts: np.ndarray, rows_per_chunk: int) -> np.ndarray:
 
 _COMPACT_DCPL = h5p.create(h5p.DATASET_CREATE)
 _COMPACT_DCPL.set_layout(h5d.COMPACT)
+#: Link creation as h5py's: missing groups on the path made, names UTF-8.
+_LCPL = h5p.create(h5p.LINK_CREATE)
+_LCPL.set_create_intermediate_group(True)
+_LCPL.set_char_encoding(h5t.CSET_UTF8)
 
 
 def _create_map(parent: h5py.Group, name: str, numbers: np.ndarray) -> h5d.DatasetID:
@@ -242,10 +246,8 @@ def record(
     starts = np.where(slab_indices != 0, slab_offsets.astype(np.int64), -1)
     bk = bookkeeping.require_group(f)
     name = _maps_path(version, path)
-    bookkeeping.discard(bk, name)  # a version re-created under a deleted one's name
-    parent = bk.require_group(posixpath.dirname(name))
     numbers = chunk_numbers(starts, chunks[0])
-    mapped = _create_map(parent, posixpath.basename(name), numbers)
+    mapped = _new_map(bk, name, numbers)
     timestamp = _timestamp(f, version)
     write_attr(mapped, "shape", np.asarray(shape, np.int64))
     write_attr(mapped, "vds", np.int64(object_address(vds_id)))
@@ -261,12 +263,35 @@ def record(
     return True
 
 
+def _new_map(bk: h5py.Group, name: str, numbers: np.ndarray) -> h5d.DatasetID:
+    """The map ``numbers`` written at ``name`` of the bookkeeping group, replacing one there.
+
+    Low-level calls (h5py's ``in``, ``require_group`` and ``create_dataset``
+    resolve the path again at each step): this runs in every commit of a
+    dataset of :data:`MIN_CHUNKS` chunks or more.
+    """
+    if _linked(bk.id, name):  # a version re-created under a deleted one's name
+        bookkeeping.discard(bk, name)
+    folder = posixpath.dirname(name).encode()
+    try:
+        parent = h5g.open(bk.id, folder)
+    except (KeyError, ValueError):
+        parent = h5g.create(bk.id, folder, lcpl=_LCPL)
+    return _create_map(h5py.Group(parent), posixpath.basename(name), numbers)
+
+
+def _linked(loc: h5g.GroupID, path: str) -> bool:
+    """Whether a link is at ``path`` (relative, ``/``-separated) from ``loc``, looked up component by component."""
+    parts = path.split("/")
+    return all(loc.links.exists("/".join(parts[: i + 1]).encode()) for i in range(len(parts)))
+
+
 def _micros(timestamp: str) -> int:
     return to_micros(parse_timestamp(timestamp))
 
 
 def _timestamp(f: h5py.File, version: str) -> str:
-    return str(read_attr(f[f"{VERSION_DATA}/versions/{version}"].id, "timestamp"))
+    return str(read_attr(h5g.open(f.id, f"/{VERSION_DATA}/versions/{version}".encode()), "timestamp"))
 
 
 def _numbers(reader: MapReader, version: str) -> np.ndarray | None:
@@ -347,10 +372,7 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     numbers = _numbers(MapReader(f, path, raw, raw.chunks, bk), source_version)
     if numbers is None:  # the source's map does not hold (its dataset rewritten since): none for the copy
         return False
-    name = _maps_path(version, path)
-    bookkeeping.discard(bk, name)
-    parent = bk.require_group(posixpath.dirname(name))
-    mapped = _create_map(parent, posixpath.basename(name), numbers)
+    mapped = _new_map(bk, _maps_path(version, path), numbers)
     shape = read_attr(source.id, "shape", expect="int")
     write_attr(mapped, "shape", shape)
     write_attr(mapped, "raw", read_attr(source.id, "raw", expect="int"))
