@@ -188,21 +188,30 @@ class OpenDatasets:
         """:meth:`raw_data` sized from the dataset's own chunk shape and datatype; None if not a chunked dataset.
 
         For a caller that knows raw_data's path but not its datatype (a virtual
-        dataset left unopened has the same, ``docs/format.md``).
+        dataset left unopened has the same, ``docs/format.md``). Opened with
+        libhdf5's default chunk cache, and again with a larger one only when
+        :data:`CACHED_CHUNKS` of its chunks do not fit in that.
         """
         bpath = path.encode()
+        try:
+            addr = object_address_by_name(loc, bpath)
+        except (KeyError, ValueError):  # nothing there
+            return None
         held = self._held.get(bpath)
-        if held is None or not held[1].valid:
+        chunk_bytes = 0  # held already: its cache was sized when it was first opened
+        if held is None or held[0] != addr or not held[1].valid:
             try:
                 probe = h5d.open(loc, bpath)
-            except (KeyError, ValueError, TypeError):  # nothing there, or not a dataset
+            except (KeyError, ValueError, TypeError):  # not a dataset
                 return None
             dcpl = probe.get_create_plist()
             if dcpl.get_layout() != h5d.CHUNKED:
                 return None
             chunk_bytes = math.prod(dcpl.get_chunk()) * probe.get_type().get_size()
-        else:
-            chunk_bytes = 0  # held already: its cache was sized when it was first opened
+            if min(MAX_CACHE_BYTES, CACHED_CHUNKS * chunk_bytes) <= probe.get_access_plist().get_chunk_cache()[1]:
+                self._held[bpath] = (addr, probe)  # the default cache holds enough: one open
+            else:
+                probe.close()  # opened again below with a larger cache (libhdf5 sizes it at the first open)
         return self.raw_data(loc, path, chunk_bytes)
 
     def clear(self) -> None:

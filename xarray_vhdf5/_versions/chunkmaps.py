@@ -552,7 +552,9 @@ class StoredLayouts:
 
     def __init__(self, f: h5py.File):
         self._f = f
+        self._bk: h5py.Group | None = None
         self._maps: h5g.GroupID | bool | None = False  # False: not looked up yet
+        self._versions: dict[str, h5g.GroupID | None] = {}  # each version's group of maps, once looked up
 
     def __call__(self, source_path: str) -> Callable[..., tuple[tuple[int, ...], np.ndarray] | None] | None:
         prefix = f"/{VERSION_DATA}/versions/"
@@ -560,20 +562,25 @@ class StoredLayouts:
             return None
         version, _, path = source_path[len(prefix) :].partition("/")
         if self._maps is False:
-            bk = bookkeeping.open_group(self._f)
-            self._maps = None if bk is None or _MAPS not in bk else h5g.open(bk.id, _MAPS.encode())
-        if not path or self._maps is None:
+            bk = self._bk = bookkeeping.open_group(self._f)
+            linked = bk is not None and bk.id.links.exists(_MAPS.encode())
+            self._maps = h5g.open(bk.id, _MAPS.encode()) if bk is not None and linked else None
+        maps = self._maps
+        if not path or maps is None or maps is True:
             return None
-        try:
-            stored = h5d.open(self._maps, f"{version}/{path}".encode())
-        except (KeyError, ValueError):
+        if version not in self._versions:  # one lookup in the (large) group of every version's maps
+            bversion = version.encode()
+            self._versions[version] = h5g.open(maps, bversion) if maps.links.exists(bversion) else None
+        group = self._versions[version]
+        if group is None or not _linked(group, path):
             return None
-        f = self._f
+        stored = h5d.open(group, path.encode())
+        f, bk = self._f, self._bk
 
         def read(raw: h5py.Dataset, chunks: tuple[int, ...]) -> tuple[tuple[int, ...], np.ndarray] | None:
             if raw.dtype.hasobject:
                 return None
-            found = MapReader(f, path, raw, chunks).numbers(version, stored)
+            found = MapReader(f, path, raw, chunks, bk).numbers(version, stored)
             if found is None:
                 return None
             shape, numbers = found
