@@ -39,6 +39,7 @@ __all__ = [
     "read_attr_of",
     "read_attrs_of",
     "reference_attribute_names",
+    "simple_attrs",
     "type_holds_references",
     "write_attr",
 ]
@@ -463,6 +464,36 @@ def attrs_by_index(
             continue
         out.append((name, UNREAD if name in defer else _attr_value(attr), attr.dtype))
     return out
+
+
+def simple_attrs(loc_id, count: int) -> dict[str, Any]:
+    """Name -> value of the ``count`` attributes of the open object ``loc_id``, in name order.
+
+    One call of the compiled reader: the attributes it reads (integers, IEEE
+    floats, booleans, variable-length strings; :func:`_read_types`) converted
+    as :func:`attrs_by_index` converts them; every other one (fixed-length
+    strings, compounds, object references) as :data:`UNREAD`, not even opened.
+    For callers that need a few attributes by name and must know which
+    others exist. Without the compiled kernels, the Python twin reads the
+    same ones through h5py.
+    """
+    if not count:
+        return {}
+    kernel = _kernel()
+    if kernel is None:
+        found = {}
+        for i in range(count):
+            attr = h5a.open(loc_id, index=i, index_type=h5.INDEX_NAME)
+            tid = attr.get_type()
+            readable = attr.shape is not None and any(tid == t for t in _READ_TYPES[2])
+            found[attr.name.decode("utf-8", "surrogateescape")] = _attr_value(attr) if readable else UNREAD
+        return found
+    ids, dtypes, _ = _READ_TYPES
+    rows = kernel.read_by_index(loc_id.id, b".", count, h5.INDEX_NAME, ids, dtypes, frozenset())
+    return {
+        bname.decode("utf-8", "surrogateescape"): _converted(value, dtypes[k]) if k >= 0 else UNREAD
+        for bname, k, value in rows
+    }
 
 
 def _read_types() -> tuple[tuple[int, ...], tuple[np.dtype, ...], tuple[h5t.TypeID, ...]]:

@@ -49,11 +49,12 @@ from __future__ import annotations
 
 import itertools
 from collections import ChainMap
+from typing import Any
 
 import h5py
 import numpy as np
 
-from .._backend.h5attrs import read_attr
+from .._backend.h5attrs import UNREAD, read_attr, simple_attrs
 from .._backend.hashtable import HashTable
 from .._backend.layout import NETCDF_DIMENSIONS, VERSION_DATA, VERSIONS
 from .._backend.names import (
@@ -82,6 +83,10 @@ _PHONY_DTYPE = np.dtype(">f4")
 _PHONY_CHUNKS = (1024,)
 #: netCDF-4's dimension-id attribute, never written here (module docstring).
 DIMID_ATTR = b"_Netcdf4Dimid"
+#: netCDF-4's attributes of object references, deleted from a version's datasets before attaching.
+_REFERENCES = frozenset({"DIMENSION_LIST", "REFERENCE_LIST"})
+#: Attributes :func:`_attributes` reads one by one when the compiled reader could not.
+_READ_BY_NAME = frozenset({"CLASS", "NAME", DIMENSIONS_ATTR})
 #: Attribute of the ``__netcdf_dimensions__`` group: every version's ``_Netcdf4Dimid`` is gone.
 _NO_DIMIDS = "netcdf_dimids_forgotten"
 
@@ -103,21 +108,48 @@ def netcdf_only_attrs() -> dict[str, frozenset[str]]:
 def _attr(oid, name: bytes):
     """Attribute ``name`` of the object ``oid`` (low-level id), or None if absent.
 
-    Read through h5py's low-level ``h5a`` calls: this runs on every dataset
-    of every committed version, where the high-level ``AttributeManager``
-    costs several times the read itself.
+    Read through h5py's low-level ``h5a`` calls (the high-level
+    ``AttributeManager`` costs several times the read itself). None also for
+    an empty (null dataspace) or array-typed attribute: none of those read here.
     """
     if not h5py.h5a.exists(oid, name):
         return None
     attr = h5py.h5a.open(oid, name)
-    if attr.shape is None:  # an empty (null dataspace) attribute
+    shape = attr.shape
+    if shape is None:  # an empty (null dataspace) attribute
         return None
+    tid = attr.get_type()
+    if tid.get_class() == h5py.h5t.STRING and not tid.is_variable_str():  # as the Dimension Scales API writes
+        value = np.empty(shape, dtype=f"S{tid.get_size()}")  # them: read as stored (h5py's dtype costs more)
+        attr.read(value, mtype=tid)
+        return value
     dtype = attr.dtype
-    if dtype.subdtype is not None:  # an array-typed attribute: none of those read here
+    if dtype.subdtype is not None:  # an array-typed attribute
         return None
     value = np.empty(attr.shape, dtype=dtype)
     attr.read(value, mtype=h5py.h5t.py_create(dtype))
     return value
+
+
+def _attributes(oid) -> dict[str, Any]:
+    """Every attribute of the object ``oid`` (low-level id) by name; the values this module reads.
+
+    This runs on every dataset of every version committed from xarray. One
+    call of the compiled reader (:func:`~xarray_vhdf5._backend.h5attrs.simple_attrs`)
+    lists the names and reads the numbers and variable-length strings;
+    ``CLASS``, ``NAME`` and ``_ARRAY_DIMENSIONS`` when it could not (the
+    Dimension Scales API writes fixed-length strings) are read one by one
+    (:func:`_attr`). A value is a numpy array (0-d for a scalar), None for an
+    empty or array-typed attribute, or :data:`~xarray_vhdf5._backend.h5attrs.UNREAD`
+    for one this module never reads (netCDF-4's object references among them).
+    """
+    found: dict[str, Any] = {}
+    for name, value in simple_attrs(oid, h5py.h5a.get_num_attrs(oid)).items():
+        if value is UNREAD:
+            found[name] = _attr(oid, name.encode()) if name in _READ_BY_NAME else UNREAD
+        else:
+            found[name] = np.asarray(value)
+    return found
 
 
 def _as_bytes(value) -> bytes | None:
@@ -129,29 +161,48 @@ def _as_bytes(value) -> bytes | None:
     return bytes(value) if isinstance(value, bytes) else None
 
 
-def _is_scale_class(oid) -> bool:
-    """``CLASS == "DIMENSION_SCALE"``, with any string padding.
+def _is_scale_class(attrs: dict) -> bool:
+    """``CLASS == "DIMENSION_SCALE"``, with any string padding (``attrs``: :func:`_attributes`).
 
     See :func:`~xarray_vhdf5._backend.names.is_dimension_scale`.
     """
-    return _as_bytes(_attr(oid, b"CLASS")) == b"DIMENSION_SCALE"
+    return _as_bytes(_value(attrs, "CLASS")) == b"DIMENSION_SCALE"
 
 
-def _is_phony(oid) -> bool:
+def _is_phony(attrs: dict) -> bool:
     """A netCDF-4 dimension-only scale (:func:`~xarray_vhdf5._backend.names.is_netcdf_dimension_only`)."""
-    if not _is_scale_class(oid):
+    if not _is_scale_class(attrs):
         return False
-    name = _as_bytes(_attr(oid, b"NAME"))
+    name = _as_bytes(_value(attrs, "NAME"))
     return name is not None and name.startswith(NETCDF_NOT_A_VARIABLE)
 
 
-def _dims_of(oid) -> list[str] | None:
+def _is_scale_named(attrs: dict, name: bytes) -> bool:
+    """Whether ``H5DSset_scale(name)`` would leave the attributes as they are: fixed-length
+    ``CLASS`` and ``NAME`` strings (as it writes them) of those values."""
+    cls, got = _value(attrs, "CLASS"), _value(attrs, "NAME")
+    return (
+        cls is not None
+        and got is not None
+        and cls.dtype.kind == "S"
+        and got.dtype.kind == "S"
+        and _as_bytes(cls) == b"DIMENSION_SCALE"
+        and _as_bytes(got) == name
+    )
+
+
+def _value(attrs: dict, name: str) -> np.ndarray | None:
+    """The value of attribute ``name`` in ``attrs`` (:func:`_attributes`), None when absent or unread."""
+    value = attrs.get(name)
+    return None if value is UNREAD else value
+
+
+def _dims_of(attrs: dict, shape: tuple[int, ...]) -> list[str] | None:
     """Dimension names of a variable written by the xarray writer (None: not one)."""
-    value = _attr(oid, DIMENSIONS_ATTR.encode())
+    value = _value(attrs, DIMENSIONS_ATTR)
     if value is None:
         return None
     dims = [d.decode() if isinstance(d, bytes) else str(d) for d in np.atleast_1d(value)]
-    shape = oid.shape
     if not dims and shape == (1,):
         return [SCALAR_DIM]
     if len(dims) != len(shape):
@@ -176,29 +227,29 @@ def _create_phony(group: h5py.Group, name: str, length: int):
     return create_virtual_dataset_id(group.id, name, raw, (length,), _PHONY_CHUNKS, [])
 
 
-def _user_scale_attrs(oid) -> set[str]:
+def _user_scale_attrs(attrs: dict) -> set[str]:
     """User attributes of a variable that the Dimension Scales API would misread or overwrite.
 
     ``H5DSset_scale`` overwrites ``CLASS`` and ``NAME``; ``H5DSattach_scale``
     calls ``H5DSis_scale``, which reads a ``CLASS`` attribute into a fixed-size
     buffer and so misreads a variable-length string (h5py's default for
     ``str``), sometimes taking the variable for a scale and failing.
-    netCDF-C reserves both names for this reason.
+    netCDF-C reserves both names for this reason. ``attrs``: :func:`_attributes`.
     """
-    present = {key for key in ("CLASS", "NAME") if h5py.h5a.exists(oid, key.encode())}
-    if "CLASS" in present and _is_scale_class(oid):
+    present = {key for key in ("CLASS", "NAME") if key in attrs}
+    if "CLASS" in present and _is_scale_class(attrs):
         return set()
     return present
 
 
-def _drop_references(oid) -> None:
-    for key in (b"DIMENSION_LIST", b"REFERENCE_LIST"):
-        if h5py.h5a.exists(oid, key):
-            h5py.h5a.delete(oid, key)
+def _drop_references(oid, attrs: dict) -> None:
+    for key in _REFERENCES:
+        if key in attrs:
+            h5py.h5a.delete(oid, key.encode())
 
 
-def _drop_dimid(oid) -> None:
-    if h5py.h5a.exists(oid, DIMID_ATTR):
+def _drop_dimid(oid, attrs: dict) -> None:
+    if DIMID_ATTR.decode() in attrs:
         h5py.h5a.delete(oid, DIMID_ATTR)
 
 
@@ -314,18 +365,19 @@ def _attach_group(group: h5py.Group, inherited: dict, counter) -> None:
             datasets[key] = oid
         elif isinstance(oid, h5py.h5g.GroupID):
             subgroups.append(key)
-    for oid in datasets.values():
-        _drop_references(oid)
-    phony = {k: oid for k, oid in datasets.items() if h5py.h5a.exists(oid, b"CLASS") and _is_phony(oid)}
+    attrs = {key: _attributes(oid) for key, oid in datasets.items()}
+    for key, oid in datasets.items():
+        _drop_references(oid, attrs[key])
+    phony = {k: oid for k, oid in datasets.items() if _is_phony(attrs[k])}
     variables: dict[str, tuple[h5py.h5d.DatasetID, list[str]]] = {}
     for key, oid in datasets.items():
-        dims = None if key in phony else _dims_of(oid)
+        dims = None if key in phony else _dims_of(attrs[key], oid.shape)
         if dims is not None:
             variables[key] = (oid, dims)
 
     scales: dict[str, h5py.h5d.DatasetID] = {}
     coordinates: set[str] = set()
-    reserved = {key: _user_scale_attrs(oid) for key, (oid, _) in variables.items()}
+    reserved = {key: _user_scale_attrs(attrs[key]) for key in variables}
     for key, (oid, dims) in variables.items():
         if dims == [key] and not reserved[key]:
             scales[key] = oid
@@ -356,8 +408,10 @@ def _attach_group(group: h5py.Group, inherited: dict, counter) -> None:
 
     for dim, oid in scales.items():
         name = dim.encode() if dim in coordinates else NETCDF_NOT_A_VARIABLE + b"%10d" % oid.shape[0]
-        h5py.h5ds.set_scale(oid, name)
-        _drop_dimid(oid)
+        found = attrs.get(dim, {})  # a scale created just now has none
+        if not _is_scale_named(found, name):
+            h5py.h5ds.set_scale(oid, name)
+        _drop_dimid(oid, found)
         next(counter)
 
     visible = ChainMap(scales, inherited)
