@@ -260,7 +260,9 @@ def readable(file_id, path: bytes) -> bool:
 def readable_tree(group_id) -> bool:
     """Whether libhdf5 reads every link below the group ``group_id`` and the header of every object they name.
 
-    ``H5Lvisit``, then ``H5Oget_info`` per member. Unlinking a group whose
+    ``H5Lvisit``, then :func:`object_info_by_name` per member (not h5py's
+    ``h5o.get_info``, which makes libhdf5 encode every virtual dataset's
+    layout again: a version's mappings). Unlinking a group whose
     members libhdf5 cannot read fails halfway, and libhdf5's cache of the
     handle then refuses to unlink or move it too (measured): callers move such
     a group aside whole instead.
@@ -269,7 +271,7 @@ def readable_tree(group_id) -> bool:
     try:
         group_id.links.visit(names.append)
         for name in names:
-            h5o.get_info(group_id, name)
+            object_info_by_name(group_id, name)  # the header read whole (its attribute count)
     except (KeyError, RuntimeError, OSError, ValueError):
         return False
     return True

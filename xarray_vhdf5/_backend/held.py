@@ -178,19 +178,25 @@ class OpenDatasets:
             Nothing at ``path``.
         """
         bpath = path.encode()
-        dsid = self._get(loc, bpath, chunk_bytes)
+        return self._wrapper(path, self._get(loc, bpath, chunk_bytes))
+
+    def _wrapper(self, path: str, dsid: h5d.DatasetID) -> HeldDataset:
+        """The held dataset ``dsid`` at ``path`` as an h5py dataset (made once per id)."""
+        bpath = path.encode()
         wrapper = self._wrappers.get(bpath)
-        if wrapper is None or wrapper.id is not dsid:  # an h5py.Dataset made once per id
+        if wrapper is None or wrapper.id is not dsid:
             wrapper = self._wrappers[bpath] = HeldDataset(dsid, path, self._held[bpath][0])
         return wrapper
 
     def raw_data_of(self, loc, path: str) -> h5py.Dataset | None:
         """:meth:`raw_data` sized from the dataset's own chunk shape and datatype; None if not a chunked dataset.
 
-        For a caller that knows raw_data's path but not its datatype (a virtual
-        dataset left unopened has the same, ``docs/format.md``). Opened with
-        libhdf5's default chunk cache, and again with a larger one only when
-        :data:`CACHED_CHUNKS` of its chunks do not fit in that.
+        For a caller that knows raw_data's path (absolute) but not its datatype
+        (a virtual dataset left unopened has the same, ``docs/format.md``).
+        Opened once with libhdf5's default chunk cache, or, when
+        :data:`CACHED_CHUNKS` of its chunks (bytes: points x item size) do not
+        fit in that, once with a cache that holds them. ``loc``: any object of
+        the file. None also when nothing is at ``path``; no error is raised.
         """
         bpath = path.encode()
         try:
@@ -198,20 +204,20 @@ class OpenDatasets:
         except (KeyError, ValueError):  # nothing there
             return None
         held = self._held.get(bpath)
-        chunk_bytes = 0  # held already: its cache was sized when it was first opened
-        if held is None or held[0] != addr or not held[1].valid:
-            try:
-                probe = h5d.open(loc, bpath)
-            except (KeyError, ValueError, TypeError):  # not a dataset
-                return None
-            dcpl = probe.get_create_plist()
-            if dcpl.get_layout() != h5d.CHUNKED:
-                return None
-            chunk_bytes = math.prod(dcpl.get_chunk()) * probe.get_type().get_size()
-            if min(MAX_CACHE_BYTES, CACHED_CHUNKS * chunk_bytes) <= probe.get_access_plist().get_chunk_cache()[1]:
-                self._held[bpath] = (addr, probe)  # the default cache holds enough: one open
-            else:
-                probe.close()  # opened again below with a larger cache (libhdf5 sizes it at the first open)
+        if held is not None and held[0] == addr and held[1].valid:  # its cache sized at its first open
+            return self._wrapper(path, held[1])
+        try:
+            probe = h5d.open(loc, bpath)
+        except (KeyError, ValueError, TypeError):  # not a dataset
+            return None
+        dcpl = probe.get_create_plist()
+        if dcpl.get_layout() != h5d.CHUNKED:
+            return None
+        chunk_bytes = math.prod(dcpl.get_chunk()) * probe.get_type().get_size()
+        if min(MAX_CACHE_BYTES, CACHED_CHUNKS * chunk_bytes) <= probe.get_access_plist().get_chunk_cache()[1]:
+            self._held[bpath] = (addr, probe)  # the default cache holds enough: one open
+            return self._wrapper(path, probe)
+        probe.close()  # opened again with a larger cache (libhdf5 sizes it at a dataset's first open)
         return self.raw_data(loc, path, chunk_bytes)
 
     def clear(self) -> None:

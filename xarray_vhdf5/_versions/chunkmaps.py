@@ -535,7 +535,7 @@ class StoredLayouts:
 
     ``layouts(source_path)`` for the dataset at ``source_path`` (its HDF5
     path, ``/_version_data/versions/<version>/<path>``) is None when no map
-    is stored for it (one failed open), else a function ``read(raw, chunks)``
+    is stored for it (link lookups only), else a function ``read(raw, chunks)``
     (``raw``: the dataset's raw_data, ``chunks``: its chunk shape in points)
     giving ``(shape, starts)``: the dataset's shape (points) and each chunk's
     first raw_data row (int64 of the chunk grid's shape, -1 unmapped), or
@@ -553,7 +553,8 @@ class StoredLayouts:
     def __init__(self, f: h5py.File):
         self._f = f
         self._bk: h5py.Group | None = None
-        self._maps: h5g.GroupID | bool | None = False  # False: not looked up yet
+        self._maps: h5g.GroupID | None = None  # the group of every version's maps, when there is one
+        self._looked_up = False
         self._versions: dict[str, h5g.GroupID | None] = {}  # each version's group of maps, once looked up
 
     def __call__(self, source_path: str) -> Callable[..., tuple[tuple[int, ...], np.ndarray] | None] | None:
@@ -561,12 +562,13 @@ class StoredLayouts:
         if not source_path.startswith(prefix):
             return None
         version, _, path = source_path[len(prefix) :].partition("/")
-        if self._maps is False:
+        if not self._looked_up:
             bk = self._bk = bookkeeping.open_group(self._f)
-            linked = bk is not None and bk.id.links.exists(_MAPS.encode())
-            self._maps = h5g.open(bk.id, _MAPS.encode()) if bk is not None and linked else None
+            if bk is not None and bk.id.links.exists(_MAPS.encode()):
+                self._maps = h5g.open(bk.id, _MAPS.encode())
+            self._looked_up = True
         maps = self._maps
-        if not path or maps is None or maps is True:
+        if not path or maps is None:
             return None
         if version not in self._versions:  # one lookup in the (large) group of every version's maps
             bversion = version.encode()
