@@ -12,6 +12,8 @@ cache (one untimed round first); each result is checked against numpy.
    dataset in chunks of 10, one point changed per version (target: <= 10x
    plain h5py reading the same point 1000 times through one open file), by
    ``reader[v]["x"][i]`` per version and by ``reader.read_versions("x", i)``;
+   then the same by ``read_versions`` in chunks of 100 (10 chunks: a dataset
+   too small for a map log of its own, logged in the file's map log);
 3. ``whole``: a whole version of a (2000, 2000) float64 dataset in
    (100, 100) chunks (400 chunks, 32 MB), uncompressed and gzip level 4
    (target: <= 1.0x plain h5py, and faster than plain h5py reading two
@@ -101,14 +103,17 @@ def bench_open(d: str, rounds: int) -> list[dict]:
     ]
 
 
-def bench_points(d: str, rounds: int, n_versions: int = 1000) -> list[dict]:
-    path, plain = os.path.join(d, "points.h5"), os.path.join(d, "points_plain.h5")
+def bench_points(d: str, rounds: int, n_versions: int = 1000, chunk: int = 10, every: bool = True) -> list[dict]:
+    """One point from each version of a (1000,) float64 in chunks of ``chunk`` (``every``: also one
+    version at a time and versioned-hdf5; a dataset of fewer than 64 chunks is logged in the file's
+    map log, ``_versions/smallmaps.py``, a larger one in its own)."""
+    path, plain = os.path.join(d, f"points{chunk}.h5"), os.path.join(d, f"points{chunk}_plain.h5")
     data = np.arange(1000.0)
 
     def edit(x, i):
         x[i % 1000] = -i
 
-    _build(path, plain, data, (10,), versions=n_versions, edit=edit)
+    _build(path, plain, data, (chunk,), versions=n_versions, edit=edit)
     point = 500  # changed by version 500 only
 
     def ours():
@@ -139,12 +144,12 @@ def bench_points(d: str, rounds: int, n_versions: int = 1000) -> list[dict]:
         assert got[0] == 500.0
 
     impls = {"xarray_vhdf5 (open)": ours, "xarray_vhdf5 (read_versions)": ours_batch, "floor": floor, "h5py": h5}
-    if versioned_hdf5 is not None:
+    if not every:
+        del impls["xarray_vhdf5 (open)"]
+    elif versioned_hdf5 is not None:
         impls["versioned-hdf5"] = vh
-    return [
-        {"workload": f"1 point x {n_versions} versions", "impl": k, "ms": _median_ms(fn, max(1, rounds // 5))}
-        for k, fn in impls.items()
-    ]
+    workload = f"1 point x {n_versions} versions, {-(-1000 // chunk)} chunks"
+    return [{"workload": workload, "impl": k, "ms": _median_ms(fn, max(1, rounds // 5))} for k, fn in impls.items()]
 
 
 def bench_whole(d: str, rounds: int, compression: str | None) -> list[dict]:
@@ -205,6 +210,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         rows = bench_open(d, args.rounds)
         rows += bench_points(d, args.rounds, args.versions)
+        rows += bench_points(d, args.rounds, args.versions, chunk=100, every=False)
         rows += bench_whole(d, args.rounds, None)
         rows += bench_whole(d, args.rounds, "gzip")
     table = pd.DataFrame(rows)

@@ -76,7 +76,8 @@ def test_new_files_keep_version_data_as_versioned_hdf5_writes_it(tmp_path):
     with h5py.File(ours, "r") as a, h5py.File(theirs, "r") as b:
         assert sorted(a["_version_data"]) == sorted(b["_version_data"]) == ["versions", "x"]
         assert sorted(a) == ["__vhdf5__", "_version_data"] and sorted(b) == ["_version_data"]
-        assert sorted(a[NEW]) == ["addresses", "generation", "log", "names", "rows"] and COMMIT_TOKEN in a[NEW].attrs
+        assert sorted(a[NEW]) == ["addresses", "generation", "log", "names", "rows", "small_map_log"]
+        assert COMMIT_TOKEN in a[NEW].attrs
     # versioned-hdf5 opens, reads and commits our file
     with h5py.File(ours, "r+") as f:
         vf = versioned_hdf5.VersionedHDF5File(f)
@@ -248,5 +249,5 @@ def test_a_process_that_cached_the_legacy_offset_sees_the_move_and_writes_the_li
     with h5py.File(legacy, "r") as f:
         assert VersionedHDF5File(f).versions == ["v0", "v1", "v2", "mine", "again"]
         assert "generation" not in f["_version_data"]
-        assert sorted(f[NEW]) == ["addresses", "generation", "log", "names", "rows"]
+        assert sorted(f[NEW]) == ["addresses", "generation", "log", "names", "rows", "small_map_log"]
     assert check_file(legacy).ok

@@ -8,13 +8,15 @@ for datasets that grow between versions, strings, and every error it names.
 
 from __future__ import annotations
 
+import shutil
+
 import h5py
 import numpy as np
 import pytest
 import versioned_hdf5
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5._versions import reader_history
+from xarray_vhdf5._versions import bookkeeping, reader_history, smallmaps
 from xarray_vhdf5.errors import VersionNotFoundError
 
 STR = h5py.string_dtype()
@@ -125,9 +127,14 @@ def test_raw_datas_manifest_is_made_once_while_the_file_is_unchanged(history, mo
 
 
 def test_stored_maps_are_used(history, monkeypatch):
-    """Versions of ``big`` are read from their logged maps (no mapping decoded); ``small``'s (5 chunks,
-    no map) have their mappings decoded onto raw_data's one manifest: no manifest of their own."""
+    """Versions of ``big`` are read from their map log, ``small``'s (5 chunks, no map of its own) from the
+    file's map log of small datasets: no mapping decoded. Without that log, ``small``'s mappings are
+    decoded onto raw_data's one manifest: no manifest of their own."""
     file, _ = history
+    copy = str(file) + ".nolog.h5"
+    shutil.copyfile(file, copy)
+    with h5py.File(copy, "r+") as f:
+        del bookkeeping.open_group(f)[smallmaps.LOG]
     decoded, resolved = [], []
     decode, resolve = reader_history._decoded, reader_history.resolve_manifest
     monkeypatch.setattr(reader_history, "_decoded", lambda vds, *a: decoded.append(vds.name) or decode(vds, *a))
@@ -137,6 +144,9 @@ def test_stored_maps_are_used(history, monkeypatch):
     with xv.VersionedHDF5File.open(file) as reader:
         reader.read_versions("big", 1)
         assert decoded == resolved == []
+        reader.read_versions("grp/small", 1)
+        assert decoded == resolved == []
+    with xv.VersionedHDF5File.open(copy) as reader:
         reader.read_versions("grp/small", 1)
         assert len(decoded) == 12 and resolved == []
 

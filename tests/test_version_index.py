@@ -240,11 +240,14 @@ def test_commits_after_the_first_open_no_index_dataset(made, monkeypatch):
             g["x"][1] = -1
         opened = []
         real_open = vindex.h5d.open
-        monkeypatch.setattr(vindex.h5d, "open", lambda *a: opened.append(a[1]) or real_open(*a))
+        monkeypatch.setattr(
+            vindex.h5d, "open", lambda *a: opened.append((h5py.h5i.get_name(a[0]), a[1])) or real_open(*a)
+        )
         for name in ("b", "c"):
             with vf.stage_version(name) as g:
                 g["x"][2] = -2
-        assert opened == []
+        assert [o for o in opened if o[0] == BOOKKEEPING.encode()] == []  # the index's (not the map logs')
+        assert opened  # the hook saw the map log's opens
         monkeypatch.undo()
     seen = check_open(made, expect_loaded=True)
     assert seen.parent("c") == "b" and seen.parent("b") == "a"

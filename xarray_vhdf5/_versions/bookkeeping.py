@@ -9,6 +9,8 @@ The group holds what versioned-hdf5's format has no place for (``docs/format.md`
   need not decode virtual datasets (:mod:`~xarray_vhdf5._versions.chunkmaps`);
 - ``map_log``: every version's chunk map of a dataset, as changes, for reads across
   versions (:mod:`~xarray_vhdf5._versions.maplog`);
+- ``small_map_log``: the same for datasets too small for their own, one append a
+  commit (:mod:`~xarray_vhdf5._versions.smallmaps`);
 - attribute ``commit_token``: whose caches may be taken up
   (:mod:`~xarray_vhdf5._versions.caches`).
 

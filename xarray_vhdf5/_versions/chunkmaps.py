@@ -67,7 +67,7 @@ from .._backend.hashtable import committed_chunks, hash_table_path
 from .._backend.layout import VERSION_DATA
 from .._backend.manifest_resolve import chunk_addresses, manifest_from_starts
 from .._backend.rows import read_rows, write_rows
-from . import bookkeeping, maplog
+from . import bookkeeping, maplog, smallmaps
 from .index import to_micros
 from .timestamps import parse_timestamp
 
@@ -82,10 +82,12 @@ __all__ = [
     "carry",
     "chunk_numbers",
     "forget",
+    "has_maps",
     "load",
     "record",
     "stored_addresses",
     "table_owner",
+    "timestamp_micros",
 ]
 
 #: Layout of a map's values (attribute ``format``): 2, int32 chunk numbers. Maps of
@@ -201,6 +203,7 @@ def record(
     slab_offsets: np.ndarray,
     committed_before: int,
     base_version: str | None = None,
+    small: smallmaps.Batch | None = None,
 ) -> bool:
     """Store the map of ``version``'s dataset ``path`` and extend raw_data's address table.
 
@@ -234,6 +237,10 @@ def record(
         The committed version the dataset was staged from: its map, where
         stored and trusted, is the base of the map log's row
         (:mod:`~xarray_vhdf5._versions.maplog`).
+    small : smallmaps.Batch, optional
+        The commit's rows of the file's map log
+        (:mod:`~xarray_vhdf5._versions.smallmaps`): a dataset of fewer than
+        :data:`MIN_CHUNKS` chunks is queued there instead.
 
     Returns
     -------
@@ -241,12 +248,16 @@ def record(
         Whether a map was stored (not for fewer than :data:`MIN_CHUNKS`
         chunks, nor variable-length data).
     """
-    if slab_indices.size < MIN_CHUNKS or raw.dtype.hasobject:
+    if raw.dtype.hasobject:
         return False
     starts = np.where(slab_indices != 0, slab_offsets.astype(np.int64), -1)
+    numbers = chunk_numbers(starts, chunks[0])
+    if slab_indices.size < MIN_CHUNKS:
+        if small is not None:
+            small.add(path, table_owner(raw), tuple(shape), numbers)
+        return False
     bk = bookkeeping.require_group(f)
     name = _maps_path(version, path)
-    numbers = chunk_numbers(starts, chunks[0])
     mapped = _new_map(bk, name, numbers)
     timestamp = _timestamp(f, version)
     write_attr(mapped, "shape", np.asarray(shape, np.int64))
@@ -290,8 +301,13 @@ def _micros(timestamp: str) -> int:
     return to_micros(parse_timestamp(timestamp))
 
 
+def timestamp_micros(f: h5py.File, version: str) -> int:
+    """Version ``version``'s ``timestamp``, in microseconds since 1970-01-01 UTC (read from its group)."""
+    return _micros(_timestamp(f, version))
+
+
 def _timestamp(f: h5py.File, version: str) -> str:
-    return str(read_attr(h5g.open(f.id, f"/{VERSION_DATA}/versions/{version}".encode()), "timestamp"))
+    return str(read_attr(h5g.open(f.id, f"/{VERSION_DATA}/versions/{version}".encode()), "timestamp", expect="str"))
 
 
 def _numbers(reader: MapReader, version: str) -> np.ndarray | None:
@@ -355,11 +371,11 @@ def _owner_of(table: h5py.Dataset | h5d.DatasetID) -> tuple[int, int] | None:
         return None
 
 
-def carry(f: h5py.File, source_version: str, version: str, path: str, vds_address: int) -> bool:
+def carry(f: h5py.File, source_version: str, version: str, path: str, vds_address: Callable[[], int]) -> bool:
     """Store the map of a dataset committed unchanged: the source version's map, for its copy.
 
-    ``vds_address``: the object address of the copy (the new version's
-    virtual dataset, same mappings). The source's map is checked as a reader
+    ``vds_address()``: the object address of the copy (the new version's
+    virtual dataset, same mappings), asked for when the source has a map. The source's map is checked as a reader
     checks it (:meth:`MapReader.numbers`): one that no longer holds is not
     copied. Returns False (nothing stored) when the source has no map to trust.
     """
@@ -376,7 +392,7 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     shape = read_attr(source.id, "shape", expect="int")
     write_attr(mapped, "shape", shape)
     write_attr(mapped, "raw", read_attr(source.id, "raw", expect="int"))
-    write_attr(mapped, "vds", np.int64(vds_address))
+    write_attr(mapped, "vds", np.int64(vds_address()))
     timestamp = _timestamp(f, version)
     write_attr(mapped, "timestamp", timestamp)
     write_attr(mapped, "format", np.int64(MAP_FORMAT))
@@ -386,6 +402,12 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
     return True
 
 
+def has_maps(f: h5py.File, version: str) -> bool:
+    """Whether any dataset of ``version`` has a stored map (its group of maps exists)."""
+    bk = bookkeeping.open_group(f)
+    return bk is not None and _linked(bk.id, posixpath.dirname(_maps_path(version, "x")))
+
+
 def _stored_map(f: h5py.File, version: str, path: str) -> tuple[h5py.Group | None, h5py.Dataset | None]:
     """The bookkeeping group and the map of ``version``'s dataset ``path`` (None where absent)."""
     bk = bookkeeping.open_group(f)
@@ -393,7 +415,8 @@ def _stored_map(f: h5py.File, version: str, path: str) -> tuple[h5py.Group | Non
 
 
 def forget(f: h5py.File) -> None:
-    """Drop every stored map, address table and map log (:mod:`~xarray_vhdf5._versions.maplog`).
+    """Drop every stored map, address table and map log (:mod:`~xarray_vhdf5._versions.maplog`,
+    :mod:`~xarray_vhdf5._versions.smallmaps`).
 
     Called at the start of this package's mutations that move chunks
     (deletion, ``modify_metadata``: :func:`~xarray_vhdf5._versions.mutation.mutating`
@@ -402,7 +425,7 @@ def forget(f: h5py.File) -> None:
     bk = bookkeeping.open_group(f)
     if bk is None:
         return
-    for name in (_MAPS, _ADDRESSES, maplog.LOG):
+    for name in (_MAPS, _ADDRESSES, maplog.LOG, smallmaps.LOG):
         bookkeeping.discard(bk, name)
 
 

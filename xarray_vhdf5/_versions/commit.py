@@ -51,10 +51,11 @@ from .._wrappers.create import CHUNKS_REQUIRED
 from .._wrappers.dataset import InMemoryArrayDataset, StagedDatasetBase
 from .._wrappers.group import InMemoryGroup, UnopenedDataset
 from ..errors import IncompatibleDataError, StaleVersionError, UnsupportedError
-from . import chunkmaps, rootview
+from . import chunkmaps, rootview, smallmaps
 from .caches import CommitCaches
+from .index import to_micros
 from .logrecord import record_commit
-from .timestamps import format_timestamp, now_utc
+from .timestamps import format_timestamp, now_utc, parse_timestamp
 
 __all__ = ["CommitCaches", "CommitReport", "commit_version"]
 
@@ -174,8 +175,10 @@ def commit_version(
         root.attrs.write_to(group)
         for sub in subgroups:
             sub.attrs.write_to(create_ordered_group(group, sub.name))
+        maps = _CommitMaps(f, smallmaps.Batch(name, to_micros(parse_timestamp(stamp))))
         for path, ds in datasets.items():
-            report.datasets[path] = _commit_dataset(f, group, path, ds, caches, *targets.get(path, (None, None)))
+            report.datasets[path] = _commit_dataset(f, group, path, ds, caches, maps, *targets.get(path, (None, None)))
+        maps.small.write(f)  # the file's map log: one append for every small dataset
         if finish is not None:
             finish(group)
         write_attr(gid, "committed", True)
@@ -197,6 +200,7 @@ def _commit_dataset(
     path: str,
     ds: StagedDatasetBase | UnopenedDataset,
     caches: CommitCaches,
+    maps: _CommitMaps,
     raw: h5py.Dataset | None,
     table: HashTable | None,
 ) -> WriteStats:
@@ -204,6 +208,8 @@ def _commit_dataset(
 
     ``raw`` and ``table``: the path's raw_data (None: none yet) and hash table
     (None: not opened yet), as :func:`commit_version` found and checked them.
+    ``maps``: the commit's chunk maps of datasets carried unchanged, and of
+    small ones (:class:`_CommitMaps`).
     """
     parent_path, last = posixpath.split(path)
     parent = version_group[parent_path] if parent_path else version_group
@@ -211,7 +217,7 @@ def _commit_dataset(
     if isinstance(ds, UnopenedDataset):  # never accessed: mappings and attributes copied inside libhdf5
         carry_virtual_dataset(ds.gid, ds.bname, parent, last, ds.num_attrs)  # checked: the object staged
         caches.chunk_map_cache.carry(ds.source_path, ds.address, parent, last)
-        _carry_map(f, ds.source_path, version, path, parent, last)
+        maps.carry(ds.source_path, version, path, parent, last)
         return WriteStats()
     if _is_carried(ds, path):
         if ds.attrs.changed:
@@ -220,7 +226,7 @@ def _commit_dataset(
         else:  # mappings and attributes copied inside libhdf5
             carry_virtual_dataset(ds.source_id, b".", parent, last)
         caches.chunk_map_cache.carry(ds.source_path, object_address(ds.source_id), parent, last)  # the same mappings
-        _carry_map(f, ds.source_path, version, path, parent, last)
+        maps.carry(ds.source_path, version, path, parent, last)
         return WriteStats()
     _drop_object_references(ds.attrs)
     if isinstance(ds, ChunkedStagedDataset):
@@ -253,6 +259,7 @@ def _commit_dataset(
         *arrays,
         committed_before=len(writer.hash_table) - writer.stats.new_chunks,
         base_version=_source_version(getattr(ds, "source_path", None), path),
+        small=maps.small,
     )
     return writer.stats
 
@@ -268,11 +275,33 @@ def _source_version(source_path: bytes | str | None, path: str) -> str | None:
     return None
 
 
-def _carry_map(f: h5py.File, source_path, version: str, path: str, parent: h5py.Group, last: str) -> None:
-    """The stored chunk map of a dataset copied unchanged from ``source_path`` (its version's), if it had one."""
-    source_version = _source_version(source_path, path)
-    if source_version is not None:
-        chunkmaps.carry(f, source_version, version, path, object_address_by_name(parent.id, last.encode()))
+class _CommitMaps:
+    """One commit's chunk maps of datasets carried unchanged, and its rows of the file's map log.
+
+    ``small``: the rows of the datasets without a stored map
+    (:mod:`~xarray_vhdf5._versions.smallmaps`), written once every dataset is.
+    Whether a source version has stored maps at all is looked up once a
+    version: most carried datasets of a commit share their source.
+    """
+
+    def __init__(self, f: h5py.File, small: smallmaps.Batch):
+        self.f, self.small = f, small
+        self._stored: dict[str, bool] = {}  # source version -> whether it has stored maps
+
+    def carry(self, source_path, version: str, path: str, parent: h5py.Group, last: str) -> None:
+        """The map of dataset ``path`` copied unchanged from ``source_path`` (its version's), where it has
+        one: its stored map, else its row of the file's map log."""
+        source_version = _source_version(source_path, path)
+        if source_version is None:
+            return
+        stored = self._stored.get(source_version)
+        if stored is None:
+            stored = self._stored[source_version] = chunkmaps.has_maps(self.f, source_version)
+        if stored and chunkmaps.carry(
+            self.f, source_version, version, path, lambda: object_address_by_name(parent.id, last.encode())
+        ):
+            return
+        self.small.carry(path, source_version, lambda v: chunkmaps.timestamp_micros(self.f, v))
 
 
 def _commit_array(writer: ChunkWriter, data: np.ndarray) -> tuple[ChunkWriter, tuple]:

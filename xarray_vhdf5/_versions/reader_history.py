@@ -11,11 +11,12 @@ map log whole, builds one manifest over all of raw_data's stored chunks
 (:meth:`~xarray_vhdf5._backend.manifest.ChunkManifest.remapped` gives each
 version its own grid over it), and reads each distinct set of chunks once:
 versions that map the same raw_data chunks where the selection lies get the
-same values without a read. A version the log has no row for reads its stored
-map, after the same checks as any reader of the map
+same values without a read. A version the log has no row for is looked up in
+the file's map log of small datasets (:mod:`~xarray_vhdf5._versions.smallmaps`:
+fewer than :data:`~xarray_vhdf5._versions.chunkmaps.MIN_CHUNKS` chunks), then
+in its stored map, after the same checks as any reader of the map
 (:class:`~xarray_vhdf5._versions.chunkmaps.MapReader`); one without a map
-to trust (committed by versioned-hdf5, a dataset of fewer than
-:data:`~xarray_vhdf5._versions.chunkmaps.MIN_CHUNKS` chunks) has its
+to trust (committed by versioned-hdf5) has its
 mappings decoded through the same handle, and a dataset without a manifest
 (variable-length strings, a filter without a decoder here) is read by libhdf5.
 """
@@ -39,7 +40,7 @@ from .._backend.layout import VERSION_DATA, version_path
 from .._backend.manifest import ChunkManifest
 from .._backend.manifest_resolve import manifest_from_starts, resolve_manifest
 from ..errors import IncompatibleDataError
-from . import bookkeeping, chunkmaps, maplog
+from . import bookkeeping, chunkmaps, maplog, smallmaps
 from .reader_dataset import outer_key
 
 if TYPE_CHECKING:
@@ -201,9 +202,13 @@ def _read_batch(
         bk = bookkeeping.open_group(f)
         maps = chunkmaps.MapReader(f, path, raw, chunks, bk)
         lookup = chunkmaps.address_lookup(f, path, raw)
-        log = maplog.MapLog.load(bk, path, raw, chunkmaps.table_owner(raw))
+        owner = chunkmaps.table_owner(raw)
+        log = maplog.MapLog.load(bk, path, raw, owner)
         if log is not None:
             logged = log.maps(stamps.items())
+        if len(logged) < len(stamps) and (small := smallmaps.SmallMaps.load(bk)) is not None:
+            rest = ((n, t) for n, t in stamps.items() if n not in logged)
+            logged.update(small.maps(path, chunks, owner, rest))
     raw_fill = None if chunks is None else np.asarray(raw.fillvalue, raw.dtype).tobytes()
     base: ChunkManifest | None = bases.get(token)  # made at the first version with a map
     tried = token in bases
