@@ -405,7 +405,7 @@ def carry(f: h5py.File, source_version: str, version: str, path: str, vds_addres
 def has_maps(f: h5py.File, version: str) -> bool:
     """Whether any dataset of ``version`` has a stored map (its group of maps exists)."""
     bk = bookkeeping.open_group(f)
-    return bk is not None and _linked(bk.id, posixpath.dirname(_maps_path(version, "x")))
+    return bk is not None and _linked(bk.id, f"{_MAPS}/{version}")
 
 
 def _stored_map(f: h5py.File, version: str, path: str) -> tuple[h5py.Group | None, h5py.Dataset | None]:
