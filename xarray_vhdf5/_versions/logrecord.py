@@ -135,15 +135,28 @@ def attrs_digest(attrs: dict[str, Any]) -> str:
     return digest.hexdigest()
 
 
-def fingerprint_of(dset: h5py.Dataset, flat: np.ndarray, offsets: np.ndarray, listed: bool) -> Fingerprint:
-    """The fingerprint of a committed version's dataset whose mapping is given."""
+def fingerprint_of(
+    dset: h5py.Dataset,
+    flat: np.ndarray,
+    offsets: np.ndarray,
+    listed: bool,
+    chunks: tuple[int, ...] | None = None,
+    raw_path: str | None = None,
+) -> Fingerprint:
+    """The fingerprint of a committed version's dataset whose mapping is given.
+
+    ``chunks`` and ``raw_path``: its ``chunks`` and ``raw_data`` attributes, when
+    the caller read them already (else read here).
+    """
     from .states import compared_attrs  # the attributes the log compares
 
-    chunks = tuple(int(c) for c in read_attr(dset.id, "chunks", expect="int"))
-    raw_path = str(read_attr(dset.id, "raw_data", expect="str"))
+    if chunks is None:
+        chunks = tuple(int(c) for c in read_attr(dset.id, "chunks", expect="int"))
+    if raw_path is None:
+        raw_path = str(read_attr(dset.id, "raw_data", expect="str"))
     return Fingerprint(
-        tuple(dset.shape),
-        dtype_key(dset.dtype),
+        tuple(dset.id.shape),  # the low-level id's: h5py's Dataset properties add a lock and a cache
+        dtype_key(dset.id.dtype),
         chunks,
         raw_path,
         mapping_digest(flat, offsets),
@@ -255,10 +268,11 @@ def build_record(
             entries[path] = Fingerprint((), "", (), "", "", "", False).to_json()
             continue
         chunks = tuple(int(c) for c in read_attr(dset.id, "chunks", expect="int"))
+        raw_path = str(read_attr(dset.id, "raw_data", expect="str"))
         # The commit's own handles (held open, the table's state in memory): nothing opened.
-        raw = caches.open_datasets.raw_data(group.id, str(read_attr(dset.id, "raw_data", expect="str")), 0)
-        flat, offsets = _mapping(dset.shape, chunks, st.chunk_rows)
-        fp = fingerprint_of(dset, flat, offsets, True)
+        raw = caches.open_datasets.raw_data(group.id, raw_path, 0)
+        flat, offsets = _mapping(dset.id.shape, chunks, st.chunk_rows)
+        fp = fingerprint_of(dset, flat, offsets, True, chunks, raw_path)
         entries[path] = fp.to_json()
         if fp.raw_path not in tables:
             n_after, last = caches.hash_tables.open(*caches.open_datasets.hash_table(raw)).state
