@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import xarray_vhdf5 as xv
 from xarray_vhdf5._backend.h5attrs import read_attr, write_attr
+from xarray_vhdf5._backend.h5objects import object_address
 from xarray_vhdf5._versions import bookkeeping, chunkmaps, reader_history, smallmaps
 from xarray_vhdf5._versions.index import to_micros
 from xarray_vhdf5._versions.registry import VersionRegistry
@@ -311,3 +312,30 @@ def test_a_source_row_is_looked_for_among_the_last_rows_only(tmp_path, monkeypat
         assert "w2" in got and "w0" not in got and len(got) == 6
         assert_logged_right(f, "a", 7)
     assert_reads_match(path, "b", 1)
+
+
+def test_a_log_libhdf5_cannot_read_is_replaced_and_never_fails_a_read(tmp_path, monkeypatch):
+    """``rows``' object header overwritten (as a killed plain-handle writer may tear it): read_versions
+    decodes, the next commit moves the log aside and starts a new one, and no commit or read fails."""
+    path = tmp_path / "h.h5"
+    history(path, 3)
+    with h5py.File(path, "r") as f:
+        header = object_address(bookkeeping.open_group(f)[smallmaps.LOG]["rows"].id)
+    with open(path, "r+b") as fh:  # the header's signature and version gone
+        fh.seek(header)
+        fh.write(b"\xff" * 8)
+    with h5py.File(path, "r") as f:
+        with pytest.raises((KeyError, RuntimeError, OSError)):
+            bookkeeping.open_group(f)[smallmaps.LOG]["rows"]
+    used = []
+    decode = reader_history._decoded
+    monkeypatch.setattr(reader_history, "_decoded", lambda *a: used.append(a) or decode(*a))
+    assert_reads_match(path, "a")
+    assert len(used) == 3  # every version decoded
+    monkeypatch.undo()
+    with h5py.File(path, "r+") as f:
+        with xv.VersionedHDF5File(f).stage_version("v3") as g:
+            g["a"][3] = -3.0
+        assert set(logged(f, "a")) == {"v3"}  # a new log, from this commit on
+        assert_logged_right(f, "a", 1)
+    assert_reads_match(path, "a")

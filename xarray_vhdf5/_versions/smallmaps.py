@@ -85,15 +85,17 @@ class _Opened(NamedTuple):
 
 
 def _opened(bk: h5g.GroupID) -> _Opened | None:
-    """The log, if there is one of this layout whose commit point lies within its datasets."""
+    """The log, if there is one of this layout whose commit point lies within its datasets.
+
+    None also when libhdf5 cannot read it (a header a killed plain-handle
+    writer tore): a cache is never the reason a commit or a read fails; the
+    next commit replaces it (:func:`_create`), readers decode meanwhile.
+    """
     try:
         group = h5g.open(bk, LOG.encode())
-    except (KeyError, ValueError):
-        return None
-    try:
         state = np.asarray(read_attr(group, "state", expect="int"), np.int64)
         rows, numbers = h5d.open(group, b"rows"), h5d.open(group, b"numbers")
-    except KeyError:
+    except (KeyError, ValueError, RuntimeError, OSError):  # absent, or unreadable
         return None
     if state.shape != (3,) or state[0] != FORMAT:
         return None
