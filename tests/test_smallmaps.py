@@ -339,3 +339,23 @@ def test_a_log_libhdf5_cannot_read_is_replaced_and_never_fails_a_read(tmp_path, 
         assert set(logged(f, "a")) == {"v3"}  # a new log, from this commit on
         assert_logged_right(f, "a", 1)
     assert_reads_match(path, "a")
+
+
+@pytest.mark.parametrize("member", ["rows", "numbers"])
+def test_a_log_chunk_libhdf5_cannot_read_makes_the_reader_decode(tmp_path, monkeypatch, member):
+    """A read of the log that libhdf5 refuses (a damaged chunk) leaves the log unused, not the read failed."""
+    path = tmp_path / "h.h5"
+    history(path, 3)
+    real = smallmaps.read_rows
+
+    def refused(dsid, start, out):
+        if h5py.h5i.get_name(dsid).endswith(f"{smallmaps.LOG}/{member}".encode()):
+            raise OSError("Can't synchronously read data (filter returned failure during read)")
+        return real(dsid, start, out)
+
+    monkeypatch.setattr(smallmaps, "read_rows", refused)
+    used = []
+    decode = reader_history._decoded
+    monkeypatch.setattr(reader_history, "_decoded", lambda *a: used.append(a) or decode(*a))
+    assert_reads_match(path, "a")
+    assert len(used) == 3

@@ -243,7 +243,10 @@ class SmallMaps:
         opened = None if bk is None else _opened(bk.id)
         if opened is None or not opened.n:
             return None
-        return cls(opened, read_rows(opened.rows, 0, np.empty((opened.n, _WIDTH), np.int64)))
+        try:
+            return cls(opened, read_rows(opened.rows, 0, np.empty((opened.n, _WIDTH), np.int64)))
+        except (RuntimeError, OSError):  # a chunk libhdf5 cannot read: the versions are decoded
+            return None
 
     def maps(
         self, path: str, chunks: tuple[int, ...], owner: tuple[int, int], wanted: Iterable[tuple[str, int]]
@@ -291,7 +294,10 @@ class SmallMaps:
         if not good.any():
             return {}
         lo, hi = int(firsts[good].min()), int((firsts + counts)[good].max())
-        values = read_rows(self._opened.numbers, lo, np.empty(hi - lo, np.int32)).astype(np.int64)
+        try:
+            values = read_rows(self._opened.numbers, lo, np.empty(hi - lo, np.int32)).astype(np.int64)
+        except (RuntimeError, OSError):  # a chunk libhdf5 cannot read: the versions are decoded
+            return {}
         checked = values.size == 0 or int(values.min()) >= -1  # else each row is checked
         found = {}
         for k in np.flatnonzero(good).tolist():
