@@ -55,7 +55,12 @@ files ``h5stat -S`` (file metadata, raw data, tracked free and unaccounted space
 ``h5stat`` from ``H5STAT`` or ``PATH``, the columns left out when absent; an
 ``h5stat`` extracted from a .deb, ``H5STAT=/tmp/deb18/usr/bin/h5stat``, runs with the
 ``lib/x86_64-linux-gnu`` beside its ``bin`` on ``LD_LIBRARY_PATH``, set for that
-subprocess only, since the benchmark's own libhdf5 must not change); then the time of
+subprocess only, since the benchmark's own libhdf5 must not change), and how much of
+the unaccounted space is global heap (:func:`global_heap`: ``h5stat`` leaves out the
+collections holding variable-length attribute values), the free space inside the
+heap's collections, and the share of the file lost (heap free space, unaccounted
+space outside the heap, tracked free space); ``--records K`` chunks every tool's
+variable in K time steps (16: this package's default for such a variable); then the time of
 the ``vhdf5 log`` command line (a subprocess: interpreter start included) and of
 ``xarray_vhdf5.xr.version_log_frame`` on ours-reopen's file.
 
@@ -84,6 +89,7 @@ import os
 import pstats
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -169,10 +175,11 @@ def ingest_workload(n_days: int, compress: bool) -> Workload:
     return Workload(data, "sst", ("time", "lat", "lon"), (1, 90, 180), coords, compress, qc)
 
 
-def history_workload(n_days: int, compress: bool) -> Workload:
+def history_workload(n_days: int, compress: bool, records: int = 1) -> Workload:
+    """``n_days`` daily versions of a ``(n_days, 130)`` float32 in chunks of ``records`` time steps."""
     rng = np.random.default_rng(1000)
     data = rng.standard_normal((n_days, 130), dtype=np.float32)
-    return Workload(data, "x", ("time", "x"), (1, 130), {}, compress, None)
+    return Workload(data, "x", ("time", "x"), (records, 130), {}, compress, None)
 
 
 @dataclass
@@ -497,12 +504,12 @@ def h5stat_summary(path: str, program: str) -> dict:
     libs = Path(program).resolve().parent.parent / "lib" / "x86_64-linux-gnu"
     if not str(program).startswith("/usr/") and libs.is_dir():  # an extracted .deb: its libhdf5 beside it
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs), env.get("LD_LIBRARY_PATH")]))
-    out = subprocess.run([program, "-S", path], capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run([program, "-S", "-F", path], capture_output=True, text=True, check=True, env=env).stdout
 
     def grab(pattern: str) -> int:
         match = re.search(pattern, out)
         if match is None:
-            raise ValueError(f"h5stat -S output lacks {pattern!r}:\n{out}")
+            raise ValueError(f"h5stat -S -F output lacks {pattern!r}:\n{out}")
         return int(match.group(1))
 
     return {
@@ -511,7 +518,43 @@ def h5stat_summary(path: str, program: str) -> dict:
         "raw data": grab(r"Raw data: (\d+) bytes"),
         "free": grab(r"tracked free space: (\d+) bytes"),
         "unaccounted": grab(r"Unaccounted space: (\d+) bytes"),
+        "dataset heap": grab(r"Datasets:\s*\n\s*Heap: (\d+)"),
     }
+
+
+def global_heap(path: str) -> dict:
+    """Bytes of the file's global heap collections, of the objects they hold, and of their free space.
+
+    HDF5 File Format Specification, "Global Heap": a collection is ``GCOL``,
+    version 1, three reserved bytes and its size (8 bytes, at least 4096),
+    then objects of a 16-byte header (index, reference count, reserved, size)
+    and their data padded to 8 bytes; object 0 is the collection's free space,
+    its header included. ``h5stat`` counts as dataset heap only the collections
+    that datasets' layouts use (a virtual dataset's mappings), so the variable-
+    length attribute values in the others (timestamps, ``raw_data`` paths,
+    dimension lists, CF strings) land in its "unaccounted" space. Collections
+    are found by their signature; a candidate whose objects do not add up to
+    its size is skipped.
+    """
+    with open(path, "rb") as fh:
+        data = fh.read()
+    total = used = free = 0
+    for match in re.finditer(rb"GCOL\x01", data):
+        at = match.start()
+        (size,) = struct.unpack_from("<Q", data, at + 8)
+        if size < 4096 or at + size > len(data):
+            continue
+        off, end, objects, spare = at + 16, at + size, 0, 0
+        while off + 16 <= end:
+            index, _, _, nbytes = struct.unpack_from("<HHIQ", data, off)
+            if index == 0:
+                spare = nbytes
+                break
+            step = 16 + (nbytes + 7) // 8 * 8
+            objects, off = objects + step, off + step
+        if 0 <= size - 16 - objects - spare < 16:
+            total, used, free = total + size, used + objects, free + spare
+    return {"heap": total, "heap objects": used, "heap free": free}
 
 
 def history_table(results: list[Result]) -> pd.DataFrame:
@@ -534,6 +577,12 @@ def history_table(results: list[Result]) -> pd.DataFrame:
             for key in ("metadata", "raw data", "free", "unaccounted"):
                 row[f"{key} (MB)"] = np.nan if stat is None else stat[key] / MB
             row["unaccounted %"] = np.nan if stat is None else 100 * stat["unaccounted"] / stat["total"]
+            if stat is not None:  # what of the unaccounted space is global heap, and what is lost
+                heap = global_heap(r.path)
+                outside = max(0, stat["unaccounted"] - (heap["heap"] - stat["dataset heap"]))
+                row["heap free (MB)"] = heap["heap free"] / MB
+                row["unaccounted outside heap (MB)"] = outside / MB
+                row["lost %"] = 100 * (heap["heap free"] + outside + stat["free"]) / stat["total"]
         rows.append(row)
     return pd.DataFrame(rows).set_index("tool")
 
@@ -668,6 +717,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--days", type=int, default=None, help="ingest T days of (90, 180) float32 (default 200)")
     mode.add_argument("--history", type=int, default=None, metavar="N", help="N daily versions of a (N, 130) variable")
     mode.add_argument("--profile", type=int, default=None, metavar="N", help="cProfile ours-reopen for N days")
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=1,
+        metavar="K",
+        help="history only: chunks of K time steps for every tool (1; 16 is what this package picks "
+        "for a growing dimension of 130 float32)",
+    )
     parser.add_argument("--tools", default=None, help=f"comma-separated subset of {','.join(RUNNERS)}")
     parser.add_argument("--compress", action="store_true", help="each tool's default compression")
     parser.add_argument(
@@ -731,7 +788,7 @@ def main(argv: list[str] | None = None) -> None:
             return
         history = args.history is not None
         if history:
-            w = history_workload(args.history, args.compress)
+            w = history_workload(args.history, args.compress, args.records)
             tools = args.tools.split(",") if args.tools else list(HISTORY_TOOLS)
         else:
             w = ingest_workload(args.days, args.compress)
