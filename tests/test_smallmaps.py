@@ -84,7 +84,7 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=steps)
 def test_the_log_holds_every_small_datasets_map(tmp_path_factory, steps):
     path = tmp_path_factory.mktemp("small") / "h.h5"
