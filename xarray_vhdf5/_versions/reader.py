@@ -384,8 +384,13 @@ class SharedVersionedFile:
         The same values as ``numpy.stack([reader[v][path][key] for v in versions])``,
         read through one HDF5 handle per :data:`~xarray_vhdf5._versions.reader_history.HOLD`
         seconds instead of two per version, each version's chunks located from
-        the map log its commit appended to, and each distinct set of chunks the
-        selection touches read once (:mod:`~xarray_vhdf5._versions.reader_history`).
+        the map log its commit appended to (the dataset's own from 64 chunks on,
+        :mod:`~xarray_vhdf5._versions.maplog`; the file's for smaller ones,
+        :mod:`~xarray_vhdf5._versions.smallmaps`), and each distinct set of
+        chunks the selection touches read once
+        (:mod:`~xarray_vhdf5._versions.reader_history`). Versions no log serves
+        (committed by versioned-hdf5, or whose rows no longer hold) have their
+        mappings decoded, with the same result.
 
         Parameters
         ----------
