@@ -132,22 +132,22 @@ class Batch:
         self._carried: list[tuple[int, int, int]] = []  # (path digest, source digest, source timestamp)
         self._stamps: dict[str, int] = {}  # source versions' timestamps, looked up once a commit
 
-    def add(self, path: str, owner: tuple[int, int], shape: tuple[int, ...], numbers: np.ndarray) -> bool:
+    def add(self, path: str, owner: tuple[int, int], shape: tuple[int, ...], numbers: np.ndarray) -> None:
         """Queue the map of the version's dataset ``path``, written anew.
 
         ``owner``: the object addresses of its raw_data and of raw_data's hash
-        table; ``shape`` in points; ``numbers`` of the chunk grid's shape, per
-        chunk the raw_data chunk it maps (-1: fill value). Returns False (nothing
-        queued) for a rank above :data:`MAX_NDIM` or a number past int32.
+        table; ``shape`` in points; ``numbers``: integers of the chunk grid's
+        shape (``ceil(shape / chunks)``), per chunk the raw_data chunk it maps
+        (-1: fill value). Nothing is queued for a rank above :data:`MAX_NDIM` or
+        a chunk number past int32 (those versions are decoded).
         """
         if len(shape) > MAX_NDIM or (numbers.size and int(numbers.max()) >= 2**31):
-            return False
+            return
         row = np.zeros(_WIDTH, np.int64)
         row[[_PATH, _RAW, _TABLE, _VERSION, _STAMP]] = [name_digest(path), *owner, self._digest, self._stamp]
         row[_COUNT], row[_NDIM] = numbers.size, len(shape)
         row[_FIXED : _FIXED + len(shape)] = shape
         self._added.append((row, np.ascontiguousarray(numbers, np.int32).reshape(-1)))
-        return True
 
     def carry(self, path: str, source_version: str, timestamp_of: Callable[[str], int]) -> None:
         """Queue a copy of the row of ``source_version``'s dataset ``path``, committed unchanged.
@@ -231,7 +231,10 @@ class SmallMaps:
     Parameters
     ----------
     opened : _Opened
-        The log's group and datasets; ``rows`` its rows written whole.
+        The log's group and datasets, with its commit point (rows and values
+        written whole).
+    rows : numpy.ndarray
+        int64 ``(n, 8 + MAX_NDIM)``: the rows written whole (module docstring).
     """
 
     def __init__(self, opened: _Opened, rows: np.ndarray):
