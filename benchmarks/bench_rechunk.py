@@ -460,11 +460,12 @@ def child_cli_rechunk(spec: dict, copy_journal: bool = False) -> dict:
     return res
 
 
-def child_cli_rechunk_inproc(spec: dict) -> dict:
+def child_cli_rechunk_inproc(spec: dict, grow: bool = False) -> dict:
     """``vhdf5 rechunk`` run in this process after its imports, metered as rechunker's run is.
 
     :func:`child_cli_rechunk` times the whole command, the interpreter's start and
     imports included (about 0.85 s here); ``rechunker``'s figure starts after its imports.
+    ``grow``: with ``--grow`` (the new raw_data written once, after the end of the file).
     """
     from click.testing import CliRunner
 
@@ -473,6 +474,7 @@ def child_cli_rechunk_inproc(spec: dict) -> dict:
     _copy_synced(spec["source"], spec["out"])
     chunks = ",".join(map(str, spec["chunks"]))
     argv = ["rechunk", spec["out"], VAR, "--chunks", chunks, "--max-mem", str(spec["max_mem"])]
+    argv += ["--grow"] if grow else []
     meter = _Meter()
     run = CliRunner().invoke(cli, argv)
     res = meter.done()
@@ -482,6 +484,11 @@ def child_cli_rechunk_inproc(spec: dict) -> dict:
     res["writes"] = run.output.split("stored chunks ")[1].split(";")[0] if "stored chunks" in run.output else "?"
     res["file_bytes"] = os.path.getsize(spec["out"])
     return res
+
+
+def child_cli_rechunk_grow_inproc(spec: dict) -> dict:
+    """:func:`child_cli_rechunk_inproc` with ``--grow``: one write of the data, the file grows by it."""
+    return child_cli_rechunk_inproc(spec, grow=True)
 
 
 def child_cli_rechunk_copyjournal(spec: dict) -> dict:
@@ -672,7 +679,7 @@ def child_make_cube(spec: dict) -> dict:
 
 
 #: The methods that rechunk a copy of the record in the file (their output is that HDF5 file).
-IN_FILE = ("ours_infile", "cli_rechunk", "cli_rechunk_copyjournal", "cli_rechunk_inproc")
+IN_FILE = ("ours_infile", "cli_rechunk", "cli_rechunk_copyjournal", "cli_rechunk_inproc", "cli_rechunk_grow_inproc")
 
 CHILDREN = {
     "create": child_create,
@@ -684,6 +691,7 @@ CHILDREN = {
     "cli_rechunk": child_cli_rechunk,
     "cli_rechunk_copyjournal": child_cli_rechunk_copyjournal,
     "cli_rechunk_inproc": child_cli_rechunk_inproc,
+    "cli_rechunk_grow_inproc": child_cli_rechunk_grow_inproc,
     "ours_zarr2_threads": child_ours_zarr2_threads,
     "ours_zarr_threads": child_ours_zarr_threads,
     "ours_zarr2": child_ours_zarr2,
@@ -838,6 +846,21 @@ def _machine() -> str:
     )
 
 
+def _drop_caches() -> None:
+    """``sync`` and drop the page cache (root only): each run starts from the same memory state.
+
+    On a virtual machine whose host backs guest memory lazily, pages the guest
+    never touched cost far more to fill than pages it freed: a run that follows one
+    that freed memory writes its first gigabytes several times faster (``dd`` to one
+    file, 1 GB: 0.3-0.4 s after another write, 3-4 s on fresh pages; this machine,
+    2026-11-27). Dropping the cache before each run makes every method start with the
+    source cold on disk and the same free memory.
+    """
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as fh:
+        fh.write("3\n")
+
+
 def part1(args, work: Path, lines: list[str]) -> None:
     nt = args.time_steps
     shape = (nt, LAT, LON)
@@ -880,6 +903,8 @@ def part1(args, work: Path, lines: list[str]) -> None:
                 if python is not None and not Path(python).exists():
                     all_runs[method].append({"error": f"no rechunker venv at {python}"})
                     continue
+                if args.drop_caches:
+                    _drop_caches()
                 res = run_child(method, spec, python=python, rss_cap=args.rss_cap)
                 all_runs[method].append(res)
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -919,6 +944,7 @@ def _part1_table(runs, verdict, shape, chunks, codec, size, max_mem) -> list[str
         "cli_rechunk": "ours `vhdf5 rechunk` (CLI, in-file, on a copy)",
         "cli_rechunk_copyjournal": "ours `vhdf5 rechunk`, journal pre-images copied (before the side-file references)",
         "cli_rechunk_inproc": "ours `vhdf5 rechunk` in process, metered after its imports as rechunker is",
+        "cli_rechunk_grow_inproc": "ours `vhdf5 rechunk --grow` in process (new raw_data written once, after the end)",
         "ours_zarr2_threads": "ours → zarr 2.18, `del w` + writes on 2 threads, ≤ 16 chunks in flight (experiment)",
         "ours_zarr_threads": "ours → zarr, `del w` + writes on 2 threads, ≤ 16 chunks in flight (experiment)",
         "ours_zarr2": "ours → zarr 2.18 (rechunker's writer), one writer",
@@ -1112,7 +1138,8 @@ def main(argv=None) -> None:
         help="also: ours_zarr_batched (writes gathered 64 at a time through zarr's async API), "
         "ours_zarr_threads, ours_zarr2_threads (writes on 2 threads), cli_export, cli_rechunk (the vhdf5 "
         "command on a copy), cli_rechunk_copyjournal (the same, the journal copying its pre-images), "
-        "cli_rechunk_inproc (the command in process, metered after its imports as rechunker is)",
+        "cli_rechunk_inproc (the command in process, metered after its imports as rechunker is), "
+        "cli_rechunk_grow_inproc (the same with --grow)",
     )
     ap.add_argument(
         "--repeat", type=int, default=1, help="runs of each part-1 method, interleaved; median time reported"
@@ -1122,6 +1149,9 @@ def main(argv=None) -> None:
     ap.add_argument("--part2-mem-mb", type=float, default=256)
     ap.add_argument("--workdir", default="/tmp/bench_rechunk")
     ap.add_argument("--keep", action="store_true", help="keep the outputs")
+    ap.add_argument(
+        "--drop-caches", action="store_true", help="sync and drop the page cache before each part-1 run (root)"
+    )
     ap.add_argument("--rss-cap", type=float, default=10, help="GiB; a child past it is killed")
     ap.add_argument("--rechunker-python", default=os.environ.get("RECHUNKER_PYTHON", "/tmp/venv-rechunker/bin/python"))
     ap.add_argument("--results", default=None)

@@ -9,8 +9,10 @@ Chunks are only ever appended, never rewritten (outside version deletion).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,6 +227,8 @@ class ChunkWriter:
         self.stats = WriteStats()
         #: Encodes chunks in threads when raw_data's filters allow it (see :mod:`.encode`), else None.
         self.encoder = ChunkEncoder.of(raw_data)
+        self._behind: ThreadPoolExecutor | None = None  # see writing_behind
+        self._in_flight: Future | None = None
 
     #: Queued chunk data is written out when it reaches this many bytes, so a
     #: commit of a dataset larger than memory holds at most this much.
@@ -276,25 +280,76 @@ class ChunkWriter:
     def flush(self) -> None:
         """Write queued chunks to raw_data, then their hash-table rows (commit point last)."""
         self._write_queue()
+        self._wait_written()
         self.hash_table.flush()
+
+    @contextlib.contextmanager
+    def writing_behind(self) -> Iterator[None]:
+        """Within the block, queued chunks are written by a thread of this writer while the caller goes on.
+
+        One batch (:attr:`max_queued_bytes`) is written while the next is
+        queued: a caller that reads its chunks without libhdf5 (a
+        :class:`~xarray_vhdf5._backend.manifest.ChunkManifest`) reads the next
+        ones while libhdf5 writes these, where otherwise the two take turns.
+        Writes keep their order, and every libhdf5 call stays under h5py's lock;
+        between :meth:`flush` calls the caller makes no other libhdf5 call on
+        raw_data. A failed write is raised by the next :meth:`add` that writes,
+        by :meth:`flush`, or on leaving the block. Leaving the block, by an
+        exception too, waits for the batch in flight, so no write of this
+        writer happens after it (a journal rolled back next sees them all).
+
+        Raises
+        ------
+        ValueError
+            With ``best_fit`` (its placement moves rows that :meth:`add` returned).
+        """
+        if self.best_fit:
+            raise ValueError("writing_behind cannot place chunks by size (best_fit)")
+        self._behind = ThreadPoolExecutor(1, thread_name_prefix="vhdf5-write")
+        try:
+            yield
+            self._wait_written()
+        finally:
+            behind, self._behind = self._behind, None
+            in_flight, self._in_flight = self._in_flight, None
+            if in_flight is not None:
+                in_flight.exception()  # waits; an error here yields to the one already raised
+            behind.shutdown(wait=True)
+
+    def _wait_written(self) -> None:
+        """Wait for the batch being written behind, if any; raise its error."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight.result()
 
     def _write_queue(self) -> None:
         if not self._queue:
             return
-        first = self._queue[0][0]
+        queue, next_row = self._queue, self._next_row
+        self._queue = []
+        self._queued_bytes = 0
+        if self._behind is None:
+            self._write_batch(queue, next_row)
+            return
+        self._wait_written()
+        self._in_flight = self._behind.submit(self._write_batch, queue, next_row)
+
+    def _write_batch(self, queue: list[tuple[int, np.ndarray]], next_row: int) -> None:
+        """Write ``queue``'s chunks at their rows, raw_data first grown to ``next_row`` rows."""
+        first = queue[0][0]
         dsid = self.raw_data.id
         allocated = dataset_shape(dsid)[0]  # rows at and past largest_index may hold leftover slots
-        if allocated < self._next_row:
-            dsid.set_extent((self._next_row, *self.chunks[1:]))  # h5py's resize() without its checks
-        if self.encoder is not None and all(c.dtype == self.raw_data.dtype for _, c in self._queue):
-            chunks = [c for _, c in self._queue]
+        if allocated < next_row:
+            dsid.set_extent((next_row, *self.chunks[1:]))  # h5py's resize() without its checks
+        if self.encoder is not None and all(c.dtype == self.raw_data.dtype for _, c in queue):
+            chunks = [c for _, c in queue]
             # with no filter, encoding is a view (or the edge's padding): not worth a thread
             encoded = (
                 [self.encoder.encode(c) for c in chunks]
                 if not self.encoder.filters
                 else list(encoder_pool().map(self.encoder.encode, chunks))
             )
-            starts = [start for start, _ in self._queue]
+            starts = [start for start, _ in queue]
             if self.best_fit and starts[0] < allocated:
                 moves, order = _fit_leftover_slots(dsid, starts, encoded, allocated)
                 encoded = [encoded[i] for i in order]
@@ -309,9 +364,7 @@ class ChunkWriter:
                     starts = [moves.get(a, a) for a in starts]
             _write_direct(dsid, starts, encoded)
         else:
-            _write_slab(self.raw_data, first, self._queue, self.chunks, self.fillvalue)
-        self._queue = []
-        self._queued_bytes = 0
+            _write_slab(self.raw_data, first, queue, self.chunks, self.fillvalue)
 
 
 def _write_slab(

@@ -109,7 +109,7 @@ from .locking import file_locks
 from .mutation import _JOURNALED, _no_live_writer, disk_path, mutating
 from .objects import _open, check_file_argument, chunk_rows, copy_attrs, dataset_paths, read_chunk_map, version_dataset
 from .scratch import SCRATCH, Scratch, _attachment_plan, _barrier, _reattach, relink_plan
-from .sidecopy import SideCopy, side_manifest
+from .sidecopy import SideCopy, file_manifest, side_manifest
 
 __all__ = [
     "BATCH_BYTES",
@@ -276,8 +276,12 @@ def modify_metadata(
     )
 
 
-def run_modify_metadata(f, dataset_name: str, *, resplit: tuple, **target) -> ModifyReport:
-    """:func:`modify_metadata`, with ``resplit = (max_mem, progress, RechunkReport or None)``."""
+def run_modify_metadata(f, dataset_name: str, *, resplit: tuple, in_place: bool = True, **target) -> ModifyReport:
+    """:func:`modify_metadata`, with ``resplit = (max_mem, progress, RechunkReport or None)``.
+
+    ``in_place=False`` writes the new raw_data after the end of the file even
+    through a journaled handle (see :func:`~xarray_vhdf5._versions.rechunk.rechunk`).
+    """
     h5file, _ = _open(f, "modify_metadata")
     with mutating(h5file, moves=True, what="modify_metadata"):
         name = str(dataset_name).strip("/")
@@ -285,7 +289,7 @@ def run_modify_metadata(f, dataset_name: str, *, resplit: tuple, **target) -> Mo
             for other in _pending_datasets(h5file):
                 if other != name:
                     _finish(h5file, other, keep_mark=True)
-        return _modify_metadata(h5file, dataset_name, resplit=resplit, **target)
+        return _modify_metadata(h5file, dataset_name, resplit=resplit, in_place=in_place, **target)
 
 
 def finish_interrupted(h5file) -> list[str]:
@@ -439,6 +443,7 @@ def _modify_metadata(
     scaleoffset,
     keep_mark: bool = False,
     resplit: tuple = (None, False, None),
+    in_place: bool = True,
 ) -> ModifyReport:
     Scratch.recover(h5file)
     name = str(dataset_name).strip("/")
@@ -489,7 +494,7 @@ def _modify_metadata(
             _barrier(h5file, "done")
         return ModifyReport(name, [], before, before)
 
-    if not leftovers and not interrupted and sources == {group["raw_data"].name} and _journaled(h5file):
+    if in_place and not leftovers and not interrupted and sources == {group["raw_data"].name} and _journaled(h5file):
         del base  # an open h5py object would keep the old raw_data's bytes allocated
         return _modify_in_place(h5file, name, group, holders, t, before, resplit)
 
@@ -503,23 +508,36 @@ def _modify_metadata(
     table_slot = scratch.reserve(f"{group.name}/hash_table")
     writer = ChunkWriter(new_raw, HashTable.create(scratch.group.create_group("tables")))
     writer.max_queued_bytes = BATCH_BYTES
-    rewriter = _Rewriter(h5file, t, writer, resplit[2])
-    rewriter.max_mem, rewriter.progress = resplit[0], resplit[1]
     maps, budget, first = {}, MAP_CACHE_BYTES, {}
-    for version in holders:
-        vds = versions[version][name]
-        flat, starts = rewriter.version(vds)
-        writer.flush()  # raw_data covers every row the virtual dataset maps
-        writer.stats.chunk_rows.clear()  # per-commit bookkeeping, unused here
-        sname = first[version] = scratch.reserve(vds.name)
-        created = create_virtual_dataset(
-            scratch.group, sname, new_raw, vds.shape, t.chunks, chunk_rows(vds.shape, t.chunks, flat, starts)
-        )
-        copy_attrs(vds, created, skip=("raw_data", "chunks"))
-        if budget >= flat.nbytes + starts.nbytes:
-            budget -= flat.nbytes + starts.nbytes
-            maps[version] = (flat, starts)
-    writer.flush()
+    with contextlib.ExitStack() as reading:
+        # Every version resplit from the one raw_data, whose bytes stay put until step C: read
+        # its chunks where they are without libhdf5, while libhdf5 writes the new ones behind.
+        in_file = None
+        if not leftovers and sources == {group["raw_data"].name} and _resplit_everywhere(versions, holders, name, t):
+            h5file.flush()  # the chunks' bytes on disk are the ones read
+            path = disk_path(h5file)
+            in_file = file_manifest(group["raw_data"], path, t.dtype) if path else None
+        if in_file is not None:
+            reading.callback(in_file.close)
+            rewriter: _Rewriter = _SideRewriter(h5file, t, writer, in_file, resplit[2])
+            reading.enter_context(writer.writing_behind())
+        else:
+            rewriter = _Rewriter(h5file, t, writer, resplit[2])
+        rewriter.max_mem, rewriter.progress = resplit[0], resplit[1]
+        for version in holders:
+            vds = versions[version][name]
+            flat, starts = rewriter.version(vds)
+            writer.flush()  # raw_data covers every row the virtual dataset maps
+            writer.stats.chunk_rows.clear()  # per-commit bookkeeping, unused here
+            sname = first[version] = scratch.reserve(vds.name)
+            created = create_virtual_dataset(
+                scratch.group, sname, new_raw, vds.shape, t.chunks, chunk_rows(vds.shape, t.chunks, flat, starts)
+            )
+            copy_attrs(vds, created, skip=("raw_data", "chunks"))
+            if budget >= flat.nbytes + starts.nbytes:
+                budget -= flat.nbytes + starts.nbytes
+                maps[version] = (flat, starts)
+        writer.flush()
     h5file.move(writer.hash_table.dataset.name, f"{scratch.path}/{table_slot}")
     swaps = _swap_all(h5file, scratch, first, name)
     scratch.write_journal()
@@ -629,6 +647,8 @@ def _modify_in_place(
             writer.max_queued_bytes = BATCH_BYTES
             rewriter = _SideRewriter(h5file, t, writer, side_raw, resplit[2])
             rewriter.max_mem, rewriter.progress = resplit[0], resplit[1]
+            if aside:  # reads without libhdf5: the writes go behind them (one batch in flight)
+                reading.enter_context(writer.writing_behind())
             scratch = Scratch(h5file)
             rebuilt = {}
             for version in holders:

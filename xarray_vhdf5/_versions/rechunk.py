@@ -320,6 +320,7 @@ def rechunk(
     *,
     max_mem: int | str | None = None,
     progress: bool = False,
+    in_place: bool = True,
 ) -> RechunkReport:
     """Give dataset ``name`` new chunks in every version, reading each stored chunk once per version.
 
@@ -345,6 +346,17 @@ def rechunk(
         caches come on top.
     progress : bool
         Progress bars (tqdm) over each version's buffers.
+    in_place : bool
+        Through a journaled handle, True (the default) writes the new raw_data into
+        the old one's bytes: the file keeps its size, and the old chunks are first
+        copied to the journal's side file so that a crash can roll back, so the
+        data is written twice (the copy, then the new chunks). False writes the
+        new raw_data once, after the end of the file, as a plain ``h5py.File``
+        always does: the file grows by the new raw_data, and the old one's bytes
+        are free inside the file (libhdf5 reuses them for the rest of the
+        session, and in later sessions when the file tracks free space
+        persistently; ``vhdf5 repack`` gives them back). ``docs/benchmarks.md``,
+        "Rechunk", measures both.
 
     Returns
     -------
@@ -380,7 +392,7 @@ def rechunk(
     report = RechunkReport(key, current, new)
     kept = dict.fromkeys(("compression", "compression_opts", "shuffle", "fletcher32", "scaleoffset"), UNCHANGED)
     result = run_modify_metadata(
-        f, key, chunks=new, dtype=None, fillvalue=None, resplit=(max_mem, progress, report), **kept
+        f, key, chunks=new, dtype=None, fillvalue=None, resplit=(max_mem, progress, report), in_place=in_place, **kept
     )
     report.versions = list(result.versions)
     report.stored_before, report.stored_after = result.chunks_before, result.chunks_after

@@ -43,7 +43,7 @@ from .._backend.manifest import ChunkManifest
 from .._backend.manifest_resolve import manifest_from_starts
 from .journal import SIDE_USERBLOCK
 
-__all__ = ["SideCopy", "copy_chunks_aside", "side_manifest"]
+__all__ = ["SideCopy", "copy_chunks_aside", "file_manifest", "side_manifest"]
 
 
 def _stored_chunks(raw: h5py.Dataset) -> np.ndarray:
@@ -81,11 +81,54 @@ def side_manifest(raw: h5py.Dataset, side_path: str, dtype: np.dtype) -> tuple[C
         value) or only through HDF5's conversion (``dtype`` differs): copy them
         with ``H5Ocopy`` then.
     """
-    if np.dtype(dtype) != raw.dtype or raw.dtype.hasobject or raw.chunks is None:
+    if not _readable(raw, dtype):
         return None
     stored = _stored_chunks(raw)
     sizes = stored[:, 2]
     side_at = SIDE_USERBLOCK + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    manifest = _manifest_at(raw, stored, side_at, side_path)
+    if manifest is None:
+        return None
+    return manifest, np.stack([stored[:, 1], sizes, side_at], axis=1)
+
+
+def file_manifest(raw: h5py.Dataset, path: str, dtype: np.dtype) -> ChunkManifest | None:
+    """A manifest of raw_data's chunks where they are, in the file at ``path``: read without libhdf5.
+
+    For a rewrite that leaves the old raw_data's bytes alone until it ends (the
+    new raw_data written after them): its reads then take no lock of h5py's and
+    overlap the new chunks' writes. The file must be flushed first (the chunks'
+    bytes on disk are the ones read).
+
+    Parameters
+    ----------
+    raw : h5py.Dataset
+        The old raw_data, shape ``(rows, *chunks[1:])``, chunked along its rows.
+    path : str
+        The file's path on disk.
+    dtype : numpy.dtype
+        The dtype the rewrite reads the old chunks as.
+
+    Returns
+    -------
+    ChunkManifest or None
+        None in the cases :func:`side_manifest` returns None (read through
+        libhdf5 then).
+    """
+    if not _readable(raw, dtype):
+        return None
+    stored = _stored_chunks(raw)
+    return _manifest_at(raw, stored, stored[:, 1], path)
+
+
+def _readable(raw: h5py.Dataset, dtype: np.dtype) -> bool:
+    """Whether raw_data's chunks can be read as ``dtype`` without libhdf5's conversion."""
+    return not (np.dtype(dtype) != raw.dtype or raw.dtype.hasobject or raw.chunks is None)
+
+
+def _manifest_at(raw: h5py.Dataset, stored: np.ndarray, offsets: np.ndarray, path: str) -> ChunkManifest | None:
+    """The manifest of raw_data's ``stored`` chunks (:func:`_stored_chunks`) at ``offsets`` of ``path``."""
+    sizes = stored[:, 2]
     by_row = {int(r): i for i, r in enumerate(stored[:, 0].tolist())}
     chunks = tuple(int(c) for c in raw.chunks)
     grid = chunk_grid_shape(raw.shape, chunks)
@@ -97,16 +140,14 @@ def side_manifest(raw: h5py.Dataset, side_path: str, dtype: np.dtype) -> tuple[C
         for k, row in enumerate(rows.tolist()):
             i = by_row.get(int(row))
             if i is not None:
-                out[k] = (side_at[i], sizes[i], stored[i, 3])
+                out[k] = (offsets[i], sizes[i], stored[i, 3])
         return out
 
     fill = np.asarray(raw.fillvalue, raw.dtype)
     manifest = manifest_from_starts(
-        raw.name, raw, tuple(raw.shape), chunks, raw.dtype, fill, starts, addresses=addresses, path=side_path
+        raw.name, raw, tuple(raw.shape), chunks, raw.dtype, fill, starts, addresses=addresses, path=path
     )
-    if not manifest.supported:
-        return None
-    return manifest, np.stack([stored[:, 1], sizes, side_at], axis=1)
+    return manifest if manifest.supported else None
 
 
 def copy_chunks_aside(

@@ -64,14 +64,25 @@ def _summary(name: str, plan, counters) -> str:
 @click.option("--chunks", required=True, help=_CHUNKS_HELP)
 @click.option("--max-mem", default=None, help=_MEM_HELP + " Default 256 MiB.")
 @click.option("--dry-run", is_flag=True, help="Print each variable's plan (its largest version) and write nothing.")
-def rechunk(file: str, variables: tuple[str, ...], chunks: str, max_mem: str | None, dry_run: bool) -> None:
+@click.option(
+    "--in-place/--grow",
+    default=True,
+    help="In place (default): the new chunks take the old ones' bytes and the file keeps its size, "
+    "the old chunks copied aside first for crash safety (the data written twice). --grow: the new "
+    "chunks written once, after the end of the file, which grows by them (the old bytes are free "
+    "inside it; 'vhdf5 repack' gives them back).",
+)
+def rechunk(
+    file: str, variables: tuple[str, ...], chunks: str, max_mem: str | None, dry_run: bool, in_place: bool
+) -> None:
     """Give VARIABLES of FILE new chunks in every version, each stored chunk read once per version.
 
     \b
     The format keeps one chunk shape per dataset in all versions (versioned-hdf5
     reads and writes one raw_data per dataset), so the whole history is
-    rewritten, deduplicated, into the old raw_data's space; every version reads
-    the same values after. Example: vhdf5 rechunk sst.h5 sst --chunks 365,16,16
+    rewritten, deduplicated, into the old raw_data's space (or, with --grow,
+    after the end of the file); every version reads the same values after.
+    Example: vhdf5 rechunk sst.h5 sst --chunks 365,16,16
     """
     from .._versions.mutation import open_file
     from .._versions.rechunk import dimension_names
@@ -90,7 +101,9 @@ def rechunk(file: str, variables: tuple[str, ...], chunks: str, max_mem: str | N
                     if dims is None:
                         raise click.ClickException(f"{name} has no named dimensions; give --chunks by position")
                     wanted = {d: v for d, v in spec.items() if d in dims}
-                report = rechunk_history(f, name, wanted, max_mem=max_mem, progress=sys.stderr.isatty())
+                report = rechunk_history(
+                    f, name, wanted, max_mem=max_mem, progress=sys.stderr.isatty(), in_place=in_place
+                )
                 click.echo(
                     f"{report.dataset}: chunks {report.chunks_before} -> {report.chunks_after} in "
                     f"{len(report.versions)} versions; stored chunks {report.stored_before} -> "

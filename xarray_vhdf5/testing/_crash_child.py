@@ -57,10 +57,17 @@ KINDS = {
     # the same two, the file opened by xarray_vhdf5._versions.mutation.open_file (journaled)
     "delete_versions_journaled": ("xarray_vhdf5",),
     "modify_metadata_journaled": ("xarray_vhdf5",),
+    # rechunk(f, "x", chunks, in_place=False) through open_file: new raw_data after the end of the file
+    "rechunk_grow_journaled": ("xarray_vhdf5",),
 }
 
 #: Kinds whose file is opened with ``open_file`` (journaled) instead of ``h5py.File(path, "a")``.
-JOURNALED_KINDS = ("held_open_journaled", "delete_versions_journaled", "modify_metadata_journaled")
+JOURNALED_KINDS = (
+    "held_open_journaled",
+    "delete_versions_journaled",
+    "modify_metadata_journaled",
+    "rechunk_grow_journaled",
+)
 
 #: The datasets: x (float64) and y (int64), with their chunks.
 X_SHAPE, X_CHUNKS, X_CHUNKS_OTHER = (200, 50), (5, 25), (25, 40)  # 80 chunks (a stored map, the map log), 16
@@ -259,7 +266,7 @@ def child_loop(
     for i in range(max_ops):
         if kind.startswith("delete_versions"):
             op = "delete" if (i + variant) % 2 == 0 and len(deletable) > 1 else "commit"
-        elif kind.startswith("modify_metadata"):
+        elif kind.startswith(("modify_metadata", "rechunk_grow")):
             op = "modify"
         else:
             op = "commit"
@@ -284,20 +291,14 @@ def child_loop(
 
                         delete_versions(f, [victim])
             else:
-                if (i + variant) % 2 == 0:
+                if (i + variant) % 2 == 0 or kind == "rechunk_grow_journaled":
                     state["chunks"] = list(X_CHUNKS_OTHER if tuple(state["chunks"]) == X_CHUNKS else X_CHUNKS)
                 else:
                     state["compression"] = None if state["compression"] == "gzip" else "gzip"
                 record.update(chunks=state["chunks"], compression=state["compression"])
                 ledger.append({"phase": "start", "t": time.monotonic(), **record}, fsync=False)
                 with _open_writable(kind, path) as f:
-                    if package == "xarray_vhdf5":
-                        from xarray_vhdf5 import modify_metadata as modify
-                    else:
-                        import versioned_hdf5
-
-                        modify = versioned_hdf5.modify_metadata
-                    modify(f, "x", chunks=tuple(state["chunks"]), compression=state["compression"])
+                    _modify(package, kind, f, state)
         except Exception as exc:  # noqa: BLE001 - the parent counts it
             ledger.append(
                 {
@@ -310,6 +311,23 @@ def child_loop(
             )
             return
         ledger.append({"phase": "done", "t": time.monotonic(), **record})
+
+
+def _modify(package: str, kind: str, f, state: dict) -> None:
+    """Give x the chunks and compression of ``state``: ``modify_metadata``, or ``rechunk(in_place=False)``."""
+    chunks = tuple(state["chunks"])
+    if kind == "rechunk_grow_journaled":
+        from xarray_vhdf5 import rechunk
+
+        rechunk(f, "x", chunks, in_place=False)
+        return
+    if package == "xarray_vhdf5":
+        from xarray_vhdf5 import modify_metadata as modify
+    else:
+        import versioned_hdf5
+
+        modify = versioned_hdf5.modify_metadata
+    modify(f, "x", chunks=chunks, compression=state["compression"])
 
 
 def _commit(package, kind, path, held, staged, name, edit, record, ledger) -> None:

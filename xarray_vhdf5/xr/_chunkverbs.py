@@ -37,6 +37,7 @@ class ChunkVerbs:
         variables: Iterable[Hashable] | None = None,
         max_mem: int | str | None = None,
         progress: bool = False,
+        in_place: bool = True,
     ) -> xr.Dataset:
         """Give variables new chunks in every version of the file, each stored chunk read once per version.
 
@@ -58,6 +59,11 @@ class ChunkVerbs:
             256 MiB, at least the plan's minimum).
         progress : bool
             Progress bars over each version's buffers.
+        in_place : bool
+            True: the new chunks take the old ones' bytes (the file keeps its size;
+            the old chunks are copied aside first, so the data is written twice).
+            False: they are written once, after the end of the file, which grows by
+            them (see :func:`~xarray_vhdf5._versions.rechunk.rechunk`).
 
         Returns
         -------
@@ -89,7 +95,7 @@ class ChunkVerbs:
                 per_var = {d: chunks.get(d) for d in var.dims} if isinstance(chunks, Mapping) else tuple(chunks)
                 spec = tuple(per_var[d] for d in var.dims) if isinstance(per_var, dict) else per_var
                 full = f"{group}/{name}" if group else str(name)
-                reports[str(name)] = rechunk(f, full, spec, max_mem=max_mem, progress=progress)
+                reports[str(name)] = rechunk(f, full, spec, max_mem=max_mem, progress=progress, in_place=in_place)
         out = xr.open_dataset(
             path,
             engine="vhdf5",
