@@ -11,6 +11,7 @@ the versions without a record that holds otherwise.
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import h5py
 import numpy as np
@@ -20,7 +21,7 @@ import versioned_hdf5
 import xarray as xr
 
 import xarray_vhdf5 as xv
-from xarray_vhdf5._versions import history
+from xarray_vhdf5._versions import history, logrecord
 from xarray_vhdf5._versions.bookkeeping import PATH as BOOKKEEPING
 from xarray_vhdf5._versions.history import version_log
 
@@ -209,12 +210,19 @@ def test_damaged_or_missing_records_fall_back(tmp_path, monkeypatch):
     with h5py.File(path, "r+") as f:
         log = f[f"{BOOKKEEPING}/log"]
         blob = log[: log.attrs["used"]].tobytes()
-        lines = blob.split(b"\n")
-        third = sum(len(line) + 1 for line in lines[:3])
-        log[third : third + 20] = np.frombuffer(b"#" * 20, np.uint8)  # d3's record unreadable
+        starts = _record_starts(blob)
+        assert len(starts) == 8 and blob[0] == logrecord.PACKED  # commits write compressed records
+        body = starts[3] + 5  # past d3's header: its compressed bytes
+        log[body : body + 20] = np.frombuffer(b"#" * 20, np.uint8)  # d3's record unreadable
     fast, slow, decoded = _logs(path, monkeypatch)
     assert fast == slow == expected
     assert decoded == ["d3"]
+    with h5py.File(path, "r+") as f:
+        log = f[f"{BOOKKEEPING}/log"]
+        log[starts[5]] = ord("#")  # d5's header: no record's end can be found from there on
+    fast, slow, decoded = _logs(path, monkeypatch)
+    assert fast == slow == expected
+    assert decoded == ["d3", "d5", "d6", "d7"]
     with h5py.File(path, "r+") as f:
         f[f"{BOOKKEEPING}/log"].attrs["used"] = np.int64(10**9)  # beyond the dataset: none read
     fast, slow, decoded = _logs(path, monkeypatch)
@@ -223,6 +231,39 @@ def test_damaged_or_missing_records_fall_back(tmp_path, monkeypatch):
         del f[f"{BOOKKEEPING}/log"]
     fast, slow, _ = _logs(path, monkeypatch)
     assert fast == slow == expected
+
+
+def _record_starts(blob: bytes) -> list[int]:
+    """Offsets of the log's records: compressed (PACKED, uint32 length) or JSON lines."""
+    starts, at = [], 0
+    while at < len(blob):
+        starts.append(at)
+        if blob[at] == logrecord.PACKED:
+            at += 5 + int.from_bytes(blob[at + 1 : at + 5], "little")
+        else:
+            at = blob.index(b"\n", at) + 1
+    return starts
+
+
+def test_json_records_of_earlier_commits_read_beside_compressed_ones(tmp_path, monkeypatch):
+    """A log whose first records are JSON lines (as commits wrote them before compression) reads whole."""
+    path = tmp_path / "mixed.h5"
+    with h5py.File(path, "w") as f:
+        _append_days(xv.VersionedHDF5File(f), 0, 6)
+    expected, _, _ = _logs(path, monkeypatch)
+    with h5py.File(path, "r+") as f:
+        log = f[f"{BOOKKEEPING}/log"]
+        records = logrecord.unpack_records(log[: log.attrs["used"]].tobytes())
+        assert [r["v"] for r in records] == [f"d{i}" for i in range(6)]
+        text = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records[:3])
+        blob = text + b"".join(logrecord.pack_record(r) for r in records[3:])
+        assert len(text) > 1.5 * (len(blob) - len(text))  # the compressed half is the smaller
+        log[: len(blob)] = np.frombuffer(blob, np.uint8)
+        log.attrs["used"] = np.int64(len(blob))
+    assert list(logrecord.load(h5py.File(path, "r"))) == [f"d{i}" for i in range(6)]
+    fast, slow, decoded = _logs(path, monkeypatch)
+    assert fast == slow == expected
+    assert decoded == []
 
 
 def test_backdated_timestamps_and_failed_commits_fall_back_to_decoding(tmp_path, monkeypatch):

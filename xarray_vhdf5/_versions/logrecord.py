@@ -5,9 +5,15 @@ Without them the log decodes every version's virtual-dataset mappings
 record to ``/__vhdf5__/log`` (this package's bookkeeping group, which
 versioned-hdf5 2.6 never reads: :mod:`~xarray_vhdf5._versions.bookkeeping`):
 
-- ``log``: uint8, one JSON object per record, each ended by a newline; its
-  attribute ``used`` (int64) counts the bytes of whole records, written last
-  (a torn append is ignored).
+- ``log``: uint8, the records one after the other; its attribute ``used``
+  (int64) counts the bytes of whole records, written last (a torn append is
+  ignored). A record is one JSON object (below), stored either as its UTF-8
+  text ended by a newline (first byte ``{``; what earlier commits wrote), or
+  compressed (:data:`PACKED`, then the length of what follows as a
+  little-endian uint32, then the JSON text compressed by raw deflate with
+  :data:`ZDICT` as its preset dictionary, RFC 1951 and zlib's
+  ``deflateSetDictionary``). Commits write compressed records, about 280
+  bytes where the text takes 600 (``docs/benchmarks.md``, "History size").
 
 A record holds:
 
@@ -42,6 +48,7 @@ import itertools
 import json
 import posixpath
 import weakref
+import zlib
 from typing import Any, NamedTuple
 
 import h5py
@@ -57,12 +64,31 @@ from . import bookkeeping
 from .index import to_micros
 from .timestamps import parse_timestamp
 
-__all__ = ["Fingerprint", "attrs_digest", "fingerprint_of", "load", "mapping_digest", "record_commit"]
+__all__ = [
+    "Fingerprint",
+    "attrs_digest",
+    "fingerprint_of",
+    "load",
+    "mapping_digest",
+    "pack_record",
+    "record_commit",
+    "unpack_records",
+]
 
 #: Name of the records dataset inside the bookkeeping group.
 LOG_NAME = "log"
 #: Version of the record layout (key ``f``); records of another are ignored.
 RECORD_FORMAT = 2
+#: First byte of a compressed record (a JSON record's is ``{``).
+PACKED = 0
+#: The preset dictionary of compressed records: text every record repeats (deflate looks
+#: back into it). Part of the format: a record compressed with it reads only with it.
+ZDICT = (
+    b'"[(\'\', \'<i4\')]|","[(\'\', \'|u1\')]|","[(\'\', \'|S1\')]|","[(\'\', \'|O\')]|utf-8",'
+    b'"[(\'\', \'<f8\')]|","[(\'\', \'<i8\')]|","[(\'\', \'<f4\')]|",'
+    b'{"src":"","a":"","l":true},{"f":2,"v":"","p":"","t":1,"d":{"":[[1],"[(\'\', \'<f4\')]|",[1],'
+    b'"/_version_data/","/raw_data","",true]},"h":{"/_version_data/":[1,1,""]},"o":{"":1}}'
+)
 
 
 class Fingerprint(NamedTuple):
@@ -312,9 +338,52 @@ def _open_log(f: h5py.File) -> h5d.DatasetID | None:
     return dsid
 
 
+def pack_record(record: dict) -> bytes:
+    """A record as the log stores it: :data:`PACKED`, uint32 length, deflate with :data:`ZDICT`."""
+    packer = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=ZDICT)
+    body = packer.compress(json.dumps(record, separators=(",", ":")).encode()) + packer.flush()
+    return bytes([PACKED]) + len(body).to_bytes(4, "little") + body
+
+
+def unpack_records(blob: bytes) -> list[Any]:
+    """The records of a log's bytes, each as JSON decoded (or None where one is unreadable), in order.
+
+    A record that does not decode is skipped when its end can still be found (a
+    JSON line, or a compressed record whose length fits); at bytes that are
+    neither, reading stops. Nothing here raises on bad bytes.
+    """
+    out: list[Any] = []
+    at, end = 0, len(blob)
+    while at < end:
+        if blob[at] == PACKED:
+            if at + 5 > end:
+                break
+            n = int.from_bytes(blob[at + 1 : at + 5], "little")
+            if at + 5 + n > end:
+                break
+            body = blob[at + 5 : at + 5 + n]
+            at += 5 + n
+            try:
+                unpacker = zlib.decompressobj(-15, zdict=ZDICT)
+                out.append(json.loads(unpacker.decompress(body) + unpacker.flush()))
+            except (zlib.error, ValueError):
+                out.append(None)
+        elif blob[at] == ord("{"):
+            stop = blob.find(b"\n", at)
+            stop = end if stop < 0 else stop
+            try:
+                out.append(json.loads(blob[at:stop]))
+            except ValueError:
+                out.append(None)
+            at = stop + 1
+        else:
+            break
+    return out
+
+
 def append_record(f: h5py.File, record: dict) -> None:
-    """Append one record to ``/__vhdf5__/log`` (created on first use)."""
-    data = np.frombuffer(json.dumps(record, separators=(",", ":")).encode() + b"\n", dtype=np.uint8)
+    """Append one record to ``/__vhdf5__/log`` (created on first use), compressed (:func:`pack_record`)."""
+    data = np.frombuffer(pack_record(record), dtype=np.uint8)
     dsid = _open_log(f)
     if dsid is not None:
         used = int(np.asarray(read_attr(dsid, "used", expect="int")).reshape(-1)[0])
@@ -385,11 +454,7 @@ def load(f: h5py.File) -> dict[str, dict]:
     except (KeyError, ValueError, RuntimeError, OSError):
         return {}
     records: dict[str, dict] = {}
-    for line in blob.split(b"\n"):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
+    for rec in unpack_records(blob):
         if isinstance(rec, dict) and rec.get("f") == RECORD_FORMAT and isinstance(rec.get("v"), str):
             records[rec["v"]] = rec
     return records

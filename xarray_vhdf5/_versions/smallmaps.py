@@ -59,15 +59,17 @@ from .maplog import name_digest
 
 __all__ = ["FORMAT", "LOG", "MAX_NDIM", "Batch", "SmallMaps"]
 
-#: Layout of the log (the first value of the group's ``state``).
-FORMAT = 1
+#: Layout of the log (the first value of the group's ``state``): 2 since rows hold 4
+#: dimensions (1 held 8; a log of format 1 is replaced by the next commit).
+FORMAT = 2
 #: Its member of the bookkeeping group.
 LOG = "small_map_log"
-#: Datasets of more dimensions are not logged (their versions are decoded).
-MAX_NDIM = 8
+#: Datasets of more dimensions are not logged (their versions are decoded). Four cover
+#: (time, level, lat, lon); each more costs every row 8 bytes.
+MAX_NDIM = 4
 _FIXED = 8  # columns of ``rows`` before the shape
 _WIDTH = _FIXED + MAX_NDIM
-_ROWS_CHUNK = 32  # HDF5 chunk of ``rows``, in rows (4 KiB: each commit rewrites its last chunk)
+_ROWS_CHUNK = 32  # HDF5 chunk of ``rows``, in rows (3 KiB: each commit rewrites its last chunk)
 _NUMBERS_CHUNK = 1024  # of ``numbers``, in values (4 KiB)
 _TAIL = 32  # rows read first from the end, looking for a carried dataset's source row
 _SEARCHED = 256  # rows looked through at most, in a second read (a source further back: no copy)
