@@ -1,6 +1,7 @@
 """A rechunk that writes its new raw_data once, after the end of the file (``in_place=False``, ``--grow``).
 
-- the manifest over raw_data's chunks where they are reads what libhdf5 reads;
+- (the manifest over raw_data's chunks where they are reads what libhdf5 reads:
+  ``tests/test_sidecopy.py``);
 - through a journaled handle, ``rechunk(in_place=False)`` makes no side copy,
   reads the old chunks through that manifest while the writes go behind, grows
   the file by about the new raw_data, and leaves every version's values
@@ -26,9 +27,8 @@ from xarray_vhdf5 import VersionedHDF5File
 from xarray_vhdf5._backend.hashtable import HashTable
 from xarray_vhdf5._backend.raw_data import ChunkWriter, Filters, create_raw_data
 from xarray_vhdf5._versions import metadata, sidecopy
-from xarray_vhdf5._versions.metadata import read_chunk_map
 from xarray_vhdf5._versions.mutation import open_file
-from xarray_vhdf5._versions.rechunk import raw_rows_reader, rechunk
+from xarray_vhdf5._versions.rechunk import rechunk
 from xarray_vhdf5.cli._main import cli
 
 FILTERS = [{}, {"compression": "gzip", "shuffle": True}]
@@ -49,32 +49,6 @@ def _versions(path: str, filters: dict) -> dict[str, np.ndarray]:
             g["x"][3, :4, :4] = -2.0
         values["v1"] = vf["v1"]["x"][()]
     return values
-
-
-@pytest.mark.parametrize("filters", FILTERS)
-def test_the_file_manifest_reads_what_libhdf5_reads(tmp_path, filters):
-    p = str(tmp_path / "h.h5")
-    _versions(p, filters)
-    with h5py.File(p, "r") as f:
-        raw = f["_version_data/x/raw_data"]
-        manifest = sidecopy.file_manifest(raw, p, raw.dtype)
-        assert manifest is not None
-        try:
-            for version in ("v0", "v1"):
-                vds = f[f"_version_data/versions/{version}/x"]
-                chunks = tuple(int(c) for c in vds.attrs["chunks"])
-                flat, starts = read_chunk_map(vds, chunks, raw.name)
-                grid = tuple(-(-s // c) for s, c in zip(vds.shape, chunks))
-                row_of = np.full(int(np.prod(grid)), -1, np.int64)
-                row_of[flat] = starts
-                ours = raw_rows_reader(manifest, vds.shape, chunks, row_of, raw.dtype, 0.0)
-                theirs = raw_rows_reader(raw, vds.shape, chunks, row_of, raw.dtype, 0.0)
-                for index in np.ndindex(*grid):
-                    np.testing.assert_array_equal(ours(index), theirs(index), err_msg=str(index))
-        finally:
-            manifest.close()
-        # a dtype HDF5 must convert to is not read without libhdf5
-        assert sidecopy.file_manifest(raw, p, np.dtype("f8")) is None
 
 
 def _spy(monkeypatch) -> dict[str, int]:

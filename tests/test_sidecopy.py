@@ -126,19 +126,40 @@ def test_the_side_manifest_reads_what_libhdf5_reads(tmp_path, filters):
         with open(p, "rb") as a, open(side, "rb") as b:
             whole, copy = a.read(), b.read()
         assert all(whole[o : o + n] == copy[s : s + n] for o, n, s in extents)
-        for version in ("v0", "v1"):
-            vds = f[f"_version_data/versions/{version}/x"]
-            chunks = tuple(int(c) for c in vds.attrs["chunks"])
-            flat, starts = metadata.read_chunk_map(vds, chunks, raw.name)
-            grid = tuple(-(-s // c) for s, c in zip(vds.shape, chunks))
-            row_of = np.full(int(np.prod(grid)), -1, np.int64)
-            row_of[flat] = starts
-            ours = raw_rows_reader(manifest, vds.shape, chunks, row_of, raw.dtype, 0.0)
-            theirs = raw_rows_reader(raw, vds.shape, chunks, row_of, raw.dtype, 0.0)
-            assert hasattr(ours, "read_into") and not hasattr(theirs, "read_into")  # the two routes, compared
-            for index in np.ndindex(*grid):
-                np.testing.assert_array_equal(ours(index), theirs(index), err_msg=str(index))
+        _reads_as_libhdf5_reads(f, raw, manifest)
         manifest.close()
+
+
+@pytest.mark.parametrize("filters", FILTERS)
+def test_the_file_manifest_reads_what_libhdf5_reads(tmp_path, filters):
+    """raw_data's chunks read where they lie in the file (a rechunk that grows the file) read as libhdf5 reads them."""
+    p = str(tmp_path / "h.h5")
+    _versions(p, filters)
+    with h5py.File(p, "r") as f:
+        raw = f["_version_data/x/raw_data"]
+        manifest = sidecopy.file_manifest(raw, p, raw.dtype)
+        assert manifest is not None
+        try:
+            _reads_as_libhdf5_reads(f, raw, manifest)
+        finally:
+            manifest.close()
+        assert sidecopy.file_manifest(raw, p, np.dtype("f8")) is None  # HDF5's conversion: read by libhdf5
+
+
+def _reads_as_libhdf5_reads(f: h5py.File, raw: h5py.Dataset, manifest) -> None:
+    """Every chunk of versions v0 and v1 of x reads the same through ``manifest`` and through libhdf5."""
+    for version in ("v0", "v1"):
+        vds = f[f"_version_data/versions/{version}/x"]
+        chunks = tuple(int(c) for c in vds.attrs["chunks"])
+        flat, starts = metadata.read_chunk_map(vds, chunks, raw.name)
+        grid = tuple(-(-s // c) for s, c in zip(vds.shape, chunks))
+        row_of = np.full(int(np.prod(grid)), -1, np.int64)
+        row_of[flat] = starts
+        ours = raw_rows_reader(manifest, vds.shape, chunks, row_of, raw.dtype, 0.0)
+        theirs = raw_rows_reader(raw, vds.shape, chunks, row_of, raw.dtype, 0.0)
+        assert hasattr(ours, "read_into") and not hasattr(theirs, "read_into")  # the two routes, compared
+        for index in np.ndindex(*grid):
+            np.testing.assert_array_equal(ours(index), theirs(index), err_msg=str(index))
 
 
 def _spy(monkeypatch) -> list[str]:
