@@ -84,8 +84,8 @@ PACKED = 0
 #: The preset dictionary of compressed records: text every record repeats (deflate looks
 #: back into it). Part of the format: a record compressed with it reads only with it.
 ZDICT = (
-    b'"[(\'\', \'<i4\')]|","[(\'\', \'|u1\')]|","[(\'\', \'|S1\')]|","[(\'\', \'|O\')]|utf-8",'
-    b'"[(\'\', \'<f8\')]|","[(\'\', \'<i8\')]|","[(\'\', \'<f4\')]|",'
+    b"\"[('', '<i4')]|\",\"[('', '|u1')]|\",\"[('', '|S1')]|\",\"[('', '|O')]|utf-8\","
+    b"\"[('', '<f8')]|\",\"[('', '<i8')]|\",\"[('', '<f4')]|\","
     b'{"src":"","a":"","l":true},{"f":2,"v":"","p":"","t":1,"d":{"":[[1],"[(\'\', \'<f4\')]|",[1],'
     b'"/_version_data/","/raw_data","",true]},"h":{"/_version_data/":[1,1,""]},"o":{"":1}}'
 )
