@@ -75,6 +75,11 @@ def _mutate(vf: VersionedHDF5File, kind: str) -> tuple[str | None, np.ndarray | 
 
         modify_metadata(vf, "x", compression="gzip")
         return None, None
+    if kind == "rechunk_grow":  # the new raw_data after the end of the file, no side copy
+        from xarray_vhdf5 import rechunk
+
+        rechunk(vf, "x", (12,), in_place=False)
+        return None, None
     raise ValueError(kind)
 
 
@@ -325,7 +330,7 @@ def test_a_held_open_writer_makes_another_writer_wait_then_fail(tmp_path, monkey
 
 @pytest.mark.slow
 @pytest.mark.parametrize("durable", [True, False])
-@pytest.mark.parametrize("kind", ["commit", "append", "delete", "modify"])
+@pytest.mark.parametrize("kind", ["commit", "append", "delete", "modify", "rechunk_grow"])
 def test_power_cut_counts(tmp_path, kind, durable):
     """The long sweep (3 random subsets per cut point), isolated; prints the counts."""
     checked, damaged = _power_cut_sweep(tmp_path, kind, durable=durable, subsets=3, seed=7, isolated=True)
