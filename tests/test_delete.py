@@ -570,7 +570,7 @@ def histories(draw):
     return shape, chunks, steps, sorted(doomed), draw(st.sampled_from(["ours", "ref"]))
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=histories())
 def test_property_random_deletions(case):
     """Random branching histories of a 2-d dataset, random subsets deleted: model == both libraries."""

@@ -414,6 +414,8 @@ def _play(vf, ops) -> None:
         if op == "backdate":
             when = t0 + dt.timedelta(minutes=k % 7)
         with vf.stage_version(name, prev_version=prev, timestamp=when, make_current=op != "branch") as g:
+            if "x" not in g:  # the current version was deleted: staging starts from the empty first one
+                g.create_dataset("x", data=np.zeros((2, 3)), chunks=(1, 3), fillvalue=0.0)
             if op == "append":
                 x = g["x"]
                 x.resize((x.shape[0] + 1, 3))
@@ -430,7 +432,7 @@ def _play(vf, ops) -> None:
                     g.create_dataset("y", data=np.full(4, value), chunks=(2,))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=_OPS)
 def test_random_histories_agree(tmp_path_factory, monkeypatch, ops):
     path = tmp_path_factory.mktemp("random") / "h.h5"
@@ -442,6 +444,8 @@ def test_random_histories_agree(tmp_path_factory, monkeypatch, ops):
             vh = versioned_hdf5.VersionedHDF5File(f)
             for j, k in enumerate(theirs):
                 with vh.stage_version(f"t{j}") as g:
+                    if "x" not in g:  # as in _play: the current version was deleted
+                        g.create_dataset("x", data=np.zeros((2, 3)), chunks=(1, 3), fillvalue=0.0)
                     g["x"][0, k % 3] = _POOL[k % len(_POOL)]
     fast, slow, decoded = _logs(path, monkeypatch)
     assert fast == slow

@@ -264,7 +264,7 @@ class RefsMachine(RuleBasedStateMachine):
 # below draws 150 of at most 25.
 TestRefsMachine = RefsMachine.TestCase
 TestRefsMachine.settings = settings(
-    max_examples=20, stateful_step_count=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=12, stateful_step_count=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 

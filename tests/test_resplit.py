@@ -95,7 +95,7 @@ def _least_held(plan, counters: ResplitCounters, itemsize: int) -> float:
     return math.prod(plan.buffer_shape) * itemsize
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems(), st.booleans(), st.booleans())
 def test_resplit_equals_numpy_reads_once_and_stays_in_budget(problem, pieces, into):
     shape, in_chunks, out_chunks, max_mem, needed = problem

@@ -224,13 +224,13 @@ def run_program(data: st.DataObject, bases: tuple[str, ...], h5file, max_ops: in
 
 
 @given(data=st.data())
-@_settings(100)  # the suite's run; test_model_long draws 3000 programs over both kinds of base
+@_settings(60)  # the suite's run; test_model_long draws 3000 programs over both kinds of base
 def test_model_numpy_bases(data, h5file):
     run_program(data, NUMPY_BASES, h5file, max_ops=8)
 
 
 @given(data=st.data())
-@_settings(80)
+@_settings(50)
 def test_model_h5py_bases(data, h5file):
     run_program(data, H5PY_BASES, h5file, max_ops=8)
 
