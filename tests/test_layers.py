@@ -160,10 +160,6 @@ def test_every_public_name_resolves():
             assert getattr(module, attr) is not None, f"{name}.{attr}"
 
 
-#: Import names that differ from their distribution's name on PyPI.
-_DISTRIBUTIONS = {"dask": "dask"}
-
-
 def _third_party_imports(root: Path) -> dict[str, str]:
     """Top-level modules outside the standard library that the package imports, each with one importer."""
     import sys
@@ -202,5 +198,5 @@ def test_every_module_the_package_imports_is_a_dependency():
     }
     imported = _third_party_imports(PACKAGE)
     assert "numpy" in imported and "h5py" in imported  # the scan sees the package's imports
-    missing = {mod: where for mod, where in imported.items() if _DISTRIBUTIONS.get(mod, mod).lower() not in declared}
+    missing = {mod: where for mod, where in imported.items() if mod.lower() not in declared}
     assert not missing, f"imported but not in [project] dependencies: {missing}"

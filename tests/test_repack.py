@@ -256,7 +256,7 @@ def test_a_failed_modify_in_place_rolls_the_file_back(tmp_path, monkeypatch):
     _big(path, 200_000)
     before = path.read_bytes()
     metadata = importlib.import_module("xarray_vhdf5._versions.metadata")
-    real = metadata._SideRewriter.version
+    real = metadata._OneSourceRewriter.version
     calls = []
 
     def fail_second(self, vds):
@@ -265,7 +265,7 @@ def test_a_failed_modify_in_place_rolls_the_file_back(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(self, vds)
 
-    monkeypatch.setattr(metadata._SideRewriter, "version", fail_second)
+    monkeypatch.setattr(metadata._OneSourceRewriter, "version", fail_second)
     h = xarray_vhdf5.open_file(path)
     with pytest.raises(KeyboardInterrupt):
         xarray_vhdf5.modify_metadata(h, "x", chunks=(2**15,))

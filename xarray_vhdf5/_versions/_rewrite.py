@@ -4,8 +4,9 @@
 content (the module docs of :mod:`.metadata` explain the keys); a version whose
 chunk shape changes goes through the resplit engine (:mod:`.rechunk`), one
 whose shape is kept is cast chunk by chunk (``read_many_slices``, HDF5's
-conversion). :class:`_SideRewriter` reads the old chunks from their copy in a
-side file (the in-place rewrite). The target of a run (:class:`_Target`) and the
+conversion). :class:`_OneSourceRewriter` reads every version's old chunks from
+one source given to it: their copy in the side file (the in-place rewrite), or
+raw_data's chunks where they lie in the file (a rewrite after the end). The target of a run (:class:`_Target`) and the
 checks made before anything is written (casts, budget) are here too.
 """
 
@@ -23,6 +24,7 @@ from h5py import h5t
 
 from .._backend.chunks import chunk_grid_shape, chunk_slices, guess_chunks_h5py, normalize_chunks
 from .._backend.hashing import is_vlen_string_dtype
+from .._backend.manifest import ChunkManifest
 from .._backend.raw_data import ChunkWriter, Filters
 from .._backend.transfer import read_many_slices
 from ..errors import IncompatibleDataError, MemoryBudgetError
@@ -312,12 +314,22 @@ def _check_budget(max_mem, old_chunks: tuple[int, ...], t: _Target) -> None:
         )
 
 
-class _SideRewriter(_Rewriter):
-    """A :class:`_Rewriter` reading the old chunks from their copy in the side file."""
+class _OneSourceRewriter(_Rewriter):
+    """A :class:`_Rewriter` reading every version's old chunks from one source.
 
-    def __init__(self, h5file, target, writer, side_raw: h5py.Dataset, resplit: RechunkReport | None = None):
+    ``source``: the old raw_data's chunks, shape ``(rows, *chunks[1:])``, as a
+    :class:`~xarray_vhdf5._backend.manifest.ChunkManifest` (read without
+    libhdf5: the side file's copy, :func:`~.sidecopy.side_manifest`, or the
+    chunks where they lie, :func:`~.sidecopy.file_manifest`) or as an
+    ``h5py.Dataset`` (the ``H5Ocopy`` side copy). Only for a run whose versions
+    all map the one raw_data.
+    """
+
+    def __init__(
+        self, h5file, target, writer, source: h5py.Dataset | ChunkManifest, resplit: RechunkReport | None = None
+    ):
         super().__init__(h5file, target, writer, resplit)
-        self.side_raw = side_raw
+        self.source = source
 
-    def _source(self, vds: h5py.Dataset) -> h5py.Dataset:
-        return self.side_raw
+    def _source(self, vds: h5py.Dataset) -> h5py.Dataset | ChunkManifest:
+        return self.source

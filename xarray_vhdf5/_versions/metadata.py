@@ -97,9 +97,9 @@ from ._rewrite import (
     UNCHANGED,
     _check_budget,
     _check_cast,
+    _OneSourceRewriter,
     _Rewriter,
     _same_metadata,
-    _SideRewriter,
     _Target,
     _target,
 )
@@ -519,7 +519,7 @@ def _modify_metadata(
             in_file = file_manifest(group["raw_data"], path, t.dtype) if path else None
         if in_file is not None:
             reading.callback(in_file.close)
-            rewriter: _Rewriter = _SideRewriter(h5file, t, writer, in_file, resplit[2])
+            rewriter: _Rewriter = _OneSourceRewriter(h5file, t, writer, in_file, resplit[2])
             reading.enter_context(writer.writing_behind())
         else:
             rewriter = _Rewriter(h5file, t, writer, resplit[2])
@@ -645,7 +645,7 @@ def _modify_in_place(
             new_raw = create_raw_data(group, t.dtype, t.chunks, t.fillvalue, t.filters)
             writer = ChunkWriter(new_raw, HashTable.create(group))
             writer.max_queued_bytes = BATCH_BYTES
-            rewriter = _SideRewriter(h5file, t, writer, side_raw, resplit[2])
+            rewriter = _OneSourceRewriter(h5file, t, writer, side_raw, resplit[2])
             rewriter.max_mem, rewriter.progress = resplit[0], resplit[1]
             if aside:  # reads without libhdf5: the writes go behind them (one batch in flight)
                 reading.enter_context(writer.writing_behind())
