@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         reset_branch,
     )
     from ._versions.branchmerge import merge
+    from ._versions.mapfill import fill_chunk_maps
     from ._versions.mutation import open_file
     from ._versions.rechunk import rechunk
     from ._versions.repack import repack
@@ -134,6 +135,7 @@ __all__ = [
     "expire",
     "export_netcdf",
     "export_zarr",
+    "fill_chunk_maps",
     "list_branches",
     "list_tags",
     "merge",
@@ -172,6 +174,7 @@ _HOMES = {
     ),
     **dict.fromkeys(("export_netcdf", "export_zarr", "merge_files", "split_version"), "xr._export"),
     "open_file": "_versions.mutation",
+    "fill_chunk_maps": "_versions.mapfill",
     "merge": "_versions.branchmerge",
     "rechunk": "_versions.rechunk",
     "repack": "_versions.repack",

@@ -52,7 +52,9 @@ were found (also when --repair then fixed them) or FILE cannot be checked,
 BAR_DELAY = 1.0
 
 
-def progress_bar(enabled: bool) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
+def progress_bar(
+    enabled: bool, *, unit: str = "chunk", desc: str = "rehash"
+) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
     """A ``progress(done, total)`` callback drawing a tqdm bar on stderr, and a function closing it.
 
     Parameters
@@ -60,6 +62,8 @@ def progress_bar(enabled: bool) -> tuple[Callable[[int, int], None] | None, Call
     enabled : bool
         Draw the bar (the caller checks that stderr is a terminal). False:
         ``(None, a function doing nothing)``.
+    unit, desc : str
+        What the bar counts, and its label.
 
     Returns
     -------
@@ -70,7 +74,7 @@ def progress_bar(enabled: bool) -> tuple[Callable[[int, int], None] | None, Call
         return None, lambda: None
     from tqdm import tqdm
 
-    bar = tqdm(total=0, unit="chunk", desc="rehash", file=sys.stderr, delay=BAR_DELAY, leave=False)
+    bar = tqdm(total=0, unit=unit, desc=desc, file=sys.stderr, delay=BAR_DELAY, leave=False)
 
     def update(done: int, total: int) -> None:
         if bar.total != total:

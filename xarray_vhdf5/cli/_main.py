@@ -30,6 +30,7 @@ _ELSEWHERE = {
     "cherry-pick": ("_branches", "cherry_pick"),
     "expire": ("_repack", "expire"),
     "export": ("_rechunk", "export"),
+    "fill-maps": ("_maps", "fill_maps"),
     "ingest": ("_rechunk", "ingest"),
     "merge": ("_branches", "merge"),
     "rechunk": ("_rechunk", "rechunk"),
