@@ -37,9 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import h5py
-import numpy as np
+from h5py import h5g, h5o
 
 from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
+from .._backend.h5objects import member_names, object_info_by_name
 from .._backend.hashtable import committed_chunks
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from . import bookkeeping, chunkmaps, smallmaps
@@ -80,10 +81,20 @@ class FillReport:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-def _datasets(group: h5py.Group) -> list[tuple[str, h5py.Dataset]]:
-    """``(path, dataset)`` of every dataset below a version group, in the group's order."""
-    found: list[tuple[str, h5py.Dataset]] = []
-    group.visititems(lambda name, obj: found.append((name, obj)) if isinstance(obj, h5py.Dataset) else None)
+def _dataset_paths(gid: h5g.GroupID, prefix: str = "") -> list[str]:
+    """The path of every dataset below a version group, in h5py's order, no dataset opened.
+
+    Opening a virtual dataset makes libhdf5 decode its mappings: a version
+    whose maps are there is looked at by name only.
+    """
+    found: list[str] = []
+    for bname in member_names(gid):
+        path = prefix + bname.decode("utf-8", "surrogateescape")
+        kind = object_info_by_name(gid, bname)[1]
+        if kind == h5o.TYPE_DATASET:
+            found.append(path)
+        elif kind == h5o.TYPE_GROUP:
+            found += _dataset_paths(h5g.open(gid, bname), path + "/")
     return found
 
 
@@ -161,8 +172,12 @@ def _fill_version(f: h5py.File, group: h5py.Group, name: str, parent: str, small
     """The maps of one version's datasets that lack them; its rows of the file's map log in one append."""
     stamp = chunkmaps.timestamp_micros(f, name)
     batch = smallmaps.Batch(name, stamp)
-    for path, vds in _datasets(group):
+    for path in _dataset_paths(group.id):
+        if chunkmaps.load(f, name, path) is not None or (name_digest(path), name_digest(name), stamp) in small:
+            report.present += 1  # (found by name: the virtual dataset is not opened)
+            continue
         where = f"{name}/{path}"
+        vds = group[path]
         raw_path = f"/{VERSION_DATA}/{path}/raw_data"
         raw = f.get(raw_path)
         if not vds.is_virtual or not isinstance(raw, h5py.Dataset) or raw.chunks is None:
@@ -176,14 +191,6 @@ def _fill_version(f: h5py.File, group: h5py.Group, name: str, parent: str, small
             report.skipped[where] = f"maps {named!r} in chunks {tuple(chunks)}, not {raw_path} in {raw.chunks}"
             continue
         shape = tuple(int(n) for n in vds.shape)
-        grid = int(np.prod([-(-s // c) for s, c in zip(shape, chunks)], dtype=np.int64))
-        if grid >= chunkmaps.MIN_CHUNKS:
-            if chunkmaps.load(f, name, path) is not None:
-                report.present += 1
-                continue
-        elif (name_digest(path), name_digest(name), stamp) in small:
-            report.present += 1
-            continue
         try:
             indices, offsets = build_slab_indices_and_offsets(vds, shape, chunks, raw)
         except ValueError as err:
