@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 
 import h5py
 import numpy as np
 import versioned_hdf5
+from bench_stored_maps import _median_ms
 
 import xarray_vhdf5 as xv
 
@@ -34,15 +34,6 @@ def _open_point(path: str, version: str, expected: float) -> None:
 def _history(path: str, expected: np.ndarray) -> None:
     with xv.VersionedHDF5File.open(path) as reader:
         np.testing.assert_array_equal(reader.read_versions("x", (5, 5)), expected)
-
-
-def _median_ms(rounds: int, fn, *args) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
 
 
 def main() -> None:
@@ -76,8 +67,8 @@ def main() -> None:
                 report = xv.fill_chunk_maps(path)
                 filled = time.perf_counter() - start
             rows[label] = (
-                _median_ms(args.rounds, _open_point, path, last, data[5, 5]),
-                _median_ms(max(1, args.rounds // 3), _history, path, np.asarray(history)),
+                _median_ms(_open_point, args.rounds, path, last, data[5, 5]),
+                _median_ms(_history, max(1, args.rounds // 3), path, np.asarray(history)),
             )
         print(
             f"versioned-hdf5 2.6 wrote {args.versions} versions of a (1000, 1000) float32 in (10, 10) chunks "
