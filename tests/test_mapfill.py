@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import versioned_hdf5
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import xarray_vhdf5 as xv
 from xarray_vhdf5._backend.chunkmap import mapped_starts
@@ -239,3 +241,90 @@ def test_sigkill_at_random_instants_of_a_fill_loses_nothing(tmp_path, monkeypatc
                 np.testing.assert_array_equal(reader[v]["g/y"][()], expected[v]["g/y"])
             np.testing.assert_array_equal(reader.read_versions("x", 35), [expected[v]["x"][35] for v in VERSIONS])
     assert len(set(outcomes)) > 1  # the kills landed at different points of the fill
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("edit"), st.integers(0, 10**6)),
+            st.tuples(st.just("grow"), st.integers(1, 40)),
+            st.tuples(st.just("delete"), st.integers(0, 10**6)),
+            st.tuples(st.just("fill"), st.just(0)),
+        ),
+        min_size=2,
+        max_size=9,
+    )
+)
+def test_histories_of_versioned_hdf5_with_fills_between(tmp_path_factory, steps):
+    """versioned-hdf5 edits, grows and deletes; fills come between. Every read equals versioned-hdf5's,
+    and every map a reader would take equals libhdf5's decoding (a deletion's moved chunks included)."""
+    path = tmp_path_factory.mktemp("h") / "h.h5"
+    x = np.arange(700.0)
+    with h5py.File(path, "w") as f:
+        with versioned_hdf5.VersionedHDF5File(f).stage_version("v0") as g:
+            g.create_dataset("x", data=x, chunks=(10,))
+            g.create_dataset("s", data=np.arange(30), chunks=(10,))
+    names = ["v0"]
+    for k, (op, n) in enumerate(steps, 1):
+        if op == "fill":
+            xv.fill_chunk_maps(path)
+            continue
+        with h5py.File(path, "r+") as f:
+            vf = versioned_hdf5.VersionedHDF5File(f)
+            if op == "delete":
+                if len(names) > 1:
+                    victim = names[n % (len(names) - 1)]  # never the current version
+                    versioned_hdf5.delete_versions(f, [victim])
+                    names.remove(victim)
+                continue
+            with vf.stage_version(f"v{k}") as g:
+                if op == "grow":
+                    x = np.concatenate([x, np.full(n * 5, float(k))])
+                    g["x"].resize(x.shape)
+                    g["x"][-n * 5 :] = k
+                else:
+                    x[n % x.size] = -k
+                    g["x"][n % x.size] = -k
+                    g["s"][n % 30] = k
+            names.append(f"v{k}")
+    xv.fill_chunk_maps(path)
+    with h5py.File(path, "r") as f:
+        vf = versioned_hdf5.VersionedHDF5File(f)
+        want = {v: (vf[v]["x"][()], vf[v]["s"][()]) for v in names}
+        for v in names:
+            layout = chunkmaps.load(f, v, "x")
+            if layout is not None:
+                vds, raw = f[f"_version_data/versions/{v}/x"], f["_version_data/x/raw_data"]
+                np.testing.assert_array_equal(layout.starts, mapped_starts(vds, vds.shape, raw.chunks, raw))
+    with xv.VersionedHDF5File.open(path) as reader:
+        for v in names:
+            np.testing.assert_array_equal(reader[v]["x"][()], want[v][0])
+            np.testing.assert_array_equal(reader[v]["s"][()], want[v][1])
+        np.testing.assert_array_equal(reader.read_versions("x", 3, names), [want[v][0][3] for v in names])
+        np.testing.assert_array_equal(reader.read_versions("s", 7, names), [want[v][1][7] for v in names])
+
+
+def test_a_deletion_by_versioned_hdf5_after_a_fill_is_noticed_and_filled_again(tmp_path, monkeypatch):
+    """versioned-hdf5's deletion compacts raw_data (chunks move) and writes a new hash table: the maps
+    filled before no longer hold, readers decode instead, and the next fill stores them anew."""
+    path = tmp_path / "h.h5"
+    expected = _history(path)
+    xv.fill_chunk_maps(path)
+    with h5py.File(path, "r+") as f:
+        versioned_hdf5.delete_versions(f, ["v1", "v2"])
+    kept = VERSIONS[2:]
+    with h5py.File(path, "r") as f:
+        assert all(chunkmaps.load(f, v, "x") is None for v in kept)  # stale: not taken
+    with xv.VersionedHDF5File.open(path) as reader:
+        for v in kept:
+            np.testing.assert_array_equal(reader[v]["x"][()], expected[v]["x"])
+    report = xv.fill_chunk_maps(path)
+    assert (report.versions, report.stored, report.present) == (3, 9, 0)
+    used = _no_decoding(monkeypatch)
+    with xv.VersionedHDF5File.open(path) as reader:
+        for v in kept:
+            np.testing.assert_array_equal(reader[v]["x"][()], expected[v]["x"])
+        used.clear()
+        np.testing.assert_array_equal(reader.read_versions("x", 35, kept), [expected[v]["x"][35] for v in kept])
+    assert used == []

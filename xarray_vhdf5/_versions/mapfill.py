@@ -98,13 +98,13 @@ def _dataset_paths(gid: h5g.GroupID, prefix: str = "") -> list[str]:
     return found
 
 
-def _small_rows(f: h5py.File) -> set[tuple[int, int, int]]:
-    """``(path digest, version digest, timestamp)`` of every row the file's map log holds."""
+def _small_rows(f: h5py.File) -> set[tuple[int, ...]]:
+    """``(path digest, version digest, timestamp, raw_data address, hash table address)`` of every row
+    the file's map log holds (a row serves only while raw_data and its hash table are the ones it names)."""
     log = smallmaps.SmallMaps.load(bookkeeping.open_group(f))
     if log is None:
         return set()
-    rows = log.rows
-    return {tuple(r) for r in rows[:, [0, 3, 4]].tolist()}
+    return {tuple(r) for r in log.rows[:, [0, 3, 4, 1, 2]].tolist()}
 
 
 def fill_chunk_maps(
@@ -173,15 +173,20 @@ def _fill_version(f: h5py.File, group: h5py.Group, name: str, parent: str, small
     stamp = chunkmaps.timestamp_micros(f, name)
     batch = smallmaps.Batch(name, stamp)
     for path in _dataset_paths(group.id):
-        if chunkmaps.load(f, name, path) is not None or (name_digest(path), name_digest(name), stamp) in small:
-            report.present += 1  # (found by name: the virtual dataset is not opened)
-            continue
         where = f"{name}/{path}"
-        vds = group[path]
         raw_path = f"/{VERSION_DATA}/{path}/raw_data"
         raw = f.get(raw_path)
-        if not vds.is_virtual or not isinstance(raw, h5py.Dataset) or raw.chunks is None:
-            report.skipped[where] = "not a virtual dataset over a chunked raw_data"
+        try:
+            owner = chunkmaps.table_owner(raw) if isinstance(raw, h5py.Dataset) else None
+        except KeyError:  # no hash table beside raw_data
+            owner = None
+        logged = owner is not None and (name_digest(path), name_digest(name), stamp, *owner) in small
+        if logged or chunkmaps.load(f, name, path) is not None:
+            report.present += 1  # (found by name: the virtual dataset is not opened)
+            continue
+        vds = group[path]
+        if owner is None or not vds.is_virtual or not isinstance(raw, h5py.Dataset) or raw.chunks is None:
+            report.skipped[where] = "not a virtual dataset over a chunked raw_data with a hash table"
             continue
         if raw.dtype.hasobject:
             report.skipped[where] = "variable-length data (decoded by readers, as committed)"
