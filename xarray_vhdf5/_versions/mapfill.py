@@ -98,13 +98,10 @@ def _dataset_paths(gid: h5g.GroupID, prefix: str = "") -> list[str]:
     return found
 
 
-def _small_rows(f: h5py.File) -> set[tuple[int, ...]]:
-    """``(path digest, version digest, timestamp, raw_data address, hash table address)`` of every row
-    the file's map log holds (a row serves only while raw_data and its hash table are the ones it names)."""
+def _small_rows(f: h5py.File) -> set[tuple[int, int, int, int, int]]:
+    """:meth:`~xarray_vhdf5._versions.smallmaps.SmallMaps.logged` of the file's map log (empty without one)."""
     log = smallmaps.SmallMaps.load(bookkeeping.open_group(f))
-    if log is None:
-        return set()
-    return {tuple(r) for r in log.rows[:, [0, 3, 4, 1, 2]].tolist()}
+    return set() if log is None else log.logged()
 
 
 def fill_chunk_maps(

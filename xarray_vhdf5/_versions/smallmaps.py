@@ -253,6 +253,11 @@ class SmallMaps:
         except (RuntimeError, OSError):  # a chunk libhdf5 cannot read: the versions are decoded
             return None
 
+    def logged(self) -> set[tuple[int, int, int, int, int]]:
+        """``(path digest, version name digest, timestamp, raw_data address, hash table address)`` of every
+        row: a dataset's map is logged for a version while its raw_data and hash table are at those addresses."""
+        return {tuple(r) for r in self.rows[:, [_PATH, _VERSION, _STAMP, _RAW, _TABLE]].tolist()}
+
     def maps(
         self, path: str, chunks: tuple[int, ...], owner: tuple[int, int], wanted: Iterable[tuple[str, int]]
     ) -> dict[str, tuple[tuple[int, ...], np.ndarray]]:
