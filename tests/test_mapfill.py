@@ -328,3 +328,65 @@ def test_a_deletion_by_versioned_hdf5_after_a_fill_is_noticed_and_filled_again(t
         used.clear()
         np.testing.assert_array_equal(reader.read_versions("x", 35, kept), [expected[v]["x"][35] for v in kept])
     assert used == []
+
+
+def test_the_log_takes_stored_maps_and_agrees_with_decoding(tmp_path, monkeypatch):
+    """``version_states`` (the computed log, ``vhdf5 diff``'s states) from the stored maps equals the one
+    decoded from the mappings: xarray commits with coordinates, dimension scales and an attribute change,
+    then versioned-hdf5 commits filled by ``fill_chunk_maps``."""
+    import pandas as pd
+    import xarray as xr
+
+    from xarray_vhdf5._versions import states
+    from xarray_vhdf5._versions.history import version_log
+
+    path = tmp_path / "sst.h5"
+    rng = np.random.default_rng(5)
+    for t in range(70):  # sst reaches 70 chunks of (1, 4, 5)
+        day = xr.Dataset(
+            {"sst": (("time", "lat", "lon"), rng.random((1, 4, 5), dtype=np.float32), {"units": "degC"})},
+            coords={"time": pd.date_range("2000-01-01", periods=1) + pd.Timedelta(days=t), "lat": np.arange(4.0)},
+        )
+        day["sst"].encoding["chunks"] = (1, 4, 5)
+        day.vhdf5.commit(f"d{t}", path=path, append_dim="time")
+    with xr.open_dataset(path, engine="vhdf5") as ds:
+        edited = ds.load()
+    edited["sst"].attrs["units"] = "K"
+    edited.vhdf5.commit("attrs", path=path)
+    with h5py.File(path, "r+") as f:  # two versions by versioned-hdf5: no maps until the fill
+        vf = versioned_hdf5.VersionedHDF5File(f)
+        for k in range(2):
+            with vf.stage_version(f"vh{k}") as g:
+                g["sst"][k, 0, 0] = -1.0
+    assert xv.fill_chunk_maps(path).stored > 0
+    decoded = tmp_path / "decoded.h5"
+    shutil.copy(path, decoded)
+    with h5py.File(decoded, "r+") as f:
+        del f["__vhdf5__/chunk_maps"]
+
+    opened = []
+    real = states.dataset_state
+    monkeypatch.setattr(states, "dataset_state", lambda d: opened.append(d.name.rsplit("/", 1)[1]) or real(d))
+    with h5py.File(path, "r") as f, h5py.File(decoded, "r") as g:
+        names = [n for n in f["_version_data/versions"] if n != "__first_version__"]
+        for name in names:
+            mine = states.version_states(f[f"_version_data/versions/{name}"])
+            theirs = states.version_states(g[f"_version_data/versions/{name}"])
+            assert sorted(mine) == sorted(theirs), name
+            for p, (a, rows_a) in mine.items():
+                b, rows_b = theirs[p]
+                assert (a.shape, a.dtype, a.chunks, a.raw_path, a.mapping) == (
+                    b.shape,
+                    b.dtype,
+                    b.chunks,
+                    b.raw_path,
+                    b.mapping,
+                ), (name, p)
+                assert states.changed_attrs(a.attrs, b.attrs) == [], (name, p)
+                np.testing.assert_array_equal(rows_a, rows_b)
+        assert version_log(f, records=False) == version_log(g, records=False)
+    assert "sst" in opened  # the decoded copy opened it
+    opened.clear()
+    with h5py.File(path, "r") as f:
+        states.version_states(f["_version_data/versions/vh1"])
+    assert "sst" not in opened  # from its stored map: not opened

@@ -37,10 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import h5py
-from h5py import h5g, h5o
 
 from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
-from .._backend.h5objects import member_names, object_info_by_name
+from .._backend.h5objects import dataset_paths
 from .._backend.hashtable import committed_chunks
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from . import bookkeeping, chunkmaps, smallmaps
@@ -79,23 +78,6 @@ class FillReport:
     stored: int = 0
     present: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
-
-
-def _dataset_paths(gid: h5g.GroupID, prefix: str = "") -> list[str]:
-    """The path of every dataset below a version group, in h5py's order, no dataset opened.
-
-    Opening a virtual dataset makes libhdf5 decode its mappings: a version
-    whose maps are there is looked at by name only.
-    """
-    found: list[str] = []
-    for bname in member_names(gid):
-        path = prefix + bname.decode("utf-8", "surrogateescape")
-        kind = object_info_by_name(gid, bname)[1]
-        if kind == h5o.TYPE_DATASET:
-            found.append(path)
-        elif kind == h5o.TYPE_GROUP:
-            found += _dataset_paths(h5g.open(gid, bname), path + "/")
-    return found
 
 
 def _small_rows(f: h5py.File) -> set[tuple[int, int, int, int, int]]:
@@ -169,7 +151,7 @@ def _fill_version(f: h5py.File, group: h5py.Group, name: str, parent: str, small
     """The maps of one version's datasets that lack them; its rows of the file's map log in one append."""
     stamp = chunkmaps.timestamp_micros(f, name)
     batch = smallmaps.Batch(name, stamp)
-    for path in _dataset_paths(group.id):
+    for path in dataset_paths(group.id):
         where = f"{name}/{path}"
         raw_path = f"/{VERSION_DATA}/{path}/raw_data"
         raw = f.get(raw_path)

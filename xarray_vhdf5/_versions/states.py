@@ -21,13 +21,20 @@ import numpy as np
 
 from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from .._backend.h5attrs import read_attrs_of
+from .._backend.h5objects import dataset_paths
+from .._backend.layout import VERSION_DATA, VERSIONS
 from .._backend.names import (
     DIMENSIONS_ATTR,
     HIDDEN_VARIABLE_ATTRS,
     NETCDF_DIMENSION_ATTRS,
+    NETCDF_REFERENCE_ATTRS,
     is_dimension_scale,
     is_netcdf_dimension_only,
 )
+from . import chunkmaps
+
+#: Attributes :func:`compared_attrs` leaves out (``_ARRAY_DIMENSIONS`` is kept).
+_NOT_COMPARED = (HIDDEN_VARIABLE_ATTRS | NETCDF_DIMENSION_ATTRS) - {DIMENSIONS_ATTR}
 
 __all__ = ["DatasetState", "changed_attrs", "compared_attrs", "dataset_state", "same_attr_value", "version_states"]
 
@@ -57,8 +64,11 @@ def compared_attrs(dset: h5py.Dataset) -> dict[str, Any]:
     # for the creation order first, ``get_create_plist``, which on a virtual dataset
     # encodes every mapping); the object references of netCDF-4 and the format's own
     # attributes are not read.
-    unread = (HIDDEN_VARIABLE_ATTRS | NETCDF_DIMENSION_ATTRS) - {DIMENSIONS_ATTR}
-    found = read_attrs_of(dset.id, b".", skip=unread)
+    return _compared(read_attrs_of(dset.id, b".", skip=_NOT_COMPARED))
+
+
+def _compared(found: dict[str, Any]) -> dict[str, Any]:
+    """:func:`compared_attrs` of the attributes ``found`` (read without those it leaves out)."""
     if is_dimension_scale(found):
         found.pop("CLASS", None)
         found.pop("NAME", None)
@@ -170,10 +180,57 @@ def version_states(
         Path relative to ``group`` -> (state, mapped rows).
     """
     found: dict[str, tuple[DatasetState, np.ndarray]] = {}
-
-    def visit(path: str, obj) -> None:
-        if isinstance(obj, h5py.Dataset) and "raw_data" in obj.attrs and obj.is_virtual and not skip(obj):
+    prefix = f"/{VERSION_DATA}/{VERSIONS}/"
+    version = group.name[len(prefix) :] if group.name.startswith(prefix) else ""
+    maps = skip is is_netcdf_dimension_only and version and "/" not in version  # a version's own group
+    for path in dataset_paths(group.id):
+        mapped = _stored_state(group.file, version, path) if maps else None
+        if mapped is not None:
+            if not mapped[2]:  # a netCDF-4 dimension without a variable
+                found[path] = mapped[:2]
+            continue
+        obj = group[path]
+        if "raw_data" in obj.attrs and obj.is_virtual and not skip(obj):
             found[path] = dataset_state(obj)
-
-    group.visititems(visit)
     return found
+
+
+class _Attrs:
+    """What :func:`~xarray_vhdf5._backend.names.is_netcdf_dimension_only` reads of a dataset: ``attrs``."""
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.attrs = attrs
+
+
+def _stored_state(f: h5py.File, version: str, path: str) -> tuple[DatasetState, np.ndarray, bool] | None:
+    """:func:`dataset_state` from the dataset's stored chunk map, and whether it is a netCDF-4 dimension
+    only; None without a map to trust (:func:`~xarray_vhdf5._versions.chunkmaps.load`'s checks).
+
+    The virtual dataset is not opened (libhdf5 would decode every mapping): its
+    attributes are read by name, its map and shape are the stored map's, its
+    dtype raw_data's (the format's: the virtual dataset has raw_data's type).
+    The mapping digest is :func:`dataset_state`'s, over the same chunks and rows.
+    """
+    layout = chunkmaps.load(f, version, path, defer=NETCDF_REFERENCE_ATTRS)
+    if layout is None:
+        return None
+    attrs = layout.attrs
+    if is_netcdf_dimension_only(_Attrs(attrs)):
+        return DatasetState((), np.dtype("u1"), (), "", b"", {}), np.zeros(0, np.uint64), True
+    starts = layout.starts
+    mapped = starts >= 0
+    offsets = starts[mapped].astype(np.uint64)
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(np.packbits(mapped).tobytes())
+    digest.update(np.ascontiguousarray(offsets).tobytes())
+    compared = _compared({k: v for k, v in attrs.items() if k not in _NOT_COMPARED})
+    raw_path = attrs["raw_data"]
+    state = DatasetState(
+        tuple(int(n) for n in layout.shape),
+        layout.raw_data.dtype,
+        tuple(int(c) for c in layout.chunks),
+        raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path),
+        digest.digest(),
+        compared,
+    )
+    return state, np.unique(offsets).astype(np.uint64), False
