@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from xarray_vhdf5 import VersionedHDF5File
+from xarray_vhdf5._versions import chunkmaps
 from xarray_vhdf5._versions.journal import JOURNAL_SUFFIX, JournaledFile, journal_path, recover
 from xarray_vhdf5._versions.mutation import open_file
 from xarray_vhdf5.testing._powercut import KillAtIO, PowerCutIO
@@ -39,7 +40,8 @@ def _value(version: int) -> np.ndarray:
     return data
 
 
-def _history(path, n: int = 3) -> dict[str, np.ndarray]:
+def _history(path, n: int = 3, big: bool = False) -> dict[str, np.ndarray]:
+    """Versions v0.. of ``x`` (8 chunks) and ``y``; ``big``: also ``z``, 100 chunks (a stored chunk map)."""
     f = open_file(path)
     try:
         vf = VersionedHDF5File(f)
@@ -48,11 +50,21 @@ def _history(path, n: int = 3) -> dict[str, np.ndarray]:
                 if v == 0:
                     g.create_dataset("x", data=_value(0), chunks=(8,), maxshape=(None,))
                     g.create_dataset("y", data=np.zeros((4, 6), "i4"), chunks=(2, 3))
+                    if big:
+                        g.create_dataset("z", data=np.arange(400.0), chunks=(4,))
                 else:
                     g["x"][(7 * v) % N] = 1000.0 + v
+                    if big:
+                        g["z"][v] = -v
     finally:
         f.close()
     return {f"v{v}": _value(v) for v in range(n)}
+
+
+def _without_maps(path) -> None:
+    """Drop every chunk map and map log, as a file versioned-hdf5 wrote has none (fill_maps' base)."""
+    with h5py.File(path, "r+") as f:
+        chunkmaps.forget(f)
 
 
 def _mutate(vf: VersionedHDF5File, kind: str) -> tuple[str | None, np.ndarray | None]:
@@ -75,6 +87,11 @@ def _mutate(vf: VersionedHDF5File, kind: str) -> tuple[str | None, np.ndarray | 
 
         modify_metadata(vf, "x", compression="gzip")
         return None, None
+    if kind == "fill_maps":  # the maps of versions that have none (_without_maps), one mutation
+        from xarray_vhdf5 import fill_chunk_maps
+
+        assert fill_chunk_maps(vf.f).stored == 9  # x and y (the file's map log), z (stored maps) x 3
+        return None, None
     if kind == "rechunk_grow":  # the new raw_data after the end of the file, no side copy
         from xarray_vhdf5 import rechunk
 
@@ -95,6 +112,11 @@ def _check(path, before: dict[str, np.ndarray], new: str | None, new_x, kind: st
             assert name in vf.versions, (name, vf.versions)
             np.testing.assert_array_equal(vf[name]["x"][:], data)
             assert vf[name]["y"][:].sum() == 0
+        if kind == "fill_maps":  # every version's z, through the maps where the cut kept them, as libhdf5 reads it
+            want = [f[f"_version_data/versions/{v}/z"][()] for v in before]
+            with VersionedHDF5File.open(path) as reader:
+                np.testing.assert_array_equal(reader.read_versions("z", np.s_[:], list(before)), want)
+                np.testing.assert_array_equal(reader.read_versions("x", np.s_[:], list(before)), list(before.values()))
         outcome = "absent"
         if new is not None and new in vf.versions:
             np.testing.assert_array_equal(vf[new]["x"][:], new_x)
@@ -133,14 +155,14 @@ def test_a_mutation_rolled_back_by_hand_restores_every_byte(tmp_path):
     assert not recover(p)  # nothing left to do
 
 
-@pytest.mark.parametrize("kind,stride", [("commit", 3), ("append", 5), ("delete", 5), ("modify", 25)])
+@pytest.mark.parametrize("kind,stride", [("commit", 3), ("append", 5), ("delete", 5), ("modify", 25), ("fill_maps", 3)])
 def test_sigkill_at_writes_of_a_mutation(tmp_path, kind, stride):
     """SIGKILL at every ``stride``-th write of a mutation (the slow run: every write)."""
     _kill_sweep(tmp_path, kind, stride)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["commit", "append", "delete", "modify"])
+@pytest.mark.parametrize("kind", ["commit", "append", "delete", "modify", "fill_maps"])
 def test_sigkill_at_every_write_of_a_mutation(tmp_path, kind):
     """SIGKILL at the 1st, 2nd, ... write of a mutation (forked children), until one completes."""
     kills = _kill_sweep(tmp_path, kind, 1)
@@ -150,7 +172,9 @@ def test_sigkill_at_every_write_of_a_mutation(tmp_path, kind):
 def _kill_sweep(tmp_path, kind: str, stride: int) -> int:
     """Kill a child at write 1, 1 + stride, ... of one mutation until one completes; check each file."""
     base = str(tmp_path / "base.h5")
-    before = _history(base)
+    before = _history(base, big=kind == "fill_maps")
+    if kind == "fill_maps":
+        _without_maps(base)
     outcomes: dict[str, int] = {}
     n = 1
     while True:
@@ -170,7 +194,7 @@ def _kill_sweep(tmp_path, kind: str, stride: int) -> int:
                 os._exit(0)
         _, status = os.waitpid(pid, 0)
         killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-        new, new_x = (None, None) if kind in ("delete", "modify") else ("new", None)
+        new, new_x = (None, None) if kind in ("delete", "modify", "fill_maps") else ("new", None)
         if new is not None:
             new_x = (
                 np.where(np.arange(N) == 3, -3.0, before["v2"])
@@ -219,7 +243,9 @@ def _power_cut_sweep(
     ``until_damaged``: stop at the first damaged image.
     """
     p = str(tmp_path / "f.h5")
-    before = _history(p)
+    before = _history(p, big=kind == "fill_maps")
+    if kind == "fill_maps":
+        _without_maps(p)
     cuts: list[dict] = []
     rng = random.Random(seed)
     io = PowerCutIO()
@@ -248,7 +274,7 @@ def _power_cut_sweep(
     return len(cuts), damaged
 
 
-@pytest.mark.parametrize("kind", ["commit", "append", "delete", "modify"])
+@pytest.mark.parametrize("kind", ["commit", "append", "delete", "modify", "fill_maps"])
 def test_power_cuts_with_durable_lose_nothing(tmp_path, kind):
     """Every third power cut's image checked (the slow run's ``power_cut_counts``: every one)."""
     checked, damaged = _power_cut_sweep(
@@ -330,7 +356,7 @@ def test_a_held_open_writer_makes_another_writer_wait_then_fail(tmp_path, monkey
 
 @pytest.mark.slow
 @pytest.mark.parametrize("durable", [True, False])
-@pytest.mark.parametrize("kind", ["commit", "append", "delete", "modify", "rechunk_grow"])
+@pytest.mark.parametrize("kind", ["commit", "append", "delete", "modify", "rechunk_grow", "fill_maps"])
 def test_power_cut_counts(tmp_path, kind, durable):
     """The long sweep (3 random subsets per cut point), isolated; prints the counts."""
     checked, damaged = _power_cut_sweep(tmp_path, kind, durable=durable, subsets=3, seed=7, isolated=True)

@@ -42,9 +42,10 @@ from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_
 from .._backend.h5objects import dataset_paths
 from .._backend.hashtable import committed_chunks
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
+from ..errors import NotVersionedError
 from . import bookkeeping, chunkmaps, smallmaps
 from .maplog import name_digest
-from .mutation import mutating, open_for_writing
+from .mutation import file_name, mutating, open_for_writing
 from .registry import VersionRegistry
 
 __all__ = ["BATCH_SECONDS", "FillReport", "fill_chunk_maps"]
@@ -87,22 +88,24 @@ def _small_rows(f: h5py.File) -> set[tuple[int, int, int, int, int]]:
 
 
 def fill_chunk_maps(
-    path: str | os.PathLike,
+    path: str | os.PathLike | h5py.File,
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> FillReport:
     """Store the chunk maps of every version of ``path`` that lacks them (see the module docstring).
 
-    The versions are filled in batches of about :data:`BATCH_SECONDS`, each
-    one mutation of a handle opened for it: between batches the ``WRITE``
-    lock is free, so readers resolving a version wait for one batch at most,
-    and commits of other processes go in between (their versions are then
-    looked at too).
+    Given a path, the versions are filled in batches of about
+    :data:`BATCH_SECONDS`, each one mutation of a handle opened for it:
+    between batches the ``WRITE`` lock is free, so readers resolving a
+    version wait for one batch at most, and commits of other processes go in
+    between (their versions are then looked at too). Given an open file, all
+    of them are filled in one mutation of it.
 
     Parameters
     ----------
-    path : str or os.PathLike
-        A versioned file (versioned-hdf5's format), written by any writer.
+    path : str, os.PathLike or h5py.File
+        A versioned file (versioned-hdf5's format), written by any writer; or
+        one open for writing (:func:`~xarray_vhdf5.open_file`).
     progress : callable, optional
         ``progress(done, total)`` in versions, after each.
 
@@ -120,31 +123,55 @@ def fill_chunk_maps(
         The file holds no version history.
     FileBusyError
         Another writer held the file past the lock timeout.
+    StaleVersionError
+        An open file another process wrote since it was opened (as for a commit).
     CorruptFileError
         The file is damaged (``vhdf5 check`` says where).
     """
+    done: set[str] = set()
+    if isinstance(path, h5py.File):
+        report = FillReport(file_name(path))
+        with mutating(path, what="chunk maps"):
+            _fill_batch(path, report, done, None, progress)
+        return report
     path = os.fspath(path)
     report = FillReport(path)
-    done: set[str] = set()
-    while True:
+    finished = False
+    while not finished:
         with open_for_writing(path) as f, mutating(f, what="chunk maps"):
-            registry = VersionRegistry(f)
-            names = [n for n in registry if n != FIRST_VERSION and registry.info(n).committed]
-            names.sort(key=lambda n: registry.timestamp_micros(n) or 0)  # oldest first: bases logged first
-            todo = [n for n in names if n not in done]
-            small = _small_rows(f)
-            versions = f[f"{VERSION_DATA}/{VERSIONS}"]
-            deadline, total = time.monotonic() + BATCH_SECONDS, len(done) + len(todo)
-            for name in todo:
-                _fill_version(f, versions[name], name, registry.parent(name), small, report)
-                done.add(name)
-                report.versions += 1
-                if progress is not None:
-                    progress(len(done), total)
-                if time.monotonic() > deadline:
-                    break
-        if not todo or done.issuperset(todo):
-            return report
+            finished = _fill_batch(f, report, done, time.monotonic() + BATCH_SECONDS, progress)
+    return report
+
+
+def _fill_batch(
+    f: h5py.File,
+    report: FillReport,
+    done: set[str],
+    deadline: float | None,
+    progress: Callable[[int, int], None] | None,
+) -> bool:
+    """Fill the versions not ``done`` yet, oldest first, until ``deadline`` (``time.monotonic``; None:
+    all); returns whether every version is done. Inside the caller's mutation of ``f``."""
+    if VERSION_DATA not in f or VERSIONS not in f[VERSION_DATA]:
+        raise NotVersionedError(
+            f"{file_name(f)!r} is not a versioned file (no /{VERSION_DATA}/{VERSIONS} group): no versions to map"
+        )
+    registry = VersionRegistry(f)
+    names = [n for n in registry if n != FIRST_VERSION and registry.info(n).committed]
+    names.sort(key=lambda n: registry.timestamp_micros(n) or 0)  # oldest first: bases logged first
+    todo = [n for n in names if n not in done]
+    small = _small_rows(f)
+    versions = f[f"{VERSION_DATA}/{VERSIONS}"]
+    total = len(done) + len(todo)
+    for name in todo:
+        _fill_version(f, versions[name], name, registry.parent(name), small, report)
+        done.add(name)
+        report.versions += 1
+        if progress is not None:
+            progress(len(done), total)
+        if deadline is not None and time.monotonic() > deadline:
+            return done.issuperset(todo)
+    return True
 
 
 def _fill_version(f: h5py.File, group: h5py.Group, name: str, parent: str, small: set, report: FillReport) -> None:
