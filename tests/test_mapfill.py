@@ -188,8 +188,10 @@ def test_a_file_that_is_not_versioned_is_refused(tmp_path):
     path = tmp_path / "plain.h5"
     with h5py.File(path, "w") as f:
         f["x"] = np.arange(3)
-    with pytest.raises(xv.NotVersionedError):
+    before = path.read_bytes()
+    with pytest.raises(xv.NotVersionedError, match="plain.h5' is not a versioned file"):
         xv.fill_chunk_maps(path)
+    assert path.read_bytes() == before  # left byte for byte
     result = CliRunner().invoke(cli, ["fill-maps", str(path)])
     assert result.exit_code != 0
     assert "versioned" in result.output.lower()
