@@ -399,3 +399,22 @@ def test_the_log_takes_stored_maps_and_agrees_with_decoding(tmp_path, monkeypatc
     with h5py.File(path, "r") as f:
         states.version_states(f["_version_data/versions/vh1"])
     assert "sst" not in opened  # from its stored map: not opened
+
+
+def test_datasets_outside_the_format_are_skipped_with_the_reason(tmp_path):
+    """Virtual datasets other code put in a version group: one without raw_data of its name, one in place
+    of a versioned dataset but without its ``chunks``/``raw_data`` attributes."""
+    path = tmp_path / "h.h5"
+    _history(path)
+    with h5py.File(path, "r+") as f:
+        layout = h5py.VirtualLayout(shape=(10,), dtype="i4")
+        layout[:] = h5py.VirtualSource(f["_version_data/small/raw_data"])[:10]
+        v2 = f["_version_data/versions/v2"]
+        v2.create_virtual_dataset("foreign", layout)
+        del v2["small"]
+        v2.create_virtual_dataset("small", layout)
+    report = xv.fill_chunk_maps(path)
+    assert report.stored == 14  # all but v2's small
+    assert sorted(report.skipped) == ["v2/foreign", "v2/small"]
+    assert "with a hash table" in report.skipped["v2/foreign"]
+    assert "is not a versioned dataset" in report.skipped["v2/small"]

@@ -42,7 +42,7 @@ from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_
 from .._backend.h5objects import dataset_paths
 from .._backend.hashtable import committed_chunks
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
-from ..errors import NotVersionedError
+from ..errors import IncompatibleDataError, NotVersionedError
 from . import bookkeeping, chunkmaps, smallmaps
 from .maplog import name_digest
 from .mutation import file_name, mutating, open_for_writing
@@ -197,7 +197,11 @@ def _fill_version(f: h5py.File, group: h5py.Group, name: str, parent: str, small
         if raw.dtype.hasobject:
             report.skipped[where] = "variable-length data (decoded by readers, as committed)"
             continue
-        chunks, named = version_dataset_layout(vds)
+        try:
+            chunks, named = version_dataset_layout(vds)
+        except IncompatibleDataError as err:  # a dataset of the version group not in the format
+            report.skipped[where] = str(err)
+            continue
         if posixpath.normpath("/" + named.lstrip("/")) != raw_path or tuple(chunks) != tuple(raw.chunks):
             report.skipped[where] = f"maps {named!r} in chunks {tuple(chunks)}, not {raw_path} in {raw.chunks}"
             continue
