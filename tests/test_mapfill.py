@@ -19,6 +19,7 @@ import h5py
 import numpy as np
 import pytest
 import versioned_hdf5
+import xarray as xr
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -329,8 +330,16 @@ def test_a_deletion_by_versioned_hdf5_after_a_fill_is_noticed_and_filled_again(t
     with xv.VersionedHDF5File.open(path) as reader:
         for v in kept:
             np.testing.assert_array_equal(reader[v]["x"][()], expected[v]["x"])
+    for v in kept:  # the xarray engine too
+        with xr.open_dataset(path, engine="vhdf5", version=v) as ds:
+            np.testing.assert_array_equal(ds["x"].values, expected[v]["x"])
     report = xv.fill_chunk_maps(path)
     assert (report.versions, report.stored, report.present) == (3, 9, 0)
+    for v in kept:
+        with xr.open_dataset(path, engine="vhdf5", version=v) as ds:
+            np.testing.assert_array_equal(ds["x"].values, expected[v]["x"])
+        with xr.open_dataset(path, engine="vhdf5", version=v, group="g") as ds:
+            np.testing.assert_array_equal(ds["y"].values, expected[v]["g/y"])
     used = _no_decoding(monkeypatch)
     with xv.VersionedHDF5File.open(path) as reader:
         for v in kept:
@@ -345,7 +354,6 @@ def test_the_log_takes_stored_maps_and_agrees_with_decoding(tmp_path, monkeypatc
     decoded from the mappings: xarray commits with coordinates, dimension scales and an attribute change,
     then versioned-hdf5 commits filled by ``fill_chunk_maps``."""
     import pandas as pd
-    import xarray as xr
 
     from xarray_vhdf5._versions import states
 
