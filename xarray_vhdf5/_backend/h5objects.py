@@ -46,7 +46,6 @@ __all__ = [
     "allocate_through",
     "count_one_more_link",
     "create_ordered_group",
-    "dataset_paths",
     "end_of_allocation",
     "link_counters",
     "member_names",
@@ -59,6 +58,7 @@ __all__ = [
     "readable",
     "readable_tree",
     "relinked",
+    "walk_links",
 ]
 
 
@@ -468,20 +468,28 @@ def member_names(gid: h5g.GroupID) -> list[bytes]:
     return names
 
 
-def dataset_paths(gid: h5g.GroupID, prefix: str = "") -> list[str]:
-    """The path of every dataset below the group ``gid`` (relative, ``/``-separated), in h5py's order.
+def walk_links(gid: h5g.GroupID) -> list[tuple[str, int]]:
+    """``(path, object type)`` of every object below the group ``gid``, in h5py's ``visit`` order.
 
-    Found by link name and object type only (:func:`member_names`,
-    :func:`object_info_by_name`): no dataset is opened, where h5py's
-    ``visititems`` opens each, and opening a virtual dataset makes libhdf5
-    decode every mapping.
+    Depth first, each group's members by name (as libhdf5 sorts them: by
+    their bytes); ``path`` relative to the group, ``/``-separated; the type is
+    ``h5py.h5o.TYPE_GROUP``, ``TYPE_DATASET`` or ``TYPE_NAMED_DATATYPE``.
+    Found by link name and object header only (:func:`object_info_by_name`):
+    nothing is opened but the subgroups, where h5py's ``visit``/``visititems``
+    ask for every field of each object, which makes libhdf5 decode a virtual
+    dataset's mappings, all of them.
     """
-    found: list[str] = []
-    for bname in member_names(gid):
-        path = prefix + bname.decode("utf-8", "surrogateescape")
-        kind = object_info_by_name(gid, bname)[1]
-        if kind == h5o.TYPE_DATASET:
-            found.append(path)
-        elif kind == h5o.TYPE_GROUP:
-            found += dataset_paths(h5g.open(gid, bname), path + "/")
+    found: list[tuple[str, int]] = []
+
+    def walk(group: h5g.GroupID, prefix: str) -> None:
+        names: list[bytes] = []
+        group.links.iterate(names.append, idx_type=h5py.h5.INDEX_NAME)
+        for bname in sorted(names):
+            path = prefix + bname.decode("utf-8", "surrogateescape")
+            kind = object_info_by_name(group, bname)[1]
+            found.append((path, kind))
+            if kind == h5o.TYPE_GROUP:
+                walk(h5g.open(group, bname), path + "/")
+
+    walk(gid, "")
     return found

@@ -21,6 +21,7 @@ __all__ = [
     "SCALAR_DIM",
     "is_dimension_scale",
     "is_netcdf_dimension_only",
+    "marks_netcdf_dimension_only",
     "names_dimensions",
     "phony_dims",
     "visible_attrs",
@@ -65,11 +66,18 @@ def is_netcdf_dimension_only(ds) -> bool:
     """True for a netCDF-4 dimension scale that is not a variable (an h5py dataset).
 
     Such datasets only carry a dimension's length for netCDF tools; the engine
-    does not show them.
+    does not show them. :func:`marks_netcdf_dimension_only` of its attributes.
     """
-    if not is_dimension_scale(ds.attrs):
+    return marks_netcdf_dimension_only(ds.attrs)
+
+
+def marks_netcdf_dimension_only(attrs) -> bool:
+    """True if a dataset's attributes (an h5py ``AttributeManager``, or a dict of them as read) mark a
+    netCDF-4 dimension that is not a variable: ``CLASS`` ``DIMENSION_SCALE`` and a ``NAME`` starting with
+    :data:`NETCDF_NOT_A_VARIABLE`."""
+    if not is_dimension_scale(attrs):
         return False
-    name = ds.attrs["NAME"] if "NAME" in ds.attrs else b""
+    name = attrs["NAME"] if "NAME" in attrs else b""
     if isinstance(name, str):
         name = name.encode()
     return isinstance(name, bytes) and name.startswith(NETCDF_NOT_A_VARIABLE)

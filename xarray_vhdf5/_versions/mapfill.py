@@ -37,9 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import h5py
+from h5py import h5o
 
 from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
-from .._backend.h5objects import dataset_paths
+from .._backend.h5objects import walk_links
 from .._backend.hashtable import committed_chunks
 from .._backend.layout import FIRST_VERSION, VERSION_DATA, VERSIONS
 from ..errors import IncompatibleDataError, NotVersionedError
@@ -178,7 +179,10 @@ def _fill_version(f: h5py.File, group: h5py.Group, name: str, parent: str, small
     """The maps of one version's datasets that lack them; its rows of the file's map log in one append."""
     stamp = chunkmaps.timestamp_micros(f, name)
     batch = smallmaps.Batch(name, stamp)
-    for path in dataset_paths(group.id):
+    base = parent if parent != FIRST_VERSION and parent in group.parent else None  # logged on its parent
+    for path, kind in walk_links(group.id):
+        if kind != h5o.TYPE_DATASET:
+            continue
         where = f"{name}/{path}"
         raw_path = f"/{VERSION_DATA}/{path}/raw_data"
         raw = f.get(raw_path)
@@ -211,7 +215,6 @@ def _fill_version(f: h5py.File, group: h5py.Group, name: str, parent: str, small
         except ValueError as err:
             report.skipped[where] = str(err)
             continue
-        base = parent if parent != FIRST_VERSION and parent in f[f"{VERSION_DATA}/{VERSIONS}"] else None
         stored = chunkmaps.record(
             f,
             name,

@@ -16,7 +16,7 @@ import numpy as np
 from h5py import h5o
 
 from .._backend.h5attrs import UNREAD, object_attrs
-from .._backend.h5objects import object_info_by_name
+from .._backend.h5objects import walk_links
 from .._backend.layout import version_path
 from ..errors import ReadOnlyError, VersionNotFoundError
 
@@ -124,24 +124,21 @@ class _Tree:
         self.kinds: dict[str, str] = {"": "group"}
         self.members: dict[str, list[str]] = {}
         self.attrs: dict[str, dict] = {}
-        # Walked by links, depth first in name order (h5py's ``visit`` order), each member's
-        # kind asked of its object header (H5Oget_info, basic fields): h5py's ``visit`` and
-        # ``get(getclass=True)`` ask for every field, which decodes a virtual dataset's
-        # mappings, all of them.
-        self._walk(group, "")
-
-    def _walk(self, sub: h5py.Group, path: str) -> None:
-        self.members[path] = list(sub.keys())
-        self.attrs[path] = _group_attrs(sub)
-        for name in sorted(self.members[path], key=lambda n: n.encode("utf-8", "surrogateescape")):
-            member = f"{path}/{name}" if path else name
-            kind = object_info_by_name(sub.id, name.encode("utf-8", "surrogateescape"))[1]
+        # Walked by links (walk_links: h5py's ``visit`` order, no dataset opened): h5py's
+        # ``visit`` and ``get(getclass=True)`` ask for every field of each object, which
+        # decodes a virtual dataset's mappings, all of them.
+        self._group("", group)
+        for member, kind in walk_links(group.id):
             self.order.append(member)
             if kind == h5o.TYPE_GROUP:
                 self.kinds[member] = "group"
-                self._walk(sub[name], member)
+                self._group(member, group[member])
             else:
                 self.kinds[member] = "dataset"
+
+    def _group(self, path: str, sub: h5py.Group) -> None:
+        self.members[path] = list(sub.keys())
+        self.attrs[path] = _group_attrs(sub)
 
     def name(self, path: str) -> str:
         """Absolute HDF5 path of ``path``."""

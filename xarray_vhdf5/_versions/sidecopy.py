@@ -123,7 +123,7 @@ def file_manifest(raw: h5py.Dataset, path: str, dtype: np.dtype) -> ChunkManifes
 
 def _readable(raw: h5py.Dataset, dtype: np.dtype) -> bool:
     """Whether raw_data's chunks can be read as ``dtype`` without libhdf5's conversion."""
-    return not (np.dtype(dtype) != raw.dtype or raw.dtype.hasobject or raw.chunks is None)
+    return np.dtype(dtype) == raw.dtype and not raw.dtype.hasobject and raw.chunks is not None
 
 
 def _manifest_at(raw: h5py.Dataset, stored: np.ndarray, offsets: np.ndarray, path: str) -> ChunkManifest | None:

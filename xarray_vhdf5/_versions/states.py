@@ -18,10 +18,11 @@ from typing import Any
 
 import h5py
 import numpy as np
+from h5py import h5o
 
 from .._backend.chunkmap import build_slab_indices_and_offsets, version_dataset_layout
 from .._backend.h5attrs import read_attrs_of
-from .._backend.h5objects import dataset_paths
+from .._backend.h5objects import walk_links
 from .._backend.layout import VERSION_DATA, VERSIONS
 from .._backend.names import (
     DIMENSIONS_ATTR,
@@ -30,6 +31,7 @@ from .._backend.names import (
     NETCDF_REFERENCE_ATTRS,
     is_dimension_scale,
     is_netcdf_dimension_only,
+    marks_netcdf_dimension_only,
 )
 from . import chunkmaps
 
@@ -154,10 +156,9 @@ def dataset_state(dset: h5py.Dataset) -> tuple[DatasetState, np.ndarray]:
     chunks, raw_path = version_dataset_layout(dset)
     indices, offsets = build_slab_indices_and_offsets(dset, dset.shape, chunks, raw_path)
     mapped = indices != 0
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(np.packbits(mapped).tobytes())
-    digest.update(np.ascontiguousarray(offsets[mapped], dtype=np.uint64).tobytes())
-    state = DatasetState(tuple(dset.shape), dset.dtype, chunks, raw_path, digest.digest(), compared_attrs(dset))
+    state = DatasetState(
+        tuple(dset.shape), dset.dtype, chunks, raw_path, _mapping_digest(mapped, offsets[mapped]), compared_attrs(dset)
+    )
     return state, np.unique(offsets[mapped]).astype(np.uint64)
 
 
@@ -183,11 +184,13 @@ def version_states(
     prefix = f"/{VERSION_DATA}/{VERSIONS}/"
     version = group.name[len(prefix) :] if group.name.startswith(prefix) else ""
     maps = skip is is_netcdf_dimension_only and version and "/" not in version  # a version's own group
-    for path in dataset_paths(group.id):
-        mapped = _stored_state(group.file, version, path) if maps else None
-        if mapped is not None:
-            if not mapped[2]:  # a netCDF-4 dimension without a variable
-                found[path] = mapped[:2]
+    for path, kind in walk_links(group.id):
+        if kind != h5o.TYPE_DATASET:
+            continue
+        layout = chunkmaps.load(group.file, version, path, defer=NETCDF_REFERENCE_ATTRS) if maps else None
+        if layout is not None:  # the stored map: the virtual dataset is not opened
+            if not marks_netcdf_dimension_only(layout.attrs):
+                found[path] = _stored_state(layout)
             continue
         obj = group[path]
         if "raw_data" in obj.attrs and obj.is_virtual and not skip(obj):
@@ -195,42 +198,32 @@ def version_states(
     return found
 
 
-class _Attrs:
-    """What :func:`~xarray_vhdf5._backend.names.is_netcdf_dimension_only` reads of a dataset: ``attrs``."""
+def _mapping_digest(mapped: np.ndarray, offsets: np.ndarray) -> bytes:
+    """:class:`DatasetState`'s ``mapping``: per chunk (C order) mapped or not, and the mapped chunks' rows."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(np.packbits(mapped).tobytes())
+    digest.update(np.ascontiguousarray(offsets, dtype=np.uint64).tobytes())
+    return digest.digest()
 
-    def __init__(self, attrs: dict[str, Any]):
-        self.attrs = attrs
 
+def _stored_state(layout: chunkmaps.StoredLayout) -> tuple[DatasetState, np.ndarray]:
+    """:func:`dataset_state` from a dataset's stored chunk map (:func:`~xarray_vhdf5._versions.chunkmaps.load`).
 
-def _stored_state(f: h5py.File, version: str, path: str) -> tuple[DatasetState, np.ndarray, bool] | None:
-    """:func:`dataset_state` from the dataset's stored chunk map, and whether it is a netCDF-4 dimension
-    only; None without a map to trust (:func:`~xarray_vhdf5._versions.chunkmaps.load`'s checks).
-
-    The virtual dataset is not opened (libhdf5 would decode every mapping): its
-    attributes are read by name, its map and shape are the stored map's, its
-    dtype raw_data's (the format's: the virtual dataset has raw_data's type).
-    The mapping digest is :func:`dataset_state`'s, over the same chunks and rows.
+    Its attributes were read by name, its map and shape are the stored map's,
+    its dtype raw_data's (the format's: the virtual dataset has raw_data's
+    type); the mapping digest is over the same chunks and rows as from the
+    mappings.
     """
-    layout = chunkmaps.load(f, version, path, defer=NETCDF_REFERENCE_ATTRS)
-    if layout is None:
-        return None
-    attrs = layout.attrs
-    if is_netcdf_dimension_only(_Attrs(attrs)):
-        return DatasetState((), np.dtype("u1"), (), "", b"", {}), np.zeros(0, np.uint64), True
     starts = layout.starts
     mapped = starts >= 0
     offsets = starts[mapped].astype(np.uint64)
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(np.packbits(mapped).tobytes())
-    digest.update(np.ascontiguousarray(offsets).tobytes())
-    compared = _compared({k: v for k, v in attrs.items() if k not in _NOT_COMPARED})
-    raw_path = attrs["raw_data"]
+    raw_path = layout.attrs["raw_data"]
     state = DatasetState(
         tuple(int(n) for n in layout.shape),
         layout.raw_data.dtype,
         tuple(int(c) for c in layout.chunks),
         raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path),
-        digest.digest(),
-        compared,
+        _mapping_digest(mapped, offsets),
+        _compared({k: v for k, v in layout.attrs.items() if k not in _NOT_COMPARED}),
     )
-    return state, np.unique(offsets).astype(np.uint64), False
+    return state, np.unique(offsets)
